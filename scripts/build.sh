@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Configures and builds one build tree. Usage: scripts/build.sh [release|sanitize]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind="${1:-release}"
+jobs="$(nproc)"
+case "$kind" in
+  release)  dir=build;          flags=(-DCMAKE_BUILD_TYPE=Release) ;;
+  sanitize) dir=build-sanitize; flags=(-DCMAKE_BUILD_TYPE=Debug -DSTREAMBP_SANITIZE=ON
+                                        "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g") ;;
+  *) echo "usage: scripts/build.sh [release|sanitize]" >&2; exit 2 ;;
+esac
+cmake -S . -B "$dir" "${flags[@]}" >/dev/null
+cmake --build "$dir" -j "$jobs"

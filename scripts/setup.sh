@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build needs (idempotent: skips what is already there).
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev   # sgemm, OpenMP build so BLAS and our kernels share threads
+  nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  gnuplot-nox
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

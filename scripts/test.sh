@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Fresh machine -> the whole test suite: installs packages, builds the release tree and runs
+# every test, then builds with AddressSanitizer + UBSan and runs the tests not labelled slow.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+start=$(date +%s)
+bash scripts/build.sh release
+(cd build && ctest --output-on-failure -j "$(nproc)")
+bash scripts/build.sh sanitize
+(cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$(nproc)" -LE slow)
+echo "test.sh: all tests passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,15 @@
+#pragma once
+// One function per `streambp` subcommand, each in its own cmd_<name>.cpp. A command's
+// register function adds a CLI11 subcommand whose callback does the work; errors are
+// thrown as sbp::Error and turned into a one-line message and exit code 1 by main().
+#include <CLI/CLI.hpp>
+
+namespace sbp::cli {
+
+void register_init(CLI::App& app);
+void register_gradcheck(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_train(CLI::App& app);
+void register_tokenize(CLI::App& app);
+
+}  // namespace sbp::cli

@@ -1,0 +1,37 @@
+#pragma once
+// Storage dtypes. The CPU backend computes in fp32; bf16/f16 exist for reading and
+// writing checkpoints and for the shape-only planner, which must count real bytes.
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace sbp {
+
+enum class DType : uint8_t { F32, BF16, F16, I32 };
+
+size_t dtype_size(DType dt);
+const char* dtype_name(DType dt);  // safetensors spelling: "F32", "BF16", "F16", "I32"
+// Parses a safetensors / config spelling ("F32", "BF16", "float32", "bfloat16", ...).
+// Returns false for anything unknown.
+bool parse_dtype(const std::string& s, DType* out);
+
+inline float bf16_to_f32(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Round to nearest even, NaN stays NaN (quiet).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+}  // namespace sbp

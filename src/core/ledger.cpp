@@ -1,0 +1,92 @@
+#include "core/ledger.h"
+
+#include <cstdio>
+
+namespace sbp {
+
+namespace {
+constexpr const char* kCategoryNames[kNumCategories] = {
+    "weights", "grads", "optimizer", "checkpoints", "layer_workspace", "logits", "grad_buffers",
+    "other"};
+}
+
+const char* category_name(Category c) { return kCategoryNames[static_cast<size_t>(c)]; }
+
+bool parse_category(const std::string& s, Category* out) {
+  for (int i = 0; i < kNumCategories; ++i) {
+    if (s == kCategoryNames[i]) {
+      *out = static_cast<Category>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t MemoryBreakdown::total() const {
+  int64_t t = 0;
+  for (int64_t b : bytes) t += b;
+  return t;
+}
+
+std::string MemoryBreakdown::str() const {
+  std::string s;
+  for (int i = 0; i < kNumCategories; ++i) {
+    if (bytes[static_cast<size_t>(i)] == 0) continue;
+    if (!s.empty()) s += ", ";
+    s += std::string(kCategoryNames[i]) + " " + format_bytes(bytes[static_cast<size_t>(i)]);
+  }
+  if (s.empty()) s = "nothing";
+  return s + " (total " + format_bytes(total()) + ")";
+}
+
+std::string format_bytes(int64_t bytes) {
+  char buf[64];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+  } else if (bytes >= (int64_t{1} << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024.0));
+  } else if (bytes >= (int64_t{1} << 10)) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  }
+  return buf;
+}
+
+OutOfMemoryError::OutOfMemoryError(Category cat, int64_t req, int64_t bud, MemoryBreakdown lv)
+    : Error("out of memory: allocating " + format_bytes(req) + " for '" + category_name(cat) +
+            "' would exceed the budget of " + format_bytes(bud) + "; allocated now: " + lv.str()),
+      category(cat),
+      requested(req),
+      budget(bud),
+      live(lv) {}
+
+void Ledger::allocate(Category c, int64_t bytes) {
+  SBP_CHECK(bytes >= 0, "negative allocation");
+  if (budget_ > 0 && live_.total() + bytes > budget_) {
+    throw OutOfMemoryError(c, bytes, budget_, live_);
+  }
+  const size_t i = static_cast<size_t>(c);
+  live_.bytes[i] += bytes;
+  if (live_.bytes[i] > category_peak_[i]) category_peak_[i] = live_.bytes[i];
+  const int64_t total = live_.total();
+  if (total > peak_total_) {
+    peak_total_ = total;
+    peak_ = live_;
+  }
+}
+
+void Ledger::release(Category c, int64_t bytes) {
+  const size_t i = static_cast<size_t>(c);
+  SBP_CHECK(live_.bytes[i] >= bytes, std::string("ledger underflow in ") + category_name(c));
+  live_.bytes[i] -= bytes;
+}
+
+void Ledger::reset_peak() {
+  peak_ = live_;
+  peak_total_ = live_.total();
+  category_peak_ = live_.bytes;
+}
+
+}  // namespace sbp

@@ -1,0 +1,65 @@
+#pragma once
+// Pool and Buffer: every tensor the engine owns is a Buffer from a Pool, and every Pool
+// allocation is recorded in a Ledger under a category. A Pool that does not materialize
+// (the shape-only planner) records the same bytes but hands out null data pointers.
+#include <cstdint>
+
+#include "core/ledger.h"
+#include "core/tensor.h"
+
+namespace sbp {
+
+class Buffer;
+
+struct PoolOptions {
+  bool materialize = true;  // false: shape-only (meta) pool, data pointers are null
+  bool poison = false;      // fill new F32 buffers with NaN to catch reads of unwritten memory
+};
+
+class Pool {
+ public:
+  explicit Pool(Ledger& ledger, PoolOptions opts = {}) : ledger_(ledger), opts_(opts) {}
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  Buffer allocate(Category c, DType dt, Shape shape);
+  // Same, with the memory zeroed (for accumulators).
+  Buffer zeros(Category c, DType dt, Shape shape);
+
+  Ledger& ledger() { return ledger_; }
+  bool materialize() const { return opts_.materialize; }
+
+ private:
+  friend class Buffer;
+  void release(Category c, void* data, int64_t bytes);
+  Ledger& ledger_;
+  PoolOptions opts_;
+};
+
+// Move-only owner of one allocation.
+class Buffer {
+ public:
+  Buffer() = default;
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { *this = static_cast<Buffer&&>(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  const Tensor& view() const { return t_; }
+  Tensor rows(int64_t begin, int64_t end) const { return t_.slice_rows(begin, end); }
+  float* f32() const { return t_.f32(); }
+  int32_t* i32() const { return t_.i32(); }
+  bool defined() const { return pool_ != nullptr; }
+  Category category() const { return category_; }
+  void reset();  // releases now
+
+ private:
+  friend class Pool;
+  Tensor t_;
+  Pool* pool_ = nullptr;
+  Category category_ = Category::other;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace sbp

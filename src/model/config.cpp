@@ -1,0 +1,331 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+
+namespace sbp {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Reads an integer field; `required` fields must be present.
+int64_t get_int(const json& j, const char* key, const std::string& src, bool required,
+                int64_t fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) throw InputError(src + ": missing required field '" + key + "'");
+    return fallback;
+  }
+  if (!it->is_number_integer() && !(it->is_number_float() &&
+                                    std::floor(it->get<double>()) == it->get<double>())) {
+    throw InputError(src + ": field '" + key + "' must be an integer, got " + it->dump());
+  }
+  return it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(it->get<double>());
+}
+
+double get_num(const json& j, const char* key, const std::string& src, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) throw InputError(src + ": field '" + key + "' must be a number");
+  return it->get<double>();
+}
+
+bool get_bool(const json& j, const char* key, const std::string& src, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw InputError(src + ": field '" + key + "' must be true or false");
+  return it->get<bool>();
+}
+
+// Fields this engine interprets; everything else goes to `extra` and is written back.
+const char* const kKnownFields[] = {
+    "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+    "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "tie_word_embeddings", "attention_bias", "torch_dtype"};
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
+  if (!j.is_object()) throw InputError(src + ": config must be a JSON object");
+  ModelConfig c;
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string())
+    throw InputError(src + ": missing string field 'model_type'");
+  c.model_type = mt->get<std::string>();
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3") {
+    throw InputError(src + ": unsupported model_type '" + c.model_type +
+                     "' (supported: llama, qwen2, qwen3)");
+  }
+  c.hidden_size = get_int(j, "hidden_size", src, true, 0);
+  c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
+  c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
+  c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
+  c.num_key_value_heads =
+      get_int(j, "num_key_value_heads", src, false, c.num_attention_heads);
+  c.head_dim = get_int(j, "head_dim", src, false,
+                       c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  c.vocab_size = get_int(j, "vocab_size", src, true, 0);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 32768);
+  c.rms_norm_eps = get_num(j, "rms_norm_eps", src, 1e-6);
+  c.rope_theta = get_num(j, "rope_theta", src, 10000.0);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, false);
+  c.attention_bias = get_bool(j, "attention_bias", src, false);
+  if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string())
+    c.torch_dtype = it->get<std::string>();
+
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) throw InputError(src + ": field 'rope_scaling' must be an object");
+    std::string type;
+    if (auto t = it->find("rope_type"); t != it->end() && t->is_string()) type = *t;
+    else if (auto t2 = it->find("type"); t2 != it->end() && t2->is_string()) type = *t2;
+    if (type == "default") type.clear();
+    if (!type.empty() && type != "llama3") {
+      throw InputError(src + ": rope_scaling type '" + type + "' is not supported (only llama3)");
+    }
+    c.rope_scaling.type = type;
+    if (type == "llama3") {
+      c.rope_scaling.factor = get_num(*it, "factor", src + " rope_scaling", 8.0);
+      c.rope_scaling.low_freq_factor = get_num(*it, "low_freq_factor", src + " rope_scaling", 1.0);
+      c.rope_scaling.high_freq_factor =
+          get_num(*it, "high_freq_factor", src + " rope_scaling", 4.0);
+      c.rope_scaling.original_max_position_embeddings = get_int(
+          *it, "original_max_position_embeddings", src + " rope_scaling", false, 8192);
+    }
+  }
+  // Features that change the computation and that we do not implement are refused, not ignored.
+  if (get_bool(j, "mlp_bias", src, false))
+    throw InputError(src + ": 'mlp_bias': true is not supported");
+  if (get_bool(j, "use_sliding_window", src, false))
+    throw InputError(src + ": 'use_sliding_window': true is not supported");
+  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu")
+    throw InputError(src + ": hidden_act '" + it->get<std::string>() + "' is not supported (silu)");
+  if (auto it = j.find("partial_rotary_factor");
+      it != j.end() && it->is_number() && it->get<double>() != 1.0)
+    throw InputError(src + ": partial_rotary_factor != 1 is not supported");
+
+  c.extra = json::object();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* k : kKnownFields) known = known || it.key() == k;
+    if (!known) c.extra[it.key()] = it.value();
+  }
+  c.validate(src);
+  return c;
+}
+
+ModelConfig ModelConfig::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open config file");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw InputError(path + ": invalid JSON: " + e.what());
+  }
+  return from_json(j, path);
+}
+
+void ModelConfig::validate(const std::string& src) const {
+  auto positive = [&](int64_t v, const char* name) {
+    if (v <= 0) throw InputError(src + ": field '" + name + "' must be positive, got " +
+                                 std::to_string(v));
+  };
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  positive(vocab_size, "vocab_size");
+  if (num_attention_heads % num_key_value_heads != 0)
+    throw InputError(src + ": num_attention_heads (" + std::to_string(num_attention_heads) +
+                     ") must be a multiple of num_key_value_heads (" +
+                     std::to_string(num_key_value_heads) + ")");
+  if (head_dim % 2 != 0) throw InputError(src + ": head_dim must be even for rotary embeddings");
+  if (vocab_size > (int64_t{1} << 30)) throw InputError(src + ": vocab_size is implausibly large");
+  if (!(rms_norm_eps > 0)) throw InputError(src + ": rms_norm_eps must be positive");
+  if (!(rope_theta > 0)) throw InputError(src + ": rope_theta must be positive");
+}
+
+json ModelConfig::to_json() const {
+  json j = extra.is_object() ? extra : json::object();
+  j["model_type"] = model_type;
+  if (!j.contains("architectures")) {
+    const char* arch = model_type == "llama"   ? "LlamaForCausalLM"
+                       : model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                               : "Qwen3ForCausalLM";
+    j["architectures"] = json::array({arch});
+  }
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["vocab_size"] = vocab_size;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  if (rope_scaling.type.empty()) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    j["rope_scaling"] = {{"rope_type", rope_scaling.type},
+                         {"factor", rope_scaling.factor},
+                         {"low_freq_factor", rope_scaling.low_freq_factor},
+                         {"high_freq_factor", rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings",
+                          rope_scaling.original_max_position_embeddings}};
+  }
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  if (model_type != "qwen2") j["attention_bias"] = attention_bias;
+  j["torch_dtype"] = torch_dtype;
+  if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
+  return j;
+}
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+  // inv_freq[i] = theta^(-2i/h), computed as Hugging Face does: in float32 from an int64 arange.
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv[static_cast<size_t>(i)] =
+        1.0f / std::pow(static_cast<float>(rope_theta), expo);
+  }
+  if (rope_scaling.type == "llama3") {
+    // Llama 3.1 frequency-dependent scaling: long wavelengths are divided by `factor`,
+    // short ones kept, and the band between is interpolated smoothly.
+    const double factor = rope_scaling.factor;
+    const double low = rope_scaling.low_freq_factor, high = rope_scaling.high_freq_factor;
+    const double old_ctx = static_cast<double>(rope_scaling.original_max_position_embeddings);
+    const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+    for (float& f : inv) {
+      const double wavelen = 2.0 * M_PI / static_cast<double>(f);
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / factor);
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_ctx / wavelen - low) / (high - low);
+        const double scaled = f / factor;
+        f = static_cast<float>((1.0 - smooth) * scaled + smooth * f);
+      }
+    }
+  }
+  return inv;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t d = hidden_size, h = head_dim, H = num_attention_heads, G = num_key_value_heads;
+  int64_t per_layer = 2 * d                        // two norms
+                      + d * H * h + 2 * d * G * h  // q, k, v
+                      + H * h * d                  // o
+                      + 3 * d * intermediate_size;  // gate, up, down
+  if (qkv_bias()) per_layer += H * h + 2 * G * h;
+  if (o_bias()) per_layer += d;
+  if (qk_norm()) per_layer += 2 * h;
+  int64_t n = num_hidden_layers * per_layer + vocab_size * d + d;
+  if (!tie_word_embeddings) n += vocab_size * d;
+  return n;
+}
+
+namespace {
+
+ModelConfig make(const char* type, int64_t d, int64_t F, int64_t L, int64_t H, int64_t G,
+                 int64_t h, int64_t V, bool tie, double theta, double eps, int64_t max_pos) {
+  ModelConfig c;
+  c.model_type = type;
+  c.hidden_size = d;
+  c.intermediate_size = F;
+  c.num_hidden_layers = L;
+  c.num_attention_heads = H;
+  c.num_key_value_heads = G;
+  c.head_dim = h;
+  c.vocab_size = V;
+  c.tie_word_embeddings = tie;
+  c.rope_theta = theta;
+  c.rms_norm_eps = eps;
+  c.max_position_embeddings = max_pos;
+  c.torch_dtype = "bfloat16";
+  c.extra = json::object();
+  return c;
+}
+
+ModelConfig llama3_scaled(ModelConfig c, double factor) {
+  c.rope_scaling.type = "llama3";
+  c.rope_scaling.factor = factor;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  return c;
+}
+
+const std::map<std::string, ModelConfig>& presets() {
+  // Public config.json values of the released checkpoints (Hugging Face hub).
+  static const std::map<std::string, ModelConfig> p = [] {
+    std::map<std::string, ModelConfig> m;
+    m["qwen3-0.6b"] = make("qwen3", 1024, 3072, 28, 16, 8, 128, 151936, true, 1e6, 1e-6, 40960);
+    m["qwen3-1.7b"] = make("qwen3", 2048, 6144, 28, 16, 8, 128, 151936, true, 1e6, 1e-6, 40960);
+    m["qwen3-4b"] = make("qwen3", 2560, 9728, 36, 32, 8, 128, 151936, true, 1e6, 1e-6, 40960);
+    m["qwen3-8b"] = make("qwen3", 4096, 12288, 36, 32, 8, 128, 151936, false, 1e6, 1e-6, 40960);
+    m["qwen3-14b"] = make("qwen3", 5120, 17408, 40, 40, 8, 128, 151936, false, 1e6, 1e-6, 40960);
+    m["qwen3-32b"] = make("qwen3", 5120, 25600, 64, 64, 8, 128, 151936, false, 1e6, 1e-6, 40960);
+    m["qwen2.5-0.5b"] = make("qwen2", 896, 4864, 24, 14, 2, 64, 151936, true, 1e6, 1e-6, 32768);
+    m["qwen2.5-7b"] = make("qwen2", 3584, 18944, 28, 28, 4, 128, 152064, false, 1e6, 1e-6, 32768);
+    m["llama3.1-8b"] = llama3_scaled(
+        make("llama", 4096, 14336, 32, 32, 8, 128, 128256, false, 5e5, 1e-5, 131072), 8.0);
+    m["llama3.2-1b"] = llama3_scaled(
+        make("llama", 2048, 8192, 16, 32, 8, 64, 128256, true, 5e5, 1e-5, 131072), 32.0);
+    // Tiny shapes for tests and demos (not released models).
+    m["tiny-qwen3"] = make("qwen3", 64, 160, 2, 4, 2, 24, 97, false, 1e4, 1e-6, 4096);
+    m["tiny-qwen2"] = make("qwen2", 48, 112, 2, 6, 2, 8, 89, true, 1e4, 1e-6, 4096);
+    ModelConfig tl = llama3_scaled(
+        make("llama", 64, 128, 2, 4, 4, 16, 101, false, 5e5, 1e-5, 4096), 8.0);
+    tl.rope_scaling.original_max_position_embeddings = 64;  // so the scaling bands matter
+    m["tiny-llama"] = tl;
+    for (auto& [name, c] : m) {
+      if (name.rfind("tiny-", 0) == 0) c.torch_dtype = "float32";
+    }
+    return m;
+  }();
+  return p;
+}
+
+}  // namespace
+
+bool has_preset(const std::string& name) { return presets().count(name) != 0; }
+
+ModelConfig preset_config(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::string list;
+    for (const auto& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
+    throw InputError("unknown model preset '" + name + "' (known: " + list + ")");
+  }
+  return it->second;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [n, c] : presets()) names.push_back(n);
+  return names;
+}
+
+ModelConfig resolve_config(const std::string& arg) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(arg)) {
+    const fs::path cfg = fs::path(arg) / "config.json";
+    if (!fs::exists(cfg)) throw InputError(arg + ": directory has no config.json");
+    return ModelConfig::from_file(cfg.string());
+  }
+  if (fs::is_regular_file(arg)) return ModelConfig::from_file(arg);
+  if (has_preset(arg)) return preset_config(arg);
+  throw InputError("--model '" + arg +
+                   "' is neither a model directory, a config.json, nor a known preset");
+}
+
+}  // namespace sbp

@@ -1,0 +1,66 @@
+#pragma once
+// ModelConfig: the shape of a Llama / Qwen2 / Qwen3 decoder, read from a Hugging Face
+// config.json (or a built-in preset with the public config values).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sbp {
+
+struct RopeScaling {
+  std::string type;  // "" (none) or "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string model_type;  // "llama", "qwen2", "qwen3"
+  int64_t hidden_size = 0;          // d
+  int64_t intermediate_size = 0;    // F
+  int64_t num_hidden_layers = 0;    // L
+  int64_t num_attention_heads = 0;  // H
+  int64_t num_key_value_heads = 0;  // G
+  int64_t head_dim = 0;             // h
+  int64_t vocab_size = 0;           // V
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // llama/qwen3: bias on q,k,v,o; qwen2 always has q,k,v bias
+  std::string torch_dtype = "float32";  // dtype of the checkpoint on disk
+  nlohmann::json extra;                 // fields we do not interpret, written back unchanged
+
+  // Derived architecture switches.
+  bool qkv_bias() const { return model_type == "qwen2" || attention_bias; }
+  bool o_bias() const { return model_type != "qwen2" && attention_bias; }
+  bool qk_norm() const { return model_type == "qwen3"; }
+
+  // Parses and validates; `source` names the file in error messages.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
+  static ModelConfig from_file(const std::string& path);
+  nlohmann::json to_json() const;
+
+  // Throws InputError naming the field if the shapes are inconsistent.
+  void validate(const std::string& source) const;
+
+  // Rotary inverse frequencies (h/2), after rope scaling, as Hugging Face computes them.
+  std::vector<float> rope_inv_freq() const;
+
+  int64_t num_parameters() const;
+};
+
+// Built-in presets with public config values: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,
+// qwen3-14b, qwen3-32b, qwen2.5-0.5b, qwen2.5-7b, llama3.1-8b, llama3.2-1b and tiny test shapes.
+bool has_preset(const std::string& name);
+ModelConfig preset_config(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Resolves a --model argument: a directory with config.json, a config.json file, or a preset.
+ModelConfig resolve_config(const std::string& model_arg);
+
+}  // namespace sbp

@@ -1,0 +1,113 @@
+#include "model/parameters.h"
+
+#include "core/rng.h"
+
+namespace sbp {
+
+std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
+  const int64_t d = c.hidden_size, F = c.intermediate_size, h = c.head_dim;
+  const int64_t Hh = c.num_attention_heads * h, Gh = c.num_key_value_heads * h;
+  std::vector<ParamSpec> s;
+  s.push_back({"model.embed_tokens.weight", {c.vocab_size, d}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    s.push_back({p + "input_layernorm.weight", {d}});
+    s.push_back({p + "self_attn.q_proj.weight", {Hh, d}});
+    if (c.qkv_bias()) s.push_back({p + "self_attn.q_proj.bias", {Hh}});
+    s.push_back({p + "self_attn.k_proj.weight", {Gh, d}});
+    if (c.qkv_bias()) s.push_back({p + "self_attn.k_proj.bias", {Gh}});
+    s.push_back({p + "self_attn.v_proj.weight", {Gh, d}});
+    if (c.qkv_bias()) s.push_back({p + "self_attn.v_proj.bias", {Gh}});
+    s.push_back({p + "self_attn.o_proj.weight", {d, Hh}});
+    if (c.o_bias()) s.push_back({p + "self_attn.o_proj.bias", {d}});
+    if (c.qk_norm()) {
+      s.push_back({p + "self_attn.q_norm.weight", {h}});
+      s.push_back({p + "self_attn.k_norm.weight", {h}});
+    }
+    s.push_back({p + "post_attention_layernorm.weight", {d}});
+    s.push_back({p + "mlp.gate_proj.weight", {F, d}});
+    s.push_back({p + "mlp.up_proj.weight", {F, d}});
+    s.push_back({p + "mlp.down_proj.weight", {d, F}});
+  }
+  s.push_back({"model.norm.weight", {d}});
+  if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {c.vocab_size, d}});
+  return s;
+}
+
+ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype,
+                           bool zero) {
+  specs_ = parameter_specs(cfg);
+  buffers_.reserve(specs_.size());
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    buffers_.push_back(zero ? pool.zeros(category, dtype, specs_[i].shape)
+                            : pool.allocate(category, dtype, specs_[i].shape));
+    index_[specs_[i].name] = i;
+  }
+  build_views(cfg);
+}
+
+const Tensor& ParameterSet::get(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw InputError("no parameter named '" + name + "'");
+  return buffers_[it->second].view();
+}
+
+int64_t ParameterSet::numel() const {
+  int64_t n = 0;
+  for (const auto& b : buffers_) n += b.view().numel();
+  return n;
+}
+
+void ParameterSet::build_views(const ModelConfig& c) {
+  auto opt = [&](const std::string& n) -> Tensor {
+    auto it = index_.find(n);
+    return it == index_.end() ? Tensor() : buffers_[it->second].view();
+  };
+  views_.embed = get("model.embed_tokens.weight");
+  views_.final_norm = get("model.norm.weight");
+  views_.lm_head = c.tie_word_embeddings ? views_.embed : get("lm_head.weight");
+  views_.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerTensors& t = views_.layers[static_cast<size_t>(l)];
+    t.input_norm = get(p + "input_layernorm.weight");
+    t.q_proj = get(p + "self_attn.q_proj.weight");
+    t.q_bias = opt(p + "self_attn.q_proj.bias");
+    t.k_proj = get(p + "self_attn.k_proj.weight");
+    t.k_bias = opt(p + "self_attn.k_proj.bias");
+    t.v_proj = get(p + "self_attn.v_proj.weight");
+    t.v_bias = opt(p + "self_attn.v_proj.bias");
+    t.o_proj = get(p + "self_attn.o_proj.weight");
+    t.o_bias = opt(p + "self_attn.o_proj.bias");
+    t.q_norm = opt(p + "self_attn.q_norm.weight");
+    t.k_norm = opt(p + "self_attn.k_norm.weight");
+    t.post_norm = get(p + "post_attention_layernorm.weight");
+    t.gate_proj = get(p + "mlp.gate_proj.weight");
+    t.up_proj = get(p + "mlp.up_proj.weight");
+    t.down_proj = get(p + "mlp.down_proj.weight");
+  }
+}
+
+void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float std) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& t = params.tensor(i);
+    if (!t.data) continue;
+    float* p = t.f32();
+    const std::string& n = params.name(i);
+    // One independent stream per tensor, so adding a tensor does not shift the others.
+    Rng rng(seed, n);
+    const bool is_norm = n.find("norm") != std::string::npos;
+    const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+    for (int64_t j = 0; j < t.numel(); ++j) {
+      if (is_norm) {
+        p[j] = style == InitStyle::test ? 1.0f + 0.2f * rng.normal() : 1.0f;
+      } else if (is_bias) {
+        p[j] = style == InitStyle::test ? 0.1f * rng.normal() : 0.0f;
+      } else {
+        p[j] = std * rng.normal();
+      }
+    }
+  }
+}
+
+}  // namespace sbp

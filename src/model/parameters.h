@@ -1,0 +1,78 @@
+#pragma once
+// The parameter set of a decoder under its Hugging Face names, owned by Buffers from a
+// Pool. The same layout serves weights, gradients and optimizer moments (one set each).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/pool.h"
+#include "model/config.h"
+
+namespace sbp {
+
+// Views of one decoder layer's tensors (undefined Tensors where the architecture has none).
+struct LayerTensors {
+  Tensor input_norm;   // (d)
+  Tensor q_proj;       // (H*h, d)
+  Tensor q_bias;       // (H*h)        qwen2 / attention_bias
+  Tensor k_proj;       // (G*h, d)
+  Tensor k_bias;       // (G*h)
+  Tensor v_proj;       // (G*h, d)
+  Tensor v_bias;       // (G*h)
+  Tensor o_proj;       // (d, H*h)
+  Tensor o_bias;       // (d)          attention_bias (llama/qwen3)
+  Tensor q_norm;       // (h)          qwen3
+  Tensor k_norm;       // (h)          qwen3
+  Tensor post_norm;    // (d)
+  Tensor gate_proj;    // (F, d)
+  Tensor up_proj;      // (F, d)
+  Tensor down_proj;    // (d, F)
+};
+
+struct ModelTensors {
+  Tensor embed;       // (V, d)
+  Tensor final_norm;  // (d)
+  Tensor lm_head;     // (V, d); the same memory as `embed` when tied
+  std::vector<LayerTensors> layers;
+};
+
+struct ParamSpec {
+  std::string name;  // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;
+};
+
+// Every tensor a checkpoint of this config holds, in a fixed order (lm_head absent if tied).
+std::vector<ParamSpec> parameter_specs(const ModelConfig& cfg);
+
+class ParameterSet {
+ public:
+  ParameterSet() = default;
+  // Allocates one buffer per spec, uninitialised (zeros if `zero`).
+  ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype, bool zero);
+  ParameterSet(ParameterSet&&) = default;
+  ParameterSet& operator=(ParameterSet&&) = default;
+
+  size_t size() const { return buffers_.size(); }
+  const std::string& name(size_t i) const { return specs_[i].name; }
+  const Tensor& tensor(size_t i) const { return buffers_[i].view(); }
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  const Tensor& get(const std::string& name) const;  // throws naming the tensor
+  const ModelTensors& views() const { return views_; }
+  int64_t numel() const;
+
+ private:
+  void build_views(const ModelConfig& cfg);
+  std::vector<ParamSpec> specs_;
+  std::vector<Buffer> buffers_;
+  std::map<std::string, size_t> index_;
+  ModelTensors views_;
+};
+
+// Initialisation from a seed. `hf` follows transformers' _init_weights (normal(0, std) for
+// matrices and embeddings, ones for norms, zeros for biases). `test` also perturbs norms
+// and biases so that gradient tests exercise every term.
+enum class InitStyle { hf, test };
+void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float std = 0.02f);
+
+}  // namespace sbp

@@ -1,0 +1,80 @@
+#include "support/test_support.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace sbp::test {
+
+double rel_err(const float* a, const float* b, int64_t n) {
+  double num = 0.0, den = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (!(d <= num)) num = d;  // NaN propagates as "infinitely wrong"
+    den = std::max(den, std::fabs(static_cast<double>(b[i])));
+  }
+  if (std::isnan(num)) return INFINITY;
+  if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+  return num / den;
+}
+
+double rel_err(const Tensor& a, const Tensor& b) {
+  if (a.shape != b.shape) throw std::runtime_error("rel_err: shapes differ");
+  return rel_err(a.f32(), b.f32(), a.numel());
+}
+
+void fill_normal(const Tensor& t, Rng& rng, float scale) {
+  float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = scale * rng.normal();
+}
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "streambp-test-XXXXXX").string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) throw std::runtime_error("popen failed: " + cmd);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+std::string streambp_binary() { return STREAMBP_BINARY; }
+std::string source_dir() { return STREAMBP_SOURCE_DIR; }
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+}  // namespace sbp::test

@@ -1,0 +1,44 @@
+#pragma once
+// Shared helpers for the test programs.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/pool.h"
+#include "core/rng.h"
+
+namespace sbp::test {
+
+// The one error measure used everywhere: max |a - b| / max |b| (b is the reference).
+double rel_err(const float* a, const float* b, int64_t n);
+double rel_err(const Tensor& a, const Tensor& b);
+
+void fill_normal(const Tensor& t, Rng& rng, float scale = 1.0f);
+
+// A fresh empty directory under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = 0;
+  std::string output;  // stdout and stderr together
+};
+// Runs a shell command line and captures its output.
+CommandResult run_command(const std::string& cmd);
+
+// Path of the built `streambp` program and of the source tree.
+std::string streambp_binary();
+std::string source_dir();
+
+std::string read_text(const std::string& path);
+void write_text(const std::string& path, const std::string& text);
+
+}  // namespace sbp::test
