@@ -1,0 +1,60 @@
+#pragma once
+// safetensors reading and writing (https://github.com/huggingface/safetensors format):
+//   8-byte little-endian header length N, N bytes of JSON header, then the data region.
+// Files are untrusted: the header is validated completely (size, JSON, dtypes, shapes,
+// offsets inside the data region, no overlaps, no holes) before any tensor is used.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace sbp {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;             // a 0-d (scalar) tensor is stored as shape (1)
+  uint64_t begin = 0;      // byte offsets relative to the start of the data region
+  uint64_t end = 0;
+};
+
+class SafetensorsFile {
+ public:
+  // Opens and validates; throws InputError naming the file and the problem.
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const SafetensorsEntry* find(const std::string& name) const;  // null if absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // Copies tensor `name` into dst (same numel), converting F32/BF16/F16 to dst's dtype
+  // (F32 or BF16). Throws if absent or the element count differs.
+  void read_into(const std::string& name, const Tensor& dst) const;
+
+ private:
+  std::string path_;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+  const unsigned char* data_ = nullptr;  // start of the data region (inside the mapping)
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+};
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;  // F32 (or BF16) source data
+};
+
+// Writes tensors in the given order, converted to `dtype` (F32, BF16 or F16), atomically:
+// the file is written under a temporary name in the same directory and renamed.
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       DType dtype, const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace sbp
