@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev   # sgemm, OpenMP build so BLAS and our kernels share threads
-  nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev
+  nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox
 )
