@@ -1,0 +1,87 @@
+// Fill, copy (with F32/BF16 conversion), residual add, scale, bias, sum of squares.
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/reduce.h"
+
+namespace sbp {
+
+void CpuBackend::fill(const Tensor& x, float value) {
+  float* p = x.f32();  // (numel)
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = value;
+}
+
+void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
+  SBP_CHECK(dst.numel() == src.numel(), "copy " + src.describe() + " -> " + dst.describe());
+  const int64_t n = dst.numel();
+  if (dst.dtype == src.dtype) {
+    std::memcpy(dst.data, src.data, dst.nbytes());
+  } else if (dst.dtype == DType::BF16 && src.dtype == DType::F32) {
+    uint16_t* d = static_cast<uint16_t*>(dst.data);
+    const float* s = src.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+  } else if (dst.dtype == DType::F32 && src.dtype == DType::BF16) {
+    float* d = dst.f32();
+    const uint16_t* s = static_cast<const uint16_t*>(src.data);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+  } else {
+    SBP_CHECK(false, "copy: unsupported conversion " + src.describe() + " -> " + dst.describe());
+  }
+}
+
+void CpuBackend::add_inplace(const Tensor& y, const Tensor& x) {
+  SBP_CHECK(y.numel() == x.numel(), "add " + x.describe() + " into " + y.describe());
+  float* py = y.f32();
+  const float* px = x.f32();
+  const int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) py[i] += px[i];
+}
+
+void CpuBackend::scale_inplace(const Tensor& x, float s) {
+  float* p = x.f32();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] *= s;
+}
+
+double CpuBackend::sum_squares(const Tensor& x) {
+  const float* p = x.f32();
+  const int64_t n = x.numel();
+  const std::vector<double> total = cpu::reduce_rows(n, 1, [&](int64_t b, int64_t e, double* acc) {
+    double s = 0.0;
+    for (int64_t i = b; i < e; ++i) s += static_cast<double>(p[i]) * p[i];
+    acc[0] = s;
+  });
+  return total[0];
+}
+
+void CpuBackend::add_bias(const Tensor& y, const Tensor& b) {
+  const int64_t n = y.rows(), m = y.cols();
+  SBP_CHECK(b.numel() == m, "add_bias " + b.describe() + " to " + y.describe());
+  float* py = y.f32();        // (n, m)
+  const float* pb = b.f32();  // (m)
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = py + i * m;
+    for (int64_t j = 0; j < m; ++j) row[j] += pb[j];
+  }
+}
+
+void CpuBackend::bias_backward(const Tensor& db, const Tensor& dy) {
+  const int64_t n = dy.rows(), m = dy.cols();
+  SBP_CHECK(db.numel() == m, "bias_backward " + db.describe() + " from " + dy.describe());
+  const float* pdy = dy.f32();  // (n, m)
+  const std::vector<double> sum = cpu::reduce_rows(n, m, [&](int64_t b, int64_t e, double* acc) {
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t j = 0; j < m; ++j) acc[j] += pdy[i * m + j];
+  });
+  float* pdb = db.f32();  // (m)
+  for (int64_t j = 0; j < m; ++j) pdb[j] += static_cast<float>(sum[static_cast<size_t>(j)]);
+}
+
+}  // namespace sbp

@@ -1,0 +1,42 @@
+// Dense products through OpenBLAS sgemm (row-major).
+#include <cblas.h>
+#include <omp.h>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace sbp {
+
+void CpuBackend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
+                      bool trans_b, float alpha, float beta) {
+  // A viewed as (rows, cols); op(A) is (M, K), op(B) is (K, N), C is (M, N).
+  const int64_t M = trans_a ? A.cols() : A.rows();
+  const int64_t K = trans_a ? A.rows() : A.cols();
+  const int64_t Kb = trans_b ? B.cols() : B.rows();
+  const int64_t N = trans_b ? B.rows() : B.cols();
+  SBP_CHECK(K == Kb && C.rows() == M && C.cols() == N,
+            "gemm: C " + C.describe() + (trans_a ? " = A^T " : " = A ") + A.describe() +
+                (trans_b ? " B^T " : " B ") + B.describe());
+  flops_ += 2 * M * N * K;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.0f) fill(C, 0.0f);
+    else if (beta != 1.0f) scale_inplace(C, beta);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
+              static_cast<blasint>(N), static_cast<blasint>(K), alpha, A.f32(),
+              static_cast<blasint>(A.cols()), B.f32(), static_cast<blasint>(B.cols()), beta,
+              C.f32(), static_cast<blasint>(C.cols()));
+}
+
+void set_cpu_threads(int threads) {
+  if (threads > 0) {
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+  }
+}
+
+int cpu_threads() { return omp_get_max_threads(); }
+
+}  // namespace sbp

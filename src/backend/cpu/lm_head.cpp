@@ -1,0 +1,65 @@
+// Log-softmax of the target token and the in-place logits gradient, one row at a time, so
+// the LM head never needs more than the (n, V) block it is given.
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace sbp {
+
+namespace {
+void check_targets(const Tensor& targets, int64_t vocab) {
+  const int32_t* p = targets.i32();
+  for (int64_t i = 0; i < targets.numel(); ++i) {
+    SBP_CHECK(p[i] < vocab, "target id " + std::to_string(p[i]) + " outside the vocabulary of " +
+                                std::to_string(vocab));
+  }
+}
+}  // namespace
+
+void CpuBackend::logsoftmax_target(const Tensor& lse, const Tensor& logp, const Tensor& logits,
+                                   const Tensor& targets) {
+  const int64_t n = logits.rows(), V = logits.cols();
+  SBP_CHECK(lse.numel() == n && logp.numel() == n && targets.numel() == n,
+            "logsoftmax_target logits " + logits.describe() + " targets " + targets.describe());
+  check_targets(targets, V);
+  const float* pl = logits.f32();   // (n, V)
+  const int32_t* pt = targets.i32();  // (n)
+  float* plse = lse.f32();          // (n)
+  float* plogp = logp.f32();        // (n)
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = pl + i * V;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
+    // Sum in fp32 lanes (vectorised), 8 independent partial sums keep the error ~1e-7.
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
+    const float l = mx + std::log(sum);
+    plse[i] = l;
+    plogp[i] = pt[i] >= 0 ? row[pt[i]] - l : 0.0f;
+  }
+}
+
+void CpuBackend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                                 const Tensor& dlogp) {
+  const int64_t n = logits.rows(), V = logits.cols();
+  SBP_CHECK(lse.numel() == n && dlogp.numel() == n && targets.numel() == n,
+            "dlogits_inplace logits " + logits.describe());
+  check_targets(targets, V);
+  float* pl = logits.f32();          // (n, V) in: logits, out: dL/dlogits
+  const float* plse = lse.f32();     // (n)
+  const int32_t* pt = targets.i32();  // (n)
+  const float* pw = dlogp.f32();     // (n)
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = pl + i * V;
+    const float w = pt[i] >= 0 ? pw[i] : 0.0f;
+    const float l = plse[i];
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) row[j] = -w * std::exp(row[j] - l);
+    if (pt[i] >= 0) row[pt[i]] += w;
+  }
+}
+
+}  // namespace sbp

@@ -1,0 +1,44 @@
+// SwiGLU: out = silu(gate) * up, silu(z) = z * sigmoid(z).
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace sbp {
+
+void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  SBP_CHECK(out.numel() == gate.numel() && out.numel() == up.numel(),
+            "swiglu_forward " + out.describe() + " " + gate.describe() + " " + up.describe());
+  const int64_t n = out.numel();
+  float* po = out.f32();
+  const float* pg = gate.f32();
+  const float* pu = up.f32();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = pg[i];
+    const float sig = 1.0f / (1.0f + std::exp(-z));
+    po[i] = z * sig * pu[i];
+  }
+}
+
+void CpuBackend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                                 const Tensor& gate, const Tensor& up) {
+  // d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z)))
+  const int64_t n = dout.numel();
+  SBP_CHECK(dgate.numel() == n && dup.numel() == n && gate.numel() == n && up.numel() == n,
+            "swiglu_backward shapes");
+  float* pdg = dgate.f32();
+  float* pdu = dup.f32();
+  const float* pdo = dout.f32();
+  const float* pg = gate.f32();
+  const float* pu = up.f32();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = pg[i];
+    const float sig = 1.0f / (1.0f + std::exp(-z));
+    const float silu = z * sig;
+    pdu[i] += pdo[i] * silu;
+    pdg[i] += pdo[i] * pu[i] * sig * (1.0f + z * (1.0f - sig));
+  }
+}
+
+}  // namespace sbp
