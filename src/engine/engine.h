@@ -1,0 +1,43 @@
+#pragma once
+// The training step (DESIGN §2-§3): forward with layer-input checkpoints, the LM-head pass
+// (full or chunked) driven by an objective, and the layer backward in the chosen mode.
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+#include "engine/batch.h"
+#include "engine/exec_config.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "objective/objective.h"
+
+namespace sbp {
+
+class Engine {
+ public:
+  // The engine only reads `weights`; every allocation goes through `pool` (and its ledger).
+  Engine(const ModelConfig& cfg, const ParameterSet& weights, Backend& backend, Pool& pool,
+         ExecConfig exec);
+
+  // One micro-batch: forward, head, backward. ADDS the gradient into `grads` (zeroing is the
+  // caller's job, so micro-batches accumulate).
+  void forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads);
+
+  // Forward only (no gradient state): each row's target log-probability (T), 0 where a row
+  // has no target. Peak memory: checkpoints of one layer at a time plus one head chunk.
+  std::vector<float> target_logprobs(const Batch& batch);
+
+  const ExecConfig& exec() const { return exec_; }
+  void set_exec(const ExecConfig& e) { exec_ = e; }
+
+ private:
+  struct Step;  // per-call tensors (engine.cpp)
+  const ModelConfig& cfg_;
+  const ParameterSet& weights_;
+  Backend& be_;
+  Pool& pool_;
+  ExecConfig exec_;
+};
+
+}  // namespace sbp

@@ -1,0 +1,70 @@
+#include "engine/exec_config.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace sbp {
+
+int64_t ExecConfig::layer_chunk_for(int64_t T) const {
+  if (layers != LayerMode::stream) return T;
+  return std::max<int64_t>(1, std::min(layer_chunk > 0 ? layer_chunk : T, T));
+}
+
+int64_t ExecConfig::head_chunk_for(int64_t T) const {
+  if (head == HeadMode::full) return T;
+  return std::max<int64_t>(1, std::min(head_chunk > 0 ? head_chunk : T, T));
+}
+
+ExecConfig parse_mode(const std::string& s) {
+  ExecConfig e;
+  if (s == "base") {
+    e.layers = LayerMode::store;
+    e.head = HeadMode::full;
+    return e;
+  }
+  if (s == "checkpoint") {
+    e.layers = LayerMode::recompute;
+    e.head = HeadMode::full;
+    return e;
+  }
+  if (s == "stream") return e;
+  const size_t plus = s.find('+');
+  const std::string l = s.substr(0, plus);
+  const std::string h = plus == std::string::npos ? "" : s.substr(plus + 1);
+  if (l == "store") e.layers = LayerMode::store;
+  else if (l == "recompute") e.layers = LayerMode::recompute;
+  else if (l == "stream") e.layers = LayerMode::stream;
+  const bool layers_ok = l == "store" || l == "recompute" || l == "stream";
+  const bool head_ok = h == "full" || h == "chunked";
+  if (!layers_ok || !head_ok) {
+    throw InputError("unknown mode '" + s +
+                     "' (use base, checkpoint, stream, or <store|recompute|stream>+<full|chunked>)");
+  }
+  e.head = h == "full" ? HeadMode::full : HeadMode::chunked;
+  return e;
+}
+
+std::vector<ExecConfig> parse_modes(const std::string& list) {
+  std::vector<ExecConfig> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(parse_mode(item));
+  }
+  if (out.empty()) throw InputError("no modes given");
+  return out;
+}
+
+std::string mode_name(const ExecConfig& e) {
+  if (e.layers == LayerMode::store && e.head == HeadMode::full) return "base";
+  if (e.layers == LayerMode::recompute && e.head == HeadMode::full) return "checkpoint";
+  if (e.layers == LayerMode::stream && e.head == HeadMode::chunked) return "stream";
+  const char* l = e.layers == LayerMode::store       ? "store"
+                  : e.layers == LayerMode::recompute ? "recompute"
+                                                     : "stream";
+  return std::string(l) + (e.head == HeadMode::full ? "+full" : "+chunked");
+}
+
+}  // namespace sbp

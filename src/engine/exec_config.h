@@ -1,0 +1,37 @@
+#pragma once
+// Execution modes (DESIGN §3): two orthogonal knobs and three presets.
+//   layers: store (keep every activation) | recompute (gradient checkpointing per layer)
+//           | stream (StreamBP: chunk loop, last chunk first, K/V once per layer)
+//   head:   full (materialise the (T, V) logits) | chunked (one (c, V) block at a time)
+//   presets: base = store+full, checkpoint = recompute+full, stream = stream+chunked
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace sbp {
+
+enum class LayerMode { store, recompute, stream };
+enum class HeadMode { full, chunked };
+
+struct ExecConfig {
+  LayerMode layers = LayerMode::stream;
+  HeadMode head = HeadMode::chunked;
+  int64_t layer_chunk = 1024;  // tokens per chunk in stream mode (any size >= 1)
+  int64_t head_chunk = 512;    // rows per LM-head block in chunked mode
+  DType act_dtype = DType::F32;  // storage of activations, checkpoints and K/V
+
+  // Effective sizes for a batch of T tokens.
+  int64_t layer_chunk_for(int64_t T) const;
+  int64_t head_chunk_for(int64_t T) const;
+};
+
+// "base", "checkpoint", "stream", or "<store|recompute|stream>+<full|chunked>".
+// Chunk sizes are left at their defaults. Throws InputError for anything else.
+ExecConfig parse_mode(const std::string& s);
+std::vector<ExecConfig> parse_modes(const std::string& comma_list);
+// The preset name when the knobs match one, else "layers+head".
+std::string mode_name(const ExecConfig& e);
+
+}  // namespace sbp

@@ -1,0 +1,203 @@
+#include "model/decoder_layer.h"
+
+#include <cmath>
+
+namespace sbp {
+
+DecoderLayerOps::DecoderLayerOps(const ModelConfig& cfg, Backend& be, Pool& pool,
+                                 const StepTables& tables, DType act_dtype)
+    : cfg_(cfg), be_(be), pool_(pool), tables_(tables), act_(act_dtype) {
+  dims_.n_heads = cfg.num_attention_heads;
+  dims_.n_kv_heads = cfg.num_key_value_heads;
+  dims_.head_dim = cfg.head_dim;
+  dims_.scale = 1.0f / std::sqrt(static_cast<float>(cfg.head_dim));
+}
+
+Buffer DecoderLayerOps::alloc(Category c, int64_t rows, int64_t cols, DType dt) {
+  return pool_.allocate(c, dt, {rows, cols});
+}
+
+void DecoderLayerOps::linear(const Tensor& y, const Tensor& x, const Tensor& W,
+                             const Tensor& bias) {
+  be_.gemm(y, x, false, W, true, 1.0f, 0.0f);
+  if (bias.defined()) be_.add_bias(y, bias);
+}
+
+void DecoderLayerOps::linear_backward(const Tensor& dx, float dx_beta, const Tensor& dW,
+                                      const Tensor& db, const Tensor& dy, const Tensor& x,
+                                      const Tensor& W) {
+  be_.gemm(dW, dy, true, x, false, 1.0f, 1.0f);  // (out, in) += (n, out)^T (n, in)
+  if (db.defined()) be_.bias_backward(db, dy);
+  if (dx.defined()) be_.gemm(dx, dy, false, W, false, 1.0f, dx_beta);  // (n, in) = (n, out) (out, in)
+}
+
+LayerKV DecoderLayerOps::alloc_kv(int64_t T, Category c, bool keep_k_raw) {
+  const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
+  LayerKV kv;
+  kv.k = alloc(c, T, Gh, act_);
+  kv.v = alloc(c, T, Gh, act_);
+  if (keep_k_raw && cfg_.qk_norm()) kv.k_raw = alloc(c, T, Gh, act_);
+  return kv;
+}
+
+void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t s, LayerKV& kv) {
+  const int64_t n = x.rows(), d = cfg_.hidden_size, Gh = cfg_.num_key_value_heads * cfg_.head_dim;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Buffer a = alloc(Category::layer_workspace, n, d, act_);  // (n, d)
+  be_.rmsnorm_forward(a.view(), x, w.input_norm, eps);
+  const Tensor k = kv.k.rows(s, s + n);  // (n, G*h)
+  if (cfg_.qk_norm()) {
+    Buffer tmp;
+    Tensor k_raw;  // (n, G*h) before k-norm
+    if (kv.k_raw.defined()) {
+      k_raw = kv.k_raw.rows(s, s + n);
+    } else {
+      tmp = alloc(Category::layer_workspace, n, Gh, act_);
+      k_raw = tmp.view();
+    }
+    linear(k_raw, a.view(), w.k_proj, w.k_bias);
+    be_.rmsnorm_forward(k, k_raw, w.k_norm, eps);
+  } else {
+    linear(k, a.view(), w.k_proj, w.k_bias);
+  }
+  be_.rope_forward(k, tables_.positions.slice_rows(s, s + n), tables_.rope);
+  linear(kv.v.rows(s, s + n), a.view(), w.v_proj, w.v_bias);
+}
+
+void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64_t s,
+                                   const LayerKV& kv, const Tensor& y, ChunkActs* save,
+                                   Category save_cat) {
+  const int64_t n = x.rows(), d = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int64_t H = cfg_.num_attention_heads, Hh = H * cfg_.head_dim;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const Category c = save ? save_cat : Category::layer_workspace;
+  ChunkActs local;
+  ChunkActs& t = save ? *save : local;
+
+  t.a = alloc(c, n, d, act_);  // (n, d)
+  be_.rmsnorm_forward(t.a.view(), x, w.input_norm, eps);
+  t.q = alloc(c, n, Hh, act_);  // (n, H*h)
+  if (cfg_.qk_norm()) {
+    t.q_raw = alloc(c, n, Hh, act_);
+    linear(t.q_raw.view(), t.a.view(), w.q_proj, w.q_bias);
+    be_.rmsnorm_forward(t.q.view(), t.q_raw.view(), w.q_norm, eps);
+    if (!save) t.q_raw.reset();
+  } else {
+    linear(t.q.view(), t.a.view(), w.q_proj, w.q_bias);
+  }
+  if (!save) t.a.reset();
+  be_.rope_forward(t.q.view(), tables_.positions.slice_rows(s, s + n), tables_.rope);
+
+  t.attn = alloc(c, n, Hh, act_);        // (n, H*h)
+  t.lse = alloc(c, n, H, DType::F32);    // (n, H)
+  be_.attention_forward(t.attn.view(), t.lse.view(), t.q.view(), kv.k.view(), kv.v.view(),
+                        tables_.seg_start, s, dims_);
+  if (!save) {
+    t.q.reset();
+    t.lse.reset();
+  }
+
+  t.x2 = alloc(c, n, d, act_);  // (n, d) = x + attn Wo^T + bo
+  be_.copy(t.x2.view(), x);
+  be_.gemm(t.x2.view(), t.attn.view(), false, w.o_proj, true, 1.0f, 1.0f);
+  if (w.o_bias.defined()) be_.add_bias(t.x2.view(), w.o_bias);
+  if (!save) t.attn.reset();
+
+  t.b = alloc(c, n, d, act_);  // (n, d)
+  be_.rmsnorm_forward(t.b.view(), t.x2.view(), w.post_norm, eps);
+  t.gate = alloc(c, n, F, act_);  // (n, F)
+  t.up = alloc(c, n, F, act_);    // (n, F)
+  linear(t.gate.view(), t.b.view(), w.gate_proj, Tensor());
+  linear(t.up.view(), t.b.view(), w.up_proj, Tensor());
+  if (!save) t.b.reset();
+  t.act = alloc(c, n, F, act_);  // (n, F)
+  be_.swiglu_forward(t.act.view(), t.gate.view(), t.up.view());
+  if (!save) {
+    t.gate.reset();
+    t.up.reset();
+  }
+  if (y.defined()) {
+    be_.copy(y, t.x2.view());
+    be_.gemm(y, t.act.view(), false, w.down_proj, true, 1.0f, 1.0f);
+  }
+}
+
+void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& gw,
+                                    const Tensor& x, int64_t s, const ChunkActs& t,
+                                    const LayerKV& kv, const Tensor& dK, const Tensor& dV,
+                                    const Tensor& gy) {
+  const int64_t n = x.rows(), d = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int64_t Hh = cfg_.num_attention_heads * cfg_.head_dim;
+  const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const Category ws = Category::layer_workspace;
+  const Tensor positions = tables_.positions.slice_rows(s, s + n);
+
+  // MLP: y = x2 + act Wd^T. gy doubles as d(x2) from here on (the residual path).
+  {
+    Buffer dact = alloc(ws, n, F, DType::F32);  // (n, F)
+    linear_backward(dact.view(), 0.0f, gw.down_proj, Tensor(), gy, t.act.view(), w.down_proj);
+    Buffer dgate = pool_.zeros(ws, DType::F32, {n, F});  // (n, F)
+    Buffer dup = pool_.zeros(ws, DType::F32, {n, F});    // (n, F)
+    be_.swiglu_backward(dgate.view(), dup.view(), dact.view(), t.gate.view(), t.up.view());
+    dact.reset();
+    Buffer db = alloc(ws, n, d, DType::F32);  // (n, d)
+    linear_backward(db.view(), 0.0f, gw.gate_proj, Tensor(), dgate.view(), t.b.view(),
+                    w.gate_proj);
+    dgate.reset();
+    linear_backward(db.view(), 1.0f, gw.up_proj, Tensor(), dup.view(), t.b.view(), w.up_proj);
+    dup.reset();
+    be_.rmsnorm_backward(gy, gw.post_norm, db.view(), t.x2.view(), w.post_norm, eps);
+  }
+
+  // Attention output projection and attention: x2 = x + attn Wo^T + bo.
+  Buffer da = alloc(ws, n, d, DType::F32);  // (n, d) gradient of the input-norm output
+  {
+    Buffer dattn = alloc(ws, n, Hh, DType::F32);  // (n, H*h)
+    linear_backward(dattn.view(), 0.0f, gw.o_proj, gw.o_bias, gy, t.attn.view(), w.o_proj);
+    Buffer dq = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
+    be_.attention_backward(dq.view(), dK, dV, dattn.view(), t.q.view(), kv.k.view(),
+                           kv.v.view(), t.attn.view(), t.lse.view(), tables_.seg_start, s,
+                           dims_);
+    dattn.reset();
+    be_.rope_backward(dq.view(), positions, tables_.rope);
+    if (cfg_.qk_norm()) {
+      Buffer dq_raw = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
+      be_.rmsnorm_backward(dq_raw.view(), gw.q_norm, dq.view(), t.q_raw.view(), w.q_norm, eps);
+      dq = std::move(dq_raw);
+    }
+    linear_backward(da.view(), 0.0f, gw.q_proj, gw.q_bias, dq.view(), t.a.view(), w.q_proj);
+  }
+
+  // Keys and values of rows [s, s+n): complete now, since every query that sees them
+  // (rows >= s) has been processed.
+  {
+    const Tensor dk = dK.slice_rows(s, s + n);  // (n, G*h)
+    be_.rope_backward(dk, positions, tables_.rope);
+    if (cfg_.qk_norm()) {
+      Buffer k_raw_tmp;
+      Tensor k_raw;  // (n, G*h)
+      if (kv.k_raw.defined()) {
+        k_raw = kv.k_raw.rows(s, s + n);
+      } else {  // recompute a Wk^T: the one extra product StreamBP pays per chunk
+        k_raw_tmp = alloc(ws, n, Gh, act_);
+        linear(k_raw_tmp.view(), t.a.view(), w.k_proj, w.k_bias);
+        k_raw = k_raw_tmp.view();
+      }
+      Buffer dk_raw = pool_.zeros(ws, DType::F32, {n, Gh});  // (n, G*h)
+      be_.rmsnorm_backward(dk_raw.view(), gw.k_norm, dk, k_raw, w.k_norm, eps);
+      k_raw_tmp.reset();
+      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk_raw.view(), t.a.view(),
+                      w.k_proj);
+    } else {
+      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk, t.a.view(), w.k_proj);
+    }
+    linear_backward(da.view(), 1.0f, gw.v_proj, gw.v_bias, dV.slice_rows(s, s + n), t.a.view(),
+                    w.v_proj);
+  }
+
+  // Input norm; gy becomes dL/dx = d(x2) + rmsnorm_backward(da).
+  be_.rmsnorm_backward(gy, gw.input_norm, da.view(), x, w.input_norm, eps);
+}
+
+}  // namespace sbp

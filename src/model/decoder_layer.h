@@ -1,0 +1,91 @@
+#pragma once
+// One Llama/Qwen decoder layer as explicit forward/backward passes over a ROW RANGE [s, e)
+// of the packed stream (DESIGN §2). The layer does not know the execution mode: the engine
+// calls kv_forward / rows_forward / rows_backward on whole-T or chunk ranges.
+//
+//   a  = rmsnorm(x; g1)                        (n, d)
+//   q  = rope(qnorm(a Wq^T + bq))              (n, H*h)
+//   k  = rope(knorm(a Wk^T + bk)), v = a Wv^T + bv   written into full-length K, V (T, G*h)
+//   o  = attention(q, K, V)                    (n, H*h), lse (n, H)
+//   x2 = x + o Wo^T + bo                       (n, d)
+//   b  = rmsnorm(x2; g2)                       (n, d)
+//   y  = x2 + (silu(b Wg^T) * (b Wu^T)) Wd^T   (n, d)
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace sbp {
+
+// Per-step tensors shared by every layer.
+struct StepTables {
+  Tensor positions;  // (T) I32 position within the segment
+  Tensor seg_start;  // (T) I32 first row of the row's segment
+  Tensor rope;       // (P, h) F32 [cos | sin] rows for positions 0..P-1
+};
+
+// Full-length keys and values of one layer.
+struct LayerKV {
+  Buffer k;      // (T, G*h) after k-norm and rope
+  Buffer v;      // (T, G*h)
+  Buffer k_raw;  // (T, G*h) before k-norm; qk-norm models, only when kept for the backward
+};
+
+// Intermediates of rows [begin, end) saved by rows_forward for rows_backward; n = end - begin.
+struct ChunkActs {
+  Buffer a;      // (n, d) input-norm output
+  Buffer q_raw;  // (n, H*h) q projection before q-norm (qk-norm models only)
+  Buffer q;      // (n, H*h) queries after norm and rope
+  Buffer attn;   // (n, H*h) attention output
+  Buffer lse;    // (n, H) F32 attention log-sum-exp
+  Buffer x2;     // (n, d) residual stream after attention
+  Buffer b;      // (n, d) post-attention norm output
+  Buffer gate;   // (n, F)
+  Buffer up;     // (n, F)
+  Buffer act;    // (n, F) silu(gate) * up
+};
+
+class DecoderLayerOps {
+ public:
+  DecoderLayerOps(const ModelConfig& cfg, Backend& be, Pool& pool, const StepTables& tables,
+                  DType act_dtype);
+
+  // Allocates K/V for T rows in category `c` (k_raw only if keep_k_raw and the model has qk-norm).
+  LayerKV alloc_kv(int64_t T, Category c, bool keep_k_raw);
+
+  // K/V of rows [s, s+n) from the layer input rows x (n, d).
+  void kv_forward(const LayerTensors& w, const Tensor& x, int64_t s, LayerKV& kv);
+
+  // Forward of rows [s, s+n) given K/V of rows [0, s+n). Writes y (n, d) if defined; saves
+  // intermediates into *save (allocated in `save_cat`) if non-null. Without y, the down
+  // projection is skipped (a backward-only recompute does not need the layer output).
+  void rows_forward(const LayerTensors& w, const Tensor& x, int64_t s, const LayerKV& kv,
+                    const Tensor& y, ChunkActs* save, Category save_cat);
+
+  // Backward of rows [s, s+n). gy (n, d) F32: in dL/dy, out dL/dx (in place).
+  // dK, dV (T, G*h) F32 accumulators: attention adds into rows [0, s+n); rows [s, s+n) must be
+  // final after this chunk's attention backward (all later rows already processed), and are
+  // then consumed here (their rope is undone in place). Weight gradients accumulate into gw.
+  void rows_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x, int64_t s,
+                     const ChunkActs& acts, const LayerKV& kv, const Tensor& dK,
+                     const Tensor& dV, const Tensor& gy);
+
+ private:
+  Buffer alloc(Category c, int64_t rows, int64_t cols, DType dt);
+  // y (n, out) = x (n, in) W^T (+ bias)
+  void linear(const Tensor& y, const Tensor& x, const Tensor& W, const Tensor& bias);
+  // dW += dy^T x, db += colsum(dy), and dx (+)= dy W (dx_beta 0: overwrite, 1: accumulate)
+  void linear_backward(const Tensor& dx, float dx_beta, const Tensor& dW, const Tensor& db,
+                       const Tensor& dy, const Tensor& x, const Tensor& W);
+
+  const ModelConfig& cfg_;
+  Backend& be_;
+  Pool& pool_;
+  const StepTables& tables_;
+  DType act_;
+  AttentionDims dims_;
+};
+
+}  // namespace sbp

@@ -1,0 +1,28 @@
+#pragma once
+// Supervised fine-tuning: L = -sum_t m_t logp_t / N, where N is the loss weight of the WHOLE
+// optimizer step (all micro-batches, all ranks) — never a mean of per-micro-batch means — so
+// gradient accumulation over micro-batches equals one big batch.
+#include <vector>
+
+#include "engine/batch.h"
+#include "objective/objective.h"
+
+namespace sbp {
+
+class SftObjective final : public Objective {
+ public:
+  // normalizer: the step's total loss weight (sum of Batch::loss_weight_sum over micro-batches).
+  SftObjective(const Batch& batch, double normalizer);
+
+  void token_grads(int64_t row_begin, std::span<const float> logp,
+                   std::span<float> dlogp) override;
+
+  // This micro-batch's share of the step loss, accumulated over the rows seen so far.
+  double loss() const { return loss_; }
+
+ private:
+  std::vector<float> weights_;  // (T) m_t / N
+  double loss_ = 0.0;
+};
+
+}  // namespace sbp
