@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {  // a command's own non-zero exit (e.g. a failed check)
+    return e.get_exit_code();
   } catch (const sbp::Error& e) {
     std::fprintf(stderr, "streambp: error: %s\n", e.what());
     return 1;

@@ -123,7 +123,7 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
 }
 
 void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& gw,
-                                    const Tensor& x, int64_t s, const ChunkActs& t,
+                                    const Tensor& x, int64_t s, ChunkActs& t,
                                     const LayerKV& kv, const Tensor& dK, const Tensor& dV,
                                     const Tensor& gy) {
   const int64_t n = x.rows(), d = cfg_.hidden_size, F = cfg_.intermediate_size;
@@ -137,17 +137,22 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
   {
     Buffer dact = alloc(ws, n, F, DType::F32);  // (n, F)
     linear_backward(dact.view(), 0.0f, gw.down_proj, Tensor(), gy, t.act.view(), w.down_proj);
+    t.act.reset();
     Buffer dgate = pool_.zeros(ws, DType::F32, {n, F});  // (n, F)
     Buffer dup = pool_.zeros(ws, DType::F32, {n, F});    // (n, F)
     be_.swiglu_backward(dgate.view(), dup.view(), dact.view(), t.gate.view(), t.up.view());
     dact.reset();
+    t.gate.reset();
+    t.up.reset();
     Buffer db = alloc(ws, n, d, DType::F32);  // (n, d)
     linear_backward(db.view(), 0.0f, gw.gate_proj, Tensor(), dgate.view(), t.b.view(),
                     w.gate_proj);
     dgate.reset();
     linear_backward(db.view(), 1.0f, gw.up_proj, Tensor(), dup.view(), t.b.view(), w.up_proj);
     dup.reset();
+    t.b.reset();
     be_.rmsnorm_backward(gy, gw.post_norm, db.view(), t.x2.view(), w.post_norm, eps);
+    t.x2.reset();
   }
 
   // Attention output projection and attention: x2 = x + attn Wo^T + bo.
@@ -160,11 +165,15 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
                            kv.v.view(), t.attn.view(), t.lse.view(), tables_.seg_start, s,
                            dims_);
     dattn.reset();
+    t.attn.reset();
+    t.q.reset();
+    t.lse.reset();
     be_.rope_backward(dq.view(), positions, tables_.rope);
     if (cfg_.qk_norm()) {
       Buffer dq_raw = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
       be_.rmsnorm_backward(dq_raw.view(), gw.q_norm, dq.view(), t.q_raw.view(), w.q_norm, eps);
       dq = std::move(dq_raw);
+      t.q_raw.reset();
     }
     linear_backward(da.view(), 0.0f, gw.q_proj, gw.q_bias, dq.view(), t.a.view(), w.q_proj);
   }
@@ -196,6 +205,7 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
                     w.v_proj);
   }
 
+  t.a.reset();
   // Input norm; gy becomes dL/dx = d(x2) + rmsnorm_backward(da).
   be_.rmsnorm_backward(gy, gw.input_norm, da.view(), x, w.input_norm, eps);
 }

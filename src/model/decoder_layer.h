@@ -64,12 +64,13 @@ class DecoderLayerOps {
   void rows_forward(const LayerTensors& w, const Tensor& x, int64_t s, const LayerKV& kv,
                     const Tensor& y, ChunkActs* save, Category save_cat);
 
-  // Backward of rows [s, s+n). gy (n, d) F32: in dL/dy, out dL/dx (in place).
+  // Backward of rows [s, s+n). gy (n, d) F32: in dL/dy, out dL/dx (in place). The saved
+  // intermediates are consumed: each is released as soon as the backward is done with it.
   // dK, dV (T, G*h) F32 accumulators: attention adds into rows [0, s+n); rows [s, s+n) must be
   // final after this chunk's attention backward (all later rows already processed), and are
   // then consumed here (their rope is undone in place). Weight gradients accumulate into gw.
   void rows_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x, int64_t s,
-                     const ChunkActs& acts, const LayerKV& kv, const Tensor& dK,
+                     ChunkActs& acts, const LayerKV& kv, const Tensor& dK,
                      const Tensor& dV, const Tensor& gy);
 
  private:

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/reduce.h"
 
 namespace sbp {
 
@@ -20,7 +21,7 @@ void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tenso
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = 1.0f - s.lr * s.weight_decay;
   const float b1 = s.beta1, b2 = s.beta2, eps = s.eps;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     p[i] *= decay;
     pm[i] = b1 * pm[i] + (1.0f - b1) * g[i];

@@ -9,7 +9,7 @@ namespace sbp {
 void CpuBackend::fill(const Tensor& x, float value) {
   float* p = x.f32();  // (numel)
   const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
@@ -21,12 +21,12 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
   } else if (dst.dtype == DType::BF16 && src.dtype == DType::F32) {
     uint16_t* d = static_cast<uint16_t*>(dst.data);
     const float* s = src.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > cpu::kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
   } else if (dst.dtype == DType::F32 && src.dtype == DType::BF16) {
     float* d = dst.f32();
     const uint16_t* s = static_cast<const uint16_t*>(src.data);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > cpu::kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
   } else {
     SBP_CHECK(false, "copy: unsupported conversion " + src.describe() + " -> " + dst.describe());
@@ -38,14 +38,14 @@ void CpuBackend::add_inplace(const Tensor& y, const Tensor& x) {
   float* py = y.f32();
   const float* px = x.f32();
   const int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) py[i] += px[i];
 }
 
 void CpuBackend::scale_inplace(const Tensor& x, float s) {
   float* p = x.f32();
   const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) p[i] *= s;
 }
 
@@ -65,7 +65,7 @@ void CpuBackend::add_bias(const Tensor& y, const Tensor& b) {
   SBP_CHECK(b.numel() == m, "add_bias " + b.describe() + " to " + y.describe());
   float* py = y.f32();        // (n, m)
   const float* pb = b.f32();  // (m)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * m > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     float* row = py + i * m;
     for (int64_t j = 0; j < m; ++j) row[j] += pb[j];

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/reduce.h"
 
 namespace sbp {
 
@@ -27,7 +28,7 @@ void CpuBackend::embedding_forward(const Tensor& x, const Tensor& ids, const Ten
   const int32_t* pid = ids.i32();  // (n)
   const float* pt = table.f32();   // (V, d)
   float* px = x.f32();             // (n, d)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i)
     std::memcpy(px + i * d, pt + static_cast<int64_t>(pid[i]) * d, sizeof(float) * d);
 }
@@ -42,7 +43,7 @@ void CpuBackend::embedding_backward(const Tensor& dtable, const Tensor& dx, cons
   float* pdt = dtable.f32();       // (V, d)
   // Repeated ids would race if rows were split across threads; splitting the columns keeps
   // every element's sum in row order (deterministic) with no atomics.
-#pragma omp parallel
+#pragma omp parallel if (n * d > cpu::kMinParallelWork)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t c0 = d * t / nt, c1 = d * (t + 1) / nt;

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/reduce.h"
+#include "backend/cpu/vec_math.h"
 
 namespace sbp {
 
@@ -26,7 +28,7 @@ void CpuBackend::logsoftmax_target(const Tensor& lse, const Tensor& logp, const 
   const int32_t* pt = targets.i32();  // (n)
   float* plse = lse.f32();          // (n)
   float* plogp = logp.f32();        // (n)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float* row = pl + i * V;
     float mx = -INFINITY;
@@ -34,10 +36,12 @@ void CpuBackend::logsoftmax_target(const Tensor& lse, const Tensor& logp, const 
     // Sum in fp32 lanes (vectorised), 8 independent partial sums keep the error ~1e-7.
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
-    const float l = mx + std::log(sum);
-    plse[i] = l;
-    plogp[i] = pt[i] >= 0 ? row[pt[i]] - l : 0.0f;
+    for (int64_t j = 0; j < V; ++j) sum += cpu::exp_f32(row[j] - mx);
+    const float log_sum = std::log(sum);
+    plse[i] = mx + log_sum;
+    // (x_t - max) is exact for nearby values; subtracting the rounded lse instead would lose
+    // the low bits when the logits are large.
+    plogp[i] = pt[i] >= 0 ? (row[pt[i]] - mx) - log_sum : 0.0f;
   }
 }
 
@@ -51,13 +55,13 @@ void CpuBackend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const 
   const float* plse = lse.f32();     // (n)
   const int32_t* pt = targets.i32();  // (n)
   const float* pw = dlogp.f32();     // (n)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     float* row = pl + i * V;
     const float w = pt[i] >= 0 ? pw[i] : 0.0f;
     const float l = plse[i];
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) row[j] = -w * std::exp(row[j] - l);
+    for (int64_t j = 0; j < V; ++j) row[j] = -w * cpu::exp_f32(row[j] - l);
     if (pt[i] >= 0) row[pt[i]] += w;
   }
 }

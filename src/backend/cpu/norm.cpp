@@ -23,7 +23,7 @@ void CpuBackend::rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor&
   const float* px = x.f32();  // (rows, d)
   const float* pg = g.f32();  // (d)
   float* py = y.f32();        // (rows, d)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * d > cpu::kMinParallelWork)
   for (int64_t i = 0; i < rows; ++i) {
     const float* xr = px + i * d;
     float* yr = py + i * d;

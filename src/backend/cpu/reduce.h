@@ -9,12 +9,16 @@
 
 namespace sbp::cpu {
 
+// Below this many elements of work a kernel runs on one thread: waking a thread team costs
+// more than it saves, and oversubscribed machines (tests run in parallel) make it far worse.
+constexpr int64_t kMinParallelWork = int64_t{1} << 15;
+
 // Calls body(begin, end, partial) for each thread's row block, with `partial` a zeroed
 // double array of `width` entries private to that thread; returns the partials summed in
 // thread order (width entries).
 template <class Body>
 std::vector<double> reduce_rows(int64_t rows, int64_t width, Body body) {
-  const int nt = omp_get_max_threads();
+  const int nt = rows * width < kMinParallelWork ? 1 : omp_get_max_threads();
   std::vector<double> partials(static_cast<size_t>(nt) * static_cast<size_t>(width), 0.0);
   int used = 1;
 #pragma omp parallel num_threads(nt)

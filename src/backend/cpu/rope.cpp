@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/reduce.h"
 
 namespace sbp {
 
@@ -10,7 +11,7 @@ void CpuBackend::rope_table(const Tensor& table, std::span<const float> inv_freq
   const int64_t P = table.rows(), h = table.cols(), half = h / 2;
   SBP_CHECK(static_cast<int64_t>(inv_freq.size()) == half, "rope_table " + table.describe());
   float* pt = table.f32();  // (P, h): [cos | sin]
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (P * h > cpu::kMinParallelWork)
   for (int64_t p = 0; p < P; ++p) {
     for (int64_t i = 0; i < half; ++i) {
       // The angle is rounded to fp32 first, as transformers computes it (fp32 outer product).
@@ -36,7 +37,7 @@ void rope_apply(const Tensor& x, const Tensor& positions, const Tensor& table, f
     SBP_CHECK(pos[i] >= 0 && pos[i] < P, "rope: position " + std::to_string(pos[i]) +
                                              " outside the table of " + std::to_string(P));
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * x.cols() > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float* c = pt + static_cast<int64_t>(pos[i]) * h;
     const float* s = c + half;

@@ -2,6 +2,8 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/reduce.h"
+#include "backend/cpu/vec_math.h"
 
 namespace sbp {
 
@@ -12,10 +14,10 @@ void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& gate, const Ten
   float* po = out.f32();
   const float* pg = gate.f32();
   const float* pu = up.f32();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float z = pg[i];
-    const float sig = 1.0f / (1.0f + std::exp(-z));
+    const float sig = 1.0f / (1.0f + cpu::exp_f32(-z));
     po[i] = z * sig * pu[i];
   }
 }
@@ -31,10 +33,10 @@ void CpuBackend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const T
   const float* pdo = dout.f32();
   const float* pg = gate.f32();
   const float* pu = up.f32();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float z = pg[i];
-    const float sig = 1.0f / (1.0f + std::exp(-z));
+    const float sig = 1.0f / (1.0f + cpu::exp_f32(-z));
     const float silu = z * sig;
     pdu[i] += pdo[i] * silu;
     pdg[i] += pdo[i] * pu[i] * sig * (1.0f + z * (1.0f - sig));

@@ -1,0 +1,39 @@
+#include "cli/model_source.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "model/checkpoint_io.h"
+
+namespace sbp::cli {
+
+namespace fs = std::filesystem;
+
+ModelSource resolve_model(const std::string& arg, int64_t layers) {
+  ModelSource src;
+  src.cfg = resolve_config(arg);
+  if (fs::is_directory(arg)) {
+    src.dir = arg;
+    src.has_weights = fs::exists(fs::path(arg) / "model.safetensors") ||
+                      fs::exists(fs::path(arg) / "model.safetensors.index.json");
+  }
+  if (layers > 0) {
+    if (src.has_weights)
+      throw InputError("--layers cannot change a checkpoint with weights (" + arg + ")");
+    src.cfg.num_hidden_layers = layers;
+  }
+  return src;
+}
+
+ParameterSet materialize_weights(const ModelSource& src, Pool& pool, uint64_t seed,
+                                 InitStyle style) {
+  ParameterSet w(src.cfg, pool, Category::weights, DType::F32, false);
+  if (src.has_weights) {
+    load_weights(src.dir, src.cfg, w);
+  } else {
+    init_parameters(w, seed, style);
+  }
+  return w;
+}
+
+}  // namespace sbp::cli

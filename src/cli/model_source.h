@@ -1,0 +1,27 @@
+#pragma once
+// Resolving a --model argument: a Hugging Face directory (config.json + safetensors), a
+// config.json file, or a built-in preset. Files and presets get random weights from --seed.
+#include <cstdint>
+#include <string>
+
+#include "core/pool.h"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace sbp::cli {
+
+struct ModelSource {
+  ModelConfig cfg;
+  bool has_weights = false;  // a directory with safetensors (else random init)
+  std::string dir;           // the directory, if any
+};
+
+// Reads the config (and decides whether weights exist); `layers` > 0 overrides the layer
+// count (only for configs and presets, whose weights are random anyway).
+ModelSource resolve_model(const std::string& arg, int64_t layers = 0);
+
+// Allocates the weights in `pool` (category weights, F32) and loads or initialises them.
+ParameterSet materialize_weights(const ModelSource& src, Pool& pool, uint64_t seed,
+                                 InitStyle style = InitStyle::hf);
+
+}  // namespace sbp::cli

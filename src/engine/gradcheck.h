@@ -1,0 +1,48 @@
+#pragma once
+// Mode equality: one SFT step in each execution mode on the same random batch, every
+// gradient compared against `base` (store + full head, ordinary backprop). The error measure
+// used everywhere: max |g - g_base| over a tensor / max |g_base| over that tensor.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/exec_config.h"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace sbp {
+
+// T tokens split into `segments` sequences of unequal lengths (deterministic from the seed),
+// random ids; with `random_mask`, about a third of the targets are masked out.
+Batch random_batch(int64_t vocab, int64_t T, int64_t segments, uint64_t seed, bool random_mask);
+
+struct GradcheckOptions {
+  std::vector<ExecConfig> modes;  // compared against base (base itself is always run first)
+  uint64_t seed = 0;
+  bool poison = true;  // NaN-fill fresh buffers so reads of unwritten memory show up
+};
+
+struct ModeResult {
+  std::string mode;
+  int64_t layer_chunk = 0;
+  int64_t head_chunk = 0;
+  double loss = 0.0;
+  double loss_rel_err = 0.0;
+  double max_rel_err = 0.0;                  // over every parameter
+  std::map<std::string, double> per_param;   // HF name -> rel err vs base
+  int64_t peak_bytes = 0;
+};
+
+struct GradcheckResult {
+  double base_loss = 0.0;
+  std::vector<ModeResult> modes;
+  double max_rel_err = 0.0;                 // over modes and parameters, loss included
+  std::map<std::string, double> per_param;  // worst over modes
+};
+
+GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights,
+                              const Batch& batch, const GradcheckOptions& opts);
+
+}  // namespace sbp

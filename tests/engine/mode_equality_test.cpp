@@ -1,0 +1,92 @@
+// Every execution mode gives base's loss and gradients (fp32, ~1e-5 relative), for
+// architectures covering GQA, qk-norm, attention biases, tied/untied embeddings and llama3
+// rope scaling, several segments, and chunk sizes 1, 7, T/3, T and sizes that do not divide T.
+#include <gtest/gtest.h>
+
+#include "engine/gradcheck.h"
+
+namespace sbp {
+namespace {
+
+struct Case {
+  const char* name;
+  ModelConfig cfg;
+};
+
+ModelConfig qwen3_with_bias() {
+  ModelConfig c = preset_config("tiny-qwen3");
+  c.attention_bias = true;  // q, k, v and o biases on top of qk-norm
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+ModelConfig mqa_llama() {
+  ModelConfig c = preset_config("tiny-llama");
+  c.num_key_value_heads = 1;  // multi-query attention
+  c.num_hidden_layers = 3;
+  return c;
+}
+
+std::vector<Case> cases() {
+  return {{"qwen3_gqa_qknorm_untied", preset_config("tiny-qwen3")},
+          {"qwen2_bias_tied", preset_config("tiny-qwen2")},
+          {"llama_rope_scaling", preset_config("tiny-llama")},
+          {"qwen3_bias_tied", qwen3_with_bias()},
+          {"llama_mqa", mqa_llama()}};
+}
+
+std::vector<ExecConfig> modes_for(int64_t T) {
+  std::vector<ExecConfig> modes;
+  const std::vector<std::pair<int64_t, int64_t>> chunks = {
+      {1, 1}, {7, 5}, {T / 3, T / 3}, {T, T}, {11, 13}, {T - 1, 2}};
+  for (const auto& [lc, hc] : chunks) {
+    ExecConfig s = parse_mode("stream");
+    s.layer_chunk = lc;
+    s.head_chunk = hc;
+    modes.push_back(s);
+  }
+  modes.push_back(parse_mode("checkpoint"));
+  ExecConfig rc = parse_mode("recompute+chunked");
+  rc.head_chunk = 9;
+  modes.push_back(rc);
+  ExecConfig sc = parse_mode("store+chunked");
+  sc.head_chunk = 4;
+  modes.push_back(sc);
+  ExecConfig sf = parse_mode("stream+full");
+  sf.layer_chunk = 6;
+  modes.push_back(sf);
+  return modes;
+}
+
+class ModeEquality : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ModeEquality, EveryModeMatchesBase) {
+  const Case c = cases()[GetParam()];
+  Ledger ledger;
+  Pool pool(ledger);
+  ParameterSet w(c.cfg, pool, Category::weights, DType::F32, false);
+  init_parameters(w, 7, InitStyle::test, 0.2f);
+  const int64_t T = 41;
+  for (int64_t segments : {1, 4}) {
+    const Batch batch = random_batch(c.cfg.vocab_size, T, segments, 11 + segments, segments > 1);
+    GradcheckOptions opts;
+    opts.modes = modes_for(T);
+    const GradcheckResult r = run_gradcheck(c.cfg, w, batch, opts);
+    EXPECT_GT(r.base_loss, 0.0);
+    for (const ModeResult& m : r.modes) {
+      EXPECT_LT(m.max_rel_err, 1e-5) << c.name << " segments=" << segments << " mode=" << m.mode
+                                     << " layer_chunk=" << m.layer_chunk
+                                     << " head_chunk=" << m.head_chunk;
+      for (const auto& [name, err] : m.per_param)
+        EXPECT_LT(err, 1e-5) << c.name << " " << m.mode << " lc=" << m.layer_chunk << " " << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ModeEquality, ::testing::Range<size_t>(0, 5),
+                         [](const ::testing::TestParamInfo<size_t>& i) {
+                           return std::string(cases()[i.param].name);
+                         });
+
+}  // namespace
+}  // namespace sbp
