@@ -104,6 +104,9 @@ class Backend {
   virtual void dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
                                const Tensor& dlogp) = 0;
 
+  // out (n) I32: index of the largest logit of each row (the first one on ties).
+  virtual void argmax_rows(const Tensor& out, const Tensor& logits) = 0;
+
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,

@@ -162,7 +162,7 @@ void Engine::forward_backward(const Batch& batch, Objective& objective,
   be_.embedding_backward(G.embed, gy.view(), step.tokens.view());
 }
 
-std::vector<float> Engine::target_logprobs(const Batch& batch) {
+Engine::TokenScores Engine::score(const Batch& batch) {
   const Step step(cfg_, be_, pool_, batch);
   const int64_t T = batch.size(), d = cfg_.hidden_size, V = cfg_.vocab_size;
   const DType act = exec_.act_dtype;
@@ -182,7 +182,9 @@ std::vector<float> Engine::target_logprobs(const Batch& batch) {
     x = std::move(y);
   }
 
-  std::vector<float> out(static_cast<size_t>(T), 0.0f);
+  TokenScores out;
+  out.logp.assign(static_cast<size_t>(T), 0.0f);
+  out.argmax.assign(static_cast<size_t>(T), 0);
   const int64_t hc = exec_.head_chunk_for(T);
   for_chunks(T, hc, [&](int64_t s, int64_t e) {
     const int64_t n = e - s;
@@ -193,8 +195,13 @@ std::vector<float> Engine::target_logprobs(const Batch& batch) {
     be_.gemm(logits.view(), hf.view(), false, W.lm_head, true, 1.0f, 0.0f);
     Buffer lse = pool_.allocate(Category::other, DType::F32, {n});
     Buffer logp = pool_.allocate(Category::other, DType::F32, {n});
+    Buffer best = pool_.allocate(Category::other, DType::I32, {n});
     be_.logsoftmax_target(lse.view(), logp.view(), logits.view(), step.targets.rows(s, e));
-    if (be_.computes()) std::copy(logp.f32(), logp.f32() + n, out.begin() + s);
+    be_.argmax_rows(best.view(), logits.view());
+    if (be_.computes()) {
+      std::copy(logp.f32(), logp.f32() + n, out.logp.begin() + s);
+      std::copy(best.i32(), best.i32() + n, out.argmax.begin() + s);
+    }
   });
   return out;
 }

@@ -24,9 +24,13 @@ class Engine {
   // caller's job, so micro-batches accumulate).
   void forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads);
 
-  // Forward only (no gradient state): each row's target log-probability (T), 0 where a row
-  // has no target. Peak memory: checkpoints of one layer at a time plus one head chunk.
-  std::vector<float> target_logprobs(const Batch& batch);
+  // Forward only (no gradient state). Peak memory: two (T, d) hidden states, one layer's
+  // K/V and chunk working set, one head chunk.
+  struct TokenScores {
+    std::vector<float> logp;      // (T) log-probability of each row's target, 0 where none
+    std::vector<int32_t> argmax;  // (T) the most likely next token of each row
+  };
+  TokenScores score(const Batch& batch);
 
   const ExecConfig& exec() const { return exec_; }
   void set_exec(const ExecConfig& e) { exec_ = e; }

@@ -112,7 +112,7 @@ TEST(ModelGradient, ForwardOnlyLogprobsMatchTrainingLoss) {
     exec.layer_chunk = 4;
     exec.head_chunk = 6;
     Engine e(m.cfg, m.w, m.be, m.pool, exec);
-    const std::vector<float> lp = e.target_logprobs(b);
+    const std::vector<float> lp = e.score(b).logp;
     const std::vector<float> w = b.target_weights();
     double loss = 0;
     for (size_t t = 0; t < lp.size(); ++t) loss -= w[t] * lp[t];

@@ -50,6 +50,8 @@ class CpuBackend final : public Backend {
   void dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
                        const Tensor& dlogp) override;
 
+  void argmax_rows(const Tensor& out, const Tensor& logits) override;
+
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWStep& s) override;
 };

@@ -66,4 +66,19 @@ void CpuBackend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const 
   }
 }
 
+void CpuBackend::argmax_rows(const Tensor& out, const Tensor& logits) {
+  const int64_t n = logits.rows(), V = logits.cols();
+  SBP_CHECK(out.numel() == n, "argmax_rows out " + out.describe() + " logits " + logits.describe());
+  const float* pl = logits.f32();  // (n, V)
+  int32_t* po = out.i32();         // (n)
+#pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = pl + i * V;
+    int64_t best = 0;
+    for (int64_t j = 1; j < V; ++j)
+      if (row[j] > row[best]) best = j;
+    po[i] = static_cast<int32_t>(best);
+  }
+}
+
 }  // namespace sbp

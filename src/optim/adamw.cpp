@@ -1,0 +1,43 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+namespace sbp {
+
+AdamW::AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c)
+    : cfg_(c),
+      m_(cfg, pool, Category::optimizer, DType::F32, true),
+      v_(cfg, pool, Category::optimizer, DType::F32, true) {}
+
+void AdamW::step(const ParameterSet& params, const ParameterSet& grads, Backend& be, float lr) {
+  ++steps_;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool is_matrix = params.tensor(i).shape.ndim >= 2;
+    AdamWStep s;
+    s.lr = lr;
+    s.beta1 = cfg_.beta1;
+    s.beta2 = cfg_.beta2;
+    s.eps = cfg_.eps;
+    s.weight_decay = is_matrix ? cfg_.weight_decay : 0.0f;
+    s.step = steps_;
+    be.adamw_step(params.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
+  }
+}
+
+double global_grad_norm(const ParameterSet& grads, Backend& be) {
+  double ss = 0.0;
+  for (size_t i = 0; i < grads.size(); ++i) ss += be.sum_squares(grads.tensor(i));
+  return std::sqrt(ss);
+}
+
+double clip_grad_norm(const ParameterSet& grads, Backend& be, double max_norm) {
+  const double norm = global_grad_norm(grads, be);
+  if (max_norm > 0.0 && norm > max_norm) {
+    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6)
+    const float scale = static_cast<float>(max_norm / (norm + 1e-6));
+    for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);
+  }
+  return norm;
+}
+
+}  // namespace sbp

@@ -1,0 +1,48 @@
+#pragma once
+// AdamW (decoupled weight decay, bias correction, fp32 moments) over a ParameterSet, and
+// global-norm gradient clipping.
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace sbp {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // applied to matrices only (not to norms and biases), as the
+                              // Hugging Face Trainer does
+};
+
+class AdamW {
+ public:
+  // Moments are allocated zeroed in the ledger's `optimizer` category.
+  AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c);
+
+  // One update of `params` with `grads` at learning rate lr; increments the step count.
+  void step(const ParameterSet& params, const ParameterSet& grads, Backend& be, float lr);
+
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t s) { steps_ = s; }
+  const ParameterSet& m() const { return m_; }
+  const ParameterSet& v() const { return v_; }
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  AdamWConfig cfg_;
+  ParameterSet m_;
+  ParameterSet v_;
+  int64_t steps_ = 0;
+};
+
+// sqrt(sum of squares of every gradient), accumulated in fp64 in a fixed order.
+double global_grad_norm(const ParameterSet& grads, Backend& be);
+// Scales the gradients so their global norm is at most max_norm (no-op if max_norm <= 0);
+// returns the norm before clipping.
+double clip_grad_norm(const ParameterSet& grads, Backend& be, double max_norm);
+
+}  // namespace sbp

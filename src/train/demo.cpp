@@ -1,0 +1,154 @@
+#include "train/demo.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/checkpoint_io.h"
+#include "objective/sft.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "plan/plan_step.h"
+#include "train/progress.h"
+#include "train/retrieval_task.h"
+
+namespace sbp {
+
+namespace {
+
+ModelConfig demo_model(const DemoOptions& o, int64_t vocab) {
+  ModelConfig c = preset_config("tiny-qwen3");
+  c.hidden_size = o.hidden;
+  c.intermediate_size = 3 * o.hidden;
+  c.num_hidden_layers = o.layers;
+  c.num_attention_heads = o.heads;
+  c.num_key_value_heads = std::max<int64_t>(1, o.heads / 2);
+  c.head_dim = o.hidden / o.heads;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = std::max<int64_t>(o.seq_len, 4096);
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = false;
+  c.torch_dtype = "float32";
+  c.validate("demo model");
+  return c;
+}
+
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = 0.0;
+};
+
+EvalResult evaluate(Engine& engine, const RetrievalTask& task, const std::vector<Batch>& set) {
+  EvalResult r;
+  int64_t n = 0, correct = 0;
+  for (const Batch& b : set) {
+    const Engine::TokenScores s = engine.score(b);
+    const std::vector<int32_t> targets = b.targets();
+    for (int64_t row : task.scored_rows(b)) {
+      r.loss -= s.logp[static_cast<size_t>(row)];
+      correct += s.argmax[static_cast<size_t>(row)] == targets[static_cast<size_t>(row)];
+      ++n;
+    }
+  }
+  r.loss /= static_cast<double>(std::max<int64_t>(n, 1));
+  r.accuracy = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(n, 1));
+  return r;
+}
+
+}  // namespace
+
+int run_demo(const DemoOptions& o) {
+  set_cpu_threads(o.threads);
+  RetrievalTask task;
+  task.seq_len = o.seq_len;
+  task.num_pairs = o.num_pairs;
+  const ModelConfig cfg = demo_model(o, task.vocab_size());
+  ExecConfig exec = parse_mode("stream");
+  exec.layer_chunk = o.layer_chunk;
+  exec.head_chunk = o.head_chunk;
+
+  Ledger ledger;
+  Pool pool(ledger);
+  CpuBackend be;
+  ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
+  init_parameters(w, o.seed, InitStyle::hf);
+  ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
+  AdamW opt(cfg, pool, AdamWConfig{.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f});
+  LrSchedule lr{.kind = "cosine", .lr = o.lr, .warmup_steps = o.warmup, .total_steps = o.steps,
+                .min_lr_ratio = 0.1};
+  Engine engine(cfg, w, be, pool, exec);
+
+  Rng data_rng(o.seed, "demo-train");
+  Rng eval_rng(o.seed, "demo-eval");
+  std::vector<Batch> eval_set;
+  for (int64_t i = 0; i < o.eval_sequences; ++i) eval_set.push_back(task.sample(eval_rng));
+
+  std::printf("streambp demo: long-range key->value retrieval, T=%lld, %lld pairs; a query's "
+              "answer sits ~%.0f tokens back\n",
+              static_cast<long long>(o.seq_len), static_cast<long long>(task.num_pairs),
+              task.mean_retrieval_distance());
+  std::printf("model: qwen3-style, %lld layers, d=%lld, %lld heads (%lld kv), vocab %lld, "
+              "%.2fM parameters; mode stream (layer chunk %lld, head chunk %lld), %d threads\n",
+              static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(cfg.hidden_size),
+              static_cast<long long>(cfg.num_attention_heads),
+              static_cast<long long>(cfg.num_key_value_heads), static_cast<long long>(cfg.vocab_size),
+              static_cast<double>(w.numel()) / 1e6, static_cast<long long>(exec.layer_chunk),
+              static_cast<long long>(exec.head_chunk), cpu_threads());
+  const EvalResult first = evaluate(engine, task, eval_set);
+  std::printf("before training: eval loss %.3f, accuracy %.1f%% (chance %.1f%%)\n", first.loss,
+              100.0 * first.accuracy, 100.0 / static_cast<double>(task.num_values));
+  std::fflush(stdout);
+
+  ledger.reset_peak();
+  Progress progress(o.steps);
+  EvalResult last = first;
+  double loss_ema = std::log(static_cast<double>(task.num_values));
+  for (int64_t step = 1; step <= o.steps; ++step) {
+    const Batch batch = task.sample(data_rng);
+    for (size_t i = 0; i < g.size(); ++i) be.fill(g.tensor(i), 0.0f);
+    SftObjective objective(batch, batch.loss_weight_sum());
+    engine.forward_backward(batch, objective, g);
+    const double norm = clip_grad_norm(g, be, o.clip);
+    opt.step(w, g, be, static_cast<float>(lr.at(step)));
+    loss_ema = step == 1 ? objective.loss() : 0.9 * loss_ema + 0.1 * objective.loss();
+    const bool eval_now = step % o.eval_every == 0 || step == o.steps;
+    if (eval_now) last = evaluate(engine, task, eval_set);
+    char fields[160];
+    std::snprintf(fields, sizeof fields, "loss %.3f | eval acc %5.1f%% | grad %.2f | lr %.1e",
+                  loss_ema, 100.0 * last.accuracy, norm, lr.at(step));
+    progress.update(step, fields, eval_now);
+  }
+  progress.finish();
+  std::printf("after %lld steps: eval loss %.3f (from %.3f), accuracy %.1f%% (from %.1f%%)\n",
+              static_cast<long long>(o.steps), last.loss, first.loss, 100.0 * last.accuracy,
+              100.0 * first.accuracy);
+
+  save_model_dir(o.out, cfg, w, DType::F32);
+  std::printf("saved a Hugging Face checkpoint to %s/\n", o.out.c_str());
+
+  // Memory: what this run's steps held beyond weights, gradients and optimizer state, next to
+  // what gradient checkpointing needs for the same step (planned by shape-only execution of
+  // the same engine code).
+  const MemoryBreakdown& pk = ledger.peak_breakdown();
+  const int64_t fixed = pk[Category::weights] + pk[Category::grads] + pk[Category::optimizer];
+  const Batch probe = task.sample(data_rng);
+  const PlannedStep plan_stream = plan_sft_step(cfg, exec, probe, DType::F32, true);
+  const PlannedStep plan_ckpt = plan_sft_step(cfg, parse_mode("checkpoint"), probe, DType::F32, true);
+  const PlannedStep plan_base = plan_sft_step(cfg, parse_mode("base"), probe, DType::F32, true);
+  auto act = [&](const PlannedStep& p) { return p.peak_bytes - fixed; };
+  std::printf("\nmemory per step at T=%lld (ledger, beyond %s of weights+grads+AdamW):\n",
+              static_cast<long long>(o.seq_len), format_bytes(fixed).c_str());
+  std::printf("  stream (this run, measured) %10s\n", format_bytes(ledger.peak() - fixed).c_str());
+  std::printf("  stream (planned)            %10s\n", format_bytes(act(plan_stream)).c_str());
+  std::printf("  checkpoint (planned)        %10s  (%.1fx)\n", format_bytes(act(plan_ckpt)).c_str(),
+              static_cast<double>(act(plan_ckpt)) / static_cast<double>(ledger.peak() - fixed));
+  std::printf("  base, no checkpointing      %10s  (%.1fx)\n", format_bytes(act(plan_base)).c_str(),
+              static_cast<double>(act(plan_base)) / static_cast<double>(ledger.peak() - fixed));
+  return 0;
+}
+
+}  // namespace sbp

@@ -1,0 +1,100 @@
+// End-to-end checks of the `streambp` program on tiny models.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.h"
+
+namespace sbp {
+namespace {
+
+using test::run_command;
+
+std::string bin() { return test::streambp_binary(); }
+
+TEST(Cli, InitWritesAModelThatGradcheckLoads) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("model");
+  auto r = run_command(bin() + " init --preset tiny-qwen3 --seed 3 --test-init --out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/config.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model.safetensors"));
+  r = run_command(bin() + " gradcheck --model " + dir +
+                  " --seq-len 37 --segments 3 --layer-chunk 7 --head-chunk 5 --mask"
+                  " --modes checkpoint,stream,recompute+chunked,stream+full --json " +
+                  tmp.file("g.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(test::read_text(tmp.file("g.json")));
+  EXPECT_LT(j["max_rel_err"].get<double>(), 1e-5);
+  EXPECT_TRUE(j["loss"].contains("stream"));
+  EXPECT_TRUE(j["per_param"].contains("model.layers.1.self_attn.k_norm.weight"));
+}
+
+TEST(Cli, GradcheckOnPresetsAndConfigFiles) {
+  test::TempDir tmp;
+  for (const char* preset : {"tiny-qwen2", "tiny-llama"}) {
+    auto r = run_command(bin() + " gradcheck --model " + preset + " --seq-len 20 --segments 2");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("PASS"), std::string::npos);
+  }
+}
+
+TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
+  test::TempDir tmp;
+  auto r = run_command(bin() + " gradcheck --model no-such-model --seq-len 8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no-such-model"), std::string::npos) << r.output;
+  test::write_text(tmp.file("config.json"), "{\"model_type\": \"gpt2\", \"hidden_size\": 8}");
+  r = run_command(bin() + " gradcheck --model " + tmp.file("config.json") + " --seq-len 8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("unsupported model_type 'gpt2'"), std::string::npos) << r.output;
+  r = run_command(bin() + " gradcheck --model tiny-qwen3 --modes fancy");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("unknown mode 'fancy'"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BenchWritesTheDocumentedJson) {
+  test::TempDir tmp;
+  auto r = run_command(bin() + " bench --model tiny-qwen3 --seq-len 64,96 --modes base,checkpoint,stream"
+                               " --repeat 1 --json " + tmp.file("b.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(test::read_text(tmp.file("b.json")));
+  EXPECT_GT(j["sgemm_gflops"].get<double>(), 0.0);
+  ASSERT_EQ(j["runs"].size(), 6u);
+  for (const auto& run : j["runs"]) {
+    for (const char* key : {"mode", "seq_len", "layer_chunk", "head_chunk", "step_seconds_median",
+                            "tokens_per_second", "peak_bytes", "activation_peak_bytes",
+                            "breakdown", "rss_peak_bytes", "achieved_gflops", "loss"})
+      EXPECT_TRUE(run.contains(key)) << key;
+    EXPECT_GT(run["activation_peak_bytes"].get<int64_t>(), 0);
+  }
+  // The same batch and weights: every mode reports the same loss.
+  EXPECT_NEAR(j["runs"][0]["loss"].get<double>(), j["runs"][2]["loss"].get<double>(), 1e-5);
+}
+
+TEST(Cli, DemoTrainsSavesAndReportsMemory) {
+  test::TempDir tmp;
+  auto r = run_command(bin() + " train --steps 3 --eval-every 3 --seq-len 256 --pairs 8"
+                               " --hidden 32 --layer-chunk 64 --head-chunk 32 --out " +
+                       tmp.file("demo"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("demo") + "/model.safetensors"));
+  EXPECT_NE(r.output.find("checkpoint (planned)"), std::string::npos) << r.output;
+  // The planner runs the same code path: its stream peak equals the measured one.
+  auto measured = r.output.find("stream (this run, measured)");
+  auto planned = r.output.find("stream (planned)");
+  ASSERT_NE(measured, std::string::npos);
+  ASSERT_NE(planned, std::string::npos);
+  auto value = [&](size_t pos) {
+    const size_t eol = r.output.find('\n', pos);
+    std::string line = r.output.substr(pos, eol - pos);
+    std::string v = line.substr(line.find(')') + 1);
+    return v.substr(v.find_first_not_of(' '));
+  };
+  EXPECT_EQ(value(measured), value(planned)) << r.output;
+}
+
+}  // namespace
+}  // namespace sbp
