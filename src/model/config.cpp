@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,7 +14,9 @@ namespace {
 
 using json = nlohmann::json;
 
-// Reads an integer field; `required` fields must be present.
+// Reads an integer field; `required` fields must be present. Integral floats (4096.0) are
+// accepted as JSON writers sometimes produce them; values outside int64 are rejected rather
+// than wrapped or cast with undefined behaviour.
 int64_t get_int(const json& j, const char* key, const std::string& src, bool required,
                 int64_t fallback) {
   auto it = j.find(key);
@@ -21,11 +24,18 @@ int64_t get_int(const json& j, const char* key, const std::string& src, bool req
     if (required) throw InputError(src + ": missing required field '" + key + "'");
     return fallback;
   }
-  if (!it->is_number_integer() && !(it->is_number_float() &&
-                                    std::floor(it->get<double>()) == it->get<double>())) {
-    throw InputError(src + ": field '" + key + "' must be an integer, got " + it->dump());
+  if (it->is_number_unsigned()) {
+    if (it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      throw InputError(src + ": field '" + key + "' is out of range: " + it->dump());
+    return static_cast<int64_t>(it->get<uint64_t>());
   }
-  return it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(it->get<double>());
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_number_float()) {
+    const double v = it->get<double>();
+    // 2^63 is exactly representable; anything at or beyond it does not fit.
+    if (std::floor(v) == v && std::fabs(v) < 9223372036854775808.0) return static_cast<int64_t>(v);
+  }
+  throw InputError(src + ": field '" + key + "' must be an integer, got " + it->dump());
 }
 
 double get_num(const json& j, const char* key, const std::string& src, double fallback) {
@@ -47,7 +57,28 @@ const char* const kKnownFields[] = {
     "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
     "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
     "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
-    "tie_word_embeddings", "attention_bias", "torch_dtype"};
+    "tie_word_embeddings", "attention_bias", "torch_dtype", "dtype", "rope_parameters"};
+
+// Parses a rope_scaling (transformers <= 4.x) or rope_parameters (transformers 5) object.
+void parse_rope(const json& r, const std::string& src, const char* field, RopeScaling* out) {
+  if (!r.is_object()) throw InputError(src + ": field '" + field + "' must be an object");
+  std::string type;
+  if (auto t = r.find("rope_type"); t != r.end() && t->is_string()) type = *t;
+  else if (auto t2 = r.find("type"); t2 != r.end() && t2->is_string()) type = *t2;
+  if (type == "default") type.clear();
+  if (!type.empty() && type != "llama3") {
+    throw InputError(src + ": " + field + " type '" + type + "' is not supported (only llama3)");
+  }
+  out->type = type;
+  if (type == "llama3") {
+    const std::string where = src + " " + field;
+    out->factor = get_num(r, "factor", where, 8.0);
+    out->low_freq_factor = get_num(r, "low_freq_factor", where, 1.0);
+    out->high_freq_factor = get_num(r, "high_freq_factor", where, 4.0);
+    out->original_max_position_embeddings =
+        get_int(r, "original_max_position_embeddings", where, false, 8192);
+  }
+}
 
 }  // namespace
 
@@ -76,27 +107,23 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   c.rope_theta = get_num(j, "rope_theta", src, 10000.0);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, false);
   c.attention_bias = get_bool(j, "attention_bias", src, false);
+  // transformers >= 4.56 writes "dtype" instead of "torch_dtype".
   if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string())
     c.torch_dtype = it->get<std::string>();
+  else if (auto d = j.find("dtype"); d != j.end() && d->is_string())
+    c.torch_dtype = d->get<std::string>();
 
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) throw InputError(src + ": field 'rope_scaling' must be an object");
-    std::string type;
-    if (auto t = it->find("rope_type"); t != it->end() && t->is_string()) type = *t;
-    else if (auto t2 = it->find("type"); t2 != it->end() && t2->is_string()) type = *t2;
-    if (type == "default") type.clear();
-    if (!type.empty() && type != "llama3") {
-      throw InputError(src + ": rope_scaling type '" + type + "' is not supported (only llama3)");
-    }
-    c.rope_scaling.type = type;
-    if (type == "llama3") {
-      c.rope_scaling.factor = get_num(*it, "factor", src + " rope_scaling", 8.0);
-      c.rope_scaling.low_freq_factor = get_num(*it, "low_freq_factor", src + " rope_scaling", 1.0);
-      c.rope_scaling.high_freq_factor =
-          get_num(*it, "high_freq_factor", src + " rope_scaling", 4.0);
-      c.rope_scaling.original_max_position_embeddings = get_int(
-          *it, "original_max_position_embeddings", src + " rope_scaling", false, 8192);
-    }
+    parse_rope(*it, src, "rope_scaling", &c.rope_scaling);
+  }
+  // transformers 5 moves rope_theta and the scaling into "rope_parameters"; without reading
+  // it a Qwen3 config would silently get theta = 10000 instead of 1e6.
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) throw InputError(src + ": field 'rope_parameters' must be an object");
+    if (!j.contains("rope_theta") || j["rope_theta"].is_null())
+      c.rope_theta = get_num(*it, "rope_theta", src + " rope_parameters", c.rope_theta);
+    auto rs = j.find("rope_scaling");
+    if (rs == j.end() || rs->is_null()) parse_rope(*it, src, "rope_parameters", &c.rope_scaling);
   }
   // Features that change the computation and that we do not implement are refused, not ignored.
   if (get_bool(j, "mlp_bias", src, false))
@@ -151,6 +178,15 @@ void ModelConfig::validate(const std::string& src) const {
   if (vocab_size > (int64_t{1} << 30)) throw InputError(src + ": vocab_size is implausibly large");
   if (!(rms_norm_eps > 0)) throw InputError(src + ": rms_norm_eps must be positive");
   if (!(rope_theta > 0)) throw InputError(src + ": rope_theta must be positive");
+  if (rope_scaling.type == "llama3") {
+    // Values the llama3 formula cannot use (it divides by factor and by high - low).
+    const RopeScaling& r = rope_scaling;
+    if (!(r.factor > 0)) throw InputError(src + ": rope_scaling 'factor' must be positive");
+    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor))
+      throw InputError(src + ": rope_scaling needs 0 < 'low_freq_factor' < 'high_freq_factor'");
+    if (r.original_max_position_embeddings <= 0)
+      throw InputError(src + ": rope_scaling 'original_max_position_embeddings' must be positive");
+  }
 }
 
 json ModelConfig::to_json() const {

@@ -34,10 +34,16 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // Copies tensor `name` into dst (same numel), converting F32/BF16/F16 to dst's dtype
-  // (F32 or BF16). Throws if absent or the element count differs.
+  // (F32, BF16 or F16). Throws InputError if absent or the element count differs.
   void read_into(const std::string& name, const Tensor& dst) const;
+  // Copies dst.numel() elements of tensor `name`, starting at flat element `first`, into dst
+  // (converting as read_into does). Lets callers stream a large tensor in bounded pieces.
+  void read_range_into(const std::string& name, int64_t first, const Tensor& dst) const;
 
  private:
+  void parse_and_validate();  // throws InputError; called once by the constructor
+  const SafetensorsEntry& entry_or_throw(const std::string& name) const;
+
   std::string path_;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, size_t> index_;
@@ -54,7 +60,12 @@ struct NamedTensor {
 
 // Writes tensors in the given order, converted to `dtype` (F32, BF16 or F16), atomically:
 // the file is written under a temporary name in the same directory and renamed.
+// The header's __metadata__ is {"format": "pt"} plus `metadata`. On any error the temporary
+// file is removed and `path` is left as it was.
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        DType dtype, const std::map<std::string, std::string>& metadata = {});
+
+// fsync of a directory, so that a rename inside it survives a crash (best effort).
+void fsync_directory(const std::string& dir);
 
 }  // namespace sbp

@@ -1,0 +1,309 @@
+// ModelConfig: parsing Hugging Face config.json (fields, defaults, model-type switches, rope
+// scaling), rejecting bad configs with messages that name file and field, presets.
+#include "model/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/parameters.h"
+#include "support/test_support.h"
+
+namespace sbp {
+namespace {
+
+using json = nlohmann::json;
+
+// A minimal valid Llama config; tests edit fields on a copy.
+json base_config() {
+  return {{"model_type", "llama"},
+          {"hidden_size", 64},
+          {"intermediate_size", 160},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 8},
+          {"vocab_size", 101}};
+}
+
+// from_json must throw InputError naming the source and containing every part.
+void expect_config_error(const json& j, std::initializer_list<std::string> parts) {
+  try {
+    ModelConfig::from_json(j, "cfgdir/config.json");
+    FAIL() << "expected InputError for " << j.dump();
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cfgdir/config.json"), std::string::npos) << msg;
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "wanted '" << p << "' in: " << msg;
+  }
+}
+
+TEST(ModelConfig, ParsesEveryField) {
+  const json j = {{"model_type", "qwen3"},
+                  {"architectures", {"Qwen3ForCausalLM"}},
+                  {"hidden_size", 4096},
+                  {"intermediate_size", 12288},
+                  {"num_hidden_layers", 36},
+                  {"num_attention_heads", 32},
+                  {"num_key_value_heads", 8},
+                  {"head_dim", 128},
+                  {"vocab_size", 151936},
+                  {"max_position_embeddings", 40960},
+                  {"rms_norm_eps", 1e-6},
+                  {"rope_theta", 1000000.0},
+                  {"rope_scaling", nullptr},
+                  {"tie_word_embeddings", false},
+                  {"attention_bias", false},
+                  {"torch_dtype", "bfloat16"},
+                  {"hidden_act", "silu"},
+                  {"use_sliding_window", false},
+                  {"sliding_window", nullptr},
+                  {"bos_token_id", 151643}};
+  const ModelConfig c = ModelConfig::from_json(j, "config.json");
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.intermediate_size, 12288);
+  EXPECT_EQ(c.num_hidden_layers, 36);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_TRUE(c.rope_scaling.type.empty());
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_FALSE(c.qkv_bias());
+  EXPECT_FALSE(c.o_bias());
+  // Uninterpreted fields are kept for writing back.
+  EXPECT_EQ(c.extra.at("bos_token_id"), 151643);
+  EXPECT_EQ(c.extra.at("architectures"), json::array({"Qwen3ForCausalLM"}));
+  EXPECT_FALSE(c.extra.contains("hidden_size"));
+}
+
+TEST(ModelConfig, Defaults) {
+  const ModelConfig c = ModelConfig::from_json(base_config(), "config.json");
+  EXPECT_EQ(c.head_dim, 64 / 8);             // hidden / heads
+  EXPECT_EQ(c.num_key_value_heads, 8);       // = heads (multi-head attention)
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_TRUE(c.rope_scaling.type.empty());
+  EXPECT_FALSE(c.qk_norm());
+  EXPECT_FALSE(c.qkv_bias());
+  // Integral floats are accepted as integers.
+  json j = base_config();
+  j["hidden_size"] = 64.0;
+  EXPECT_EQ(ModelConfig::from_json(j, "c").hidden_size, 64);
+  // "dtype" is newer transformers' spelling of torch_dtype.
+  j["dtype"] = "float16";
+  EXPECT_EQ(ModelConfig::from_json(j, "c").torch_dtype, "float16");
+}
+
+TEST(ModelConfig, ArchitectureSwitches) {
+  json j = base_config();
+  j["model_type"] = "qwen2";
+  const ModelConfig q2 = ModelConfig::from_json(j, "c");
+  EXPECT_TRUE(q2.qkv_bias());   // Qwen2 always has q/k/v biases
+  EXPECT_FALSE(q2.o_bias());    // ... and never an o_proj bias
+  EXPECT_FALSE(q2.qk_norm());
+  j["model_type"] = "llama";
+  j["attention_bias"] = true;
+  const ModelConfig lb = ModelConfig::from_json(j, "c");
+  EXPECT_TRUE(lb.qkv_bias());
+  EXPECT_TRUE(lb.o_bias());
+  j["model_type"] = "qwen3";
+  EXPECT_TRUE(ModelConfig::from_json(j, "c").qk_norm());
+}
+
+TEST(ModelConfig, RopeScalingLlama3) {
+  for (const char* key : {"rope_type", "type"}) {  // current and legacy spelling
+    json j = base_config();
+    j["rope_scaling"] = {{key, "llama3"},
+                         {"factor", 32.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
+    const ModelConfig c = ModelConfig::from_json(j, "c");
+    EXPECT_EQ(c.rope_scaling.type, "llama3") << key;
+    EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, 1.0);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, 4.0);
+    EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  }
+  json j = base_config();
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_TRUE(ModelConfig::from_json(j, "c").rope_scaling.type.empty());
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_config_error(j, {"yarn", "not supported"});
+  j["rope_scaling"] = "llama3";
+  expect_config_error(j, {"'rope_scaling' must be an object"});
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+                       {"high_freq_factor", 4.0}};
+  expect_config_error(j, {"high_freq_factor"});  // the formula would divide by zero
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", "8"}};
+  expect_config_error(j, {"'factor' must be a number"});
+}
+
+TEST(ModelConfig, RopeParametersOfTransformers5) {
+  json j = base_config();
+  j["model_type"] = "qwen3";
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  const ModelConfig c = ModelConfig::from_json(j, "c");
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_TRUE(c.rope_scaling.type.empty());
+  j["model_type"] = "llama";
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
+                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 8192}};
+  const ModelConfig l = ModelConfig::from_json(j, "c");
+  EXPECT_DOUBLE_EQ(l.rope_theta, 5e5);
+  EXPECT_EQ(l.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(l.rope_scaling.factor, 8.0);
+  // Written back in the classic form, which both transformers generations read.
+  const ModelConfig back = ModelConfig::from_json(l.to_json(), "c");
+  EXPECT_DOUBLE_EQ(back.rope_theta, 5e5);
+  EXPECT_EQ(back.rope_scaling.type, "llama3");
+}
+
+TEST(ModelConfig, RejectsBadConfigsNamingFileAndField) {
+  json j = base_config();
+  j["model_type"] = "gpt2";
+  expect_config_error(j, {"unsupported model_type 'gpt2'"});
+  j = base_config();
+  j.erase("model_type");
+  expect_config_error(j, {"'model_type'"});
+  for (const char* field : {"hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "vocab_size"}) {
+    j = base_config();
+    j.erase(field);
+    expect_config_error(j, {std::string("missing required field '") + field + "'"});
+    j = base_config();
+    j[field] = "64";
+    expect_config_error(j, {std::string("field '") + field + "' must be an integer"});
+    j = base_config();
+    j[field] = 0;
+    expect_config_error(j, {std::string("field '") + field + "' must be positive"});
+  }
+  j = base_config();
+  j["hidden_size"] = 64.5;
+  expect_config_error(j, {"'hidden_size' must be an integer"});
+  j["hidden_size"] = 1e300;  // integral but far beyond int64
+  expect_config_error(j, {"'hidden_size' must be an integer"});
+  j["hidden_size"] = 18446744073709551615ull;
+  expect_config_error(j, {"'hidden_size' is out of range"});
+  j = base_config();
+  j["num_key_value_heads"] = 3;  // 8 heads are not a multiple of 3
+  expect_config_error(j, {"num_attention_heads (8)", "num_key_value_heads (3)"});
+  j = base_config();
+  j["head_dim"] = 7;
+  expect_config_error(j, {"head_dim"});
+  j = base_config();
+  j["rms_norm_eps"] = "small";
+  expect_config_error(j, {"'rms_norm_eps' must be a number"});
+  j = base_config();
+  j["tie_word_embeddings"] = 1;
+  expect_config_error(j, {"'tie_word_embeddings' must be true or false"});
+  j = base_config();
+  j["mlp_bias"] = true;
+  expect_config_error(j, {"mlp_bias"});
+  j = base_config();
+  j["hidden_act"] = "gelu";
+  expect_config_error(j, {"hidden_act 'gelu'"});
+  j = base_config();
+  j["use_sliding_window"] = true;
+  expect_config_error(j, {"use_sliding_window"});
+  expect_config_error(json::array(), {"must be a JSON object"});
+}
+
+TEST(ModelConfig, FromFileNamesTheFile) {
+  test::TempDir dir;
+  const std::string p = dir.file("config.json");
+  test::write_text(p, "{\"model_type\": \"llama\", ");
+  try {
+    ModelConfig::from_file(p);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("invalid JSON"), std::string::npos) << e.what();
+  }
+  json j = base_config();
+  j.erase("vocab_size");
+  test::write_text(p, j.dump());
+  try {
+    ModelConfig::from_file(p);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(p + ": missing required field 'vocab_size'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(ModelConfig::from_file(dir.file("absent.json")), InputError);
+  test::write_text(p, base_config().dump());
+  EXPECT_EQ(resolve_config(dir.path()).hidden_size, 64);
+  EXPECT_EQ(resolve_config(p).hidden_size, 64);
+  EXPECT_EQ(resolve_config("tiny-qwen3").model_type, "qwen3");
+  EXPECT_THROW(resolve_config(dir.file("nothing-here")), InputError);
+}
+
+TEST(ModelConfig, ToJsonRoundTrip) {
+  for (const std::string& name : preset_names()) {
+    const ModelConfig c = preset_config(name);
+    const json j = c.to_json();
+    const ModelConfig b = ModelConfig::from_json(j, name);
+    EXPECT_EQ(b.to_json(), j) << name;
+    EXPECT_EQ(b.num_parameters(), c.num_parameters()) << name;
+    EXPECT_EQ(b.rope_scaling.type, c.rope_scaling.type) << name;
+    EXPECT_EQ(b.rope_scaling.original_max_position_embeddings,
+              c.rope_scaling.original_max_position_embeddings) << name;
+    EXPECT_EQ(b.rope_inv_freq(), c.rope_inv_freq()) << name;
+  }
+  // Uninterpreted fields survive.
+  json j = base_config();
+  j["bos_token_id"] = 1;
+  j["transformers_version"] = "4.51.0";
+  const json out = ModelConfig::from_json(j, "c").to_json();
+  EXPECT_EQ(out.at("bos_token_id"), 1);
+  EXPECT_EQ(out.at("transformers_version"), "4.51.0");
+  EXPECT_EQ(out.at("architectures"), json::array({"LlamaForCausalLM"}));
+}
+
+TEST(ModelConfig, PresetsAndParameterCounts) {
+  for (const char* name : {"qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b",
+                           "llama3.1-8b", "tiny-qwen3", "tiny-qwen2", "tiny-llama"}) {
+    EXPECT_TRUE(has_preset(name)) << name;
+  }
+  EXPECT_FALSE(has_preset("gpt-5"));
+  try {
+    preset_config("gpt-5");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("qwen3-8b"), std::string::npos);  // lists the known
+  }
+  auto near = [](int64_t n, double want, double tol) { return std::fabs(n - want) <= tol; };
+  // Published sizes: Qwen3-8B 8.19B, Qwen3-0.6B 0.596B (tied), Llama-3.1-8B 8.03B.
+  EXPECT_TRUE(near(preset_config("qwen3-8b").num_parameters(), 8.19e9, 0.01e9))
+      << preset_config("qwen3-8b").num_parameters();
+  EXPECT_TRUE(near(preset_config("qwen3-0.6b").num_parameters(), 0.596e9, 0.001e9))
+      << preset_config("qwen3-0.6b").num_parameters();
+  EXPECT_TRUE(near(preset_config("llama3.1-8b").num_parameters(), 8.03e9, 0.01e9))
+      << preset_config("llama3.1-8b").num_parameters();
+  EXPECT_TRUE(preset_config("qwen3-0.6b").tie_word_embeddings);
+  EXPECT_FALSE(preset_config("qwen3-8b").tie_word_embeddings);
+  EXPECT_EQ(preset_config("llama3.1-8b").rope_scaling.type, "llama3");
+  // Every preset validates, and num_parameters agrees with the parameter layout.
+  for (const std::string& name : preset_names()) {
+    const ModelConfig c = preset_config(name);
+    EXPECT_NO_THROW(c.validate(name)) << name;
+    int64_t n = 0;
+    for (const ParamSpec& s : parameter_specs(c)) n += s.shape.numel();
+    EXPECT_EQ(n, c.num_parameters()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace sbp
