@@ -11,5 +11,7 @@ void register_gradcheck(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_train(CLI::App& app);
 void register_tokenize(CLI::App& app);
+void register_score(CLI::App& app);
+void register_plan(CLI::App& app);
 
 }  // namespace sbp::cli

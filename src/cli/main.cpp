@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   sbp::cli::register_bench(app);
   sbp::cli::register_train(app);
   sbp::cli::register_tokenize(app);
+  sbp::cli::register_score(app);
+  sbp::cli::register_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
