@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh release
+# Passive OpenMP waiting: on a shared machine, spinning threads waste the cores they wait for.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 exec ./build/streambp train "$@"

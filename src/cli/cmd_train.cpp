@@ -19,6 +19,7 @@ void register_train(CLI::App& app) {
   c->add_option("--layers", o->layers, "Demo model depth");
   c->add_option("--heads", o->heads, "Demo model attention heads");
   c->add_option("--pairs", o->num_pairs, "Key/value pairs per sequence");
+  c->add_option("--queries", o->num_queries, "Queries at the end of each sequence");
   c->add_option("--seed", o->seed, "Seed");
   c->add_option("--threads", o->threads, "Threads (default: all)");
   c->add_option("--out", o->out, "Where to save the trained model");

@@ -39,23 +39,33 @@ ModelConfig demo_model(const DemoOptions& o, int64_t vocab) {
 
 struct EvalResult {
   double loss = 0.0;
-  double accuracy = 0.0;
+  double accuracy = 0.0;        // over every query
+  double first_accuracy = 0.0;  // over first queries of a key: answer only in the dictionary
 };
 
-EvalResult evaluate(Engine& engine, const RetrievalTask& task, const std::vector<Batch>& set) {
+EvalResult evaluate(Engine& engine, const std::vector<RetrievalTask::Sample>& set) {
   EvalResult r;
-  int64_t n = 0, correct = 0;
-  for (const Batch& b : set) {
-    const Engine::TokenScores s = engine.score(b);
-    const std::vector<int32_t> targets = b.targets();
-    for (int64_t row : task.scored_rows(b)) {
+  int64_t n = 0, correct = 0, n_first = 0, correct_first = 0;
+  for (const RetrievalTask::Sample& smp : set) {
+    const Engine::TokenScores s = engine.score(smp.batch);
+    const std::vector<int32_t> targets = smp.batch.targets();
+    auto right = [&](int64_t row) {
+      return s.argmax[static_cast<size_t>(row)] == targets[static_cast<size_t>(row)];
+    };
+    for (int64_t row : smp.scored_rows) {
       r.loss -= s.logp[static_cast<size_t>(row)];
-      correct += s.argmax[static_cast<size_t>(row)] == targets[static_cast<size_t>(row)];
+      correct += right(row);
       ++n;
+    }
+    for (int64_t row : smp.first_rows) {
+      correct_first += right(row);
+      ++n_first;
     }
   }
   r.loss /= static_cast<double>(std::max<int64_t>(n, 1));
   r.accuracy = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(n, 1));
+  r.first_accuracy =
+      static_cast<double>(correct_first) / static_cast<double>(std::max<int64_t>(n_first, 1));
   return r;
 }
 
@@ -66,6 +76,7 @@ int run_demo(const DemoOptions& o) {
   RetrievalTask task;
   task.seq_len = o.seq_len;
   task.num_pairs = o.num_pairs;
+  task.num_queries = o.num_queries;
   const ModelConfig cfg = demo_model(o, task.vocab_size());
   ExecConfig exec = parse_mode("stream");
   exec.layer_chunk = o.layer_chunk;
@@ -84,13 +95,14 @@ int run_demo(const DemoOptions& o) {
 
   Rng data_rng(o.seed, "demo-train");
   Rng eval_rng(o.seed, "demo-eval");
-  std::vector<Batch> eval_set;
+  std::vector<RetrievalTask::Sample> eval_set;
   for (int64_t i = 0; i < o.eval_sequences; ++i) eval_set.push_back(task.sample(eval_rng));
 
-  std::printf("streambp demo: long-range key->value retrieval, T=%lld, %lld pairs; a query's "
-              "answer sits ~%.0f tokens back\n",
+  std::printf("streambp demo: key->value retrieval at T=%lld: %lld pairs at the start, %lld "
+              "queries at the end;\n  a key's first query is >= %lld tokens after its answer\n",
               static_cast<long long>(o.seq_len), static_cast<long long>(task.num_pairs),
-              task.mean_retrieval_distance());
+              static_cast<long long>(task.num_queries),
+              static_cast<long long>(task.min_retrieval_distance()));
   std::printf("model: qwen3-style, %lld layers, d=%lld, %lld heads (%lld kv), vocab %lld, "
               "%.2fM parameters; mode stream (layer chunk %lld, head chunk %lld), %d threads\n",
               static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(cfg.hidden_size),
@@ -98,9 +110,10 @@ int run_demo(const DemoOptions& o) {
               static_cast<long long>(cfg.num_key_value_heads), static_cast<long long>(cfg.vocab_size),
               static_cast<double>(w.numel()) / 1e6, static_cast<long long>(exec.layer_chunk),
               static_cast<long long>(exec.head_chunk), cpu_threads());
-  const EvalResult first = evaluate(engine, task, eval_set);
-  std::printf("before training: eval loss %.3f, accuracy %.1f%% (chance %.1f%%)\n", first.loss,
-              100.0 * first.accuracy, 100.0 / static_cast<double>(task.num_values));
+  const EvalResult first = evaluate(engine, eval_set);
+  std::printf("before training: eval loss %.3f, accuracy %.1f%%, long-range %.1f%% (chance %.1f%%)\n",
+              first.loss, 100.0 * first.accuracy, 100.0 * first.first_accuracy,
+              100.0 / static_cast<double>(task.num_values));
   std::fflush(stdout);
 
   ledger.reset_peak();
@@ -108,7 +121,7 @@ int run_demo(const DemoOptions& o) {
   EvalResult last = first;
   double loss_ema = std::log(static_cast<double>(task.num_values));
   for (int64_t step = 1; step <= o.steps; ++step) {
-    const Batch batch = task.sample(data_rng);
+    const Batch batch = task.sample(data_rng).batch;
     for (size_t i = 0; i < g.size(); ++i) be.fill(g.tensor(i), 0.0f);
     SftObjective objective(batch, batch.loss_weight_sum());
     engine.forward_backward(batch, objective, g);
@@ -116,16 +129,18 @@ int run_demo(const DemoOptions& o) {
     opt.step(w, g, be, static_cast<float>(lr.at(step)));
     loss_ema = step == 1 ? objective.loss() : 0.9 * loss_ema + 0.1 * objective.loss();
     const bool eval_now = step % o.eval_every == 0 || step == o.steps;
-    if (eval_now) last = evaluate(engine, task, eval_set);
-    char fields[160];
-    std::snprintf(fields, sizeof fields, "loss %.3f | eval acc %5.1f%% | grad %.2f | lr %.1e",
-                  loss_ema, 100.0 * last.accuracy, norm, lr.at(step));
+    if (eval_now) last = evaluate(engine, eval_set);
+    char fields[200];
+    std::snprintf(fields, sizeof fields,
+                  "loss %.3f | eval acc %5.1f%% long-range %5.1f%% | grad %.2f | lr %.1e",
+                  loss_ema, 100.0 * last.accuracy, 100.0 * last.first_accuracy, norm, lr.at(step));
     progress.update(step, fields, eval_now);
   }
   progress.finish();
-  std::printf("after %lld steps: eval loss %.3f (from %.3f), accuracy %.1f%% (from %.1f%%)\n",
+  std::printf("after %lld steps: eval loss %.3f (from %.3f), accuracy %.1f%% (from %.1f%%), "
+              "long-range %.1f%% (from %.1f%%)\n",
               static_cast<long long>(o.steps), last.loss, first.loss, 100.0 * last.accuracy,
-              100.0 * first.accuracy);
+              100.0 * first.accuracy, 100.0 * last.first_accuracy, 100.0 * first.first_accuracy);
 
   save_model_dir(o.out, cfg, w, DType::F32);
   std::printf("saved a Hugging Face checkpoint to %s/\n", o.out.c_str());
@@ -135,7 +150,7 @@ int run_demo(const DemoOptions& o) {
   // the same engine code).
   const MemoryBreakdown& pk = ledger.peak_breakdown();
   const int64_t fixed = pk[Category::weights] + pk[Category::grads] + pk[Category::optimizer];
-  const Batch probe = task.sample(data_rng);
+  const Batch probe = task.sample(data_rng).batch;
   const PlannedStep plan_stream = plan_sft_step(cfg, exec, probe, DType::F32, true);
   const PlannedStep plan_ckpt = plan_sft_step(cfg, parse_mode("checkpoint"), probe, DType::F32, true);
   const PlannedStep plan_base = plan_sft_step(cfg, parse_mode("base"), probe, DType::F32, true);

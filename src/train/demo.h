@@ -20,7 +20,8 @@ struct DemoOptions {
   int64_t hidden = 128;
   int64_t layers = 2;
   int64_t heads = 4;
-  int64_t num_pairs = 32;
+  int64_t num_pairs = 8;
+  int64_t num_queries = 96;
   uint64_t seed = 0;
   int threads = 0;
   std::string out = "streambp-demo";

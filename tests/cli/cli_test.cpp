@@ -76,7 +76,7 @@ TEST(Cli, BenchWritesTheDocumentedJson) {
 
 TEST(Cli, DemoTrainsSavesAndReportsMemory) {
   test::TempDir tmp;
-  auto r = run_command(bin() + " train --steps 3 --eval-every 3 --seq-len 256 --pairs 8"
+  auto r = run_command(bin() + " train --steps 3 --eval-every 3 --seq-len 256 --pairs 8 --queries 16"
                                " --hidden 32 --layer-chunk 64 --head-chunk 32 --out " +
                        tmp.file("demo"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
