@@ -1,0 +1,411 @@
+// The tokenizer against fixtures recorded with the Hugging Face `tokenizers` library
+// (tools/tokenizer_fixtures.py), plus loader validation and the `streambp tokenize` CLI.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "support/test_support.h"
+
+namespace sbp {
+namespace {
+
+using nlohmann::json;
+using test::read_text;
+using test::run_command;
+using test::TempDir;
+using test::write_text;
+
+std::string fixtures() { return test::source_dir() + "/tests/fixtures/tokenizer"; }
+
+// The real Qwen3 and GPT-2 files live in the shared folder next to the repository (too big to
+// commit). Missing them is a broken setup, not a reason to skip.
+std::string shared_tokenizer(const std::string& name) {
+  const std::string dir = test::source_dir() + "/../shared/tokenizers/" + name;
+  if (!std::filesystem::is_directory(dir)) {
+    ADD_FAILURE() << "shared tokenizer folder " << dir
+                  << " is missing: the tests expect the repository to sit next to the project's "
+                     "shared/ folder (shared/tokenizers/qwen3, shared/tokenizers/gpt2)";
+    throw std::runtime_error("missing " + dir);
+  }
+  return dir;
+}
+
+// One Qwen3 load per test program: it takes about a second.
+const Tokenizer& qwen3() {
+  static const Tokenizer tok = Tokenizer::from_dir(shared_tokenizer("qwen3"));
+  return tok;
+}
+
+std::vector<int32_t> ids_of(const json& j) { return j.get<std::vector<int32_t>>(); }
+
+std::string shorten(const std::string& s) { return s.size() > 120 ? s.substr(0, 120) + "..." : s; }
+
+// Checks every line of a *_cases.jsonl fixture; returns how many texts it checked.
+int64_t check_cases(const Tokenizer& tok, const std::string& cases_path) {
+  std::istringstream lines(read_text(cases_path));
+  std::string line;
+  int64_t texts = 0, line_no = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    const json row = json::parse(line);
+    const std::string where = cases_path + ":" + std::to_string(line_no);
+    std::vector<int32_t> ids;
+    if (row.contains("text")) {
+      const std::string text = row["text"].get<std::string>();
+      ids = ids_of(row["ids"]);
+      const std::vector<int32_t> got = tok.encode(text);
+      EXPECT_EQ(got, ids) << where << " text: " << json(shorten(text)).dump();
+      const std::vector<int32_t> plain = row.contains("ids_plain") ? ids_of(row["ids_plain"]) : ids;
+      EXPECT_EQ(tok.encode(text, /*allow_special=*/false), plain) << where << " (allow_special=false)";
+      ++texts;
+    } else {
+      ids = ids_of(row["decode_ids"]);
+    }
+    EXPECT_EQ(tok.decode(ids), row["decoded"].get<std::string>()) << where;
+    EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), row["decoded_skip"].get<std::string>()) << where;
+  }
+  return texts;
+}
+
+TEST(Tokenizer, Qwen3MatchesLibraryIdForId) {
+  const Tokenizer& tok = qwen3();
+  EXPECT_GT(check_cases(tok, fixtures() + "/qwen3_cases.jsonl"), 300);
+}
+
+TEST(Tokenizer, Qwen3Vocabulary) {
+  const Tokenizer& tok = qwen3();
+  EXPECT_EQ(tok.vocab_size(), 151669);
+  EXPECT_EQ(tok.token_to_id("<|im_start|>"), 151644);
+  EXPECT_EQ(tok.token_to_id("<|endoftext|>"), 151643);
+  EXPECT_EQ(tok.token_to_id("Hello"), 9707);
+  EXPECT_EQ(tok.token_to_id("no such token"), std::nullopt);
+  EXPECT_EQ(tok.id_to_token(151644), "<|im_start|>");
+  EXPECT_EQ(tok.id_to_token(9707), "Hello");
+  EXPECT_TRUE(tok.is_special(151644));
+  EXPECT_FALSE(tok.is_special(*tok.token_to_id("<think>")));  // added, but not special
+  EXPECT_FALSE(tok.is_special(9707));
+  EXPECT_THROW(tok.id_to_token(151669), InputError);
+  EXPECT_THROW(tok.id_to_token(-1), InputError);
+}
+
+TEST(Tokenizer, Qwen3SpecialTokensAndNfc) {
+  const Tokenizer& tok = qwen3();
+  EXPECT_EQ(tok.encode("<|im_start|>user\nhi<|im_end|>"),
+            (std::vector<int32_t>{151644, 872, 198, 6023, 151645}));
+  // Without allow_special the markers are ordinary text: no id in the special range appears.
+  for (int32_t id : tok.encode("<|im_start|>user<|im_end|>", false)) EXPECT_LT(id, 151643);
+  // NFC: a decomposed é (e + U+0301) encodes like the precomposed one and decodes to it.
+  EXPECT_EQ(tok.encode("cafe\xCC\x81"), tok.encode("caf\xC3\xA9"));
+  EXPECT_EQ(tok.decode(tok.encode("cafe\xCC\x81")), "caf\xC3\xA9");
+  EXPECT_TRUE(tok.encode("").empty());
+}
+
+TEST(Tokenizer, Gpt2FromOriginalFilesMatchesLibrary) {
+  const Tokenizer tok = Tokenizer::from_dir(shared_tokenizer("gpt2"));
+  EXPECT_EQ(tok.vocab_size(), 50257);
+  EXPECT_TRUE(tok.is_special(50256));
+  EXPECT_GT(check_cases(tok, fixtures() + "/gpt2_cases.jsonl"), 300);
+}
+
+TEST(Tokenizer, Gpt2RoundTripIsExact) {
+  // No normalizer: decode(encode(x)) gives back every valid UTF-8 text byte for byte.
+  const std::string dir = shared_tokenizer("gpt2");
+  const Tokenizer tok = Tokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe");
+  std::istringstream lines(read_text(fixtures() + "/gpt2_cases.jsonl"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    const json row = json::parse(line);
+    if (!row.contains("text")) continue;
+    const std::string text = row["text"].get<std::string>();
+    EXPECT_EQ(tok.decode(tok.encode(text)), text);
+  }
+}
+
+TEST(Tokenizer, TinyByteLevelMatchesLibrary) {
+  // Sequence[NFC], ByteLevel with add_prefix_space, ignore_merges, "a b" merges, and added
+  // tokens with lstrip / rstrip / single_word / normalized.
+  const Tokenizer tok = Tokenizer::from_file(fixtures() + "/tiny_bytelevel.json");
+  EXPECT_GT(check_cases(tok, fixtures() + "/tiny_bytelevel_cases.jsonl"), 200);
+}
+
+TEST(Tokenizer, TinySplitMatchesLibrary) {
+  // Split with every behaviour, String and Regex patterns, invert; no decoder; unknown
+  // characters dropped.
+  const Tokenizer tok = Tokenizer::from_file(fixtures() + "/tiny_split.json");
+  EXPECT_GT(check_cases(tok, fixtures() + "/tiny_split_cases.jsonl"), 200);
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  const Tokenizer& tok = qwen3();
+  const std::string text = read_text(test::source_dir() + "/tools/tokenizer_fixtures.py");
+  const std::vector<int32_t> expected = tok.encode(text);
+  std::vector<std::vector<int32_t>> results(4);
+  std::vector<std::thread> threads;
+  for (auto& r : results) threads.emplace_back([&] { r = tok.encode(text); });
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) EXPECT_EQ(r, expected);
+}
+
+TEST(Tokenizer, DecodeAndEncodeRejectBadInput) {
+  const Tokenizer tok = Tokenizer::from_file(fixtures() + "/tiny_bytelevel.json");
+  const std::vector<int32_t> bad = {5, static_cast<int32_t>(tok.vocab_size())};
+  try {
+    tok.decode(bad);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(tok.vocab_size())), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{-3}), InputError);
+  EXPECT_THROW(tok.encode("ok \xC3("), InputError);  // a cut 2-byte character
+  // Bytes that are not UTF-8 on their own (half an emoji) decode to U+FFFD, as in the library.
+  const std::vector<int32_t> ids = tok.encode("\xF0\x9F\x91\x8D");  // U+1F44D
+  ASSERT_GT(ids.size(), 1u);
+  EXPECT_NE(tok.decode(std::span<const int32_t>(ids.data(), 1)).find("\xEF\xBF\xBD"),
+            std::string::npos);
+}
+
+// ---- loader validation -------------------------------------------------------------------
+
+json minimal_tokenizer() {
+  return json{{"model",
+               {{"type", "BPE"},
+                {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}, {"c", 3}}},
+                {"merges", json::array({json::array({"a", "b"})})}}},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+              {"decoder", {{"type", "ByteLevel"}}},
+              {"added_tokens", json::array()}};
+}
+
+// Expects from_file on `doc` to fail with a message naming the file and every word in `words`.
+void expect_load_error(const std::string& doc, const std::vector<std::string>& words) {
+  TempDir dir;
+  const std::string path = dir.file("tokenizer.json");
+  write_text(path, doc);
+  try {
+    Tokenizer::from_file(path);
+    ADD_FAILURE() << "expected InputError for " << shorten(doc);
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    for (const std::string& w : words) EXPECT_NE(msg.find(w), std::string::npos) << msg;
+  }
+}
+
+TEST(TokenizerLoad, MinimalTokenizerWorks) {
+  TempDir dir;
+  write_text(dir.file("tokenizer.json"), minimal_tokenizer().dump());
+  const Tokenizer tok = Tokenizer::from_dir(dir.path());
+  EXPECT_EQ(tok.encode("abcab"), (std::vector<int32_t>{2, 3, 2}));
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{2, 3}), "abc");
+  EXPECT_EQ(tok.vocab_size(), 4);
+}
+
+TEST(TokenizerLoad, UnknownCharactersAreDroppedOrBecomeUnk) {
+  // Expected ids recorded with the library for the same vocab, merges and text.
+  json j = minimal_tokenizer();
+  j["model"]["vocab"]["[UNK]"] = 4;
+  j["pre_tokenizer"] = nullptr;
+  j["decoder"] = nullptr;
+  const std::string text = "axyab\xC3\xA9" "c";  // "axyabéc"
+  TempDir dir;
+  auto load = [&](const json& doc) {
+    write_text(dir.file("tokenizer.json"), doc.dump());
+    return Tokenizer::from_file(dir.file("tokenizer.json"));
+  };
+  EXPECT_EQ(load(j).encode(text), (std::vector<int32_t>{0, 2, 3}));
+  j["model"]["unk_token"] = "[UNK]";
+  const Tokenizer unk = load(j);
+  EXPECT_EQ(unk.encode(text), (std::vector<int32_t>{0, 4, 4, 2, 4, 3}));
+  EXPECT_EQ(unk.decode(unk.encode(text)), "a [UNK] [UNK] ab [UNK] c");  // no decoder: joined by spaces
+  j["model"]["fuse_unk"] = true;
+  EXPECT_EQ(load(j).encode(text), (std::vector<int32_t>{0, 4, 2, 4, 3}));
+  j["model"]["unk_token"] = "<unk>";
+  EXPECT_THROW(load(j), InputError);
+}
+
+TEST(TokenizerLoad, RejectsMalformedFiles) {
+  expect_load_error("{not json", {"not valid JSON"});
+  expect_load_error("[1, 2]", {"JSON object"});
+
+  json j = minimal_tokenizer();
+  j.erase("model");
+  expect_load_error(j.dump(), {"model", "missing"});
+
+  j = minimal_tokenizer();
+  j["model"]["type"] = "WordPiece";
+  expect_load_error(j.dump(), {"model.type", "WordPiece"});
+
+  j = minimal_tokenizer();
+  j["model"]["type"] = 5;
+  expect_load_error(j.dump(), {"model.type", "not a string"});
+
+  j = minimal_tokenizer();
+  j["model"]["fuse_unk"] = "yes";
+  expect_load_error(j.dump(), {"model.fuse_unk", "true or false"});
+
+  j = minimal_tokenizer();
+  j["model"]["merges"] = json::array({json::array({"a", "zz"})});
+  expect_load_error(j.dump(), {"model.merges[0]", "'zz'"});
+
+  j = minimal_tokenizer();
+  j["model"]["merges"] = json::array({"b c"});  // "bc" is not in the vocab
+  expect_load_error(j.dump(), {"model.merges[0]", "'bc'"});
+
+  j = minimal_tokenizer();
+  j["model"]["merges"] = json::array({"abc"});
+  expect_load_error(j.dump(), {"model.merges[0]", "left right"});
+
+  j = minimal_tokenizer();
+  j["model"]["vocab"]["c"] = 1;
+  expect_load_error(j.dump(), {"model.vocab", "id 1", "'b'", "'c'"});
+
+  j = minimal_tokenizer();
+  j["model"]["vocab"]["c"] = -4;
+  expect_load_error(j.dump(), {"model.vocab['c']", "-4", "out of range"});
+
+  j = minimal_tokenizer();
+  j["model"]["vocab"]["c"] = "three";
+  expect_load_error(j.dump(), {"model.vocab['c']", "integer"});
+
+  j = minimal_tokenizer();
+  j["added_tokens"] = json::array({{{"id", 1}, {"content", "<x>"}, {"special", true}}});
+  expect_load_error(j.dump(), {"added_tokens[0].id", "'<x>'", "'b'"});
+
+  j = minimal_tokenizer();
+  j["added_tokens"] = json::array({{{"id", -1}, {"content", "<x>"}}});
+  expect_load_error(j.dump(), {"added_tokens[0].id", "out of range"});
+
+  j = minimal_tokenizer();
+  j["normalizer"] = {{"type", "Lowercase"}};
+  expect_load_error(j.dump(), {"normalizer", "unsupported normalizer Lowercase"});
+
+  j = minimal_tokenizer();
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}};
+  expect_load_error(j.dump(), {"normalizer.normalizers[1]", "unsupported normalizer Strip"});
+
+  j = minimal_tokenizer();
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  expect_load_error(j.dump(), {"pre_tokenizer", "unsupported pre_tokenizer Metaspace"});
+
+  j = minimal_tokenizer();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  expect_load_error(j.dump(), {"pre_tokenizer.pattern.Regex", "(unclosed"});
+
+  j = minimal_tokenizer();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
+  expect_load_error(j.dump(), {"pre_tokenizer.behavior", "Sideways"});
+
+  j = minimal_tokenizer();
+  j["decoder"] = {{"type", "WordPiece"}};
+  expect_load_error(j.dump(), {"decoder", "unsupported decoder WordPiece"});
+
+  j = minimal_tokenizer();
+  j["model"]["byte_fallback"] = true;
+  expect_load_error(j.dump(), {"model.byte_fallback"});
+
+  EXPECT_THROW(Tokenizer::from_file("/nonexistent/tokenizer.json"), InputError);
+  TempDir empty;
+  EXPECT_THROW(Tokenizer::from_dir(empty.path()), InputError);
+}
+
+TEST(TokenizerLoad, RejectsMalformedGpt2Merges) {
+  TempDir dir;
+  write_text(dir.file("encoder.json"), R"({"a": 0, "b": 1, "ab": 2})");
+  write_text(dir.file("vocab.bpe"), "#version: 0.2\na b\na b c\n");
+  try {
+    Tokenizer::from_dir(dir.path());
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab.bpe: line 3"), std::string::npos) << e.what();
+  }
+}
+
+// ---- the CLI -------------------------------------------------------------------------------
+
+std::string cli() { return test::streambp_binary() + " tokenize "; }
+
+TEST(TokenizeCli, EncodeThenDecodeRoundTrip) {
+  const std::string qwen = shared_tokenizer("qwen3");
+  TempDir dir;
+  const std::vector<std::string> texts = {"Hello, world!", "<|im_start|>user\nhi<|im_end|>",
+                                          "中文 and emoji 👍🏽", "def f(x):\n\treturn x\n", ""};
+  std::string input;
+  for (const auto& t : texts) input += json{{"text", t}}.dump() + "\n";
+  write_text(dir.file("in.jsonl"), input);
+
+  const auto enc = run_command(cli() + "--tokenizer " + qwen + " --input " + dir.file("in.jsonl") +
+                               " > " + dir.file("ids.jsonl"));
+  ASSERT_EQ(enc.exit_code, 0) << enc.output;
+  std::istringstream lines(read_text(dir.file("ids.jsonl")));
+  std::string line;
+  size_t i = 0;
+  for (; std::getline(lines, line); ++i) {
+    ASSERT_LT(i, texts.size());
+    EXPECT_EQ(ids_of(json::parse(line).at("ids")), qwen3().encode(texts[i])) << texts[i];
+  }
+  EXPECT_EQ(i, texts.size());
+
+  // Decoding reads stdin by default; --tokenizer may also name the tokenizer.json itself.
+  const auto dec = run_command("cat " + dir.file("ids.jsonl") + " | " + cli() + "--tokenizer " +
+                               qwen + "/tokenizer.json --decode > " + dir.file("text.jsonl"));
+  ASSERT_EQ(dec.exit_code, 0) << dec.output;
+  std::istringstream back(read_text(dir.file("text.jsonl")));
+  for (i = 0; std::getline(back, line); ++i) {
+    EXPECT_EQ(json::parse(line).at("text").get<std::string>(), texts[i]);
+  }
+  EXPECT_EQ(i, texts.size());
+
+  const auto skip = run_command("head -n 2 " + dir.file("ids.jsonl") + " | tail -n 1 | " + cli() +
+                                "--tokenizer " + qwen + " --decode --skip-special");
+  ASSERT_EQ(skip.exit_code, 0) << skip.output;
+  EXPECT_EQ(json::parse(skip.output).at("text").get<std::string>(), "user\nhi");
+}
+
+TEST(TokenizeCli, BadInputNamesFileAndLine) {
+  const std::string tiny = fixtures() + "/tiny_bytelevel.json";
+  TempDir dir;
+  write_text(dir.file("bad.jsonl"), "{\"text\": \"fine\"}\n{\"text\": oops}\n");
+  auto r = run_command(cli() + "--tokenizer " + tiny + " --input " + dir.file("bad.jsonl"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(dir.file("bad.jsonl") + ":2"), std::string::npos) << r.output;
+
+  r = run_command("printf '{\"txt\": \"x\"}\\n' | " + cli() + "--tokenizer " + tiny);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("<stdin>:1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"text\""), std::string::npos) << r.output;
+
+  r = run_command("printf '{\"ids\": [1, 2]}\\n{\"ids\": [1, 999999]}\\n' | " + cli() +
+                  "--tokenizer " + tiny + " --decode");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("<stdin>:2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("999999"), std::string::npos) << r.output;
+
+  r = run_command("printf '{\"ids\": [1, \"x\"]}\\n' | " + cli() + "--tokenizer " + tiny + " --decode");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("ids[1]"), std::string::npos) << r.output;
+
+  r = run_command(cli() + "--tokenizer " + dir.path() + " --input " + dir.file("bad.jsonl"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("no tokenizer.json"), std::string::npos) << r.output;
+
+  r = run_command(cli() + "--tokenizer " + tiny + " --input " + dir.file("missing.jsonl"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("missing.jsonl"), std::string::npos) << r.output;
+}
+
+TEST(TokenizeCli, BenchPrintsThroughput) {
+  const auto r = run_command(cli() + "--tokenizer " + fixtures() + "/tiny_bytelevel.json --bench " +
+                             test::source_dir() + "/tools/tokenizer_fixtures.py");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("MB/s"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace sbp
