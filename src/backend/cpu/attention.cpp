@@ -1,0 +1,988 @@
+// Flash-style attention on the CPU (fp32), forward and backward.
+//
+// Work is cut into query blocks of kBq rows and key tiles of kBk keys. Key tiles sit at
+// absolute multiples of kBk (not relative to the query chunk) and each tile is trimmed to the
+// keys the block can see, so the arithmetic a query row goes through does not depend on which
+// other rows share its block: a forward over row chunks [s, e) with q_offset = s gives the same
+// bits as one forward over all rows. Masked scores contribute exact zeros (p = 0), which is why
+// trimming and skipping never change a result.
+//
+// Every tile product is one small GEMM, C (M, N) (=, +=, or row-scaled +=) A (M, K) B (K, N),
+// done by a register-blocked micro-kernel (kMR rows x 16 columns held in 12 AVX registers)
+// written with GCC vector types (portable; the one target builtin is the FMA). B is read
+// as contiguous rows; A is read by broadcasts through arbitrary row/column strides, which lets
+// one kernel serve P V, P^T dO and dS^T Q without transposing P or dS.
+//
+// Scores are computed key-major, S^T = K Qs^T (Qs = scale * Q, transposed once per block), so
+// the online-softmax statistics of the block's queries live along the contiguous dimension and
+// the softmax loops vectorize. Only K and V tiles are copied per tile pair, with plain row
+// copies; all transposes happen once per query block. On tiles that straddle the diagonal or a
+// segment start, the products leave out 6 x 16 micro-tiles and k-steps that hold only masked
+// pairs (see MaskGeometry): for packed short sequences that is most of the work.
+//
+// Backward paths (both give bit-identical results, see attention_backward):
+//  - per kv head: one task per kv head g owns dk/dv of head g and dq of its query heads;
+//    one pass over (query head, query block, key tile), five tile products per pair;
+//  - two passes, for when there are fewer kv heads than threads: pass A over (query head,
+//    query block) owns dq; pass B over (kv head, key tile) owns dk/dv and revisits the query
+//    blocks that see the tile. Seven tile products per pair in total.
+#include "backend/cpu/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/vec_math.h"
+#include "core/error.h"
+
+namespace sbp::cpu {
+namespace {
+
+// 128 x 64: a block's resident state (Q^T and the output accumulator, ~150 KiB at h = 128;
+// in the backward also Q, dO, dO^T, ~360 KiB) stays in a 512 KiB L2, and the K/V traffic per
+// FLOP is half that of 64-row blocks: measured ~10% faster than 64 x 64 on Zen 3.
+constexpr int64_t kBq = 128;  // query rows per block
+constexpr int64_t kBk = 64;   // keys per tile
+constexpr int kMR = 6;       // micro-kernel rows: 6 x 16 accumulators = 12 of 16 AVX registers
+
+// Leading dimensions of the scratch tiles are padded past a multiple of 64 bytes so that the
+// rows of a tile do not all map to the same few L1 sets.
+constexpr int64_t kLdq = kBq + 16;  // row length of key-major (kBk, kBq) tiles and Q^T, dO^T
+constexpr int64_t kLdk = kBk + 16;  // row length of query-major (kBq, kBk) tiles and K^T, V^T
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// ---------------------------------------------------------------------------------------------
+// Tile GEMM
+
+// 8 floats. Internal only (everything here is inlined), so GCC's note that passing it by value
+// has a different ABI without AVX does not concern us.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+using v8 = float __attribute__((vector_size(32)));
+
+inline v8 load8(const float* p) {
+  v8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, const v8& v) { std::memcpy(p, &v, sizeof v); }
+// a * b + c, fused when the target has FMA. Explicit, because left to -ffp-contract GCC fuses
+// in some instantiations and not in others, and then an element's bits would depend on which
+// micro-kernel computed it (see fmadd in vec_math.h).
+inline v8 fma8(const v8& a, const v8& b, const v8& c) {
+#if defined(__FMA__)
+  return __builtin_ia32_vfmaddps256(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+enum class Store {
+  kSet,       // C = A B
+  kAdd,       // C += A B
+  kScaleAdd,  // C = diag(row_scale) C + A B  (online-softmax rescale of the output)
+};
+
+// C (MR, 8*NV) op= A (MR, kc) B (kc, 8*NV); A(r, k) = a[r*a_rs + k*a_ks], B(k, c) = b[k*ldb + c].
+// The FMA chain of every output element runs over k in order starting from its initial value,
+// whatever MR and NV are, so results do not depend on where a row falls in a tile.
+template <int MR, int NV, Store kMode>
+inline void micro_kernel(int64_t kc, const float* a, int64_t a_rs, int64_t a_ks,
+                         const float* __restrict b, int64_t ldb, float* __restrict c,
+                         int64_t ldc, const float* row_scale) {
+  v8 acc[MR][NV];
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < NV; ++v) {
+      if constexpr (kMode == Store::kSet) {
+        acc[r][v] = v8{};
+      } else if constexpr (kMode == Store::kAdd) {
+        acc[r][v] = load8(c + r * ldc + 8 * v);
+      } else {
+        acc[r][v] = load8(c + r * ldc + 8 * v) * row_scale[r];
+      }
+    }
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    v8 bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = load8(b + k * ldb + 8 * v);
+    const float* ak = a + k * a_ks;
+    for (int r = 0; r < MR; ++r) {
+      const float av = ak[r * a_rs];
+      const v8 avv = {av, av, av, av, av, av, av, av};
+      for (int v = 0; v < NV; ++v) acc[r][v] = fma8(avv, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) store8(c + r * ldc + 8 * v, acc[r][v]);
+}
+
+// Same for the last w < 8 columns (head dims that are not a multiple of 8), in scalar code.
+template <int MR, Store kMode>
+inline void micro_kernel_tail(int64_t kc, int w, const float* a, int64_t a_rs, int64_t a_ks,
+                              const float* __restrict b, int64_t ldb, float* __restrict c,
+                              int64_t ldc, const float* row_scale) {
+  float acc[MR][8];
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < w; ++j) {
+      if constexpr (kMode == Store::kSet) {
+        acc[r][j] = 0.0f;
+      } else if constexpr (kMode == Store::kAdd) {
+        acc[r][j] = c[r * ldc + j];
+      } else {
+        acc[r][j] = c[r * ldc + j] * row_scale[r];
+      }
+    }
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int r = 0; r < MR; ++r) {
+      const float av = a[r * a_rs + k * a_ks];
+      for (int j = 0; j < w; ++j) acc[r][j] = fmadd(av, b[k * ldb + j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < w; ++j) c[r * ldc + j] = acc[r][j];
+}
+
+// Which terms of a tile product can be nonzero. Masked (query, key) pairs have p = dS = 0, so
+// on tiles that straddle the diagonal or a segment start the products can skip micro-tiles and
+// k-steps that only hold masked pairs. Skipped k-steps would only have added exact zeros to the
+// FMA chains, so skipping changes no bit of any result; a skipped S or dP micro-tile is left
+// unwritten and must be masked by the caller (it only happens on tiles that are not `full`).
+struct AllTerms {
+  bool visible(int64_t, int64_t, int64_t, int64_t) const { return true; }
+  void k_range(int64_t, int64_t, int64_t kc, int64_t* lo, int64_t* hi) const {
+    *lo = 0;
+    *hi = kc;
+  }
+};
+
+// The allowed pairs of a query block and a key range: local query i (global row gi0 + i,
+// segment start seg[i], i < nr) and local key j (global js + j, j < nk) when
+// seg[i] <= js + j <= gi0 + i.
+struct MaskGeometry {
+  const int32_t* seg = nullptr;  // (nr) non-decreasing
+  int64_t gi0 = 0, nr = 0, js = 0, nk = 0;
+
+  // True when no pair of queries [i0, i1] x keys [j0, j1] is allowed. Ranges that reach into
+  // padding (i1 >= nr or j1 >= nk) count as allowed: padding is computed, never left unwritten.
+  bool none_allowed(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    if (i1 >= nr || j1 >= nk) return false;
+    return js + j0 > gi0 + i1 || js + j1 < seg[i0];
+  }
+  // Keys [*lo, *hi) that some query of [i0, i1] may see.
+  void keys_of(int64_t i0, int64_t i1, int64_t* lo, int64_t* hi) const {
+    *lo = std::clamp<int64_t>(seg[i0] - js, 0, nk);
+    *hi = std::clamp<int64_t>(gi0 + std::min(i1, nr - 1) - js + 1, *lo, nk);
+  }
+  // Queries [*lo, *hi) that may see some key of [j0, j1].
+  void queries_of(int64_t j0, int64_t j1, int64_t* lo, int64_t* hi) const {
+    *lo = std::clamp<int64_t>(js + j0 - gi0, 0, nr);
+    const int64_t last = js + std::min(j1, nk - 1);
+    *hi = std::max(*lo, static_cast<int64_t>(std::upper_bound(seg, seg + nr, last) - seg));
+  }
+};
+
+// S^T, dP^T: rows are keys, columns queries; skip micro-tiles without an allowed pair.
+struct KeyRowsQueryCols : AllTerms {
+  MaskGeometry g;
+  bool visible(int64_t r0, int64_t mr, int64_t c0, int64_t w) const {
+    return !g.none_allowed(c0, c0 + w - 1, r0, r0 + mr - 1);
+  }
+};
+// S, dP in pass B: rows are queries, columns keys.
+struct QueryRowsKeyCols : AllTerms {
+  MaskGeometry g;
+  bool visible(int64_t r0, int64_t mr, int64_t c0, int64_t w) const {
+    return !g.none_allowed(r0, r0 + mr - 1, c0, c0 + w - 1);
+  }
+};
+// P V, dS K: rows are queries, k runs over keys.
+struct QueryRowsKeySteps : AllTerms {
+  MaskGeometry g;
+  void k_range(int64_t r0, int64_t mr, int64_t, int64_t* lo, int64_t* hi) const {
+    g.keys_of(r0, r0 + mr - 1, lo, hi);
+  }
+};
+// P^T dO, dS^T Q: rows are keys, k runs over queries.
+struct KeyRowsQuerySteps : AllTerms {
+  MaskGeometry g;
+  void k_range(int64_t r0, int64_t mr, int64_t, int64_t* lo, int64_t* hi) const {
+    g.queries_of(r0, r0 + mr - 1, lo, hi);
+  }
+};
+
+// One row panel of MR rows starting at row r0 of the tile, all columns; returns the FLOPs.
+template <int MR, Store kMode, class Terms>
+inline int64_t row_panel(const Terms& terms, int64_t r0, int64_t n, int64_t kc, const float* a,
+                         int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb, float* c,
+                         int64_t ldc, const float* rs) {
+  int64_t klo = 0, khi = kc;
+  terms.k_range(r0, MR, kc, &klo, &khi);
+  // C += nothing: leave it. (kScaleAdd must still scale, with an empty k loop.)
+  if (klo >= khi && kMode == Store::kAdd) return 0;
+  a += klo * a_ks;
+  b += klo * ldb;
+  kc = khi - klo;
+  int64_t flops = 0;
+  int64_t j = 0;
+  // Only a product that overwrites C may leave micro-tiles out.
+  auto visible = [&](int64_t c0, int64_t w) {
+    return kMode != Store::kSet || terms.visible(r0, MR, c0, w);
+  };
+  for (; j + 16 <= n; j += 16) {
+    if (!visible(j, 16)) continue;
+    micro_kernel<MR, 2, kMode>(kc, a, a_rs, a_ks, b + j, ldb, c + j, ldc, rs);
+    flops += 2 * MR * 16 * kc;
+  }
+  if (j + 8 <= n) {
+    if (visible(j, 8)) {
+      micro_kernel<MR, 1, kMode>(kc, a, a_rs, a_ks, b + j, ldb, c + j, ldc, rs);
+      flops += 2 * MR * 8 * kc;
+    }
+    j += 8;
+  }
+  if (j < n && visible(j, n - j)) {
+    micro_kernel_tail<MR, kMode>(kc, static_cast<int>(n - j), a, a_rs, a_ks, b + j, ldb, c + j,
+                                 ldc, rs);
+    flops += 2 * MR * (n - j) * kc;
+  }
+  return flops;
+}
+
+// C (m, n) op= A (m, kc) B (kc, n), strides as in micro_kernel, restricted to the terms that
+// `terms` allows; returns the FLOPs performed.
+// Kept out of line on purpose: inlined into the forward's tile loop, GCC 12 compiled the
+// micro-kernels into code that ran at half speed (measured 36 vs 64 GFLOP/s on one core).
+template <Store kMode, class Terms = AllTerms>
+__attribute__((noinline)) int64_t tile_gemm(int64_t m, int64_t n, int64_t kc, const float* a,
+                                            int64_t a_rs, int64_t a_ks, const float* b,
+                                            int64_t ldb, float* c, int64_t ldc,
+                                            const float* row_scale = nullptr,
+                                            const Terms& terms = Terms{}) {
+  int64_t flops = 0;
+  for (int64_t i = 0; i < m; i += kMR) {
+    const float* ai = a + i * a_rs;
+    float* ci = c + i * ldc;
+    const float* rs = row_scale ? row_scale + i : nullptr;
+    auto panel = [&]<int MR>() {
+      return row_panel<MR, kMode>(terms, i, n, kc, ai, a_rs, a_ks, b, ldb, ci, ldc, rs);
+    };
+    switch (std::min<int64_t>(kMR, m - i)) {
+      case 6: flops += panel.template operator()<6>(); break;
+      case 5: flops += panel.template operator()<5>(); break;
+      case 4: flops += panel.template operator()<4>(); break;
+      case 3: flops += panel.template operator()<3>(); break;
+      case 2: flops += panel.template operator()<2>(); break;
+      default: flops += panel.template operator()<1>(); break;
+    }
+  }
+  return flops;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small vectorizable helpers
+
+// All-ones if b, else zero: selects done on bits, so that GCC if-converts them (a float `?:`
+// over an expensive operand would be turned into a branch, which stops vectorization).
+inline uint32_t mask_of(bool b) { return 0u - static_cast<uint32_t>(b); }
+inline float keep_if(uint32_t m, float x) {
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(x) & m);
+}
+inline float select(uint32_t m, float x, float y) {
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(x) & m) |
+                              (std::bit_cast<uint32_t>(y) & ~m));
+}
+
+// sum_c a[c] * b[c] in a fixed order: eight interleaved partial sums, then a fixed tree.
+float dot_fixed(const float* __restrict a, const float* __restrict b, int64_t len) {
+  float acc[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= len; c += 8)
+    for (int l = 0; l < 8; ++l) acc[l] = fmadd(a[c + l], b[c + l], acc[l]);
+  for (int l = 0; c < len; ++c, ++l) acc[l] = fmadd(a[c], b[c], acc[l]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Problem description
+
+struct Problem {
+  int64_t n = 0;         // query rows
+  int64_t q_offset = 0;  // global row of query row 0
+  int64_t tk = 0;        // key rows
+  int64_t H = 0, G = 0, h = 0, group = 0;  // group = H / G query heads per kv head
+  float scale = 0.0f;
+  int64_t ldq_g = 0;   // H*h: row stride of q, out, dq, dout
+  int64_t ldkv_g = 0;  // G*h: row stride of k, v, dk, dv
+  int64_t ldh = 0;     // row length of (rows, h) scratch tiles
+  int64_t n_blocks = 0;
+  const int32_t* seg = nullptr;  // (>= q_offset + n) first row of each global row's segment
+
+  int64_t kv_head(int64_t hq) const { return hq / group; }
+};
+
+// The rows of query block ib and the keys they can see.
+struct BlockRange {
+  int64_t r0 = 0;    // first local query row
+  int64_t nr = 0;    // rows in the block
+  int64_t ncp = 0;   // nr rounded up to 8: width of the score tiles
+  int64_t gi0 = 0;   // global row of the first query
+  int64_t gi1 = 0;   // global row of the last query
+  int64_t kmin = 0;  // first key any row of the block sees (segments are non-decreasing)
+  int64_t kmax = 0;  // last key any row sees (causal)
+};
+
+BlockRange block_range(const Problem& p, int64_t ib) {
+  BlockRange b;
+  b.r0 = ib * kBq;
+  b.nr = std::min(kBq, p.n - b.r0);
+  b.ncp = round_up(b.nr, 8);
+  b.gi0 = p.q_offset + b.r0;
+  b.gi1 = b.gi0 + b.nr - 1;
+  b.kmin = p.seg[b.gi0];
+  b.kmax = b.gi1;
+  return b;
+}
+
+// Keys [js, je) of tile t that block b can see; empty when js >= je.
+struct KeyRange {
+  int64_t js = 0, je = 0;
+  bool full = false;  // every (query, key) pair of the block and range is allowed: no mask
+};
+
+KeyRange key_range(const Problem& p, const BlockRange& b, int64_t t) {
+  KeyRange r;
+  r.js = std::max(t * kBk, b.kmin);
+  r.je = std::min((t + 1) * kBk, b.kmax + 1);
+  r.full = p.seg[b.gi1] <= r.js && r.je - 1 <= b.gi0;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-thread scratch, allocated once per call: O(kBq * h) floats, nothing proportional to n or
+// Tk. Left uninitialized (every piece is written before it is read), so the parts a call does
+// not use cost neither time nor resident memory.
+
+struct Scratch {
+  std::unique_ptr<float[]> storage;
+  std::unique_ptr<int32_t[]> istorage;
+  float* qt = nullptr;   // (h, kLdq) scale * Q^T of the block: B of S^T = K Qs^T
+  float* qs = nullptr;   // (kBq, ldh) scale * Q, natural (pass B: A of S = Qs K^T)
+  float* qn = nullptr;   // (kBq, ldh) Q, natural (backward: B of dK += dS^T Q)
+  float* dot = nullptr;  // (h, kLdq) dO^T of the block: B of dP^T = V dO^T
+  float* don = nullptr;  // (kBq, ldh) dO natural (B of dV += P^T dO; pass B: A of dP)
+  float* acc = nullptr;  // (kBq, ldh) output accumulator (forward) or dq accumulator
+  float* kn = nullptr;   // (kBk, ldh) key tile, natural
+  float* vn = nullptr;   // (kBk, ldh) value tile, natural
+  float* kt = nullptr;   // (h, kLdk) K^T of a tile (pass B: B of S = Qs K^T)
+  float* vt = nullptr;   // (h, kLdk) V^T of a tile (pass B: B of dP = dO V^T)
+  float* s = nullptr;    // (kBk, kLdq) key-major scores -> probabilities; pass B (kBq, kLdk)
+  float* ds = nullptr;   // (kBk, kLdq) key-major dP -> dS; pass B (kBq, kLdk)
+  float* m = nullptr;      // (kLdq) running row max (scaled scores)
+  float* l = nullptr;      // (kLdq) running row sum of exp
+  float* alpha = nullptr;  // (kLdq) rescale factor of the output rows for the current tile
+  float* base = nullptr;   // (kLdq) exponent offset: new max, 0 while no key was seen
+  float* rowsum = nullptr; // (kLdq) tile max, then tile sum of p
+  float* lse = nullptr;    // (kLdq) backward: lse of the block's rows
+  float* dd = nullptr;     // (kLdq) backward: D = rowsum(dout * out)
+  int32_t* seg = nullptr;  // (kLdq) segment start of each query row; INT32_MAX on padding
+  int32_t* gi = nullptr;   // (kLdq) global row of each query row; -1 on padding
+
+  Scratch(int64_t h, int64_t ldh) {
+    const int64_t tile = std::max(kBk * kLdq, kBq * kLdk);
+    const int64_t sizes[] = {h * kLdq, kBq * ldh, kBq * ldh, h * kLdq, kBq * ldh, kBq * ldh,
+                             kBk * ldh, kBk * ldh, h * kLdk, h * kLdk, tile, tile,
+                             kLdq, kLdq, kLdq, kLdq, kLdq, kLdq, kLdq};
+    float** slots[] = {&qt, &qs, &qn, &dot, &don, &acc, &kn, &vn, &kt, &vt, &s, &ds,
+                       &m, &l, &alpha, &base, &rowsum, &lse, &dd};
+    static_assert(std::size(sizes) == std::size(slots));
+    int64_t total = 0;
+    for (int64_t size : sizes) total += round_up(size, 16);  // 64-byte aligned pieces
+    storage = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(total + 16));
+    float* p = storage.get();
+    p += (16 - (reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 16) % 16;
+    for (size_t i = 0; i < std::size(slots); ++i) {
+      *slots[i] = p;
+      p += round_up(sizes[i], 16);
+    }
+    istorage = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(2 * kLdq));
+    seg = istorage.get();
+    gi = istorage.get() + kLdq;
+  }
+};
+
+// Per-row mask data of a block: padded rows never see a key.
+void load_row_info(const Problem& p, const BlockRange& b, Scratch& w) {
+  for (int64_t i = 0; i < kLdq; ++i) {
+    if (i < b.nr) {
+      w.seg[i] = p.seg[b.gi0 + i];
+      w.gi[i] = static_cast<int32_t>(b.gi0 + i);
+    } else {
+      w.seg[i] = std::numeric_limits<int32_t>::max();
+      w.gi[i] = -1;
+    }
+  }
+}
+
+// dst (h, kLdq) = s * src^T for the rows of a block; src rows (nr, >= h) with stride ld.
+// Columns [nr, ncp) are zeroed so padded queries compute harmless zeros.
+void pack_transposed(float* __restrict dst, const float* __restrict src, int64_t ld,
+                     const BlockRange& b, int64_t h, float s) {
+  for (int64_t i = 0; i < b.nr; ++i) {
+    const float* row = src + i * ld;
+    for (int64_t d = 0; d < h; ++d) dst[d * kLdq + i] = s * row[d];
+  }
+  for (int64_t d = 0; d < h; ++d)
+    for (int64_t i = b.nr; i < b.ncp; ++i) dst[d * kLdq + i] = 0.0f;
+}
+
+// dst (rows, ldh) = s * src rows (stride ld); s == 1 copies.
+void pack_rows(float* __restrict dst, int64_t ldh, const float* __restrict src, int64_t ld,
+               int64_t rows, int64_t h, float s) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = src + i * ld;
+    float* out = dst + i * ldh;
+    if (s == 1.0f) {
+      std::memcpy(out, row, static_cast<size_t>(h) * sizeof(float));
+    } else {
+      for (int64_t d = 0; d < h; ++d) out[d] = s * row[d];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+struct FwdTensors {
+  float* out;          // (n, H*h)
+  float* lse;          // (n, H)
+  const float* q;      // (n, H*h)
+  const float* k;      // (Tk, G*h)
+  const float* v;      // (Tk, G*h)
+};
+
+// Online softmax over one key-major score tile (nk, ncp) in w.s; leaves p in w.s.
+// Identical arithmetic for every allowed (query, key) pair whether or not the tile is masked.
+void softmax_tile_forward(Scratch& w, int64_t nk, int64_t ncp, int64_t js, bool full) {
+  float* __restrict s = w.s;
+  float* __restrict mt = w.rowsum;  // reused: tile max first, then tile sum
+  const int32_t* __restrict seg = w.seg;
+  const int32_t* __restrict gi = w.gi;
+  for (int64_t i = 0; i < ncp; ++i) mt[i] = kNegInf;
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* sj = s + j * kLdq;
+    const int32_t kj = static_cast<int32_t>(js + j);
+    if (full) {
+      for (int64_t i = 0; i < ncp; ++i) mt[i] = sj[i] > mt[i] ? sj[i] : mt[i];
+    } else {
+      for (int64_t i = 0; i < ncp; ++i) {
+        const float x = select(mask_of((seg[i] <= kj) & (kj <= gi[i])), sj[i], kNegInf);
+        mt[i] = x > mt[i] ? x : mt[i];
+      }
+    }
+  }
+  float* __restrict m = w.m;
+  float* __restrict base = w.base;
+  float* __restrict alpha = w.alpha;
+  for (int64_t i = 0; i < ncp; ++i) {
+    const float mnew = mt[i] > m[i] ? mt[i] : m[i];
+    // While a row has seen no allowed key its max is -inf; offset by 0 instead, which makes
+    // every p and alpha 0 (and avoids -inf - -inf = NaN).
+    base[i] = mnew == kNegInf ? 0.0f : mnew;
+    alpha[i] = exp_f32(m[i] - base[i]);
+    m[i] = mnew;
+    mt[i] = 0.0f;
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    float* sj = s + j * kLdq;
+    const int32_t kj = static_cast<int32_t>(js + j);
+    if (full) {
+      for (int64_t i = 0; i < ncp; ++i) {
+        const float pv = exp_f32(sj[i] - base[i]);
+        sj[i] = pv;
+        mt[i] += pv;
+      }
+    } else {
+      for (int64_t i = 0; i < ncp; ++i) {
+        const uint32_t allowed = mask_of((seg[i] <= kj) & (kj <= gi[i]));
+        const float pv = keep_if(allowed, exp_f32(sj[i] - base[i]));
+        sj[i] = pv;
+        mt[i] += pv;
+      }
+    }
+  }
+  float* __restrict l = w.l;
+  for (int64_t i = 0; i < ncp; ++i) l[i] = fmadd(l[i], alpha[i], mt[i]);
+}
+
+int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t ib,
+                      Scratch& w) {
+  const int64_t h = p.h, ldh = p.ldh;
+  const int64_t g = p.kv_head(hq);
+  const BlockRange b = block_range(p, ib);
+  int64_t flops = 0;
+
+  load_row_info(p, b, w);
+  // (nr, h) rows of head hq of the block, scaled and transposed once for all key tiles
+  pack_transposed(w.qt, t.q + b.r0 * p.ldq_g + hq * h, p.ldq_g, b, h, p.scale);
+  for (int64_t i = 0; i < kLdq; ++i) {
+    w.m[i] = kNegInf;
+    w.l[i] = 0.0f;
+  }
+  for (int64_t i = 0; i < b.nr; ++i) std::memset(w.acc + i * ldh, 0, sizeof(float) * h);
+
+  for (int64_t tile = b.kmin / kBk; tile <= b.kmax / kBk; ++tile) {
+    const KeyRange kr = key_range(p, b, tile);
+    const int64_t nk = kr.je - kr.js;
+    if (nk <= 0) continue;
+    // (nk, h) key and value rows of kv head g
+    pack_rows(w.kn, ldh, t.k + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
+    pack_rows(w.vn, ldh, t.v + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
+    const MaskGeometry mg{w.seg, b.gi0, b.nr, kr.js, nk};
+    // (nk, ncp) S^T = K Qs^T
+    flops += tile_gemm<Store::kSet>(nk, b.ncp, h, w.kn, ldh, 1, w.qt, kLdq, w.s, kLdq, nullptr,
+                                    KeyRowsQueryCols{{}, mg});
+    softmax_tile_forward(w, nk, b.ncp, kr.js, kr.full);
+    // (nr, h) O = diag(alpha) O + P V, with P(i, j) = s[j, i]
+    flops += tile_gemm<Store::kScaleAdd>(b.nr, h, nk, w.s, 1, kLdq, w.vn, ldh, w.acc, ldh,
+                                         w.alpha, QueryRowsKeySteps{{}, mg});
+  }
+
+  for (int64_t i = 0; i < b.nr; ++i) {
+    // Every row sees at least its own key, so l >= 1.
+    const float inv = 1.0f / w.l[i];
+    float* orow = t.out + (b.r0 + i) * p.ldq_g + hq * h;
+    const float* arow = w.acc + i * ldh;
+    for (int64_t d = 0; d < h; ++d) orow[d] = arow[d] * inv;
+    t.lse[(b.r0 + i) * p.H + hq] = w.m[i] + std::log(w.l[i]);
+  }
+  return flops;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+
+struct BwdTensors {
+  float* dq;           // (n, H*h)
+  float* dk;           // (Tk, G*h)
+  float* dv;           // (Tk, G*h)
+  const float* dout;   // (n, H*h)
+  const float* q;      // (n, H*h)
+  const float* k;      // (Tk, G*h)
+  const float* v;      // (Tk, G*h)
+  const float* out;    // (n, H*h)
+  const float* lse;    // (n, H)
+  const float* d = nullptr;  // (n, H) D = rowsum(dout * out) if precomputed, else null
+};
+
+// D = rowsum(dout * out) of local row `row` and head hq.
+float row_d(const Problem& p, const BwdTensors& t, int64_t row, int64_t hq) {
+  const int64_t off = row * p.ldq_g + hq * p.h;
+  return dot_fixed(t.dout + off, t.out + off, p.h);
+}
+
+// lse and D of the block's rows (0 on padding).
+void load_row_stats(const Problem& p, const BwdTensors& t, int64_t hq, const BlockRange& b,
+                    Scratch& w) {
+  for (int64_t i = 0; i < kLdq; ++i) {
+    if (i < b.nr) {
+      const int64_t row = b.r0 + i;
+      w.lse[i] = t.lse[row * p.H + hq];
+      w.dd[i] = t.d ? t.d[row * p.H + hq] : row_d(p, t, row, hq);
+    } else {
+      w.lse[i] = 0.0f;
+      w.dd[i] = 0.0f;
+    }
+  }
+}
+
+// P = exp(S - lse) (masked), dS = scale * P * (dP - D), on key-major tiles (nk, ncp).
+// The expression is the same as in ds_query_major, element by element.
+void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t js, bool full) {
+  const float* __restrict lse = w.lse;
+  const float* __restrict dd = w.dd;
+  const int32_t* __restrict seg = w.seg;
+  const int32_t* __restrict gi = w.gi;
+  const float scale = p.scale;
+  for (int64_t j = 0; j < nk; ++j) {
+    float* __restrict sj = w.s + j * kLdq;
+    float* __restrict dj = w.ds + j * kLdq;
+    const int32_t kj = static_cast<int32_t>(js + j);
+    if (full) {
+      for (int64_t i = 0; i < ncp; ++i) {
+        const float pv = exp_f32(sj[i] - lse[i]);
+        sj[i] = pv;
+        dj[i] = scale * pv * (dj[i] - dd[i]);
+      }
+    } else {
+      for (int64_t i = 0; i < ncp; ++i) {
+        const uint32_t allowed = mask_of((seg[i] <= kj) & (kj <= gi[i]));
+        const float pv = keep_if(allowed, exp_f32(sj[i] - lse[i]));
+        sj[i] = pv;
+        // dP of a masked pair may be unwritten (skipped micro-tile): mask dS too.
+        dj[i] = keep_if(allowed, scale * pv * (dj[i] - dd[i]));
+      }
+    }
+  }
+}
+
+// Query-major twin of ds_key_major for pass B: tiles (nr, kLdk), keys [js, js + nkp).
+void ds_query_major(Scratch& w, const Problem& p, int64_t nr, int64_t nkp, int64_t js,
+                    bool full) {
+  const float scale = p.scale;
+  for (int64_t i = 0; i < nr; ++i) {
+    float* __restrict si = w.s + i * kLdk;
+    float* __restrict di = w.ds + i * kLdk;
+    const float lse = w.lse[i], dd = w.dd[i];
+    const int32_t seg = w.seg[i], gi = w.gi[i];
+    if (full) {
+      for (int64_t j = 0; j < nkp; ++j) {
+        const float pv = exp_f32(si[j] - lse);
+        si[j] = pv;
+        di[j] = scale * pv * (di[j] - dd);
+      }
+    } else {
+      for (int64_t j = 0; j < nkp; ++j) {
+        const int32_t kj = static_cast<int32_t>(js + j);
+        const uint32_t allowed = mask_of((seg <= kj) & (kj <= gi));
+        const float pv = keep_if(allowed, exp_f32(si[j] - lse));
+        si[j] = pv;
+        di[j] = keep_if(allowed, scale * pv * (di[j] - dd));
+      }
+    }
+  }
+}
+
+// Packs what every key tile of query block b of head hq needs (key-major orientation) and
+// clears the dq accumulator.
+void prepare_query_block(const Problem& p, const BwdTensors& t, int64_t hq, const BlockRange& b,
+                         Scratch& w, bool need_dkdv) {
+  const int64_t h = p.h, ldh = p.ldh;
+  const int64_t off = b.r0 * p.ldq_g + hq * h;
+  load_row_info(p, b, w);
+  load_row_stats(p, t, hq, b, w);
+  pack_transposed(w.qt, t.q + off, p.ldq_g, b, h, p.scale);
+  pack_transposed(w.dot, t.dout + off, p.ldq_g, b, h, 1.0f);
+  if (need_dkdv) {
+    pack_rows(w.qn, ldh, t.q + off, p.ldq_g, b.nr, h, 1.0f);
+    pack_rows(w.don, ldh, t.dout + off, p.ldq_g, b.nr, h, 1.0f);
+  }
+  for (int64_t i = 0; i < b.nr; ++i) std::memset(w.acc + i * ldh, 0, sizeof(float) * h);
+}
+
+// One (query block, key range) pair, key-major: dq accumulates in w.acc; dk/dv rows
+// [js, je) of kv head g are added in place when need_dkdv.
+int64_t backward_pair(const Problem& p, const BwdTensors& t, int64_t g, const BlockRange& b,
+                      const KeyRange& kr, Scratch& w, bool need_dkdv) {
+  const int64_t h = p.h, ldh = p.ldh;
+  const int64_t nk = kr.je - kr.js;
+  int64_t flops = 0;
+  // (nk, h) key and value rows of kv head g
+  pack_rows(w.kn, ldh, t.k + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
+  pack_rows(w.vn, ldh, t.v + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
+  const MaskGeometry mg{w.seg, b.gi0, b.nr, kr.js, nk};
+  const KeyRowsQueryCols score_terms{{}, mg};
+  // (nk, ncp) S^T = K Qs^T and dP^T = V dO^T
+  flops += tile_gemm<Store::kSet>(nk, b.ncp, h, w.kn, ldh, 1, w.qt, kLdq, w.s, kLdq, nullptr,
+                                  score_terms);
+  flops += tile_gemm<Store::kSet>(nk, b.ncp, h, w.vn, ldh, 1, w.dot, kLdq, w.ds, kLdq, nullptr,
+                                  score_terms);
+  ds_key_major(w, p, nk, b.ncp, kr.js, kr.full);
+  if (need_dkdv) {
+    const int64_t off = kr.js * p.ldkv_g + g * h;
+    const KeyRowsQuerySteps terms{{}, mg};
+    // (nk, h) dV += P^T dO and dK += dS^T Q; A(j, i) = s[j, i]
+    flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, kLdq, 1, w.don, ldh, t.dv + off, p.ldkv_g,
+                                    nullptr, terms);
+    flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, kLdq, 1, w.qn, ldh, t.dk + off, p.ldkv_g,
+                                    nullptr, terms);
+  }
+  // (nr, h) dQ += dS K; A(i, j) = ds[j, i]
+  flops += tile_gemm<Store::kAdd>(b.nr, h, nk, w.ds, 1, kLdq, w.kn, ldh, w.acc, ldh, nullptr,
+                                  QueryRowsKeySteps{{}, mg});
+  return flops;
+}
+
+void flush_dq(const Problem& p, const BwdTensors& t, int64_t hq, const BlockRange& b,
+              const Scratch& w) {
+  for (int64_t i = 0; i < b.nr; ++i) {
+    float* drow = t.dq + (b.r0 + i) * p.ldq_g + hq * p.h;
+    const float* arow = w.acc + i * p.ldh;
+    for (int64_t d = 0; d < p.h; ++d) drow[d] += arow[d];
+  }
+}
+
+// All key tiles of query block ib of head hq (dq; and dk/dv when need_dkdv).
+int64_t backward_query_block(const Problem& p, const BwdTensors& t, int64_t hq, int64_t ib,
+                             Scratch& w, bool need_dkdv) {
+  const BlockRange b = block_range(p, ib);
+  const int64_t g = p.kv_head(hq);
+  int64_t flops = 0;
+  prepare_query_block(p, t, hq, b, w, need_dkdv);
+  for (int64_t tile = b.kmin / kBk; tile <= b.kmax / kBk; ++tile) {
+    const KeyRange kr = key_range(p, b, tile);
+    if (kr.je <= kr.js) continue;
+    flops += backward_pair(p, t, g, b, kr, w, need_dkdv);
+  }
+  flush_dq(p, t, hq, b, w);
+  return flops;
+}
+
+// Pass B: dk/dv rows of key tile `tile` of kv head g, from every query block that sees them,
+// in the same (query head, query block) order and with the same arithmetic per element as the
+// per-kv-head path, in query-major orientation so that the transposes are once per tile.
+int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int64_t tile,
+                          Scratch& w) {
+  const int64_t h = p.h, ldh = p.ldh;
+  const int64_t j0 = tile * kBk;
+  const int64_t j1 = std::min({j0 + kBk, p.tk, p.q_offset + p.n});  // keys past j1 get nothing
+  int64_t flops = 0;
+  // (h, kLdk) K^T and V^T of the tile; columns past j1 are zero
+  for (int64_t d = 0; d < h; ++d) {
+    for (int64_t j = 0; j < kLdk; ++j) {
+      w.kt[d * kLdk + j] = 0.0f;
+      w.vt[d * kLdk + j] = 0.0f;
+    }
+  }
+  for (int64_t j = 0; j < j1 - j0; ++j) {
+    const float* krow = t.k + (j0 + j) * p.ldkv_g + g * h;
+    const float* vrow = t.v + (j0 + j) * p.ldkv_g + g * h;
+    for (int64_t d = 0; d < h; ++d) {
+      w.kt[d * kLdk + j] = krow[d];
+      w.vt[d * kLdk + j] = vrow[d];
+    }
+  }
+  // First query block whose last row reaches the tile.
+  const int64_t ib_first = std::max<int64_t>(0, (j0 - p.q_offset) / kBq);
+  for (int64_t hq = g * p.group; hq < (g + 1) * p.group; ++hq) {
+    for (int64_t ib = ib_first; ib < p.n_blocks; ++ib) {
+      const BlockRange b = block_range(p, ib);
+      if (b.kmin > j1 - 1) break;  // segments only move forward: later blocks see even less
+      if (b.kmax < j0 || b.kmin / kBk > tile) continue;
+      const KeyRange kr = key_range(p, b, tile);
+      const int64_t nk = kr.je - kr.js;
+      if (nk <= 0) continue;
+      const int64_t nkp = round_up(nk, 8);
+      const int64_t joff = kr.js - j0;
+      const int64_t off = b.r0 * p.ldq_g + hq * h;
+      load_row_info(p, b, w);
+      load_row_stats(p, t, hq, b, w);
+      // (nr, h) scale * Q, Q and dO of the block, natural rows
+      pack_rows(w.qs, ldh, t.q + off, p.ldq_g, b.nr, h, p.scale);
+      pack_rows(w.qn, ldh, t.q + off, p.ldq_g, b.nr, h, 1.0f);
+      pack_rows(w.don, ldh, t.dout + off, p.ldq_g, b.nr, h, 1.0f);
+      const MaskGeometry mg{w.seg, b.gi0, b.nr, kr.js, nk};
+      const QueryRowsKeyCols score_terms{{}, mg};
+      // (nr, nkp) S = Qs K^T and dP = dO V^T
+      flops += tile_gemm<Store::kSet>(b.nr, nkp, h, w.qs, ldh, 1, w.kt + joff, kLdk, w.s, kLdk,
+                                      nullptr, score_terms);
+      flops += tile_gemm<Store::kSet>(b.nr, nkp, h, w.don, ldh, 1, w.vt + joff, kLdk, w.ds,
+                                      kLdk, nullptr, score_terms);
+      ds_query_major(w, p, b.nr, nkp, kr.js, kr.full);
+      // (nk, h) dV += P^T dO and dK += dS^T Q; A(j, i) = s[i, j]
+      const int64_t koff = kr.js * p.ldkv_g + g * h;
+      const KeyRowsQuerySteps terms{{}, mg};
+      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, 1, kLdk, w.don, ldh, t.dv + koff,
+                                      p.ldkv_g, nullptr, terms);
+      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, 1, kLdk, w.qn, ldh, t.dk + koff,
+                                      p.ldkv_g, nullptr, terms);
+    }
+  }
+  return flops;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry checks
+
+Problem make_problem(const char* fn, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& seg_start, int64_t q_offset, const AttentionDims& dims) {
+  const std::string where = std::string(fn) + ": ";
+  SBP_CHECK(dims.n_heads > 0 && dims.n_kv_heads > 0 && dims.head_dim > 0,
+            where + "heads H=" + std::to_string(dims.n_heads) + ", G=" +
+                std::to_string(dims.n_kv_heads) + " and head_dim " +
+                std::to_string(dims.head_dim) + " must be positive");
+  SBP_CHECK(dims.n_heads % dims.n_kv_heads == 0,
+            where + "H=" + std::to_string(dims.n_heads) + " query heads is not a multiple of G=" +
+                std::to_string(dims.n_kv_heads) + " kv heads");
+  SBP_CHECK(std::isfinite(dims.scale), where + "softmax scale " + std::to_string(dims.scale) +
+                                           " is not finite");
+  Problem p;
+  p.H = dims.n_heads;
+  p.G = dims.n_kv_heads;
+  p.h = dims.head_dim;
+  p.group = p.H / p.G;
+  p.scale = dims.scale;
+  p.ldq_g = p.H * p.h;
+  p.ldkv_g = p.G * p.h;
+  p.ldh = round_up(p.h, 16) + 16;
+  p.n = q.rows();
+  p.tk = k.rows();
+  p.q_offset = q_offset;
+  p.n_blocks = (p.n + kBq - 1) / kBq;
+  SBP_CHECK(q.cols() == p.ldq_g, where + "q " + q.describe() + " must have H*h = " +
+                                     std::to_string(p.ldq_g) + " columns");
+  SBP_CHECK(k.cols() == p.ldkv_g && v.shape == k.shape,
+            where + "k " + k.describe() + " and v " + v.describe() +
+                " must both be (Tk, G*h = " + std::to_string(p.ldkv_g) + ")");
+  SBP_CHECK(q_offset >= 0 && q_offset + p.n <= p.tk,
+            where + "queries [" + std::to_string(q_offset) + ", " +
+                std::to_string(q_offset + p.n) + ") must lie within the " +
+                std::to_string(p.tk) + " key rows");
+  SBP_CHECK(seg_start.dtype == DType::I32 && seg_start.numel() >= q_offset + p.n,
+            where + "seg_start " + seg_start.describe() + " must be I32 with at least " +
+                std::to_string(q_offset + p.n) + " entries");
+  SBP_CHECK(p.tk < std::numeric_limits<int32_t>::max(),
+            where + std::to_string(p.tk) + " key rows do not fit the I32 segment starts");
+  p.seg = seg_start.i32();
+  // Bad segment starts would make the kernel read outside k and v: check the rows we use.
+  for (int64_t r = q_offset; r < q_offset + p.n; ++r) {
+    const int64_t s = p.seg[r];
+    const bool ok = s >= 0 && s <= r && (r == q_offset || s >= p.seg[r - 1]);
+    SBP_CHECK(ok, where + "seg_start[" + std::to_string(r) + "] = " + std::to_string(s) +
+                      " must satisfy 0 <= seg_start[i] <= i and be non-decreasing");
+  }
+  if (p.n > 0) {
+    SBP_CHECK(q.data && k.data && v.data, where + "tensors have no data");
+  }
+  return p;
+}
+
+void check_like(const char* fn, const char* name, const Tensor& t, const Tensor& like) {
+  SBP_CHECK(t.dtype == DType::F32 && t.numel() == like.numel() && t.rows() == like.rows(),
+            std::string(fn) + ": " + name + " " + t.describe() + " must match " +
+                like.describe());
+}
+
+std::vector<Scratch> make_scratch(const Problem& p, int threads) {
+  std::vector<Scratch> s;
+  s.reserve(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) s.emplace_back(p.h, p.ldh);
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                       const Tensor& v, const Tensor& seg_start, int64_t q_offset,
+                       const AttentionDims& dims, int64_t* flops) {
+  const char* fn = "attention_forward";
+  const Problem p = make_problem(fn, q, k, v, seg_start, q_offset, dims);
+  check_like(fn, "out", out, q);
+  SBP_CHECK(lse.dtype == DType::F32 && lse.rows() == p.n && lse.numel() == p.n * p.H,
+            std::string(fn) + ": lse " + lse.describe() + " must be (n=" +
+                std::to_string(p.n) + ", H=" + std::to_string(p.H) + ") F32");
+  if (p.n == 0) return;
+  const FwdTensors t{out.f32(), lse.f32(), q.f32(), k.f32(), v.f32()};
+
+  const int threads = omp_get_max_threads();
+  std::vector<Scratch> scratch = make_scratch(p, threads);
+  const int64_t tasks = p.H * p.n_blocks;
+  int64_t total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    Scratch& w = scratch[static_cast<size_t>(omp_get_thread_num())];
+    // Late query blocks see the most keys: hand them out first for a short tail.
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t ib = p.n_blocks - 1 - task / p.H;
+      const int64_t hq = task % p.H;
+      total += forward_block(p, t, hq, ib, w);
+    }
+  }
+  if (flops) *flops += total;
+}
+
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const Tensor& seg_start,
+                        int64_t q_offset, const AttentionDims& dims, int64_t* flops) {
+  const char* fn = "attention_backward";
+  const Problem p = make_problem(fn, q, k, v, seg_start, q_offset, dims);
+  check_like(fn, "dq", dq, q);
+  check_like(fn, "dout", dout, q);
+  check_like(fn, "out", out, q);
+  check_like(fn, "dk", dk, k);
+  check_like(fn, "dv", dv, k);
+  SBP_CHECK(lse.dtype == DType::F32 && lse.rows() == p.n && lse.numel() == p.n * p.H,
+            std::string(fn) + ": lse " + lse.describe() + " must be (n=" +
+                std::to_string(p.n) + ", H=" + std::to_string(p.H) + ") F32");
+  if (p.n == 0) return;
+  const BwdTensors t{dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(),
+                     k.f32(),  v.f32(),  out.f32(), lse.f32()};
+
+  const int threads = omp_get_max_threads();
+  std::vector<Scratch> scratch = make_scratch(p, threads);
+  int64_t total = 0;
+  // One pass costs 5 tile products per pair but only G tasks; two passes cost 7 but split
+  // finely. Take the one pass unless too few kv heads leave threads idle: its time goes as
+  // 5 * ceil(G / threads) / G against 7 / threads.
+  const int64_t rounds = (p.G + threads - 1) / threads;
+  const bool per_kv_head = 5 * rounds * threads <= 7 * p.G;
+  // Both paths add the same terms in the same order into every dq, dk and dv element (the
+  // per-element arithmetic is identical; see backward_key_tile), so the result does not
+  // depend on the thread count.
+  if (per_kv_head) {
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      Scratch& w = scratch[static_cast<size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic)
+      for (int64_t g = 0; g < p.G; ++g) {
+        for (int64_t hq = g * p.group; hq < (g + 1) * p.group; ++hq)
+          for (int64_t ib = 0; ib < p.n_blocks; ++ib)
+            total += backward_query_block(p, t, hq, ib, w, /*need_dkdv=*/true);
+      }
+    }
+  } else {
+    // Pass B visits every query block once per key tile it sees, so D is computed once here
+    // (recomputing it per visit, from dout and out rows scattered in memory, made the two-pass
+    // backward a third slower). An (n, H) buffer, the size of lse: the one allocation of this
+    // file that grows with n.
+    std::unique_ptr<float[]> d_store =
+        std::make_unique_for_overwrite<float[]>(static_cast<size_t>(p.n * p.H));
+    float* d_rows = d_store.get();
+    BwdTensors t2 = t;
+    t2.d = d_rows;
+    const int64_t q_tasks = p.H * p.n_blocks;
+    // Key tiles that any query can see: from the first segment start to the last query.
+    const int64_t tile_lo = p.seg[p.q_offset] / kBk;
+    const int64_t tile_hi = (p.q_offset + p.n - 1) / kBk;
+    const int64_t k_tasks = p.G * (tile_hi - tile_lo + 1);
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      Scratch& w = scratch[static_cast<size_t>(omp_get_thread_num())];
+#pragma omp for schedule(static)
+      for (int64_t row = 0; row < p.n; ++row)
+        for (int64_t hq = 0; hq < p.H; ++hq) d_rows[row * p.H + hq] = row_d(p, t, row, hq);
+#pragma omp for schedule(dynamic)
+      for (int64_t task = 0; task < q_tasks; ++task) {
+        const int64_t ib = p.n_blocks - 1 - task / p.H;
+        const int64_t hq = task % p.H;
+        total += backward_query_block(p, t2, hq, ib, w, /*need_dkdv=*/false);
+      }
+      // Early key tiles are seen by the most queries: first.
+#pragma omp for schedule(dynamic)
+      for (int64_t task = 0; task < k_tasks; ++task) {
+        const int64_t tile = tile_lo + task / p.G;
+        const int64_t g = task % p.G;
+        total += backward_key_tile(p, t2, g, tile, w);
+      }
+    }
+  }
+  if (flops) *flops += total;
+}
+
+}  // namespace sbp::cpu

@@ -1,0 +1,519 @@
+// CPU attention kernels against a float64 reference that materialises the scores.
+#include "backend/cpu/attention.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/vec_math.h"
+#include "support/test_support.h"
+
+namespace sbp {
+namespace {
+
+using test::rel_err;
+
+constexpr double kTol = 1e-5;  // fp32 kernel vs fp64 reference, max|a-b| / max|b|
+
+// One problem: packed stream of T rows split into segments; queries [q_offset, q_offset + n)
+// against keys [0, tk).
+struct Case {
+  std::string name;
+  int64_t H, G, h;
+  std::vector<int64_t> segments;  // lengths, summing to T
+  int64_t q_offset = 0;
+  int64_t n = -1;   // -1: T - q_offset
+  int64_t tk = -1;  // -1: T
+};
+
+std::string describe(const Case& c) {
+  std::string s = c.name + " H=" + std::to_string(c.H) + " G=" + std::to_string(c.G) +
+                  " h=" + std::to_string(c.h) + " segs=";
+  for (int64_t l : c.segments) s += std::to_string(l) + ",";
+  return s + " q_offset=" + std::to_string(c.q_offset);
+}
+
+// Owns the data of one problem; tensors are views into it.
+struct Problem {
+  int64_t H, G, h, T, q_offset, n, tk;
+  float scale;
+  std::vector<int32_t> seg;                // (T) segment start per global row
+  std::vector<float> q, k, v, dout, w;     // q, dout (n, H*h); k, v (tk, G*h); w (n, H*h)
+
+  explicit Problem(const Case& c, uint64_t seed = 1)
+      : H(c.H), G(c.G), h(c.h), T(std::accumulate(c.segments.begin(), c.segments.end(),
+                                                   int64_t{0})),
+        q_offset(c.q_offset) {
+    n = c.n >= 0 ? c.n : T - q_offset;
+    tk = c.tk >= 0 ? c.tk : T;
+    scale = 1.0f / std::sqrt(static_cast<float>(h));
+    int64_t start = 0;
+    for (int64_t len : c.segments) {
+      for (int64_t i = 0; i < len; ++i) seg.push_back(static_cast<int32_t>(start));
+      start += len;
+    }
+    Rng rng(seed, "attention_test");
+    auto normal = [&](int64_t count, float s) {
+      std::vector<float> x(static_cast<size_t>(count));
+      for (float& e : x) e = s * rng.normal();
+      return x;
+    };
+    // Queries a bit larger than unit so that the softmax is not nearly uniform.
+    q = normal(n * H * h, 2.0f);
+    k = normal(tk * G * h, 1.0f);
+    v = normal(tk * G * h, 1.0f);
+    dout = normal(n * H * h, 1.0f);
+    w = normal(n * H * h, 1.0f);
+  }
+
+  AttentionDims dims() const { return {H, G, h, scale}; }
+  Tensor qt() const { return view(q, n, H * h); }
+  Tensor kt() const { return view(k, tk, G * h); }
+  Tensor vt() const { return view(v, tk, G * h); }
+  Tensor doutt() const { return view(dout, n, H * h); }
+  Tensor segt() const {
+    return Tensor(const_cast<int32_t*>(seg.data()), DType::I32, Shape{T});
+  }
+  static Tensor view(const std::vector<float>& x, int64_t rows, int64_t cols) {
+    return Tensor(const_cast<float*>(x.data()), DType::F32, Shape{rows, cols});
+  }
+};
+
+struct Grads {
+  std::vector<float> dq, dk, dv;
+};
+
+struct Result {
+  std::vector<float> out, lse;
+  Grads g;
+  int64_t fwd_flops = 0, bwd_flops = 0;
+};
+
+// Kernel forward + backward with pre-zeroed gradients.
+Result run_kernel(const Problem& p) {
+  Result r;
+  r.out.assign(static_cast<size_t>(p.n * p.H * p.h), 0.0f);
+  r.lse.assign(static_cast<size_t>(p.n * p.H), 0.0f);
+  r.g.dq.assign(r.out.size(), 0.0f);
+  r.g.dk.assign(static_cast<size_t>(p.tk * p.G * p.h), 0.0f);
+  r.g.dv.assign(r.g.dk.size(), 0.0f);
+  const Tensor out = Problem::view(r.out, p.n, p.H * p.h);
+  const Tensor lse = Problem::view(r.lse, p.n, p.H);
+  cpu::attention_forward(out, lse, p.qt(), p.kt(), p.vt(), p.segt(), p.q_offset, p.dims(),
+                         &r.fwd_flops);
+  cpu::attention_backward(Problem::view(r.g.dq, p.n, p.H * p.h),
+                          Problem::view(r.g.dk, p.tk, p.G * p.h),
+                          Problem::view(r.g.dv, p.tk, p.G * p.h), p.doutt(), p.qt(), p.kt(),
+                          p.vt(), out, lse, p.segt(), p.q_offset, p.dims(), &r.bwd_flops);
+  return r;
+}
+
+// ---- float64 reference: scores materialised per query row ----
+
+struct RefResult {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+// Forward of the reference with double inputs (so finite differences can perturb them).
+void ref_forward(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
+                 const std::vector<double>& v, std::vector<double>* out,
+                 std::vector<double>* lse) {
+  const int64_t H = p.H, G = p.G, h = p.h, group = H / G;
+  out->assign(static_cast<size_t>(p.n * H * h), 0.0);
+  lse->assign(static_cast<size_t>(p.n * H), 0.0);
+  std::vector<double> s;
+  for (int64_t i = 0; i < p.n; ++i) {
+    const int64_t gi = p.q_offset + i;
+    const int64_t j0 = p.seg[static_cast<size_t>(gi)];
+    for (int64_t hq = 0; hq < H; ++hq) {
+      const int64_t g = hq / group;
+      const double* qi = &q[static_cast<size_t>(i * H * h + hq * h)];
+      s.assign(static_cast<size_t>(gi - j0 + 1), 0.0);
+      double mx = -INFINITY;
+      for (int64_t j = j0; j <= gi; ++j) {
+        const double* kj = &k[static_cast<size_t>(j * G * h + g * h)];
+        double dot = 0.0;
+        for (int64_t d = 0; d < h; ++d) dot += qi[d] * kj[d];
+        s[static_cast<size_t>(j - j0)] = p.scale * dot;
+        mx = std::max(mx, s[static_cast<size_t>(j - j0)]);
+      }
+      double sum = 0.0;
+      for (double& e : s) sum += (e = std::exp(e - mx));
+      (*lse)[static_cast<size_t>(i * H + hq)] = mx + std::log(sum);
+      double* oi = &(*out)[static_cast<size_t>(i * H * h + hq * h)];
+      for (int64_t j = j0; j <= gi; ++j) {
+        const double pj = s[static_cast<size_t>(j - j0)] / sum;
+        const double* vj = &v[static_cast<size_t>(j * G * h + g * h)];
+        for (int64_t d = 0; d < h; ++d) oi[d] += pj * vj[d];
+      }
+    }
+  }
+}
+
+std::vector<double> to_double(const std::vector<float>& x) {
+  return std::vector<double>(x.begin(), x.end());
+}
+
+RefResult reference(const Problem& p) {
+  const int64_t H = p.H, G = p.G, h = p.h, group = H / G;
+  const std::vector<double> q = to_double(p.q), k = to_double(p.k), v = to_double(p.v);
+  RefResult r;
+  ref_forward(p, q, k, v, &r.out, &r.lse);
+  r.dq.assign(q.size(), 0.0);
+  r.dk.assign(k.size(), 0.0);
+  r.dv.assign(v.size(), 0.0);
+  for (int64_t i = 0; i < p.n; ++i) {
+    const int64_t gi = p.q_offset + i;
+    const int64_t j0 = p.seg[static_cast<size_t>(gi)];
+    for (int64_t hq = 0; hq < H; ++hq) {
+      const int64_t g = hq / group;
+      const size_t qo = static_cast<size_t>(i * H * h + hq * h);
+      const double lse = r.lse[static_cast<size_t>(i * H + hq)];
+      double dd = 0.0;  // D = dout . out
+      for (int64_t d = 0; d < h; ++d) dd += p.dout[qo + d] * r.out[qo + d];
+      for (int64_t j = j0; j <= gi; ++j) {
+        const size_t ko = static_cast<size_t>(j * G * h + g * h);
+        double dot = 0.0, dp = 0.0;
+        for (int64_t d = 0; d < h; ++d) {
+          dot += q[qo + d] * k[ko + d];
+          dp += p.dout[qo + d] * v[ko + d];
+        }
+        const double pj = std::exp(p.scale * dot - lse);
+        const double ds = pj * (dp - dd) * p.scale;
+        for (int64_t d = 0; d < h; ++d) {
+          r.dq[qo + d] += ds * k[ko + d];
+          r.dk[ko + d] += ds * q[qo + d];
+          r.dv[ko + d] += pj * p.dout[qo + d];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+double err(const std::vector<float>& a, const std::vector<double>& ref) {
+  const std::vector<float> b(ref.begin(), ref.end());
+  EXPECT_EQ(a.size(), b.size());
+  return rel_err(a.data(), b.data(), static_cast<int64_t>(b.size()));
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Runs a block with omp_get_max_threads() == n and restores the old value.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : old_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(old_); }
+
+ private:
+  int old_;
+};
+
+// The kernel takes the per-kv-head backward when 5 * ceil(G / threads) * threads <= 7 * G:
+// always with one thread, never with 2G threads.
+int threads_per_kv_head_path(const Problem&) { return 1; }
+int threads_two_pass_path(const Problem& p) { return static_cast<int>(2 * p.G); }
+
+std::vector<Case> reference_cases() {
+  return {
+      {"mha_one_segment", 2, 2, 16, {150}},
+      {"gqa_uneven_segments", 4, 2, 64, {70, 1, 1, 50, 78}},
+      {"gqa3_chunk_in_middle", 6, 2, 24, {1, 64, 65, 30}, 40, 57, 97},
+      {"mqa_two_segments", 4, 1, 8, {33, 67}},
+      {"mqa_many_length1", 3, 1, 16, {1, 1, 1, 5, 1, 63, 1, 1, 29}},
+      {"tiny_n1_last_row", 2, 1, 16, {70}, 69, 1},
+      {"n1_in_middle_unseen_keys", 4, 2, 8, {40, 90}, 100, 1},
+      {"chunk_keys_past_queries", 2, 1, 64, {50, 80}, 64, 33},
+      {"head_dim_12_tail", 4, 2, 12, {20, 100}},
+      {"boundary_at_tile", 2, 1, 24, {64, 64, 3}},
+      {"chunk_spanning_blocks", 4, 2, 16, {100, 200, 60}, 90, 230, 320},
+      {"head_dim_128", 2, 1, 128, {40, 90}},
+  };
+}
+
+TEST(Attention, MatchesFloat64ReferenceOnBothBackwardPaths) {
+  for (const Case& c : reference_cases()) {
+    SCOPED_TRACE(describe(c));
+    const Problem p(c);
+    const RefResult ref = reference(p);
+    Result one, two;
+    {
+      ThreadCount tc(threads_per_kv_head_path(p));
+      one = run_kernel(p);
+    }
+    {
+      ThreadCount tc(threads_two_pass_path(p));
+      two = run_kernel(p);
+    }
+    EXPECT_LT(err(one.out, ref.out), kTol);
+    EXPECT_LT(err(one.lse, ref.lse), kTol);
+    EXPECT_LT(err(one.g.dq, ref.dq), kTol);
+    EXPECT_LT(err(one.g.dk, ref.dk), kTol);
+    EXPECT_LT(err(one.g.dv, ref.dv), kTol);
+    // Both backward paths add the same terms in the same order: bit-identical, whatever the
+    // thread count. So is the forward (each output row is owned by one task).
+    EXPECT_TRUE(bit_equal(one.out, two.out));
+    EXPECT_TRUE(bit_equal(one.lse, two.lse));
+    EXPECT_TRUE(bit_equal(one.g.dq, two.g.dq));
+    EXPECT_TRUE(bit_equal(one.g.dk, two.g.dk));
+    EXPECT_TRUE(bit_equal(one.g.dv, two.g.dv));
+    // Keys no query of this call sees get exactly zero gradient.
+    for (int64_t j = 0; j < p.tk; ++j) {
+      const bool seen = j < p.q_offset + p.n && j >= p.seg[static_cast<size_t>(p.q_offset)];
+      if (seen) continue;
+      for (int64_t c2 = 0; c2 < p.G * p.h; ++c2) {
+        ASSERT_EQ(one.g.dk[static_cast<size_t>(j * p.G * p.h + c2)], 0.0f) << "key " << j;
+        ASSERT_EQ(one.g.dv[static_cast<size_t>(j * p.G * p.h + c2)], 0.0f) << "key " << j;
+      }
+    }
+  }
+}
+
+TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
+  const Problem p(Case{"det", 4, 2, 24, {100, 3, 90}});
+  Result base;
+  {
+    ThreadCount tc(2);
+    base = run_kernel(p);
+  }
+  for (int threads : {2, 1, 3}) {
+    ThreadCount tc(threads);
+    const Result r = run_kernel(p);
+    EXPECT_TRUE(bit_equal(r.out, base.out)) << threads;
+    EXPECT_TRUE(bit_equal(r.lse, base.lse)) << threads;
+    EXPECT_TRUE(bit_equal(r.g.dq, base.g.dq)) << threads;
+    EXPECT_TRUE(bit_equal(r.g.dk, base.g.dk)) << threads;
+    EXPECT_TRUE(bit_equal(r.g.dv, base.g.dv)) << threads;
+  }
+}
+
+TEST(Attention, BackwardAccumulates) {
+  for (int threads : {1, 4}) {  // G = 2: per-kv-head path, then two passes
+    ThreadCount tc(threads);
+    const Problem p(Case{"acc", 4, 2, 16, {30, 47}});
+    Result r = run_kernel(p);
+    const Grads once = r.g;
+    const Tensor out = Problem::view(r.out, p.n, p.H * p.h);
+    const Tensor lse = Problem::view(r.lse, p.n, p.H);
+    cpu::attention_backward(Problem::view(r.g.dq, p.n, p.H * p.h),
+                            Problem::view(r.g.dk, p.tk, p.G * p.h),
+                            Problem::view(r.g.dv, p.tk, p.G * p.h), p.doutt(), p.qt(), p.kt(),
+                            p.vt(), out, lse, p.segt(), p.q_offset, p.dims(), nullptr);
+    auto twice = [](std::vector<float> x) {
+      for (float& e : x) e *= 2.0f;
+      return x;
+    };
+    const std::vector<float> dq2 = twice(once.dq), dk2 = twice(once.dk), dv2 = twice(once.dv);
+    EXPECT_LT(rel_err(r.g.dq.data(), dq2.data(), static_cast<int64_t>(dq2.size())), 1e-6);
+    EXPECT_LT(rel_err(r.g.dk.data(), dk2.data(), static_cast<int64_t>(dk2.size())), 1e-6);
+    EXPECT_LT(rel_err(r.g.dv.data(), dv2.data(), static_cast<int64_t>(dv2.size())), 1e-6);
+  }
+}
+
+// L = sum(out * W). The kernel's fp32 gradient is checked against central differences of the
+// float64 reference forward (accurate to ~1e-9), and the float64 reference gradient is checked
+// against the same differences, so a wrong reference cannot hide a wrong kernel.
+TEST(Attention, GradientMatchesFiniteDifferences) {
+  Case c{"fd", 2, 1, 8, {5, 7}, 2, 10};
+  Problem p(c);
+  // The upstream gradient of L = sum(out * W) is W.
+  p.dout = p.w;
+  Result kernel;
+  {
+    ThreadCount tc(1);
+    kernel = run_kernel(p);
+  }
+  const RefResult ref = reference(p);
+  std::vector<double> q = to_double(p.q), k = to_double(p.k), v = to_double(p.v);
+  auto loss = [&]() {
+    std::vector<double> out, lse;
+    ref_forward(p, q, k, v, &out, &lse);
+    double l = 0.0;
+    for (size_t i = 0; i < out.size(); ++i) l += out[i] * p.w[i];
+    return l;
+  };
+  const double eps = 1e-5;
+  auto fd = [&](std::vector<double>& x) {
+    std::vector<double> g(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double x0 = x[i];
+      x[i] = x0 + eps;
+      const double lp = loss();
+      x[i] = x0 - eps;
+      const double lm = loss();
+      x[i] = x0;
+      g[i] = (lp - lm) / (2 * eps);
+    }
+    return g;
+  };
+  const std::vector<double> gq = fd(q), gk = fd(k), gv = fd(v);
+  auto derr = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num = std::max(num, std::fabs(a[i] - b[i]));
+      den = std::max(den, std::fabs(b[i]));
+    }
+    return num / den;
+  };
+  EXPECT_LT(derr(ref.dq, gq), 1e-7);
+  EXPECT_LT(derr(ref.dk, gk), 1e-7);
+  EXPECT_LT(derr(ref.dv, gv), 1e-7);
+  EXPECT_LT(err(kernel.g.dq, gq), kTol);
+  EXPECT_LT(err(kernel.g.dk, gk), kTol);
+  EXPECT_LT(err(kernel.g.dv, gv), kTol);
+}
+
+// StreamBP's use: forward per row chunk [s, e) with q_offset = s against keys [0, e), and the
+// backward of the chunks summed into the same dk, dv.
+TEST(Attention, ChunksEqualFullRange) {
+  const Case c{"chunks", 4, 2, 16, {37, 1, 90, 2, 70}};
+  const Problem full(c);
+  Result whole;
+  {
+    ThreadCount tc(2);
+    whole = run_kernel(full);
+  }
+  const int64_t H = full.H, h = full.h, Gh = full.G * full.h;
+  std::vector<float> out(whole.out.size()), lse(whole.lse.size()), dq(whole.g.dq.size()),
+      dk(whole.g.dk.size(), 0.0f), dv(whole.g.dv.size(), 0.0f);
+  const std::vector<int64_t> bounds = {0, 37, 38, 100, 129, 150, 200};
+  ThreadCount tc(2);
+  for (size_t ci = 0; ci + 1 < bounds.size(); ++ci) {
+    const int64_t s = bounds[ci], e = bounds[ci + 1];
+    auto rows = [&](std::vector<float>& x, int64_t cols, int64_t r0, int64_t r1) {
+      return Tensor(x.data() + r0 * cols, DType::F32, Shape{r1 - r0, cols});
+    };
+    auto crows = [&](const std::vector<float>& x, int64_t cols, int64_t r0, int64_t r1) {
+      return rows(const_cast<std::vector<float>&>(x), cols, r0, r1);
+    };
+    const Tensor q = crows(full.q, H * h, s, e), k = crows(full.k, Gh, 0, e),
+                 v = crows(full.v, Gh, 0, e), d = crows(full.dout, H * h, s, e);
+    const Tensor o = rows(out, H * h, s, e), l = rows(lse, H, s, e);
+    cpu::attention_forward(o, l, q, k, v, full.segt(), s, full.dims(), nullptr);
+    std::fill(dq.begin() + s * H * h, dq.begin() + e * H * h, 0.0f);
+    cpu::attention_backward(rows(dq, H * h, s, e), rows(dk, Gh, 0, e), rows(dv, Gh, 0, e), d,
+                            q, k, v, o, l, full.segt(), s, full.dims(), nullptr);
+  }
+  // Key tiles are aligned to absolute positions and masked scores add exact zeros, so the
+  // forward of a row, and its dq, do not depend on the chunking. dk and dv sum over chunks in
+  // another order.
+  EXPECT_TRUE(bit_equal(out, whole.out));
+  EXPECT_TRUE(bit_equal(lse, whole.lse));
+  EXPECT_TRUE(bit_equal(dq, whole.g.dq));
+  EXPECT_LT(rel_err(dk.data(), whole.g.dk.data(), static_cast<int64_t>(dk.size())), 1e-5);
+  EXPECT_LT(rel_err(dv.data(), whole.g.dv.data(), static_cast<int64_t>(dv.size())), 1e-5);
+}
+
+TEST(Attention, CountsTheTileProducts) {
+  // The last row of a 64-row segment sees all 64 keys: one unmasked tile pair. The score
+  // tiles are 8 query columns wide (the one query, padded to a vector), the others 1 row.
+  {
+    const Problem p(Case{"flops_full", 2, 1, 16, {64}, 63, 1});
+    const int64_t h = p.h, H = p.H;
+    const int64_t scores = 2 * 64 * 8 * h;     // S^T or dP^T: 64 keys x 8 query columns
+    const int64_t row = 2 * 1 * h * 64;        // P V, dS K, P^T dO or dS^T Q of one query
+    const int64_t scores_b = 2 * 1 * 64 * h;   // pass B's S or dP: 1 query x 64 keys
+    {
+      ThreadCount tc(1);  // per kv head
+      const Result r = run_kernel(p);
+      EXPECT_EQ(r.fwd_flops, H * (scores + row));
+      EXPECT_EQ(r.bwd_flops, H * (2 * scores + 3 * row));
+    }
+    {
+      ThreadCount tc(2);  // two passes: S^T, dP^T, dS K; then S, dP, P^T dO, dS^T Q
+      const Result r = run_kernel(p);
+      EXPECT_EQ(r.bwd_flops, H * (2 * scores + row + 2 * scores_b + 2 * row));
+    }
+    // *flops is added to, not overwritten.
+    int64_t flops = 1000;
+    std::vector<float> out(p.q.size()), lse(static_cast<size_t>(p.n * p.H));
+    cpu::attention_forward(Problem::view(out, p.n, p.H * p.h), Problem::view(lse, p.n, p.H),
+                           p.qt(), p.kt(), p.vt(), p.segt(), p.q_offset, p.dims(), &flops);
+    EXPECT_EQ(flops, 1000 + H * (scores + row));
+  }
+  // Causal 64 x 64: the micro-tiles above the diagonal are skipped, so the count lies between
+  // the allowed pairs (64 * 65 / 2 per head) and the dense tile.
+  {
+    const Problem p(Case{"flops_causal", 2, 1, 16, {64}});
+    ThreadCount tc(1);
+    const Result r = run_kernel(p);
+    const int64_t dense = 2 * 64 * 64 * p.h * p.H, allowed = 2 * (64 * 65 / 2) * p.h * p.H;
+    EXPECT_LT(r.fwd_flops, 2 * dense);
+    EXPECT_GT(r.fwd_flops, 2 * allowed);
+    EXPECT_LT(r.bwd_flops, 5 * dense);
+    EXPECT_GT(r.bwd_flops, 5 * allowed);
+  }
+}
+
+TEST(Attention, RejectsBadShapes) {
+  const Problem p(Case{"shapes", 4, 2, 8, {20}});
+  std::vector<float> out(p.q.size()), lse(static_cast<size_t>(p.n * p.H));
+  const Tensor o = Problem::view(out, p.n, p.H * p.h), l = Problem::view(lse, p.n, p.H);
+  // H not a multiple of G
+  EXPECT_THROW(cpu::attention_forward(o, l, p.qt(), p.kt(), p.vt(), p.segt(), 0,
+                                      AttentionDims{4, 3, 8, 1.0f}, nullptr),
+               ShapeError);
+  // a softmax scale that is not a number
+  EXPECT_THROW(cpu::attention_forward(o, l, p.qt(), p.kt(), p.vt(), p.segt(), 0,
+                                      AttentionDims{4, 2, 8, std::nanf("")}, nullptr),
+               ShapeError);
+  // q_offset + n past the keys
+  EXPECT_THROW(cpu::attention_forward(o, l, p.qt(), p.kt(), p.vt(), p.segt(), 1, p.dims(),
+                                      nullptr),
+               ShapeError);
+  // lse of the wrong width
+  EXPECT_THROW(cpu::attention_forward(o, Problem::view(lse, p.n * p.H / 2, 2), p.qt(), p.kt(),
+                                      p.vt(), p.segt(), 0, p.dims(), nullptr),
+               ShapeError);
+  // a segment start past its row
+  std::vector<int32_t> bad(p.seg);
+  bad[5] = 6;
+  EXPECT_THROW(cpu::attention_forward(o, l, p.qt(), p.kt(), p.vt(),
+                                      Tensor(bad.data(), DType::I32, Shape{p.T}), 0, p.dims(),
+                                      nullptr),
+               ShapeError);
+  // dk not shaped like k
+  std::vector<float> g(p.k.size() + p.G * p.h);
+  EXPECT_THROW(cpu::attention_backward(Problem::view(out, p.n, p.H * p.h),
+                                       Problem::view(g, p.tk + 1, p.G * p.h),
+                                       Problem::view(g, p.tk + 1, p.G * p.h), p.doutt(), p.qt(),
+                                       p.kt(), p.vt(), o, l, p.segt(), 0, p.dims(), nullptr),
+               ShapeError);
+}
+
+TEST(VecMath, ExpMatchesStdExp) {
+  double worst = 0.0;
+  for (double x = -87.3; x <= 88.72; x += 1e-3) {
+    const float xf = static_cast<float>(x);
+    const double ref = std::exp(static_cast<double>(xf));
+    worst = std::max(worst, std::fabs(cpu::exp_f32(xf) - ref) / ref);
+  }
+  EXPECT_LT(worst, 2e-7);
+  EXPECT_EQ(cpu::exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(cpu::exp_f32(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(cpu::exp_f32(-100.0f), 0.0f);
+  EXPECT_EQ(cpu::exp_f32(-1e30f), 0.0f);
+  EXPECT_EQ(cpu::exp_f32(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(cpu::exp_f32(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(cpu::exp_f32(std::numeric_limits<float>::quiet_NaN())));
+  // In a loop (the vectorized form) it gives the same values as one at a time.
+  std::vector<float> xs(1000), ys(1000);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = -50.0f + 0.1f * static_cast<float>(i);
+  for (size_t i = 0; i < xs.size(); ++i) ys[i] = cpu::exp_f32(xs[i]);
+  for (size_t i = 0; i < xs.size(); i += 37) {
+    volatile float x = xs[i];
+    EXPECT_EQ(ys[i], cpu::exp_f32(x));
+  }
+}
+
+}  // namespace
+}  // namespace sbp
