@@ -26,7 +26,7 @@ ModelConfig demo_model(const DemoOptions& o, int64_t vocab) {
   c.intermediate_size = 3 * o.hidden;
   c.num_hidden_layers = o.layers;
   c.num_attention_heads = o.heads;
-  c.num_key_value_heads = std::max<int64_t>(1, o.heads / 2);
+  c.num_key_value_heads = o.heads;
   c.head_dim = o.hidden / o.heads;
   c.vocab_size = vocab;
   c.max_position_embeddings = std::max<int64_t>(o.seq_len, 4096);
@@ -77,6 +77,8 @@ int run_demo(const DemoOptions& o) {
   task.seq_len = o.seq_len;
   task.num_pairs = o.num_pairs;
   task.num_queries = o.num_queries;
+  task.num_keys = o.num_pairs;  // every key of the alphabet is in the dictionary
+  task.num_filler = o.num_filler;
   const ModelConfig cfg = demo_model(o, task.vocab_size());
   ExecConfig exec = parse_mode("stream");
   exec.layer_chunk = o.layer_chunk;
@@ -89,8 +91,7 @@ int run_demo(const DemoOptions& o) {
   init_parameters(w, o.seed, InitStyle::hf);
   ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
   AdamW opt(cfg, pool, AdamWConfig{.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f});
-  LrSchedule lr{.kind = "cosine", .lr = o.lr, .warmup_steps = o.warmup, .total_steps = o.steps,
-                .min_lr_ratio = 0.1};
+  LrSchedule lr{.kind = "constant", .lr = o.lr, .warmup_steps = o.warmup, .total_steps = o.steps};
   Engine engine(cfg, w, be, pool, exec);
 
   Rng data_rng(o.seed, "demo-train");

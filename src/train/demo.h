@@ -9,19 +9,20 @@ namespace sbp {
 
 struct DemoOptions {
   int64_t seq_len = 4096;
-  int64_t steps = 150;
-  int64_t eval_every = 25;
+  int64_t steps = 300;
+  int64_t eval_every = 50;
   int64_t eval_sequences = 4;
   double lr = 3e-3;
-  int64_t warmup = 10;
+  int64_t warmup = 20;
   double clip = 1.0;
   int64_t layer_chunk = 1024;
   int64_t head_chunk = 512;
-  int64_t hidden = 128;
+  int64_t hidden = 64;
   int64_t layers = 2;
   int64_t heads = 4;
-  int64_t num_pairs = 8;
-  int64_t num_queries = 96;
+  int64_t num_pairs = 1;
+  int64_t num_queries = 32;
+  int64_t num_filler = 32;
   uint64_t seed = 0;
   int threads = 0;
   std::string out = "streambp-demo";
