@@ -11,7 +11,7 @@ struct DemoOptions {
   int64_t seq_len = 4096;
   int64_t steps = 300;
   int64_t eval_every = 50;
-  int64_t eval_sequences = 4;
+  int64_t eval_sequences = 8;
   double lr = 3e-3;
   int64_t warmup = 20;
   double clip = 1.0;
