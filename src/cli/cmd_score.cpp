@@ -1,7 +1,300 @@
+// streambp score: the SFT loss, per-token target log-probabilities and (optionally) every
+// parameter's gradient of a model on given token sequences. This is the command a user runs to
+// check a checkpoint against another implementation, and what the Hugging Face parity fixtures
+// (tests/fixtures/hf) are compared through.
+//
+// Input (--input tokens.json):
+//   {"sequences": [[ids...], ...], "loss_mask": [[0/1...], ...]}
+// loss_mask is optional (default: every token that has a predecessor is a loss token). It has
+// Hugging Face `labels` semantics: loss_mask[i][t] = 1 means "predicting token t counts", i.e.
+// labels[t] != -100; loss_mask[i][0] is accepted but has no effect (token 0 is never predicted).
+// The sequences are packed as the segments of one batch (no padding), so the loss is the
+// mean negative log-likelihood over ALL loss tokens of all sequences — what transformers'
+// cross-entropy gives for the same sequences with its mean over non-ignored labels.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/model_source.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/safetensors.h"
+#include "objective/sft.h"
 
 namespace sbp::cli {
 
-void register_score(CLI::App& app) { app.add_subcommand("score", "(not yet implemented)"); }
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct Args {
+  std::string model;
+  std::string input;
+  std::string mode = "stream";
+  int64_t layer_chunk = 0;
+  int64_t head_chunk = 0;
+  std::string grads;
+  std::string json_out;
+  int threads = 0;
+  uint64_t seed = 0;
+};
+
+std::string where(const std::string& file, const std::string& field, size_t i) {
+  return file + ": " + field + "[" + std::to_string(i) + "]";
+}
+
+std::string where(const std::string& file, const std::string& field, size_t i, size_t t) {
+  return where(file, field, i) + "[" + std::to_string(t) + "]";
+}
+
+// Reads and validates tokens.json into one packed batch. Every error names the file, the
+// field, the sequence index and the position.
+Batch read_tokens_file(const std::string& path, int64_t vocab) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read the input file");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw InputError(path + ": invalid JSON: " + e.what());
+  }
+  if (!j.is_object())
+    throw InputError(path + ": expected an object {\"sequences\": [...], \"loss_mask\": [...]}");
+  for (const auto& [key, value] : j.items()) {
+    if (key != "sequences" && key != "loss_mask")
+      throw InputError(path + ": unknown field '" + key + "' (expected 'sequences', 'loss_mask')");
+  }
+  const auto seqs = j.find("sequences");
+  if (seqs == j.end()) throw InputError(path + ": missing field 'sequences'");
+  if (!seqs->is_array()) throw InputError(path + ": 'sequences' must be an array of arrays");
+  if (seqs->empty()) throw InputError(path + ": 'sequences' is empty");
+
+  Batch b;
+  for (size_t i = 0; i < seqs->size(); ++i) {
+    const json& s = (*seqs)[i];
+    if (!s.is_array())
+      throw InputError(where(path, "sequences", i) + ": must be an array of token ids");
+    if (s.empty()) throw InputError(where(path, "sequences", i) + ": is empty");
+    for (size_t t = 0; t < s.size(); ++t) {
+      const json& id = s[t];
+      // is_number_integer excludes floats and booleans, so 1.5 or true is an error, not a cast.
+      if (!id.is_number_integer())
+        throw InputError(where(path, "sequences", i, t) + ": token id must be an integer, got " +
+                         id.dump());
+      const int64_t v = id.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
+                                                      id.get<uint64_t>(), uint64_t{1} << 62))
+                                                : id.get<int64_t>();
+      if (v < 0 || v >= vocab)
+        throw InputError(where(path, "sequences", i, t) + ": token id " + id.dump() +
+                         " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      b.tokens.push_back(static_cast<int32_t>(v));
+    }
+    b.seq_lens.push_back(static_cast<int64_t>(s.size()));
+    if (b.size() > (int64_t{1} << 31) - 1)
+      throw InputError(path + ": more than 2^31 - 1 tokens in total");
+  }
+
+  const auto masks = j.find("loss_mask");
+  if (masks != j.end() && !masks->is_null()) {
+    if (!masks->is_array()) throw InputError(path + ": 'loss_mask' must be an array of arrays");
+    if (masks->size() != seqs->size())
+      throw InputError(path + ": 'loss_mask' has " + std::to_string(masks->size()) +
+                       " entries for " + std::to_string(seqs->size()) + " sequences");
+    b.loss_mask.reserve(b.tokens.size());
+    for (size_t i = 0; i < masks->size(); ++i) {
+      const json& m = (*masks)[i];
+      const size_t len = static_cast<size_t>(b.seq_lens[i]);
+      if (!m.is_array())
+        throw InputError(where(path, "loss_mask", i) + ": must be an array of 0/1");
+      if (m.size() != len)
+        throw InputError(where(path, "loss_mask", i) + ": has " + std::to_string(m.size()) +
+                         " entries but sequences[" + std::to_string(i) + "] has " +
+                         std::to_string(len) + " tokens");
+      for (size_t t = 0; t < len; ++t) {
+        const json& v = m[t];
+        float w = -1.0f;
+        if (v.is_boolean()) w = v.get<bool>() ? 1.0f : 0.0f;
+        else if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1))
+          w = static_cast<float>(v.get<int64_t>());
+        if (w < 0.0f)
+          throw InputError(where(path, "loss_mask", i, t) + ": must be 0 or 1, got " + v.dump());
+        b.loss_mask.push_back(w);
+      }
+    }
+  }
+  b.validate(vocab, path);  // the batch's own invariants (belt and braces)
+  return b;
+}
+
+// Records the per-row target log-probabilities the LM head hands to the objective, so the
+// log-probs reported with --grads are those of the very pass that produced the gradients.
+class RecordingSft final : public Objective {
+ public:
+  RecordingSft(const Batch& batch, double normalizer)
+      : sft_(batch, normalizer), logp_(static_cast<size_t>(batch.size()), 0.0f) {}
+  void token_grads(int64_t row_begin, std::span<const float> logp,
+                   std::span<float> dlogp) override {
+    std::copy(logp.begin(), logp.end(), logp_.begin() + row_begin);
+    sft_.token_grads(row_begin, logp, dlogp);
+  }
+  double loss() const { return sft_.loss(); }
+  const std::vector<float>& logp() const { return logp_; }
+
+ private:
+  SftObjective sft_;
+  std::vector<float> logp_;  // (T)
+};
+
+// Writes text to `path` through a temporary sibling and a rename: never half a file.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const fs::path target(path);
+  const fs::path tmp = target.parent_path() / (target.filename().string() + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw InputError(path + ": cannot write");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw InputError(path + ": cannot write (rename failed)");
+  }
+}
+
+int run(const Args& a) {
+  set_cpu_threads(a.threads);
+  const ModelSource src = resolve_model(a.model);
+  if (!src.dir.empty() && !src.has_weights)
+    throw InputError(a.model + ": no model.safetensors or model.safetensors.index.json to score");
+  const ModelConfig& cfg = src.cfg;
+  ExecConfig exec = parse_mode(a.mode);
+  if (a.layer_chunk < 0 || a.head_chunk < 0)
+    throw InputError("--layer-chunk and --head-chunk must be positive");
+  if (a.layer_chunk > 0) exec.layer_chunk = a.layer_chunk;
+  if (a.head_chunk > 0) exec.head_chunk = a.head_chunk;
+
+  const Batch batch = read_tokens_file(a.input, cfg.vocab_size);
+  const int64_t T = batch.size();
+  const double n_loss = batch.loss_weight_sum();
+
+  Ledger ledger;
+  Pool pool(ledger);
+  const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::test);
+  CpuBackend be;
+  Engine engine(cfg, w, be, pool, exec);
+
+  std::vector<float> logp;  // (T) target log-prob of each row, 0 where none
+  double loss = 0.0;
+  if (!a.grads.empty()) {
+    const ParameterSet g(cfg, pool, Category::grads, DType::F32, /*zero=*/true);
+    RecordingSft obj(batch, n_loss);
+    engine.forward_backward(batch, obj, g);
+    loss = obj.loss();
+    logp = obj.logp();
+    std::vector<NamedTensor> named;
+    for (size_t i = 0; i < g.size(); ++i) named.push_back({g.name(i), g.tensor(i)});
+    char loss_text[64];
+    std::snprintf(loss_text, sizeof loss_text, "%.9g", loss);
+    write_safetensors(a.grads, named, DType::F32,
+                      {{"source", "streambp score"},
+                       {"mode", mode_name(exec)},
+                       {"loss", loss_text},
+                       {"num_loss_tokens", std::to_string(static_cast<int64_t>(n_loss))}});
+  } else {
+    logp = engine.score(batch).logp;
+    const std::vector<float> wt = batch.target_weights();
+    double sum = 0.0;  // fp64, in row order
+    for (size_t t = 0; t < static_cast<size_t>(T); ++t) sum -= static_cast<double>(wt[t]) * logp[t];
+    loss = n_loss > 0.0 ? sum / n_loss : 0.0;
+  }
+
+  // Per sequence: the log-prob of tokens 1..len-1 (row t of a segment predicts token t+1).
+  json per_seq = json::array();
+  int64_t row = 0;
+  for (int64_t len : batch.seq_lens) {
+    json s = json::array();
+    for (int64_t t = 0; t + 1 < len; ++t) s.push_back(logp[static_cast<size_t>(row + t)]);
+    per_seq.push_back(std::move(s));
+    row += len;
+  }
+
+  const int64_t n_loss_i = static_cast<int64_t>(std::llround(n_loss));
+  if (n_loss > 0.0) {
+    std::printf("score: loss %.8f over %lld loss tokens (%zu sequences, %lld tokens, mode %s)\n",
+                loss, static_cast<long long>(n_loss_i), batch.seq_lens.size(),
+                static_cast<long long>(T), mode_name(exec).c_str());
+  } else {
+    std::printf("score: no loss tokens (every target is masked); %zu sequences, %lld tokens\n",
+                batch.seq_lens.size(), static_cast<long long>(T));
+  }
+  if (!a.grads.empty()) std::printf("score: wrote gradients of %zu tensors to %s\n",
+                                    parameter_specs(cfg).size(), a.grads.c_str());
+  if (!a.json_out.empty()) {
+    json j;
+    // No loss tokens: the mean is undefined (transformers gives NaN), written as null.
+    j["loss"] = n_loss > 0.0 ? json(loss) : json(nullptr);
+    j["num_loss_tokens"] = n_loss_i;
+    j["num_tokens"] = T;
+    j["mode"] = mode_name(exec);
+    j["logprobs"] = std::move(per_seq);
+    write_file_atomically(a.json_out, j.dump() + "\n");
+  } else {
+    // Per sequence: the summed log-prob of every target and of the loss tokens only.
+    const std::vector<float> wt = batch.target_weights();
+    row = 0;
+    for (size_t i = 0; i < batch.seq_lens.size(); ++i) {
+      const int64_t len = batch.seq_lens[i];
+      double all = 0.0, masked = 0.0, n = 0.0;
+      for (int64_t t = 0; t + 1 < len; ++t) {
+        const size_t r = static_cast<size_t>(row + t);
+        all += logp[r];
+        masked += static_cast<double>(wt[r]) * logp[r];
+        n += wt[r];
+      }
+      std::printf("  sequence %zu: %lld tokens, %lld loss tokens, sum logp %.6f "
+                  "(loss tokens %.6f)\n", i, static_cast<long long>(len), static_cast<long long>(std::llround(n)), all,
+                  masked);
+      row += len;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_score(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand(
+      "score", "SFT loss, per-token log-probs and gradients of a model on token sequences");
+  c->add_option("--model", a->model, "Model directory (config.json + safetensors)")->required();
+  c->add_option("--input", a->input,
+                "tokens.json: {\"sequences\": [[ids...]...], \"loss_mask\": [[0/1...]...]}")
+      ->required();
+  c->add_option("--mode", a->mode,
+                "base, checkpoint, stream or <store|recompute|stream>+<full|chunked>");
+  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens");
+  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens");
+  c->add_option("--grads", a->grads, "Write every parameter's gradient (F32 safetensors)");
+  c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON");
+  c->add_option("--threads", a->threads, "Threads (default: all)");
+  c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");
+  c->callback([a] {
+    const int rc = run(*a);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
 
 }  // namespace sbp::cli

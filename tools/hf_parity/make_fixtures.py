@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""Regenerates tests/fixtures/hf/: tiny random Hugging Face models and what `transformers`
+computes for them, for the C++ parity tests (tests/parity/hf_parity_test.cpp).
+
+    pip install -r tools/requirements.txt
+    python tools/hf_parity/make_fixtures.py            # rewrites tests/fixtures/hf/<name>/
+    python tools/hf_parity/make_fixtures.py --check    # regenerates into a temp dir, compares
+
+Each fixture directory holds
+    model/                       exactly what save_pretrained writes (config.json, safetensors;
+                                 one bf16 checkpoint, one sharded checkpoint with an index)
+    tokens.json                  the input, in `streambp score --input` format:
+                                 {"sequences": [[ids...], ...], "loss_mask": [[0/1...], ...]}
+    expected.json                loss, number of loss tokens, per-token target log-probs of every
+                                 sequence, and a slice of the logits
+    expected_grads.safetensors   d(loss)/d(parameter) for every parameter, F32, HF names
+
+Everything is float32 on the CPU with the eager attention, one thread, fixed seeds, so the
+same versions on the same machine reproduce the files bit for bit (--check reports the
+largest difference otherwise). CI never runs this script: the outputs are committed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy
+import safetensors
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers import (AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config)
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "hf"
+
+# Logits are large ((T, V) per sequence); a slice is enough to pin the LM head, the final norm
+# and the position handling: these rows of every sequence, at these vocabulary columns.
+LOGIT_FIRST_ROWS = 3
+LOGIT_LAST_ROWS = 3
+LOGIT_FIRST_COLS = 16
+LOGIT_LAST_COLS = 8
+
+CONFIG_CLASSES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
+
+
+def tiny(**overrides) -> dict:
+    """A tiny decoder: hidden 64, 2 layers, 4 query heads over 2 kv heads (GQA)."""
+    base = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0,
+                tie_word_embeddings=False)
+    base.update(overrides)
+    return base
+
+
+# name, model_type, config, seed, sequence lengths, on-disk dtype, max shard size, what it pins
+FIXTURE_SPECS = [
+    dict(name="qwen3_gqa_qknorm", model_type="qwen3", seed=1,
+         config=tiny(),
+         lengths=[37, 23, 50, 9], dtype="float32", shard=None,
+         covers="qwen3: per-head q/k RMSNorm, GQA (4 query heads over 2 kv heads), untied "
+                "LM head"),
+    dict(name="qwen2_bias_tied", model_type="qwen2", seed=2,
+         config=tiny(vocab_size=112, hidden_size=48, intermediate_size=96,
+                     num_attention_heads=6, num_key_value_heads=2, head_dim=8,
+                     tie_word_embeddings=True),
+         lengths=[29, 41, 17], dtype="float32", shard=None,
+         covers="qwen2: q/k/v biases (no o bias), tied embeddings (the gradient of "
+                "model.embed_tokens.weight sums the embedding and LM-head terms)"),
+    dict(name="llama_rope_llama3", model_type="llama", seed=3,
+         config=tiny(num_key_value_heads=2, rms_norm_eps=1e-5,
+                     rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 32}),
+         # With head_dim 16 and theta 1e4 the rotary wavelengths are 6.3, 19.9, 62.8, ...
+         # tokens: one below 32/4 = 8 (kept), one between 8 and 32 (smoothly interpolated), the
+         # rest above 32 (divided by 8) — all three bands of the llama3 rule are exercised, and
+         # the sequences are longer than original_max_position_embeddings.
+         lengths=[61, 1, 34, 12], dtype="float32", shard=None,
+         covers="llama: rope_scaling llama3 (all three frequency bands), untied LM head, "
+                "rms_norm_eps 1e-5, a one-token sequence (no target)"),
+    dict(name="qwen3_head_dim_24", model_type="qwen3", seed=4,
+         config=tiny(vocab_size=96, head_dim=24, attention_bias=True),
+         lengths=[33, 26, 19], dtype="float32", shard=None,
+         covers="qwen3 with head_dim 24 != hidden/heads = 16 (q_proj is 96 x 64), "
+                "attention_bias (q/k/v/o biases)"),
+    dict(name="qwen3_bf16", model_type="qwen3", seed=5,
+         config=tiny(),
+         lengths=[31, 44, 15], dtype="bfloat16", shard=None,
+         covers="a bfloat16 checkpoint: weights rounded to bf16 on disk; the expected values "
+                "are transformers' float32 computation on those weights upcast to float32"),
+    dict(name="qwen2_sharded", model_type="qwen2", seed=6,
+         config=tiny(vocab_size=100, hidden_size=48, intermediate_size=80,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+                     rope_theta=1000000.0, rms_norm_eps=1e-5),
+         lengths=[27, 38], dtype="float32", shard="40KB",
+         covers="a sharded checkpoint (model.safetensors.index.json + several shards), "
+                "qwen2 untied, rope_theta 1e6"),
+]
+
+
+def versions() -> dict:
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "safetensors": safetensors.__version__,
+            "numpy": numpy.__version__}
+
+
+def make_model(spec: dict):
+    cfg = CONFIG_CLASSES[spec["model_type"]](**spec["config"])
+    torch.manual_seed(spec["seed"])
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                             dtype=torch.float32)
+    # transformers' own init gives norms = 1 and biases = 0, which would let a loader that
+    # ignores a norm or a bias pass. Draw every tensor ourselves, from our own generator, in
+    # name order (independent of transformers' init order): matrices N(0, 0.08^2) so
+    # activations and gradients are O(1), norms 1 + N(0, 0.1^2), biases N(0, 0.1^2).
+    gen = torch.Generator().manual_seed(1000 + spec["seed"])
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(1.0 + 0.1 * noise)
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(0.08 * noise)
+    return model
+
+
+def make_inputs(spec: dict, vocab: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Sequences of the given (different) lengths and HF-labels-style loss masks: a prompt
+    prefix masked out, then ~20% of the remaining tokens masked at random."""
+    gen = torch.Generator().manual_seed(2000 + spec["seed"])
+    seqs, masks = [], []
+    for i, n in enumerate(spec["lengths"]):
+        ids = torch.randint(0, vocab, (n,), generator=gen).tolist()
+        prompt = n // 4 if i % 2 == 0 else 0
+        keep = (torch.rand(n, generator=gen) > 0.2).tolist()
+        mask = [0 if t < prompt else int(keep[t]) for t in range(n)]
+        if i == 1:  # one sequence with every target counted
+            mask = [1] * n
+        seqs.append(ids)
+        masks.append(mask)
+    return seqs, masks
+
+
+def expected_outputs(model, seqs, masks) -> tuple[dict, dict]:
+    """Runs each sequence on its own (batch 1, no padding) and sums HF's loss with
+    num_items_in_batch = N, the number of loss tokens of ALL sequences:
+
+        loss = sum_i sum_{t: label_i[t] != -100} -logp_i(t) / N
+
+    which is the mean NLL over every loss token of the batch — exactly the loss of our packed
+    batch (one segment per sequence, SFT normalised by the total loss weight). One backward of
+    that sum gives the reference gradient of every parameter."""
+    model.zero_grad(set_to_none=True)
+    vocab = model.config.vocab_size
+    n_loss = sum(sum(m[1:]) for m in masks)
+    assert n_loss > 0
+    total = torch.zeros((), dtype=torch.float32)
+    manual = 0.0
+    logprobs, rows = [], []
+    cols = list(range(LOGIT_FIRST_COLS)) + list(range(vocab - LOGIT_LAST_COLS, vocab))
+    for i, (ids, mask) in enumerate(zip(seqs, masks)):
+        input_ids = torch.tensor([ids], dtype=torch.long)
+        labels = torch.tensor([[t if m else -100 for t, m in zip(ids, mask)]], dtype=torch.long)
+        out = model(input_ids=input_ids)
+        logits = out.logits  # (1, n, V) float32
+        # transformers' causal-LM loss (shift by one, ignore -100, sum / num_items_in_batch).
+        total = total + model.loss_function(logits=logits, labels=labels, vocab_size=vocab,
+                                            num_items_in_batch=n_loss)
+        with torch.no_grad():
+            lp = torch.log_softmax(logits[0].float(), dim=-1)  # (n, V)
+            target_lp = lp[:-1].gather(1, input_ids[0, 1:, None])[:, 0]  # (n-1)
+            logprobs.append([float(x) for x in target_lp])
+            manual -= float((target_lp.double() * torch.tensor(mask[1:], dtype=torch.float64)).sum())
+            n = len(ids)
+            picked = sorted(set(range(min(LOGIT_FIRST_ROWS, n))) |
+                            set(range(max(0, n - LOGIT_LAST_ROWS), n)))
+            for t in picked:
+                rows.append({"sequence": i, "position": t,
+                             "values": [float(logits[0, t, c]) for c in cols]})
+    total.backward()
+    loss = float(total.detach())
+    # Sanity: HF's loss equals the masked mean of the log-probs we record.
+    assert math.isclose(loss, manual / n_loss, rel_tol=1e-5), (loss, manual / n_loss)
+    grads = {name: p.grad.detach().float().contiguous()
+             for name, p in model.named_parameters()}  # tied weights appear once
+    expected = {"loss": loss, "num_loss_tokens": n_loss, "logprobs": logprobs,
+                "logits": {"vocab_ids": cols, "rows": rows}}
+    return expected, grads
+
+
+def _compact(x) -> str:
+    return json.dumps(x, separators=(",", ":"))
+
+
+def write_json(path: Path, obj: dict) -> None:
+    """One line per top-level field, and one line per element of a list of lists or objects
+    (a sequence, a logit row): readable in a diff, without a line per number."""
+    lines = []
+    for k, v in obj.items():
+        if isinstance(v, list) and v and isinstance(v[0], (list, dict)):
+            body = ",\n  ".join(_compact(e) for e in v)
+            lines.append(f"{json.dumps(k)}: [\n  {body}\n ]")
+        elif isinstance(v, dict) and "rows" in v:  # the logits slice
+            inner = {kk: vv for kk, vv in v.items() if kk != "rows"}
+            rows = ",\n   ".join(_compact(r) for r in v["rows"])
+            head = ", ".join(f"{json.dumps(kk)}: {_compact(vv)}" for kk, vv in inner.items())
+            lines.append(f"{json.dumps(k)}: {{{head}, \"rows\": [\n   {rows}\n ]}}")
+        else:
+            lines.append(f"{json.dumps(k)}: {_compact(v)}")
+    path.write_text("{\n " + ",\n ".join(lines) + "\n}\n")
+
+
+def make_fixture(spec: dict, root: Path) -> None:
+    out = root / spec["name"]
+    if out.exists():
+        shutil.rmtree(out)
+    model_dir = out / "model"
+    model = make_model(spec)
+    dtype = torch.bfloat16 if spec["dtype"] == "bfloat16" else torch.float32
+    save_kwargs = {"max_shard_size": spec["shard"]} if spec["shard"] else {}
+    model.to(dtype).save_pretrained(model_dir, safe_serialization=True, **save_kwargs)
+    # generation_config.json is not part of the model; keep the fixture to what we read.
+    (model_dir / "generation_config.json").unlink(missing_ok=True)
+    if spec["shard"]:
+        assert (model_dir / "model.safetensors.index.json").exists(), "expected a sharded save"
+    else:
+        assert (model_dir / "model.safetensors").exists()
+
+    # The reference is computed from the files just written, loaded the ordinary way and upcast
+    # to float32: for the bf16 fixture that is the bf16-rounded weights, as streambp sees them.
+    ref, info = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}  # missing/unexpected/mismatched keys
+    assert not bad, f"{spec['name']}: reload problems {bad}"
+    ref.eval()  # no dropout (attention_dropout is 0 anyway); autograd still records
+
+    vocab = ref.config.vocab_size
+    seqs, masks = make_inputs(spec, vocab)
+    write_json(out / "tokens.json", {"sequences": seqs, "loss_mask": masks})
+    expected, grads = expected_outputs(ref, seqs, masks)
+    expected = {"fixture": spec["name"], "model_type": spec["model_type"],
+                "checkpoint_dtype": spec["dtype"], "sharded": bool(spec["shard"]),
+                "covers": spec["covers"], **expected}
+    write_json(out / "expected.json", expected)
+    # One metadata key only: safetensors writes the metadata map in hash order, so a second key
+    # would make the bytes differ from run to run.
+    save_file(grads, str(out / "expected_grads.safetensors"), metadata={"format": "pt"})
+
+
+def generate(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for spec in FIXTURE_SPECS:
+        make_fixture(spec, root)
+        print(f"wrote {root / spec['name']}")
+    write_json(root / "VERSIONS.json", versions())
+
+
+# ---------------------------------------------------------------- --check: compare two trees
+
+def _max_rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().flatten(), b.double().flatten()
+    if a.shape != b.shape:
+        return math.inf
+    den = float(b.abs().max()) if b.numel() else 0.0
+    num = float((a - b).abs().max()) if b.numel() else 0.0
+    return 0.0 if num == 0.0 else (num / den if den > 0 else math.inf)
+
+
+def _flatten_numbers(x, path="") -> dict:
+    out = {}
+    if isinstance(x, dict):
+        for k, v in x.items():
+            out.update(_flatten_numbers(v, f"{path}.{k}"))
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            out.update(_flatten_numbers(v, f"{path}[{i}]"))
+    else:
+        out[path] = x
+    return out
+
+
+def compare_trees(new: Path, old: Path, tol: float) -> bool:
+    ok = True
+    for spec in FIXTURE_SPECS:
+        for f in sorted((new / spec["name"]).rglob("*")):
+            if f.is_dir():
+                continue
+            rel = f.relative_to(new)
+            g = old / rel
+            if not g.exists():
+                print(f"MISSING in committed fixtures: {rel}")
+                ok = False
+                continue
+            if f.suffix == ".safetensors":
+                a, b = load_file(str(f)), load_file(str(g))
+                if a.keys() != b.keys():
+                    print(f"{rel}: tensor names differ")
+                    ok = False
+                    continue
+                worst = max((_max_rel(a[k], b[k]), k) for k in a)
+            elif f.suffix == ".json":
+                a, b = _flatten_numbers(json.loads(f.read_text())), \
+                       _flatten_numbers(json.loads(g.read_text()))
+                if a.keys() != b.keys():
+                    print(f"{rel}: fields differ")
+                    ok = False
+                    continue
+                worst = (0.0, "")
+                for k in a:
+                    if isinstance(a[k], float) and isinstance(b[k], (int, float)):
+                        e = abs(a[k] - b[k]) / max(abs(b[k]), 1e-30)
+                        worst = max(worst, (e, k))
+                    elif a[k] != b[k] and not k.startswith(".transformers_version"):
+                        worst = (math.inf, k)
+            else:
+                worst = (0.0 if f.read_bytes() == g.read_bytes() else math.inf, "bytes")
+            status = "ok" if worst[0] <= tol else "DIFFERS"
+            ok &= worst[0] <= tol
+            print(f"{status:8s} {str(rel):60s} max rel diff {worst[0]:.2e} {worst[1]}")
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=FIXTURES, help="fixture root to write")
+    ap.add_argument("--check", action="store_true",
+                    help="regenerate into a temporary directory and compare with --out")
+    ap.add_argument("--tolerance", type=float, default=1e-6,
+                    help="--check: largest accepted relative difference")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # one thread: a fixed reduction order, reproducible bits
+    torch.use_deterministic_algorithms(True)
+    if not args.check:
+        generate(args.out)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(Path(tmp))
+        have = json.loads((args.out / "VERSIONS.json").read_text())
+        if have != versions():
+            print(f"note: fixtures were made with {have}, this environment is {versions()}")
+        ok = compare_trees(Path(tmp), args.out, args.tolerance)
+    print("fixtures reproduce" if ok else "fixtures DIFFER")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
