@@ -1,7 +1,260 @@
+// streambp plan: the memory of a training step by shape-only execution of the engine's own
+// code (DESIGN §4). With --seq-len: the peak and its breakdown per mode. With --budget alone:
+// the longest T each mode can train, with the chunk sizes it would use.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "cli/model_source.h"
+#include "core/error.h"
+#include "plan/planner.h"
+#include "plan/size_arg.h"
 
 namespace sbp::cli {
 
-void register_plan(CLI::App& app) { app.add_subcommand("plan", "(not yet implemented)"); }
+namespace {
+
+struct Args {
+  std::string model;
+  std::string dtype = "bf16";
+  std::string budget;
+  std::string reserve = "2GiB";
+  std::string optimizer = "none";
+  std::string objective = "sft";
+  std::string modes = "base,checkpoint,stream";
+  int64_t seq_len = 0;
+  std::string layer_chunk = "auto";
+  std::string head_chunk = "auto";
+  int64_t layers = 0;
+  std::string json;
+};
+
+// "auto" -> 0, else a positive integer.
+int64_t parse_chunk(const std::string& s, const std::string& field) {
+  if (s == "auto") return 0;
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != s.size() || v < 1)
+    throw InputError(field + ": '" + s + "' is neither a positive number of rows nor auto");
+  return v;
+}
+
+// One mode's line of the report.
+struct Row {
+  std::string mode;
+  ChunkedPlan plan;
+  bool hit_limit = false;
+};
+
+// Bytes in the table's unit.
+struct Unit {
+  const char* name;
+  double scale;
+};
+Unit unit_for(int64_t largest) {
+  if (largest >= (int64_t{1} << 30)) return {"GiB", 1024.0 * 1024.0 * 1024.0};
+  return {"MiB", 1024.0 * 1024.0};
+}
+
+void print_table(const std::vector<Row>& rows, bool search, bool budgeted) {
+  int64_t largest = 0;
+  for (const Row& r : rows) largest = std::max(largest, r.plan.step.peak_bytes);
+  const Unit u = unit_for(largest);
+  std::printf("| mode | %s | layer chunk | head chunk | peak %s |%s", search ? "longest T" : "T",
+              u.name, budgeted && !search ? " fits |" : "");
+  for (int c = 0; c < kNumCategories; ++c)
+    std::printf(" %s |", category_name(static_cast<Category>(c)));
+  std::printf("\n|---|---:|---:|---:|---:|%s", budgeted && !search ? "---|" : "");
+  for (int c = 0; c < kNumCategories; ++c) std::printf("---:|");
+  std::printf("\n");
+  for (const Row& r : rows) {
+    const ChunkedPlan& p = r.plan;
+    std::printf("| %s | %s%lld | %lld | %lld | %.2f |", r.mode.c_str(), r.hit_limit ? ">= " : "",
+                static_cast<long long>(p.seq_len), static_cast<long long>(p.layer_chunk),
+                static_cast<long long>(p.head_chunk),
+                static_cast<double>(p.step.peak_bytes) / u.scale);
+    if (budgeted && !search) std::printf(" %s |", p.fits ? "yes" : "NO");
+    for (int c = 0; c < kNumCategories; ++c)
+      std::printf(" %.2f |",
+                  static_cast<double>(p.step.breakdown.bytes[static_cast<size_t>(c)]) / u.scale);
+    std::printf("\n");
+  }
+}
+
+int run(const Args& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (a.objective == "dpo" || a.objective == "grpo" || a.objective == "ppo")
+    throw InputError("--objective " + a.objective +
+                     ": planning is not implemented yet for this objective (only sft)");
+  if (a.objective != "sft")
+    throw InputError("--objective: unknown objective '" + a.objective +
+                     "' (use sft, dpo, grpo or ppo)");
+  PlanSetup setup;
+  setup.cfg = resolve_model(a.model, a.layers).cfg;
+  if (a.dtype == "bf16") {
+    setup.param_dtype = setup.act_dtype = DType::BF16;
+  } else if (a.dtype == "f32") {
+    setup.param_dtype = setup.act_dtype = DType::F32;
+  } else {
+    throw InputError("--dtype: unknown dtype '" + a.dtype + "' (use bf16 or f32)");
+  }
+  if (a.optimizer == "adamw")
+    setup.adamw = true;
+  else if (a.optimizer != "none")
+    throw InputError("--optimizer: unknown optimizer '" + a.optimizer + "' (use none or adamw)");
+  setup.master_weights = true;  // counted with adamw + bf16 (docs/BENCHMARKS.md says why)
+
+  int64_t budget = 0, reserve = 0;
+  if (!a.budget.empty()) {
+    budget = parse_size(a.budget, "--budget");
+    reserve = parse_size(a.reserve, "--reserve");
+    if (reserve >= budget)
+      throw InputError("--reserve: " + format_bytes(reserve) + " leaves nothing of the " +
+                       format_bytes(budget) + " budget");
+    setup.budget = budget - reserve;
+  }
+  if (a.seq_len == 0 && setup.budget == 0)
+    throw InputError(
+        "--seq-len or --budget: give a sequence length to plan, a budget to search "
+        "the longest sequence under, or both");
+  if (a.seq_len < 0 || a.seq_len > (int64_t{1} << 31) - 1)
+    throw InputError("--seq-len: must be between 1 and 2^31-1");
+  const ChunkRequest req{parse_chunk(a.layer_chunk, "--layer-chunk"),
+                         parse_chunk(a.head_chunk, "--head-chunk")};
+  const std::vector<ExecConfig> modes = parse_modes(a.modes);
+  const bool search = a.seq_len == 0;
+
+  std::vector<Row> rows;
+  for (const ExecConfig& mode : modes) {
+    Row r;
+    r.mode = mode_name(mode);
+    if (search) {
+      const MaxLenResult m = find_max_seq_len(setup, mode, req);
+      if (!m.fits_at_all) throw InputError("--budget: " + explain_too_small(setup, mode));
+      r.plan = m.plan;
+      r.hit_limit = m.hit_limit;
+    } else {
+      r.plan = choose_chunks(setup, mode, a.seq_len, req);
+    }
+    rows.push_back(r);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const ModelConfig& cfg = setup.cfg;
+  const double n_params = static_cast<double>(cfg.num_parameters());
+  char params[32];
+  if (n_params >= 1e9)
+    std::snprintf(params, sizeof params, "%.2f B", n_params / 1e9);
+  else
+    std::snprintf(params, sizeof params, "%.2f M", n_params / 1e6);
+  std::printf(
+      "plan: %s (%s, %lld layers, %s parameters), %s weights, gradients and "
+      "activations, optimizer %s%s, objective %s, batch 1\n",
+      a.model.c_str(), cfg.model_type.c_str(), static_cast<long long>(cfg.num_hidden_layers),
+      params, a.dtype.c_str(), a.optimizer.c_str(),
+      setup.adamw
+          ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
+          : "",
+      a.objective.c_str());
+  if (setup.budget > 0)
+    std::printf("budget %s - reserve %s = %s usable\n", format_bytes(budget).c_str(),
+                format_bytes(reserve).c_str(), format_bytes(setup.budget).c_str());
+  std::printf("\n");
+  print_table(rows, search, setup.budget > 0);
+  std::printf("\n%s; planned in %.2f s by shape-only execution of the engine\n",
+              search ? "longest T: one sequence whose step fits the usable budget"
+                     : "peak of one step and the ledger's breakdown at that moment",
+              seconds);
+  for (const Row& r : rows) {
+    if (!r.plan.fits) {
+      std::printf("%s does not fit: it needs %s more than the usable budget\n", r.mode.c_str(),
+                  format_bytes(r.plan.step.peak_bytes - setup.budget).c_str());
+    }
+    if (r.plan.seq_len > cfg.max_position_embeddings && cfg.max_position_embeddings > 0) {
+      std::printf(
+          "note: %s: T = %lld is beyond the model's %lld trained positions (memory is "
+          "the same; quality needs rope scaling)\n",
+          r.mode.c_str(), static_cast<long long>(r.plan.seq_len),
+          static_cast<long long>(cfg.max_position_embeddings));
+      break;
+    }
+  }
+
+  if (!a.json.empty()) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["dtype"] = a.dtype;
+    j["optimizer"] = a.optimizer;
+    j["objective"] = a.objective;
+    if (setup.budget > 0) {
+      j["budget_bytes"] = budget;
+      j["reserve_bytes"] = reserve;
+      j["usable_bytes"] = setup.budget;
+    }
+    j["modes"] = nlohmann::json::object();
+    for (const Row& r : rows) {
+      nlohmann::json m;
+      if (search) {
+        m["max_seq_len"] = r.plan.seq_len;
+        if (r.hit_limit) m["search_limit_reached"] = true;
+      } else {
+        m["seq_len"] = r.plan.seq_len;
+        if (setup.budget > 0) m["fits"] = r.plan.fits;
+      }
+      m["layer_chunk"] = r.plan.layer_chunk;
+      m["head_chunk"] = r.plan.head_chunk;
+      m["peak_bytes"] = r.plan.step.peak_bytes;
+      m["breakdown"] = nlohmann::json::object();
+      for (int c = 0; c < kNumCategories; ++c)
+        m["breakdown"][category_name(static_cast<Category>(c))] =
+            r.plan.step.breakdown.bytes[static_cast<size_t>(c)];
+      j["modes"][r.mode] = m;
+    }
+    std::ofstream out(a.json);
+    out << j.dump(2) << "\n";
+    if (!out) throw InputError("--json: cannot write " + a.json);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand(
+      "plan", "Peak memory of a training step, or the longest trainable sequence under a budget");
+  c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
+  c->add_option("--dtype", a->dtype, "Storage of weights, gradients and activations: bf16 or f32")
+      ->capture_default_str();
+  c->add_option("--budget", a->budget, "Device memory, e.g. 80GiB, 2.5GB, 512MiB, bytes");
+  c->add_option("--reserve", a->reserve,
+                "Part of the budget kept for the runtime (CUDA context, allocator slack)")
+      ->capture_default_str();
+  c->add_option("--optimizer", a->optimizer,
+                "none, or adamw: fp32 m and v (and fp32 master weights with --dtype bf16)")
+      ->capture_default_str();
+  c->add_option("--objective", a->objective, "sft (dpo, grpo, ppo: not yet)")
+      ->capture_default_str();
+  c->add_option("--modes", a->modes, "Comma-separated modes")->capture_default_str();
+  c->add_option("--seq-len", a->seq_len, "Plan this many tokens (else: search the longest)");
+  c->add_option("--layer-chunk", a->layer_chunk,
+                "Stream-mode rows per chunk, or auto: the largest that fits the budget")
+      ->capture_default_str();
+  c->add_option("--head-chunk", a->head_chunk,
+                "LM-head rows per block (chunked head), or auto: the largest that fits")
+      ->capture_default_str();
+  c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)");
+  c->add_option("--json", a->json, "Write the plan as JSON");
+  c->callback([a] { run(*a); });
+}
 
 }  // namespace sbp::cli

@@ -15,8 +15,25 @@ struct PlannedStep {
   int64_t flops = 0;
 };
 
-// Weights and gradients in `param_dtype` (the CPU trains in F32; a GPU run in BF16); with
-// `adamw`, fp32 moments are counted too. Throws OutOfMemoryError past `budget` (> 0).
+// What a step holds besides the model and the mode: the storage of weights and gradients and
+// the optimizer state that lives across steps.
+struct StepMemoryOptions {
+  DType param_dtype = DType::F32;  // weights and gradients (the CPU trains in F32; a GPU in BF16)
+  bool adamw = false;              // fp32 first and second moments (category `optimizer`)
+  // fp32 master copy of the weights (category `optimizer`), as mixed-precision AdamW keeps
+  // when the weights are stored in bf16: updating bf16 weights directly loses every update
+  // smaller than 2^-8 of the weight. Only meaningful with adamw and a non-F32 param_dtype.
+  bool master_weights = false;
+  int64_t budget = 0;  // > 0: an allocation past it throws OutOfMemoryError
+};
+
+// Everything allocated in the order a training run allocates it: weights, gradients, optimizer
+// state, then one step. Throws OutOfMemoryError past the budget.
+PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch,
+                          const StepMemoryOptions& mem);
+
+// Weights and gradients in `param_dtype`; with `adamw`, fp32 moments are counted too (no
+// master weights). Throws OutOfMemoryError past `budget` (> 0).
 PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch,
                           DType param_dtype, bool adamw, int64_t budget = 0);
 

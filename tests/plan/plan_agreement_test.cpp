@@ -1,0 +1,158 @@
+// Agreement with reality (DESIGN §4): the shape-only plan of a step records exactly the
+// ledger a real CPU step records (the same peak, the same breakdown at the peak), for several
+// architectures, every mode, several T, segment layouts and chunk sizes; and a budget set to
+// the planned peak lets the real step run while one byte less stops it.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "engine/gradcheck.h"
+#include "objective/sft.h"
+#include "optim/adamw.h"
+#include "plan/planner.h"
+
+namespace sbp {
+namespace {
+
+struct Measured {
+  int64_t peak = 0;
+  MemoryBreakdown breakdown;
+};
+
+// One real fp32 step on the CPU, allocated in the order a training run allocates: weights,
+// gradients, optimizer state, then the step (and, with AdamW, the update).
+Measured real_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch, bool adamw,
+                   int64_t budget = 0) {
+  Ledger ledger(budget);
+  Pool pool(ledger);
+  CpuBackend be;
+  ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
+  init_parameters(w, 3, InitStyle::hf);
+  ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
+  std::unique_ptr<AdamW> opt;
+  if (adamw) opt = std::make_unique<AdamW>(cfg, pool, AdamWConfig{});
+  Engine engine(cfg, w, be, pool, exec);
+  SftObjective obj(batch, batch.loss_weight_sum());
+  engine.forward_backward(batch, obj, g);
+  if (opt) opt->step(w, g, be, 1e-3f);
+  return Measured{ledger.peak(), ledger.peak_breakdown()};
+}
+
+ModelConfig tied_qwen3_with_bias() {
+  ModelConfig c = preset_config("tiny-qwen3");
+  c.tie_word_embeddings = true;
+  c.attention_bias = true;
+  return c;
+}
+
+ModelConfig mqa_llama() {
+  ModelConfig c = preset_config("tiny-llama");
+  c.num_key_value_heads = 1;
+  c.num_hidden_layers = 3;
+  return c;
+}
+
+ExecConfig mode(const char* name, int64_t layer_chunk, int64_t head_chunk) {
+  ExecConfig e = parse_mode(name);
+  e.layer_chunk = layer_chunk;
+  e.head_chunk = head_chunk;
+  return e;
+}
+
+// The ledger does not depend on the thread count; one thread keeps these many small steps
+// fast on a loaded machine (OpenMP barriers stall when threads outnumber free cores).
+class PlanAgreement : public ::testing::Test {
+ protected:
+  void SetUp() override { set_cpu_threads(1); }
+};
+
+TEST_F(PlanAgreement, LedgerPeakAndBreakdownEqualARealStepExactly) {
+  const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), preset_config("tiny-qwen2"),
+                                           preset_config("tiny-llama"), tied_qwen3_with_bias(),
+                                           mqa_llama()};
+  int cases = 0;
+  for (size_t mi = 0; mi < models.size(); ++mi) {
+    const ModelConfig& cfg = models[mi];
+    for (int64_t T : {1, 2, 37, 64}) {
+      for (int64_t segments : {int64_t{1}, int64_t{3}}) {
+        if (segments > T) continue;
+        const Batch batch = random_batch(cfg.vocab_size, T, segments, 100 + T, segments > 1);
+        const std::vector<ExecConfig> execs = {mode("base", 0, 0),
+                                               mode("checkpoint", 0, 0),
+                                               mode("stream", 1, 1),
+                                               mode("stream", 7, 5),
+                                               mode("stream", T, T),
+                                               mode("stream", 16, 64),
+                                               mode("recompute+chunked", 0, 9),
+                                               mode("store+chunked", 0, 4),
+                                               mode("stream+full", 6, 0)};
+        for (const ExecConfig& e : execs) {
+          const bool adamw = (cases % 3) == 0;
+          const PlannedStep plan = plan_sft_step(cfg, e, batch, DType::F32, adamw);
+          const Measured real = real_step(cfg, e, batch, adamw);
+          ASSERT_EQ(plan.peak_bytes, real.peak)
+              << "model " << mi << " " << mode_name(e) << " T=" << T << " segments=" << segments
+              << " chunks " << e.layer_chunk << "/" << e.head_chunk;
+          ASSERT_EQ(plan.breakdown.bytes, real.breakdown.bytes)
+              << "model " << mi << " " << mode_name(e) << " T=" << T << "\nplan "
+              << plan.breakdown.str() << "\nreal " << real.breakdown.str();
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 270);
+}
+
+// A mid-sized model where activations dominate (tens of MB), through the planner's own entry
+// points (one sequence, PlanSetup, auto chunks) rather than plan_sft_step.
+ModelConfig mid_qwen3() {
+  ModelConfig c = preset_config("tiny-qwen3");
+  c.hidden_size = 128;
+  c.intermediate_size = 384;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 32;
+  c.vocab_size = 1024;
+  c.validate("mid_qwen3");
+  return c;
+}
+
+TEST_F(PlanAgreement, PlannedBudgetIsExactlyWhatARealStepNeeds) {
+  const ModelConfig cfg = mid_qwen3();
+  PlanSetup s;
+  s.cfg = cfg;
+  s.param_dtype = s.act_dtype = DType::F32;
+  const AutoChunkLimits limits{.min_layer = 16, .min_head = 8, .align = 16};
+  for (const char* name : {"base", "checkpoint", "stream", "recompute+chunked"}) {
+    const ExecConfig m = parse_mode(name);
+    const int64_t T = 300;
+    // A budget between the smallest and the largest chunks' peaks, so auto has to choose.
+    s.budget = 0;
+    const int64_t small = plan_at(s, mode(name, 16, 8), T).peak_bytes;
+    const int64_t large = plan_at(s, mode(name, T, T), T).peak_bytes;
+    s.budget = small + (large - small) / 3;
+    const ChunkedPlan p = choose_chunks(s, m, T, ChunkRequest{}, limits);
+    ASSERT_TRUE(p.fits) << name;
+    Batch batch;
+    batch.tokens.assign(static_cast<size_t>(T), 5);
+    batch.seq_lens = {T};
+    const ExecConfig chosen = mode(name, p.layer_chunk, p.head_chunk);
+    EXPECT_EQ(real_step(cfg, chosen, batch, false).peak, p.step.peak_bytes) << name;
+    // The real step runs under a budget equal to the planned peak, and fails one byte below.
+    EXPECT_NO_THROW(real_step(cfg, chosen, batch, false, p.step.peak_bytes)) << name;
+    EXPECT_THROW(real_step(cfg, chosen, batch, false, p.step.peak_bytes - 1), OutOfMemoryError)
+        << name;
+    // The next larger chunk the search could have taken does not fit.
+    if (m.layers == LayerMode::stream && p.layer_chunk < T) {
+      EXPECT_GT(plan_at(s, mode(name, p.layer_chunk + limits.align, limits.min_head), T).peak_bytes,
+                s.budget);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sbp
