@@ -64,15 +64,15 @@ OutOfMemoryError::OutOfMemoryError(Category cat, int64_t req, int64_t bud, Memor
 
 void Ledger::allocate(Category c, int64_t bytes) {
   SBP_CHECK(bytes >= 0, "negative allocation");
-  if (budget_ > 0 && live_.total() + bytes > budget_) {
+  if (budget_ > 0 && live_total_ + bytes > budget_) {
     throw OutOfMemoryError(c, bytes, budget_, live_);
   }
   const size_t i = static_cast<size_t>(c);
   live_.bytes[i] += bytes;
+  live_total_ += bytes;
   if (live_.bytes[i] > category_peak_[i]) category_peak_[i] = live_.bytes[i];
-  const int64_t total = live_.total();
-  if (total > peak_total_) {
-    peak_total_ = total;
+  if (live_total_ > peak_total_) {
+    peak_total_ = live_total_;
     peak_ = live_;
   }
 }
@@ -81,11 +81,12 @@ void Ledger::release(Category c, int64_t bytes) {
   const size_t i = static_cast<size_t>(c);
   SBP_CHECK(live_.bytes[i] >= bytes, std::string("ledger underflow in ") + category_name(c));
   live_.bytes[i] -= bytes;
+  live_total_ -= bytes;
 }
 
 void Ledger::reset_peak() {
   peak_ = live_;
-  peak_total_ = live_.total();
+  peak_total_ = live_total_;
   category_peak_ = live_.bytes;
 }
 
