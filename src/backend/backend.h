@@ -107,6 +107,19 @@ class Backend {
   // out (n) I32: index of the largest logit of each row (the first one on ties).
   virtual void argmax_rows(const Tensor& out, const Tensor& logits) = 0;
 
+  // entropy (n) = -sum_j p_j log p_j of each row's softmax p = softmax(logits row), given the
+  // row's lse (n) from logsoftmax_target. Summed as sum_j p_j (lse - logit_j): terms >= 0, so
+  // no cancellation. For entropy bonuses and entropy logging (GRPO, PPO).
+  virtual void softmax_entropy(const Tensor& entropy, const Tensor& logits,
+                               const Tensor& lse) = 0;
+  // dlogits_inplace plus the entropy's gradient: overwrites logits with
+  //   dL/dlogit_j = dlogp (onehot_j - p_j) + dentropy * p_j (lse - logit_j - H)
+  // (dH/dlogit_j = -p_j (log p_j + H)); entropy (n) = H from softmax_entropy, dentropy (n).
+  // Rows without a target keep only the entropy term.
+  virtual void dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
+                                       const Tensor& targets, const Tensor& dlogp,
+                                       const Tensor& entropy, const Tensor& dentropy) = 0;
+
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,

@@ -1,5 +1,8 @@
-// streambp bench: time and memory of one training step per (mode, T), with the machine's
-// sgemm speed measured in the same run as the yardstick for achieved GFLOP/s.
+// streambp bench: time and memory of one training step of an objective (sft, dpo, grpo, ppo)
+// per (mode, T), with the machine's sgemm speed measured in the same run as the yardstick for
+// achieved GFLOP/s. For DPO, GRPO (beta != 0) and PPO the step includes the reference model's
+// forward, on its own copy of the weights (a real run holds two models); PPO's rollout
+// constants (old log-probs, values, GAE) are computed before the timed steps.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,7 +20,7 @@
 #include "engine/engine.h"
 #include "engine/gradcheck.h"
 #include "engine/memory_model.h"
-#include "objective/sft.h"
+#include "engine/objective_step.h"
 
 namespace sbp::cli {
 
@@ -35,6 +38,8 @@ struct Args {
   int threads = 0;
   uint64_t seed = 0;
   std::string json;
+  ObjectiveArgs objective;
+  int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
 };
 
 struct Run {
@@ -42,6 +47,7 @@ struct Run {
   int64_t T = 0, layer_chunk = 0, head_chunk = 0;
   double median_s = 0, tokens_per_s = 0, gflops = 0, loss = 0;
   int64_t peak = 0, activation_peak = 0, rss_peak = 0, analytic = 0;
+  int64_t logits_peak = 0, head_block = 0;  // ledger peak of `logits`; one head block's logits
   MemoryBreakdown breakdown;
 };
 
@@ -73,10 +79,34 @@ int run(const Args& a) {
   Ledger ledger;
   Pool pool(ledger);
   CpuBackend be;
+  ObjectiveSetup setup = a.objective.setup();
+  // GRPO as TRL runs it with num_iterations = 1: old log-probs = the current ones, detached (no
+  // extra scoring pass). PPO's rollout has its own old log-probs, from the policy's forward.
+  setup.old_logp_noise = setup.kind == ObjectiveKind::ppo ? setup.old_logp_noise : 0.0f;
   const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::hf);
+  ParameterSet reference, value;
+  ObjectiveModels models{src.cfg, w};
+  if (setup.needs_reference()) {
+    // Its own copy: a real run holds the policy and the reference model side by side.
+    reference = make_reference_weights(src.cfg, w, pool, 0.0f, a.seed);
+    models.reference = &reference;
+  }
+  if (setup.needs_value_model()) {
+    value = ParameterSet(src.cfg, pool, Category::weights, DType::F32, false, ModelHead::value);
+    init_parameters(value, a.seed + 1, InitStyle::hf);
+    models.value = &value;
+  }
+  int64_t segments = a.segments;
+  if (segments <= 0) {
+    segments = setup.kind == ObjectiveKind::sft    ? 1
+               : setup.kind == ObjectiveKind::grpo ? setup.group_size
+                                                   : 2;
+  }
   std::vector<Run> runs;
   for (int64_t T : lens) {
-    const Batch batch = random_batch(src.cfg.vocab_size, T, 1, a.seed, false);
+    const Batch batch = setup.kind == ObjectiveKind::sft
+                            ? random_batch(src.cfg.vocab_size, T, segments, a.seed, false)
+                            : random_objective_batch(setup, src.cfg.vocab_size, T, segments, a.seed);
     for (ExecConfig exec : modes) {
       exec.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : std::max<int64_t>(1, (T + 3) / 4);
       exec.head_chunk = a.head_chunk;
@@ -85,23 +115,29 @@ int run(const Args& a) {
       r.T = T;
       r.layer_chunk = exec.layer_chunk_for(T);
       r.head_chunk = exec.head_chunk_for(T);
+      r.head_block = r.head_chunk * src.cfg.vocab_size * 4;
       std::fprintf(stderr, "bench: %s T=%lld ...\n", r.mode.c_str(), static_cast<long long>(T));
       ParameterSet g(src.cfg, pool, Category::grads, DType::F32, true);
-      Engine engine(src.cfg, w, be, pool, exec);
+      ParameterSet vg;
+      if (models.value)
+        vg = ParameterSet(src.cfg, pool, Category::grads, DType::F32, true, ModelHead::value);
+      // PPO's rollout (and GRPO's old log-probs) happen before the step, outside its peak.
+      const StepConstants constants =
+          make_step_constants(setup, models, batch, be, pool, exec, a.seed);
       reset_peak_rss();
       ledger.reset_peak();
       std::vector<double> times;
       int64_t flops = 0;
       for (int i = 0; i < a.warmup + a.repeat; ++i) {
-        SftObjective obj(batch, batch.loss_weight_sum());
         be.reset_flops();
         const auto t0 = std::chrono::steady_clock::now();
-        engine.forward_backward(batch, obj, g);
+        const StepOutcome out = run_objective_step(setup, models, constants, batch, be, pool, exec,
+                                                   g, models.value ? &vg : nullptr);
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (i >= a.warmup) times.push_back(s);
         flops = be.flops();
-        r.loss = obj.loss();
+        r.loss = out.loss;
       }
       std::sort(times.begin(), times.end());
       r.median_s = times[times.size() / 2];
@@ -109,10 +145,12 @@ int run(const Args& a) {
       r.gflops = static_cast<double>(flops) / r.median_s / 1e9;
       r.peak = ledger.peak();
       r.breakdown = ledger.peak_breakdown();
+      r.logits_peak = ledger.category_peak(Category::logits);
       r.activation_peak = r.peak - r.breakdown[Category::weights] -
                           r.breakdown[Category::grads] - r.breakdown[Category::optimizer];
       r.rss_peak = peak_rss_bytes();
-      if (exec.layers == LayerMode::stream && exec.head == HeadMode::chunked) {
+      if (setup.kind == ObjectiveKind::sft && exec.layers == LayerMode::stream &&
+          exec.head == HeadMode::chunked) {
         r.analytic = stream_memory_terms(src.cfg, T, r.layer_chunk, r.head_chunk, exec.act_dtype)
                          .activation_peak();
       }
@@ -120,9 +158,11 @@ int run(const Args& a) {
     }
   }
 
-  std::printf("bench: %s (%s, %lld layers), %d thread(s), median of %d step(s)\n",
+  std::printf("bench: %s (%s, %lld layers), objective %s, %lld segment(s), %d thread(s), "
+              "median of %d step(s)\n",
               a.model.c_str(), src.cfg.model_type.c_str(),
-              static_cast<long long>(src.cfg.num_hidden_layers), cpu_threads(), a.repeat);
+              static_cast<long long>(src.cfg.num_hidden_layers), a.objective.describe().c_str(),
+              static_cast<long long>(segments), cpu_threads(), a.repeat);
   std::printf("sgemm: %.1f GFLOP/s (2048^3, same run)\n\n", sgemm);
   std::printf("| mode | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
               "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
@@ -135,6 +175,15 @@ int run(const Args& a) {
                 static_cast<long long>(r.head_chunk), r.median_s, r.tokens_per_s, r.gflops,
                 100.0 * r.gflops / sgemm, mib(r.peak), mib(r.activation_peak), analytic,
                 mib(r.rss_peak));
+  }
+  std::printf("\nLM-head logits: the ledger's peak of `logits` vs one head block (c_h x V fp32)\n");
+  std::printf("| mode | T | head chunk | one block MiB | logits peak MiB | blocks live at once |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const Run& r : runs) {
+    std::printf("| %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(),
+                static_cast<long long>(r.T), static_cast<long long>(r.head_chunk),
+                mib(r.head_block), mib(r.logits_peak),
+                static_cast<double>(r.logits_peak) / static_cast<double>(r.head_block));
   }
   std::printf("\nledger breakdown at the peak (MiB)\n| mode | T |");
   for (int c = 0; c < kNumCategories; ++c) std::printf(" %s |", category_name(static_cast<Category>(c)));
@@ -151,6 +200,7 @@ int run(const Args& a) {
     nlohmann::json j;
     j["sgemm_gflops"] = sgemm;
     j["model"] = a.model;
+    j["objective"] = a.objective.describe();
     j["threads"] = cpu_threads();
     j["runs"] = nlohmann::json::array();
     for (const Run& r : runs) {
@@ -164,7 +214,9 @@ int run(const Args& a) {
                            {"activation_peak_bytes", r.activation_peak},
                            {"rss_peak_bytes", r.rss_peak},
                            {"achieved_gflops", r.gflops},
-                           {"loss", r.loss}};
+                           {"loss", r.loss},
+                           {"logits_peak_bytes", r.logits_peak},
+                           {"head_block_logits_bytes", r.head_block}};
       if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
       for (int c = 0; c < kNumCategories; ++c)
         jr["breakdown"][category_name(static_cast<Category>(c))] = r.breakdown.bytes[static_cast<size_t>(c)];
@@ -194,6 +246,15 @@ void register_bench(CLI::App& app) {
   c->add_option("--threads", a->threads, "Threads (default: all)");
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
+  c->add_option("--objective", a->objective.objective, "sft, dpo, grpo or ppo");
+  c->add_option("--segments", a->segments,
+                "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)");
+  c->add_option("--dpo-loss", a->objective.dpo_loss, "DPO loss: sigmoid, hinge or ipo");
+  c->add_option("--grpo-loss", a->objective.grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
+  c->add_option("--beta", a->objective.beta,
+                "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)");
+  c->add_option("--group-size", a->objective.group_size, "GRPO completions per prompt");
+  c->add_option("--entropy-coef", a->objective.entropy_coef, "GRPO/PPO entropy bonus");
   c->callback([a] { run(*a); });
 }
 

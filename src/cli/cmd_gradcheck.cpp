@@ -1,4 +1,5 @@
-// streambp gradcheck: one SFT step per mode on one random batch, gradients against base.
+// streambp gradcheck: one step of an objective (sft, dpo, grpo, ppo) per mode on one random
+// batch of that objective's shape, every gradient against base.
 #include <cstdio>
 #include <fstream>
 
@@ -27,6 +28,7 @@ struct Args {
   int threads = 0;
   std::string json;
   double tolerance = 1e-4;
+  ObjectiveArgs objective;
 };
 
 int run(const Args& a) {
@@ -37,8 +39,12 @@ int run(const Args& a) {
   Pool pool(ledger);
   // Random weights with perturbed norms and biases, so every parameter gets a gradient.
   const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::test);
-  const Batch batch = random_batch(src.cfg.vocab_size, a.seq_len, a.segments, a.seed, a.mask);
   GradcheckOptions opts;
+  opts.objective = a.objective.setup();
+  const Batch batch = opts.objective.kind == ObjectiveKind::sft
+                          ? random_batch(src.cfg.vocab_size, a.seq_len, a.segments, a.seed, a.mask)
+                          : random_objective_batch(opts.objective, src.cfg.vocab_size, a.seq_len,
+                                                   a.segments, a.seed);
   opts.seed = a.seed;
   opts.modes = parse_modes(a.modes);
   for (ExecConfig& e : opts.modes) {
@@ -47,9 +53,10 @@ int run(const Args& a) {
   }
   const GradcheckResult r = run_gradcheck(src.cfg, w, batch, opts);
 
-  std::printf("gradcheck: %s (%s), T=%lld in %zu segment(s), seed %llu\n", a.model.c_str(),
-              src.cfg.model_type.c_str(), static_cast<long long>(a.seq_len),
-              batch.seq_lens.size(), static_cast<unsigned long long>(a.seed));
+  std::printf("gradcheck: %s (%s), objective %s, T=%lld in %zu segment(s), seed %llu\n",
+              a.model.c_str(), src.cfg.model_type.c_str(), a.objective.describe().c_str(),
+              static_cast<long long>(a.seq_len), batch.seq_lens.size(),
+              static_cast<unsigned long long>(a.seed));
   std::printf("%-20s %8s %8s %14s %12s %12s\n", "mode", "l_chunk", "h_chunk", "loss",
               "loss_relerr", "max_relerr");
   std::printf("%-20s %8s %8s %14.8f %12s %12s\n", "base", "-", "-", r.base_loss, "-", "-");
@@ -58,7 +65,9 @@ int run(const Args& a) {
                 static_cast<long long>(m.layer_chunk), static_cast<long long>(m.head_chunk),
                 m.loss, m.loss_rel_err, m.max_rel_err);
   }
-  std::printf("\nper parameter (worst over modes): max |g - g_base| / max |g_base|\n");
+  std::printf("\nbase metrics:");
+  for (const auto& [k, v] : r.base_metrics) std::printf(" %s=%.6g", k.c_str(), v);
+  std::printf("\n\nper parameter (worst over modes): max |g - g_base| / max |g_base|\n");
   for (const auto& [name, err] : r.per_param) std::printf("  %-60s %.3e\n", name.c_str(), err);
   const bool ok = r.max_rel_err <= a.tolerance;
   std::printf("\nmax_rel_err %.3e  (%s, tolerance %.0e)\n", r.max_rel_err, ok ? "PASS" : "FAIL",
@@ -67,7 +76,9 @@ int run(const Args& a) {
   if (!a.json.empty()) {
     nlohmann::json j;
     j["max_rel_err"] = r.max_rel_err;
+    j["objective"] = a.objective.describe();
     j["loss"]["base"] = r.base_loss;
+    j["base_metrics"] = r.base_metrics;
     for (const ModeResult& m : r.modes) j["loss"][m.mode] = m.loss;
     j["per_param"] = nlohmann::json::object();
     for (const auto& [name, err] : r.per_param) j["per_param"][name] = err;
@@ -83,7 +94,7 @@ int run(const Args& a) {
 void register_gradcheck(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand(
-      "gradcheck", "Run one step in each mode on a random batch and compare gradients to base");
+      "gradcheck", "Run one step of an objective in each mode on a random batch and compare gradients to base");
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
   c->add_option("--seq-len", a->seq_len, "Tokens in the batch");
   c->add_option("--segments", a->segments, "Number of packed sequences");
@@ -96,6 +107,15 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--threads", a->threads, "Threads (default: all)");
   c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error");
   c->add_option("--json", a->json, "Write the result as JSON");
+  c->add_option("--objective", a->objective.objective, "sft, dpo, grpo or ppo");
+  c->add_option("--dpo-loss", a->objective.dpo_loss, "DPO loss: sigmoid, hinge or ipo");
+  c->add_option("--label-smoothing", a->objective.label_smoothing, "DPO label smoothing");
+  c->add_option("--grpo-loss", a->objective.grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
+  c->add_option("--scale-rewards", a->objective.scale_rewards, "GRPO: group, batch or none");
+  c->add_option("--beta", a->objective.beta,
+                "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)");
+  c->add_option("--group-size", a->objective.group_size, "GRPO completions per prompt");
+  c->add_option("--entropy-coef", a->objective.entropy_coef, "GRPO/PPO entropy bonus");
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/head_block.h"
 #include "model/decoder_layer.h"
 
 namespace sbp {
@@ -59,8 +60,15 @@ Engine::Engine(const ModelConfig& cfg, const ParameterSet& weights, Backend& bac
 
 void Engine::forward_backward(const Batch& batch, Objective& objective,
                               const ParameterSet& grads) {
+  const HeadKind kind = objective.head();
+  if (kind == HeadKind::value ? !weights_.views().score.defined()
+                              : !weights_.views().lm_head.defined()) {
+    throw InputError(kind == HeadKind::value
+                         ? "a value objective needs a value model (score.weight)"
+                         : "an LM objective needs a model with an LM head");
+  }
   const Step step(cfg_, be_, pool_, batch);
-  const int64_t T = batch.size(), d = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t T = batch.size(), d = cfg_.hidden_size;
   const int64_t L = cfg_.num_hidden_layers;
   const DType act = exec_.act_dtype;
   const ModelTensors& W = weights_.views();
@@ -98,34 +106,37 @@ void Engine::forward_backward(const Batch& batch, Objective& objective,
     }
   }
 
-  // ---- LM head: logits one block at a time; gy = dL/d(final hidden) ----
+  // ---- head: one block of rows at a time; gy = dL/d(final hidden) ----
   Buffer gy = pool_.zeros(Category::grad_buffers, DType::F32, {T, d});  // (T, d)
   {
     const Tensor hidden = ckpt[static_cast<size_t>(L)].view();  // (T, d)
     const int64_t hc = exec_.head_chunk_for(T);
-    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    const bool entropy = objective.wants_entropy();
+    const bool computes = be_.computes();
+    const int passes = objective.prepasses();
+    auto block = [&](int64_t s, int64_t e) {
+      return HeadBlock(cfg_, be_, pool_, W, act, kind, entropy, hidden.slice_rows(s, e),
+                       step.targets.rows(s, e), s);
+    };
+    // Pre-passes (no grad): every block once per pass, from the kept final hidden state.
+    // With a single block the gradient pass below reuses it instead of recomputing it.
+    const bool one_block = hc >= T;
+    for (int p = 0; p < passes && !one_block; ++p) {
+      for_chunks(T, hc, [&](int64_t s, int64_t e) {
+        const HeadBlock b = block(s, e);
+        if (computes) objective.prepass(p, b.chunk());
+      });
+      if (computes) objective.finish_prepass(p);
+    }
     for_chunks(T, hc, [&](int64_t s, int64_t e) {
-      const int64_t n = e - s;
-      const Tensor h_rows = hidden.slice_rows(s, e);
-      Buffer hf = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
-      be_.rmsnorm_forward(hf.view(), h_rows, W.final_norm, eps);
-      Buffer logits = pool_.allocate(Category::logits, DType::F32, {n, V});  // (n, V)
-      be_.gemm(logits.view(), hf.view(), false, W.lm_head, true, 1.0f, 0.0f);
-      Buffer lse = pool_.allocate(Category::other, DType::F32, {n});    // (n)
-      Buffer logp = pool_.allocate(Category::other, DType::F32, {n});   // (n)
-      Buffer dlogp = pool_.allocate(Category::other, DType::F32, {n});  // (n)
-      const Tensor targets = step.targets.rows(s, e);
-      be_.logsoftmax_target(lse.view(), logp.view(), logits.view(), targets);
-      if (be_.computes()) {
-        objective.token_grads(s, std::span<const float>(logp.f32(), static_cast<size_t>(n)),
-                              std::span<float>(dlogp.f32(), static_cast<size_t>(n)));
+      HeadBlock b = block(s, e);
+      for (int p = 0; p < passes && one_block; ++p) {
+        if (computes) objective.prepass(p, b.chunk());
+        if (computes) objective.finish_prepass(p);
       }
-      be_.dlogits_inplace(logits.view(), lse.view(), targets, dlogp.view());
-      be_.gemm(G.lm_head, logits.view(), true, hf.view(), false, 1.0f, 1.0f);  // (V, d)
-      Buffer dhf = pool_.allocate(Category::layer_workspace, DType::F32, {n, d});  // (n, d)
-      be_.gemm(dhf.view(), logits.view(), false, W.lm_head, false, 1.0f, 0.0f);
-      logits.reset();
-      be_.rmsnorm_backward(gy.rows(s, e), G.final_norm, dhf.view(), h_rows, W.final_norm, eps);
+      const TokenChunkGrads g = b.alloc_grads();
+      if (computes) objective.chunk_grads(b.chunk(), g);
+      b.backward(G, gy.rows(s, e));
     });
   }
   ckpt[static_cast<size_t>(L)].reset();
@@ -162,9 +173,8 @@ void Engine::forward_backward(const Batch& batch, Objective& objective,
   be_.embedding_backward(G.embed, gy.view(), step.tokens.view());
 }
 
-Engine::TokenScores Engine::score(const Batch& batch) {
-  const Step step(cfg_, be_, pool_, batch);
-  const int64_t T = batch.size(), d = cfg_.hidden_size, V = cfg_.vocab_size;
+Buffer Engine::forward_hidden(const Batch& batch, const Step& step) {
+  const int64_t T = batch.size(), d = cfg_.hidden_size;
   const DType act = exec_.act_dtype;
   const ModelTensors& W = weights_.views();
   DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act);
@@ -181,6 +191,13 @@ Engine::TokenScores Engine::score(const Batch& batch) {
     });
     x = std::move(y);
   }
+  return x;
+}
+
+Engine::TokenScores Engine::score(const Batch& batch) {
+  const Step step(cfg_, be_, pool_, batch);
+  const int64_t T = batch.size();
+  const Buffer x = forward_hidden(batch, step);  // (T, d)
 
   TokenScores out;
   out.logp.assign(static_cast<size_t>(T), 0.0f);
@@ -188,19 +205,30 @@ Engine::TokenScores Engine::score(const Batch& batch) {
   const int64_t hc = exec_.head_chunk_for(T);
   for_chunks(T, hc, [&](int64_t s, int64_t e) {
     const int64_t n = e - s;
-    Buffer hf = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
-    be_.rmsnorm_forward(hf.view(), x.rows(s, e), W.final_norm,
-                        static_cast<float>(cfg_.rms_norm_eps));
-    Buffer logits = pool_.allocate(Category::logits, DType::F32, {n, V});  // (n, V)
-    be_.gemm(logits.view(), hf.view(), false, W.lm_head, true, 1.0f, 0.0f);
-    Buffer lse = pool_.allocate(Category::other, DType::F32, {n});
-    Buffer logp = pool_.allocate(Category::other, DType::F32, {n});
+    const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::lm, false,
+                      x.rows(s, e), step.targets.rows(s, e), s);
     Buffer best = pool_.allocate(Category::other, DType::I32, {n});
-    be_.logsoftmax_target(lse.view(), logp.view(), logits.view(), step.targets.rows(s, e));
-    be_.argmax_rows(best.view(), logits.view());
+    be_.argmax_rows(best.view(), b.logits());
     if (be_.computes()) {
-      std::copy(logp.f32(), logp.f32() + n, out.logp.begin() + s);
+      const TokenChunk c = b.chunk();
+      std::copy(c.logp.begin(), c.logp.end(), out.logp.begin() + s);
       std::copy(best.i32(), best.i32() + n, out.argmax.begin() + s);
+    }
+  });
+  return out;
+}
+
+std::vector<float> Engine::values(const Batch& batch) {
+  const Step step(cfg_, be_, pool_, batch);
+  const int64_t T = batch.size();
+  const Buffer x = forward_hidden(batch, step);  // (T, d)
+  std::vector<float> out(static_cast<size_t>(T), 0.0f);
+  for_chunks(T, exec_.head_chunk_for(T), [&](int64_t s, int64_t e) {
+    const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value,
+                      false, x.rows(s, e), step.targets.rows(s, e), s);
+    if (be_.computes()) {
+      const TokenChunk c = b.chunk();
+      std::copy(c.value.begin(), c.value.end(), out.begin() + s);
     }
   });
   return out;

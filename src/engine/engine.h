@@ -21,7 +21,10 @@ class Engine {
          ExecConfig exec);
 
   // One micro-batch: forward, head, backward. ADDS the gradient into `grads` (zeroing is the
-  // caller's job, so micro-batches accumulate).
+  // caller's job, so micro-batches accumulate). The head is the objective's (HeadKind): the LM
+  // head, or the value head of a value model (weights built with ModelHead::value). Objectives
+  // with pre-passes (DPO) get them from the kept final hidden state before the gradient pass;
+  // with one head block (head: full, or a chunk >= T) the block is computed once for both.
   void forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads);
 
   // Forward only (no gradient state). Peak memory: two (T, d) hidden states, one layer's
@@ -32,11 +35,17 @@ class Engine {
   };
   TokenScores score(const Batch& batch);
 
+  // Forward only, value models (ModelHead::value): (T) the value of every row, computed from
+  // the final-normed hidden state by score.weight. Same memory as score().
+  std::vector<float> values(const Batch& batch);
+
   const ExecConfig& exec() const { return exec_; }
   void set_exec(const ExecConfig& e) { exec_ = e; }
 
  private:
   struct Step;  // per-call tensors (engine.cpp)
+  // Forward without checkpoints: the final hidden state (T, d), before the final norm.
+  Buffer forward_hidden(const Batch& batch, const Step& step);
   const ModelConfig& cfg_;
   const ParameterSet& weights_;
   Backend& be_;

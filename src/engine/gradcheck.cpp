@@ -6,7 +6,6 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "engine/engine.h"
-#include "objective/sft.h"
 
 namespace sbp {
 
@@ -34,26 +33,36 @@ namespace {
 
 struct ModeRun {
   double loss = 0.0;
+  std::map<std::string, double> metrics;
   std::vector<std::vector<float>> grads;  // per parameter tensor, copied out of the run's pool
   int64_t peak = 0;
 };
 
-ModeRun run_mode(const ModelConfig& cfg, const ParameterSet& weights, const Batch& batch,
-                 const ExecConfig& exec, bool poison) {
+void copy_out(const ParameterSet& g, ModeRun* r) {
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Tensor& t = g.tensor(i);
+    r->grads.emplace_back(t.f32(), t.f32() + t.numel());
+  }
+}
+
+ModeRun run_mode(const ObjectiveSetup& setup, const ObjectiveModels& models,
+                 const StepConstants& constants, const Batch& batch, const ExecConfig& exec,
+                 bool poison) {
   Ledger ledger;
   Pool pool(ledger, PoolOptions{.materialize = true, .poison = poison});
   CpuBackend be;
   ModeRun r;
-  ParameterSet grads(cfg, pool, Category::grads, DType::F32, /*zero=*/true);
-  Engine engine(cfg, weights, be, pool, exec);
-  SftObjective obj(batch, batch.loss_weight_sum());
-  engine.forward_backward(batch, obj, grads);
-  r.loss = obj.loss();
+  ParameterSet grads(models.cfg, pool, Category::grads, DType::F32, /*zero=*/true);
+  ParameterSet value_grads;
+  if (models.value)
+    value_grads = ParameterSet(models.cfg, pool, Category::grads, DType::F32, true, ModelHead::value);
+  const StepOutcome out = run_objective_step(setup, models, constants, batch, be, pool, exec,
+                                             grads, models.value ? &value_grads : nullptr);
+  r.loss = out.loss;
+  r.metrics = out.metrics;
   r.peak = ledger.peak();
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& t = grads.tensor(i);
-    r.grads.emplace_back(t.f32(), t.f32() + t.numel());
-  }
+  copy_out(grads, &r);
+  if (models.value) copy_out(value_grads, &r);
   return r;
 }
 
@@ -75,11 +84,35 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 
 GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights,
                               const Batch& batch, const GradcheckOptions& opts) {
+  const ObjectiveSetup& setup = opts.objective;
+  // The other models of the step live as long as the check; the constants are computed once.
+  Ledger ledger;
+  Pool pool(ledger);
+  CpuBackend be;
+  ParameterSet reference, value;
+  ObjectiveModels models{cfg, weights};
+  if (setup.needs_reference()) {
+    reference = make_reference_weights(cfg, weights, pool, setup.reference_noise, opts.seed);
+    models.reference = &reference;
+  }
+  if (setup.needs_value_model()) {
+    value = ParameterSet(cfg, pool, Category::weights, DType::F32, false, ModelHead::value);
+    init_parameters(value, opts.seed + 1, InitStyle::test, 0.2f);
+    models.value = &value;
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < weights.size(); ++i) names.push_back(weights.name(i));
+  for (size_t i = 0; i < value.size(); ++i) names.push_back("value:" + value.name(i));
+  const ExecConfig base_exec = parse_mode("base");
+  const StepConstants constants =
+      make_step_constants(setup, models, batch, be, pool, base_exec, opts.seed);
+
   GradcheckResult res;
-  const ModeRun base = run_mode(cfg, weights, batch, parse_mode("base"), opts.poison);
+  const ModeRun base = run_mode(setup, models, constants, batch, base_exec, opts.poison);
   res.base_loss = base.loss;
+  res.base_metrics = base.metrics;
   for (const ExecConfig& exec : opts.modes) {
-    const ModeRun run = run_mode(cfg, weights, batch, exec, opts.poison);
+    const ModeRun run = run_mode(setup, models, constants, batch, exec, opts.poison);
     ModeResult m;
     m.mode = mode_name(exec);
     m.layer_chunk = exec.layer_chunk_for(batch.size());
@@ -91,9 +124,9 @@ GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weight
     m.peak_bytes = run.peak;
     for (size_t i = 0; i < base.grads.size(); ++i) {
       const double e = rel_err(run.grads[i], base.grads[i]);
-      m.per_param[weights.name(i)] = e;
+      m.per_param[names[i]] = e;
       m.max_rel_err = std::max(m.max_rel_err, e);
-      double& worst = res.per_param[weights.name(i)];
+      double& worst = res.per_param[names[i]];
       worst = std::max(worst, e);
     }
     res.max_rel_err = std::max(res.max_rel_err, m.max_rel_err);

@@ -34,9 +34,23 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
   return s;
 }
 
+std::vector<ParamSpec> parameter_specs(const ModelConfig& c, ModelHead head) {
+  std::vector<ParamSpec> s = parameter_specs(c);
+  if (head == ModelHead::value) {
+    if (!c.tie_word_embeddings) s.pop_back();  // lm_head.weight
+    s.push_back({"score.weight", {1, c.hidden_size}});
+  }
+  return s;
+}
+
 ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype,
-                           bool zero) {
-  specs_ = parameter_specs(cfg);
+                           bool zero)
+    : ParameterSet(cfg, pool, category, dtype, zero, ModelHead::lm) {}
+
+ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype,
+                           bool zero, ModelHead head)
+    : head_(head) {
+  specs_ = parameter_specs(cfg, head);
   buffers_.reserve(specs_.size());
   for (size_t i = 0; i < specs_.size(); ++i) {
     buffers_.push_back(zero ? pool.zeros(category, dtype, specs_[i].shape)
@@ -65,7 +79,11 @@ void ParameterSet::build_views(const ModelConfig& c) {
   };
   views_.embed = get("model.embed_tokens.weight");
   views_.final_norm = get("model.norm.weight");
-  views_.lm_head = c.tie_word_embeddings ? views_.embed : get("lm_head.weight");
+  if (head_ == ModelHead::value) {
+    views_.score = get("score.weight");
+  } else {
+    views_.lm_head = c.tie_word_embeddings ? views_.embed : get("lm_head.weight");
+  }
   views_.layers.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";

@@ -33,9 +33,17 @@ struct LayerTensors {
 struct ModelTensors {
   Tensor embed;       // (V, d)
   Tensor final_norm;  // (d)
-  Tensor lm_head;     // (V, d); the same memory as `embed` when tied
+  Tensor lm_head;     // (V, d); the same memory as `embed` when tied; undefined in value models
+  Tensor score;       // (1, d) value head "score.weight"; value models only
   std::vector<LayerTensors> layers;
 };
+
+// What sits on top of the trunk (embeddings, layers, final norm).
+//   lm:    the causal LM head, "lm_head.weight" (V, d), or the embedding when tied.
+//   value: a value model as TRL builds it (AutoModelForSequenceClassification with
+//          num_labels = 1): "score.weight" (1, d), no bias, applied to the final-normed hidden
+//          state of every row; no LM head (and so nothing tied).
+enum class ModelHead { lm, value };
 
 struct ParamSpec {
   std::string name;  // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
@@ -44,12 +52,18 @@ struct ParamSpec {
 
 // Every tensor a checkpoint of this config holds, in a fixed order (lm_head absent if tied).
 std::vector<ParamSpec> parameter_specs(const ModelConfig& cfg);
+// The same for either head: `lm` gives exactly parameter_specs(cfg); `value` replaces the LM
+// head by "score.weight" (1, d) at the end.
+std::vector<ParamSpec> parameter_specs(const ModelConfig& cfg, ModelHead head);
 
 class ParameterSet {
  public:
   ParameterSet() = default;
   // Allocates one buffer per spec, uninitialised (zeros if `zero`).
   ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype, bool zero);
+  // The same with an explicit head (ModelHead::value: a value model's parameters).
+  ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype, bool zero,
+               ModelHead head);
   ParameterSet(ParameterSet&&) = default;
   ParameterSet& operator=(ParameterSet&&) = default;
 
@@ -60,6 +74,7 @@ class ParameterSet {
   const Tensor& get(const std::string& name) const;  // throws naming the tensor
   const ModelTensors& views() const { return views_; }
   int64_t numel() const;
+  ModelHead head() const { return head_; }
 
  private:
   void build_views(const ModelConfig& cfg);
@@ -67,6 +82,7 @@ class ParameterSet {
   std::vector<Buffer> buffers_;
   std::map<std::string, size_t> index_;
   ModelTensors views_;
+  ModelHead head_ = ModelHead::lm;
 };
 
 // Initialisation from a seed. `hf` follows transformers' _init_weights (normal(0, std) for

@@ -1,18 +1,79 @@
 #pragma once
-// The interface the streamed LM head drives (DESIGN §2 "Objectives"): per-token target
-// log-probabilities in, per-token dL/dlogp out, one head chunk at a time, rows in order.
+// The interface the streamed head drives (DESIGN §2 "Objectives"). The engine computes the
+// head one block of rows at a time and never shows an objective more than that block:
+//
+//   per-token target log-probs (LM head) or values (value head)  in
+//   dL/dlogp (or dL/dvalue), optionally dL/dentropy               out
+//
+// An objective whose per-token gradient needs a statistic of the whole batch of the CURRENT
+// pass (DPO: per-sequence sums of the policy's log-probs) asks for no-grad pre-passes: the
+// engine runs the head over every block once per pre-pass (from the kept final hidden state,
+// not a second forward of the layers) before the gradient pass. Everything else an objective
+// needs (advantages, reference log-probs, masks, normalisers) must be constants computed
+// before the step, so that dL/dlogp_t depends only on logp_t and constants: that is what lets
+// every objective stream.
+//
+// Row convention: row t of the packed batch predicts token t+1 of its segment
+// (Batch::targets); rows without a target carry logp 0 and must get dlogp 0.
 #include <cstdint>
+#include <map>
 #include <span>
+#include <string>
 
 namespace sbp {
+
+// Which head the objective trains: the LM head (logits over the vocabulary) or a value head
+// (a d -> 1 projection, "score.weight", of value models; see model/parameters.h).
+enum class HeadKind { lm, value };
+
+// One block of head rows [row_begin, row_begin + n) as the engine computed it.
+struct TokenChunk {
+  int64_t row_begin = 0;
+  std::span<const float> logp;     // (n) LM head: log-prob of each row's target, 0 where none
+  std::span<const float> entropy;  // (n) LM head: entropy of the row's softmax; empty unless
+                                   //     wants_entropy()
+  std::span<const float> value;    // (n) value head: the value of each row
+  int64_t size() const {
+    return static_cast<int64_t>(logp.empty() ? value.size() : logp.size());
+  }
+};
+
+// What the objective writes for that block (every element, zeros included).
+struct TokenChunkGrads {
+  std::span<float> dlogp;     // (n) dL/dlogp (LM head)
+  std::span<float> dentropy;  // (n) dL/dentropy (LM head, only if wants_entropy())
+  std::span<float> dvalue;    // (n) dL/dvalue (value head)
+};
 
 class Objective {
  public:
   virtual ~Objective() = default;
-  // Rows [row_begin, row_begin + n) of the packed batch: logp (n) of each row's target (0 where
-  // the row has no target); writes dlogp (n) = dL/dlogp for those rows.
+
+  virtual HeadKind head() const { return HeadKind::lm; }
+  // True: the engine also computes each row's softmax entropy (for an entropy bonus or for
+  // logging) and accepts dL/dentropy. Costs one more pass over each (n, V) block.
+  virtual bool wants_entropy() const { return false; }
+
+  // Number of no-grad passes over the head before the gradient pass, and their callbacks:
+  // prepass() sees every block of pass p in row order, then finish_prepass(p) is called.
+  virtual int prepasses() const { return 0; }
+  virtual void prepass(int pass, const TokenChunk& rows) {}
+  virtual void finish_prepass(int pass) {}
+
+  // The gradient pass: called once per block, in row order. The default forwards to
+  // token_grads() and leaves dL/dentropy zero, which is all an SFT-like objective needs.
+  virtual void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out);
+
+  // The simple form: rows [row_begin, row_begin + n), logp (n) in, dlogp (n) out. Objectives
+  // override either this or chunk_grads().
   virtual void token_grads(int64_t row_begin, std::span<const float> logp,
-                           std::span<float> dlogp) = 0;
+                           std::span<float> dlogp);
+
+  // This micro-batch's contribution to the step loss (complete after the gradient pass; for
+  // objectives with pre-passes, after the last pre-pass).
+  virtual double loss() const { return 0.0; }
+  // Named statistics as TRL logs them ("loss", "rewards/chosen", "kl", ...).
+  virtual std::map<std::string, double> metrics() const { return {{"loss", loss()}}; }
 };
 
 }  // namespace sbp

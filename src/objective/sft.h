@@ -18,7 +18,7 @@ class SftObjective final : public Objective {
                    std::span<float> dlogp) override;
 
   // This micro-batch's share of the step loss, accumulated over the rows seen so far.
-  double loss() const { return loss_; }
+  double loss() const override { return loss_; }
 
  private:
   std::vector<float> weights_;  // (T) m_t / N

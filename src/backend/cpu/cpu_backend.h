@@ -51,6 +51,10 @@ class CpuBackend final : public Backend {
                        const Tensor& dlogp) override;
 
   void argmax_rows(const Tensor& out, const Tensor& logits) override;
+  void softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) override;
+  void dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                               const Tensor& dlogp, const Tensor& entropy,
+                               const Tensor& dentropy) override;
 
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWStep& s) override;

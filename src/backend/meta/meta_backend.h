@@ -41,6 +41,9 @@ class MetaBackend final : public Backend {
   void logsoftmax_target(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void dlogits_inplace(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void argmax_rows(const Tensor&, const Tensor&) override {}
+  void softmax_entropy(const Tensor&, const Tensor&, const Tensor&) override {}
+  void dlogits_entropy_inplace(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, const Tensor&) override {}
   void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                   const AdamWStep&) override {}
 };

@@ -1,0 +1,101 @@
+#include "engine/head_block.h"
+
+namespace sbp {
+
+namespace {
+std::span<const float> span_of(const Buffer& b, bool computes) {
+  if (!computes || !b.defined()) return {};
+  return {b.f32(), static_cast<size_t>(b.view().numel())};
+}
+std::span<float> mut_span_of(const Buffer& b, bool computes) {
+  if (!computes || !b.defined()) return {};
+  return {b.f32(), static_cast<size_t>(b.view().numel())};
+}
+}  // namespace
+
+HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const ModelTensors& W,
+                     DType act, HeadKind kind, bool entropy, const Tensor& hidden,
+                     const Tensor& targets, int64_t row_begin)
+    : cfg_(cfg), be_(be), pool_(pool), W_(W), kind_(kind),
+      entropy_(entropy && kind == HeadKind::lm), hidden_(hidden), targets_(targets),
+      row_begin_(row_begin), n_(hidden.rows()) {
+  const int64_t n = n_, d = cfg.hidden_size;
+  hf_ = pool.allocate(Category::layer_workspace, act, {n, d});
+  be.rmsnorm_forward(hf_.view(), hidden, W.final_norm, static_cast<float>(cfg.rms_norm_eps));
+  if (kind == HeadKind::value) {
+    SBP_CHECK(W.score.defined(), "value objective on a model without a value head (score.weight)");
+    out_ = pool.allocate(Category::logits, DType::F32, {n, 1});  // (n, 1)
+    be.gemm(out_.view(), hf_.view(), false, W.score, true, 1.0f, 0.0f);
+    return;
+  }
+  SBP_CHECK(W.lm_head.defined(), "LM-head objective on a model without an LM head");
+  out_ = pool.allocate(Category::logits, DType::F32, {n, cfg.vocab_size});  // (n, V)
+  be.gemm(out_.view(), hf_.view(), false, W.lm_head, true, 1.0f, 0.0f);
+  lse_ = pool.allocate(Category::other, DType::F32, {n});   // (n)
+  logp_ = pool.allocate(Category::other, DType::F32, {n});  // (n)
+  be.logsoftmax_target(lse_.view(), logp_.view(), out_.view(), targets);
+  if (entropy_) {
+    ent_ = pool.allocate(Category::other, DType::F32, {n});  // (n)
+    be.softmax_entropy(ent_.view(), out_.view(), lse_.view());
+  }
+}
+
+TokenChunk HeadBlock::chunk() const {
+  const bool c = be_.computes();
+  TokenChunk t;
+  t.row_begin = row_begin_;
+  if (kind_ == HeadKind::value) {
+    t.value = span_of(out_, c);
+  } else {
+    t.logp = span_of(logp_, c);
+    t.entropy = span_of(ent_, c);
+  }
+  return t;
+}
+
+TokenChunkGrads HeadBlock::alloc_grads() {
+  const bool c = be_.computes();
+  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
+  TokenChunkGrads g;
+  if (kind_ == HeadKind::value) {
+    g.dvalue = mut_span_of(dlogp_, c);
+    return g;
+  }
+  g.dlogp = mut_span_of(dlogp_, c);
+  if (entropy_) {
+    dent_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
+    g.dentropy = mut_span_of(dent_, c);
+  }
+  return g;
+}
+
+void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
+  const int64_t n = n_, d = cfg_.hidden_size;
+  const Tensor W = kind_ == HeadKind::value ? W_.score : W_.lm_head;     // (V, d) or (1, d)
+  const Tensor dW = kind_ == HeadKind::value ? G.score : G.lm_head;
+  Tensor dout = out_.view();  // (n, V) dL/dlogits, written over the logits below
+  if (kind_ == HeadKind::value) {
+    dout = dlogp_.view().reshaped({n, 1});  // (n, 1) dL/dvalues
+  } else {
+    // Only take the entropy kernel when some dL/dentropy is non-zero: with a zero entropy
+    // gradient it would give the same numbers, one exp per logit slower.
+    bool entropy_grad = false;
+    if (entropy_ && be_.computes()) {
+      for (int64_t i = 0; i < n && !entropy_grad; ++i) entropy_grad = dent_.f32()[i] != 0.0f;
+    }
+    if (entropy_grad) {
+      be_.dlogits_entropy_inplace(out_.view(), lse_.view(), targets_, dlogp_.view(), ent_.view(),
+                                  dent_.view());
+    } else {
+      be_.dlogits_inplace(out_.view(), lse_.view(), targets_, dlogp_.view());
+    }
+  }
+  be_.gemm(dW, dout, true, hf_.view(), false, 1.0f, 1.0f);  // dW (V or 1, d) += dout^T hf
+  Buffer dhf = pool_.allocate(Category::layer_workspace, DType::F32, {n, d});  // (n, d)
+  be_.gemm(dhf.view(), dout, false, W, false, 1.0f, 0.0f);
+  out_.reset();
+  be_.rmsnorm_backward(gy, G.final_norm, dhf.view(), hidden_, W_.final_norm,
+                       static_cast<float>(cfg_.rms_norm_eps));
+}
+
+}  // namespace sbp

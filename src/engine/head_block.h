@@ -1,0 +1,56 @@
+#pragma once
+// One block of head rows [s, s + n) of the final hidden state: the final norm, then either the
+// LM head (logits, log-softmax, target log-probs and, if asked, the softmax entropy) or the
+// value head (a d -> 1 projection), forward and backward. The engine builds one per head chunk
+// (or one for all T rows in `head: full` mode), shows its outputs to the objective, and calls
+// backward() with the objective's gradients. Memory: hf (n, d) act, the (n, V) logits block
+// (category `logits`; (n, 1) for a value head), a few (n) vectors, and dhf (n, d) fp32 during
+// the backward: exactly one head chunk, never (T, V) in chunked mode.
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "objective/objective.h"
+
+namespace sbp {
+
+class HeadBlock {
+ public:
+  // hidden: (n, d) rows of the final hidden state (before the final norm); targets: (n) I32.
+  // Runs the forward immediately. `entropy` is ignored for the value head.
+  HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const ModelTensors& W, DType act,
+            HeadKind kind, bool entropy, const Tensor& hidden, const Tensor& targets,
+            int64_t row_begin);
+
+  // The block as the objective sees it (spans are empty when the backend does not compute).
+  TokenChunk chunk() const;
+  // Allocates the gradient vectors the objective writes (dlogp [+ dentropy] or dvalue).
+  TokenChunkGrads alloc_grads();
+  // Backward from the objective's gradients: weight gradients ADD into G (lm_head or score,
+  // final_norm); dL/d(hidden rows) ADDS into gy (n, d) F32. Releases the block's buffers.
+  void backward(const ModelTensors& G, const Tensor& gy);
+
+  const Tensor& logits() const { return out_.view(); }  // (n, V) LM head
+  const Tensor& lse() const { return lse_.view(); }     // (n)
+
+ private:
+  const ModelConfig& cfg_;
+  Backend& be_;
+  Pool& pool_;
+  const ModelTensors& W_;
+  HeadKind kind_;
+  bool entropy_;
+  Tensor hidden_, targets_;
+  int64_t row_begin_, n_;
+  Buffer hf_;        // (n, d) act   final-normed hidden rows
+  Buffer out_;       // (n, V) F32   logits; (n, 1) values for the value head
+  Buffer lse_;       // (n) F32
+  Buffer logp_;      // (n) F32
+  Buffer ent_;       // (n) F32      softmax entropy (if asked)
+  Buffer dlogp_;     // (n) F32      objective's dL/dlogp; dL/dvalue for the value head
+  Buffer dent_;      // (n) F32      objective's dL/dentropy
+};
+
+}  // namespace sbp

@@ -1,0 +1,81 @@
+#include "engine/value_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/safetensors.h"
+
+namespace sbp {
+
+namespace fs = std::filesystem;
+
+ParameterSet make_value_parameters(const ModelConfig& cfg, Pool& pool, Category category,
+                                   DType dtype, bool zero) {
+  return ParameterSet(cfg, pool, category, dtype, zero, ModelHead::value);
+}
+
+void load_value_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params,
+                        bool init_missing_head, uint64_t seed, float head_std) {
+  SBP_CHECK(params.head() == ModelHead::value, "load_value_weights: not a value-model set");
+  // Which file holds each tensor.
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, const SafetensorsFile*> where;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  std::vector<std::string> names;
+  if (fs::exists(single)) {
+    names.push_back(single.string());
+  } else if (fs::exists(index)) {
+    nlohmann::json j;
+    try {
+      std::ifstream in(index);
+      j = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw InputError(index.string() + ": " + e.what());
+    }
+    std::map<std::string, bool> seen;
+    for (const auto& [tensor, shard] : j.at("weight_map").items()) {
+      const std::string f = (fs::path(dir) / shard.get<std::string>()).string();
+      if (!seen[f]) names.push_back(f);
+      seen[f] = true;
+    }
+  } else {
+    throw InputError(dir + ": no model.safetensors or model.safetensors.index.json");
+  }
+  for (const std::string& f : names) {
+    files.push_back(std::make_unique<SafetensorsFile>(f));
+    for (const SafetensorsEntry& e : files.back()->entries()) where[e.name] = files.back().get();
+  }
+  // Validate every tensor before copying any.
+  for (const ParamSpec& s : parameter_specs(cfg, ModelHead::value)) {
+    auto it = where.find(s.name);
+    if (it == where.end()) {
+      if (s.name == "score.weight" && init_missing_head) continue;
+      throw InputError(dir + ": tensor '" + s.name + "' (shape " + s.shape.str() +
+                       ") is missing from the value model checkpoint");
+    }
+    const SafetensorsEntry* e = it->second->find(s.name);
+    if (e->shape != s.shape)
+      throw InputError(it->second->path() + ": tensor '" + s.name + "' has shape " +
+                       e->shape.str() + " but config.json implies " + s.shape.str());
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& t = params.tensor(i);
+    if (!t.data) continue;
+    auto it = where.find(params.name(i));
+    if (it != where.end()) {
+      it->second->read_into(params.name(i), t);
+      continue;
+    }
+    Rng rng(seed, params.name(i));  // the missing head, as init_parameters would draw it
+    for (int64_t j = 0; j < t.numel(); ++j) t.f32()[j] = head_std * rng.normal();
+  }
+}
+
+}  // namespace sbp

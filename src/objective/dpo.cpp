@@ -1,0 +1,125 @@
+#include "objective/dpo.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace sbp {
+
+DpoLoss parse_dpo_loss(const std::string& name) {
+  if (name == "sigmoid") return DpoLoss::sigmoid;
+  if (name == "hinge") return DpoLoss::hinge;
+  if (name == "ipo") return DpoLoss::ipo;
+  throw InputError("unknown DPO loss type '" + name + "' (use sigmoid, hinge or ipo)");
+}
+
+const char* dpo_loss_name(DpoLoss t) {
+  switch (t) {
+    case DpoLoss::sigmoid: return "sigmoid";
+    case DpoLoss::hinge: return "hinge";
+    case DpoLoss::ipo: return "ipo";
+  }
+  return "?";
+}
+
+Batch preference_batch(const std::vector<PreferencePair>& pairs) {
+  std::vector<PromptCompletion> seqs;
+  seqs.reserve(2 * pairs.size());
+  for (const PreferencePair& p : pairs) {
+    seqs.push_back({p.prompt, p.chosen});
+    seqs.push_back({p.prompt, p.rejected});
+  }
+  return prompt_completion_batch(seqs);
+}
+
+DpoObjective::DpoObjective(const Batch& batch, std::span<const float> ref_logp,
+                           const DpoConfig& cfg, double pairs_in_step)
+    : cfg_(cfg), rows_(batch) {
+  const int64_t S = rows_.num_sequences();
+  if (S % 2 != 0)
+    throw InputError("dpo: the batch has " + std::to_string(S) +
+                     " sequences; it needs (chosen, rejected) pairs");
+  if (static_cast<int64_t>(ref_logp.size()) != rows_.num_rows())
+    throw InputError("dpo: " + std::to_string(ref_logp.size()) +
+                     " reference log-probs for a batch of " + std::to_string(rows_.num_rows()));
+  if (!(cfg.beta > 0.0)) throw InputError("dpo: beta must be > 0");
+  for (int64_t s = 0; s < S; ++s) {
+    if (!(rows_.weight_sum[static_cast<size_t>(s)] > 0.0))
+      throw InputError("dpo: sequence " + std::to_string(s) + " has no completion token");
+  }
+  pairs_in_step_ = pairs_in_step > 0 ? pairs_in_step : static_cast<double>(S / 2);
+  policy_sum_.assign(static_cast<size_t>(S), 0.0);
+  ref_sum_.assign(static_cast<size_t>(S), 0.0);
+  coef_.assign(static_cast<size_t>(S), 0.0);
+  for (int64_t t = 0; t < rows_.num_rows(); ++t) {
+    const size_t i = static_cast<size_t>(t);
+    ref_sum_[static_cast<size_t>(rows_.segment[i])] += static_cast<double>(rows_.weight[i]) * ref_logp[i];
+  }
+  pairs_.resize(static_cast<size_t>(S / 2));
+}
+
+void DpoObjective::prepass(int, const TokenChunk& rows) {
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const size_t t = static_cast<size_t>(rows.row_begin + i);
+    policy_sum_[static_cast<size_t>(rows_.segment[t])] +=
+        static_cast<double>(rows_.weight[t]) * rows.logp[static_cast<size_t>(i)];
+  }
+}
+
+void DpoObjective::finish_prepass(int) {
+  const bool ipo = cfg_.loss_type == DpoLoss::ipo;
+  loss_ = 0.0;
+  for (size_t p = 0; p < pairs_.size(); ++p) {
+    const size_t c = 2 * p, r = 2 * p + 1;
+    // ipo scores length-averaged log-probs (TRL: all_logps / loss_mask.sum(-1)).
+    const double nc = ipo ? rows_.weight_sum[c] : 1.0, nr = ipo ? rows_.weight_sum[r] : 1.0;
+    Pair& q = pairs_[p];
+    q.policy_chosen = policy_sum_[c] / nc;
+    q.policy_rejected = policy_sum_[r] / nr;
+    q.ref_chosen = ref_sum_[c] / nc;
+    q.ref_rejected = ref_sum_[r] / nr;
+    q.z = (q.policy_chosen - q.policy_rejected) - (q.ref_chosen - q.ref_rejected);
+    const Term term = dpo_pair_loss(q.z, cfg_.loss_type, cfg_.beta, cfg_.label_smoothing);
+    q.loss = term.value;
+    q.dloss_dz = term.d;
+    loss_ += term.value / pairs_in_step_;
+    // dz/dlogp_t = +m_t / nc on chosen rows, -m_t / nr on rejected rows.
+    coef_[c] = term.d / (pairs_in_step_ * nc);
+    coef_[r] = -term.d / (pairs_in_step_ * nr);
+  }
+  ready_ = true;
+}
+
+void DpoObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+  SBP_CHECK(ready_, "dpo: gradient pass before the pre-pass finished");
+  for (int64_t i = 0; i < in.size(); ++i) {
+    const size_t t = static_cast<size_t>(in.row_begin + i);
+    out.dlogp[static_cast<size_t>(i)] =
+        static_cast<float>(coef_[static_cast<size_t>(rows_.segment[t])] * rows_.weight[t]);
+  }
+  std::fill(out.dentropy.begin(), out.dentropy.end(), 0.0f);
+}
+
+std::map<std::string, double> DpoObjective::metrics() const {
+  double chosen = 0, rejected = 0, acc = 0, lc = 0, lr = 0;
+  for (const Pair& q : pairs_) {
+    // TRL: rewards = beta * (policy - reference), detached.
+    const double rc = cfg_.beta * (q.policy_chosen - q.ref_chosen);
+    const double rr = cfg_.beta * (q.policy_rejected - q.ref_rejected);
+    chosen += rc;
+    rejected += rr;
+    acc += rc > rr ? 1.0 : 0.0;
+    lc += q.policy_chosen;
+    lr += q.policy_rejected;
+  }
+  const double n = static_cast<double>(std::max<size_t>(1, pairs_.size()));
+  return {{"loss", loss_},
+          {"rewards/chosen", chosen / n},
+          {"rewards/rejected", rejected / n},
+          {"rewards/accuracies", acc / n},
+          {"rewards/margins", (chosen - rejected) / n},
+          {"logps/chosen", lc / n},
+          {"logps/rejected", lr / n}};
+}
+
+}  // namespace sbp

@@ -1,0 +1,120 @@
+#include "objective/grpo.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "objective/token_terms.h"
+
+namespace sbp {
+
+GrpoLoss parse_grpo_loss(const std::string& name) {
+  if (name == "grpo") return GrpoLoss::grpo;
+  if (name == "bnpo") return GrpoLoss::bnpo;
+  if (name == "dr_grpo") return GrpoLoss::dr_grpo;
+  if (name == "dapo") return GrpoLoss::dapo;
+  throw InputError("unknown GRPO loss type '" + name + "' (use grpo, bnpo, dr_grpo or dapo)");
+}
+
+const char* grpo_loss_name(GrpoLoss t) {
+  switch (t) {
+    case GrpoLoss::grpo: return "grpo";
+    case GrpoLoss::bnpo: return "bnpo";
+    case GrpoLoss::dr_grpo: return "dr_grpo";
+    case GrpoLoss::dapo: return "dapo";
+  }
+  return "?";
+}
+
+GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantages,
+                             const GrpoConfig& cfg, std::span<const float> old_logp,
+                             std::span<const float> ref_logp)
+    : cfg_(cfg), rows_(batch), adv_(advantages.begin(), advantages.end()),
+      old_(old_logp.begin(), old_logp.end()), ref_(ref_logp.begin(), ref_logp.end()) {
+  const int64_t T = rows_.num_rows(), S = rows_.num_sequences();
+  if (static_cast<int64_t>(adv_.size()) != S)
+    throw InputError("grpo: " + std::to_string(adv_.size()) + " advantages for " +
+                     std::to_string(S) + " sequences");
+  if (!old_.empty() && static_cast<int64_t>(old_.size()) != T)
+    throw InputError("grpo: " + std::to_string(old_.size()) + " old log-probs for " +
+                     std::to_string(T) + " rows");
+  if (cfg.beta != 0.0 && static_cast<int64_t>(ref_.size()) != T)
+    throw InputError("grpo: beta != 0 needs the reference log-probs of all " +
+                     std::to_string(T) + " rows (got " + std::to_string(ref_.size()) + ")");
+  if (cfg.grad_accum_steps < 1 || cfg.num_processes < 1)
+    throw InputError("grpo: grad_accum_steps and num_processes must be >= 1");
+
+  // The loss_type's normaliser, per row (constants of the batch).
+  const double ga = static_cast<double>(cfg.grad_accum_steps);
+  const double B = static_cast<double>(S);
+  double max_len = static_cast<double>(cfg.max_completion_length);
+  if (max_len <= 0)
+    for (double n : rows_.weight_sum) max_len = std::max(max_len, n);
+  const double items = cfg.num_items_in_batch > 0 ? cfg.num_items_in_batch : rows_.total_weight;
+  w_.assign(static_cast<size_t>(T), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t i = static_cast<size_t>(t);
+    const double m = rows_.weight[i];
+    if (m == 0.0) continue;
+    switch (cfg.loss_type) {
+      case GrpoLoss::grpo:
+        w_[i] = m / (std::max(1.0, rows_.weight_sum[static_cast<size_t>(rows_.segment[i])]) * B * ga);
+        break;
+      case GrpoLoss::bnpo: w_[i] = m / (std::max(1.0, rows_.total_weight) * ga); break;
+      case GrpoLoss::dr_grpo: w_[i] = m / (B * std::max(1.0, max_len) * ga); break;
+      case GrpoLoss::dapo:
+        w_[i] = m / (items / static_cast<double>(cfg.num_processes));
+        break;
+    }
+  }
+}
+
+void GrpoObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+  const bool ent = wants_entropy();
+  for (int64_t k = 0; k < in.size(); ++k) {
+    const size_t i = static_cast<size_t>(k), t = static_cast<size_t>(in.row_begin + k);
+    const double w = w_[t];
+    const double m = rows_.weight[t];
+    if (m == 0.0) {
+      out.dlogp[i] = 0.0f;
+      if (ent) out.dentropy[i] = 0.0f;
+      continue;
+    }
+    const double lp = in.logp[i];
+    const double old = old_.empty() ? lp : old_[t];
+    const double A = adv_[static_cast<size_t>(rows_.segment[t])];
+    const Term pg = clipped_surrogate(lp, old, A, cfg_.epsilon_low, cfg_.epsilon_high);
+    double value = pg.value, d = pg.d;
+    if (cfg_.beta != 0.0) {
+      const Term kl = kl_k3(lp, ref_[t]);
+      value += cfg_.beta * kl.value;
+      d += cfg_.beta * kl.d;
+      kl_sum_ += m * kl.value;
+    }
+    if (ent) {
+      const double H = in.entropy[i];
+      value -= cfg_.entropy_coef * H;
+      out.dentropy[i] = static_cast<float>(-cfg_.entropy_coef * w);
+      entropy_sum_ += m * H;
+    }
+    loss_ += w * value;
+    out.dlogp[i] = static_cast<float>(w * d);
+    const bool lo = clipped_low(lp, old, A, cfg_.epsilon_low);
+    const bool hi = clipped_high(lp, old, A, cfg_.epsilon_high);
+    low_ += lo ? m : 0.0;
+    high_ += hi ? m : 0.0;
+    mask_sum_ += m;
+  }
+}
+
+std::map<std::string, double> GrpoObjective::metrics() const {
+  const double n = std::max(1.0, mask_sum_);
+  std::map<std::string, double> m = {{"loss", loss_},
+                                     {"clip_ratio/low_mean", low_ / n},
+                                     {"clip_ratio/high_mean", high_ / n},
+                                     {"clip_ratio/region_mean", (low_ + high_) / n}};
+  if (cfg_.beta != 0.0) m["kl"] = kl_sum_ / n;
+  if (wants_entropy()) m["entropy"] = entropy_sum_ / n;
+  return m;
+}
+
+}  // namespace sbp

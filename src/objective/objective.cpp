@@ -1,0 +1,19 @@
+#include "objective/objective.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace sbp {
+
+void Objective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+  SBP_CHECK(head() == HeadKind::lm, "objective: a value-head objective must override chunk_grads");
+  token_grads(in.row_begin, in.logp, out.dlogp);
+  std::fill(out.dentropy.begin(), out.dentropy.end(), 0.0f);
+}
+
+void Objective::token_grads(int64_t, std::span<const float>, std::span<float>) {
+  throw Error("objective: neither chunk_grads nor token_grads is implemented");
+}
+
+}  // namespace sbp

@@ -1,0 +1,107 @@
+#include "objective/ppo.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "objective/token_terms.h"
+
+namespace sbp {
+
+namespace {
+void check_rows(const char* what, std::span<const float> v, int64_t T) {
+  if (static_cast<int64_t>(v.size()) != T)
+    throw InputError(std::string("ppo: ") + what + " has " + std::to_string(v.size()) +
+                     " entries for " + std::to_string(T) + " rows");
+}
+double completion_rows(const SequenceRows& rows) {
+  double n = 0;
+  for (float m : rows.weight) n += m > 0.0f ? 1.0 : 0.0;
+  if (n == 0) throw InputError("ppo: the batch has no completion token");
+  return n;
+}
+}  // namespace
+
+PpoPolicyObjective::PpoPolicyObjective(const Batch& batch, std::span<const float> advantages,
+                                       std::span<const float> old_logp, const PpoConfig& cfg)
+    : cfg_(cfg), rows_(batch), adv_(advantages.begin(), advantages.end()),
+      old_(old_logp.begin(), old_logp.end()) {
+  check_rows("advantages", advantages, rows_.num_rows());
+  check_rows("old_logp", old_logp, rows_.num_rows());
+  if (cfg.grad_accum_steps < 1) throw InputError("ppo: grad_accum_steps must be >= 1");
+  n_ = completion_rows(rows_);
+}
+
+void PpoPolicyObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+  const bool ent = wants_entropy();
+  const double w = 1.0 / (n_ * static_cast<double>(cfg_.grad_accum_steps));
+  for (int64_t k = 0; k < in.size(); ++k) {
+    const size_t i = static_cast<size_t>(k), t = static_cast<size_t>(in.row_begin + k);
+    if (!(rows_.weight[t] > 0.0f)) {
+      out.dlogp[i] = 0.0f;
+      if (ent) out.dentropy[i] = 0.0f;
+      continue;
+    }
+    const double lp = in.logp[i], old = old_[t], A = adv_[t];
+    // max(-A r, -A clip(r)) = -min(A r, A clip(r)): the GRPO surrogate with symmetric eps.
+    const Term pg = clipped_surrogate(lp, old, A, cfg_.cliprange, cfg_.cliprange);
+    double value = pg.value;
+    out.dlogp[i] = static_cast<float>(w * pg.d);
+    if (ent) {
+      const double H = in.entropy[i];
+      value -= cfg_.entropy_coef * H;
+      out.dentropy[i] = static_cast<float>(-cfg_.entropy_coef * w);
+      entropy_sum_ += H;
+    }
+    loss_ += w * value;
+    pg_sum_ += pg.value;
+    // TRL's pg_clipfrac: the clipped branch strictly larger (pg_losses2 > pg_losses).
+    const double r = std::exp(lp - old);
+    const double clipped = -A * std::clamp(r, 1.0 - cfg_.cliprange, 1.0 + cfg_.cliprange);
+    clip_sum_ += clipped > -A * r ? 1.0 : 0.0;
+    approxkl_sum_ += 0.5 * (lp - old) * (lp - old);
+  }
+}
+
+std::map<std::string, double> PpoPolicyObjective::metrics() const {
+  std::map<std::string, double> m = {{"loss", loss_},
+                                     {"loss/policy", pg_sum_ / n_},
+                                     {"policy/clipfrac_avg", clip_sum_ / n_},
+                                     {"policy/approxkl_avg", approxkl_sum_ / n_}};
+  if (wants_entropy()) m["policy/entropy_avg"] = entropy_sum_ / n_;
+  return m;
+}
+
+PpoValueObjective::PpoValueObjective(const Batch& batch, std::span<const float> returns,
+                                     std::span<const float> old_values, const PpoConfig& cfg)
+    : cfg_(cfg), rows_(batch), ret_(returns.begin(), returns.end()),
+      vold_(old_values.begin(), old_values.end()) {
+  check_rows("returns", returns, rows_.num_rows());
+  check_rows("old_values", old_values, rows_.num_rows());
+  if (cfg.grad_accum_steps < 1) throw InputError("ppo: grad_accum_steps must be >= 1");
+  n_ = completion_rows(rows_);
+}
+
+void PpoValueObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+  const double w = cfg_.vf_coef * 0.5 / (n_ * static_cast<double>(cfg_.grad_accum_steps));
+  for (int64_t k = 0; k < in.size(); ++k) {
+    const size_t i = static_cast<size_t>(k), t = static_cast<size_t>(in.row_begin + k);
+    if (!(rows_.weight[t] > 0.0f)) {
+      out.dvalue[i] = 0.0f;
+      continue;
+    }
+    const double v = in.value[i];
+    const Term vf = clipped_value_loss(v, vold_[t], ret_[t], cfg_.cliprange_value);
+    out.dvalue[i] = static_cast<float>(w * vf.d);
+    loss_ += w * vf.value;
+    vf_sum_ += vf.value;
+    const double vc = std::clamp(v, vold_[t] - cfg_.cliprange_value, vold_[t] + cfg_.cliprange_value);
+    clip_sum_ += (vc - ret_[t]) * (vc - ret_[t]) > (v - ret_[t]) * (v - ret_[t]) ? 1.0 : 0.0;
+  }
+}
+
+std::map<std::string, double> PpoValueObjective::metrics() const {
+  return {{"loss", loss_}, {"loss/value", 0.5 * vf_sum_ / n_}, {"val/clipfrac_avg", clip_sum_ / n_}};
+}
+
+}  // namespace sbp

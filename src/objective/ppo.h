@@ -1,0 +1,79 @@
+#pragma once
+// PPO's two losses (TRL v0.23.0 PPOTrainer.train, its micro-batch loop), one per model, each
+// driven through the streamed engine by its own objective:
+//
+//   policy (LM head):    pg_t = max(-A_t r_t, -A_t clamp(r_t, 1 - cliprange, 1 + cliprange))
+//                        r_t = exp(logp_t - old_t)
+//                        L_pi = masked_mean(pg) / ga              [- entropy_coef * masked_mean(H) / ga]
+//   value (value head):  vc_t = clamp(v_t, vold_t - cliprange_value, vold_t + cliprange_value)
+//                        L_v = vf_coef * 0.5 * masked_mean(max((v_t - R_t)^2, (vc_t - R_t)^2)) / ga
+//
+// TRL's `loss = pg_loss + vf_coef * vf_loss` is L_pi + L_v: the policy and the value model share
+// no parameters (TRL's PolicyAndValueWrapper holds two models), so each model's gradient comes
+// from its own term, and each model streams on its own. masked_mean runs over this micro-batch's
+// completion rows, a constant; A_t, R_t, old_t and vold_t come from the rollout (gae.h), so
+// dL/dlogp_t and dL/dv_t depend only on that row's logp_t or v_t.
+//
+// ga: gradient accumulation steps (Accelerate divides each micro-batch's loss by it).
+// entropy_coef is an extension (TRL's PPOTrainer only logs the entropy).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/batch.h"
+#include "objective/objective.h"
+#include "objective/sequence_rows.h"
+
+namespace sbp {
+
+struct PpoConfig {
+  double cliprange = 0.2;  // TRL defaults
+  double cliprange_value = 0.2;
+  double vf_coef = 0.1;
+  int64_t grad_accum_steps = 1;
+  double entropy_coef = 0.0;
+  bool log_entropy = true;
+};
+
+class PpoPolicyObjective final : public Objective {
+ public:
+  // advantages, old_logp: (T) per row (PpoAdvantages::advantages; the rollout's log-probs).
+  PpoPolicyObjective(const Batch& batch, std::span<const float> advantages,
+                     std::span<const float> old_logp, const PpoConfig& cfg);
+
+  bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
+  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
+  double loss() const override { return loss_; }
+  // loss, loss/policy (pg_loss before /ga), policy/clipfrac_avg, policy/approxkl_avg,
+  // policy/entropy_avg (if computed).
+  std::map<std::string, double> metrics() const override;
+
+ private:
+  PpoConfig cfg_;
+  SequenceRows rows_;
+  std::vector<float> adv_, old_;  // (T)
+  double n_ = 0;                  // completion rows in this micro-batch
+  double loss_ = 0, pg_sum_ = 0, clip_sum_ = 0, approxkl_sum_ = 0, entropy_sum_ = 0;
+};
+
+class PpoValueObjective final : public Objective {
+ public:
+  // returns, old_values: (T) per row (PpoAdvantages::returns; the rollout's values).
+  PpoValueObjective(const Batch& batch, std::span<const float> returns,
+                    std::span<const float> old_values, const PpoConfig& cfg);
+
+  HeadKind head() const override { return HeadKind::value; }
+  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
+  double loss() const override { return loss_; }
+  // loss (vf_coef included), loss/value (TRL's vf_loss), val/clipfrac_avg.
+  std::map<std::string, double> metrics() const override;
+
+ private:
+  PpoConfig cfg_;
+  SequenceRows rows_;
+  std::vector<float> ret_, vold_;  // (T)
+  double n_ = 0;
+  double loss_ = 0, vf_sum_ = 0, clip_sum_ = 0;
+};
+
+}  // namespace sbp

@@ -1,0 +1,42 @@
+#include "objective/sequence_rows.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace sbp {
+
+SequenceRows::SequenceRows(const Batch& batch) {
+  weight = batch.target_weights();
+  const size_t S = batch.seq_lens.size();
+  segment.resize(weight.size());
+  begin.resize(S + 1);
+  weight_sum.assign(S, 0.0);
+  int64_t row = 0;
+  for (size_t s = 0; s < S; ++s) {
+    begin[s] = row;
+    for (int64_t i = 0; i < batch.seq_lens[s]; ++i, ++row) {
+      segment[static_cast<size_t>(row)] = static_cast<int32_t>(s);
+      weight_sum[s] += weight[static_cast<size_t>(row)];
+    }
+    total_weight += weight_sum[s];
+  }
+  begin[S] = row;
+}
+
+Batch prompt_completion_batch(const std::vector<PromptCompletion>& seqs) {
+  Batch b;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const PromptCompletion& s = seqs[i];
+    if (s.completion.empty())
+      throw InputError("sequence " + std::to_string(i) + ": empty completion");
+    b.tokens.insert(b.tokens.end(), s.prompt.begin(), s.prompt.end());
+    b.tokens.insert(b.tokens.end(), s.completion.begin(), s.completion.end());
+    b.loss_mask.insert(b.loss_mask.end(), s.prompt.size(), 0.0f);
+    b.loss_mask.insert(b.loss_mask.end(), s.completion.size(), 1.0f);
+    b.seq_lens.push_back(static_cast<int64_t>(s.prompt.size() + s.completion.size()));
+  }
+  return b;
+}
+
+}  // namespace sbp

@@ -1,0 +1,132 @@
+// Every execution mode gives base's loss and gradients (fp32, 1e-5 relative) for DPO (each loss
+// type), GRPO (each loss_type, with and without the reference model, old log-probs and an
+// entropy bonus) and PPO (policy and value model), for chunk sizes 1, 7, T/3, T and sizes that
+// do not divide T, and two segment layouts each. The reference model's forward runs in each
+// mode too; the step's constants (rewards, old log-probs, PPO's rollout) are computed once.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/gradcheck.h"
+
+namespace sbp {
+namespace {
+
+struct Case {
+  std::string name;
+  const char* preset;
+  ObjectiveSetup setup;
+  std::vector<int64_t> segments;  // two layouts
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto add = [&](std::string name, const char* preset, ObjectiveSetup s,
+                 std::vector<int64_t> segs) { out.push_back({std::move(name), preset, s, segs}); };
+  ObjectiveSetup dpo;
+  dpo.kind = ObjectiveKind::dpo;
+  dpo.dpo.label_smoothing = 0.1;
+  dpo.dpo.beta = 0.5;
+  add("dpo_sigmoid_smoothing", "tiny-qwen3", dpo, {2, 6});
+  dpo.dpo.label_smoothing = 0.0;
+  dpo.dpo.loss_type = DpoLoss::hinge;
+  dpo.dpo.beta = 0.05;
+  add("dpo_hinge", "tiny-qwen2", dpo, {4, 2});
+  dpo.dpo.loss_type = DpoLoss::ipo;
+  dpo.dpo.beta = 0.1;
+  add("dpo_ipo", "tiny-llama", dpo, {4, 6});
+
+  ObjectiveSetup grpo;
+  grpo.kind = ObjectiveKind::grpo;
+  grpo.group_size = 3;
+  grpo.grpo.beta = 0.04;
+  grpo.grpo.epsilon_high = 0.28;
+  for (GrpoLoss lt : {GrpoLoss::grpo, GrpoLoss::bnpo, GrpoLoss::dr_grpo, GrpoLoss::dapo}) {
+    grpo.grpo.loss_type = lt;
+    add(std::string("grpo_") + grpo_loss_name(lt), lt == GrpoLoss::bnpo ? "tiny-qwen2" : "tiny-qwen3",
+        grpo, {6, 3});
+  }
+  // beta = 0 (no reference model), old = current detached, batch scaling, entropy bonus.
+  grpo.grpo.loss_type = GrpoLoss::dapo;
+  grpo.grpo.beta = 0.0;
+  grpo.grpo.entropy_coef = 0.05;
+  grpo.old_logp_noise = 0.0f;
+  grpo.scale_rewards = ScaleRewards::batch;
+  add("grpo_detached_entropy", "tiny-qwen3", grpo, {6, 9});
+
+  ObjectiveSetup ppo;
+  ppo.kind = ObjectiveKind::ppo;
+  ppo.ppo.entropy_coef = 0.01;
+  add("ppo", "tiny-qwen3", ppo, {3, 5});
+  ppo.ppo.entropy_coef = 0.0;
+  ppo.rollout.kl_estimator = KlEstimator::k3;
+  ppo.rollout.gamma = 0.9;
+  add("ppo_k3_tied", "tiny-qwen2", ppo, {2, 4});
+  return out;
+}
+
+std::vector<ExecConfig> modes_for(int64_t T) {
+  std::vector<ExecConfig> modes;
+  const std::vector<std::pair<int64_t, int64_t>> chunks = {
+      {1, 1}, {7, 5}, {T / 3, T / 3}, {T, T}, {11, 13}};
+  for (const auto& [lc, hc] : chunks) {
+    ExecConfig s = parse_mode("stream");
+    s.layer_chunk = lc;
+    s.head_chunk = hc;
+    modes.push_back(s);
+  }
+  modes.push_back(parse_mode("checkpoint"));
+  ExecConfig rc = parse_mode("recompute+chunked");
+  rc.head_chunk = 9;
+  modes.push_back(rc);
+  ExecConfig sc = parse_mode("store+chunked");
+  sc.head_chunk = 4;
+  modes.push_back(sc);
+  ExecConfig sf = parse_mode("stream+full");
+  sf.layer_chunk = 6;
+  modes.push_back(sf);
+  return modes;
+}
+
+class ObjectiveModeEquality : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ObjectiveModeEquality, EveryModeMatchesBase) {
+  const Case c = cases()[GetParam()];
+  const ModelConfig cfg = preset_config(c.preset);
+  Ledger ledger;
+  Pool pool(ledger);
+  ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
+  init_parameters(w, 7, InitStyle::test, 0.2f);
+  const int64_t T = 41;
+  for (int64_t segments : c.segments) {
+    const Batch batch = random_objective_batch(c.setup, cfg.vocab_size, T, segments, 3 + segments);
+    GradcheckOptions opts;
+    opts.modes = modes_for(T);
+    opts.objective = c.setup;
+    opts.seed = 17;
+    const GradcheckResult r = run_gradcheck(cfg, w, batch, opts);
+    EXPECT_TRUE(std::isfinite(r.base_loss)) << c.name;
+    EXPECT_NE(r.base_loss, 0.0) << c.name;
+    for (const ModeResult& m : r.modes) {
+      // The loss is compared on its natural scale: GRPO/PPO losses are weighted means of O(1)
+      // per-token terms whose advantages sum to ~0 per group, so the total can be far smaller
+      // than its terms and a relative error of it would measure that cancellation, not the
+      // engine (the gradients, checked strictly below, have no such cancellation).
+      EXPECT_LT(std::fabs(m.loss - r.base_loss), 1e-5 * std::max(1.0, std::fabs(r.base_loss)))
+          << c.name << " segments=" << segments << " " << m.mode << " lc=" << m.layer_chunk
+          << " hc=" << m.head_chunk << " base loss " << r.base_loss << " loss " << m.loss;
+      for (const auto& [name, err] : m.per_param)
+        EXPECT_LT(err, 1e-5) << c.name << " segments=" << segments << " " << m.mode
+                             << " lc=" << m.layer_chunk << " hc=" << m.head_chunk << " " << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Objectives, ObjectiveModeEquality,
+                         ::testing::Range<size_t>(0, cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& i) {
+                           return cases()[i.param].name;
+                         });
+
+}  // namespace
+}  // namespace sbp

@@ -1,0 +1,249 @@
+// Parity with an independent PyTorch implementation of the objectives (the llm.c pattern):
+// tools/objective_parity/make_fixtures.py writes tiny transformers models (policy, reference,
+// value model) and, for DPO (sigmoid, smoothed sigmoid, hinge, ipo), GRPO (each loss_type, the
+// detached / no-KL form, an entropy bonus) and PPO, the loss, TRL's metrics, intermediate values
+// (advantages, returns) and every parameter's gradient, computed by autograd from losses written
+// the way TRL v0.23.0 writes them, on unpacked, right-padded sequences. Here the same inputs go
+// through our packed batches, the reference model's real forward, the objectives and the
+// streamed engine, in several modes.
+//
+// Tolerance: fp32 on both sides, different summation orders (see hf_parity_test.cpp): 1e-5 with
+// the error measure max|a-b|/max|b| per tensor. Losses are compared on their natural scale,
+// |a - b| <= 1e-5 max(1, |b|), because the GRPO/PPO losses are small differences of O(1) terms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "engine/reference_model.h"
+#include "engine/value_model.h"
+#include "model/checkpoint_io.h"
+#include "model/safetensors.h"
+#include "objective/dpo.h"
+#include "objective/gae.h"
+#include "objective/group_advantages.h"
+#include "objective/grpo.h"
+#include "objective/ppo.h"
+#include "objective/sequence_rows.h"
+#include "support/test_support.h"
+
+namespace sbp {
+namespace {
+
+using json = nlohmann::json;
+constexpr double kTol = 1e-5;
+
+std::string root() { return test::source_dir() + "/tests/fixtures/objectives"; }
+
+struct Models {
+  ModelConfig cfg = load_config(root() + "/models/policy");
+  Ledger ledger;
+  Pool pool{ledger};
+  CpuBackend be;
+  ParameterSet policy, reference, value;
+  Models() {
+    policy = ParameterSet(cfg, pool, Category::weights, DType::F32, false);
+    load_weights(root() + "/models/policy", cfg, policy);
+    reference = ParameterSet(cfg, pool, Category::weights, DType::F32, false);
+    load_weights(root() + "/models/reference", cfg, reference);
+    const ModelConfig vcfg = load_config(root() + "/models/value");
+    value = make_value_parameters(vcfg, pool, Category::weights, DType::F32, false);
+    load_value_weights(root() + "/models/value", vcfg, value);
+  }
+};
+
+Models& models() {
+  static Models m;
+  return m;
+}
+
+json read_case(const std::string& name) {
+  return json::parse(test::read_text(root() + "/cases/" + name + ".json"));
+}
+
+std::vector<PromptCompletion> sequences(const json& j) {
+  std::vector<PromptCompletion> out;
+  for (const json& s : j.at("sequences"))
+    out.push_back({s.at("prompt").get<std::vector<int32_t>>(),
+                   s.at("completion").get<std::vector<int32_t>>()});
+  return out;
+}
+
+// Per completion token (one list per sequence) -> per row of the packed batch: completion token
+// j of a sequence with a p-token prompt is predicted by row begin + p - 1 + j.
+std::vector<float> to_rows(const std::vector<PromptCompletion>& seqs, const json& per_token) {
+  std::vector<float> rows;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    std::vector<float> r(seqs[s].prompt.size() + seqs[s].completion.size(), 0.0f);
+    const std::vector<float> v = per_token.at(s).get<std::vector<float>>();
+    for (size_t j = 0; j < v.size(); ++j) r[seqs[s].prompt.size() - 1 + j] = v[j];
+    rows.insert(rows.end(), r.begin(), r.end());
+  }
+  return rows;
+}
+
+std::vector<ExecConfig> modes() {
+  std::vector<ExecConfig> m = {parse_mode("base"), parse_mode("stream"),
+                               parse_mode("recompute+chunked")};
+  m[1].layer_chunk = 5;
+  m[1].head_chunk = 3;
+  m[2].head_chunk = 4;
+  return m;
+}
+
+void expect_grads(const ParameterSet& g, const SafetensorsFile& want, const std::string& prefix,
+                  const std::string& what) {
+  for (size_t i = 0; i < g.size(); ++i) {
+    const std::string name = prefix + g.name(i);
+    const SafetensorsEntry* e = want.find(name);
+    ASSERT_NE(e, nullptr) << what << ": no expected gradient for " << name;
+    std::vector<float> ref(static_cast<size_t>(g.tensor(i).numel()));
+    want.read_into(name, Tensor(ref.data(), DType::F32, g.tensor(i).shape));
+    EXPECT_LT(test::rel_err(g.tensor(i).f32(), ref.data(), g.tensor(i).numel()), kTol)
+        << what << " " << name;
+  }
+}
+
+void expect_loss(double got, double want, const std::string& what) {
+  EXPECT_LE(std::fabs(got - want), kTol * std::max(1.0, std::fabs(want)))
+      << what << ": " << got << " vs " << want;
+}
+
+void expect_metrics(const std::map<std::string, double>& got, const json& want,
+                    const std::string& what) {
+  for (const auto& [k, v] : want.items()) {
+    ASSERT_EQ(got.count(k), 1u) << what << ": no metric " << k;
+    EXPECT_NEAR(got.at(k), v.get<double>(), 1e-5 * std::max(1.0, std::fabs(v.get<double>())))
+        << what << " " << k;
+  }
+}
+
+class DpoParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DpoParity, LossMetricsAndGradients) {
+  Models& m = models();
+  const json j = read_case(GetParam());
+  std::vector<PreferencePair> pairs;
+  for (const json& p : j.at("pairs"))
+    pairs.push_back({p.at("prompt").get<std::vector<int32_t>>(),
+                     p.at("chosen").get<std::vector<int32_t>>(),
+                     p.at("rejected").get<std::vector<int32_t>>()});
+  const Batch batch = preference_batch(pairs);
+  DpoConfig cfg;
+  cfg.loss_type = parse_dpo_loss(j.at("config").at("loss_type"));
+  cfg.beta = j.at("config").at("beta");
+  cfg.label_smoothing = j.at("config").at("label_smoothing");
+  const SafetensorsFile grads(root() + "/cases/" + GetParam() + ".grads.safetensors");
+  for (const ExecConfig& exec : modes()) {
+    const std::string what = std::string(GetParam()) + " " + mode_name(exec);
+    ReferenceModel ref(m.cfg, m.reference, m.be, m.pool, exec);
+    DpoObjective obj(batch, ref.target_logp(batch), cfg);
+    ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
+    Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);
+    expect_loss(obj.loss(), j.at("expected").at("loss"), what);
+    expect_metrics(obj.metrics(), j.at("expected").at("metrics"), what);
+    expect_grads(g, grads, "", what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DpoParity,
+                         ::testing::Values("dpo_sigmoid", "dpo_sigmoid_smoothing", "dpo_hinge",
+                                           "dpo_ipo"));
+
+class GrpoParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GrpoParity, LossMetricsAdvantagesAndGradients) {
+  Models& m = models();
+  const json j = read_case(GetParam());
+  const json& c = j.at("config");
+  const std::vector<PromptCompletion> seqs = sequences(j);
+  const Batch batch = prompt_completion_batch(seqs);
+  GrpoConfig cfg;
+  cfg.loss_type = parse_grpo_loss(c.at("loss_type"));
+  cfg.beta = c.at("beta");
+  cfg.epsilon_low = c.at("epsilon_low");
+  cfg.epsilon_high = c.at("epsilon_high");
+  cfg.grad_accum_steps = c.at("grad_accum_steps");
+  cfg.max_completion_length = c.at("max_completion_length");
+  cfg.num_items_in_batch = c.at("num_items_in_batch");
+  cfg.num_processes = c.at("num_processes");
+  cfg.entropy_coef = c.at("entropy_coef");
+  const std::vector<float> rewards = j.at("rewards").get<std::vector<float>>();
+  const std::vector<float> adv = group_advantages(rewards, c.at("group_size"),
+                                                  parse_scale_rewards(c.at("scale_rewards")));
+  const std::vector<float> want_adv = j.at("expected").at("advantages").get<std::vector<float>>();
+  EXPECT_LT(test::rel_err(adv.data(), want_adv.data(), static_cast<int64_t>(adv.size())), kTol);
+  const std::vector<float> old =
+      j.at("old_logps").is_null() ? std::vector<float>() : to_rows(seqs, j.at("old_logps"));
+  const SafetensorsFile grads(root() + "/cases/" + GetParam() + ".grads.safetensors");
+  for (const ExecConfig& exec : modes()) {
+    const std::string what = std::string(GetParam()) + " " + mode_name(exec);
+    std::vector<float> ref_logp;
+    if (cfg.beta != 0.0) ref_logp = ReferenceModel(m.cfg, m.reference, m.be, m.pool, exec).target_logp(batch);
+    GrpoObjective obj(batch, adv, cfg, old, ref_logp);
+    ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
+    Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);
+    expect_loss(obj.loss(), j.at("expected").at("loss"), what);
+    expect_metrics(obj.metrics(), j.at("expected").at("metrics"), what);
+    expect_grads(g, grads, "", what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GrpoParity,
+                         ::testing::Values("grpo_grpo", "grpo_bnpo", "grpo_dr_grpo", "grpo_dapo",
+                                           "grpo_dapo_detached_nokl", "grpo_bnpo_entropy"));
+
+TEST(PpoParity, RolloutLossesAndBothModelsGradients) {
+  Models& m = models();
+  const json j = read_case("ppo");
+  const json& c = j.at("config");
+  const std::vector<PromptCompletion> seqs = sequences(j);
+  const Batch batch = prompt_completion_batch(seqs);
+  const std::vector<float> old = to_rows(seqs, j.at("old_logps"));
+  const std::vector<float> old_values = to_rows(seqs, j.at("old_values"));
+  const std::vector<float> scores = j.at("scores").get<std::vector<float>>();
+  PpoRolloutConfig rc;
+  rc.kl_coef = c.at("kl_coef");
+  rc.gamma = c.at("gamma");
+  rc.lam = c.at("lam");
+  PpoConfig pc;
+  pc.cliprange = c.at("cliprange");
+  pc.cliprange_value = c.at("cliprange_value");
+  pc.vf_coef = c.at("vf_coef");
+  const SafetensorsFile grads(root() + "/cases/ppo.grads.safetensors");
+  const SequenceRows rows(batch);
+  for (const ExecConfig& exec : modes()) {
+    const std::string what = "ppo " + mode_name(exec);
+    const std::vector<float> ref_logp =
+        ReferenceModel(m.cfg, m.reference, m.be, m.pool, exec).target_logp(batch);
+    const PpoAdvantages a = ppo_advantages(batch, scores, old, ref_logp, old_values, rc);
+    const std::vector<float> want_adv = to_rows(seqs, j.at("expected").at("advantages"));
+    const std::vector<float> want_ret = to_rows(seqs, j.at("expected").at("returns"));
+    EXPECT_LT(test::rel_err(a.advantages.data(), want_adv.data(), batch.size()), kTol) << what;
+    EXPECT_LT(test::rel_err(a.returns.data(), want_ret.data(), batch.size()), kTol) << what;
+    EXPECT_NEAR(a.mean_kl, j.at("expected").at("metrics").at("objective/kl").get<double>(), 1e-5)
+        << what;
+
+    PpoPolicyObjective pol(batch, a.advantages, old, pc);
+    PpoValueObjective val(batch, a.returns, old_values, pc);
+    ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
+    ParameterSet vg = make_value_parameters(m.cfg, m.pool, Category::grads, DType::F32, true);
+    Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, pol, g);
+    Engine(m.cfg, m.value, m.be, m.pool, exec).forward_backward(batch, val, vg);
+    expect_loss(pol.loss() + val.loss(), j.at("expected").at("loss"), what);
+    const json& mt = j.at("expected").at("metrics");
+    EXPECT_NEAR(pol.metrics().at("loss/policy"), mt.at("loss/policy").get<double>(), 1e-5) << what;
+    EXPECT_NEAR(val.metrics().at("loss/value"), mt.at("loss/value").get<double>(),
+                1e-5 * std::max(1.0, mt.at("loss/value").get<double>()))
+        << what;
+    expect_grads(g, grads, "", what);
+    expect_grads(vg, grads, "value_model.", what);
+  }
+}
+
+}  // namespace
+}  // namespace sbp

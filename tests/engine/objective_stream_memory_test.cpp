@@ -1,0 +1,78 @@
+// Memory of the objectives' steps, from the ledger: in stream mode the `logits` category never
+// holds more than one head block (c_h x V fp32) — also for DPO's extra pre-pass, GRPO's entropy,
+// PPO's two models and the reference model's forward — while `head: full` holds (T, V). And a
+// shape-only run (meta backend, non-materialising pool: what `streambp plan` runs) records
+// exactly the allocations of the real step.
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/meta/meta_backend.h"
+#include "engine/objective_step.h"
+
+namespace sbp {
+namespace {
+
+struct Step {
+  int64_t peak = 0, logits_peak = 0;
+  MemoryBreakdown at_peak;
+};
+
+Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const Batch& batch,
+             const ExecConfig& exec, bool meta) {
+  Ledger ledger;
+  Pool pool(ledger, PoolOptions{.materialize = !meta});
+  CpuBackend cpu;
+  MetaBackend shapes;
+  Backend& be = meta ? static_cast<Backend&>(shapes) : cpu;
+  ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
+  if (!meta) init_parameters(w, 1, InitStyle::test, 0.2f);
+  ParameterSet ref, value, g, vg;
+  ObjectiveModels models{cfg, w};
+  if (s.needs_reference()) {
+    ref = make_reference_weights(cfg, w, pool, 0.01f, 2);
+    models.reference = &ref;
+  }
+  if (s.needs_value_model()) {
+    value = ParameterSet(cfg, pool, Category::weights, DType::F32, false, ModelHead::value);
+    if (!meta) init_parameters(value, 3, InitStyle::test, 0.2f);
+    models.value = &value;
+    vg = ParameterSet(cfg, pool, Category::grads, DType::F32, true, ModelHead::value);
+  }
+  g = ParameterSet(cfg, pool, Category::grads, DType::F32, true);
+  const StepConstants k = make_step_constants(s, models, batch, be, pool, exec, 4);
+  ledger.reset_peak();
+  run_objective_step(s, models, k, batch, be, pool, exec, g, models.value ? &vg : nullptr);
+  return Step{ledger.peak(), ledger.category_peak(Category::logits), ledger.peak_breakdown()};
+}
+
+TEST(ObjectiveMemory, StreamHoldsOneHeadBlockOfLogits) {
+  const ModelConfig cfg = preset_config("tiny-qwen3");
+  const int64_t T = 120, V = cfg.vocab_size, hc = 16;
+  for (ObjectiveKind kind : {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo,
+                             ObjectiveKind::ppo}) {
+    ObjectiveSetup s;
+    s.kind = kind;
+    s.grpo.beta = 0.04;
+    s.grpo.entropy_coef = 0.01;
+    s.group_size = 4;
+    const Batch batch = random_objective_batch(s, V, T, 4, 6);
+    ExecConfig stream = parse_mode("stream");
+    stream.layer_chunk = 32;
+    stream.head_chunk = hc;
+    const Step st = measure(s, cfg, batch, stream, false);
+    EXPECT_EQ(st.logits_peak, hc * V * 4) << objective_name(kind);
+    const Step base = measure(s, cfg, batch, parse_mode("checkpoint"), false);
+    EXPECT_EQ(base.logits_peak, T * V * 4) << objective_name(kind);
+    EXPECT_LT(st.peak, base.peak) << objective_name(kind);
+    // The planner's view: the same allocations, without data.
+    const Step plan = measure(s, cfg, batch, stream, true);
+    EXPECT_EQ(plan.peak, st.peak) << objective_name(kind);
+    EXPECT_EQ(plan.logits_peak, st.logits_peak) << objective_name(kind);
+    for (int c = 0; c < kNumCategories; ++c)
+      EXPECT_EQ(plan.at_peak.bytes[static_cast<size_t>(c)], st.at_peak.bytes[static_cast<size_t>(c)])
+          << objective_name(kind) << " " << category_name(static_cast<Category>(c));
+  }
+}
+
+}  // namespace
+}  // namespace sbp
