@@ -1,0 +1,56 @@
+#pragma once
+// One JSONL record in one of TRL's dataset schemas, parsed and validated (no tokens yet).
+//
+//   messages           {"messages": [{"role", "content"}, ...]}                       SFT
+//   prompt_completion  {"prompt": P, "completion": C}                                 SFT
+//   text               {"text": "..."}                                                SFT
+//   preference         {"prompt": P, "chosen": C, "rejected": R}, or implicit prompt:
+//                      {"chosen": [...], "rejected": [...]} sharing their first messages  DPO
+//   rollout            {"prompt": P, "completion": C, "reward": number}, grouped by P  GRPO/PPO
+//
+// P, C, R are strings or lists of messages (both sides of a record the same kind). A message is
+// {"role": system|user|assistant|tool, "content": string} with optional "reasoning_content"
+// (string or null, assistant only). Other keys of a record or message are ignored (ids, names),
+// except "tool_calls", which the chat templates here cannot render.
+// Errors are InputErrors prefixed by `where` ("file:line") naming the field.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/chat_template.h"
+
+namespace sbp {
+
+enum class DataFormat { messages, prompt_completion, text, preference, rollout };
+
+const char* data_format_name(DataFormat f);
+// "messages", "prompt_completion", "text", "preference", "rollout"; false for anything else.
+bool parse_data_format(const std::string& s, DataFormat* out);
+
+// A prompt or completion: plain text or a conversation.
+struct TextOrChat {
+  bool is_chat = false;
+  std::string text;
+  std::vector<ChatMessage> messages;
+};
+
+struct Record {
+  DataFormat format = DataFormat::messages;
+  std::vector<ChatMessage> messages;      // messages
+  std::string text;                       // text
+  TextOrChat prompt, completion;          // prompt_completion, rollout; prompt of preference
+  TextOrChat chosen, rejected;            // preference (completions after the prompt)
+  double reward = 0.0;                    // rollout
+  std::string group_key;                  // rollout: the prompt as canonical JSON
+};
+
+// The schema a record's keys announce (see the table above). Throws if none matches.
+DataFormat detect_data_format(const nlohmann::json& row, const std::string& where);
+
+// Validates `row` against `format`; `detected_from` ("line 1") explains where the file's format
+// came from in "missing field" errors.
+Record parse_record(const nlohmann::json& row, DataFormat format, const std::string& where,
+                    const std::string& detected_from);
+
+}  // namespace sbp
