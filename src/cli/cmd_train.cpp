@@ -1,30 +1,88 @@
-// streambp train: with no arguments, the built-in demo (train/demo.h).
+// streambp train: with no arguments, the built-in demo (train/demo.h); with a YAML config,
+// a real run (train/trainer.h):
+//   streambp train CONFIG.yaml [key=value ...] [--resume DIR]
+//   streambp train --resume DIR [key=value ...]      (the checkpoint's own config)
 #include "cli/commands.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
 #include "train/demo.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 namespace sbp::cli {
 
+namespace {
+
+struct TrainArgs {
+  DemoOptions demo;
+  std::vector<std::string> positional;  // CONFIG.yaml first (optional), then key=value overrides
+  std::string resume;
+};
+
+const char* const kDemoFlags[] = {"--steps", "--seq-len", "--lr", "--warmup", "--eval-every",
+                                  "--layer-chunk", "--head-chunk", "--hidden", "--layers", "--heads",
+                                  "--pairs", "--queries", "--filler", "--seed", "--threads", "--out"};
+
+int run_config(CLI::App* c, const TrainArgs& a) {
+  for (const char* flag : kDemoFlags) {
+    if (c->count(flag) > 0)
+      throw InputError(std::string("train: ") + flag + " is a demo option; with a config file set "
+                       "keys instead (e.g. seed=1, or demo.steps=20 in a demo config)");
+  }
+  std::string config;
+  std::vector<std::string> overrides = a.positional;
+  if (!overrides.empty() && overrides.front().find('=') == std::string::npos) {
+    config = overrides.front();
+    overrides.erase(overrides.begin());
+  }
+  for (const std::string& o : overrides) {
+    if (o.find('=') == std::string::npos)
+      throw InputError("train: unexpected argument '" + o + "' (expected CONFIG.yaml then key=value overrides)");
+  }
+  TrainConfig cfg;
+  if (!config.empty()) {
+    cfg = load_train_config(config, overrides);
+  } else if (!a.resume.empty()) {
+    const std::string ckpt = resolve_resume_dir(a.resume);
+    const TrainerState state = read_trainer_state(ckpt);
+    cfg = train_config_from_json(state.config, ckpt + "/trainer_state.json", overrides);
+  } else {
+    throw InputError("train: key=value overrides need a CONFIG.yaml (or --resume DIR)");
+  }
+  return run_training(cfg, a.resume);
+}
+
+}  // namespace
+
 void register_train(CLI::App& app) {
-  auto o = std::make_shared<DemoOptions>();
+  auto a = std::make_shared<TrainArgs>();
+  DemoOptions* o = &a->demo;
   CLI::App* c = app.add_subcommand(
-      "train", "Train; with no arguments, the built-in long-range retrieval demo");
-  c->add_option("--steps", o->steps, "Optimizer steps");
-  c->add_option("--seq-len", o->seq_len, "Tokens per sequence");
-  c->add_option("--lr", o->lr, "Peak learning rate");
-  c->add_option("--warmup", o->warmup, "Warmup steps");
-  c->add_option("--eval-every", o->eval_every, "Evaluate every N steps");
-  c->add_option("--layer-chunk", o->layer_chunk, "Stream-mode chunk length");
-  c->add_option("--head-chunk", o->head_chunk, "LM-head chunk length");
+      "train",
+      "Train from a YAML config (CONFIG.yaml [key=value ...] [--resume DIR]); with no arguments, "
+      "the built-in long-range retrieval demo");
+  c->add_option("config", a->positional,
+                "CONFIG.yaml, then key=value overrides (dotted keys, e.g. optim.lr=1e-4); see docs/TRAINING.md");
+  c->add_option("--resume", a->resume,
+                "Continue from a checkpoint directory, or from the newest checkpoint in an output directory");
+  c->add_option("--steps", o->steps, "Demo: optimizer steps");
+  c->add_option("--seq-len", o->seq_len, "Demo: tokens per sequence");
+  c->add_option("--lr", o->lr, "Demo: peak learning rate");
+  c->add_option("--warmup", o->warmup, "Demo: warmup steps");
+  c->add_option("--eval-every", o->eval_every, "Demo: evaluate every N steps");
+  c->add_option("--layer-chunk", o->layer_chunk, "Demo: stream-mode chunk length");
+  c->add_option("--head-chunk", o->head_chunk, "Demo: LM-head chunk length");
   c->add_option("--hidden", o->hidden, "Demo model width");
   c->add_option("--layers", o->layers, "Demo model depth");
   c->add_option("--heads", o->heads, "Demo model attention heads");
-  c->add_option("--pairs", o->num_pairs, "Key/value pairs per sequence");
-  c->add_option("--queries", o->num_queries, "Queries at the end of each sequence");
-  c->add_option("--seed", o->seed, "Seed");
-  c->add_option("--threads", o->threads, "Threads (default: all)");
-  c->add_option("--out", o->out, "Where to save the trained model");
-  c->callback([o] {
-    const int rc = run_demo(*o);
+  c->add_option("--pairs", o->num_pairs, "Demo: key/value pairs per sequence");
+  c->add_option("--queries", o->num_queries, "Demo: queries at the end of each sequence");
+  c->add_option("--filler", o->num_filler, "Demo: distinct filler tokens");
+  c->add_option("--seed", o->seed, "Demo: seed");
+  c->add_option("--threads", o->threads, "Demo: threads (default: all)");
+  c->add_option("--out", o->out, "Demo: where to save the trained model");
+  c->callback([a, c] {
+    const int rc = a->positional.empty() && a->resume.empty() ? run_demo(a->demo) : run_config(c, *a);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

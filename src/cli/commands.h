@@ -13,5 +13,6 @@ void register_train(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_score(CLI::App& app);
 void register_plan(CLI::App& app);
+void register_plot(CLI::App& app);
 
 }  // namespace sbp::cli

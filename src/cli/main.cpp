@@ -1,4 +1,6 @@
 // The `streambp` program: dispatches to the subcommands in cli/cmd_*.cpp.
+#include <malloc.h>
+
 #include <cstdio>
 #include <exception>
 
@@ -6,6 +8,11 @@
 #include "core/error.h"
 
 int main(int argc, char** argv) {
+  // Every buffer of 128 KiB or more gets its own mapping and goes back to the system when
+  // freed. glibc would otherwise raise this threshold after the first large free and serve
+  // later buffers from the heap, where freed memory stays resident: the process would then
+  // use more memory than the ledger (and `streambp plan`) accounts for.
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   CLI::App app{"streambp: exact, memory-efficient long-sequence fine-tuning (StreamBP)"};
   app.require_subcommand(1);
   sbp::cli::register_init(app);
@@ -15,12 +22,13 @@ int main(int argc, char** argv) {
   sbp::cli::register_tokenize(app);
   sbp::cli::register_score(app);
   sbp::cli::register_plan(app);
+  sbp::cli::register_plot(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // Also a command's own non-zero exit (CLI::RuntimeError, e.g. a failed gradcheck), which
+    // app.exit turns into its exit code without printing anything.
     return app.exit(e);
-  } catch (const CLI::RuntimeError& e) {  // a command's own non-zero exit (e.g. a failed check)
-    return e.get_exit_code();
   } catch (const sbp::Error& e) {
     std::fprintf(stderr, "streambp: error: %s\n", e.what());
     return 1;

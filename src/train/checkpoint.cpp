@@ -1,0 +1,292 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/checkpoint_io.h"
+#include "model/safetensors.h"
+
+namespace sbp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kStatePrefix = "checkpoint-";
+const char* const kStagingPrefix = ".staging-checkpoint-";
+
+// Files a tokenizer directory may hold that transformers needs to load it again.
+const char* const kTokenizerFiles[] = {"tokenizer.json",     "tokenizer_config.json",
+                                       "special_tokens_map.json", "vocab.json",
+                                       "merges.txt",         "added_tokens.json",
+                                       "chat_template.jinja", "tokenizer.model"};
+
+std::string hex64(uint64_t x) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+// Writes and fsyncs a small file (the caller renames the directory it is in).
+void write_synced(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw InputError(path.string() + ": cannot write");
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      throw InputError(path.string() + ": write failed");
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// checkpoint-<digits> -> step, else -1.
+int64_t checkpoint_step(const std::string& name) {
+  const std::string p = kStatePrefix;
+  if (name.rfind(p, 0) != 0 || name.size() == p.size()) return -1;
+  int64_t step = 0;
+  for (size_t i = p.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& output_dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(output_dir, ec)) {
+    const int64_t step = checkpoint_step(e.path().filename().string());
+    if (step >= 0 && e.is_directory() && fs::exists(e.path() / "trainer_state.json"))
+      out.emplace_back(step, e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json TrainerState::to_json() const {
+  return {{"format", "streambp-trainer-state"},
+          {"version", 1},
+          {"step", step},
+          {"total_steps", total_steps},
+          {"epoch", epoch},
+          {"micro_batches_done", micro_batches_done},
+          {"epoch_rng_state", epoch_rng},
+          {"tokens_seen", tokens_seen},
+          {"config_hash", config_hash},
+          {"data_files", data_files},
+          {"config", config}};
+}
+
+TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string& where) {
+  TrainerState s;
+  try {
+    if (j.value("format", "") != "streambp-trainer-state")
+      throw InputError(where + ": not a streambp trainer_state.json");
+    if (j.at("version").get<int>() != 1)
+      throw InputError(where + ": trainer state version " + j.at("version").dump() + " is not supported");
+    s.step = j.at("step").get<int64_t>();
+    s.total_steps = j.at("total_steps").get<int64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.micro_batches_done = j.at("micro_batches_done").get<int64_t>();
+    s.epoch_rng = j.at("epoch_rng_state").get<std::array<uint64_t, 4>>();
+    s.tokens_seen = j.at("tokens_seen").get<int64_t>();
+    s.config_hash = j.at("config_hash").get<std::string>();
+    s.data_files = j.at("data_files");
+    s.config = j.at("config");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(where + ": malformed trainer state: " + e.what());
+  }
+  return s;
+}
+
+std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c) {
+  const std::string step = std::to_string(c.state.step);
+  const fs::path final_dir = fs::path(output_dir) / (kStatePrefix + step);
+  const fs::path staging = fs::path(output_dir) / (kStagingPrefix + step);
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  if (ec) throw InputError(output_dir + ": cannot create output directory: " + ec.message());
+  fs::remove_all(staging, ec);
+
+  try {
+    save_model_dir(staging.string(), c.cfg, c.weights, c.export_dtype);
+    for (const char* name : kTokenizerFiles) {
+      const fs::path src = fs::path(c.tokenizer_dir) / name;
+      if (fs::exists(src)) fs::copy_file(src, staging / name, fs::copy_options::overwrite_existing);
+    }
+    if (!c.model_dir.empty() && fs::exists(fs::path(c.model_dir) / "generation_config.json")) {
+      fs::copy_file(fs::path(c.model_dir) / "generation_config.json", staging / "generation_config.json",
+                    fs::copy_options::overwrite_existing);
+    }
+    std::vector<NamedTensor> moments;
+    for (size_t i = 0; i < c.optimizer.m().size(); ++i)
+      moments.push_back({"m." + c.optimizer.m().name(i), c.optimizer.m().tensor(i)});
+    for (size_t i = 0; i < c.optimizer.v().size(); ++i)
+      moments.push_back({"v." + c.optimizer.v().name(i), c.optimizer.v().tensor(i)});
+    write_safetensors((staging / "optimizer.safetensors").string(), moments, DType::F32,
+                      {{"step", std::to_string(c.optimizer.steps())}});
+    if (c.export_dtype != DType::F32) {
+      std::vector<NamedTensor> master;
+      for (size_t i = 0; i < c.weights.size(); ++i) master.push_back({c.weights.name(i), c.weights.tensor(i)});
+      write_safetensors((staging / "master_weights.safetensors").string(), master, DType::F32);
+    }
+    write_synced(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
+    fsync_directory(staging.string());
+
+    if (fs::exists(final_dir)) {
+      // Saving a step again (e.g. a resumed run that is interrupted at once): the new copy wins.
+      const fs::path old = fs::path(output_dir) / (std::string(".old-") + kStatePrefix + step);
+      fs::remove_all(old, ec);
+      fs::rename(final_dir, old);
+      fs::rename(staging, final_dir);
+      fs::remove_all(old, ec);
+    } else {
+      fs::rename(staging, final_dir);
+    }
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(staging, ec);
+    throw InputError(final_dir.string() + ": cannot write checkpoint: " + e.what());
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  fsync_directory(output_dir);
+  return final_dir.string();
+}
+
+void rotate_checkpoints(const std::string& output_dir, int64_t keep_last) {
+  if (keep_last <= 0) return;
+  auto all = list_checkpoints(output_dir);
+  std::error_code ec;
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i].second, ec);
+}
+
+void remove_stale_staging(const std::string& output_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(output_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kStagingPrefix, 0) == 0 || name.rfind(std::string(".old-") + kStatePrefix, 0) == 0)
+      stale.push_back(e.path());
+  }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
+}
+
+std::string resolve_resume_dir(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / "trainer_state.json")) return dir;
+  if (!fs::is_directory(dir)) throw InputError(dir + ": --resume: no such directory");
+  auto all = list_checkpoints(dir);
+  if (all.empty())
+    throw InputError(dir + ": --resume: neither a checkpoint (no trainer_state.json) nor an output "
+                     "directory with checkpoint-<step> subdirectories");
+  return all.back().second.string();
+}
+
+TrainerState read_trainer_state(const std::string& checkpoint_dir) {
+  const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_all(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(path + ": not valid JSON: " + e.what());
+  }
+  return TrainerState::from_json(j, path);
+}
+
+void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfig& cfg,
+                             ParameterSet& weights, AdamW& optimizer) {
+  const fs::path dir(checkpoint_dir);
+  const ModelConfig saved = load_config(checkpoint_dir);
+  if (saved.hidden_size != cfg.hidden_size || saved.num_hidden_layers != cfg.num_hidden_layers ||
+      saved.vocab_size != cfg.vocab_size || saved.intermediate_size != cfg.intermediate_size ||
+      saved.num_attention_heads != cfg.num_attention_heads ||
+      saved.num_key_value_heads != cfg.num_key_value_heads || saved.model_type != cfg.model_type) {
+    throw InputError(checkpoint_dir + "/config.json: the checkpoint's model shape differs from the "
+                     "configured model's");
+  }
+  const fs::path master = dir / "master_weights.safetensors";
+  if (fs::exists(master)) {
+    SafetensorsFile f(master.string());
+    for (size_t i = 0; i < weights.size(); ++i) f.read_into(weights.name(i), weights.tensor(i));
+  } else {
+    load_weights(checkpoint_dir, cfg, weights);
+  }
+  const fs::path opt_path = dir / "optimizer.safetensors";
+  if (!fs::exists(opt_path)) throw InputError(opt_path.string() + ": missing (not a training checkpoint?)");
+  SafetensorsFile f(opt_path.string());
+  for (size_t i = 0; i < optimizer.m().size(); ++i) {
+    f.read_into("m." + optimizer.m().name(i), optimizer.m().tensor(i));
+    f.read_into("v." + optimizer.v().name(i), optimizer.v().tensor(i));
+  }
+  auto it = f.metadata().find("step");
+  if (it == f.metadata().end()) throw InputError(opt_path.string() + ": metadata has no \"step\"");
+  try {
+    optimizer.set_steps(std::stoll(it->second));
+  } catch (const std::exception&) {
+    throw InputError(opt_path.string() + ": metadata step '" + it->second + "' is not a number");
+  }
+}
+
+DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) {
+  const fs::path dir(model_dir);
+  fs::path first;
+  if (model_dir.empty()) {
+    // randomly initialised: config.json's torch_dtype decides
+  } else if (fs::exists(dir / "model.safetensors")) {
+    first = dir / "model.safetensors";
+  } else if (fs::exists(dir / "model.safetensors.index.json")) {
+    const auto index = nlohmann::json::parse(read_all((dir / "model.safetensors.index.json").string()), nullptr, false);
+    if (index.is_object() && index.contains("weight_map") && index["weight_map"].is_object() &&
+        !index["weight_map"].empty() && index["weight_map"].begin()->is_string())
+      first = dir / index["weight_map"].begin()->get<std::string>();
+  }
+  if (!first.empty() && fs::exists(first)) {
+    SafetensorsFile f(first.string());
+    for (const SafetensorsEntry& e : f.entries())
+      if (e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16) return e.dtype;
+  }
+  DType dt = DType::F32;
+  if (parse_dtype(cfg.torch_dtype, &dt) && dt != DType::I32) return dt;
+  return DType::F32;
+}
+
+nlohmann::json file_fingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  uint64_t h = 0xcbf29ce484222325ull;
+  int64_t bytes = 0;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    const std::streamsize n = in.gcount();
+    for (std::streamsize i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ull;
+    bytes += n;
+  }
+  return {{"path", path}, {"bytes", bytes}, {"fnv1a64", hex64(h)}};
+}
+
+}  // namespace sbp

@@ -1,0 +1,79 @@
+#pragma once
+// Training checkpoints: <output_dir>/checkpoint-<step>/ holds
+//   config.json + model*.safetensors   a Hugging Face model directory (weights in the export dtype)
+//   tokenizer files                    copied from the tokenizer directory, so the checkpoint
+//                                      loads in transformers and inference engines as it is
+//   optimizer.safetensors              AdamW moments, fp32: "m.<name>", "v.<name>"; metadata
+//                                      {"step": N} (the optimizer's step count)
+//   master_weights.safetensors         fp32 weights, only when the export dtype is not fp32:
+//                                      resuming must continue from the exact fp32 values
+//   trainer_state.json                 step, data cursor, RNG state, config (trainer.h)
+//
+// A checkpoint is written into a hidden staging directory next to it, fsynced and renamed into
+// place, trainer_state.json last: a directory named checkpoint-<step> is always complete.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/parameters.h"
+#include "optim/adamw.h"
+
+namespace sbp {
+
+struct TrainerState {
+  int64_t step = 0;                // optimizer steps done
+  int64_t total_steps = 0;         // of the whole run (the LR schedule's length)
+  int64_t epoch = 0;               // the epoch the data cursor is in (0-based)
+  int64_t micro_batches_done = 0;  // of that epoch's packing plan
+  std::array<uint64_t, 4> epoch_rng{};  // data-order RNG state at the start of `epoch`
+  int64_t tokens_seen = 0;
+  nlohmann::json config;       // TrainConfig::to_json() of the run that wrote it
+  std::string config_hash;     // FNV-1a of config.dump(), for a quick look
+  nlohmann::json data_files;   // {"train": {"path", "bytes", "fnv1a64"}, "eval": ...}
+
+  nlohmann::json to_json() const;
+  static TrainerState from_json(const nlohmann::json& j, const std::string& where);
+};
+
+struct CheckpointContents {
+  const ModelConfig& cfg;
+  const ParameterSet& weights;  // fp32 master weights
+  DType export_dtype;           // dtype of the Hugging Face weights
+  const AdamW& optimizer;
+  const TrainerState& state;
+  std::string tokenizer_dir;    // tokenizer files are copied from here
+  std::string model_dir;        // generation_config.json is copied from here ("" = none)
+};
+
+// Writes <output_dir>/checkpoint-<state.step> (replacing one of that step); returns its path.
+std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c);
+
+// Deletes the oldest checkpoint-<step> directories beyond the newest `keep_last` (0: keep all).
+void rotate_checkpoints(const std::string& output_dir, int64_t keep_last);
+
+// Removes staging directories a killed run left behind in output_dir.
+void remove_stale_staging(const std::string& output_dir);
+
+// `dir` is a checkpoint (it has trainer_state.json) or an output directory, whose newest
+// complete checkpoint is returned. Throws InputError when there is none.
+std::string resolve_resume_dir(const std::string& dir);
+
+TrainerState read_trainer_state(const std::string& checkpoint_dir);
+
+// Loads the fp32 weights (master_weights.safetensors, else the model files) and the optimizer
+// moments and step count. Throws InputError naming the file and tensor on any mismatch.
+void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfig& cfg,
+                             ParameterSet& weights, AdamW& optimizer);
+
+// The dtype the input model's weights are stored in: its safetensors' dtype, else config.json's
+// torch_dtype ("" model_dir: a randomly initialised model), else F32.
+DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg);
+
+// FNV-1a 64 of a file's bytes, as 16 hex digits, and its size: cheap proof the data is unchanged.
+nlohmann::json file_fingerprint(const std::string& path);
+
+}  // namespace sbp

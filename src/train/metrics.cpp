@@ -1,0 +1,51 @@
+#include "train/metrics.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace sbp {
+
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  if (resume_step >= 0 && fs::exists(p)) {
+    // Keep the lines up to the checkpoint's step (a torn last line of a killed run goes too).
+    std::ifstream in(path);
+    std::ostringstream kept;
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
+        continue;
+      if (j["step"].get<int64_t>() <= resume_step) kept << line << '\n';
+    }
+    in.close();
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << kept.str();
+      if (!out) throw InputError(tmp + ": cannot write");
+    }
+    fs::rename(tmp, p, ec);
+    if (ec) throw InputError(path + ": cannot replace: " + ec.message());
+  }
+  f_ = std::fopen(path.c_str(), resume_step >= 0 ? "a" : "w");
+  if (!f_) throw InputError(path + ": cannot open metrics file for writing");
+}
+
+MetricsLog::~MetricsLog() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsLog::write(const nlohmann::ordered_json& line) {
+  const std::string s = line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  std::fwrite(s.data(), 1, s.size(), f_);
+  std::fflush(f_);
+}
+
+}  // namespace sbp

@@ -1,0 +1,143 @@
+#include "train/plot_metrics.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace sbp {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The program's path, searched in PATH like a shell would ("" when absent).
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    if (dir.empty()) continue;
+    const std::string full = dir + "/" + name;
+    if (access(full.c_str(), X_OK) == 0) return full;
+  }
+  return "";
+}
+
+// gnuplot's single-quoted strings: only ' needs doubling.
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// A word for /bin/sh: single-quoted, with embedded quotes closed and escaped.
+std::string shell_word(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs `program script` and returns its exit status, collecting its output.
+int run_gnuplot(const std::string& program, const std::string& script, std::string& output) {
+  FILE* p = popen((shell_word(program) + " " + shell_word(script) + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+void plot_metrics(const PlotOptions& o) {
+  std::ifstream in(o.metrics);
+  if (!in) throw InputError(o.metrics + ": cannot open metrics file");
+  std::ostringstream loss, eval, lr;
+  int64_t n_loss = 0, n_eval = 0, line_no = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number())
+      throw InputError(o.metrics + ":" + std::to_string(line_no) + ": not a metrics line (a JSON object with \"step\")");
+    const double step = j["step"].get<double>();
+    if (j.contains("loss") && j["loss"].is_number()) {
+      loss << step << ' ' << j["loss"].get<double>() << '\n';
+      ++n_loss;
+    }
+    if (j.contains("lr") && j["lr"].is_number()) lr << step << ' ' << j["lr"].get<double>() << '\n';
+    if (j.contains("eval_loss") && j["eval_loss"].is_number()) {
+      eval << step << ' ' << j["eval_loss"].get<double>() << '\n';
+      ++n_eval;
+    }
+  }
+  if (n_loss == 0 && n_eval == 0) throw InputError(o.metrics + ": no loss values to plot");
+
+  const std::string program = find_program(o.gnuplot);
+  if (program.empty()) {
+    throw InputError("plot: gnuplot not found in PATH; install it (Debian/Ubuntu: apt-get install "
+                     "gnuplot-nox, which scripts/setup.sh does)");
+  }
+
+  // Data and script in a private temporary directory, removed afterwards.
+  std::string tmpl = (fs::temp_directory_path() / "streambp-plot-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) throw InputError("plot: cannot create a temporary directory");
+  const fs::path tmp(tmpl);
+  auto write = [&](const char* name, const std::string& text) {
+    std::ofstream f(tmp / name);
+    f << text;
+  };
+  write("loss.dat", loss.str());
+  write("eval.dat", eval.str());
+  write("lr.dat", lr.str());
+  const std::string title = o.title.empty() ? fs::path(o.metrics).filename().string() : o.title;
+  const bool svg = fs::path(o.out).extension() == ".svg";
+  auto script_for = [&](const std::string& terminal) {
+    std::ostringstream s;
+    s << "set terminal " << terminal << " size 1000,750\n"
+      << "set output " << quoted(o.out) << "\n"
+      << "set multiplot layout 2,1 title " << quoted(title) << "\n"
+      << "set grid\nset key top right\nset xlabel 'step'\nset ylabel 'loss'\n"
+      << "set lmargin 12\nset size 1,0.62\nset origin 0,0.35\n";
+    std::vector<std::string> series;
+    if (n_loss) series.push_back(quoted((tmp / "loss.dat").string()) + " using 1:2 with lines lw 1.5 title 'train loss'");
+    if (n_eval)
+      series.push_back(quoted((tmp / "eval.dat").string()) + " using 1:2 with linespoints pt 7 ps 0.7 lw 2 title 'eval loss'");
+    s << "plot ";
+    for (size_t i = 0; i < series.size(); ++i) s << (i ? ", " : "") << series[i];
+    s << "\nset size 1,0.33\nset origin 0,0\nset ylabel 'learning rate'\nset format y '%.1e'\n";
+    if (n_loss) s << "plot " << quoted((tmp / "lr.dat").string()) << " using 1:2 with lines lw 1.5 title 'lr'\n";
+    s << "unset multiplot\nset output\n";
+    return s.str();
+  };
+  std::string output;
+  int rc = -1;
+  // pngcairo draws nicer lines; gnuplot builds without cairo still have png.
+  for (const std::string& terminal : svg ? std::vector<std::string>{"svg"} : std::vector<std::string>{"pngcairo", "png"}) {
+    write("plot.gp", script_for(terminal));
+    output.clear();
+    rc = run_gnuplot(program, (tmp / "plot.gp").string(), output);
+    if (rc == 0) break;
+  }
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (rc != 0) {
+    while (!output.empty() && (output.back() == '\n' || output.back() == '\r')) output.pop_back();
+    for (char& ch : output)
+      if (ch == '\n') ch = ' ';
+    throw InputError("plot: gnuplot failed (exit " + std::to_string(rc) + "): " + output);
+  }
+}
+
+}  // namespace sbp

@@ -1,0 +1,26 @@
+#pragma once
+// The trainer's progress line on stderr: redrawn in place on a terminal; elsewhere (logs, CI) a
+// line every ~5% of the run and at every evaluation. Unlike train/progress.h (the demo's), it
+// knows a resumed run starts at step k > 0, so its ETA uses only the steps this process ran.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace sbp {
+
+class StepProgress {
+ public:
+  StepProgress(int64_t first_step, int64_t total_steps);
+  // "[####......] step 40/60 | <fields> | 0.21 s/step | ETA 4s"; force_line: always print.
+  void update(int64_t step, const std::string& fields, bool force_line = false);
+  void finish();  // ends a line redrawn in place
+
+ private:
+  int64_t first_, total_;
+  int64_t every_;  // non-terminal: print every this many steps
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+  size_t last_width_ = 0;
+};
+
+}  // namespace sbp

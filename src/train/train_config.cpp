@@ -1,0 +1,430 @@
+#include "train/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <limits>
+
+#include "core/error.h"
+#include "engine/exec_config.h"
+
+namespace sbp {
+
+namespace {
+
+[[noreturn]] void bad_value(const std::string& where, const std::string& key, const std::string& want,
+                            const YAML::Node& n) {
+  std::string got = n.IsScalar() ? "'" + n.Scalar() + "'" : n.IsSequence() ? "a list" : n.IsMap() ? "a mapping" : "nothing";
+  throw InputError(where + ": " + key + ": expected " + want + ", got " + got);
+}
+
+std::string as_string(const YAML::Node& n, const std::string& key, const std::string& where) {
+  if (n.IsNull()) return "";
+  if (!n.IsScalar()) bad_value(where, key, "a string", n);
+  return n.Scalar();
+}
+
+double as_number(const YAML::Node& n, const std::string& key, const std::string& where) {
+  if (!n.IsScalar()) bad_value(where, key, "a number", n);
+  const std::string& s = n.Scalar();
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) bad_value(where, key, "a number", n);
+  return v;
+}
+
+int64_t as_integer(const YAML::Node& n, const std::string& key, const std::string& where) {
+  if (!n.IsScalar()) bad_value(where, key, "an integer", n);
+  const std::string& s = n.Scalar();
+  int64_t v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec == std::errc() && r.ptr == s.data() + s.size()) return v;
+  // 1e3 and 2048.0 are integers too
+  char* end = nullptr;
+  const double d = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || d != std::floor(d) || std::fabs(d) > 9.0e18)
+    bad_value(where, key, "an integer", n);
+  return static_cast<int64_t>(d);
+}
+
+bool as_bool(const YAML::Node& n, const std::string& key, const std::string& where) {
+  if (!n.IsScalar()) bad_value(where, key, "true or false", n);
+  const std::string& s = n.Scalar();
+  if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "False" || s == "no" || s == "off") return false;
+  bad_value(where, key, "true or false", n);
+}
+
+// One configuration key: how to set it from YAML and how to read it back.
+struct Key {
+  std::string name;
+  std::function<void(TrainConfig&, const YAML::Node&, const std::string&)> set;
+  std::function<nlohmann::json(const TrainConfig&)> get;
+};
+
+template <class T, class Ref>
+Key bind(const std::string& name, Ref ref) {
+  Key k;
+  k.name = name;
+  k.set = [name, ref](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    T& v = ref(c);
+    if constexpr (std::is_same_v<T, std::string>) {
+      v = as_string(n, name, where);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      v = as_bool(n, name, where);
+    } else if constexpr (std::is_same_v<T, double>) {
+      v = as_number(n, name, where);
+    } else if constexpr (std::is_same_v<T, uint64_t>) {
+      const int64_t x = as_integer(n, name, where);
+      if (x < 0) bad_value(where, name, "a non-negative integer", n);
+      v = static_cast<uint64_t>(x);
+    } else {
+      const int64_t x = as_integer(n, name, where);
+      if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max())
+        bad_value(where, name, "a smaller integer", n);
+      v = static_cast<T>(x);
+    }
+  };
+  k.get = [ref](const TrainConfig& c) { return nlohmann::json(ref(const_cast<TrainConfig&>(c))); };
+  return k;
+}
+
+#define KEY(T, name, member) bind<T>(name, [](TrainConfig& c) -> T& { return c.member; })
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = [] {
+    std::vector<Key> k = {
+        KEY(std::string, "model", model),
+        KEY(std::string, "tokenizer", tokenizer),
+        KEY(std::string, "output_dir", output_dir),
+        KEY(std::string, "metrics", metrics),
+        KEY(std::string, "save_dtype", save_dtype),
+        KEY(std::string, "data.train", data_train),
+        KEY(std::string, "data.eval", data_eval),
+        KEY(double, "data.eval_fraction", eval_fraction),
+        KEY(std::string, "data.format", data_format),
+        KEY(std::string, "data.chat_template", chat_template),
+        KEY(std::string, "data.date_string", date_string),
+        KEY(std::string, "data.truncation", truncation),
+        KEY(int64_t, "data.max_seq_len", max_seq_len),
+        KEY(bool, "data.shuffle", shuffle),
+        KEY(bool, "data.append_eos", append_eos),
+        KEY(std::string, "data.add_bos", add_bos),
+        KEY(std::string, "objective", objective),
+        KEY(double, "dpo.beta", dpo.beta),
+        KEY(std::string, "dpo.loss_type", dpo.loss_type),
+        KEY(double, "dpo.label_smoothing", dpo.label_smoothing),
+        KEY(std::string, "dpo.reference", dpo.reference),
+        KEY(double, "grpo.beta", grpo.beta),
+        KEY(double, "grpo.epsilon", grpo.epsilon),
+        KEY(double, "grpo.epsilon_high", grpo.epsilon_high),
+        KEY(std::string, "grpo.loss_type", grpo.loss_type),
+        KEY(std::string, "grpo.scale_rewards", grpo.scale_rewards),
+        KEY(std::string, "grpo.reference", grpo.reference),
+        KEY(double, "ppo.beta", ppo.beta),
+        KEY(double, "ppo.epsilon", ppo.epsilon),
+        KEY(double, "ppo.value_epsilon", ppo.value_epsilon),
+        KEY(double, "ppo.vf_coef", ppo.vf_coef),
+        KEY(double, "ppo.gamma", ppo.gamma),
+        KEY(double, "ppo.lam", ppo.lam),
+        KEY(std::string, "ppo.reference", ppo.reference),
+        KEY(std::string, "mode", mode),
+        KEY(int64_t, "layer_chunk", layer_chunk),
+        KEY(int64_t, "head_chunk", head_chunk),
+        KEY(int64_t, "max_tokens", max_tokens),
+        KEY(int64_t, "grad_accum", grad_accum),
+        KEY(int64_t, "epochs", epochs),
+        KEY(int64_t, "max_steps", max_steps),
+        KEY(int64_t, "stop_after_steps", stop_after_steps),
+        KEY(int, "threads", threads),
+        KEY(uint64_t, "seed", seed),
+        KEY(double, "optim.lr", lr),
+        KEY(double, "optim.eps", eps),
+        KEY(double, "optim.weight_decay", weight_decay),
+        KEY(double, "optim.max_grad_norm", max_grad_norm),
+        KEY(std::string, "schedule.type", schedule),
+        KEY(int64_t, "schedule.warmup_steps", warmup_steps),
+        KEY(double, "schedule.warmup_ratio", warmup_ratio),
+        KEY(double, "schedule.min_lr_ratio", min_lr_ratio),
+        KEY(int64_t, "eval_every", eval_every),
+        KEY(int64_t, "save_every", save_every),
+        KEY(int64_t, "keep_last", keep_last),
+        KEY(int64_t, "demo.seq_len", demo_options.seq_len),
+        KEY(int64_t, "demo.steps", demo_options.steps),
+        KEY(int64_t, "demo.eval_every", demo_options.eval_every),
+        KEY(int64_t, "demo.eval_sequences", demo_options.eval_sequences),
+        KEY(double, "demo.lr", demo_options.lr),
+        KEY(int64_t, "demo.warmup", demo_options.warmup),
+        KEY(double, "demo.clip", demo_options.clip),
+        KEY(int64_t, "demo.layer_chunk", demo_options.layer_chunk),
+        KEY(int64_t, "demo.head_chunk", demo_options.head_chunk),
+        KEY(int64_t, "demo.hidden", demo_options.hidden),
+        KEY(int64_t, "demo.layers", demo_options.layers),
+        KEY(int64_t, "demo.heads", demo_options.heads),
+        KEY(int64_t, "demo.pairs", demo_options.num_pairs),
+        KEY(int64_t, "demo.queries", demo_options.num_queries),
+        KEY(int64_t, "demo.filler", demo_options.num_filler),
+        KEY(uint64_t, "demo.seed", demo_options.seed),
+        KEY(int, "demo.threads", demo_options.threads),
+        KEY(std::string, "demo.out", demo_options.out),
+    };
+    // optim.betas: [beta1, beta2]
+    Key betas;
+    betas.name = "optim.betas";
+    betas.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+      if (!n.IsSequence() || n.size() != 2) bad_value(where, "optim.betas", "a list [beta1, beta2]", n);
+      c.beta1 = as_number(n[0], "optim.betas[0]", where);
+      c.beta2 = as_number(n[1], "optim.betas[1]", where);
+    };
+    betas.get = [](const TrainConfig& c) { return nlohmann::json::array({c.beta1, c.beta2}); };
+    const auto lr = std::find_if(k.begin(), k.end(), [](const Key& x) { return x.name == "optim.lr"; });
+    k.insert(lr + 1, betas);
+    return k;
+  }();
+  return table;
+}
+
+const Key* find_key(const std::string& name) {
+  for (const Key& k : keys())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+// "lr, betas, eps, ..." for keys under `prefix` ("" = the top level: sections end in ".").
+std::string known_keys(const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const Key& k : keys()) {
+    if (k.name.rfind(prefix, 0) != 0) continue;
+    std::string rest = k.name.substr(prefix.size());
+    if (const size_t dot = rest.find('.'); dot != std::string::npos) rest = rest.substr(0, dot) + ".*";
+    if (std::find(names.begin(), names.end(), rest) == names.end()) names.push_back(rest);
+  }
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+bool is_section(const std::string& name) {
+  for (const Key& k : keys())
+    if (k.name.rfind(name + ".", 0) == 0) return true;
+  return false;
+}
+
+std::string mark(const std::string& file, const YAML::Node& n) {
+  return file + ":" + std::to_string(n.Mark().line + 1);
+}
+
+void apply(TrainConfig& c, const std::string& name, const YAML::Node& value, const std::string& where) {
+  const Key* k = find_key(name);
+  k->set(c, value, where);
+  c.origin[name] = where;
+  if (name.rfind("demo.", 0) == 0) c.demo = true;
+}
+
+void walk(TrainConfig& c, const YAML::Node& map, const std::string& prefix, const std::string& file) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const std::string where = mark(file, it->first);
+    if (!it->first.IsScalar()) throw InputError(where + ": keys must be names");
+    const std::string name = prefix + it->first.Scalar();
+    if (find_key(name)) {
+      apply(c, name, it->second, mark(file, it->second.IsNull() ? it->first : it->second));
+    } else if (is_section(name)) {
+      if (name == "demo") {
+        c.demo = true;
+        c.origin["demo"] = where;
+      }
+      if (it->second.IsNull()) continue;  // an empty section
+      if (!it->second.IsMap())
+        throw InputError(where + ": " + name + " must be a mapping of keys (" + known_keys(name + ".") + ")");
+      walk(c, it->second, name + ".", file);
+    } else {
+      const std::string section = prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1);
+      throw InputError(where + ": unknown key '" + name + "' (known keys" + section + ": " +
+                       known_keys(prefix) + ")");
+    }
+  }
+}
+
+void apply_override(TrainConfig& c, const std::string& arg) {
+  const std::string where = "override '" + arg + "'";
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError(where + ": expected key=value (e.g. optim.lr=1e-4)");
+  const std::string name = arg.substr(0, eq);
+  if (!find_key(name)) {
+    const size_t dot = name.rfind('.');
+    const std::string prefix = dot == std::string::npos ? "" : name.substr(0, dot + 1);
+    throw InputError(where + ": unknown key '" + name + "' (known keys" +
+                     (prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1)) + ": " +
+                     known_keys(prefix) + ")");
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(arg.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw InputError(where + ": not a YAML value: " + e.msg);
+  }
+  apply(c, name, value, where);
+}
+
+void require(bool ok, const TrainConfig& c, const std::string& key, const std::string& what) {
+  if (!ok) throw InputError(c.where(key) + ": " + key + " " + what);
+}
+
+bool one_of(const std::string& v, std::initializer_list<const char*> options) {
+  for (const char* o : options)
+    if (v == o) return true;
+  return false;
+}
+
+void fill_defaults_and_validate(TrainConfig& c) {
+  if (c.demo) {
+    for (const char* k : {"model", "data.train", "data.eval", "objective"}) {
+      if (c.origin.count(k))
+        throw InputError(c.where(k) + ": " + k + " cannot be combined with the demo section (the demo "
+                         "trains its own model on its own task)");
+    }
+    require(c.demo_options.steps >= 1 && c.demo_options.seq_len >= 16, c, "demo", "needs steps >= 1 and seq_len >= 16");
+    return;
+  }
+  require(!c.model.empty(), c, "model", "is required (a Hugging Face model directory)");
+  require(!c.data_train.empty(), c, "data.train", "is required (a JSONL file)");
+  if (c.output_dir.empty()) {
+    const std::string stem = c.source.empty() ? "run" : std::filesystem::path(c.source).stem().string();
+    c.output_dir = "out/" + stem;
+  }
+  if (c.metrics.empty()) c.metrics = c.output_dir + "/metrics.jsonl";
+  if (c.tokenizer.empty()) {
+    // The model's directory (for a config.json, the directory it is in).
+    const std::filesystem::path m(c.model);
+    c.tokenizer = std::filesystem::is_regular_file(m) ? (m.has_parent_path() ? m.parent_path().string() : ".") : c.model;
+  }
+  require(c.max_tokens >= 2, c, "max_tokens", "must be at least 2");
+  if (c.max_seq_len == 0) c.max_seq_len = c.max_tokens;
+  require(c.max_seq_len >= 2 && c.max_seq_len <= c.max_tokens, c, "data.max_seq_len",
+          "must be between 2 and max_tokens (" + std::to_string(c.max_tokens) + ")");
+  require(c.eval_fraction >= 0.0 && c.eval_fraction < 1.0, c, "data.eval_fraction", "must be in [0, 1)");
+  require(c.data_eval.empty() || c.eval_fraction == 0.0, c, "data.eval_fraction",
+          "cannot be combined with data.eval (one held-out set)");
+  require(one_of(c.data_format, {"auto", "messages", "prompt_completion", "text", "preference", "rollout"}),
+          c, "data.format", "must be auto, messages, prompt_completion, text, preference or rollout");
+  require(one_of(c.chat_template, {"auto", "chatml", "qwen2", "qwen2.5", "qwen3", "llama3", "llama3.1", "llama3.0"}),
+          c, "data.chat_template", "must be auto, chatml, qwen2, qwen2.5, qwen3, llama3 or llama3.0");
+  require(one_of(c.truncation, {"error", "truncate", "skip"}), c, "data.truncation",
+          "must be error, truncate or skip");
+  require(one_of(c.add_bos, {"auto", "true", "false"}), c, "data.add_bos", "must be auto, true or false");
+  require(one_of(c.objective, {"sft", "dpo", "grpo", "ppo"}), c, "objective", "must be sft, dpo, grpo or ppo");
+  require(one_of(c.save_dtype, {"auto", "f32", "bf16", "f16"}), c, "save_dtype", "must be auto, f32, bf16 or f16");
+  try {
+    parse_mode(c.mode);
+  } catch (const InputError& e) {
+    throw InputError(c.where("mode") + ": mode: " + e.what());
+  }
+  require(c.layer_chunk >= 1, c, "layer_chunk", "must be at least 1");
+  require(c.head_chunk >= 1, c, "head_chunk", "must be at least 1");
+  require(c.grad_accum >= 1, c, "grad_accum", "must be at least 1");
+  require(c.epochs >= 1, c, "epochs", "must be at least 1");
+  require(c.max_steps >= 0, c, "max_steps", "must be >= 0");
+  require(c.stop_after_steps >= 0, c, "stop_after_steps", "must be >= 0");
+  require(c.threads >= 0, c, "threads", "must be >= 0 (0: all cores)");
+  require(c.lr > 0.0, c, "optim.lr", "must be positive");
+  require(c.beta1 >= 0.0 && c.beta1 < 1.0 && c.beta2 >= 0.0 && c.beta2 < 1.0, c, "optim.betas",
+          "must be in [0, 1)");
+  require(c.eps > 0.0, c, "optim.eps", "must be positive");
+  require(c.weight_decay >= 0.0, c, "optim.weight_decay", "must be >= 0");
+  require(c.max_grad_norm >= 0.0, c, "optim.max_grad_norm", "must be >= 0 (0: no clipping)");
+  require(one_of(c.schedule, {"constant", "linear", "cosine"}), c, "schedule.type",
+          "must be constant, linear or cosine");
+  require(c.warmup_steps >= 0, c, "schedule.warmup_steps", "must be >= 0");
+  require(c.warmup_ratio >= 0.0 && c.warmup_ratio <= 1.0, c, "schedule.warmup_ratio", "must be in [0, 1]");
+  require(c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0, c, "schedule.min_lr_ratio", "must be in [0, 1]");
+  require(c.eval_every >= 0, c, "eval_every", "must be >= 0");
+  require(c.save_every >= 0, c, "save_every", "must be >= 0");
+  require(c.keep_last >= 0, c, "keep_last", "must be >= 0 (0: keep all)");
+  require(c.dpo.beta > 0.0, c, "dpo.beta", "must be positive");
+  require(one_of(c.dpo.loss_type, {"sigmoid", "ipo", "hinge"}), c, "dpo.loss_type", "must be sigmoid, ipo or hinge");
+  require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing", "must be in [0, 0.5)");
+  require(c.grpo.beta >= 0.0, c, "grpo.beta", "must be >= 0");
+  require(c.grpo.epsilon > 0.0 && c.grpo.epsilon_high >= 0.0, c, "grpo.epsilon", "must be positive");
+  require(one_of(c.grpo.loss_type, {"grpo", "bnpo", "dr_grpo", "dapo"}), c, "grpo.loss_type",
+          "must be grpo, bnpo, dr_grpo or dapo");
+  require(one_of(c.grpo.scale_rewards, {"group", "batch", "none"}), c, "grpo.scale_rewards",
+          "must be group, batch or none");
+  require(c.ppo.beta >= 0.0 && c.ppo.epsilon > 0.0 && c.ppo.value_epsilon > 0.0 && c.ppo.vf_coef >= 0.0,
+          c, "ppo", "coefficients must be non-negative (clip ranges positive)");
+  require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0 && c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo",
+          "gamma and lam must be in [0, 1]");
+}
+
+}  // namespace
+
+std::string TrainConfig::where(const std::string& key) const {
+  if (auto it = origin.find(key); it != origin.end()) return it->second;
+  return source.empty() ? "config" : source;
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const Key& k : keys()) {
+    if (!demo && k.name.rfind("demo.", 0) == 0) continue;
+    j[k.name] = k.get(*this);
+  }
+  j["demo"] = demo;
+  return j;
+}
+
+std::vector<std::string> resume_identity_keys() {
+  return {"data.train", "data.eval", "data.eval_fraction", "data.format", "data.chat_template",
+          "data.date_string", "data.truncation", "data.max_seq_len", "data.shuffle",
+          "data.append_eos", "data.add_bos", "max_tokens", "grad_accum", "seed", "objective", "tokenizer"};
+}
+
+TrainConfig load_train_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  TrainConfig c;
+  c.source = yaml_path;
+  if (!yaml_path.empty()) {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(yaml_path);
+    } catch (const YAML::BadFile&) {
+      throw InputError(yaml_path + ": cannot open config file");
+    } catch (const YAML::ParserException& e) {
+      throw InputError(yaml_path + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: " + e.msg);
+    }
+    if (!root.IsNull()) {
+      if (!root.IsMap()) throw InputError(yaml_path + ": expected a mapping of keys at the top level");
+      walk(c, root, "", yaml_path);
+    }
+  }
+  for (const std::string& o : overrides) apply_override(c, o);
+  fill_defaults_and_validate(c);
+  return c;
+}
+
+TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where,
+                                   const std::vector<std::string>& overrides) {
+  TrainConfig c;
+  c.source = where;
+  if (!j.is_object()) throw InputError(where + ": config is not an object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "demo") {
+      c.demo = it.value().is_boolean() && it.value().get<bool>();
+      continue;
+    }
+    const Key* k = find_key(it.key());
+    if (!k) throw InputError(where + ": unknown key '" + it.key() + "' in the stored config");
+    const YAML::Node value = YAML::Load(it.value().dump());
+    k->set(c, value, where);
+    c.origin[it.key()] = where;
+  }
+  for (const std::string& o : overrides) apply_override(c, o);
+  fill_defaults_and_validate(c);
+  return c;
+}
+
+}  // namespace sbp

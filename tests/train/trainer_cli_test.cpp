@@ -1,0 +1,397 @@
+// `streambp train CONFIG.yaml` end to end, through the program: a tiny model learns from a sample
+// JSONL; 2N steps equal N + resume + N bit for bit; Ctrl-C saves and a resumed run continues
+// exactly; a SIGKILLed run resumes from its last checkpoint; malformed input gives a one-line
+// file:line error; `streambp plot` draws the metrics.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "support/test_support.h"
+
+extern char** environ;
+
+namespace sbp {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run_command;
+
+std::string bin() { return test::streambp_binary(); }
+std::string src() { return test::source_dir(); }
+
+// A tiny Qwen3-shaped model whose vocabulary covers the tiny-chat tokenizer (457 ids).
+const char* const kTinyModel = R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+  "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
+  "tie_word_embeddings": true, "torch_dtype": "float32"})";
+
+// A run directory: the model config, a config.yaml training it on the tiny-chat data.
+struct TrainRun {
+  test::TempDir dir;
+  std::string config;
+  // `extra_yaml` is appended at the top level (from line 9 on), `data_yaml` under data:.
+  explicit TrainRun(const std::string& extra_yaml = "", const std::string& data_yaml = "") {
+    test::write_text(dir.file("model.json"), kTinyModel);
+    config = dir.file("config.yaml");
+    test::write_text(config, "model: " + dir.file("model.json") + "\ntokenizer: " + src() +
+                                 "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
+                                 "\nthreads: 1\nlayer_chunk: 64\nhead_chunk: 32\nmax_tokens: 256\n" + extra_yaml +
+                                 "data:\n  train: " + src() + "/examples/tiny-chat/train.jsonl\n" + data_yaml);
+  }
+  std::string out(const std::string& rel = "") const { return dir.file("out") + (rel.empty() ? "" : "/" + rel); }
+  test::CommandResult train(const std::string& args = "") const {
+    return run_command(bin() + " train " + config + " " + args);
+  }
+};
+
+std::vector<json> read_metrics(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(test::read_text(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+bool same_file(const std::string& a, const std::string& b) { return test::read_text(a) == test::read_text(b); }
+
+// The weights and optimizer state of two checkpoints are the same bytes.
+void expect_identical_checkpoints(const std::string& a, const std::string& b) {
+  ASSERT_TRUE(fs::exists(a + "/model.safetensors")) << a;
+  ASSERT_TRUE(fs::exists(b + "/model.safetensors")) << b;
+  EXPECT_TRUE(same_file(a + "/model.safetensors", b + "/model.safetensors")) << a << " vs " << b;
+  EXPECT_TRUE(same_file(a + "/optimizer.safetensors", b + "/optimizer.safetensors")) << a << " vs " << b;
+  const json sa = json::parse(test::read_text(a + "/trainer_state.json"));
+  const json sb = json::parse(test::read_text(b + "/trainer_state.json"));
+  EXPECT_EQ(sa["step"], sb["step"]);
+  EXPECT_EQ(sa["epoch_rng_state"], sb["epoch_rng_state"]);
+  EXPECT_EQ(sa["micro_batches_done"], sb["micro_batches_done"]);
+}
+
+// A child `streambp train ...` we can signal; output goes to `log`.
+pid_t spawn_train(const std::string& args, const std::string& log) {
+  const std::string cmd = "exec " + bin() + " train " + args + " > " + log + " 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = 0;
+  EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ), 0);
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+template <class Pred>
+bool wait_until(Pred pred, double seconds = 120.0) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+int64_t metric_lines(const std::string& path) {
+  if (!fs::exists(path)) return 0;
+  const std::string text = test::read_text(path);
+  return static_cast<int64_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+int64_t state_step(const std::string& ckpt) {
+  return json::parse(test::read_text(ckpt + "/trainer_state.json"))["step"].get<int64_t>();
+}
+
+TEST(TrainCli, TinyModelLearnsAndLeavesHuggingFaceCheckpoints) {
+  TrainRun run("max_steps: 40\noptim:\n  lr: 0.01\n  betas: [0.9, 0.95]\nschedule:\n  type: cosine\n"
+          "  warmup_steps: 3\neval_every: 10\nsave_every: 10\nkeep_last: 2\n",
+          "  eval_fraction: 0.1\n");
+  const auto r = run.train();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("chat template: qwen3 (from tokenizer_config.json)"), std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
+  ASSERT_EQ(m.size(), 41u);  // the eval before training, then one line per step
+  EXPECT_EQ(m[0]["step"], 0);
+  const double eval_before = m[0]["eval_loss"].get<double>();
+  const double eval_after = m.back()["eval_loss"].get<double>();
+  EXPECT_LT(eval_after, 0.6 * eval_before) << "eval loss " << eval_before << " -> " << eval_after;
+  const double first = (m[1]["loss"].get<double>() + m[2]["loss"].get<double>()) / 2;
+  const double last = (m[39]["loss"].get<double>() + m[40]["loss"].get<double>()) / 2;
+  EXPECT_LT(last, 0.6 * first) << "train loss " << first << " -> " << last;
+  for (size_t i = 1; i < m.size(); ++i) {
+    const json& l = m[i];
+    EXPECT_EQ(l["step"].get<int64_t>(), static_cast<int64_t>(i));
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens", "loss_tokens", "tokens_per_s", "epoch"})
+      EXPECT_TRUE(l.contains(key)) << key;
+    EXPECT_LE(l["tokens"].get<int64_t>(), 256);
+    EXPECT_GT(l["peak_memory_bytes"]["weights"].get<int64_t>(), 0);
+    EXPECT_GT(l["peak_memory_bytes"]["total"].get<int64_t>(), l["peak_memory_bytes"]["weights"].get<int64_t>());
+    EXPECT_EQ(l.contains("eval_loss"), i % 10 == 0);
+  }
+  // keep_last: 2 leaves the newest two checkpoints, complete Hugging Face directories.
+  EXPECT_FALSE(fs::exists(run.out("checkpoint-10")));
+  EXPECT_FALSE(fs::exists(run.out("checkpoint-20")));
+  for (const char* step : {"checkpoint-30", "checkpoint-40"}) {
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                          "trainer_state.json", "optimizer.safetensors"})
+      EXPECT_TRUE(fs::exists(run.out(std::string(step) + "/" + f))) << step << "/" << f;
+  }
+  EXPECT_FALSE(fs::exists(run.out("checkpoint-40/master_weights.safetensors")));  // fp32 export
+  const json cfg = json::parse(test::read_text(run.out("checkpoint-40/config.json")));
+  EXPECT_EQ(cfg["torch_dtype"], "float32");
+  EXPECT_EQ(cfg["vocab_size"], 512);
+  // The checkpoint is a model directory the other commands load.
+  const auto g = run_command(bin() + " gradcheck --model " + run.out("checkpoint-40") + " --seq-len 12 --modes stream");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+
+  // streambp plot draws the metrics; without gnuplot it says what to install.
+  const std::string png = run.dir.file("loss.png");
+  auto p = run_command(bin() + " plot " + run.out("metrics.jsonl") + " -o " + png);
+  if (fs::exists("/usr/bin/gnuplot")) {
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    EXPECT_EQ(test::read_text(png).substr(0, 8), "\x89PNG\r\n\x1a\n");
+  }
+  p = run_command("PATH=/nonexistent " + bin() + " plot " + run.out("metrics.jsonl") + " -o " + png);
+  EXPECT_EQ(p.exit_code, 1);
+  EXPECT_NE(p.output.find("gnuplot not found in PATH; install it"), std::string::npos) << p.output;
+}
+
+TEST(TrainCli, TwoNStepsEqualNThenResumeThenN) {
+  // grad_accum 2 over ~19 micro-batches an epoch: the 12 steps cross an epoch boundary.
+  const std::string yaml = "max_steps: 12\ngrad_accum: 2\noptim:\n  lr: 0.003\n  weight_decay: 0.1\n"
+                           "schedule:\n  type: cosine\n  warmup_steps: 2\n";
+  TrainRun straight(yaml), split(yaml);
+  auto r = straight.train();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = split.train("stop_after_steps=6");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("stopped after 6 steps"), std::string::npos) << r.output;
+  EXPECT_EQ(state_step(split.out("checkpoint-6")), 6);
+  r = split.train("--resume " + split.out());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + split.out("checkpoint-6")), std::string::npos) << r.output;
+  expect_identical_checkpoints(straight.out("checkpoint-12"), split.out("checkpoint-12"));
+  // Every step logged once, with the straight run's losses.
+  const std::vector<json> a = read_metrics(straight.out("metrics.jsonl"));
+  const std::vector<json> b = read_metrics(split.out("metrics.jsonl"));
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i]["step"], a[i]["step"]);
+    EXPECT_EQ(b[i]["loss"], a[i]["loss"]) << "step " << i + 1;
+  }
+  EXPECT_GT(a.back()["epoch"].get<double>(), 1.0);
+
+  // Resuming from the checkpoint alone (its stored config) gives the same again.
+  test::TempDir again;
+  fs::copy(split.out("checkpoint-6"), again.file("checkpoint-6"), fs::copy_options::recursive);
+  r = run_command(bin() + " train --resume " + again.file("checkpoint-6") + " output_dir=" + again.file("out") +
+                  " metrics=" + again.file("m.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_identical_checkpoints(straight.out("checkpoint-12"), again.file("out/checkpoint-12"));
+}
+
+TEST(TrainCli, CtrlCSavesACheckpointAndResumesExactly) {
+  TrainRun run("max_steps: 100000\nschedule:\n  type: constant\noptim:\n  lr: 0.002\n");
+  const std::string log = run.dir.file("log.txt");
+  const pid_t pid = spawn_train(run.config, log);
+  ASSERT_TRUE(wait_until([&] { return metric_lines(run.out("metrics.jsonl")) >= 3; })) << test::read_text(log);
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_exit(pid), 130) << test::read_text(log);
+  const std::string output = test::read_text(log);
+  EXPECT_NE(output.find("stopped by signal 2"), std::string::npos) << output;
+  // The checkpoint is the last finished step.
+  const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
+  const int64_t k = m.back()["step"].get<int64_t>();
+  ASSERT_TRUE(fs::exists(run.out("checkpoint-" + std::to_string(k)))) << output;
+  EXPECT_EQ(state_step(run.out("checkpoint-" + std::to_string(k))), k);
+
+  auto r = run.train("--resume " + run.out() + " stop_after_steps=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  TrainRun reference("max_steps: 100000\nschedule:\n  type: constant\noptim:\n  lr: 0.002\n");
+  r = reference.train("stop_after_steps=" + std::to_string(k + 2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string step = "checkpoint-" + std::to_string(k + 2);
+  expect_identical_checkpoints(reference.out(step), run.out(step));
+}
+
+TEST(TrainCli, AKilledRunResumesFromItsLastCheckpoint) {
+  const std::string yaml = "max_steps: 100000\nsave_every: 2\nkeep_last: 2\nschedule:\n  type: constant\n";
+  TrainRun run(yaml);
+  const std::string log = run.dir.file("log.txt");
+  const pid_t pid = spawn_train(run.config, log);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(run.out("checkpoint-4")); })) << test::read_text(log);
+  kill(pid, SIGKILL);
+  EXPECT_EQ(wait_exit(pid), 128 + SIGKILL);
+
+  auto r = run.train("--resume " + run.out() + " stop_after_steps=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("resuming from ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
+  const int64_t end = m.back()["step"].get<int64_t>();
+  const int64_t s = end - 3;
+  EXPECT_GE(s, 4);
+  EXPECT_EQ(s % 2, 0);
+  for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+  for (const auto& e : fs::directory_iterator(run.out()))
+    EXPECT_NE(e.path().filename().string().rfind(".staging", 0), 0u) << "stale " << e.path();
+
+  TrainRun reference(yaml);
+  r = reference.train("stop_after_steps=" + std::to_string(end));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_identical_checkpoints(reference.out("checkpoint-" + std::to_string(end)),
+                               run.out("checkpoint-" + std::to_string(end)));
+}
+
+TEST(TrainCli, Bf16ModelsSaveBf16WithFp32MasterWeightsAndResumeExactly) {
+  TrainRun straight("max_steps: 4\n"), split("max_steps: 4\n");
+  for (TrainRun* r : {&straight, &split}) {
+    const auto init = run_command(bin() + " init --config " + r->dir.file("model.json") + " --dtype bf16 --seed 5 --out " +
+                                  r->dir.file("bf16"));
+    ASSERT_EQ(init.exit_code, 0) << init.output;
+  }
+  auto r = straight.train("model=" + straight.dir.file("bf16"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("saves BF16 weights"), std::string::npos) << r.output;
+  const json cfg = json::parse(test::read_text(straight.out("checkpoint-4/config.json")));
+  EXPECT_EQ(cfg["torch_dtype"], "bfloat16");
+  EXPECT_TRUE(fs::exists(straight.out("checkpoint-4/master_weights.safetensors")));
+  r = split.train("model=" + split.dir.file("bf16") + " stop_after_steps=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = split.train("model=" + split.dir.file("bf16") + " --resume " + split.out());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_identical_checkpoints(straight.out("checkpoint-4"), split.out("checkpoint-4"));
+  EXPECT_TRUE(same_file(straight.out("checkpoint-4/master_weights.safetensors"),
+                        split.out("checkpoint-4/master_weights.safetensors")));
+}
+
+// Runs `streambp train` expecting exit 1 and exactly one line that starts with the error.
+std::string one_line_error(const TrainRun& run, const std::string& args = "") {
+  const auto r = run.train(args);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::string out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  EXPECT_EQ(out.find('\n'), std::string::npos) << "more than one line:\n" << r.output;
+  EXPECT_EQ(out.rfind("streambp: error: ", 0), 0u) << out;
+  return out;
+}
+
+TEST(TrainCli, MalformedInputGivesOneLineErrorWithFileAndLine) {
+  const std::string good = R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})";
+  struct Case {
+    std::string data, expect;
+  } cases[] = {
+      {good + "\n{\"messages\": [}\n", "data.jsonl:2: not valid JSON"},
+      {good + "\n" + good + "\n{\"prompt\": \"x\"}\n", "data.jsonl:3: missing field \"messages\""},
+      {good + "\n{\"messages\": [{\"role\": \"narrator\", \"content\": \"x\"}]}\n",
+       "data.jsonl:2: messages[0]: role \"narrator\" is not one of system, user, assistant, tool"},
+      {"{\"messages\": []}\n", "data.jsonl:1: \"messages\" is empty"},
+      {good + "\n{\"messages\": [{\"role\": \"user\", \"content\": \"" + std::string(3000, 'x') +
+           "\"}, {\"role\": \"assistant\", \"content\": \"y\"}]}\n",
+       "data.jsonl:2: example has "},
+  };
+  for (const Case& c : cases) {
+    TrainRun run;
+    test::write_text(run.dir.file("data.jsonl"), c.data);
+    const std::string err = one_line_error(run, "data.train=" + run.dir.file("data.jsonl"));
+    EXPECT_NE(err.find(c.expect), std::string::npos) << err;
+  }
+  TrainRun run("optim:\n  lr: 0.001\n  warmup: 3\n");
+  EXPECT_NE(one_line_error(run).find("config.yaml:10: unknown key 'optim.warmup'"), std::string::npos);
+  TrainRun valid;
+  EXPECT_NE(one_line_error(valid, "optim.lr=fast").find("override 'optim.lr=fast': optim.lr: expected a number, got 'fast'"),
+            std::string::npos);
+  TrainRun no_model;
+  EXPECT_NE(one_line_error(no_model, "model=" + no_model.dir.file("nothing")).find("nothing"), std::string::npos);
+  // A tokenizer whose ids the model cannot embed.
+  TrainRun small;
+  test::write_text(small.dir.file("model.json"), std::string(kTinyModel).replace(std::string(kTinyModel).find("512"), 3, "300"));
+  EXPECT_NE(one_line_error(small).find("the model's vocab_size is 300"), std::string::npos);
+}
+
+TEST(TrainCli, DpoStartsAtLog2AndResumesExactly) {
+  const std::string yaml = "objective: dpo\nmax_tokens: 512\nmax_steps: 6\noptim:\n  lr: 0.003\n";
+  const std::string data = "data.train=" + src() + "/examples/data/dpo.jsonl";
+  TrainRun straight(yaml), split(yaml);
+  auto r = straight.train(data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("5 preference records -> 5 pairs"), std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(straight.out("metrics.jsonl"));
+  ASSERT_EQ(m.size(), 6u);
+  // The policy starts as the reference: every pair's z is 0 and the sigmoid loss is log 2.
+  EXPECT_NEAR(m[0]["loss"].get<double>(), std::log(2.0), 1e-6);
+  EXPECT_LT(m.back()["loss"].get<double>(), m[0]["loss"].get<double>());
+  EXPECT_TRUE(m.back().contains("rewards/accuracies"));
+  EXPECT_GT(m.back()["rewards/margins"].get<double>(), 0.0);
+  // The reference is the starting model again after a resume, not the resumed weights.
+  r = split.train(data + " stop_after_steps=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = split.train(data + " --resume " + split.out());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_identical_checkpoints(straight.out("checkpoint-6"), split.out("checkpoint-6"));
+}
+
+TEST(TrainCli, GrpoTrainsOnGroupedRollouts) {
+  TrainRun run("objective: grpo\nmax_tokens: 512\nmax_steps: 4\ngrpo:\n  beta: 0.04\n");
+  auto r = run.train("data.train=" + src() + "/examples/data/grpo.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("12 rollout records -> 3 groups"), std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_TRUE(m[0].contains("kl"));
+  EXPECT_NEAR(m[0]["kl"].get<double>(), 0.0, 1e-9);  // policy == reference at the start
+  EXPECT_TRUE(std::isfinite(m.back()["loss"].get<double>()));
+  // Groups of different sizes cannot share one advantage formula.
+  test::write_text(run.dir.file("uneven.jsonl"),
+                   R"({"prompt": "a", "completion": " x", "reward": 1})" "\n" R"({"prompt": "a", "completion": " y", "reward": 0})" "\n"
+                   R"({"prompt": "b", "completion": " z", "reward": 1})" "\n");
+  const std::string err = one_line_error(run, "data.train=" + run.dir.file("uneven.jsonl"));
+  EXPECT_NE(err.find("uneven.jsonl:3: the prompt first seen here has 1 completion(s), the first prompt 2"), std::string::npos)
+      << err;
+}
+
+TEST(TrainCli, ObjectivesCheckTheirDataFormat) {
+  TrainRun run;
+  auto r = run.train("objective=dpo data.train=" + src() + "/examples/data/sft_messages.jsonl");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("objective dpo trains on preference (prompt, chosen, rejected) records, but"), std::string::npos) << r.output;
+  r = run.train("objective=ppo data.train=" + src() + "/examples/data/grpo.jsonl");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("objective ppo: the trainer does not run PPO yet"), std::string::npos) << r.output;
+}
+
+TEST(TrainCli, ExampleConfigsRun) {
+  test::TempDir tmp;
+  const std::string tiny = src() + "/examples/tiny-chat";
+  auto r = run_command("cd " + src() + " && " + bin() + " train examples/tiny-chat/sft.yaml max_steps=3 threads=1 "
+                       "output_dir=" + tmp.file("tiny"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(tmp.file("tiny/checkpoint-3/model.safetensors")));
+  // The real-model SFT config on the tiny model, with each SFT data format.
+  for (const char* data : {"sft_messages", "sft_prompt_completion", "sft_text"}) {
+    r = run_command("cd " + src() + " && " + bin() + " train examples/sft.yaml model=" + tiny + "/config.json tokenizer=" +
+                    tiny + " max_steps=2 threads=1 max_tokens=512 output_dir=" + tmp.file(data) +
+                    " data.train=examples/data/" + std::string(data) + ".jsonl");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  // The demo as a config (shrunk).
+  r = run_command(bin() + " train " + src() + "/examples/demo.yaml demo.steps=2 demo.seq_len=512 demo.eval_every=1 "
+                  "demo.eval_sequences=1 demo.layer_chunk=128 demo.head_chunk=128 demo.threads=1 demo.out=" + tmp.file("demo"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(tmp.file("demo/model.safetensors"))) << r.output;
+}
+
+}  // namespace
+}  // namespace sbp
