@@ -75,7 +75,9 @@ int run(const Args& a) {
   const std::vector<ExecConfig> modes = parse_modes(a.modes);
 
   std::fprintf(stderr, "bench: measuring sgemm...\n");
-  const double sgemm = measure_sgemm_gflops();
+  // Probed again after every round of steps: the median is the yardstick of the same moments
+  // the steps ran in (a shared machine's speed drifts).
+  std::vector<double> sgemm_probes{measure_sgemm_gflops()};
   Ledger ledger;
   Pool pool(ledger);
   CpuBackend be;
@@ -107,63 +109,85 @@ int run(const Args& a) {
     const Batch batch = setup.kind == ObjectiveKind::sft
                             ? random_batch(src.cfg.vocab_size, T, segments, a.seed, false)
                             : random_objective_batch(setup, src.cfg.vocab_size, T, segments, a.seed);
+    // One gradient set for every mode (a step zeroes nothing; each mode's step adds into it and
+    // the values are not used), so the ledger holds the same weights and grads in every mode.
+    ParameterSet g(src.cfg, pool, Category::grads, DType::F32, true);
+    ParameterSet vg;
+    if (models.value) vg = ParameterSet(src.cfg, pool, Category::grads, DType::F32, true, ModelHead::value);
+    struct ModeRun {
+      ExecConfig exec;
+      StepConstants constants;
+      std::vector<double> times;
+      Run r;
+    };
+    std::vector<ModeRun> mrs;
     for (ExecConfig exec : modes) {
       exec.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : std::max<int64_t>(1, (T + 3) / 4);
       exec.head_chunk = a.head_chunk;
-      Run r;
+      ModeRun m;
+      m.exec = exec;
+      Run& r = m.r;
       r.mode = mode_name(exec);
       r.T = T;
       r.layer_chunk = exec.layer_chunk_for(T);
       r.head_chunk = exec.head_chunk_for(T);
       r.head_block = r.head_chunk * src.cfg.vocab_size * 4;
-      std::fprintf(stderr, "bench: %s T=%lld ...\n", r.mode.c_str(), static_cast<long long>(T));
-      ParameterSet g(src.cfg, pool, Category::grads, DType::F32, true);
-      ParameterSet vg;
-      if (models.value)
-        vg = ParameterSet(src.cfg, pool, Category::grads, DType::F32, true, ModelHead::value);
       // PPO's rollout (and GRPO's old log-probs) happen before the step, outside its peak.
-      const StepConstants constants =
-          make_step_constants(setup, models, batch, be, pool, exec, a.seed);
-      reset_peak_rss();
-      ledger.reset_peak();
-      std::vector<double> times;
-      int64_t flops = 0;
-      for (int i = 0; i < a.warmup + a.repeat; ++i) {
+      m.constants = make_step_constants(setup, models, batch, be, pool, exec, a.seed);
+      mrs.push_back(std::move(m));
+    }
+    // Round robin: step i of every mode runs before step i+1 of any, so a slow spell of a shared
+    // machine falls on every mode alike and the ratios of the medians stay fair.
+    for (int i = 0; i < a.warmup + a.repeat; ++i) {
+      for (ModeRun& m : mrs) {
+        Run& r = m.r;
+        std::fprintf(stderr, "bench: %s T=%lld step %d/%d ...\n", r.mode.c_str(), static_cast<long long>(T),
+                     i + 1, a.warmup + a.repeat);
+        reset_peak_rss();
+        ledger.reset_peak();
         be.reset_flops();
         const auto t0 = std::chrono::steady_clock::now();
-        const StepOutcome out = run_objective_step(setup, models, constants, batch, be, pool, exec,
-                                                   g, models.value ? &vg : nullptr);
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (i >= a.warmup) times.push_back(s);
-        flops = be.flops();
+        const StepOutcome out = run_objective_step(setup, models, m.constants, batch, be, pool, m.exec, g,
+                                                   models.value ? &vg : nullptr);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (i >= a.warmup) m.times.push_back(s);
+        r.gflops = static_cast<double>(be.flops());  // FLOPs of one step (the same every step)
         r.loss = out.loss;
+        if (ledger.peak() > r.peak) {
+          r.peak = ledger.peak();
+          r.breakdown = ledger.peak_breakdown();
+        }
+        r.logits_peak = std::max(r.logits_peak, ledger.category_peak(Category::logits));
+        r.rss_peak = std::max(r.rss_peak, peak_rss_bytes());
       }
-      std::sort(times.begin(), times.end());
-      r.median_s = times[times.size() / 2];
+      sgemm_probes.push_back(measure_sgemm_gflops());
+    }
+    for (ModeRun& m : mrs) {
+      Run& r = m.r;
+      std::sort(m.times.begin(), m.times.end());
+      r.median_s = m.times[m.times.size() / 2];
       r.tokens_per_s = static_cast<double>(T) / r.median_s;
-      r.gflops = static_cast<double>(flops) / r.median_s / 1e9;
-      r.peak = ledger.peak();
-      r.breakdown = ledger.peak_breakdown();
-      r.logits_peak = ledger.category_peak(Category::logits);
-      r.activation_peak = r.peak - r.breakdown[Category::weights] -
-                          r.breakdown[Category::grads] - r.breakdown[Category::optimizer];
-      r.rss_peak = peak_rss_bytes();
-      if (setup.kind == ObjectiveKind::sft && exec.layers == LayerMode::stream &&
-          exec.head == HeadMode::chunked) {
-        r.analytic = stream_memory_terms(src.cfg, T, r.layer_chunk, r.head_chunk, exec.act_dtype)
-                         .activation_peak();
+      r.gflops = r.gflops / r.median_s / 1e9;
+      r.activation_peak = r.peak - r.breakdown[Category::weights] - r.breakdown[Category::grads] -
+                          r.breakdown[Category::optimizer];
+      if (setup.kind == ObjectiveKind::sft && m.exec.layers == LayerMode::stream &&
+          m.exec.head == HeadMode::chunked) {
+        r.analytic =
+            stream_memory_terms(src.cfg, T, r.layer_chunk, r.head_chunk, m.exec.act_dtype).activation_peak();
       }
       runs.push_back(r);
     }
   }
 
+  std::sort(sgemm_probes.begin(), sgemm_probes.end());
+  const double sgemm = sgemm_probes[sgemm_probes.size() / 2];
   std::printf("bench: %s (%s, %lld layers), objective %s, %lld segment(s), %d thread(s), "
-              "median of %d step(s)\n",
+              "median of %d step(s), modes interleaved\n",
               a.model.c_str(), src.cfg.model_type.c_str(),
               static_cast<long long>(src.cfg.num_hidden_layers), a.objective.describe().c_str(),
               static_cast<long long>(segments), cpu_threads(), a.repeat);
-  std::printf("sgemm: %.1f GFLOP/s (2048^3, same run)\n\n", sgemm);
+  std::printf("sgemm: %.1f GFLOP/s (2048^3, median of %zu probes between the rounds of steps, range %.1f-%.1f)\n\n",
+              sgemm, sgemm_probes.size(), sgemm_probes.front(), sgemm_probes.back());
   std::printf("| mode | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
               "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -199,6 +223,7 @@ int run(const Args& a) {
   if (!a.json.empty()) {
     nlohmann::json j;
     j["sgemm_gflops"] = sgemm;
+    j["sgemm_gflops_probes"] = sgemm_probes;
     j["model"] = a.model;
     j["objective"] = a.objective.describe();
     j["threads"] = cpu_threads();
