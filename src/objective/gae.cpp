@@ -1,5 +1,6 @@
 #include "objective/gae.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -32,69 +33,123 @@ std::vector<double> masked_whiten(std::span<const double> x, const std::vector<b
   return out;
 }
 
-PpoAdvantages ppo_advantages(const Batch& batch, std::span<const float> scores,
-                             std::span<const float> logp, std::span<const float> ref_logp,
-                             std::span<const float> values, const PpoRolloutConfig& cfg) {
-  const SequenceRows rows(batch);
+namespace {
+
+// One part's per-token quantities in double precision, before and after the step's whitening.
+struct PartRollout {
+  int64_t T = 0;
+  std::vector<bool> step;  // (T) completion rows
+  std::vector<double> r;   // (T) per-token rewards
+  std::vector<double> adv, ret;
+};
+
+// Per-token rewards of one part: -kl_coef * kl on its completion rows, the score at each
+// sequence's last one; fills the part's means.
+PartRollout part_rewards(const PpoRolloutPart& p, const PpoRolloutConfig& cfg, PpoAdvantages& out) {
+  const SequenceRows rows(*p.batch);
   const int64_t T = rows.num_rows(), S = rows.num_sequences();
-  if (static_cast<int64_t>(scores.size()) != S)
-    throw InputError("ppo: " + std::to_string(scores.size()) + " scores for " +
+  if (static_cast<int64_t>(p.scores.size()) != S)
+    throw InputError("ppo: " + std::to_string(p.scores.size()) + " scores for " +
                      std::to_string(S) + " sequences");
-  for (const auto* v : {&logp, &ref_logp, &values}) {
+  for (const auto* v : {&p.logp, &p.ref_logp, &p.values}) {
     if (static_cast<int64_t>(v->size()) != T)
       throw InputError("ppo: per-token inputs must have " + std::to_string(T) + " entries, got " +
                        std::to_string(v->size()));
   }
-  std::vector<bool> step(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) step[static_cast<size_t>(t)] = rows.weight[static_cast<size_t>(t)] > 0.0f;
-
-  PpoAdvantages out;
-  std::vector<double> r(static_cast<size_t>(T), 0.0);
+  PartRollout part;
+  part.T = T;
+  part.step.assign(static_cast<size_t>(T), false);
+  for (int64_t t = 0; t < T; ++t) part.step[static_cast<size_t>(t)] = rows.weight[static_cast<size_t>(t)] > 0.0f;
+  part.r.assign(static_cast<size_t>(T), 0.0);
   for (int64_t s = 0; s < S; ++s) {
     int64_t last = -1;
     double kl_sum = 0;
     for (int64_t t = rows.begin[s]; t < rows.begin[s + 1]; ++t) {
       const size_t i = static_cast<size_t>(t);
-      if (!step[i]) continue;
-      const double kl = cfg.kl_estimator == KlEstimator::k1 ? kl_k1(logp[i], ref_logp[i]).value
-                                                            : kl_k3(logp[i], ref_logp[i]).value;
-      r[i] = -cfg.kl_coef * kl;
+      if (!part.step[i]) continue;
+      const double kl = cfg.kl_estimator == KlEstimator::k1 ? kl_k1(p.logp[i], p.ref_logp[i]).value
+                                                            : kl_k3(p.logp[i], p.ref_logp[i]).value;
+      part.r[i] = -cfg.kl_coef * kl;
       kl_sum += kl;
       last = t;
     }
     if (last < 0) throw InputError("ppo: sequence " + std::to_string(s) + " has no completion token");
-    r[static_cast<size_t>(last)] += scores[static_cast<size_t>(s)];
+    part.r[static_cast<size_t>(last)] += p.scores[static_cast<size_t>(s)];
     out.mean_kl += kl_sum / static_cast<double>(S);
     out.mean_non_score_reward += -cfg.kl_coef * kl_sum / static_cast<double>(S);
-    out.mean_score += scores[static_cast<size_t>(s)] / static_cast<double>(S);
+    out.mean_score += p.scores[static_cast<size_t>(s)] / static_cast<double>(S);
   }
-  if (cfg.whiten_rewards) r = masked_whiten(r, step, /*shift_mean=*/false);
+  return part;
+}
 
-  // GAE, each sequence's steps from last to first.
-  std::vector<double> adv(static_cast<size_t>(T), 0.0), ret(static_cast<size_t>(T), 0.0);
-  for (int64_t s = 0; s < S; ++s) {
+// GAE over each sequence's steps, last to first (V after the last step = 0).
+void part_gae(const PpoRolloutPart& p, const PpoRolloutConfig& cfg, PartRollout& part) {
+  const SequenceRows rows(*p.batch);
+  part.adv.assign(static_cast<size_t>(part.T), 0.0);
+  part.ret.assign(static_cast<size_t>(part.T), 0.0);
+  for (int64_t s = 0; s < rows.num_sequences(); ++s) {
     double next_value = 0.0, next_adv = 0.0;
     for (int64_t t = rows.begin[s + 1] - 1; t >= rows.begin[s]; --t) {
       const size_t i = static_cast<size_t>(t);
-      if (!step[i]) continue;
-      const double delta = r[i] + cfg.gamma * next_value - values[i];
-      adv[i] = delta + cfg.gamma * cfg.lam * next_adv;
-      ret[i] = adv[i] + values[i];
-      next_value = values[i];
-      next_adv = adv[i];
+      if (!part.step[i]) continue;
+      const double delta = part.r[i] + cfg.gamma * next_value - p.values[i];
+      part.adv[i] = delta + cfg.gamma * cfg.lam * next_adv;
+      part.ret[i] = part.adv[i] + p.values[i];
+      next_value = p.values[i];
+      next_adv = part.adv[i];
     }
   }
-  const std::vector<double> white = masked_whiten(adv, step, /*shift_mean=*/true);
-  out.advantages.assign(static_cast<size_t>(T), 0.0f);
-  out.returns.assign(static_cast<size_t>(T), 0.0f);
-  out.rewards.assign(static_cast<size_t>(T), 0.0f);
-  for (size_t i = 0; i < static_cast<size_t>(T); ++i) {
-    if (!step[i]) continue;
-    out.advantages[i] = static_cast<float>(white[i]);
-    out.returns[i] = static_cast<float>(ret[i]);
-    out.rewards[i] = static_cast<float>(r[i]);
+}
+
+// masked_whiten of one per-token field over the rows of every part, in part order.
+void whiten_over_parts(std::vector<PartRollout>& parts, std::vector<double> PartRollout::*field,
+                       bool shift_mean) {
+  std::vector<double> all;
+  std::vector<bool> mask;
+  for (const PartRollout& p : parts) {
+    all.insert(all.end(), (p.*field).begin(), (p.*field).end());
+    mask.insert(mask.end(), p.step.begin(), p.step.end());
+  }
+  const std::vector<double> white = masked_whiten(all, mask, shift_mean);
+  size_t at = 0;
+  for (PartRollout& p : parts) {
+    std::copy(white.begin() + static_cast<std::ptrdiff_t>(at),
+              white.begin() + static_cast<std::ptrdiff_t>(at + (p.*field).size()), (p.*field).begin());
+    at += (p.*field).size();
+  }
+}
+
+}  // namespace
+
+std::vector<PpoAdvantages> ppo_step_advantages(std::span<const PpoRolloutPart> parts,
+                                               const PpoRolloutConfig& cfg) {
+  std::vector<PpoAdvantages> out(parts.size());
+  std::vector<PartRollout> rollouts;
+  for (size_t k = 0; k < parts.size(); ++k) rollouts.push_back(part_rewards(parts[k], cfg, out[k]));
+  if (cfg.whiten_rewards) whiten_over_parts(rollouts, &PartRollout::r, /*shift_mean=*/false);
+  for (size_t k = 0; k < parts.size(); ++k) part_gae(parts[k], cfg, rollouts[k]);
+  whiten_over_parts(rollouts, &PartRollout::adv, /*shift_mean=*/true);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const PartRollout& p = rollouts[k];
+    PpoAdvantages& o = out[k];
+    o.advantages.assign(static_cast<size_t>(p.T), 0.0f);
+    o.returns.assign(static_cast<size_t>(p.T), 0.0f);
+    o.rewards.assign(static_cast<size_t>(p.T), 0.0f);
+    for (size_t i = 0; i < static_cast<size_t>(p.T); ++i) {
+      if (!p.step[i]) continue;
+      o.advantages[i] = static_cast<float>(p.adv[i]);
+      o.returns[i] = static_cast<float>(p.ret[i]);
+      o.rewards[i] = static_cast<float>(p.r[i]);
+    }
   }
   return out;
+}
+
+PpoAdvantages ppo_advantages(const Batch& batch, std::span<const float> scores,
+                             std::span<const float> logp, std::span<const float> ref_logp,
+                             std::span<const float> values, const PpoRolloutConfig& cfg) {
+  const PpoRolloutPart part{&batch, scores, logp, ref_logp, values};
+  return std::move(ppo_step_advantages(std::span<const PpoRolloutPart>(&part, 1), cfg).front());
 }
 
 }  // namespace sbp

@@ -54,6 +54,23 @@ PpoAdvantages ppo_advantages(const Batch& batch, std::span<const float> scores,
                              std::span<const float> logp, std::span<const float> ref_logp,
                              std::span<const float> values, const PpoRolloutConfig& cfg);
 
+// One micro-batch of a rollout batch that spans several micro-batches (gradient accumulation).
+struct PpoRolloutPart {
+  const Batch* batch = nullptr;
+  std::span<const float> scores;    // (S) of this micro-batch
+  std::span<const float> logp;      // (T)
+  std::span<const float> ref_logp;  // (T)
+  std::span<const float> values;    // (T)
+};
+
+// The same quantities for a rollout batch split into micro-batches: rewards and GAE per
+// micro-batch (sequences never span two), but every whitening over the completion rows of ALL
+// parts, as TRL whitens over its whole batch — so the result does not depend on how the batch
+// is split. One entry per part; each part's means (mean_kl, ...) are over its own sequences.
+// ppo_advantages is this with one part.
+std::vector<PpoAdvantages> ppo_step_advantages(std::span<const PpoRolloutPart> parts,
+                                               const PpoRolloutConfig& cfg);
+
 // TRL's masked_whiten: (x - mean) * rsqrt(var + 1e-8) over the rows where mask is true, with
 // the unbiased (Bessel-corrected) variance; shift_mean = false adds the mean back. Rows outside
 // the mask are returned unchanged.
