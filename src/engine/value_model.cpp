@@ -20,12 +20,18 @@ ParameterSet make_value_parameters(const ModelConfig& cfg, Pool& pool, Category 
   return ParameterSet(cfg, pool, category, dtype, zero, ModelHead::value);
 }
 
-void load_value_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params,
-                        bool init_missing_head, uint64_t seed, float head_std) {
-  SBP_CHECK(params.head() == ModelHead::value, "load_value_weights: not a value-model set");
-  // Which file holds each tensor.
+namespace {
+
+// A value checkpoint's files, opened, with the file that holds each tensor.
+struct ValueCheckpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::map<std::string, const SafetensorsFile*> where;
+};
+
+// Opens model.safetensors (or the shards of its index) and validates every tensor's presence
+// and shape against `cfg` before anything is copied.
+ValueCheckpoint open_value_checkpoint(const std::string& dir, const ModelConfig& cfg, bool init_missing_head) {
+  ValueCheckpoint ck;
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::vector<std::string> names;
@@ -49,13 +55,12 @@ void load_value_weights(const std::string& dir, const ModelConfig& cfg, Paramete
     throw InputError(dir + ": no model.safetensors or model.safetensors.index.json");
   }
   for (const std::string& f : names) {
-    files.push_back(std::make_unique<SafetensorsFile>(f));
-    for (const SafetensorsEntry& e : files.back()->entries()) where[e.name] = files.back().get();
+    ck.files.push_back(std::make_unique<SafetensorsFile>(f));
+    for (const SafetensorsEntry& e : ck.files.back()->entries()) ck.where[e.name] = ck.files.back().get();
   }
-  // Validate every tensor before copying any.
   for (const ParamSpec& s : parameter_specs(cfg, ModelHead::value)) {
-    auto it = where.find(s.name);
-    if (it == where.end()) {
+    auto it = ck.where.find(s.name);
+    if (it == ck.where.end()) {
       if (s.name == "score.weight" && init_missing_head) continue;
       throw InputError(dir + ": tensor '" + s.name + "' (shape " + s.shape.str() +
                        ") is missing from the value model checkpoint");
@@ -65,11 +70,24 @@ void load_value_weights(const std::string& dir, const ModelConfig& cfg, Paramete
       throw InputError(it->second->path() + ": tensor '" + s.name + "' has shape " +
                        e->shape.str() + " but config.json implies " + s.shape.str());
   }
+  return ck;
+}
+
+}  // namespace
+
+void check_value_weights(const std::string& dir, const ModelConfig& cfg, bool init_missing_head) {
+  open_value_checkpoint(dir, cfg, init_missing_head);
+}
+
+void load_value_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params,
+                        bool init_missing_head, uint64_t seed, float head_std) {
+  SBP_CHECK(params.head() == ModelHead::value, "load_value_weights: not a value-model set");
+  const ValueCheckpoint ck = open_value_checkpoint(dir, cfg, init_missing_head);
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& t = params.tensor(i);
     if (!t.data) continue;
-    auto it = where.find(params.name(i));
-    if (it != where.end()) {
+    auto it = ck.where.find(params.name(i));
+    if (it != ck.where.end()) {
       it->second->read_into(params.name(i), t);
       continue;
     }

@@ -27,4 +27,8 @@ void load_value_weights(const std::string& dir, const ModelConfig& cfg, Paramete
                         bool init_missing_head = false, uint64_t seed = 0,
                         float head_std = 0.02f);
 
+// The checks of load_value_weights without reading any weights (only the safetensors headers):
+// lets a program reject a bad value checkpoint before it allocates or prints anything.
+void check_value_weights(const std::string& dir, const ModelConfig& cfg, bool init_missing_head = false);
+
 }  // namespace sbp

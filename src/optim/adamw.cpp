@@ -4,10 +4,10 @@
 
 namespace sbp {
 
-AdamW::AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c)
+AdamW::AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c, ModelHead head)
     : cfg_(c),
-      m_(cfg, pool, Category::optimizer, DType::F32, true),
-      v_(cfg, pool, Category::optimizer, DType::F32, true) {}
+      m_(cfg, pool, Category::optimizer, DType::F32, true, head),
+      v_(cfg, pool, Category::optimizer, DType::F32, true, head) {}
 
 void AdamW::step(const ParameterSet& params, const ParameterSet& grads, Backend& be, float lr) {
   ++steps_;

@@ -20,8 +20,9 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // Moments are allocated zeroed in the ledger's `optimizer` category.
-  AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c);
+  // Moments are allocated zeroed in the ledger's `optimizer` category, in the layout of the
+  // parameters they update (`head`: ModelHead::value for a PPO value model).
+  AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c, ModelHead head = ModelHead::lm);
 
   // One update of `params` with `grads` at learning rate lr; increments the step count.
   void step(const ParameterSet& params, const ParameterSet& grads, Backend& be, float lr);
