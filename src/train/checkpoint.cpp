@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "engine/value_model.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
 
@@ -84,7 +85,76 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& ou
   return out;
 }
 
+// AdamW's moments and step count: optimizer.safetensors in `dir`.
+void write_optimizer_state(const fs::path& dir, const AdamW& opt) {
+  std::vector<NamedTensor> moments;
+  for (size_t i = 0; i < opt.m().size(); ++i) moments.push_back({"m." + opt.m().name(i), opt.m().tensor(i)});
+  for (size_t i = 0; i < opt.v().size(); ++i) moments.push_back({"v." + opt.v().name(i), opt.v().tensor(i)});
+  write_safetensors((dir / "optimizer.safetensors").string(), moments, DType::F32,
+                    {{"step", std::to_string(opt.steps())}});
+}
+
+void read_optimizer_state(const fs::path& dir, AdamW& opt) {
+  const fs::path path = dir / "optimizer.safetensors";
+  if (!fs::exists(path)) throw InputError(path.string() + ": missing (not a training checkpoint?)");
+  SafetensorsFile f(path.string());
+  for (size_t i = 0; i < opt.m().size(); ++i) {
+    f.read_into("m." + opt.m().name(i), opt.m().tensor(i));
+    f.read_into("v." + opt.v().name(i), opt.v().tensor(i));
+  }
+  auto it = f.metadata().find("step");
+  if (it == f.metadata().end()) throw InputError(path.string() + ": metadata has no \"step\"");
+  try {
+    opt.set_steps(std::stoll(it->second));
+  } catch (const std::exception&) {
+    throw InputError(path.string() + ": metadata step '" + it->second + "' is not a number");
+  }
+}
+
+// The fp32 weights, for an exact resume, when the exported ones are rounded.
+void write_master_weights(const fs::path& dir, const ParameterSet& w) {
+  std::vector<NamedTensor> master;
+  for (size_t i = 0; i < w.size(); ++i) master.push_back({w.name(i), w.tensor(i)});
+  write_safetensors((dir / "master_weights.safetensors").string(), master, DType::F32);
+}
+
+// Throws unless the checkpoint's config.json describes the configured model's shape.
+void check_same_shape(const std::string& dir, const ModelConfig& cfg, const std::string& what) {
+  const ModelConfig saved = load_config(dir);
+  if (saved.hidden_size != cfg.hidden_size || saved.num_hidden_layers != cfg.num_hidden_layers ||
+      saved.vocab_size != cfg.vocab_size || saved.intermediate_size != cfg.intermediate_size ||
+      saved.num_attention_heads != cfg.num_attention_heads ||
+      saved.num_key_value_heads != cfg.num_key_value_heads || saved.model_type != cfg.model_type) {
+    throw InputError(dir + "/config.json: the checkpoint's " + what + " shape differs from the configured " + what + "'s");
+  }
+}
+
+// value_model/: a Hugging Face sequence-classification directory plus the optimizer state.
+void write_value_model(const fs::path& dir, const ValueModelContents& v, DType dtype) {
+  fs::create_directories(dir);
+  write_synced(dir / "config.json", value_model_config_json(v.cfg, dtype).dump(2) + "\n");
+  std::vector<NamedTensor> tensors;
+  for (const ParamSpec& s : parameter_specs(v.cfg, ModelHead::value)) tensors.push_back({s.name, v.weights.get(s.name)});
+  write_safetensors((dir / "model.safetensors").string(), tensors, dtype);
+  write_optimizer_state(dir, v.optimizer);
+  if (dtype != DType::F32) write_master_weights(dir, v.weights);
+  fsync_directory(dir.string());
+}
+
 }  // namespace
+
+nlohmann::json value_model_config_json(const ModelConfig& cfg, DType dtype) {
+  nlohmann::json j = cfg.to_json();
+  const std::string family = cfg.model_type == "llama" ? "Llama" : cfg.model_type == "qwen2" ? "Qwen2" : "Qwen3";
+  j["architectures"] = nlohmann::json::array({family + "ForSequenceClassification"});
+  j["num_labels"] = 1;
+  j["id2label"] = {{"0", "LABEL_0"}};
+  j["label2id"] = {{"LABEL_0", 0}};
+  const char* name = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  j["torch_dtype"] = name;
+  if (j.contains("dtype")) j["dtype"] = name;  // newer transformers' spelling
+  return j;
+}
 
 nlohmann::json TrainerState::to_json() const {
   return {{"format", "streambp-trainer-state"},
@@ -141,18 +211,9 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointConte
       fs::copy_file(fs::path(c.model_dir) / "generation_config.json", staging / "generation_config.json",
                     fs::copy_options::overwrite_existing);
     }
-    std::vector<NamedTensor> moments;
-    for (size_t i = 0; i < c.optimizer.m().size(); ++i)
-      moments.push_back({"m." + c.optimizer.m().name(i), c.optimizer.m().tensor(i)});
-    for (size_t i = 0; i < c.optimizer.v().size(); ++i)
-      moments.push_back({"v." + c.optimizer.v().name(i), c.optimizer.v().tensor(i)});
-    write_safetensors((staging / "optimizer.safetensors").string(), moments, DType::F32,
-                      {{"step", std::to_string(c.optimizer.steps())}});
-    if (c.export_dtype != DType::F32) {
-      std::vector<NamedTensor> master;
-      for (size_t i = 0; i < c.weights.size(); ++i) master.push_back({c.weights.name(i), c.weights.tensor(i)});
-      write_safetensors((staging / "master_weights.safetensors").string(), master, DType::F32);
-    }
+    write_optimizer_state(staging, c.optimizer);
+    if (c.export_dtype != DType::F32) write_master_weights(staging, c.weights);
+    if (c.value_model) write_value_model(staging / kValueModelDir, *c.value_model, c.export_dtype);
     write_synced(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
     fsync_directory(staging.string());
 
@@ -220,14 +281,7 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
 void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfig& cfg,
                              ParameterSet& weights, AdamW& optimizer) {
   const fs::path dir(checkpoint_dir);
-  const ModelConfig saved = load_config(checkpoint_dir);
-  if (saved.hidden_size != cfg.hidden_size || saved.num_hidden_layers != cfg.num_hidden_layers ||
-      saved.vocab_size != cfg.vocab_size || saved.intermediate_size != cfg.intermediate_size ||
-      saved.num_attention_heads != cfg.num_attention_heads ||
-      saved.num_key_value_heads != cfg.num_key_value_heads || saved.model_type != cfg.model_type) {
-    throw InputError(checkpoint_dir + "/config.json: the checkpoint's model shape differs from the "
-                     "configured model's");
-  }
+  check_same_shape(checkpoint_dir, cfg, "model");
   const fs::path master = dir / "master_weights.safetensors";
   if (fs::exists(master)) {
     SafetensorsFile f(master.string());
@@ -235,20 +289,23 @@ void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfi
   } else {
     load_weights(checkpoint_dir, cfg, weights);
   }
-  const fs::path opt_path = dir / "optimizer.safetensors";
-  if (!fs::exists(opt_path)) throw InputError(opt_path.string() + ": missing (not a training checkpoint?)");
-  SafetensorsFile f(opt_path.string());
-  for (size_t i = 0; i < optimizer.m().size(); ++i) {
-    f.read_into("m." + optimizer.m().name(i), optimizer.m().tensor(i));
-    f.read_into("v." + optimizer.v().name(i), optimizer.v().tensor(i));
+  read_optimizer_state(dir, optimizer);
+}
+
+void load_value_checkpoint(const std::string& checkpoint_dir, const ModelConfig& cfg,
+                           ParameterSet& weights, AdamW& optimizer) {
+  const fs::path dir = fs::path(checkpoint_dir) / kValueModelDir;
+  if (!fs::exists(dir / "config.json"))
+    throw InputError(dir.string() + ": missing (the checkpoint holds no PPO value model)");
+  check_same_shape(dir.string(), cfg, "value model");
+  const fs::path master = dir / "master_weights.safetensors";
+  if (fs::exists(master)) {
+    SafetensorsFile f(master.string());
+    for (size_t i = 0; i < weights.size(); ++i) f.read_into(weights.name(i), weights.tensor(i));
+  } else {
+    load_value_weights(dir.string(), cfg, weights);
   }
-  auto it = f.metadata().find("step");
-  if (it == f.metadata().end()) throw InputError(opt_path.string() + ": metadata has no \"step\"");
-  try {
-    optimizer.set_steps(std::stoll(it->second));
-  } catch (const std::exception&) {
-    throw InputError(opt_path.string() + ": metadata step '" + it->second + "' is not a number");
-  }
+  read_optimizer_state(dir, optimizer);
 }
 
 DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) {

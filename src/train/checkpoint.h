@@ -7,6 +7,12 @@
 //                                      {"step": N} (the optimizer's step count)
 //   master_weights.safetensors         fp32 weights, only when the export dtype is not fp32:
 //                                      resuming must continue from the exact fp32 values
+//   value_model/                       PPO only: the value model as a Hugging Face directory
+//                                      (config.json with architectures
+//                                      ["<Family>ForSequenceClassification"], num_labels 1;
+//                                      model.safetensors: model.* + score.weight, export dtype),
+//                                      its optimizer.safetensors and, when the export dtype is
+//                                      not fp32, its master_weights.safetensors
 //   trainer_state.json                 step, data cursor, RNG state, config (trainer.h)
 //
 // A checkpoint is written into a hidden staging directory next to it, fsynced and renamed into
@@ -39,15 +45,26 @@ struct TrainerState {
   static TrainerState from_json(const nlohmann::json& j, const std::string& where);
 };
 
+// PPO's value model: its own weights and optimizer, saved next to the policy's.
+struct ValueModelContents {
+  const ModelConfig& cfg;
+  const ParameterSet& weights;  // fp32 master weights, ModelHead::value
+  const AdamW& optimizer;
+};
+
 struct CheckpointContents {
   const ModelConfig& cfg;
   const ParameterSet& weights;  // fp32 master weights
-  DType export_dtype;           // dtype of the Hugging Face weights
+  DType export_dtype;           // dtype of the Hugging Face weights (the value model's too)
   const AdamW& optimizer;
   const TrainerState& state;
   std::string tokenizer_dir;    // tokenizer files are copied from here
   std::string model_dir;        // generation_config.json is copied from here ("" = none)
+  const ValueModelContents* value_model = nullptr;  // PPO: written to value_model/
 };
+
+// The subdirectory of a checkpoint that holds PPO's value model.
+inline constexpr const char* kValueModelDir = "value_model";
 
 // Writes <output_dir>/checkpoint-<state.step> (replacing one of that step); returns its path.
 std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c);
@@ -68,6 +85,15 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // moments and step count. Throws InputError naming the file and tensor on any mismatch.
 void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfig& cfg,
                              ParameterSet& weights, AdamW& optimizer);
+
+// Loads a PPO value model's fp32 weights and optimizer state from checkpoint_dir/value_model
+// (what save_checkpoint wrote from a ValueModelContents). Throws InputError naming the file.
+void load_value_checkpoint(const std::string& checkpoint_dir, const ModelConfig& cfg,
+                           ParameterSet& weights, AdamW& optimizer);
+
+// config.json of a value model saved in `dtype`: cfg's, as transformers'
+// <Family>ForSequenceClassification with num_labels = 1 (TRL's value-model layout).
+nlohmann::json value_model_config_json(const ModelConfig& cfg, DType dtype);
 
 // The dtype the input model's weights are stored in: its safetensors' dtype, else config.json's
 // torch_dtype ("" model_dir: a randomly initialised model), else F32.

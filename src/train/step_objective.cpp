@@ -53,15 +53,34 @@ std::vector<double> segment_weights(const Batch& b) {
 }  // namespace
 
 bool needs_reference_model(const TrainConfig& c) {
-  return c.objective == "dpo" || (c.objective == "grpo" && c.grpo.beta > 0.0);
+  // PPO always has one (TRL's ref_policy): the KL penalty is part of its per-token rewards and
+  // objective/kl is logged even when ppo.beta is 0.
+  return c.objective == "dpo" || c.objective == "ppo" || (c.objective == "grpo" && c.grpo.beta > 0.0);
 }
 
-StepObjective::StepObjective(const TrainConfig& c, ReferenceModel* reference) : c_(c), reference_(reference) {
+PpoRolloutConfig ppo_rollout_config(const TrainConfig& c) {
+  PpoRolloutConfig r;
+  r.kl_coef = c.ppo.beta;
+  r.kl_estimator = parse_kl_estimator(c.ppo.kl_estimator);
+  r.gamma = c.ppo.gamma;
+  r.lam = c.ppo.lam;
+  return r;
+}
+
+PpoConfig ppo_objective_config(const TrainConfig& c, int64_t micro_batches) {
+  PpoConfig p;
+  p.cliprange = c.ppo.epsilon;
+  p.cliprange_value = c.ppo.value_epsilon;
+  p.vf_coef = c.ppo.vf_coef;
+  p.grad_accum_steps = micro_batches;
+  return p;
+}
+
+StepObjective::StepObjective(const TrainConfig& c, ReferenceModel* reference, TrainedValueModel* value)
+    : c_(c), reference_(reference), value_(value) {
   if (needs_reference_model(c) && !reference)
     throw InputError("objective " + c.objective + " needs a reference model");
-  if (c.objective == "ppo")
-    throw InputError(c.where("objective") + ": objective ppo: the trainer does not run PPO yet (it needs a value "
-                     "model trained alongside the policy; the objective is in src/objective/ppo.h)");
+  if (c.objective == "ppo" && !value) throw InputError("objective ppo needs a value model");
 }
 
 StepObjective::Result StepObjective::run(Engine& policy, const std::vector<PackedBatch>& step,
@@ -92,7 +111,15 @@ StepObjective::Result StepObjective::run(Engine& policy, const std::vector<Packe
     r.metrics = stats.means();
     return r;
   }
-  // grpo: advantages over the step's groups, which sit as consecutive segments in order.
+  if (c_.objective == "ppo") return run_ppo(policy, step, grads);
+  return run_grpo(policy, step, grads);
+}
+
+StepObjective::Result StepObjective::run_grpo(Engine& policy, const std::vector<PackedBatch>& step,
+                                              const ParameterSet& grads) {
+  Result r;
+  WeightedMeans stats;
+  // Advantages over the step's groups, which sit as consecutive segments in order.
   std::vector<float> rewards;
   double completion_tokens = 0.0;
   int64_t group = 0;
@@ -129,6 +156,55 @@ StepObjective::Result StepObjective::run(Engine& policy, const std::vector<Packe
   return r;
 }
 
+StepObjective::Result StepObjective::run_ppo(Engine& policy, const std::vector<PackedBatch>& step,
+                                             const ParameterSet& grads) {
+  // The rollout constants of every micro-batch, before any backward: the weights they are
+  // computed from are the ones the step starts with.
+  struct Rollout {
+    std::vector<float> scores, old_logp, ref_logp, old_values;
+  };
+  std::vector<Rollout> rollouts(step.size());
+  std::vector<PpoRolloutPart> parts;
+  for (size_t i = 0; i < step.size(); ++i) {
+    const Batch& b = step[i].batch;
+    Rollout& ro = rollouts[i];
+    for (double x : step[i].segment_reward) ro.scores.push_back(static_cast<float>(x));
+    ro.old_logp = policy.score(b).logp;
+    ro.ref_logp = reference_->target_logp(b);
+    ro.old_values = value_->engine().values(b);
+    parts.push_back({&b, ro.scores, ro.old_logp, ro.ref_logp, ro.old_values});
+  }
+  const std::vector<PpoAdvantages> adv = ppo_step_advantages(parts, ppo_rollout_config(c_));
+
+  // One update per micro-batch; each term is already divided by ga, so the losses add up to
+  // the mean over micro-batches of TRL's pg_loss + vf_coef * vf_loss.
+  const PpoConfig cfg = ppo_objective_config(c_, static_cast<int64_t>(step.size()));
+  Result r;
+  WeightedMeans stats;    // TRL logs the mean of its per-micro-batch statistics
+  WeightedMeans rollout;  // and its rollout statistics over the batch's sequences
+  for (size_t i = 0; i < step.size(); ++i) {
+    const Batch& b = step[i].batch;
+    PpoPolicyObjective pol(b, adv[i].advantages, rollouts[i].old_logp, cfg);
+    policy.forward_backward(b, pol, grads);
+    PpoValueObjective val(b, adv[i].returns, rollouts[i].old_values, cfg);
+    value_->engine().forward_backward(b, val, value_->grads());
+    r.loss += pol.loss() + val.loss();
+    std::map<std::string, double> m = pol.metrics();
+    for (const auto& [k, v] : val.metrics()) m[k] = v;
+    stats.add(m, 1.0);
+    const double n = static_cast<double>(b.seq_lens.size());
+    rollout.add({{"objective/kl", adv[i].mean_kl},
+                 {"objective/non_score_reward", adv[i].mean_non_score_reward},
+                 {"objective/scores", adv[i].mean_score},
+                 {"objective/rlhf_reward", adv[i].mean_non_score_reward + adv[i].mean_score}},
+                n);
+  }
+  r.metrics = stats.means();
+  for (const auto& [k, v] : rollout.means()) r.metrics[k] = v;
+  r.metrics["reward"] = r.metrics["objective/scores"];
+  return r;
+}
+
 double StepObjective::evaluate(Engine& policy, const std::vector<PackedBatch>& eval) {
   if (c_.objective == "sft") {
     double nll = 0.0, weight = 0.0;
@@ -142,7 +218,7 @@ double StepObjective::evaluate(Engine& policy, const std::vector<PackedBatch>& e
     }
     return weight > 0.0 ? nll / weight : 0.0;
   }
-  if (c_.objective != "dpo") return std::numeric_limits<double>::quiet_NaN();
+  if (c_.objective != "dpo") return std::numeric_limits<double>::quiet_NaN();  // grpo, ppo
   // DPO: per-sequence sums of policy and reference log-probs over the completion, then the
   // pair loss (the same formulas as DpoObjective, forward only).
   const DpoConfig cfg = dpo_config(c_);

@@ -11,8 +11,14 @@
 //         group the same size); old log-probs = the current policy's, detached (one update per
 //         batch of offline rollouts); reference log-probs only when beta > 0; dapo's
 //         num_items_in_batch = completion tokens of the step, ga = micro-batches of the step
-//
-// PPO needs a value model trained alongside; the trainer does not run it yet.
+//   ppo   offline rollouts, one PPO update per batch (TRL with num_ppo_epochs = 1): first, for
+//         every micro-batch and before any backward, the rollout constants — old log-probs =
+//         the current policy's (Engine::score, detached), reference log-probs, old values
+//         (the value model's Engine::values), scores = the records' rewards — and from them
+//         per-token rewards, GAE advantages and returns (gae.h ppo_step_advantages: whitened
+//         over the whole step, as TRL whitens its whole batch); then per micro-batch
+//         PpoPolicyObjective on the policy and PpoValueObjective on the value model, both with
+//         ga = micro-batches of the step. The value model's gradient goes into its own grads.
 #include <map>
 #include <memory>
 #include <string>
@@ -21,30 +27,42 @@
 #include "data/packing.h"
 #include "engine/engine.h"
 #include "engine/reference_model.h"
+#include "objective/gae.h"
+#include "objective/ppo.h"
+#include "train/ppo_value_model.h"
 #include "train/train_config.h"
 
 namespace sbp {
 
 class StepObjective {
  public:
-  // `reference`: required for dpo, and for grpo with beta > 0; may be null otherwise.
-  StepObjective(const TrainConfig& c, ReferenceModel* reference);
+  // `reference`: required for dpo, ppo, and grpo with beta > 0; may be null otherwise.
+  // `value`: PPO's value model (required for ppo, unused otherwise).
+  StepObjective(const TrainConfig& c, ReferenceModel* reference, TrainedValueModel* value = nullptr);
 
   struct Result {
     double loss = 0.0;
     std::map<std::string, double> metrics;  // the objective's statistics, step means
   };
-  // Adds the step's gradient into `grads` (the caller zeroes them first).
+  // Adds the step's gradient into `grads` (the caller zeroes them first; for ppo also the
+  // value model's grads, which get the value loss's gradient).
   Result run(Engine& policy, const std::vector<PackedBatch>& step, const ParameterSet& grads);
 
   // The held-out loss: token-weighted NLL for sft; the mean DPO loss over the pairs for dpo;
-  // NaN for grpo (offline rollouts have no held-out loss).
+  // NaN for grpo and ppo (offline rollouts have no held-out loss).
   double evaluate(Engine& policy, const std::vector<PackedBatch>& eval);
 
  private:
+  Result run_grpo(Engine& policy, const std::vector<PackedBatch>& step, const ParameterSet& grads);
+  Result run_ppo(Engine& policy, const std::vector<PackedBatch>& step, const ParameterSet& grads);
   const TrainConfig& c_;
   ReferenceModel* reference_;
+  TrainedValueModel* value_;
 };
+
+// PPO's settings as the objectives take them (gae.h, ppo.h), for a step of `micro_batches`.
+PpoRolloutConfig ppo_rollout_config(const TrainConfig& c);
+PpoConfig ppo_objective_config(const TrainConfig& c, int64_t micro_batches);
 
 // Whether the objective needs a reference model under this config.
 bool needs_reference_model(const TrainConfig& c);

@@ -132,7 +132,9 @@ const std::vector<Key>& keys() {
         KEY(double, "ppo.vf_coef", ppo.vf_coef),
         KEY(double, "ppo.gamma", ppo.gamma),
         KEY(double, "ppo.lam", ppo.lam),
+        KEY(std::string, "ppo.kl_estimator", ppo.kl_estimator),
         KEY(std::string, "ppo.reference", ppo.reference),
+        KEY(std::string, "ppo.value_model", ppo.value_model),
         KEY(std::string, "mode", mode),
         KEY(int64_t, "layer_chunk", layer_chunk),
         KEY(int64_t, "head_chunk", head_chunk),
@@ -355,10 +357,13 @@ void fill_defaults_and_validate(TrainConfig& c) {
           "must be grpo, bnpo, dr_grpo or dapo");
   require(one_of(c.grpo.scale_rewards, {"group", "batch", "none"}), c, "grpo.scale_rewards",
           "must be group, batch or none");
-  require(c.ppo.beta >= 0.0 && c.ppo.epsilon > 0.0 && c.ppo.value_epsilon > 0.0 && c.ppo.vf_coef >= 0.0,
-          c, "ppo", "coefficients must be non-negative (clip ranges positive)");
-  require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0 && c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo",
-          "gamma and lam must be in [0, 1]");
+  require(c.ppo.beta >= 0.0, c, "ppo.beta", "must be >= 0");
+  require(c.ppo.epsilon > 0.0, c, "ppo.epsilon", "must be positive");
+  require(c.ppo.value_epsilon > 0.0, c, "ppo.value_epsilon", "must be positive");
+  require(c.ppo.vf_coef >= 0.0, c, "ppo.vf_coef", "must be >= 0");
+  require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0, c, "ppo.gamma", "must be in [0, 1]");
+  require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
+  require(one_of(c.ppo.kl_estimator, {"k1", "k3"}), c, "ppo.kl_estimator", "must be k1 or k3");
 }
 
 }  // namespace

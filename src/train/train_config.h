@@ -36,7 +36,10 @@ struct PpoSettings {
   double vf_coef = 0.1;
   double gamma = 1.0;
   double lam = 0.95;
+  std::string kl_estimator = "k1";  // k1 (TRL's default) | k3, of the per-token KL penalty
   std::string reference;
+  std::string value_model;  // Hugging Face directory with score.weight ("" = the starting
+                            // model's trunk with a head drawn from the seed)
 };
 
 struct TrainConfig {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -17,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/demo.h"
 #include "train/metrics.h"
+#include "train/ppo_value_model.h"
 #include "train/step_objective.h"
 #include "train/step_progress.h"
 #include "train/stop_signal.h"
@@ -72,6 +75,11 @@ std::vector<MicroBatchPlan> plan_epoch(const std::vector<Example>& examples, con
   return pack_examples(examples, order, c.max_tokens);
 }
 
+// The gradient's global norm before clipping, clipping it to max_norm when that is > 0.
+double clip_and_measure(const ParameterSet& grads, Backend& be, double max_norm) {
+  return max_norm > 0.0 ? clip_grad_norm(grads, be, max_norm) : global_grad_norm(grads, be);
+}
+
 int64_t steps_in(int64_t micro_batches, int64_t grad_accum) {
   return (micro_batches + grad_accum - 1) / grad_accum;
 }
@@ -114,10 +122,35 @@ void check_resume_compatible(const TrainConfig& c, const TrainerState& s, const 
   }
 }
 
-std::string ppo_pending_message(const TrainConfig& c, const TrainingData& data) {
-  return c.where("objective") + ": objective ppo: the trainer does not run PPO yet (it needs a value "
-         "model trained alongside the policy; the objective is in src/objective/ppo.h). The data "
-         "is valid: " + data.train_summary;
+// The reference model's directory as configured ("" = the starting model).
+std::string reference_dir(const TrainConfig& c) {
+  if (c.objective == "dpo") return c.dpo.reference;
+  if (c.objective == "ppo") return c.ppo.reference;
+  return c.grpo.reference;
+}
+
+// PPO's value model: from ppo.value_model / the starting model / the seed on a fresh run, from
+// checkpoint-N/value_model/ (weights and optimizer) on a resumed one.
+std::unique_ptr<TrainedValueModel> make_value_model(const TrainConfig& c, const StartingModel& start,
+                                                    const std::string& ckpt, Pool& pool, Backend& be,
+                                                    const ExecConfig& exec, const AdamWConfig& optim) {
+  std::unique_ptr<TrainedValueModel> v;
+  if (ckpt.empty()) {
+    v = std::make_unique<TrainedValueModel>(ppo_value_config(c, start.cfg), pool, be, exec, optim);
+    const std::string from = init_value_weights(c, start.dir, v->config(), v->weights());
+    std::printf("value model: %s\n", from.c_str());
+    return v;
+  }
+  const std::string dir = ckpt + "/" + kValueModelDir;
+  if (!fs::exists(fs::path(dir) / "config.json"))
+    throw InputError(dir + ": missing (the checkpoint holds no PPO value model)");
+  const ModelConfig vcfg = load_config(dir);
+  if (vcfg.vocab_size != start.cfg.vocab_size)
+    throw InputError(dir + "/config.json: the value model's vocab_size differs from the policy's");
+  v = std::make_unique<TrainedValueModel>(vcfg, pool, be, exec, optim);
+  load_value_checkpoint(ckpt, v->config(), v->weights(), v->optimizer());
+  std::printf("value model: %s\n", dir.c_str());
+  return v;
 }
 
 }  // namespace
@@ -140,10 +173,10 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
     ckpt = resolve_resume_dir(resume_arg);
     resumed = read_trainer_state(ckpt);
   }
+  if (c.objective == "ppo" && ckpt.empty()) check_ppo_value_model(c, cfg);
   TrainingData data = prepare_training_data(c, cfg.vocab_size);
   std::printf("data: %s\n", data.train_summary.c_str());
   if (data.chat) std::printf("chat template: %s (from %s)\n", data.chat->name().c_str(), data.chat_source.c_str());
-  if (c.objective == "ppo") throw InputError(ppo_pending_message(c, data));
   if (!ckpt.empty()) check_resume_compatible(c, resumed, data.fingerprints, ckpt);
   const std::vector<Example>& examples = data.train.examples;
 
@@ -155,8 +188,9 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
     for (const MicroBatchPlan& p : pack_examples(data.eval, order, c.max_tokens))
       eval_batches.push_back(assemble_batch(data.eval, p));
   }
-  if (c.objective == "grpo" && !eval_batches.empty()) {
-    std::printf("note: grpo has no held-out loss (offline rollouts): %s is not evaluated\n", data.eval_source.c_str());
+  if ((c.objective == "grpo" || c.objective == "ppo") && !eval_batches.empty()) {
+    std::printf("note: %s has no held-out loss (offline rollouts): %s is not evaluated\n", c.objective.c_str(),
+                data.eval_source.c_str());
     eval_batches.clear();
   }
   if (!eval_batches.empty())
@@ -184,8 +218,9 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
   CpuBackend be;
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
-  AdamW opt(cfg, pool, AdamWConfig{.beta1 = static_cast<float>(c.beta1), .beta2 = static_cast<float>(c.beta2),
-                                   .eps = static_cast<float>(c.eps), .weight_decay = static_cast<float>(c.weight_decay)});
+  const AdamWConfig optim{.beta1 = static_cast<float>(c.beta1), .beta2 = static_cast<float>(c.beta2),
+                          .eps = static_cast<float>(c.eps), .weight_decay = static_cast<float>(c.weight_decay)};
+  AdamW opt(cfg, pool, optim);
   ExecConfig exec = parse_mode(c.mode);
   exec.layer_chunk = c.layer_chunk;
   exec.head_chunk = c.head_chunk;
@@ -228,12 +263,12 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
                   static_cast<long long>(total_steps), static_cast<long long>(resumed.total_steps));
   }
   Engine engine(cfg, w, be, pool, exec);
-  // DPO (and GRPO with a KL term) score against a reference model: dpo.reference / grpo.reference,
+  // DPO, PPO (and GRPO with a KL term) score against a reference model: dpo/ppo/grpo.reference,
   // else the starting model — reloaded (or re-drawn from the seed), never the resumed weights.
   std::unique_ptr<ReferenceModel> reference;
   ParameterSet ref_weights;
   if (needs_reference_model(c)) {
-    const std::string ref_dir = c.objective == "dpo" ? c.dpo.reference : c.grpo.reference;
+    const std::string ref_dir = reference_dir(c);
     if (!ref_dir.empty() || !start.dir.empty()) {
       reference = ReferenceModel::load(ref_dir.empty() ? start.dir : ref_dir, be, pool, exec);
       if (reference->config().vocab_size != cfg.vocab_size)
@@ -245,7 +280,9 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
     }
     std::printf("reference model: %s\n", !ref_dir.empty() ? ref_dir.c_str() : "the starting model");
   }
-  StepObjective step_objective(c, reference.get());
+  std::unique_ptr<TrainedValueModel> value;
+  if (c.objective == "ppo") value = make_value_model(c, start, ckpt, pool, be, exec, optim);
+  StepObjective step_objective(c, reference.get(), value.get());
   std::printf("model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, head "
               "chunk %lld); %d thread%s; saves %s weights\n",
               cfg.model_type.c_str(), static_cast<long long>(cfg.num_hidden_layers),
@@ -261,9 +298,12 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
 
   remove_stale_staging(c.output_dir);
   MetricsLog metrics(c.metrics, ckpt.empty() ? -1 : state.step);
+  std::optional<ValueModelContents> value_contents;
+  if (value) value_contents.emplace(ValueModelContents{value->config(), value->weights(), value->optimizer()});
   auto save = [&]() {
     const std::string path = save_checkpoint(
-        c.output_dir, CheckpointContents{cfg, w, save_dtype, opt, state, c.tokenizer, start.dir});
+        c.output_dir, CheckpointContents{cfg, w, save_dtype, opt, state, c.tokenizer, start.dir,
+                                         value_contents ? &*value_contents : nullptr});
     rotate_checkpoints(c.output_dir, c.keep_last);
     return path;
   };
@@ -311,11 +351,18 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
     }
     const double lr = schedule.at(state.step + 1);
     for (size_t i = 0; i < g.size(); ++i) be.fill(g.tensor(i), 0.0f);
+    if (value)
+      for (size_t i = 0; i < value->grads().size(); ++i) be.fill(value->grads().tensor(i), 0.0f);
     ledger.reset_peak();
     const StepObjective::Result result = step_objective.run(engine, batches, g);
     const double loss = result.loss;
-    const double grad_norm = c.max_grad_norm > 0.0 ? clip_grad_norm(g, be, c.max_grad_norm) : global_grad_norm(g, be);
+    const double grad_norm = clip_and_measure(g, be, c.max_grad_norm);
     opt.step(w, g, be, static_cast<float>(lr));
+    double value_grad_norm = 0.0;  // PPO: the value model is clipped and stepped on its own
+    if (value) {
+      value_grad_norm = clip_and_measure(value->grads(), be, c.max_grad_norm);
+      value->optimizer().step(value->weights(), value->grads(), be, static_cast<float>(lr));
+    }
     const MemoryBreakdown peak = ledger.peak_breakdown();
     state.micro_batches_done += k;
     state.tokens_seen += tokens;
@@ -341,7 +388,8 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
         {"elapsed_s", seconds_since(t_start)},
         {"peak_memory_bytes", memory_json(peak)},
         {"peak_rss_bytes", peak_rss_bytes()}};
-    for (const auto& [name, value] : result.metrics) line[name] = value;
+    if (value) line["value_grad_norm"] = value_grad_norm;
+    for (const auto& [name, x] : result.metrics) line[name] = x;
     if (eval_now) line["eval_loss"] = last_eval;
     metrics.write(line);
 

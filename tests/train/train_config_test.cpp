@@ -97,6 +97,25 @@ TEST(TrainConfig, UnknownKeysAndBadValuesNameTheLine) {
             "cfg.yaml:1: model cannot be combined with the demo section (the demo trains its own model on its own task)");
 }
 
+TEST(TrainConfig, PpoKeys) {
+  test::TempDir dir;
+  const TrainConfig c = load_train_config(
+      write_yaml(dir, std::string(kMinimal) + "objective: ppo\nppo:\n  value_model: models/value\n  kl_estimator: k3\n"),
+      {"ppo.lam=0.9"});
+  EXPECT_EQ(c.ppo.value_model, "models/value");
+  EXPECT_EQ(c.ppo.kl_estimator, "k3");
+  EXPECT_DOUBLE_EQ(c.ppo.lam, 0.9);
+  EXPECT_EQ(TrainConfig{}.ppo.kl_estimator, "k1");
+  EXPECT_TRUE(TrainConfig{}.ppo.value_model.empty());
+  // Each bad value names its own key and line.
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  kl_estimator: k2\n"), "cfg.yaml:5: ppo.kl_estimator must be k1 or k3");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  gamma: 1.5\n"), "cfg.yaml:5: ppo.gamma must be in [0, 1]");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  lam: -1\n"), "cfg.yaml:5: ppo.lam must be in [0, 1]");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  value_epsilon: 0\n"), "cfg.yaml:5: ppo.value_epsilon must be positive");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  beta: -0.1\n"), "cfg.yaml:5: ppo.beta must be >= 0");
+  EXPECT_EQ(error_of(kMinimal, {"ppo.vf_coef=-1"}), "override 'ppo.vf_coef=-1': ppo.vf_coef must be >= 0");
+}
+
 TEST(TrainConfig, DemoSection) {
   test::TempDir dir;
   const TrainConfig c = load_train_config(write_yaml(dir, "demo:\n  steps: 12\n  seq_len: 512\n"), {"demo.seed=3"});
@@ -110,7 +129,7 @@ TEST(TrainConfig, DemoSection) {
 }
 
 TEST(TrainConfig, ExampleConfigsParse) {
-  for (const char* name : {"demo.yaml", "sft.yaml", "dpo.yaml", "grpo.yaml", "tiny-chat/sft.yaml"}) {
+  for (const char* name : {"demo.yaml", "sft.yaml", "dpo.yaml", "grpo.yaml", "ppo.yaml", "tiny-chat/sft.yaml"}) {
     const std::string path = test::source_dir() + "/examples/" + name;
     EXPECT_NO_THROW(load_train_config(path, {})) << path;
   }

@@ -1,7 +1,8 @@
 // `streambp train CONFIG.yaml` end to end, through the program: a tiny model learns from a sample
 // JSONL; 2N steps equal N + resume + N bit for bit; Ctrl-C saves and a resumed run continues
 // exactly; a SIGKILLed run resumes from its last checkpoint; malformed input gives a one-line
-// file:line error; `streambp plot` draws the metrics.
+// file:line error; `streambp plot` draws the metrics; DPO, GRPO and PPO (policy + value model,
+// both resumed bit for bit) train on their data.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -15,6 +16,9 @@
 #include <sstream>
 #include <thread>
 
+#include "core/pool.h"
+#include "engine/value_model.h"
+#include "model/checkpoint_io.h"
 #include "support/test_support.h"
 
 extern char** environ;
@@ -362,14 +366,147 @@ TEST(TrainCli, GrpoTrainsOnGroupedRollouts) {
       << err;
 }
 
+// The PPO value model of two checkpoints: the same weight and optimizer bytes (and fp32 master
+// weights when the export dtype is not fp32), besides the policy's.
+void expect_identical_value_models(const std::string& a, const std::string& b) {
+  for (const char* f : {"value_model/config.json", "value_model/model.safetensors", "value_model/optimizer.safetensors"}) {
+    ASSERT_TRUE(fs::exists(a + "/" + f)) << a << "/" << f;
+    EXPECT_TRUE(same_file(a + "/" + f, b + "/" + f)) << f << ": " << a << " vs " << b;
+  }
+  const std::string master = "/value_model/master_weights.safetensors";
+  EXPECT_EQ(fs::exists(a + master), fs::exists(b + master));
+  if (fs::exists(a + master)) {
+    EXPECT_TRUE(same_file(a + master, b + master)) << a << " vs " << b;
+  }
+}
+
+const std::string kPpoYaml = "objective: ppo\noptim:\n  lr: 0.003\n  weight_decay: 0.1\n";
+
+TEST(TrainCli, PpoTrainsAPolicyAndAValueModelOnGroupedRollouts) {
+  // One group held out: PPO, like GRPO, has no held-out loss and says so.
+  TrainRun run(kPpoYaml + "max_tokens: 512\nmax_steps: 8\n", "  eval_fraction: 0.3\n");
+  const auto r = run.train("data.train=" + src() + "/examples/data/grpo.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("12 rollout records -> 3 groups"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("note: ppo has no held-out loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("reference model: the starting model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("value model: random weights (seed 43)"), std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
+  ASSERT_EQ(m.size(), 8u);
+  for (const json& l : m) {
+    for (const char* key : {"loss", "grad_norm", "value_grad_norm", "loss/policy", "loss/value", "policy/clipfrac_avg",
+                            "policy/approxkl_avg", "policy/entropy_avg", "val/clipfrac_avg", "objective/kl",
+                            "objective/non_score_reward", "objective/scores", "reward"})
+      ASSERT_TRUE(l.contains(key)) << key << " in " << l.dump();
+    EXPECT_FALSE(l.contains("eval_loss"));
+    // One update per batch of rollouts: the old log-probs are the current policy's, ratio 1.
+    EXPECT_NEAR(l["policy/approxkl_avg"].get<double>(), 0.0, 1e-9);
+    EXPECT_EQ(l["policy/clipfrac_avg"].get<double>(), 0.0);
+    EXPECT_GT(l["grad_norm"].get<double>(), 0.0);
+    EXPECT_GT(l["value_grad_norm"].get<double>(), 0.0);
+    EXPECT_GT(l["policy/entropy_avg"].get<double>(), 0.0);
+    EXPECT_EQ(l["reward"], l["objective/scores"]);
+    EXPECT_NEAR(l["objective/non_score_reward"].get<double>(), -0.05 * l["objective/kl"].get<double>(), 1e-12);
+    // loss = pg_loss + vf_coef * vf_loss (one micro-batch per step: ga = 1)
+    EXPECT_NEAR(l["loss"].get<double>(), l["loss/policy"].get<double>() + 0.1 * l["loss/value"].get<double>(), 1e-9);
+  }
+  // The policy starts as the reference model.
+  EXPECT_NEAR(m[0]["objective/kl"].get<double>(), 0.0, 1e-9);
+  EXPECT_NE(m.back()["objective/kl"].get<double>(), 0.0);
+  // The value model learns the returns.
+  EXPECT_LT(m.back()["loss/value"].get<double>(), 0.6 * m[0]["loss/value"].get<double>());
+
+  // value_model/ is a Hugging Face sequence-classification directory that loads back.
+  const std::string vdir = run.out("checkpoint-8/value_model");
+  const json vcfg = json::parse(test::read_text(vdir + "/config.json"));
+  EXPECT_EQ(vcfg["architectures"], json::array({"Qwen3ForSequenceClassification"}));
+  EXPECT_EQ(vcfg["num_labels"], 1);
+  EXPECT_EQ(vcfg["torch_dtype"], "float32");
+  EXPECT_FALSE(fs::exists(vdir + "/master_weights.safetensors"));  // fp32 export
+  const ModelConfig cfg = load_config(vdir);
+  Ledger ledger;
+  Pool pool(ledger);
+  ParameterSet v = make_value_parameters(cfg, pool, Category::weights, DType::F32, false);
+  ASSERT_NO_THROW(load_value_weights(vdir, cfg, v));
+  const Tensor& score = v.get("score.weight");
+  double ss = 0.0;
+  for (int64_t j = 0; j < score.numel(); ++j) ss += std::fabs(score.f32()[j]);
+  EXPECT_GT(ss, 0.0);
+  // The policy is an ordinary causal-LM directory the other commands load.
+  const auto g = run_command(bin() + " gradcheck --model " + run.out("checkpoint-8") + " --seq-len 12 --modes stream");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+}
+
+TEST(TrainCli, PpoTwoNStepsEqualNThenResumeThenN) {
+  // max_tokens 200 holds one group: 3 micro-batches an epoch, steps of 2 and 1 under grad_accum 2,
+  // so whitening spans micro-batches and the 6 steps cross epochs. bf16 also checks the value
+  // model's fp32 master weights.
+  for (const char* dtype : {"f32", "bf16"}) {
+    const std::string yaml = kPpoYaml + "max_tokens: 200\nmax_steps: 6\ngrad_accum: 2\nsave_dtype: " + dtype +
+                             "\nschedule:\n  type: cosine\n  warmup_steps: 1\n";
+    const std::string data = "data.train=" + src() + "/examples/data/grpo.jsonl";
+    TrainRun straight(yaml), split(yaml);
+    auto r = straight.train(data);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = split.train(data + " stop_after_steps=3");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(split.out("checkpoint-3/value_model/model.safetensors")));
+    r = split.train(data + " --resume " + split.out());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("value model: " + split.out("checkpoint-3") + "/value_model"), std::string::npos) << r.output;
+    expect_identical_checkpoints(straight.out("checkpoint-6"), split.out("checkpoint-6"));
+    expect_identical_value_models(straight.out("checkpoint-6"), split.out("checkpoint-6"));
+    EXPECT_EQ(fs::exists(straight.out("checkpoint-6/value_model/master_weights.safetensors")), std::string(dtype) == "bf16");
+    const std::vector<json> a = read_metrics(straight.out("metrics.jsonl"));
+    const std::vector<json> b = read_metrics(split.out("metrics.jsonl"));
+    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(b.size(), 6u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(b[i]["loss"], a[i]["loss"]) << dtype << " step " << i + 1;
+      EXPECT_EQ(b[i]["value_grad_norm"], a[i]["value_grad_norm"]) << dtype << " step " << i + 1;
+      EXPECT_EQ(a[i]["micro_batches"], i % 2 == 0 ? 2 : 1);
+    }
+  }
+}
+
+TEST(TrainCli, PpoStartsFromTheConfiguredValueModel) {
+  const std::string data = "data.train=" + src() + "/examples/data/grpo.jsonl";
+  TrainRun first(kPpoYaml + "max_tokens: 512\nmax_steps: 3\n");
+  auto r = first.train(data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // A run started from the trained value model sees its values: a lower value loss at step 1
+  // than the run that drew its value model from the seed.
+  TrainRun second(kPpoYaml + "max_tokens: 512\nmax_steps: 1\nppo:\n  value_model: " + first.out("checkpoint-3/value_model") + "\n");
+  r = second.train(data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("value model: " + first.out("checkpoint-3/value_model")), std::string::npos) << r.output;
+  const double fresh = read_metrics(first.out("metrics.jsonl"))[0]["loss/value"].get<double>();
+  const double trained = read_metrics(second.out("metrics.jsonl"))[0]["loss/value"].get<double>();
+  EXPECT_LT(trained, fresh);
+  // A bad directory, or a causal LM without a value head: one line naming the key.
+  std::string err = one_line_error(second, data + " ppo.value_model=" + second.dir.file("nothing"));
+  EXPECT_NE(err.find("ppo.value_model: " + second.dir.file("nothing") + " is not a Hugging Face model directory"),
+            std::string::npos) << err;
+  err = one_line_error(second, data + " ppo.value_model=" + first.out("checkpoint-3"));
+  EXPECT_NE(err.find("ppo.value_model: "), std::string::npos) << err;
+  EXPECT_NE(err.find("'score.weight'"), std::string::npos) << err;
+  // Starting from a model directory, the value model takes its trunk and draws a head.
+  TrainRun from_dir(kPpoYaml + "max_tokens: 512\nmax_steps: 1\n");
+  r = from_dir.train(data + " model=" + first.out("checkpoint-3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("value model: the starting model's trunk, score head drawn from seed 42"), std::string::npos)
+      << r.output;
+}
+
 TEST(TrainCli, ObjectivesCheckTheirDataFormat) {
   TrainRun run;
   auto r = run.train("objective=dpo data.train=" + src() + "/examples/data/sft_messages.jsonl");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("objective dpo trains on preference (prompt, chosen, rejected) records, but"), std::string::npos) << r.output;
-  r = run.train("objective=ppo data.train=" + src() + "/examples/data/grpo.jsonl");
+  r = run.train("objective=ppo data.train=" + src() + "/examples/data/dpo.jsonl");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("objective ppo: the trainer does not run PPO yet"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("objective ppo trains on rollout (prompt, completion, reward) records, but"), std::string::npos)
+      << r.output;
 }
 
 TEST(TrainCli, ExampleConfigsRun) {
@@ -386,6 +523,14 @@ TEST(TrainCli, ExampleConfigsRun) {
                     " data.train=examples/data/" + std::string(data) + ".jsonl");
     EXPECT_EQ(r.exit_code, 0) << r.output;
   }
+  // The offline-RL configs on the tiny model.
+  for (const char* cfg : {"grpo", "ppo"}) {
+    r = run_command("cd " + src() + " && " + bin() + " train examples/" + cfg + ".yaml model=" + tiny + "/config.json tokenizer=" +
+                    tiny + " max_steps=2 threads=1 max_tokens=512 output_dir=" + tmp.file(cfg));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(tmp.file(std::string(cfg) + "/checkpoint-2/model.safetensors"))) << r.output;
+  }
+  EXPECT_TRUE(fs::exists(tmp.file("ppo/checkpoint-2/value_model/model.safetensors")));
   // The demo as a config (shrunk).
   r = run_command(bin() + " train " + src() + "/examples/demo.yaml demo.steps=2 demo.seq_len=512 demo.eval_every=1 "
                   "demo.eval_sequences=1 demo.layer_chunk=128 demo.head_chunk=128 demo.threads=1 demo.out=" + tmp.file("demo"));

@@ -1,0 +1,68 @@
+#include "train/ppo_value_model.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "engine/value_model.h"
+#include "model/checkpoint_io.h"
+
+namespace sbp {
+
+namespace fs = std::filesystem;
+
+TrainedValueModel::TrainedValueModel(const ModelConfig& cfg, Pool& pool, Backend& be, const ExecConfig& exec,
+                                     const AdamWConfig& optim)
+    : cfg_(cfg),
+      weights_(make_value_parameters(cfg_, pool, Category::weights, DType::F32, false)),
+      grads_(make_value_parameters(cfg_, pool, Category::grads, DType::F32, true)),
+      optimizer_(cfg_, pool, optim, ModelHead::value),
+      engine_(cfg_, weights_, be, pool, exec) {}
+
+ModelConfig ppo_value_config(const TrainConfig& c, const ModelConfig& policy) {
+  if (c.ppo.value_model.empty()) return policy;
+  const std::string where = c.where("ppo.value_model") + ": ppo.value_model: ";
+  const fs::path dir(c.ppo.value_model);
+  if (!fs::is_directory(dir) || !fs::exists(dir / "config.json"))
+    throw InputError(where + c.ppo.value_model + " is not a Hugging Face model directory (config.json + "
+                     "model.safetensors with score.weight, e.g. a Qwen3ForSequenceClassification)");
+  ModelConfig v;
+  try {
+    v = load_config(c.ppo.value_model);
+  } catch (const InputError& e) {
+    throw InputError(where + e.what());
+  }
+  if (v.vocab_size != policy.vocab_size)
+    throw InputError(where + c.ppo.value_model + " has vocab_size " + std::to_string(v.vocab_size) +
+                     ", the policy " + std::to_string(policy.vocab_size) + " (they must share the tokenizer)");
+  return v;
+}
+
+void check_ppo_value_model(const TrainConfig& c, const ModelConfig& policy) {
+  if (c.ppo.value_model.empty()) return;
+  const ModelConfig cfg = ppo_value_config(c, policy);
+  try {
+    check_value_weights(c.ppo.value_model, cfg);
+  } catch (const InputError& e) {
+    throw InputError(c.where("ppo.value_model") + ": ppo.value_model: " + e.what());
+  }
+}
+
+std::string init_value_weights(const TrainConfig& c, const std::string& start_dir, const ModelConfig& cfg,
+                               ParameterSet& weights) {
+  if (!c.ppo.value_model.empty()) {
+    try {
+      load_value_weights(c.ppo.value_model, cfg, weights);
+    } catch (const InputError& e) {
+      throw InputError(c.where("ppo.value_model") + ": ppo.value_model: " + e.what());
+    }
+    return c.ppo.value_model;
+  }
+  if (!start_dir.empty()) {
+    load_value_weights(start_dir, cfg, weights, /*init_missing_head=*/true, c.seed);
+    return "the starting model's trunk, score head drawn from seed " + std::to_string(c.seed);
+  }
+  init_parameters(weights, c.seed + 1, InitStyle::hf);
+  return "random weights (seed " + std::to_string(c.seed + 1) + ")";
+}
+
+}  // namespace sbp
