@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/gradcheck.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -35,29 +36,6 @@ std::vector<Case> cases() {
           {"llama_mqa", mqa_llama()}};
 }
 
-std::vector<ExecConfig> modes_for(int64_t T) {
-  std::vector<ExecConfig> modes;
-  const std::vector<std::pair<int64_t, int64_t>> chunks = {
-      {1, 1}, {7, 5}, {T / 3, T / 3}, {T, T}, {11, 13}, {T - 1, 2}};
-  for (const auto& [lc, hc] : chunks) {
-    ExecConfig s = parse_mode("stream");
-    s.layer_chunk = lc;
-    s.head_chunk = hc;
-    modes.push_back(s);
-  }
-  modes.push_back(parse_mode("checkpoint"));
-  ExecConfig rc = parse_mode("recompute+chunked");
-  rc.head_chunk = 9;
-  modes.push_back(rc);
-  ExecConfig sc = parse_mode("store+chunked");
-  sc.head_chunk = 4;
-  modes.push_back(sc);
-  ExecConfig sf = parse_mode("stream+full");
-  sf.layer_chunk = 6;
-  modes.push_back(sf);
-  return modes;
-}
-
 class ModeEquality : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(ModeEquality, EveryModeMatchesBase) {
@@ -70,7 +48,7 @@ TEST_P(ModeEquality, EveryModeMatchesBase) {
   for (int64_t segments : {1, 4}) {
     const Batch batch = random_batch(c.cfg.vocab_size, T, segments, 11 + segments, segments > 1);
     GradcheckOptions opts;
-    opts.modes = modes_for(T);
+    opts.modes = test::equality_modes(T, {{T - 1, 2}});
     const GradcheckResult r = run_gradcheck(c.cfg, w, batch, opts);
     EXPECT_GT(r.base_loss, 0.0);
     for (const ModeResult& m : r.modes) {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "engine/gradcheck.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -65,29 +66,6 @@ std::vector<Case> cases() {
   return out;
 }
 
-std::vector<ExecConfig> modes_for(int64_t T) {
-  std::vector<ExecConfig> modes;
-  const std::vector<std::pair<int64_t, int64_t>> chunks = {
-      {1, 1}, {7, 5}, {T / 3, T / 3}, {T, T}, {11, 13}};
-  for (const auto& [lc, hc] : chunks) {
-    ExecConfig s = parse_mode("stream");
-    s.layer_chunk = lc;
-    s.head_chunk = hc;
-    modes.push_back(s);
-  }
-  modes.push_back(parse_mode("checkpoint"));
-  ExecConfig rc = parse_mode("recompute+chunked");
-  rc.head_chunk = 9;
-  modes.push_back(rc);
-  ExecConfig sc = parse_mode("store+chunked");
-  sc.head_chunk = 4;
-  modes.push_back(sc);
-  ExecConfig sf = parse_mode("stream+full");
-  sf.layer_chunk = 6;
-  modes.push_back(sf);
-  return modes;
-}
-
 class ObjectiveModeEquality : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(ObjectiveModeEquality, EveryModeMatchesBase) {
@@ -101,7 +79,7 @@ TEST_P(ObjectiveModeEquality, EveryModeMatchesBase) {
   for (int64_t segments : c.segments) {
     const Batch batch = random_objective_batch(c.setup, cfg.vocab_size, T, segments, 3 + segments);
     GradcheckOptions opts;
-    opts.modes = modes_for(T);
+    opts.modes = test::equality_modes(T);
     opts.objective = c.setup;
     opts.seed = 17;
     const GradcheckResult r = run_gradcheck(cfg, w, batch, opts);

@@ -13,6 +13,29 @@
 
 namespace sbp::test {
 
+std::vector<ExecConfig> equality_modes(int64_t T, const std::vector<std::pair<int64_t, int64_t>>& extra_stream_chunks) {
+  std::vector<ExecConfig> modes;
+  std::vector<std::pair<int64_t, int64_t>> chunks = {{1, 1}, {7, 5}, {T / 3, T / 3}, {T, T}, {11, 13}};
+  chunks.insert(chunks.end(), extra_stream_chunks.begin(), extra_stream_chunks.end());
+  for (const auto& [lc, hc] : chunks) {
+    ExecConfig s = parse_mode("stream");
+    s.layer_chunk = lc;
+    s.head_chunk = hc;
+    modes.push_back(s);
+  }
+  modes.push_back(parse_mode("checkpoint"));
+  ExecConfig rc = parse_mode("recompute+chunked");
+  rc.head_chunk = 9;
+  modes.push_back(rc);
+  ExecConfig sc = parse_mode("store+chunked");
+  sc.head_chunk = 4;
+  modes.push_back(sc);
+  ExecConfig sf = parse_mode("stream+full");
+  sf.layer_chunk = 6;
+  modes.push_back(sf);
+  return modes;
+}
+
 double rel_err(const float* a, const float* b, int64_t n) {
   double num = 0.0, den = 0.0;
   for (int64_t i = 0; i < n; ++i) {

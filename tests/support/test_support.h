@@ -5,9 +5,16 @@
 #include <vector>
 
 #include "core/pool.h"
+#include "engine/exec_config.h"
 #include "core/rng.h"
 
 namespace sbp::test {
+
+// The modes every mode-equality test compares with `base`: stream with (layer, head) chunk sizes
+// 1/1, 7/5, T/3, T, 11/13 (sizes that do not divide T) and `extra_stream_chunks`, then
+// checkpoint, recompute+chunked, store+chunked and stream+full with small odd chunks.
+std::vector<ExecConfig> equality_modes(int64_t T,
+                                       const std::vector<std::pair<int64_t, int64_t>>& extra_stream_chunks = {});
 
 // The one error measure used everywhere: max |a - b| / max |b| (b is the reference).
 double rel_err(const float* a, const float* b, int64_t n);
