@@ -29,6 +29,8 @@ struct Args {
   std::string layer_chunk = "auto";
   std::string head_chunk = "auto";
   int64_t layers = 0;
+  int ranks = 1;
+  int zero = 0;
   std::string json;
 };
 
@@ -111,6 +113,11 @@ int run(const Args& a) {
   else if (a.optimizer != "none")
     throw InputError("--optimizer: unknown optimizer '" + a.optimizer + "' (use none or adamw)");
   setup.master_weights = true;  // counted with adamw + bf16 (docs/BENCHMARKS.md says why)
+  if (a.ranks < 1) throw InputError("--ranks: must be at least 1");
+  if (a.zero < 0 || a.zero > 2)
+    throw InputError("--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state) or 2 (sharded gradients too)");
+  setup.ranks = a.ranks;
+  setup.zero = a.ranks > 1 ? a.zero : 0;
 
   int64_t budget = 0, reserve = 0;
   if (!a.budget.empty()) {
@@ -165,6 +172,10 @@ int run(const Args& a) {
           ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
           : "",
       a.objective.c_str());
+  if (setup.ranks > 1)
+    std::printf("data parallel: %d ranks, zero %d: the memory of one rank (rank 0, whose slices are the "
+                "largest)%s\n", setup.ranks, setup.zero,
+                setup.zero == 0 ? "" : setup.zero == 1 ? "; optimizer state divided" : "; optimizer state and gradients divided");
   if (setup.budget > 0)
     std::printf("budget %s - reserve %s = %s usable\n", format_bytes(budget).c_str(),
                 format_bytes(reserve).c_str(), format_bytes(setup.budget).c_str());
@@ -195,6 +206,8 @@ int run(const Args& a) {
     j["dtype"] = a.dtype;
     j["optimizer"] = a.optimizer;
     j["objective"] = a.objective;
+    j["ranks"] = setup.ranks;
+    j["zero"] = setup.zero;
     if (setup.budget > 0) {
       j["budget_bytes"] = budget;
       j["reserve_bytes"] = reserve;
@@ -253,6 +266,11 @@ void register_plan(CLI::App& app) {
                 "LM-head rows per block (chunked head), or auto: the largest that fits")
       ->capture_default_str();
   c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)");
+  c->add_option("--ranks", a->ranks, "Data parallel: plan the memory of one of this many ranks")
+      ->capture_default_str();
+  c->add_option("--zero", a->zero,
+                "With --ranks > 1: 0 replicated optimizer, 1 AdamW state sharded, 2 gradients sharded too")
+      ->capture_default_str();
   c->add_option("--json", a->json, "Write the plan as JSON");
   c->callback([a] { run(*a); });
 }

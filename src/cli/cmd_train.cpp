@@ -2,8 +2,12 @@
 // a real run (train/trainer.h):
 //   streambp train CONFIG.yaml [key=value ...] [--resume DIR]
 //   streambp train --resume DIR [key=value ...]      (the checkpoint's own config)
+//   mpirun -np N streambp train CONFIG.yaml ...      (data parallel, docs/DISTRIBUTED.md)
+#include <cstdio>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/world.h"
 #include "train/checkpoint.h"
 #include "train/demo.h"
 #include "train/train_config.h"
@@ -23,7 +27,7 @@ const char* const kDemoFlags[] = {"--steps", "--seq-len", "--lr", "--warmup", "-
                                   "--layer-chunk", "--head-chunk", "--hidden", "--layers", "--heads",
                                   "--pairs", "--queries", "--filler", "--seed", "--threads", "--out"};
 
-int run_config(CLI::App* c, const TrainArgs& a) {
+int run_config(CLI::App* c, const TrainArgs& a, Communicator& world) {
   for (const char* flag : kDemoFlags) {
     if (c->count(flag) > 0)
       throw InputError(std::string("train: ") + flag + " is a demo option; with a config file set "
@@ -49,7 +53,29 @@ int run_config(CLI::App* c, const TrainArgs& a) {
   } else {
     throw InputError("train: key=value overrides need a CONFIG.yaml (or --resume DIR)");
   }
-  return run_training(cfg, a.resume);
+  return run_training(cfg, a.resume, world);
+}
+
+// One process: as always. Under an MPI launcher: MPI for the run's length; an error on any rank
+// is printed with its rank and ends every rank (the others may be waiting in a collective, where
+// they would wait for ever).
+int run(CLI::App* c, const TrainArgs& a) {
+  const std::unique_ptr<Communicator> world = make_world_communicator();
+  if (world->size() == 1) return a.positional.empty() && a.resume.empty() ? run_demo(a.demo) : run_config(c, a, *world);
+  try {
+    if (a.positional.empty() && a.resume.empty())
+      throw InputError("train: the built-in demo runs on one process; give a CONFIG.yaml to train with mpirun");
+    return run_config(c, a, *world);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "streambp: error: rank %d of %d: %s\n", world->rank(), world->size(), e.what());
+    std::fflush(stderr);
+    world->abort(1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "streambp: internal error: rank %d of %d: %s\n", world->rank(), world->size(), e.what());
+    std::fflush(stderr);
+    world->abort(3);
+  }
+  return 1;  // not reached: abort() ends the process
 }
 
 }  // namespace
@@ -82,7 +108,7 @@ void register_train(CLI::App& app) {
   c->add_option("--threads", o->threads, "Demo: threads (default: all)");
   c->add_option("--out", o->out, "Demo: where to save the trained model");
   c->callback([a, c] {
-    const int rc = a->positional.empty() && a->resume.empty() ? run_demo(a->demo) : run_config(c, *a);
+    const int rc = run(c, *a);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

@@ -59,7 +59,7 @@ Engine::Engine(const ModelConfig& cfg, const ParameterSet& weights, Backend& bac
     : cfg_(cfg), weights_(weights), be_(backend), pool_(pool), exec_(exec) {}
 
 void Engine::forward_backward(const Batch& batch, Objective& objective,
-                              const ParameterSet& grads) {
+                              const ParameterSet& grads, GradHook* hook) {
   const HeadKind kind = objective.head();
   if (kind == HeadKind::value ? !weights_.views().score.defined()
                               : !weights_.views().lm_head.defined()) {
@@ -107,7 +107,11 @@ void Engine::forward_backward(const Batch& batch, Objective& objective,
   }
 
   // ---- head: one block of rows at a time; gy = dL/d(final hidden) ----
+  // A tied LM head writes the embedding's gradient too (grad_hook.h).
+  const bool head_writes_embedding = kind == HeadKind::lm && cfg_.tie_word_embeddings;
   Buffer gy = pool_.zeros(Category::grad_buffers, DType::F32, {T, d});  // (T, d)
+  if (hook && head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
+  if (hook) hook->grads_begin(GradGroup::head, -1);
   {
     const Tensor hidden = ckpt[static_cast<size_t>(L)].view();  // (T, d)
     const int64_t hc = exec_.head_chunk_for(T);
@@ -139,11 +143,13 @@ void Engine::forward_backward(const Batch& batch, Objective& objective,
       b.backward(G, gy.rows(s, e));
     });
   }
+  if (hook) hook->grads_final(GradGroup::head, -1);
   ckpt[static_cast<size_t>(L)].reset();
 
   // ---- layers, last to first; gy becomes each layer's input gradient in place ----
   const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
   for (int64_t l = L - 1; l >= 0; --l) {
+    if (hook) hook->grads_begin(GradGroup::layer, l);
     const LayerTensors& w = W.layers[static_cast<size_t>(l)];
     const LayerTensors& gw = G.layers[static_cast<size_t>(l)];
     const Tensor x = ckpt[static_cast<size_t>(l)].view();
@@ -169,8 +175,12 @@ void Engine::forward_backward(const Batch& batch, Objective& objective,
       });
     }
     ckpt[static_cast<size_t>(l)].reset();
+    // Every chunk of layer l is done: its weight gradients are complete for this call.
+    if (hook) hook->grads_final(GradGroup::layer, l);
   }
+  if (hook && !head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
   be_.embedding_backward(G.embed, gy.view(), step.tokens.view());
+  if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
 
 Buffer Engine::forward_hidden(const Batch& batch, const Step& step) {

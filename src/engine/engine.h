@@ -8,6 +8,7 @@
 #include "core/pool.h"
 #include "engine/batch.h"
 #include "engine/exec_config.h"
+#include "engine/grad_hook.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "objective/objective.h"
@@ -25,7 +26,10 @@ class Engine {
   // head, or the value head of a value model (weights built with ModelHead::value). Objectives
   // with pre-passes (DPO) get them from the kept final hidden state before the gradient pass;
   // with one head block (head: full, or a chunk >= T) the block is computed once for both.
-  void forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads);
+  // `hook` (optional) hears when each group of gradients starts being written and when it is
+  // final (grad_hook.h): once per group per call, after the group's whole chunk loop.
+  void forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads,
+                        GradHook* hook = nullptr);
 
   // Forward only (no gradient state). Peak memory: two (T, d) hidden states, one layer's
   // K/V and chunk working set, one head chunk.

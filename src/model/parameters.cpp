@@ -49,7 +49,7 @@ ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category
 
 ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype,
                            bool zero, ModelHead head)
-    : head_(head) {
+    : head_(head), tied_(cfg.tie_word_embeddings), layers_(cfg.num_hidden_layers) {
   specs_ = parameter_specs(cfg, head);
   buffers_.reserve(specs_.size());
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -57,7 +57,31 @@ ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category
                             : pool.allocate(category, dtype, specs_[i].shape));
     index_[specs_[i].name] = i;
   }
-  build_views(cfg);
+  build_views();
+}
+
+ParameterSet ParameterSet::unallocated(const ModelConfig& cfg, ModelHead head) {
+  ParameterSet p;
+  p.head_ = head;
+  p.tied_ = cfg.tie_word_embeddings;
+  p.layers_ = cfg.num_hidden_layers;
+  p.specs_ = parameter_specs(cfg, head);
+  p.buffers_.resize(p.specs_.size());
+  for (size_t i = 0; i < p.specs_.size(); ++i) p.index_[p.specs_[i].name] = i;
+  p.build_views();
+  return p;
+}
+
+void ParameterSet::attach(size_t i, Buffer b) {
+  SBP_CHECK(b.view().shape == specs_[i].shape,
+            "attach " + specs_[i].name + ": " + b.view().describe() + " for " + specs_[i].shape.str());
+  buffers_[i] = std::move(b);
+  build_views();
+}
+
+void ParameterSet::detach(size_t i) {
+  buffers_[i].reset();
+  build_views();
 }
 
 const Tensor& ParameterSet::get(const std::string& name) const {
@@ -72,7 +96,7 @@ int64_t ParameterSet::numel() const {
   return n;
 }
 
-void ParameterSet::build_views(const ModelConfig& c) {
+void ParameterSet::build_views() {
   auto opt = [&](const std::string& n) -> Tensor {
     auto it = index_.find(n);
     return it == index_.end() ? Tensor() : buffers_[it->second].view();
@@ -82,10 +106,10 @@ void ParameterSet::build_views(const ModelConfig& c) {
   if (head_ == ModelHead::value) {
     views_.score = get("score.weight");
   } else {
-    views_.lm_head = c.tie_word_embeddings ? views_.embed : get("lm_head.weight");
+    views_.lm_head = tied_ ? views_.embed : get("lm_head.weight");
   }
-  views_.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  views_.layers.resize(static_cast<size_t>(layers_));  // in place: views held by an engine stay valid
+  for (int64_t l = 0; l < layers_; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerTensors& t = views_.layers[static_cast<size_t>(l)];
     t.input_norm = get(p + "input_layernorm.weight");

@@ -64,6 +64,9 @@ class ParameterSet {
   // The same with an explicit head (ModelHead::value: a value model's parameters).
   ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype, bool zero,
                ModelHead head);
+  // Specs only, no memory: every tensor is undefined until attach()ed. For gradients that exist
+  // only while a backward writes them (ZeRO-2, src/dist/).
+  static ParameterSet unallocated(const ModelConfig& cfg, ModelHead head);
   ParameterSet(ParameterSet&&) = default;
   ParameterSet& operator=(ParameterSet&&) = default;
 
@@ -75,14 +78,23 @@ class ParameterSet {
   const ModelTensors& views() const { return views_; }
   int64_t numel() const;
   ModelHead head() const { return head_; }
+  const Shape& shape(size_t i) const { return specs_[i].shape; }  // also when not attached
+
+  // Binds tensor i to `b` (of the spec's shape) or releases it; views() follow at once, so an
+  // engine holding views().layers[l] sees the new memory.
+  void attach(size_t i, Buffer b);
+  void detach(size_t i);
+  bool attached(size_t i) const { return buffers_[i].defined(); }
 
  private:
-  void build_views(const ModelConfig& cfg);
+  void build_views();
   std::vector<ParamSpec> specs_;
   std::vector<Buffer> buffers_;
   std::map<std::string, size_t> index_;
   ModelTensors views_;
   ModelHead head_ = ModelHead::lm;
+  bool tied_ = false;   // cfg.tie_word_embeddings
+  int64_t layers_ = 0;  // cfg.num_hidden_layers
 };
 
 // Initialisation from a seed. `hf` follows transformers' _init_weights (normal(0, std) for

@@ -101,9 +101,36 @@ void part_gae(const PpoRolloutPart& p, const PpoRolloutConfig& cfg, PartRollout&
   }
 }
 
+// masked_whiten with the statistics of every rank's parts (the same formulas).
+void whiten_across_ranks(std::vector<PartRollout>& parts, std::vector<double> PartRollout::*field,
+                         bool shift_mean, const SumOverRanks& sum_over_ranks) {
+  double count_sum[2] = {0.0, 0.0};
+  for (const PartRollout& p : parts)
+    for (size_t i = 0; i < p.step.size(); ++i)
+      if (p.step[i]) count_sum[0] += 1, count_sum[1] += (p.*field)[i];
+  sum_over_ranks(count_sum);
+  const double n = count_sum[0];
+  if (n < 2) throw InputError("whitening needs at least 2 completion tokens in the batch");
+  const double mean = count_sum[1] / n;
+  double ss = 0;
+  for (const PartRollout& p : parts)
+    for (size_t i = 0; i < p.step.size(); ++i)
+      if (p.step[i]) ss += ((p.*field)[i] - mean) * ((p.*field)[i] - mean);
+  sum_over_ranks(std::span<double>(&ss, 1));
+  const double var = ss / n * (n / (n - 1.0));
+  const double inv = 1.0 / std::sqrt(var + 1e-8);
+  for (PartRollout& p : parts)
+    for (size_t i = 0; i < p.step.size(); ++i)
+      if (p.step[i]) (p.*field)[i] = ((p.*field)[i] - mean) * inv + (shift_mean ? 0.0 : mean);
+}
+
 // masked_whiten of one per-token field over the rows of every part, in part order.
 void whiten_over_parts(std::vector<PartRollout>& parts, std::vector<double> PartRollout::*field,
-                       bool shift_mean) {
+                       bool shift_mean, const SumOverRanks& sum_over_ranks) {
+  if (sum_over_ranks) {
+    whiten_across_ranks(parts, field, shift_mean, sum_over_ranks);
+    return;
+  }
   std::vector<double> all;
   std::vector<bool> mask;
   for (const PartRollout& p : parts) {
@@ -122,13 +149,14 @@ void whiten_over_parts(std::vector<PartRollout>& parts, std::vector<double> Part
 }  // namespace
 
 std::vector<PpoAdvantages> ppo_step_advantages(std::span<const PpoRolloutPart> parts,
-                                               const PpoRolloutConfig& cfg) {
+                                               const PpoRolloutConfig& cfg,
+                                               const SumOverRanks& sum_over_ranks) {
   std::vector<PpoAdvantages> out(parts.size());
   std::vector<PartRollout> rollouts;
   for (size_t k = 0; k < parts.size(); ++k) rollouts.push_back(part_rewards(parts[k], cfg, out[k]));
-  if (cfg.whiten_rewards) whiten_over_parts(rollouts, &PartRollout::r, /*shift_mean=*/false);
+  if (cfg.whiten_rewards) whiten_over_parts(rollouts, &PartRollout::r, /*shift_mean=*/false, sum_over_ranks);
   for (size_t k = 0; k < parts.size(); ++k) part_gae(parts[k], cfg, rollouts[k]);
-  whiten_over_parts(rollouts, &PartRollout::adv, /*shift_mean=*/true);
+  whiten_over_parts(rollouts, &PartRollout::adv, /*shift_mean=*/true, sum_over_ranks);
   for (size_t k = 0; k < parts.size(); ++k) {
     const PartRollout& p = rollouts[k];
     PpoAdvantages& o = out[k];

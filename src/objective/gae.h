@@ -19,6 +19,7 @@
 // the response's last token (its `sequence_lengths_p1` on right-padded tensors); here both
 // belong to the last completion token, as the issue defines it. Masks are treated as 0/1.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,8 +69,15 @@ struct PpoRolloutPart {
 // parts, as TRL whitens over its whole batch — so the result does not depend on how the batch
 // is split. One entry per part; each part's means (mean_kl, ...) are over its own sequences.
 // ppo_advantages is this with one part.
+//
+// With data parallelism the batch's parts are spread over ranks: `sum_over_ranks` (given) adds
+// a few doubles element-wise over every rank, in place, and the whitening statistics (count,
+// sum, then the squared deviations) are those of every rank's parts together. Every rank must
+// call this at the same point, with its parts (possibly none).
+using SumOverRanks = std::function<void(std::span<double>)>;
 std::vector<PpoAdvantages> ppo_step_advantages(std::span<const PpoRolloutPart> parts,
-                                               const PpoRolloutConfig& cfg);
+                                               const PpoRolloutConfig& cfg,
+                                               const SumOverRanks& sum_over_ranks = nullptr);
 
 // TRL's masked_whiten: (x - mean) * rsqrt(var + 1e-8) over the rows where mask is true, with
 // the unbiased (Bessel-corrected) variance; shift_mean = false adds the mean back. Rows outside

@@ -25,6 +25,12 @@ struct StepMemoryOptions {
   // smaller than 2^-8 of the weight. Only meaningful with adamw and a non-F32 param_dtype.
   bool master_weights = false;
   int64_t budget = 0;  // > 0: an allocation past it throws OutOfMemoryError
+  // Data parallelism (dist/data_parallel.h): the step of one of `ranks` ranks, with gradients
+  // and optimizer state (moments and master weights) divided as ZeRO stage `zero` divides them.
+  // Planned for rank 0, which holds the largest slices. The real sharding code runs, against a
+  // communicator that moves no data.
+  int ranks = 1;
+  int zero = 0;
 };
 
 // Everything allocated in the order a training run allocates it: weights, gradients, optimizer

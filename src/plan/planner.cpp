@@ -24,7 +24,9 @@ StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
   return StepMemoryOptions{.param_dtype = s.param_dtype,
                            .adamw = s.adamw,
                            .master_weights = s.master_weights,
-                           .budget = budget};
+                           .budget = budget,
+                           .ranks = s.ranks,
+                           .zero = s.zero};
 }
 
 bool within(const PlanSetup& s, int64_t peak) { return s.budget <= 0 || peak <= s.budget; }

@@ -27,6 +27,8 @@ struct PlanSetup {
   bool adamw = false;               // fp32 moments
   bool master_weights = true;       // with adamw and non-F32 params: an fp32 master copy
   int64_t budget = 0;               // usable bytes (budget minus reserve); <= 0: unlimited
+  int ranks = 1;                    // data parallel: the memory of one of `ranks` ranks
+  int zero = 0;                     // with gradients and optimizer divided by ZeRO stage 0-2
 };
 
 // Requested chunk sizes: > 0 fixed, 0 = auto (the largest that fits the budget).

@@ -13,6 +13,7 @@
 #include "engine/value_model.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
+#include "optim/optimizer_files.h"
 
 namespace sbp {
 
@@ -85,30 +86,8 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& ou
   return out;
 }
 
-// AdamW's moments and step count: optimizer.safetensors in `dir`.
-void write_optimizer_state(const fs::path& dir, const AdamW& opt) {
-  std::vector<NamedTensor> moments;
-  for (size_t i = 0; i < opt.m().size(); ++i) moments.push_back({"m." + opt.m().name(i), opt.m().tensor(i)});
-  for (size_t i = 0; i < opt.v().size(); ++i) moments.push_back({"v." + opt.v().name(i), opt.v().tensor(i)});
-  write_safetensors((dir / "optimizer.safetensors").string(), moments, DType::F32,
-                    {{"step", std::to_string(opt.steps())}});
-}
-
-void read_optimizer_state(const fs::path& dir, AdamW& opt) {
-  const fs::path path = dir / "optimizer.safetensors";
-  if (!fs::exists(path)) throw InputError(path.string() + ": missing (not a training checkpoint?)");
-  SafetensorsFile f(path.string());
-  for (size_t i = 0; i < opt.m().size(); ++i) {
-    f.read_into("m." + opt.m().name(i), opt.m().tensor(i));
-    f.read_into("v." + opt.v().name(i), opt.v().tensor(i));
-  }
-  auto it = f.metadata().find("step");
-  if (it == f.metadata().end()) throw InputError(path.string() + ": metadata has no \"step\"");
-  try {
-    opt.set_steps(std::stoll(it->second));
-  } catch (const std::exception&) {
-    throw InputError(path.string() + ": metadata step '" + it->second + "' is not a number");
-  }
+void read_adamw_state(const fs::path& dir, AdamW& opt) {
+  opt.set_steps(read_optimizer_state(dir.string(), moment_slices(opt)));
 }
 
 // The fp32 weights, for an exact resume, when the exported ones are rounded.
@@ -129,16 +108,32 @@ void check_same_shape(const std::string& dir, const ModelConfig& cfg, const std:
   }
 }
 
-// value_model/: a Hugging Face sequence-classification directory plus the optimizer state.
+// value_model/: a Hugging Face sequence-classification directory (its optimizer state is
+// written by the ranks afterwards).
 void write_value_model(const fs::path& dir, const ValueModelContents& v, DType dtype) {
   fs::create_directories(dir);
   write_synced(dir / "config.json", value_model_config_json(v.cfg, dtype).dump(2) + "\n");
   std::vector<NamedTensor> tensors;
   for (const ParamSpec& s : parameter_specs(v.cfg, ModelHead::value)) tensors.push_back({s.name, v.weights.get(s.name)});
   write_safetensors((dir / "model.safetensors").string(), tensors, dtype);
-  write_optimizer_state(dir, v.optimizer);
   if (dtype != DType::F32) write_master_weights(dir, v.weights);
-  fsync_directory(dir.string());
+}
+
+// Runs `part` on this rank and agrees with the others on whether every rank succeeded: a
+// rank's own error is rethrown; the others learn that some rank failed.
+template <class Fn>
+void on_every_rank(Communicator& comm, const std::string& what, Fn part) {
+  int64_t failed = 0;
+  std::exception_ptr error;
+  try {
+    part();
+  } catch (...) {
+    failed = 1;
+    error = std::current_exception();
+  }
+  if (comm.size() > 1) failed = comm.max(failed);
+  if (error) std::rethrow_exception(error);
+  if (failed) throw InputError(what + ": another rank failed to write its part");
 }
 
 }  // namespace
@@ -165,6 +160,7 @@ nlohmann::json TrainerState::to_json() const {
           {"micro_batches_done", micro_batches_done},
           {"epoch_rng_state", epoch_rng},
           {"tokens_seen", tokens_seen},
+          {"ranks", ranks},
           {"config_hash", config_hash},
           {"data_files", data_files},
           {"config", config}};
@@ -183,6 +179,7 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
     s.micro_batches_done = j.at("micro_batches_done").get<int64_t>();
     s.epoch_rng = j.at("epoch_rng_state").get<std::array<uint64_t, 4>>();
     s.tokens_seen = j.at("tokens_seen").get<int64_t>();
+    s.ranks = j.value("ranks", int64_t{1});  // absent in single-process checkpoints of older versions
     s.config_hash = j.at("config_hash").get<std::string>();
     s.data_files = j.at("data_files");
     s.config = j.at("config");
@@ -192,49 +189,68 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
   return s;
 }
 
-std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c) {
+OptimizerWriter whole_optimizer(const AdamW& opt) {
+  return [&opt](const std::string& dir) { write_optimizer_file(dir, moment_slices(opt), opt.steps()); };
+}
+
+std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c, Communicator& comm) {
+  const bool lead = comm.rank() == 0;
   const std::string step = std::to_string(c.state.step);
   const fs::path final_dir = fs::path(output_dir) / (kStatePrefix + step);
   const fs::path staging = fs::path(output_dir) / (kStagingPrefix + step);
   std::error_code ec;
-  fs::create_directories(output_dir, ec);
-  if (ec) throw InputError(output_dir + ": cannot create output directory: " + ec.message());
-  fs::remove_all(staging, ec);
-
+  auto cleanup = [&] {
+    if (lead) fs::remove_all(staging, ec);
+  };
   try {
-    save_model_dir(staging.string(), c.cfg, c.weights, c.export_dtype);
-    for (const char* name : kTokenizerFiles) {
-      const fs::path src = fs::path(c.tokenizer_dir) / name;
-      if (fs::exists(src)) fs::copy_file(src, staging / name, fs::copy_options::overwrite_existing);
-    }
-    if (!c.model_dir.empty() && fs::exists(fs::path(c.model_dir) / "generation_config.json")) {
-      fs::copy_file(fs::path(c.model_dir) / "generation_config.json", staging / "generation_config.json",
-                    fs::copy_options::overwrite_existing);
-    }
-    write_optimizer_state(staging, c.optimizer);
-    if (c.export_dtype != DType::F32) write_master_weights(staging, c.weights);
-    if (c.value_model) write_value_model(staging / kValueModelDir, *c.value_model, c.export_dtype);
-    write_synced(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
-    fsync_directory(staging.string());
-
-    if (fs::exists(final_dir)) {
-      // Saving a step again (e.g. a resumed run that is interrupted at once): the new copy wins.
-      const fs::path old = fs::path(output_dir) / (std::string(".old-") + kStatePrefix + step);
-      fs::remove_all(old, ec);
-      fs::rename(final_dir, old);
-      fs::rename(staging, final_dir);
-      fs::remove_all(old, ec);
-    } else {
-      fs::rename(staging, final_dir);
-    }
+    // Rank 0: the model directory, tokenizer files, master weights, the value model's files.
+    on_every_rank(comm, final_dir.string(), [&] {
+      if (!lead) return;
+      fs::create_directories(output_dir, ec);
+      if (ec) throw InputError(output_dir + ": cannot create output directory: " + ec.message());
+      fs::remove_all(staging, ec);
+      save_model_dir(staging.string(), c.cfg, c.weights, c.export_dtype);
+      for (const char* name : kTokenizerFiles) {
+        const fs::path src = fs::path(c.tokenizer_dir) / name;
+        if (fs::exists(src)) fs::copy_file(src, staging / name, fs::copy_options::overwrite_existing);
+      }
+      if (!c.model_dir.empty() && fs::exists(fs::path(c.model_dir) / "generation_config.json")) {
+        fs::copy_file(fs::path(c.model_dir) / "generation_config.json", staging / "generation_config.json",
+                      fs::copy_options::overwrite_existing);
+      }
+      if (c.export_dtype != DType::F32) write_master_weights(staging, c.weights);
+      if (c.value_model) write_value_model(staging / kValueModelDir, *c.value_model, c.export_dtype);
+    });
+    // Every rank: its part of the optimizer state (one process, or zero 0: rank 0 all of it).
+    on_every_rank(comm, final_dir.string(), [&] {
+      c.optimizer(staging.string());
+      if (c.value_model) c.value_model->optimizer((staging / kValueModelDir).string());
+    });
+    // Rank 0: trainer_state.json last, then the rename.
+    on_every_rank(comm, final_dir.string(), [&] {
+      if (!lead) return;
+      if (c.value_model) fsync_directory((staging / kValueModelDir).string());
+      write_synced(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
+      fsync_directory(staging.string());
+      if (fs::exists(final_dir)) {
+        // Saving a step again (e.g. a resumed run that is interrupted at once): the new copy wins.
+        const fs::path old = fs::path(output_dir) / (std::string(".old-") + kStatePrefix + step);
+        fs::remove_all(old, ec);
+        fs::rename(final_dir, old);
+        fs::rename(staging, final_dir);
+        fs::remove_all(old, ec);
+      } else {
+        fs::rename(staging, final_dir);
+      }
+      fsync_directory(output_dir);
+    });
   } catch (const fs::filesystem_error& e) {
-    fs::remove_all(staging, ec);
+    cleanup();
     throw InputError(final_dir.string() + ": cannot write checkpoint: " + e.what());
   } catch (...) {
-    fs::remove_all(staging, ec);
+    cleanup();
     throw;
   }
-  fsync_directory(output_dir);
   return final_dir.string();
 }
 
@@ -280,6 +296,11 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
 
 void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfig& cfg,
                              ParameterSet& weights, AdamW& optimizer) {
+  load_checkpoint_weights(checkpoint_dir, cfg, weights);
+  read_adamw_state(checkpoint_dir, optimizer);
+}
+
+void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg, ParameterSet& weights) {
   const fs::path dir(checkpoint_dir);
   check_same_shape(checkpoint_dir, cfg, "model");
   const fs::path master = dir / "master_weights.safetensors";
@@ -289,11 +310,16 @@ void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfi
   } else {
     load_weights(checkpoint_dir, cfg, weights);
   }
-  read_optimizer_state(dir, optimizer);
 }
 
 void load_value_checkpoint(const std::string& checkpoint_dir, const ModelConfig& cfg,
                            ParameterSet& weights, AdamW& optimizer) {
+  load_value_checkpoint_weights(checkpoint_dir, cfg, weights);
+  read_adamw_state(fs::path(checkpoint_dir) / kValueModelDir, optimizer);
+}
+
+void load_value_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg,
+                                   ParameterSet& weights) {
   const fs::path dir = fs::path(checkpoint_dir) / kValueModelDir;
   if (!fs::exists(dir / "config.json"))
     throw InputError(dir.string() + ": missing (the checkpoint holds no PPO value model)");
@@ -305,7 +331,6 @@ void load_value_checkpoint(const std::string& checkpoint_dir, const ModelConfig&
   } else {
     load_value_weights(dir.string(), cfg, weights);
   }
-  read_optimizer_state(dir, optimizer);
 }
 
 DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) {

@@ -4,7 +4,9 @@
 //   tokenizer files                    copied from the tokenizer directory, so the checkpoint
 //                                      loads in transformers and inference engines as it is
 //   optimizer.safetensors              AdamW moments, fp32: "m.<name>", "v.<name>"; metadata
-//                                      {"step": N} (the optimizer's step count)
+//                                      {"step": N} (the optimizer's step count); a ZeRO-1/2 run
+//                                      writes optimizer-rank<r>-of-<R>.safetensors instead, one
+//                                      per rank (optim/optimizer_files.h)
 //   master_weights.safetensors         fp32 weights, only when the export dtype is not fp32:
 //                                      resuming must continue from the exact fp32 values
 //   value_model/                       PPO only: the value model as a Hugging Face directory
@@ -17,13 +19,17 @@
 //
 // A checkpoint is written into a hidden staging directory next to it, fsynced and renamed into
 // place, trainer_state.json last: a directory named checkpoint-<step> is always complete.
+// With several ranks rank 0 writes everything but the optimizer shards, which each rank writes
+// into the same staging directory (a file system all ranks share) before rank 0 renames it.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "dist/communicator.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "optim/adamw.h"
@@ -37,6 +43,7 @@ struct TrainerState {
   int64_t micro_batches_done = 0;  // of that epoch's packing plan
   std::array<uint64_t, 4> epoch_rng{};  // data-order RNG state at the start of `epoch`
   int64_t tokens_seen = 0;
+  int64_t ranks = 1;           // processes of the run that wrote it (data parallel)
   nlohmann::json config;       // TrainConfig::to_json() of the run that wrote it
   std::string config_hash;     // FNV-1a of config.dump(), for a quick look
   nlohmann::json data_files;   // {"train": {"path", "bytes", "fnv1a64"}, "eval": ...}
@@ -45,18 +52,24 @@ struct TrainerState {
   static TrainerState from_json(const nlohmann::json& j, const std::string& where);
 };
 
+// Writes this rank's part of one model's optimizer state into a checkpoint directory (e.g.
+// DataParallel::save_optimizer; one process: all of it).
+using OptimizerWriter = std::function<void(const std::string& dir)>;
+// The single-process writer of an AdamW: optimizer.safetensors.
+OptimizerWriter whole_optimizer(const AdamW& opt);
+
 // PPO's value model: its own weights and optimizer, saved next to the policy's.
 struct ValueModelContents {
   const ModelConfig& cfg;
   const ParameterSet& weights;  // fp32 master weights, ModelHead::value
-  const AdamW& optimizer;
+  OptimizerWriter optimizer;
 };
 
 struct CheckpointContents {
   const ModelConfig& cfg;
   const ParameterSet& weights;  // fp32 master weights
   DType export_dtype;           // dtype of the Hugging Face weights (the value model's too)
-  const AdamW& optimizer;
+  OptimizerWriter optimizer;
   const TrainerState& state;
   std::string tokenizer_dir;    // tokenizer files are copied from here
   std::string model_dir;        // generation_config.json is copied from here ("" = none)
@@ -67,7 +80,10 @@ struct CheckpointContents {
 inline constexpr const char* kValueModelDir = "value_model";
 
 // Writes <output_dir>/checkpoint-<state.step> (replacing one of that step); returns its path.
-std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c);
+// A collective over `comm`: every rank calls it (each writes its optimizer part); when any rank
+// fails, every rank throws and nothing is renamed into place.
+std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c,
+                            Communicator& comm = single_process());
 
 // Deletes the oldest checkpoint-<step> directories beyond the newest `keep_last` (0: keep all).
 void rotate_checkpoints(const std::string& output_dir, int64_t keep_last);
@@ -85,11 +101,16 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // moments and step count. Throws InputError naming the file and tensor on any mismatch.
 void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfig& cfg,
                              ParameterSet& weights, AdamW& optimizer);
+// The weights alone (the optimizer: optim/optimizer_files.h read_optimizer_state, any layout).
+void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg, ParameterSet& weights);
 
 // Loads a PPO value model's fp32 weights and optimizer state from checkpoint_dir/value_model
 // (what save_checkpoint wrote from a ValueModelContents). Throws InputError naming the file.
 void load_value_checkpoint(const std::string& checkpoint_dir, const ModelConfig& cfg,
                            ParameterSet& weights, AdamW& optimizer);
+// The value model's weights alone; its optimizer state is in checkpoint_dir/value_model.
+void load_value_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg,
+                                   ParameterSet& weights);
 
 // config.json of a value model saved in `dtype`: cfg's, as transformers'
 // <Family>ForSequenceClassification with num_labels = 1 (TRL's value-model layout).

@@ -12,10 +12,13 @@ namespace fs = std::filesystem;
 
 TrainedValueModel::TrainedValueModel(const ModelConfig& cfg, Pool& pool, Backend& be, const ExecConfig& exec,
                                      const AdamWConfig& optim)
+    : TrainedValueModel(cfg, pool, be, exec, optim, single_process(), 0) {}
+
+TrainedValueModel::TrainedValueModel(const ModelConfig& cfg, Pool& pool, Backend& be, const ExecConfig& exec,
+                                     const AdamWConfig& optim, Communicator& comm, int zero)
     : cfg_(cfg),
       weights_(make_value_parameters(cfg_, pool, Category::weights, DType::F32, false)),
-      grads_(make_value_parameters(cfg_, pool, Category::grads, DType::F32, true)),
-      optimizer_(cfg_, pool, optim, ModelHead::value),
+      parallel_(comm, zero, cfg_, ModelHead::value, pool, be, &optim),
       engine_(cfg_, weights_, be, pool, exec) {}
 
 ModelConfig ppo_value_config(const TrainConfig& c, const ModelConfig& policy) {

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "core/pool.h"
+#include "dist/data_parallel.h"
 #include "engine/engine.h"
 #include "engine/exec_config.h"
 #include "model/config.h"
@@ -29,20 +30,23 @@ class TrainedValueModel {
   // Allocates weights (uninitialised), zeroed gradients and zeroed moments in `pool`.
   TrainedValueModel(const ModelConfig& cfg, Pool& pool, Backend& be, const ExecConfig& exec,
                     const AdamWConfig& optim);
+  // The same under data parallelism: gradients and optimizer as `comm` and `zero` shard them.
+  TrainedValueModel(const ModelConfig& cfg, Pool& pool, Backend& be, const ExecConfig& exec,
+                    const AdamWConfig& optim, Communicator& comm, int zero);
   TrainedValueModel(const TrainedValueModel&) = delete;
   TrainedValueModel& operator=(const TrainedValueModel&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   ParameterSet& weights() { return weights_; }
-  const ParameterSet& grads() const { return grads_; }
-  AdamW& optimizer() { return optimizer_; }
+  const ParameterSet& grads() const { return parallel_.grads(); }
+  AdamW& optimizer() { return parallel_.adamw(); }  // unsharded (one process or zero 0)
+  DataParallel& parallel() { return parallel_; }
   Engine& engine() { return engine_; }
 
  private:
   ModelConfig cfg_;
-  ParameterSet weights_;  // fp32, Category::weights
-  ParameterSet grads_;    // fp32, Category::grads
-  AdamW optimizer_;       // Category::optimizer
+  ParameterSet weights_;   // fp32, Category::weights
+  DataParallel parallel_;  // fp32 gradients (Category::grads), AdamW moments (optimizer)
   Engine engine_;
 };
 

@@ -156,6 +156,7 @@ const std::vector<Key>& keys() {
         KEY(int64_t, "eval_every", eval_every),
         KEY(int64_t, "save_every", save_every),
         KEY(int64_t, "keep_last", keep_last),
+        KEY(int, "dist.zero", dist.zero),
         KEY(int64_t, "demo.seq_len", demo_options.seq_len),
         KEY(int64_t, "demo.steps", demo_options.steps),
         KEY(int64_t, "demo.eval_every", demo_options.eval_every),
@@ -348,6 +349,8 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.eval_every >= 0, c, "eval_every", "must be >= 0");
   require(c.save_every >= 0, c, "save_every", "must be >= 0");
   require(c.keep_last >= 0, c, "keep_last", "must be >= 0 (0: keep all)");
+  require(c.dist.zero >= 0 && c.dist.zero <= 2, c, "dist.zero",
+          "must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2 (sharded gradients too)");
   require(c.dpo.beta > 0.0, c, "dpo.beta", "must be positive");
   require(one_of(c.dpo.loss_type, {"sigmoid", "ipo", "hinge"}), c, "dpo.loss_type", "must be sigmoid, ipo or hinge");
   require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing", "must be in [0, 0.5)");

@@ -42,6 +42,11 @@ struct PpoSettings {
                             // model's trunk with a head drawn from the seed)
 };
 
+// Data parallelism across processes (`mpirun -np N streambp train`, docs/DISTRIBUTED.md).
+struct DistSettings {
+  int zero = 0;  // 0: replicated optimizer; 1: AdamW moments sharded; 2: gradients sharded too
+};
+
 struct TrainConfig {
   std::string source;  // the YAML file ("" when built in code)
 
@@ -83,6 +88,7 @@ struct TrainConfig {
                                  // checkpoint (time-limited jobs); the schedule is unchanged
   int threads = 0;            // 0: all cores
   uint64_t seed = 42;
+  DistSettings dist;          // only matters with more than one rank
 
   // Optimizer and schedule.
   double lr = 1e-5;

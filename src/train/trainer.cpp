@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "core/process_memory.h"
 #include "core/rng.h"
 #include "data/packing.h"
+#include "dist/data_parallel.h"
 #include "engine/engine.h"
 #include "model/checkpoint_io.h"
 #include "optim/adamw.h"
@@ -35,6 +37,26 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+// Only rank 0 speaks: notes and progress would otherwise appear once per rank. (Errors are
+// thrown, and reported, on every rank.)
+struct Log {
+  bool lead = true;
+  void out(const char* fmt, ...) const __attribute__((format(printf, 2, 3))) {
+    if (!lead) return;
+    va_list a;
+    va_start(a, fmt);
+    std::vprintf(fmt, a);
+    va_end(a);
+  }
+  void err(const char* fmt, ...) const __attribute__((format(printf, 2, 3))) {
+    if (!lead) return;
+    va_list a;
+    va_start(a, fmt);
+    std::vfprintf(stderr, fmt, a);
+    va_end(a);
+  }
+};
 
 // The model to start from: a Hugging Face directory with weights, or a config.json / preset
 // whose weights are drawn from the seed.
@@ -75,11 +97,6 @@ std::vector<MicroBatchPlan> plan_epoch(const std::vector<Example>& examples, con
   return pack_examples(examples, order, c.max_tokens);
 }
 
-// The gradient's global norm before clipping, clipping it to max_norm when that is > 0.
-double clip_and_measure(const ParameterSet& grads, Backend& be, double max_norm) {
-  return max_norm > 0.0 ? clip_grad_norm(grads, be, max_norm) : global_grad_norm(grads, be);
-}
-
 int64_t steps_in(int64_t micro_batches, int64_t grad_accum) {
   return (micro_batches + grad_accum - 1) / grad_accum;
 }
@@ -99,12 +116,24 @@ std::string fnv_hex(const std::string& s) {
   return buf;
 }
 
-// A resumed run must see the same data in the same order: same identity keys, same files.
+// A resumed run must see the same data in the same order: same identity keys, same files. On
+// another number of ranks the data order is the same but a step groups ranks x grad_accum
+// micro-batches of it: the same product continues exactly, another one is said.
 void check_resume_compatible(const TrainConfig& c, const TrainerState& s, const nlohmann::json& fingerprints,
-                             const std::string& ckpt) {
+                             const std::string& ckpt, int ranks, const Log& log) {
   const nlohmann::json now = c.to_json();
   for (const std::string& key : resume_identity_keys()) {
     const nlohmann::json before = s.config.contains(key) ? s.config[key] : nlohmann::json();
+    if (key == "grad_accum" && s.ranks != ranks && before.is_number_integer()) {
+      const int64_t then = before.get<int64_t>() * s.ranks, per_step = c.grad_accum * ranks;
+      if (then != per_step)
+        log.out("note: a step now takes %lld micro-batches (%d ranks x grad_accum %lld), the checkpoint's run "
+                "took %lld (%lld ranks x %lld): the data order is the same, grouped into steps differently\n",
+                static_cast<long long>(per_step), ranks, static_cast<long long>(c.grad_accum),
+                static_cast<long long>(then), static_cast<long long>(s.ranks),
+                static_cast<long long>(before.get<int64_t>()));
+      continue;
+    }
     if (before != now[key]) {
       throw InputError(c.where(key) + ": --resume " + ckpt + ": " + key + " is " + now[key].dump() +
                        " but the checkpoint was trained with " + before.dump() +
@@ -133,12 +162,14 @@ std::string reference_dir(const TrainConfig& c) {
 // checkpoint-N/value_model/ (weights and optimizer) on a resumed one.
 std::unique_ptr<TrainedValueModel> make_value_model(const TrainConfig& c, const StartingModel& start,
                                                     const std::string& ckpt, Pool& pool, Backend& be,
-                                                    const ExecConfig& exec, const AdamWConfig& optim) {
+                                                    const ExecConfig& exec, const AdamWConfig& optim,
+                                                    Communicator& comm, const Log& log) {
   std::unique_ptr<TrainedValueModel> v;
   if (ckpt.empty()) {
-    v = std::make_unique<TrainedValueModel>(ppo_value_config(c, start.cfg), pool, be, exec, optim);
+    v = std::make_unique<TrainedValueModel>(ppo_value_config(c, start.cfg), pool, be, exec, optim, comm,
+                                            c.dist.zero);
     const std::string from = init_value_weights(c, start.dir, v->config(), v->weights());
-    std::printf("value model: %s\n", from.c_str());
+    log.out("value model: %s\n", from.c_str());
     return v;
   }
   const std::string dir = ckpt + "/" + kValueModelDir;
@@ -147,16 +178,24 @@ std::unique_ptr<TrainedValueModel> make_value_model(const TrainConfig& c, const 
   const ModelConfig vcfg = load_config(dir);
   if (vcfg.vocab_size != start.cfg.vocab_size)
     throw InputError(dir + "/config.json: the value model's vocab_size differs from the policy's");
-  v = std::make_unique<TrainedValueModel>(vcfg, pool, be, exec, optim);
-  load_value_checkpoint(ckpt, v->config(), v->weights(), v->optimizer());
-  std::printf("value model: %s\n", dir.c_str());
+  v = std::make_unique<TrainedValueModel>(vcfg, pool, be, exec, optim, comm, c.dist.zero);
+  load_value_checkpoint_weights(ckpt, v->config(), v->weights());
+  v->parallel().load_optimizer(dir);
+  log.out("value model: %s\n", dir.c_str());
   return v;
 }
 
 }  // namespace
 
 int run_training(const TrainConfig& c, const std::string& resume_arg) {
+  return run_training(c, resume_arg, single_process());
+}
+
+int run_training(const TrainConfig& c, const std::string& resume_arg, Communicator& comm) {
+  const int ranks = comm.size();
+  const Log log{comm.rank() == 0};
   if (c.demo) {
+    if (ranks > 1) throw InputError("the built-in demo runs on one process; give a config to train with mpirun");
     if (!resume_arg.empty()) throw InputError("--resume does not apply to the built-in demo");
     return run_demo(c.demo_options);
   }
@@ -175,9 +214,9 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
   }
   if (c.objective == "ppo" && ckpt.empty()) check_ppo_value_model(c, cfg);
   TrainingData data = prepare_training_data(c, cfg.vocab_size);
-  std::printf("data: %s\n", data.train_summary.c_str());
-  if (data.chat) std::printf("chat template: %s (from %s)\n", data.chat->name().c_str(), data.chat_source.c_str());
-  if (!ckpt.empty()) check_resume_compatible(c, resumed, data.fingerprints, ckpt);
+  log.out("data: %s\n", data.train_summary.c_str());
+  if (data.chat) log.out("chat template: %s (from %s)\n", data.chat->name().c_str(), data.chat_source.c_str());
+  if (!ckpt.empty()) check_resume_compatible(c, resumed, data.fingerprints, ckpt, ranks, log);
   const std::vector<Example>& examples = data.train.examples;
 
   // The eval set is packed once, in file order.
@@ -189,22 +228,24 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
       eval_batches.push_back(assemble_batch(data.eval, p));
   }
   if ((c.objective == "grpo" || c.objective == "ppo") && !eval_batches.empty()) {
-    std::printf("note: %s has no held-out loss (offline rollouts): %s is not evaluated\n", c.objective.c_str(),
+    log.out("note: %s has no held-out loss (offline rollouts): %s is not evaluated\n", c.objective.c_str(),
                 data.eval_source.c_str());
     eval_batches.clear();
   }
   if (!eval_batches.empty())
-    std::printf("eval: %s, %zu micro-batch%s\n", data.eval_source.c_str(), eval_batches.size(),
+    log.out("eval: %s, %zu micro-batch%s\n", data.eval_source.c_str(), eval_batches.size(),
                 eval_batches.size() == 1 ? "" : "es");
 
   // The run's length: max_steps, or the steps of `epochs` epochs (the packing of each epoch
-  // depends on its order, so it is simulated with a copy of the data RNG).
+  // depends on its order, so it is simulated with a copy of the data RNG). Every rank builds
+  // the same plan; a step takes ranks x grad_accum of its micro-batches.
+  const int64_t per_step = c.grad_accum * ranks;
   Rng data_rng(c.seed, "data-order");
   int64_t total_steps = c.max_steps;
   if (total_steps == 0) {
     Rng sim = data_rng;
     for (int64_t e = 0; e < c.epochs; ++e)
-      total_steps += steps_in(static_cast<int64_t>(plan_epoch(examples, c, sim).size()), c.grad_accum);
+      total_steps += steps_in(static_cast<int64_t>(plan_epoch(examples, c, sim).size()), per_step);
   }
   const int64_t warmup = c.warmup_steps > 0 ? c.warmup_steps
                                             : static_cast<int64_t>(std::ceil(c.warmup_ratio * static_cast<double>(total_steps)));
@@ -212,15 +253,16 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
                       .total_steps = total_steps, .min_lr_ratio = c.min_lr_ratio};
   schedule.validate(c.where("schedule.type"));
 
-  // Engine state: fp32 weights, gradients, AdamW moments, all in the ledger.
+  // Engine state: fp32 weights, gradients, AdamW moments, all in the ledger; gradients and
+  // moments as the ranks and dist.zero divide them (dist/data_parallel.h).
   Ledger ledger;
   Pool pool(ledger);
   CpuBackend be;
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
-  ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
   const AdamWConfig optim{.beta1 = static_cast<float>(c.beta1), .beta2 = static_cast<float>(c.beta2),
                           .eps = static_cast<float>(c.eps), .weight_decay = static_cast<float>(c.weight_decay)};
-  AdamW opt(cfg, pool, optim);
+  DataParallel policy(comm, c.dist.zero, cfg, ModelHead::lm, pool, be, &optim);
+  const ParameterSet& g = policy.grads();
   ExecConfig exec = parse_mode(c.mode);
   exec.layer_chunk = c.layer_chunk;
   exec.head_chunk = c.head_chunk;
@@ -231,20 +273,22 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
   state.config = c.to_json();
   state.config_hash = fnv_hex(state.config.dump());
   state.data_files = data.fingerprints;
+  state.ranks = ranks;
   std::vector<MicroBatchPlan> plans;
   if (ckpt.empty()) {
     if (start.dir.empty()) {
       init_parameters(w, c.seed, InitStyle::hf);
-      std::printf("model: %s, random weights (seed %llu)\n", c.model.c_str(), static_cast<unsigned long long>(c.seed));
+      log.out("model: %s, random weights (seed %llu)\n", c.model.c_str(), static_cast<unsigned long long>(c.seed));
     } else {
       load_weights(start.dir, cfg, w);
-      std::printf("model: %s\n", start.dir.c_str());
+      log.out("model: %s\n", start.dir.c_str());
     }
     const uint64_t* s = data_rng.state();
     state.epoch_rng = {s[0], s[1], s[2], s[3]};
     plans = plan_epoch(examples, c, data_rng);
   } else {
-    load_checkpoint_tensors(ckpt, cfg, w, opt);
+    load_checkpoint_weights(ckpt, cfg, w);
+    policy.load_optimizer(ckpt);
     state.step = resumed.step;
     state.epoch = resumed.epoch;
     state.micro_batches_done = resumed.micro_batches_done;
@@ -255,11 +299,11 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
     if (state.micro_batches_done > static_cast<int64_t>(plans.size()))
       throw InputError(ckpt + "/trainer_state.json: data cursor " + std::to_string(state.micro_batches_done) +
                        " is past the epoch's " + std::to_string(plans.size()) + " micro-batches");
-    std::printf("resuming from %s: step %lld of %lld, epoch %lld\n", ckpt.c_str(),
+    log.out("resuming from %s: step %lld of %lld, epoch %lld\n", ckpt.c_str(),
                 static_cast<long long>(state.step), static_cast<long long>(total_steps),
                 static_cast<long long>(state.epoch));
     if (resumed.total_steps != total_steps)
-      std::printf("note: the run now has %lld steps (the checkpoint's run had %lld): the LR schedule follows the new length\n",
+      log.out("note: the run now has %lld steps (the checkpoint's run had %lld): the LR schedule follows the new length\n",
                   static_cast<long long>(total_steps), static_cast<long long>(resumed.total_steps));
   }
   Engine engine(cfg, w, be, pool, exec);
@@ -278,50 +322,63 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
       init_parameters(ref_weights, c.seed, InitStyle::hf);
       reference = std::make_unique<ReferenceModel>(cfg, ref_weights, be, pool, exec);
     }
-    std::printf("reference model: %s\n", !ref_dir.empty() ? ref_dir.c_str() : "the starting model");
+    log.out("reference model: %s\n", !ref_dir.empty() ? ref_dir.c_str() : "the starting model");
   }
   std::unique_ptr<TrainedValueModel> value;
-  if (c.objective == "ppo") value = make_value_model(c, start, ckpt, pool, be, exec, optim);
-  StepObjective step_objective(c, reference.get(), value.get());
-  std::printf("model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, head "
+  if (c.objective == "ppo") value = make_value_model(c, start, ckpt, pool, be, exec, optim, comm, log);
+  StepObjective step_objective(c, reference.get(), value.get(), comm);
+  log.out("model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, head "
               "chunk %lld); %d thread%s; saves %s weights\n",
               cfg.model_type.c_str(), static_cast<long long>(cfg.num_hidden_layers),
               static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.vocab_size),
               static_cast<double>(w.numel()) / 1e6, mode_name(exec).c_str(),
               static_cast<long long>(exec.layer_chunk), static_cast<long long>(exec.head_chunk), cpu_threads(),
               cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype));
-  std::printf("training: %lld steps of %lld micro-batch%s (<= %lld tokens each), lr %.3g %s, warmup %lld -> %s\n",
-              static_cast<long long>(total_steps), static_cast<long long>(c.grad_accum), c.grad_accum == 1 ? "" : "es",
+  if (ranks > 1)
+    log.out("data parallel: %d ranks, zero %d, %lld micro-batch%s per rank per step\n", ranks, policy.zero(),
+            static_cast<long long>(c.grad_accum), c.grad_accum == 1 ? "" : "es");
+  log.out("training: %lld steps of %lld micro-batch%s (<= %lld tokens each), lr %.3g %s, warmup %lld -> %s\n",
+              static_cast<long long>(total_steps), static_cast<long long>(per_step), per_step == 1 ? "" : "es",
               static_cast<long long>(c.max_tokens), c.lr, c.schedule.c_str(), static_cast<long long>(warmup),
               c.output_dir.c_str());
   std::fflush(stdout);
 
-  remove_stale_staging(c.output_dir);
-  MetricsLog metrics(c.metrics, ckpt.empty() ? -1 : state.step);
+  // Rank 0 writes the metrics and the checkpoints (each rank its optimizer shards).
+  std::optional<MetricsLog> metrics;
+  if (log.lead) {
+    remove_stale_staging(c.output_dir);
+    metrics.emplace(c.metrics, ckpt.empty() ? -1 : state.step);
+  }
   std::optional<ValueModelContents> value_contents;
-  if (value) value_contents.emplace(ValueModelContents{value->config(), value->weights(), value->optimizer()});
+  if (value)
+    value_contents.emplace(ValueModelContents{value->config(), value->weights(),
+                                              [&](const std::string& dir) { value->parallel().save_optimizer(dir); }});
   auto save = [&]() {
     const std::string path = save_checkpoint(
-        c.output_dir, CheckpointContents{cfg, w, save_dtype, opt, state, c.tokenizer, start.dir,
-                                         value_contents ? &*value_contents : nullptr});
-    rotate_checkpoints(c.output_dir, c.keep_last);
+        c.output_dir,
+        CheckpointContents{cfg, w, save_dtype, [&](const std::string& dir) { policy.save_optimizer(dir); }, state,
+                           c.tokenizer, start.dir, value_contents ? &*value_contents : nullptr},
+        comm);
+    if (log.lead) rotate_checkpoints(c.output_dir, c.keep_last);
     return path;
   };
+  // A stop request counts when any rank got the signal, so that all ranks save and stop together.
+  auto stop_now = [&]() { return comm.max(int64_t{stop_requested() ? 1 : 0}) != 0; };
 
   if (state.step >= total_steps) {
-    std::printf("nothing to do: the checkpoint is at step %lld of %lld\n", static_cast<long long>(state.step),
+    log.out("nothing to do: the checkpoint is at step %lld of %lld\n", static_cast<long long>(state.step),
                 static_cast<long long>(total_steps));
     return 0;
   }
-  if (stop_requested()) {
-    std::fprintf(stderr, "streambp: interrupted before the first step; nothing saved\n");
+  if (stop_now()) {
+    log.err("streambp: interrupted before the first step; nothing saved\n");
     return kInterruptedExitCode;
   }
   double last_eval = std::nan("");
   if (ckpt.empty() && !eval_batches.empty()) {
     last_eval = step_objective.evaluate(engine, eval_batches);
-    metrics.write(nlohmann::ordered_json{{"step", 0}, {"eval_loss", last_eval}});
-    std::printf("eval loss before training: %.4f\n", last_eval);
+    if (metrics) metrics->write(nlohmann::ordered_json{{"step", 0}, {"eval_loss", last_eval}});
+    log.out("eval loss before training: %.4f\n", last_eval);
     std::fflush(stdout);
   }
 
@@ -339,29 +396,34 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
       plans = plan_epoch(examples, c, data_rng);
       state.micro_batches_done = 0;
     }
-    const int64_t k = std::min<int64_t>(c.grad_accum, static_cast<int64_t>(plans.size()) - state.micro_batches_done);
-    std::vector<PackedBatch> batches;
+    // The step's micro-batches: micro-batch i of it goes to rank i % ranks (step_objective.h).
+    const int64_t k = std::min<int64_t>(per_step, static_cast<int64_t>(plans.size()) - state.micro_batches_done);
+    StepPart part;
+    part.step_micro_batches = k;
+    part.slots = (k + ranks - 1) / ranks;
     double normalizer = 0.0;  // trained tokens of the whole step
     int64_t tokens = 0;
-    for (int64_t i = 0; i < k; ++i) {
-      batches.push_back(assemble_batch(examples, plans[static_cast<size_t>(state.micro_batches_done + i)]));
-      batches.back().batch.validate(cfg.vocab_size, "micro-batch");
-      normalizer += batches.back().batch.loss_weight_sum();
-      tokens += batches.back().batch.size();
+    for (int64_t i = comm.rank(); i < k; i += ranks) {
+      part.batches.push_back(assemble_batch(examples, plans[static_cast<size_t>(state.micro_batches_done + i)]));
+      part.index.push_back(i);
+      part.batches.back().batch.validate(cfg.vocab_size, "micro-batch");
+      normalizer += part.batches.back().batch.loss_weight_sum();
+      tokens += part.batches.back().batch.size();
     }
+    normalizer = comm.sum(normalizer);
+    tokens = comm.sum(tokens);
     const double lr = schedule.at(state.step + 1);
-    for (size_t i = 0; i < g.size(); ++i) be.fill(g.tensor(i), 0.0f);
-    if (value)
-      for (size_t i = 0; i < value->grads().size(); ++i) be.fill(value->grads().tensor(i), 0.0f);
+    policy.begin_step(part.slots);
+    if (value) value->parallel().begin_step(part.slots);
     ledger.reset_peak();
-    const StepObjective::Result result = step_objective.run(engine, batches, g);
+    const StepObjective::Result result = step_objective.run(engine, part, g, &policy);
     const double loss = result.loss;
-    const double grad_norm = clip_and_measure(g, be, c.max_grad_norm);
-    opt.step(w, g, be, static_cast<float>(lr));
+    const double grad_norm = policy.clip(c.max_grad_norm);
+    policy.update(w, static_cast<float>(lr));
     double value_grad_norm = 0.0;  // PPO: the value model is clipped and stepped on its own
     if (value) {
-      value_grad_norm = clip_and_measure(value->grads(), be, c.max_grad_norm);
-      value->optimizer().step(value->weights(), value->grads(), be, static_cast<float>(lr));
+      value_grad_norm = value->parallel().clip(c.max_grad_norm);
+      value->parallel().update(value->weights(), static_cast<float>(lr));
     }
     const MemoryBreakdown peak = ledger.peak_breakdown();
     state.micro_batches_done += k;
@@ -391,36 +453,49 @@ int run_training(const TrainConfig& c, const std::string& resume_arg) {
     if (value) line["value_grad_norm"] = value_grad_norm;
     for (const auto& [name, x] : result.metrics) line[name] = x;
     if (eval_now) line["eval_loss"] = last_eval;
-    metrics.write(line);
+    if (ranks > 1) {
+      // peak_memory_bytes above is rank 0's ledger; the collectives are every rank's.
+      const int64_t peak_max = comm.max(ledger.peak());
+      line["dist/ranks"] = ranks;
+      line["dist/zero"] = policy.zero();
+      line["dist/grad_reductions"] = policy.counters().reductions;
+      line["dist/grad_reduced_bytes"] = policy.counters().reduced_bytes;
+      line["dist/param_allgathers"] = policy.counters().gathers;
+      if (value) line["dist/value_grad_reductions"] = value->parallel().counters().reductions;
+      line["dist/peak_memory_max_rank"] = peak_max;
+    }
+    if (metrics) metrics->write(line);
 
     char fields[200];
     std::snprintf(fields, sizeof fields, "loss %.4f%s | lr %.2e | grad %.3f | %.0f tok/s", loss,
                   std::isnan(last_eval) ? "" : (" | eval " + std::to_string(last_eval).substr(0, 6)).c_str(), lr,
                   grad_norm, static_cast<double>(tokens) / std::max(step_s, 1e-9));
-    const bool stop = stop_requested();
+    const bool stop = stop_now();
     const bool save_now = (c.save_every > 0 && state.step % c.save_every == 0) || state.step == stop_at || stop;
-    progress.update(state.step, fields, eval_now || save_now);
+    if (log.lead) progress.update(state.step, fields, eval_now || save_now);
     if (save_now) {
       const std::string path = save();
       last_saved = state.step;
-      std::fprintf(stderr, "saved %s\n", path.c_str());
+      log.err("saved %s\n", path.c_str());
     }
     if (stop) {
-      progress.finish();
-      std::fprintf(stderr, "streambp: stopped by signal %d after step %lld; resume with --resume %s\n",
-                   stop_signal_number(), static_cast<long long>(state.step), c.output_dir.c_str());
+      if (log.lead) progress.finish();
+      const std::string by = stop_signal_number() != 0 ? "signal " + std::to_string(stop_signal_number())
+                                                       : std::string("a signal to another rank");
+      log.err("streambp: stopped by %s after step %lld; resume with --resume %s\n", by.c_str(),
+              static_cast<long long>(state.step), c.output_dir.c_str());
       return kInterruptedExitCode;
     }
   }
-  progress.finish();
+  if (log.lead) progress.finish();
   if (last_saved != state.step) save();
   if (state.step < total_steps) {
-    std::printf("stopped after %lld steps (stop_after_steps), at step %lld of %lld; continue with --resume %s\n",
+    log.out("stopped after %lld steps (stop_after_steps), at step %lld of %lld; continue with --resume %s\n",
                 static_cast<long long>(c.stop_after_steps), static_cast<long long>(state.step),
                 static_cast<long long>(total_steps), c.output_dir.c_str());
     return 0;
   }
-  std::printf("done: %lld steps, last loss %.4f%s, %.1f s; checkpoint %s/checkpoint-%lld, metrics %s\n",
+  log.out("done: %lld steps, last loss %.4f%s, %.1f s; checkpoint %s/checkpoint-%lld, metrics %s\n",
               static_cast<long long>(state.step), last_loss,
               std::isnan(last_eval) ? "" : (", eval loss " + std::to_string(last_eval)).c_str(),
               seconds_since(t_start), c.output_dir.c_str(), static_cast<long long>(state.step), c.metrics.c_str());

@@ -9,6 +9,7 @@
 // checkpoint stores, so a resumed run replays the same order and continues bit-exactly.
 #include <string>
 
+#include "dist/communicator.h"
 #include "train/train_config.h"
 
 namespace sbp {
@@ -18,5 +19,11 @@ namespace sbp {
 // 0 when done, kInterruptedExitCode (130) after SIGINT/SIGTERM with a checkpoint saved.
 // Bad input throws InputError.
 int run_training(const TrainConfig& cfg, const std::string& resume);
+
+// The same as one rank of a data-parallel run over `comm` (docs/DISTRIBUTED.md): every rank
+// calls it with the same config; rank i of N trains on micro-batches i, i+N, ... of each step
+// (ranks x grad_accum of them); only rank 0 prints and writes metrics and checkpoints (every
+// rank its optimizer shards under dist.zero 1/2). With one rank it is the call above.
+int run_training(const TrainConfig& cfg, const std::string& resume, Communicator& comm);
 
 }  // namespace sbp

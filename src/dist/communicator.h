@@ -1,0 +1,108 @@
+#pragma once
+// The collectives data-parallel training needs (docs/DISTRIBUTED.md), behind an interface so
+// that nothing above src/dist/ includes MPI: the MPI implementation (mpi_communicator.cpp, built
+// when CMake finds MPI), one process on its own, and a shape-only stand-in of rank r of R that
+// the planner runs the real gradient-sharding code against without any communication.
+//
+// Every rank must call the collectives in the same order (MPI's rule, for the non-blocking ones
+// too); the trainer arranges its step so that they do (src/train/step_objective.h).
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sbp {
+
+// A non-blocking collective in flight; complete it with Communicator::test or wait.
+struct Request {
+  int64_t id = -1;
+  bool pending() const { return id >= 0; }
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // ---- blocking, small ----
+  virtual void sum(std::span<double> x) = 0;  // element-wise over ranks, in place
+  virtual void sum(std::span<int64_t> x) = 0;
+  virtual void max(std::span<int64_t> x) = 0;
+  // Every rank's `mine`, in rank order.
+  virtual std::vector<std::vector<double>> allgather(std::span<const double> mine) = 0;
+  virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank's process at once (a rank that failed while others wait in a collective).
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+
+  // ---- non-blocking, fp32, in place (gradients and weights) ----
+  // x (n) := the sum of every rank's x.
+  virtual Request iallreduce_sum(float* x, int64_t n) = 0;
+  // x holds this rank's contribution to a tensor cut into blocks of counts[r] consecutive
+  // elements (rank order). Afterwards x[0, counts[rank]) is the sum over ranks of this rank's
+  // block; the rest of x is unspecified.
+  virtual Request ireduce_scatter_sum(float* x, std::span<const int64_t> counts) = 0;
+  // Block r of x (counts[r] elements after those of ranks < r) comes from rank r's x.
+  virtual Request iallgather(float* x, std::span<const int64_t> counts) = 0;
+  virtual bool test(Request& r) = 0;  // true (and r no longer pending) when complete
+  virtual void wait(Request& r) = 0;
+
+  // Convenience: sum of one value; maximum of one value.
+  double sum(double x);
+  int64_t sum(int64_t x);
+  int64_t max(int64_t x);
+};
+
+// One process alone: every collective of one rank is the identity.
+class SingleProcess final : public Communicator {
+ public:
+  using Communicator::max;
+  using Communicator::sum;
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void sum(std::span<double>) override {}
+  void sum(std::span<int64_t>) override {}
+  void max(std::span<int64_t>) override {}
+  std::vector<std::vector<double>> allgather(std::span<const double> mine) override;
+  std::vector<std::string> allgather(const std::string& mine) override;
+  void barrier() override {}
+  [[noreturn]] void abort(int exit_code) override;
+  Request iallreduce_sum(float*, int64_t) override { return {}; }
+  Request ireduce_scatter_sum(float*, std::span<const int64_t>) override { return {}; }
+  Request iallgather(float*, std::span<const int64_t>) override { return {}; }
+  bool test(Request& r) override;
+  void wait(Request& r) override { r.id = -1; }
+};
+
+// A SingleProcess for everyone: it has no state.
+Communicator& single_process();
+
+// Rank `rank` of `ranks` with no data moving (every collective completes at once, leaving its
+// buffers as they are): lets `streambp plan` run the gradient-sharding code of a rank on the
+// shape-only backend, with the same allocations a real rank makes.
+class ShapeOnlyCommunicator final : public Communicator {
+ public:
+  ShapeOnlyCommunicator(int rank, int ranks);
+  using Communicator::max;
+  using Communicator::sum;
+  int rank() const override { return rank_; }
+  int size() const override { return ranks_; }
+  void sum(std::span<double>) override {}
+  void sum(std::span<int64_t>) override {}
+  void max(std::span<int64_t>) override {}
+  std::vector<std::vector<double>> allgather(std::span<const double> mine) override;
+  std::vector<std::string> allgather(const std::string& mine) override;
+  void barrier() override {}
+  [[noreturn]] void abort(int exit_code) override;
+  Request iallreduce_sum(float*, int64_t) override { return {}; }
+  Request ireduce_scatter_sum(float*, std::span<const int64_t>) override { return {}; }
+  Request iallgather(float*, std::span<const int64_t>) override { return {}; }
+  bool test(Request& r) override;
+  void wait(Request& r) override { r.id = -1; }
+
+ private:
+  int rank_, ranks_;
+};
+
+}  // namespace sbp

@@ -1,0 +1,184 @@
+#include "dist/data_parallel.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "optim/optimizer_files.h"
+
+namespace sbp {
+
+DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg, ModelHead head, Pool& pool,
+                           Backend& be, const AdamWConfig* optim, DType grad_dtype)
+    : comm_(comm),
+      zero_(comm.size() > 1 ? zero : 0),
+      pool_(pool),
+      be_(be),
+      grad_dtype_(grad_dtype),
+      tied_lm_head_(head == ModelHead::lm && cfg.tie_word_embeddings),
+      grads_(zero_ == 2 ? ParameterSet::unallocated(cfg, head)
+                        : ParameterSet(cfg, pool, Category::grads, grad_dtype, true, head)),
+      groups_(grads_) {
+  SBP_CHECK(zero >= 0 && zero <= 2, "DataParallel: zero stage " + std::to_string(zero));
+  SBP_CHECK(!distributed() || grad_dtype == DType::F32 || !pool.materialize(),
+            "DataParallel: ranks exchange F32 gradients");
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    const int64_t n = grads_.shape(i).numel();
+    ranges_.push_back(shard_range(n, comm.size(), comm.rank()));
+    counts_.push_back(shard_counts(n, comm.size()));
+    if (zero_ == 2) shards_.push_back(pool.zeros(Category::grads, grad_dtype, {ranges_.back().count}));
+  }
+  if (optim) {
+    if (zero_ == 0)
+      adamw_ = std::make_unique<AdamW>(cfg, pool, *optim, head);
+    else
+      sharded_ = std::make_unique<ShardedAdamW>(cfg, head, comm.size(), comm.rank(), pool, *optim);
+  }
+}
+
+bool DataParallel::reduces(int64_t slot) const {
+  return distributed() && (zero_ == 2 || slot == slots_ - 1);
+}
+
+void DataParallel::begin_step(int64_t slots) {
+  SBP_CHECK(in_flight_.empty(), "DataParallel::begin_step with reductions in flight");
+  slots_ = slots;
+  counters_ = Counters{};
+  if (zero_ == 2) {
+    for (const Buffer& s : shards_) be_.fill(s.view(), 0.0f);
+  } else {
+    for (size_t i = 0; i < grads_.size(); ++i) be_.fill(grads_.tensor(i), 0.0f);
+  }
+}
+
+GradHook* DataParallel::hook(int64_t slot) { return reduces(slot) ? static_cast<GradHook*>(this) : nullptr; }
+
+void DataParallel::end_slot(int64_t slot) {
+  if (reduces(slot)) complete_all();
+}
+
+void DataParallel::empty_slot(int64_t slot) {
+  if (!reduces(slot)) return;
+  // Zero 0/1: this rank's earlier micro-batches are in the gradients; zero 2: zeros.
+  replay_grad_events(*this, groups_.layers(), tied_lm_head_);
+  complete_all();
+}
+
+void DataParallel::grads_begin(GradGroup group, int64_t layer) {
+  progress();
+  if (zero_ != 2) return;
+  for (size_t i : groups_.of(group, layer))
+    if (!grads_.attached(i)) grads_.attach(i, pool_.zeros(Category::grads, grad_dtype_, grads_.shape(i)));
+}
+
+void DataParallel::grads_final(GradGroup group, int64_t layer) {
+  std::vector<Pending> issued;
+  for (size_t i : groups_.of(group, layer)) {
+    const Tensor& g = grads_.tensor(i);
+    float* data = static_cast<float*>(g.data);
+    Pending p;
+    p.tensor = i;
+    p.request = zero_ == 0 ? comm_.iallreduce_sum(data, g.numel()) : comm_.ireduce_scatter_sum(data, counts_[i]);
+    issued.push_back(p);
+    ++counters_.reductions;
+    counters_.reduced_bytes += static_cast<int64_t>(g.nbytes());
+  }
+  in_flight_.push_back(std::move(issued));
+  // Zero 2: the previous group's buffers go as soon as this group's reduction is on its way, so
+  // at most two groups' whole buffers exist at once (and the ledger sees the same moments in a
+  // real run as in `streambp plan`).
+  if (zero_ == 2)
+    while (in_flight_.size() > 1) complete_oldest_group();
+}
+
+void DataParallel::progress() {
+  // Non-blocking collectives advance inside MPI calls; testing them at each group boundary lets
+  // a reduction proceed while the next layer computes.
+  for (std::vector<Pending>& group : in_flight_)
+    for (Pending& p : group) comm_.test(p.request);
+}
+
+void DataParallel::complete_oldest_group() {
+  for (Pending& p : in_flight_.front()) {
+    comm_.wait(p.request);
+    const size_t i = p.tensor;
+    const ShardRange& r = ranges_[i];
+    const Tensor& g = grads_.tensor(i);
+    if (zero_ == 1 && g.data && r.offset > 0) {
+      // The reduced slice arrives at the front of the buffer; put it where it belongs.
+      char* base = static_cast<char*>(g.data);
+      const size_t esize = dtype_size(g.dtype);
+      std::memmove(base + static_cast<size_t>(r.offset) * esize, base, static_cast<size_t>(r.count) * esize);
+    } else if (zero_ == 2) {
+      be_.add_inplace(shards_[i].view(), flat_slice(g, ShardRange{0, r.count}));
+      grads_.detach(i);
+    }
+  }
+  in_flight_.erase(in_flight_.begin());
+}
+
+void DataParallel::complete_all() {
+  while (!in_flight_.empty()) complete_oldest_group();
+}
+
+Tensor DataParallel::owned_grad(size_t i) const {
+  if (zero_ == 2) return shards_[i].view();
+  return flat_slice(grads_.tensor(i), ranges_[i]);
+}
+
+double DataParallel::clip(double max_norm) {
+  if (!distributed()) return max_norm > 0.0 ? clip_grad_norm(grads_, be_, max_norm) : global_grad_norm(grads_, be_);
+  // Each rank squares its slice of the reduced gradient; the sum over ranks is the global norm
+  // (the same value on every rank, so every rank clips alike).
+  double ss = 0.0;
+  for (size_t i = 0; i < grads_.size(); ++i) ss += be_.sum_squares(owned_grad(i));
+  const double norm = std::sqrt(comm_.sum(ss));
+  if (max_norm > 0.0 && norm > max_norm) {
+    const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // as clip_grad_norm
+    for (size_t i = 0; i < grads_.size(); ++i)
+      be_.scale_inplace(zero_ == 0 ? grads_.tensor(i) : owned_grad(i), scale);
+  }
+  return norm;
+}
+
+void DataParallel::update(const ParameterSet& weights, float lr) {
+  if (adamw_) {
+    adamw_->step(weights, grads_, be_, lr);
+    return;
+  }
+  SBP_CHECK(sharded_ != nullptr, "DataParallel::update without an optimizer");
+  std::vector<Tensor> slices;
+  for (size_t i = 0; i < grads_.size(); ++i) slices.push_back(owned_grad(i));
+  sharded_->step(weights, slices, be_, lr);
+  std::vector<Request> gathers;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    gathers.push_back(comm_.iallgather(static_cast<float*>(weights.tensor(i).data), counts_[i]));
+    ++counters_.gathers;
+  }
+  for (Request& r : gathers) comm_.wait(r);
+}
+
+void DataParallel::save_optimizer(const std::string& dir) const {
+  if (sharded_)
+    write_optimizer_shard(dir, moment_slices(*sharded_), sharded_->steps(), comm_.rank(), comm_.size());
+  else if (adamw_ && comm_.rank() == 0)
+    write_optimizer_file(dir, moment_slices(*adamw_), adamw_->steps());
+}
+
+void DataParallel::load_optimizer(const std::string& dir) {
+  if (sharded_)
+    sharded_->set_steps(read_optimizer_state(dir, moment_slices(*sharded_)));
+  else if (adamw_)
+    adamw_->set_steps(read_optimizer_state(dir, moment_slices(*adamw_)));
+}
+
+AdamW& DataParallel::adamw() {
+  SBP_CHECK(adamw_ != nullptr, "DataParallel::adamw: the optimizer is sharded (zero 1/2) or absent");
+  return *adamw_;
+}
+
+int64_t DataParallel::optimizer_steps() const {
+  return adamw_ ? adamw_->steps() : sharded_ ? sharded_->steps() : 0;
+}
+
+}  // namespace sbp

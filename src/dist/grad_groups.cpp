@@ -1,0 +1,48 @@
+#include "dist/grad_groups.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace sbp {
+
+GradGroups::GradGroups(const ParameterSet& params) {
+  const std::string layer_prefix = "model.layers.";
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& n = params.name(i);
+    if (n.rfind(layer_prefix, 0) == 0) {
+      const size_t dot = n.find('.', layer_prefix.size());
+      const size_t l = static_cast<size_t>(std::stoll(n.substr(layer_prefix.size(), dot - layer_prefix.size())));
+      if (layers_.size() <= l) layers_.resize(l + 1);
+      layers_[l].push_back(i);
+    } else if (n == "model.embed_tokens.weight") {
+      embedding_.push_back(i);
+    } else if (n == "model.norm.weight" || n == "lm_head.weight" || n == "score.weight") {
+      head_.push_back(i);
+    } else {
+      throw ShapeError("GradGroups: parameter '" + n + "' belongs to no gradient group");
+    }
+  }
+}
+
+const std::vector<size_t>& GradGroups::of(GradGroup group, int64_t layer) const {
+  if (group == GradGroup::head) return head_;
+  if (group == GradGroup::embedding) return embedding_;
+  SBP_CHECK(layer >= 0 && layer < layers(), "GradGroups: no layer " + std::to_string(layer));
+  return layers_[static_cast<size_t>(layer)];
+}
+
+void replay_grad_events(GradHook& hook, int64_t layers, bool tied_lm_head) {
+  // The same sequence as Engine::forward_backward.
+  if (tied_lm_head) hook.grads_begin(GradGroup::embedding, -1);
+  hook.grads_begin(GradGroup::head, -1);
+  hook.grads_final(GradGroup::head, -1);
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    hook.grads_begin(GradGroup::layer, l);
+    hook.grads_final(GradGroup::layer, l);
+  }
+  if (!tied_lm_head) hook.grads_begin(GradGroup::embedding, -1);
+  hook.grads_final(GradGroup::embedding, -1);
+}
+
+}  // namespace sbp

@@ -1,0 +1,30 @@
+#pragma once
+// Which tensors of a parameter set belong to each gradient group of engine/grad_hook.h, by
+// their Hugging Face names: model.layers.<l>.* to layer l, model.embed_tokens.weight to the
+// embedding, model.norm.weight / lm_head.weight / score.weight to the head.
+#include <cstdint>
+#include <vector>
+
+#include "engine/grad_hook.h"
+#include "model/parameters.h"
+
+namespace sbp {
+
+class GradGroups {
+ public:
+  explicit GradGroups(const ParameterSet& params);
+  // Indices into the parameter set, in set order.
+  const std::vector<size_t>& of(GradGroup group, int64_t layer) const;
+  int64_t layers() const { return static_cast<int64_t>(layers_.size()); }
+
+ private:
+  std::vector<size_t> head_, embedding_;
+  std::vector<std::vector<size_t>> layers_;
+};
+
+// The events Engine::forward_backward sends a hook, in its order, with no backward: what a rank
+// replays for a micro-batch slot it has no data for, so that every rank issues the same
+// collectives in the same order. `tied_lm_head`: the head writes the embedding (grad_hook.h).
+void replay_grad_events(GradHook& hook, int64_t layers, bool tied_lm_head);
+
+}  // namespace sbp

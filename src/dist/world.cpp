@@ -1,0 +1,34 @@
+#include "dist/world.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "dist/mpi_communicator.h"
+
+namespace sbp {
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+bool built_with_mpi() {
+#ifdef STREAMBP_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Communicator> make_world_communicator() {
+  if (!launched_by_mpi()) return std::make_unique<SingleProcess>();
+#ifdef STREAMBP_HAVE_MPI
+  return make_mpi_communicator();
+#else
+  throw InputError("started by an MPI launcher, but this streambp was built without MPI (install libopenmpi-dev "
+                   "and rebuild: scripts/setup.sh, scripts/build.sh)");
+#endif
+}
+
+}  // namespace sbp

@@ -1,0 +1,116 @@
+#pragma once
+// Helpers for the data-parallel tests: runs of `streambp train` on one process and under
+// `mpirun -np N` on tiny models, and comparisons of their checkpoints.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/world.h"
+#include "model/safetensors.h"
+#include "support/test_support.h"
+
+namespace sbp::dist_test {
+
+// Under AddressSanitizer (scripts/test.sh's second run): OpenMPI and PMIx keep allocations past
+// MPI_Finalize. Their plugins stay loaded (no dlclose) and stacks are unwound fully, so that
+// lsan_openmpi.supp can name the libraries those allocations come from; leaks elsewhere are
+// still reported.
+inline std::string sanitizer_env() {
+#if defined(__SANITIZE_ADDRESS__)
+  return "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0\" LSAN_OPTIONS=suppressions=" +
+         test::source_dir() + "/tests/dist/lsan_openmpi.supp OMPI_MCA_mca_base_component_disable_dlclose=1 "
+         "PMIX_MCA_mca_base_component_disable_dlclose=1 ";
+#else
+  return "";
+#endif
+}
+
+// OpenMPI as root in a container, offline, on a shared 2-core machine: shared memory between
+// ranks only (no network), no core binding, no single-copy (CMA needs ptrace rights that
+// containers often lack). `session_dir`: OpenMPI's session files go there rather than into
+// /tmp/ompi.<host>.<uid>, which two mpiruns started at the same moment (ctest -j) race to create.
+inline std::string mpirun(int ranks, const std::string& session_dir) {
+  return sanitizer_env() + "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive mpirun -np " +
+         std::to_string(ranks) + " --oversubscribe --bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none"
+         " --mca orte_tmpdir_base " + session_dir + " ";
+}
+
+inline bool have_mpirun() {
+  return built_with_mpi() && test::run_command("command -v mpirun").exit_code == 0;
+}
+
+#define SKIP_WITHOUT_MPIRUN()                                                     \
+  do {                                                                            \
+    if (!::sbp::dist_test::have_mpirun()) GTEST_SKIP() << "built without MPI or no mpirun"; \
+  } while (0)
+
+// A tiny Qwen3-shaped model whose vocabulary covers the tiny-chat tokenizer (457 ids).
+inline const char* const kTinyModel = R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+  "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
+  "tie_word_embeddings": true, "torch_dtype": "float32"})";
+
+// A run directory: a model config and a config.yaml training it; `yaml` is appended.
+struct TrainDir {
+  test::TempDir dir;
+  std::string config;
+  explicit TrainDir(const std::string& yaml, const std::string& model_json = kTinyModel) {
+    test::write_text(dir.file("model.json"), model_json);
+    config = dir.file("config.yaml");
+    test::write_text(config, "model: " + dir.file("model.json") + "\ntokenizer: " + test::source_dir() +
+                                 "/examples/tiny-chat\nthreads: 1\nsave_dtype: f32\n" + yaml);
+  }
+  std::string out(const std::string& name) const { return dir.file(name); }
+  // `streambp train` into output_dir=<name>, on one process (ranks 0) or under mpirun.
+  test::CommandResult train(int ranks, const std::string& name, const std::string& args = "") const {
+    const std::string cmd = (ranks > 0 ? mpirun(ranks, dir.path()) : std::string()) + test::streambp_binary() + " train " +
+                            config + " output_dir=" + out(name) + " " + args;
+    return test::run_command(cmd);
+  }
+};
+
+inline std::map<std::string, std::vector<float>> read_tensors(const std::string& path) {
+  SafetensorsFile f(path);
+  std::map<std::string, std::vector<float>> out;
+  for (const SafetensorsEntry& e : f.entries()) {
+    std::vector<float>& v = out[e.name];
+    v.resize(static_cast<size_t>(e.shape.numel()));
+    f.read_into(e.name, Tensor(v.data(), DType::F32, {e.shape.numel()}));
+  }
+  return out;
+}
+
+// max over tensors of max |a - b| / max |b| (test_support's measure, b the reference).
+inline double worst_rel_err(const std::string& a_path, const std::string& b_path) {
+  const auto a = read_tensors(a_path), b = read_tensors(b_path);
+  EXPECT_EQ(a.size(), b.size()) << a_path << " vs " << b_path;
+  double worst = 0.0;
+  for (const auto& [name, want] : b) {
+    auto it = a.find(name);
+    EXPECT_NE(it, a.end()) << name << " missing in " << a_path;
+    if (it == a.end() || it->second.size() != want.size()) return INFINITY;
+    worst = std::max(worst, test::rel_err(it->second.data(), want.data(), static_cast<int64_t>(want.size())));
+  }
+  return worst;
+}
+
+inline bool same_bytes(const std::string& a, const std::string& b) {
+  return std::filesystem::exists(a) && test::read_text(a) == test::read_text(b);
+}
+
+inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(test::read_text(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace sbp::dist_test
