@@ -95,7 +95,11 @@ void DataParallel::progress() {
   // Non-blocking collectives advance inside MPI calls; testing them at each group boundary lets
   // a reduction proceed while the next layer computes.
   for (std::vector<Pending>& group : in_flight_)
-    for (Pending& p : group) comm_.test(p.request);
+    for (Pending& p : group)
+      if (!p.done && comm_.test(p.request)) {
+        p.done = true;
+        ++counters_.done_during_backward;
+      }
 }
 
 void DataParallel::complete_oldest_group() {

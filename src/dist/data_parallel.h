@@ -79,6 +79,10 @@ class DataParallel : private GradHook {
     int64_t reductions = 0;      // reduce collectives issued (one per tensor)
     int64_t reduced_bytes = 0;   // bytes of the tensors they reduced
     int64_t gathers = 0;         // weight all-gathers (zero 1/2)
+    // Reductions found complete by the test at a later group's boundary, i.e. finished while
+    // later layers computed, before anything waited for them (timing-dependent: evidence of
+    // overlap, not a promise).
+    int64_t done_during_backward = 0;
   };
   const Counters& counters() const { return counters_; }
 
@@ -86,6 +90,7 @@ class DataParallel : private GradHook {
   struct Pending {
     Request request;
     size_t tensor = 0;
+    bool done = false;  // a test found it complete
   };
   void grads_begin(GradGroup group, int64_t layer) override;
   void grads_final(GradGroup group, int64_t layer) override;

@@ -461,6 +461,7 @@ int run_training(const TrainConfig& c, const std::string& resume_arg, Communicat
       line["dist/grad_reductions"] = policy.counters().reductions;
       line["dist/grad_reduced_bytes"] = policy.counters().reduced_bytes;
       line["dist/param_allgathers"] = policy.counters().gathers;
+      line["dist/grad_reductions_done_during_backward"] = policy.counters().done_during_backward;
       if (value) line["dist/value_grad_reductions"] = value->parallel().counters().reductions;
       line["dist/peak_memory_max_rank"] = peak_max;
     }
