@@ -94,6 +94,26 @@ Key bind(const std::string& name, Ref ref) {
   return k;
 }
 
+// layer_chunk / head_chunk: a number of tokens, or `auto` (stored as 0): the largest size whose
+// step fits memory_budget (train/auto_chunks.h).
+Key chunk_key(const std::string& name, int64_t TrainConfig::*member) {
+  Key k;
+  k.name = name;
+  k.set = [name, member](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      c.*member = 0;
+      return;
+    }
+    const int64_t v = as_integer(n, name, where);
+    if (v < 1) bad_value(where, name, "a positive integer or auto", n);
+    c.*member = v;
+  };
+  k.get = [member](const TrainConfig& c) {
+    return c.*member == 0 ? nlohmann::json("auto") : nlohmann::json(c.*member);
+  };
+  return k;
+}
+
 #define KEY(T, name, member) bind<T>(name, [](TrainConfig& c) -> T& { return c.member; })
 
 const std::vector<Key>& keys() {
@@ -136,8 +156,9 @@ const std::vector<Key>& keys() {
         KEY(std::string, "ppo.reference", ppo.reference),
         KEY(std::string, "ppo.value_model", ppo.value_model),
         KEY(std::string, "mode", mode),
-        KEY(int64_t, "layer_chunk", layer_chunk),
-        KEY(int64_t, "head_chunk", head_chunk),
+        chunk_key("layer_chunk", &TrainConfig::layer_chunk),
+        chunk_key("head_chunk", &TrainConfig::head_chunk),
+        KEY(std::string, "memory_budget", memory_budget),
         KEY(int64_t, "max_tokens", max_tokens),
         KEY(int64_t, "grad_accum", grad_accum),
         KEY(int64_t, "epochs", epochs),
@@ -328,8 +349,8 @@ void fill_defaults_and_validate(TrainConfig& c) {
   } catch (const InputError& e) {
     throw InputError(c.where("mode") + ": mode: " + e.what());
   }
-  require(c.layer_chunk >= 1, c, "layer_chunk", "must be at least 1");
-  require(c.head_chunk >= 1, c, "head_chunk", "must be at least 1");
+  require(c.layer_chunk >= 0, c, "layer_chunk", "must be at least 1, or auto");
+  require(c.head_chunk >= 0, c, "head_chunk", "must be at least 1, or auto");
   require(c.grad_accum >= 1, c, "grad_accum", "must be at least 1");
   require(c.epochs >= 1, c, "epochs", "must be at least 1");
   require(c.max_steps >= 0, c, "max_steps", "must be >= 0");

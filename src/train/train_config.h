@@ -78,8 +78,9 @@ struct TrainConfig {
 
   // Execution.
   std::string mode = "stream";  // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>
-  int64_t layer_chunk = 1024;
-  int64_t head_chunk = 512;
+  int64_t layer_chunk = 1024;   // 0: auto, the largest that fits memory_budget
+  int64_t head_chunk = 512;     // 0: auto
+  std::string memory_budget;    // "16GiB", ...: what `auto` chunks may use; "" = 90% of physical memory
   int64_t max_tokens = 4096;  // tokens per micro-batch (packed)
   int64_t grad_accum = 1;     // micro-batches per optimizer step
   int64_t epochs = 1;

@@ -1,0 +1,103 @@
+// `layer_chunk: auto` / `head_chunk: auto` in the trainer: the sizes are the planner's choice
+// for the run's step, a real run under them stays within memory_budget, and a budget too small
+// for any chunk size is a one-line error naming the key.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "plan/planner.h"
+#include "support/test_support.h"
+#include "train/auto_chunks.h"
+
+namespace sbp {
+namespace {
+
+using json = nlohmann::json;
+
+const char* const kTinyModel = R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+  "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
+  "tie_word_embeddings": true, "torch_dtype": "float32"})";
+
+std::string train_cmd(const test::TempDir& dir, const std::string& args) {
+  return test::streambp_binary() + " train " + dir.file("config.yaml") + " " + args;
+}
+
+void write_run(const test::TempDir& dir) {
+  test::write_text(dir.file("model.json"), kTinyModel);
+  test::write_text(dir.file("config.yaml"),
+                   "model: " + dir.file("model.json") + "\ntokenizer: " + test::source_dir() +
+                       "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
+                       "\nthreads: 1\nmax_tokens: 2048\nmax_steps: 3\nlayer_chunk: auto\nhead_chunk: auto\n"
+                       "data:\n  train: " + test::source_dir() + "/examples/tiny-chat/train.jsonl\n");
+}
+
+TEST(AutoChunks, AreThePlannersChoiceForTheRunsStep) {
+  test::TempDir dir;
+  test::write_text(dir.file("model.json"), kTinyModel);
+  const ModelConfig cfg = resolve_config(dir.file("model.json"));
+  TrainConfig c;
+  c.layer_chunk = 0;
+  c.head_chunk = 0;
+  c.max_tokens = 2048;
+  c.memory_budget = "4MiB";  // room for about half of T in either chunk
+  const ExecConfig exec = parse_mode("stream");
+  const ResolvedChunks r = resolve_auto_chunks(c, cfg, exec);
+  PlanSetup setup;
+  setup.cfg = cfg;
+  setup.param_dtype = DType::F32;
+  setup.act_dtype = exec.act_dtype;
+  setup.adamw = true;
+  setup.master_weights = false;
+  setup.budget = 4 * 1024 * 1024;
+  const ChunkedPlan p = choose_chunks(setup, exec, 2048, ChunkRequest{});
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(r.layer_chunk, p.layer_chunk);
+  EXPECT_EQ(r.head_chunk, p.head_chunk);
+  EXPECT_EQ(r.planned_peak, p.step.peak_bytes);
+  EXPECT_LE(r.planned_peak, r.budget);
+  EXPECT_LT(r.layer_chunk, 2048);  // the budget, not T, decided
+  EXPECT_LT(r.head_chunk, 2048);
+  // A fixed size stays fixed; DPO's reference model takes its weights out of the budget.
+  c.layer_chunk = 16;
+  EXPECT_EQ(resolve_auto_chunks(c, cfg, exec).layer_chunk, 16);
+  c.objective = "dpo";
+  const ResolvedChunks d = resolve_auto_chunks(c, cfg, exec);
+  EXPECT_GT(d.other_models, 0);
+  EXPECT_EQ(d.budget, 4 * 1024 * 1024 - d.other_models);
+}
+
+TEST(AutoChunks, ARealRunStaysWithinTheBudget) {
+  test::TempDir dir;
+  write_run(dir);
+  const int64_t budget = 4 * 1024 * 1024;
+  const auto r = test::run_command(train_cmd(dir, "memory_budget=4MiB"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NE(r.output.find("auto chunks: layer 1024, head 1024"), std::string::npos) << r.output;
+  std::istringstream in(test::read_text(dir.file("out/metrics.jsonl")));
+  std::string line;
+  int steps = 0;
+  while (std::getline(in, line)) {
+    const json m = json::parse(line);
+    if (!m.contains("peak_memory_bytes")) continue;
+    EXPECT_LE(m["peak_memory_bytes"]["total"].get<int64_t>(), budget) << line;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3);
+}
+
+TEST(AutoChunks, ABudgetTooSmallNamesTheKey) {
+  test::TempDir dir;
+  write_run(dir);
+  const auto r = test::run_command(train_cmd(dir, "memory_budget=2MiB"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("memory_budget"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("streambp: error: "), std::string::npos) << r.output;
+  const auto bad = test::run_command(train_cmd(dir, "layer_chunk=0"));
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("layer_chunk: expected a positive integer or auto"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace sbp
