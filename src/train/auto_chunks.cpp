@@ -26,7 +26,8 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
-ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg, const ExecConfig& exec) {
+ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg, const ExecConfig& exec,
+                                   int ranks) {
   ResolvedChunks r;
   int64_t total = 0;
   if (!c.memory_budget.empty()) {
@@ -49,6 +50,8 @@ ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
   setup.adamw = true;
   setup.master_weights = false;
   setup.budget = r.budget;
+  setup.ranks = ranks;
+  setup.zero = c.dist.zero;
   const ChunkRequest req{.layer = c.layer_chunk, .head = c.head_chunk};
   const ChunkedPlan plan = choose_chunks(setup, exec, c.max_tokens, req);
   if (!plan.fits) {

@@ -22,8 +22,11 @@ struct ResolvedChunks {
 // AdamW moments, activations in `exec.act_dtype`. The budget is `memory_budget` (default: 90%
 // of physical memory) minus the weights of a reference model (dpo, grpo with beta > 0, ppo) and
 // the weights, gradients and moments of PPO's value model. Fixed sizes in the config stay as
-// they are. Throws InputError naming memory_budget when even the smallest auto chunks do not fit.
-ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg, const ExecConfig& exec);
+// they are. With `ranks` > 1 the plan is one rank's: gradients and optimizer state divided as
+// ZeRO stage `dist.zero` divides them (the budget is per rank, as each rank has its own memory).
+// Throws InputError naming memory_budget when even the smallest auto chunks do not fit.
+ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg, const ExecConfig& exec,
+                                   int ranks = 1);
 
 // Physical memory of this machine in bytes (0 if unknown).
 int64_t physical_memory_bytes();

@@ -268,10 +268,10 @@ int run_training(const TrainConfig& c, const std::string& resume_arg, Communicat
   exec.layer_chunk = c.layer_chunk;
   exec.head_chunk = c.head_chunk;
   if (c.layer_chunk == 0 || c.head_chunk == 0) {
-    const ResolvedChunks rc = resolve_auto_chunks(c, cfg, exec);
+    const ResolvedChunks rc = resolve_auto_chunks(c, cfg, exec, ranks);
     exec.layer_chunk = rc.layer_chunk;
     exec.head_chunk = rc.head_chunk;
-    std::printf("auto chunks: layer %lld, head %lld: the planned step peaks at %.1f MiB of the %.1f MiB budget\n",
+    log.out("auto chunks: layer %lld, head %lld: the planned step peaks at %.1f MiB of the %.1f MiB budget\n",
                 static_cast<long long>(rc.layer_chunk), static_cast<long long>(rc.head_chunk),
                 static_cast<double>(rc.planned_peak) / 1048576.0, static_cast<double>(rc.budget) / 1048576.0);
   }
