@@ -50,11 +50,7 @@ inline bool have_mpirun() {
     if (!::sbp::dist_test::have_mpirun()) GTEST_SKIP() << "built without MPI or no mpirun"; \
   } while (0)
 
-// A tiny Qwen3-shaped model whose vocabulary covers the tiny-chat tokenizer (457 ids).
-inline const char* const kTinyModel = R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
-  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-  "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
-  "tie_word_embeddings": true, "torch_dtype": "float32"})";
+inline const char* const kTinyModel = test::kTinyChatModelJson;
 
 // A run directory: a model config and a config.yaml training it; `yaml` is appended.
 struct TrainDir {

@@ -24,7 +24,9 @@ TEST(ObjectiveCli, GradcheckEveryObjective) {
     const auto j = nlohmann::json::parse(test::read_text(tmp.file("g.json")));
     EXPECT_LT(j["max_rel_err"].get<double>(), 1e-5) << obj;
     EXPECT_TRUE(j["base_metrics"].contains("loss")) << obj;
-    if (obj == "ppo") EXPECT_TRUE(j["per_param"].contains("value:score.weight"));
+    if (obj == "ppo") {
+      EXPECT_TRUE(j["per_param"].contains("value:score.weight"));
+    }
   }
   const auto bad = test::run_command(bin() + " gradcheck --model tiny-qwen3 --objective kto");
   EXPECT_NE(bad.exit_code, 0);

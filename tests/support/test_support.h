@@ -10,6 +10,13 @@
 
 namespace sbp::test {
 
+// config.json of a tiny Qwen3-shaped model whose vocabulary (512) covers the tiny-chat
+// tokenizer's 457 ids: the model of the trainer's end-to-end tests.
+inline const char* const kTinyChatModelJson = R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+  "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
+  "tie_word_embeddings": true, "torch_dtype": "float32"})";
+
 // The modes every mode-equality test compares with `base`: stream with (layer, head) chunk sizes
 // 1/1, 7/5, T/3, T, 11/13 (sizes that do not divide T) and `extra_stream_chunks`, then
 // checkpoint, recompute+chunked, store+chunked and stream+full with small odd chunks.

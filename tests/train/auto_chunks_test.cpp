@@ -15,10 +15,7 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kTinyModel = R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
-  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-  "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
-  "tie_word_embeddings": true, "torch_dtype": "float32"})";
+const char* const kTinyModel = test::kTinyChatModelJson;
 
 std::string train_cmd(const test::TempDir& dir, const std::string& args) {
   return test::streambp_binary() + " train " + dir.file("config.yaml") + " " + args;

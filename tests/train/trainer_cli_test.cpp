@@ -33,11 +33,7 @@ using test::run_command;
 std::string bin() { return test::streambp_binary(); }
 std::string src() { return test::source_dir(); }
 
-// A tiny Qwen3-shaped model whose vocabulary covers the tiny-chat tokenizer (457 ids).
-const char* const kTinyModel = R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
-  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-  "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
-  "tie_word_embeddings": true, "torch_dtype": "float32"})";
+const char* const kTinyModel = test::kTinyChatModelJson;
 
 // A run directory: the model config, a config.yaml training it on the tiny-chat data.
 struct TrainRun {
