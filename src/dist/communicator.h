@@ -54,34 +54,10 @@ class Communicator {
   int64_t max(int64_t x);
 };
 
-// One process alone: every collective of one rank is the identity.
-class SingleProcess final : public Communicator {
- public:
-  using Communicator::max;
-  using Communicator::sum;
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void sum(std::span<double>) override {}
-  void sum(std::span<int64_t>) override {}
-  void max(std::span<int64_t>) override {}
-  std::vector<std::vector<double>> allgather(std::span<const double> mine) override;
-  std::vector<std::string> allgather(const std::string& mine) override;
-  void barrier() override {}
-  [[noreturn]] void abort(int exit_code) override;
-  Request iallreduce_sum(float*, int64_t) override { return {}; }
-  Request ireduce_scatter_sum(float*, std::span<const int64_t>) override { return {}; }
-  Request iallgather(float*, std::span<const int64_t>) override { return {}; }
-  bool test(Request& r) override;
-  void wait(Request& r) override { r.id = -1; }
-};
-
-// A SingleProcess for everyone: it has no state.
-Communicator& single_process();
-
 // Rank `rank` of `ranks` with no data moving (every collective completes at once, leaving its
 // buffers as they are): lets `streambp plan` run the gradient-sharding code of a rank on the
 // shape-only backend, with the same allocations a real rank makes.
-class ShapeOnlyCommunicator final : public Communicator {
+class ShapeOnlyCommunicator : public Communicator {
  public:
   ShapeOnlyCommunicator(int rank, int ranks);
   using Communicator::max;
@@ -104,5 +80,15 @@ class ShapeOnlyCommunicator final : public Communicator {
  private:
   int rank_, ranks_;
 };
+
+// One process alone: every collective of one rank is the identity, which is what moving no
+// data does for rank 0 of 1.
+class SingleProcess final : public ShapeOnlyCommunicator {
+ public:
+  SingleProcess() : ShapeOnlyCommunicator(0, 1) {}
+};
+
+// A SingleProcess for everyone: it holds no mutable state.
+Communicator& single_process();
 
 }  // namespace sbp
