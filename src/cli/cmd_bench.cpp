@@ -1,8 +1,9 @@
 // streambp bench: time and memory of one training step of an objective (sft, dpo, grpo, ppo)
-// per (mode, T), with the machine's sgemm speed measured in the same run as the yardstick for
-// achieved GFLOP/s. For DPO, GRPO (beta != 0) and PPO the step includes the reference model's
-// forward, on its own copy of the weights (a real run holds two models); PPO's rollout
-// constants (old log-probs, values, GAE) are computed before the timed steps.
+// per (mode, T), through the step runner `train` runs (step/step_runner.h), with the machine's
+// sgemm speed measured in the same run as the yardstick for achieved GFLOP/s. For DPO, GRPO
+// (beta != 0) and PPO the step includes the reference model's forward, on its own copy of the
+// weights (a real run holds two models); PPO's step includes its rollout (old log-probs,
+// reference log-probs and values, before any backward), as in training.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,16 +12,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/sgemm_probe.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/objective_args.h"
+#include "cli/random_batches.h"
 #include "core/error.h"
 #include "core/process_memory.h"
-#include "engine/engine.h"
-#include "engine/gradcheck.h"
 #include "engine/memory_model.h"
-#include "engine/objective_step.h"
+#include "step/model_set.h"
+#include "step/step_runner.h"
 
 namespace sbp::cli {
 
@@ -38,6 +41,7 @@ struct Args {
   int threads = 0;
   uint64_t seed = 0;
   std::string json;
+  std::string backend = "cpu";
   ObjectiveArgs objective;
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
 };
@@ -61,97 +65,88 @@ std::vector<int64_t> parse_list(const std::string& s) {
     } catch (...) {
       throw InputError("--seq-len: '" + item + "' is not a number");
     }
-    if (v.back() < 2) throw InputError("--seq-len values must be at least 2");
+    if (v.back() < 2 || v.back() > (int64_t{1} << 31) - 1)
+      throw InputError("--seq-len values must be between 2 and 2^31-1");
   }
   return v;
 }
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
-int run(const Args& a) {
-  set_cpu_threads(a.threads);
-  const ModelSource src = resolve_model(a.model, a.layers);
-  const std::vector<int64_t> lens = parse_list(a.seq_lens);
-  const std::vector<ExecConfig> modes = parse_modes(a.modes);
-
-  std::fprintf(stderr, "bench: measuring sgemm...\n");
-  // Probed again after every round of steps: the median is the yardstick of the same moments
-  // the steps ran in (a shared machine's speed drifts).
-  std::vector<double> sgemm_probes{measure_sgemm_gflops()};
+// What every length and mode of the run shares: the models (the policy's weights, a reference
+// copy, PPO's value model), their gradients, one backend and one ledger.
+struct Bench {
+  const Args& a;
+  ModelSource src;
+  ObjectiveSetup setup;
+  int64_t segments = 1;
+  std::unique_ptr<Backend> be;
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
-  ObjectiveSetup setup = a.objective.setup();
-  // GRPO as TRL runs it with num_iterations = 1: old log-probs = the current ones, detached (no
-  // extra scoring pass). PPO's rollout has its own old log-probs, from the policy's forward.
-  setup.old_logp_noise = setup.kind == ObjectiveKind::ppo ? setup.old_logp_noise : 0.0f;
-  const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::hf);
-  ParameterSet reference, value;
-  ObjectiveModels models{src.cfg, w};
-  if (setup.needs_reference()) {
-    // Its own copy: a real run holds the policy and the reference model side by side.
-    reference = make_reference_weights(src.cfg, w, pool, 0.0f, a.seed);
-    models.reference = &reference;
+  Pool pool{ledger};
+  std::unique_ptr<ModelSet> models;
+  std::vector<double> sgemm_probes;
+
+  explicit Bench(const Args& args) : a(args) {
+    src = resolve_model(a.model, a.layers);
+    setup = a.objective.setup();
+    try {
+      be = make_backend(parse_backend(a.backend));
+    } catch (const InputError& e) {
+      throw InputError(std::string("--backend: ") + e.what());
+    }
+    segments = a.segments > 0                               ? a.segments
+               : setup.kind == ObjectiveKind::sft           ? 1
+               : setup.kind == ObjectiveKind::grpo          ? a.objective.group_size
+                                                            : 2;
+    // Weights, then gradients (kept across modes and steps: the ledger holds the same fixed
+    // bytes in every mode), then a reference copy and the value model, as a run holds them.
+    models = std::make_unique<ModelSet>(setup, src.cfg, pool, *be, ModelSetOptions{});
+    fill_weights(src, models->policy_weights(), a.seed, InitStyle::hf);
+    if (models->has_reference()) {  // its own copy of the policy's weights
+      const ParameterSet& ref = models->reference_weights();
+      for (size_t i = 0; i < ref.size(); ++i) be->copy(ref.tensor(i), models->policy_weights().get(ref.name(i)));
+    }
+    if (models->has_value()) init_parameters(models->value_weights(), a.seed + 1, InitStyle::hf);
   }
-  if (setup.needs_value_model()) {
-    value = ParameterSet(src.cfg, pool, Category::weights, DType::F32, false, ModelHead::value);
-    init_parameters(value, a.seed + 1, InitStyle::hf);
-    models.value = &value;
-  }
-  int64_t segments = a.segments;
-  if (segments <= 0) {
-    segments = setup.kind == ObjectiveKind::sft    ? 1
-               : setup.kind == ObjectiveKind::grpo ? setup.group_size
-                                                   : 2;
-  }
-  std::vector<Run> runs;
-  for (int64_t T : lens) {
+
+  // The modes' steps at one T, round robin: step i of every mode runs before step i+1 of any,
+  // so a slow spell of a shared machine falls on every mode alike and the ratios of the
+  // medians stay fair. The sgemm probe runs between the rounds.
+  void at_length(int64_t T, std::vector<Run>& runs) {
     const Batch batch = setup.kind == ObjectiveKind::sft
                             ? random_batch(src.cfg.vocab_size, T, segments, a.seed, false)
-                            : random_objective_batch(setup, src.cfg.vocab_size, T, segments, a.seed);
-    // One gradient set for every mode (a step zeroes nothing; each mode's step adds into it and
-    // the values are not used), so the ledger holds the same weights and grads in every mode.
-    ParameterSet g(src.cfg, pool, Category::grads, DType::F32, true);
-    ParameterSet vg;
-    if (models.value) vg = ParameterSet(src.cfg, pool, Category::grads, DType::F32, true, ModelHead::value);
-    struct ModeRun {
-      ExecConfig exec;
-      StepConstants constants;
-      std::vector<double> times;
-      Run r;
-    };
-    std::vector<ModeRun> mrs;
-    for (ExecConfig exec : modes) {
+                            : random_objective_batch(setup.kind, a.objective.group_size, src.cfg.vocab_size, T,
+                                                     segments, a.seed);
+    const StepBatches step = StepBatches::whole({random_micro_batch(setup.kind, a.objective.group_size, batch, a.seed)});
+    std::vector<ExecConfig> execs;
+    std::vector<std::vector<double>> times;
+    const size_t first = runs.size();
+    for (ExecConfig exec : parse_modes(a.modes)) {
       exec.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : std::max<int64_t>(1, (T + 3) / 4);
       exec.head_chunk = a.head_chunk;
-      ModeRun m;
-      m.exec = exec;
-      Run& r = m.r;
+      Run r;
       r.mode = mode_name(exec);
       r.T = T;
       r.layer_chunk = exec.layer_chunk_for(T);
       r.head_chunk = exec.head_chunk_for(T);
       r.head_block = r.head_chunk * src.cfg.vocab_size * 4;
-      // PPO's rollout (and GRPO's old log-probs) happen before the step, outside its peak.
-      m.constants = make_step_constants(setup, models, batch, be, pool, exec, a.seed);
-      mrs.push_back(std::move(m));
+      execs.push_back(exec);
+      runs.push_back(r);
+      times.emplace_back();
     }
-    // Round robin: step i of every mode runs before step i+1 of any, so a slow spell of a shared
-    // machine falls on every mode alike and the ratios of the medians stay fair.
     for (int i = 0; i < a.warmup + a.repeat; ++i) {
-      for (ModeRun& m : mrs) {
-        Run& r = m.r;
-        std::fprintf(stderr, "bench: %s T=%lld step %d/%d ...\n", r.mode.c_str(), static_cast<long long>(T),
-                     i + 1, a.warmup + a.repeat);
+      for (size_t m = 0; m < execs.size(); ++m) {
+        Run& r = runs[first + m];
+        std::fprintf(stderr, "bench: %s T=%lld step %d/%d ...\n", r.mode.c_str(), static_cast<long long>(T), i + 1,
+                     a.warmup + a.repeat);
         reset_peak_rss();
         ledger.reset_peak();
-        be.reset_flops();
+        be->reset_flops();
         const auto t0 = std::chrono::steady_clock::now();
-        const StepOutcome out = run_objective_step(setup, models, m.constants, batch, be, pool, m.exec, g,
-                                                   models.value ? &vg : nullptr);
+        const StepResult out = StepRunner(setup, models->views(), *be, pool, execs[m]).run(step);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (i >= a.warmup) m.times.push_back(s);
-        r.gflops = static_cast<double>(be.flops());  // FLOPs of one step (the same every step)
+        if (i >= a.warmup) times[m].push_back(s);
+        r.gflops = static_cast<double>(be->flops());  // FLOPs of one step (the same every step)
         r.loss = out.loss;
         if (ledger.peak() > r.peak) {
           r.peak = ledger.peak();
@@ -162,51 +157,46 @@ int run(const Args& a) {
       }
       sgemm_probes.push_back(measure_sgemm_gflops());
     }
-    for (ModeRun& m : mrs) {
-      Run& r = m.r;
-      std::sort(m.times.begin(), m.times.end());
-      r.median_s = m.times[m.times.size() / 2];
-      r.tokens_per_s = static_cast<double>(T) / r.median_s;
-      r.gflops = r.gflops / r.median_s / 1e9;
-      r.activation_peak = r.peak - r.breakdown[Category::weights] - r.breakdown[Category::grads] -
-                          r.breakdown[Category::optimizer];
-      if (setup.kind == ObjectiveKind::sft && m.exec.layers == LayerMode::stream &&
-          m.exec.head == HeadMode::chunked) {
-        r.analytic =
-            stream_memory_terms(src.cfg, T, r.layer_chunk, r.head_chunk, m.exec.act_dtype).activation_peak();
-      }
-      runs.push_back(r);
-    }
+    for (size_t m = 0; m < execs.size(); ++m) finish(runs[first + m], times[m], execs[m]);
   }
 
-  std::sort(sgemm_probes.begin(), sgemm_probes.end());
-  const double sgemm = sgemm_probes[sgemm_probes.size() / 2];
+  void finish(Run& r, std::vector<double>& times, const ExecConfig& exec) const {
+    std::sort(times.begin(), times.end());
+    r.median_s = times[times.size() / 2];
+    r.tokens_per_s = static_cast<double>(r.T) / r.median_s;
+    r.gflops = r.gflops / r.median_s / 1e9;
+    r.activation_peak = r.peak - r.breakdown[Category::weights] - r.breakdown[Category::grads] -
+                        r.breakdown[Category::optimizer];
+    if (setup.kind == ObjectiveKind::sft && exec.layers == LayerMode::stream && exec.head == HeadMode::chunked)
+      r.analytic = stream_memory_terms(src.cfg, r.T, r.layer_chunk, r.head_chunk, exec.act_dtype).activation_peak();
+  }
+};
+
+void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm, std::vector<double> probes) {
+  std::sort(probes.begin(), probes.end());
   std::printf("bench: %s (%s, %lld layers), objective %s, %lld segment(s), %d thread(s), "
               "median of %d step(s), modes interleaved\n",
-              a.model.c_str(), src.cfg.model_type.c_str(),
-              static_cast<long long>(src.cfg.num_hidden_layers), a.objective.describe().c_str(),
-              static_cast<long long>(segments), cpu_threads(), a.repeat);
+              b.a.model.c_str(), b.src.cfg.model_type.c_str(), static_cast<long long>(b.src.cfg.num_hidden_layers),
+              b.a.objective.describe().c_str(), static_cast<long long>(b.segments), cpu_threads(), b.a.repeat);
   std::printf("sgemm: %.1f GFLOP/s (2048^3, median of %zu probes between the rounds of steps, range %.1f-%.1f)\n\n",
-              sgemm, sgemm_probes.size(), sgemm_probes.front(), sgemm_probes.back());
+              sgemm, probes.size(), probes.front(), probes.back());
   std::printf("| mode | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
               "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Run& r : runs) {
     char analytic[32] = "-";
     if (r.analytic > 0) std::snprintf(analytic, sizeof analytic, "%.1f", mib(r.analytic));
-    std::printf("| %s | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.0f%% | %.1f | %.1f | %s | %.1f |\n",
-                r.mode.c_str(), static_cast<long long>(r.T), static_cast<long long>(r.layer_chunk),
-                static_cast<long long>(r.head_chunk), r.median_s, r.tokens_per_s, r.gflops,
-                100.0 * r.gflops / sgemm, mib(r.peak), mib(r.activation_peak), analytic,
-                mib(r.rss_peak));
+    std::printf("| %s | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.0f%% | %.1f | %.1f | %s | %.1f |\n", r.mode.c_str(),
+                static_cast<long long>(r.T), static_cast<long long>(r.layer_chunk),
+                static_cast<long long>(r.head_chunk), r.median_s, r.tokens_per_s, r.gflops, 100.0 * r.gflops / sgemm,
+                mib(r.peak), mib(r.activation_peak), analytic, mib(r.rss_peak));
   }
   std::printf("\nLM-head logits: the ledger's peak of `logits` vs one head block (c_h x V fp32)\n");
   std::printf("| mode | T | head chunk | one block MiB | logits peak MiB | blocks live at once |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const Run& r : runs) {
-    std::printf("| %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(),
-                static_cast<long long>(r.T), static_cast<long long>(r.head_chunk),
-                mib(r.head_block), mib(r.logits_peak),
+    std::printf("| %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(), static_cast<long long>(r.T),
+                static_cast<long long>(r.head_chunk), mib(r.head_block), mib(r.logits_peak),
                 static_cast<double>(r.logits_peak) / static_cast<double>(r.head_block));
   }
   std::printf("\nledger breakdown at the peak (MiB)\n| mode | T |");
@@ -219,38 +209,58 @@ int run(const Args& a) {
     for (int c = 0; c < kNumCategories; ++c) std::printf(" %.1f |", mib(r.breakdown.bytes[static_cast<size_t>(c)]));
     std::printf("\n");
   }
+}
 
-  if (!a.json.empty()) {
-    nlohmann::json j;
-    j["sgemm_gflops"] = sgemm;
-    j["sgemm_gflops_probes"] = sgemm_probes;
-    j["model"] = a.model;
-    j["objective"] = a.objective.describe();
-    j["threads"] = cpu_threads();
-    j["runs"] = nlohmann::json::array();
-    for (const Run& r : runs) {
-      nlohmann::json jr = {{"mode", r.mode},
-                           {"seq_len", r.T},
-                           {"layer_chunk", r.layer_chunk},
-                           {"head_chunk", r.head_chunk},
-                           {"step_seconds_median", r.median_s},
-                           {"tokens_per_second", r.tokens_per_s},
-                           {"peak_bytes", r.peak},
-                           {"activation_peak_bytes", r.activation_peak},
-                           {"rss_peak_bytes", r.rss_peak},
-                           {"achieved_gflops", r.gflops},
-                           {"loss", r.loss},
-                           {"logits_peak_bytes", r.logits_peak},
-                           {"head_block_logits_bytes", r.head_block}};
-      if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
-      for (int c = 0; c < kNumCategories; ++c)
-        jr["breakdown"][category_name(static_cast<Category>(c))] = r.breakdown.bytes[static_cast<size_t>(c)];
-      j["runs"].push_back(jr);
-    }
-    std::ofstream out(a.json);
-    out << j.dump(2) << "\n";
-    if (!out) throw InputError(a.json + ": cannot write");
+void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm, const std::vector<double>& probes) {
+  nlohmann::json j;
+  j["sgemm_gflops"] = sgemm;
+  j["sgemm_gflops_probes"] = probes;
+  j["model"] = b.a.model;
+  j["objective"] = b.a.objective.describe();
+  j["threads"] = cpu_threads();
+  j["runs"] = nlohmann::json::array();
+  for (const Run& r : runs) {
+    nlohmann::json jr = {{"mode", r.mode},
+                         {"seq_len", r.T},
+                         {"layer_chunk", r.layer_chunk},
+                         {"head_chunk", r.head_chunk},
+                         {"step_seconds_median", r.median_s},
+                         {"tokens_per_second", r.tokens_per_s},
+                         {"peak_bytes", r.peak},
+                         {"activation_peak_bytes", r.activation_peak},
+                         {"rss_peak_bytes", r.rss_peak},
+                         {"achieved_gflops", r.gflops},
+                         {"loss", r.loss},
+                         {"logits_peak_bytes", r.logits_peak},
+                         {"head_block_logits_bytes", r.head_block}};
+    if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
+    for (int c = 0; c < kNumCategories; ++c)
+      jr["breakdown"][category_name(static_cast<Category>(c))] = r.breakdown.bytes[static_cast<size_t>(c)];
+    j["runs"].push_back(jr);
   }
+  std::ofstream out(b.a.json);
+  out << j.dump(2) << "\n";
+  if (!out) throw InputError(b.a.json + ": cannot write");
+}
+
+int run(const Args& a) {
+  set_cpu_threads(a.threads);
+  if (a.warmup < 0) throw InputError("--warmup must be >= 0");
+  const std::vector<int64_t> lens = parse_list(a.seq_lens);
+  parse_modes(a.modes);  // a bad mode fails before any work
+  std::fprintf(stderr, "bench: measuring sgemm...\n");
+  // Probed again after every round of steps: the median is the yardstick of the same moments
+  // the steps ran in (a shared machine's speed drifts).
+  const double first_probe = measure_sgemm_gflops();
+  Bench b(a);
+  b.sgemm_probes.push_back(first_probe);
+  std::vector<Run> runs;
+  for (int64_t T : lens) b.at_length(T, runs);
+  std::vector<double> probes = b.sgemm_probes;
+  std::sort(probes.begin(), probes.end());
+  const double sgemm = probes[probes.size() / 2];
+  print_tables(b, runs, sgemm, probes);
+  if (!a.json.empty()) write_json(b, runs, sgemm, b.sgemm_probes);
   return 0;
 }
 
@@ -265,21 +275,15 @@ void register_bench(CLI::App& app) {
   c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk (default T/4)");
   c->add_option("--head-chunk", a->head_chunk, "LM-head chunk in chunked modes");
   c->add_option("--layers", a->layers, "Override the number of layers (random weights)");
-  c->add_option("--repeat", a->repeat, "Timed steps per run (median reported)")
-      ->check(CLI::PositiveNumber);
+  c->add_option("--repeat", a->repeat, "Timed steps per run (median reported)")->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "Untimed steps before the timed ones");
   c->add_option("--threads", a->threads, "Threads (default: all)");
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
-  c->add_option("--objective", a->objective.objective, "sft, dpo, grpo or ppo");
+  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu");
   c->add_option("--segments", a->segments,
                 "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)");
-  c->add_option("--dpo-loss", a->objective.dpo_loss, "DPO loss: sigmoid, hinge or ipo");
-  c->add_option("--grpo-loss", a->objective.grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
-  c->add_option("--beta", a->objective.beta,
-                "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)");
-  c->add_option("--group-size", a->objective.group_size, "GRPO completions per prompt");
-  c->add_option("--entropy-coef", a->objective.entropy_coef, "GRPO/PPO entropy bonus");
+  a->objective.add_flags(c);
   c->callback([a] { run(*a); });
 }
 

@@ -7,9 +7,11 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/gradcheck.h"
 #include "cli/model_source.h"
+#include "cli/objective_args.h"
+#include "cli/random_batches.h"
 #include "core/error.h"
-#include "engine/gradcheck.h"
 
 namespace sbp::cli {
 
@@ -28,6 +30,7 @@ struct Args {
   int threads = 0;
   std::string json;
   double tolerance = 1e-4;
+  std::string backend = "cpu";
   ObjectiveArgs objective;
 };
 
@@ -41,10 +44,18 @@ int run(const Args& a) {
   const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::test);
   GradcheckOptions opts;
   opts.objective = a.objective.setup();
+  opts.group_size = a.objective.group_size;
+  if (opts.objective.kind != ObjectiveKind::sft && a.seq_len < 4)
+    throw InputError(std::string("--seq-len must be at least 4 for ") + objective_name(opts.objective.kind));
+  try {
+    opts.backend = parse_backend(a.backend);
+  } catch (const InputError& e) {
+    throw InputError(std::string("--backend: ") + e.what());
+  }
   const Batch batch = opts.objective.kind == ObjectiveKind::sft
                           ? random_batch(src.cfg.vocab_size, a.seq_len, a.segments, a.seed, a.mask)
-                          : random_objective_batch(opts.objective, src.cfg.vocab_size, a.seq_len,
-                                                   a.segments, a.seed);
+                          : random_objective_batch(opts.objective.kind, a.objective.group_size,
+                                                   src.cfg.vocab_size, a.seq_len, a.segments, a.seed);
   opts.seed = a.seed;
   opts.modes = parse_modes(a.modes);
   for (ExecConfig& e : opts.modes) {
@@ -107,15 +118,8 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--threads", a->threads, "Threads (default: all)");
   c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error");
   c->add_option("--json", a->json, "Write the result as JSON");
-  c->add_option("--objective", a->objective.objective, "sft, dpo, grpo or ppo");
-  c->add_option("--dpo-loss", a->objective.dpo_loss, "DPO loss: sigmoid, hinge or ipo");
-  c->add_option("--label-smoothing", a->objective.label_smoothing, "DPO label smoothing");
-  c->add_option("--grpo-loss", a->objective.grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
-  c->add_option("--scale-rewards", a->objective.scale_rewards, "GRPO: group, batch or none");
-  c->add_option("--beta", a->objective.beta,
-                "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)");
-  c->add_option("--group-size", a->objective.group_size, "GRPO completions per prompt");
-  c->add_option("--entropy-coef", a->objective.entropy_coef, "GRPO/PPO entropy bonus");
+  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu");
+  a->objective.add_flags(c);
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/objective_args.h"
 #include "core/error.h"
 #include "plan/planner.h"
 #include "plan/size_arg.h"
@@ -23,7 +24,7 @@ struct Args {
   std::string budget;
   std::string reserve = "2GiB";
   std::string optimizer = "none";
-  std::string objective = "sft";
+  ObjectiveArgs objective;
   std::string modes = "base,checkpoint,stream";
   int64_t seq_len = 0;
   std::string layer_chunk = "auto";
@@ -93,13 +94,9 @@ void print_table(const std::vector<Row>& rows, bool search, bool budgeted) {
 
 int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (a.objective == "dpo" || a.objective == "grpo" || a.objective == "ppo")
-    throw InputError("--objective " + a.objective +
-                     ": planning is not implemented yet for this objective (only sft)");
-  if (a.objective != "sft")
-    throw InputError("--objective: unknown objective '" + a.objective +
-                     "' (use sft, dpo, grpo or ppo)");
   PlanSetup setup;
+  setup.objective = a.objective.setup();
+  setup.group_size = a.objective.group_size;
   setup.cfg = resolve_model(a.model, a.layers).cfg;
   if (a.dtype == "bf16") {
     setup.param_dtype = setup.act_dtype = DType::BF16;
@@ -132,8 +129,10 @@ int run(const Args& a) {
     throw InputError(
         "--seq-len or --budget: give a sequence length to plan, a budget to search "
         "the longest sequence under, or both");
-  if (a.seq_len < 0 || a.seq_len > (int64_t{1} << 31) - 1)
-    throw InputError("--seq-len: must be between 1 and 2^31-1");
+  const int64_t min_T = min_planning_tokens(setup.objective.kind, setup.group_size);
+  if (a.seq_len != 0 && (a.seq_len < min_T || a.seq_len > (int64_t{1} << 31) - 1))
+    throw InputError("--seq-len: must be between " + std::to_string(min_T) + " and 2^31-1 for objective " +
+                     objective_name(setup.objective.kind));
   const ChunkRequest req{parse_chunk(a.layer_chunk, "--layer-chunk"),
                          parse_chunk(a.head_chunk, "--head-chunk")};
   const std::vector<ExecConfig> modes = parse_modes(a.modes);
@@ -171,7 +170,7 @@ int run(const Args& a) {
       setup.adamw
           ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
           : "",
-      a.objective.c_str());
+      a.objective.describe().c_str());
   if (setup.ranks > 1)
     std::printf("data parallel: %d ranks, zero %d: the memory of one rank (rank 0, whose slices are the "
                 "largest)%s\n", setup.ranks, setup.zero,
@@ -205,7 +204,7 @@ int run(const Args& a) {
     j["model"] = a.model;
     j["dtype"] = a.dtype;
     j["optimizer"] = a.optimizer;
-    j["objective"] = a.objective;
+    j["objective"] = a.objective.describe();
     j["ranks"] = setup.ranks;
     j["zero"] = setup.zero;
     if (setup.budget > 0) {
@@ -255,8 +254,7 @@ void register_plan(CLI::App& app) {
   c->add_option("--optimizer", a->optimizer,
                 "none, or adamw: fp32 m and v (and fp32 master weights with --dtype bf16)")
       ->capture_default_str();
-  c->add_option("--objective", a->objective, "sft (dpo, grpo, ppo: not yet)")
-      ->capture_default_str();
+  a->objective.add_flags(c);
   c->add_option("--modes", a->modes, "Comma-separated modes")->capture_default_str();
   c->add_option("--seq-len", a->seq_len, "Plan this many tokens (else: search the longest)");
   c->add_option("--layer-chunk", a->layer_chunk,

@@ -19,13 +19,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "core/error.h"
-#include "engine/engine.h"
 #include "model/safetensors.h"
-#include "objective/sft.h"
+#include "step/step_runner.h"
 
 namespace sbp::cli {
 
@@ -44,6 +44,7 @@ struct Args {
   std::string json_out;
   int threads = 0;
   uint64_t seed = 0;
+  std::string backend = "cpu";
 };
 
 std::string where(const std::string& file, const std::string& field, size_t i) {
@@ -133,25 +134,6 @@ Batch read_tokens_file(const std::string& path, int64_t vocab) {
   return b;
 }
 
-// Records the per-row target log-probabilities the LM head hands to the objective, so the
-// log-probs reported with --grads are those of the very pass that produced the gradients.
-class RecordingSft final : public Objective {
- public:
-  RecordingSft(const Batch& batch, double normalizer)
-      : sft_(batch, normalizer), logp_(static_cast<size_t>(batch.size()), 0.0f) {}
-  void token_grads(int64_t row_begin, std::span<const float> logp,
-                   std::span<float> dlogp) override {
-    std::copy(logp.begin(), logp.end(), logp_.begin() + row_begin);
-    sft_.token_grads(row_begin, logp, dlogp);
-  }
-  double loss() const { return sft_.loss(); }
-  const std::vector<float>& logp() const { return logp_; }
-
- private:
-  SftObjective sft_;
-  std::vector<float> logp_;  // (T)
-};
-
 // Writes text to `path` through a temporary sibling and a rename: never half a file.
 void write_file_atomically(const std::string& path, const std::string& text) {
   const fs::path target(path);
@@ -192,18 +174,31 @@ int run(const Args& a) {
 
   Ledger ledger;
   Pool pool(ledger);
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_backend(parse_backend(a.backend));
+  } catch (const InputError& e) {
+    throw InputError(std::string("--backend: ") + e.what());
+  }
   const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::test);
-  CpuBackend be;
-  Engine engine(cfg, w, be, pool, exec);
+  // The step `train` runs (one SFT micro-batch), recording the log-probs of its own gradient
+  // pass; or, without --grads, a forward alone (no gradient memory).
+  std::unique_ptr<DataParallel> grads;
+  if (!a.grads.empty()) grads = std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::lm, pool, *be, nullptr);
+  StepModels models;
+  models.policy = {{&cfg, &w}, grads.get()};
+  const ObjectiveSetup sft;  // the SFT loss over the given loss tokens
+  StepRunner runner(sft, models, *be, pool, exec, single_process(), {.record_logp = true});
 
   std::vector<float> logp;  // (T) target log-prob of each row, 0 where none
   double loss = 0.0;
   if (!a.grads.empty()) {
-    const ParameterSet g(cfg, pool, Category::grads, DType::F32, /*zero=*/true);
-    RecordingSft obj(batch, n_loss);
-    engine.forward_backward(batch, obj, g);
-    loss = obj.loss();
-    logp = obj.logp();
+    MicroBatch mb;
+    mb.batch = batch;
+    StepResult r = runner.run(StepBatches::whole({std::move(mb)}));
+    loss = r.loss;
+    logp = std::move(r.logp[0]);
+    const ParameterSet& g = grads->grads();
     std::vector<NamedTensor> named;
     for (size_t i = 0; i < g.size(); ++i) named.push_back({g.name(i), g.tensor(i)});
     char loss_text[64];
@@ -214,7 +209,7 @@ int run(const Args& a) {
                        {"loss", loss_text},
                        {"num_loss_tokens", std::to_string(static_cast<int64_t>(n_loss))}});
   } else {
-    logp = engine.score(batch).logp;
+    logp = runner.score(batch).logp;
     const std::vector<float> wt = batch.target_weights();
     double sum = 0.0;  // fp64, in row order
     for (size_t t = 0; t < static_cast<size_t>(T); ++t) sum -= static_cast<double>(wt[t]) * logp[t];
@@ -291,6 +286,7 @@ void register_score(CLI::App& app) {
   c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON");
   c->add_option("--threads", a->threads, "Threads (default: all)");
   c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");
+  c->add_option("--backend", a->backend, "Backend that computes: cpu");
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

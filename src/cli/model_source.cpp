@@ -28,12 +28,16 @@ ModelSource resolve_model(const std::string& arg, int64_t layers) {
 ParameterSet materialize_weights(const ModelSource& src, Pool& pool, uint64_t seed,
                                  InitStyle style) {
   ParameterSet w(src.cfg, pool, Category::weights, DType::F32, false);
+  fill_weights(src, w, seed, style);
+  return w;
+}
+
+void fill_weights(const ModelSource& src, ParameterSet& w, uint64_t seed, InitStyle style) {
   if (src.has_weights) {
     load_weights(src.dir, src.cfg, w);
   } else {
     init_parameters(w, seed, style);
   }
-  return w;
 }
 
 }  // namespace sbp::cli

@@ -12,16 +12,6 @@ constexpr const char* kCategoryNames[kNumCategories] = {
 
 const char* category_name(Category c) { return kCategoryNames[static_cast<size_t>(c)]; }
 
-bool parse_category(const std::string& s, Category* out) {
-  for (int i = 0; i < kNumCategories; ++i) {
-    if (s == kCategoryNames[i]) {
-      *out = static_cast<Category>(i);
-      return true;
-    }
-  }
-  return false;
-}
-
 int64_t MemoryBreakdown::total() const {
   int64_t t = 0;
   for (int64_t b : bytes) t += b;

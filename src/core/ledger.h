@@ -22,7 +22,6 @@ enum class Category : uint8_t {
 };
 constexpr int kNumCategories = 8;
 const char* category_name(Category c);
-bool parse_category(const std::string& s, Category* out);
 
 struct MemoryBreakdown {
   std::array<int64_t, kNumCategories> bytes{};

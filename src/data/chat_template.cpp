@@ -272,28 +272,28 @@ std::string ChatTemplate::name() const {
   return "chatml";
 }
 
-ChatTemplate chat_template_by_name(const std::string& name, const std::string& where) {
+ChatTemplate chat_template_for(ChatTemplateName name) {
   ChatTemplate t;
-  if (name == "chatml") return t;
-  if (name == "qwen2.5" || name == "qwen2") {
-    t.default_system = name == "qwen2" ? "You are a helpful assistant." : kQwenDefaultSystem;
-    t.tool_responses_in_user = true;
-    return t;
+  switch (name) {
+    case ChatTemplateName::chatml: break;
+    case ChatTemplateName::qwen2:
+    case ChatTemplateName::qwen2_5:
+      t.default_system = name == ChatTemplateName::qwen2 ? "You are a helpful assistant." : kQwenDefaultSystem;
+      t.tool_responses_in_user = true;
+      break;
+    case ChatTemplateName::qwen3: t.family = ChatFamily::qwen3; break;
+    case ChatTemplateName::llama3: t.family = ChatFamily::llama3; break;
+    case ChatTemplateName::llama3_0: t.family = ChatFamily::llama3_0; break;
   }
-  if (name == "qwen3") {
-    t.family = ChatFamily::qwen3;
-    return t;
-  }
-  if (name == "llama3" || name == "llama3.1") {
-    t.family = ChatFamily::llama3;
-    return t;
-  }
-  if (name == "llama3.0") {
-    t.family = ChatFamily::llama3_0;
-    return t;
-  }
-  throw InputError(where + ": unknown chat template '" + name +
-                   "' (expected auto, chatml, qwen2, qwen2.5, qwen3, llama3, llama3.0)");
+  return t;
+}
+
+ChatTemplate chat_template_by_name(const std::string& name, const std::string& where) {
+  ChatTemplateName n{};
+  if (!try_parse_enum<ChatTemplateName>(kChatTemplateNames, name, &n))
+    throw InputError(where + ": unknown chat template '" + name + "' (expected auto, " +
+                     enum_choices<ChatTemplateName>(kChatTemplateNames) + ")");
+  return chat_template_for(n);
 }
 
 // Markers, from the templates the families ship with:

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/enum_names.h"
+
 namespace sbp {
 
 struct ChatMessage {
@@ -49,8 +51,16 @@ struct ChatTemplate {
   std::string name() const;  // chatml | qwen2.5 | qwen3 | llama3 | llama3.0 (chatml+... if custom)
 };
 
-// "chatml", "qwen2.5" (also "qwen2"), "qwen3", "llama3" (also "llama3.1"), "llama3.0".
-// Throws InputError prefixed by `where` for anything else.
+// The templates a config can name. qwen2 is qwen2.5 with Qwen2's shorter default system
+// prompt; llama3.1 is llama3.
+enum class ChatTemplateName { chatml, qwen2, qwen2_5, qwen3, llama3, llama3_0 };
+inline constexpr EnumName<ChatTemplateName> kChatTemplateNames[] = {
+    {ChatTemplateName::chatml, "chatml"}, {ChatTemplateName::qwen2, "qwen2"},
+    {ChatTemplateName::qwen2_5, "qwen2.5"}, {ChatTemplateName::qwen3, "qwen3"},
+    {ChatTemplateName::llama3, "llama3"}, {ChatTemplateName::llama3_0, "llama3.0"},
+    {ChatTemplateName::llama3, "llama3.1", true}};
+ChatTemplate chat_template_for(ChatTemplateName name);
+// The template `name` spells; InputError prefixed by `where` for anything else.
 ChatTemplate chat_template_by_name(const std::string& name, const std::string& where);
 
 // Recognises a Jinja chat template by its markers (see chat_template.cpp). Throws InputError

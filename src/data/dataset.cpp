@@ -40,24 +40,7 @@ bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == s
 
 }  // namespace
 
-const char* truncation_name(Truncation t) {
-  switch (t) {
-    case Truncation::error: return "error";
-    case Truncation::truncate: return "truncate";
-    case Truncation::skip: return "skip";
-  }
-  return "?";
-}
-
-bool parse_truncation(const std::string& s, Truncation* out) {
-  for (Truncation t : {Truncation::error, Truncation::truncate, Truncation::skip}) {
-    if (s == truncation_name(t)) {
-      *out = t;
-      return true;
-    }
-  }
-  return false;
-}
+const char* truncation_name(Truncation t) { return enum_name<Truncation>(kTruncationNames, t); }
 
 int64_t Example::tokens() const {
   int64_t n = 0;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "data/example_encoder.h"
 #include "data/records.h"
 
@@ -23,8 +24,9 @@ namespace sbp {
 // What to do with a sequence longer than max_seq_len, or an example (pair, group) longer than
 // the micro-batch token budget.
 enum class Truncation { error, truncate, skip };
+inline constexpr EnumName<Truncation> kTruncationNames[] = {
+    {Truncation::error, "error"}, {Truncation::truncate, "truncate"}, {Truncation::skip, "skip"}};
 const char* truncation_name(Truncation t);
-bool parse_truncation(const std::string& s, Truncation* out);
 
 struct Example {
   std::vector<TokenizedSequence> sequences;  // packed side by side as separate segments

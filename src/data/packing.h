@@ -9,7 +9,7 @@
 
 #include "core/rng.h"
 #include "data/dataset.h"
-#include "engine/batch.h"
+#include "core/batch.h"
 
 namespace sbp {
 

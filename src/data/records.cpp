@@ -107,27 +107,7 @@ void check_completion(const TextOrChat& prompt, const TextOrChat& c, const std::
 
 }  // namespace
 
-const char* data_format_name(DataFormat f) {
-  switch (f) {
-    case DataFormat::messages: return "messages";
-    case DataFormat::prompt_completion: return "prompt_completion";
-    case DataFormat::text: return "text";
-    case DataFormat::preference: return "preference";
-    case DataFormat::rollout: return "rollout";
-  }
-  return "?";
-}
-
-bool parse_data_format(const std::string& s, DataFormat* out) {
-  for (DataFormat f : {DataFormat::messages, DataFormat::prompt_completion, DataFormat::text,
-                       DataFormat::preference, DataFormat::rollout}) {
-    if (s == data_format_name(f)) {
-      *out = f;
-      return true;
-    }
-  }
-  return false;
-}
+const char* data_format_name(DataFormat f) { return enum_name<DataFormat>(kDataFormatNames, f); }
 
 DataFormat detect_data_format(const json& row, const std::string& where) {
   if (!row.is_object()) fail(where, std::string("expected a JSON object, got ") + json_kind(row));

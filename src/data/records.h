@@ -18,15 +18,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/enum_names.h"
 #include "data/chat_template.h"
 
 namespace sbp {
 
 enum class DataFormat { messages, prompt_completion, text, preference, rollout };
 
+inline constexpr EnumName<DataFormat> kDataFormatNames[] = {{DataFormat::messages, "messages"},
+                                                            {DataFormat::prompt_completion, "prompt_completion"},
+                                                            {DataFormat::text, "text"},
+                                                            {DataFormat::preference, "preference"},
+                                                            {DataFormat::rollout, "rollout"}};
 const char* data_format_name(DataFormat f);
-// "messages", "prompt_completion", "text", "preference", "rollout"; false for anything else.
-bool parse_data_format(const std::string& s, DataFormat* out);
 
 // A prompt or completion: plain text or a conversation.
 struct TextOrChat {

@@ -54,6 +54,12 @@ struct Engine::Step {
   }
 };
 
+struct Engine::Kept {
+  std::vector<Buffer> inputs;   // (T, d) x_l of every layer l < L
+  std::vector<LayerKV> kv;      // store mode: every layer's K/V
+  std::vector<ChunkActs> acts;  // store mode: every layer's activations (one chunk of T rows)
+};
+
 Engine::Engine(const ModelConfig& cfg, const ParameterSet& weights, Backend& backend, Pool& pool,
                ExecConfig exec)
     : cfg_(cfg), weights_(weights), be_(backend), pool_(pool), exec_(exec) {}
@@ -69,97 +75,78 @@ void Engine::forward_backward(const Batch& batch, Objective& objective,
   }
   const Step step(cfg_, be_, pool_, batch);
   const int64_t T = batch.size(), d = cfg_.hidden_size;
-  const int64_t L = cfg_.num_hidden_layers;
-  const DType act = exec_.act_dtype;
-  const ModelTensors& W = weights_.views();
-  const ModelTensors& G = grads.views();
-  DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act);
+  // A tied LM head writes the embedding's gradient too (grad_hook.h).
+  const bool head_writes_embedding = kind == HeadKind::lm && cfg_.tie_word_embeddings;
+
+  // Forward: every layer's input x_l stays (and, in store mode, everything).
+  Kept kept;
+  Buffer hidden = forward_layers(step, T, &kept);  // (T, d) final hidden, before the norm
+  Buffer gy = pool_.zeros(Category::grad_buffers, DType::F32, {T, d});  // (T, d) dL/d(hidden)
+  if (hook && head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
+  if (hook) hook->grads_begin(GradGroup::head, -1);
+  head_backward(step, hidden.view(), objective, grads.views(), gy.view());
+  if (hook) hook->grads_final(GradGroup::head, -1);
+  hidden.reset();
+  // Layers last to first; gy becomes each layer's input gradient in place.
+  layers_backward(step, kept, grads.views(), gy.view(), hook);
+  if (hook && !head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
+  be_.embedding_backward(grads.views().embed, gy.view(), step.tokens.view());
+  if (hook) hook->grads_final(GradGroup::embedding, -1);
+}
+
+void Engine::head_backward(const Step& step, const Tensor& hidden, Objective& objective,
+                           const ModelTensors& G, const Tensor& gy) {
+  const int64_t T = hidden.rows();
+  const int64_t hc = exec_.head_chunk_for(T);
+  const bool entropy = objective.wants_entropy();
+  const bool computes = be_.computes();
+  const int passes = objective.prepasses();
+  auto block = [&](int64_t s, int64_t e) {
+    return HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, objective.head(), entropy,
+                     hidden.slice_rows(s, e), step.targets.rows(s, e), s);
+  };
+  // Pre-passes (no grad): every block once per pass, from the kept final hidden state.
+  // With a single block the gradient pass below reuses it instead of recomputing it.
+  const bool one_block = hc >= T;
+  for (int p = 0; p < passes && !one_block; ++p) {
+    for_chunks(T, hc, [&](int64_t s, int64_t e) {
+      const HeadBlock b = block(s, e);
+      if (computes) objective.prepass(p, b.chunk());
+    });
+    if (computes) objective.finish_prepass(p);
+  }
+  for_chunks(T, hc, [&](int64_t s, int64_t e) {
+    HeadBlock b = block(s, e);
+    for (int p = 0; p < passes && one_block; ++p) {
+      if (computes) objective.prepass(p, b.chunk());
+      if (computes) objective.finish_prepass(p);
+    }
+    const TokenChunkGrads g = b.alloc_grads();
+    if (computes) objective.chunk_grads(b.chunk(), g);
+    b.backward(G, gy.slice_rows(s, e));
+  });
+}
+
+void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
+                             GradHook* hook) {
+  const int64_t T = gy.rows(), L = cfg_.num_hidden_layers;
+  const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = exec_.layers == LayerMode::store;
   const bool stream = exec_.layers == LayerMode::stream;
-
-  // ---- forward: keep each layer's input x_l (and, in store mode, everything) ----
-  std::vector<Buffer> ckpt(static_cast<size_t>(L + 1));  // x_l (T, d); ckpt[L] = final hidden
-  std::vector<LayerKV> kept_kv(store ? static_cast<size_t>(L) : 0);
-  std::vector<ChunkActs> kept_acts(store ? static_cast<size_t>(L) : 0);
-  ckpt[0] = pool_.allocate(Category::checkpoints, act, {T, d});
-  be_.embedding_forward(ckpt[0].view(), step.tokens.view(), W.embed);
-  for (int64_t l = 0; l < L; ++l) {
-    const LayerTensors& w = W.layers[static_cast<size_t>(l)];
-    const Tensor x = ckpt[static_cast<size_t>(l)].view();
-    ckpt[static_cast<size_t>(l + 1)] = pool_.allocate(Category::checkpoints, act, {T, d});
-    const Tensor y = ckpt[static_cast<size_t>(l + 1)].view();
-    if (store) {
-      LayerKV& kv = kept_kv[static_cast<size_t>(l)];
-      kv = ops.alloc_kv(T, Category::checkpoints, /*keep_k_raw=*/true);
-      ops.kv_forward(w, x, 0, kv);
-      ops.rows_forward(w, x, 0, kv, y, &kept_acts[static_cast<size_t>(l)], Category::checkpoints);
-    } else {
-      // recompute: one chunk of T rows; stream: chunk by chunk, first to last, so each chunk's
-      // K/V rows exist before its queries need them.
-      LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, false);
-      for_chunks(T, chunk, [&](int64_t s, int64_t e) {
-        ops.kv_forward(w, x.slice_rows(s, e), s, kv);
-        ops.rows_forward(w, x.slice_rows(s, e), s, kv, y.slice_rows(s, e), nullptr,
-                         Category::layer_workspace);
-      });
-    }
-  }
-
-  // ---- head: one block of rows at a time; gy = dL/d(final hidden) ----
-  // A tied LM head writes the embedding's gradient too (grad_hook.h).
-  const bool head_writes_embedding = kind == HeadKind::lm && cfg_.tie_word_embeddings;
-  Buffer gy = pool_.zeros(Category::grad_buffers, DType::F32, {T, d});  // (T, d)
-  if (hook && head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
-  if (hook) hook->grads_begin(GradGroup::head, -1);
-  {
-    const Tensor hidden = ckpt[static_cast<size_t>(L)].view();  // (T, d)
-    const int64_t hc = exec_.head_chunk_for(T);
-    const bool entropy = objective.wants_entropy();
-    const bool computes = be_.computes();
-    const int passes = objective.prepasses();
-    auto block = [&](int64_t s, int64_t e) {
-      return HeadBlock(cfg_, be_, pool_, W, act, kind, entropy, hidden.slice_rows(s, e),
-                       step.targets.rows(s, e), s);
-    };
-    // Pre-passes (no grad): every block once per pass, from the kept final hidden state.
-    // With a single block the gradient pass below reuses it instead of recomputing it.
-    const bool one_block = hc >= T;
-    for (int p = 0; p < passes && !one_block; ++p) {
-      for_chunks(T, hc, [&](int64_t s, int64_t e) {
-        const HeadBlock b = block(s, e);
-        if (computes) objective.prepass(p, b.chunk());
-      });
-      if (computes) objective.finish_prepass(p);
-    }
-    for_chunks(T, hc, [&](int64_t s, int64_t e) {
-      HeadBlock b = block(s, e);
-      for (int p = 0; p < passes && one_block; ++p) {
-        if (computes) objective.prepass(p, b.chunk());
-        if (computes) objective.finish_prepass(p);
-      }
-      const TokenChunkGrads g = b.alloc_grads();
-      if (computes) objective.chunk_grads(b.chunk(), g);
-      b.backward(G, gy.rows(s, e));
-    });
-  }
-  if (hook) hook->grads_final(GradGroup::head, -1);
-  ckpt[static_cast<size_t>(L)].reset();
-
-  // ---- layers, last to first; gy becomes each layer's input gradient in place ----
-  const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
+  DecoderLayerOps ops(cfg_, be_, pool_, step.tables, exec_.act_dtype);
   for (int64_t l = L - 1; l >= 0; --l) {
+    const size_t li = static_cast<size_t>(l);
     if (hook) hook->grads_begin(GradGroup::layer, l);
-    const LayerTensors& w = W.layers[static_cast<size_t>(l)];
-    const LayerTensors& gw = G.layers[static_cast<size_t>(l)];
-    const Tensor x = ckpt[static_cast<size_t>(l)].view();
+    const LayerTensors& w = weights_.views().layers[li];
+    const LayerTensors& gw = G.layers[li];
+    const Tensor x = kept.inputs[li].view();  // (T, d)
     if (store) {
       Buffer dK = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
       Buffer dV = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
-      ops.rows_backward(w, gw, x, 0, kept_acts[static_cast<size_t>(l)],
-                        kept_kv[static_cast<size_t>(l)], dK.view(), dV.view(), gy.view());
-      kept_acts[static_cast<size_t>(l)] = ChunkActs();
-      kept_kv[static_cast<size_t>(l)] = LayerKV();
+      ops.rows_backward(w, gw, x, 0, kept.acts[li], kept.kv[li], dK.view(), dV.view(), gy);
+      kept.acts[li] = ChunkActs();
+      kept.kv[li] = LayerKV();
     } else {
       // K/V phase: computed once per layer (not once per chunk). In recompute mode the raw
       // keys are kept, as autograd would keep them, so no extra product is needed.
@@ -170,35 +157,43 @@ void Engine::forward_backward(const Batch& batch, Objective& objective,
       for_chunks_reversed(T, chunk, [&](int64_t s, int64_t e) {
         ChunkActs acts;
         ops.rows_forward(w, x.slice_rows(s, e), s, kv, Tensor(), &acts, Category::layer_workspace);
-        ops.rows_backward(w, gw, x.slice_rows(s, e), s, acts, kv, dK.view(), dV.view(),
-                          gy.rows(s, e));
+        ops.rows_backward(w, gw, x.slice_rows(s, e), s, acts, kv, dK.view(), dV.view(), gy.slice_rows(s, e));
       });
     }
-    ckpt[static_cast<size_t>(l)].reset();
+    kept.inputs[li].reset();
     // Every chunk of layer l is done: its weight gradients are complete for this call.
     if (hook) hook->grads_final(GradGroup::layer, l);
   }
-  if (hook && !head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
-  be_.embedding_backward(G.embed, gy.view(), step.tokens.view());
-  if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
 
-Buffer Engine::forward_hidden(const Batch& batch, const Step& step) {
-  const int64_t T = batch.size(), d = cfg_.hidden_size;
+Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
+  const int64_t d = cfg_.hidden_size;
   const DType act = exec_.act_dtype;
   const ModelTensors& W = weights_.views();
   DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act);
   const int64_t chunk = exec_.layer_chunk_for(T);
+  const bool store = kept != nullptr && exec_.layers == LayerMode::store;
 
-  Buffer x = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) current layer input
+  Buffer x = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) x_0
   be_.embedding_forward(x.view(), step.tokens.view(), W.embed);
   for (const LayerTensors& w : W.layers) {
-    Buffer y = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d)
-    LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, false);
-    for_chunks(T, chunk, [&](int64_t s, int64_t e) {
-      ops.kv_forward(w, x.rows(s, e), s, kv);
-      ops.rows_forward(w, x.rows(s, e), s, kv, y.rows(s, e), nullptr, Category::layer_workspace);
-    });
+    Buffer y = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) layer output
+    if (store) {
+      // Every activation stays for the backward, as plain backprop keeps it.
+      kept->kv.push_back(ops.alloc_kv(T, Category::checkpoints, /*keep_k_raw=*/true));
+      kept->acts.emplace_back();
+      ops.kv_forward(w, x.view(), 0, kept->kv.back());
+      ops.rows_forward(w, x.view(), 0, kept->kv.back(), y.view(), &kept->acts.back(), Category::checkpoints);
+    } else {
+      // recompute and scoring: one chunk of T rows; stream: chunk by chunk, first to last, so
+      // each chunk's K/V rows exist before its queries need them.
+      LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, false);
+      for_chunks(T, chunk, [&](int64_t s, int64_t e) {
+        ops.kv_forward(w, x.rows(s, e), s, kv);
+        ops.rows_forward(w, x.rows(s, e), s, kv, y.rows(s, e), nullptr, Category::layer_workspace);
+      });
+    }
+    if (kept) kept->inputs.push_back(std::move(x));
     x = std::move(y);
   }
   return x;
@@ -207,7 +202,7 @@ Buffer Engine::forward_hidden(const Batch& batch, const Step& step) {
 Engine::TokenScores Engine::score(const Batch& batch) {
   const Step step(cfg_, be_, pool_, batch);
   const int64_t T = batch.size();
-  const Buffer x = forward_hidden(batch, step);  // (T, d)
+  const Buffer x = forward_layers(step, T, nullptr);  // (T, d)
 
   TokenScores out;
   out.logp.assign(static_cast<size_t>(T), 0.0f);
@@ -231,7 +226,7 @@ Engine::TokenScores Engine::score(const Batch& batch) {
 std::vector<float> Engine::values(const Batch& batch) {
   const Step step(cfg_, be_, pool_, batch);
   const int64_t T = batch.size();
-  const Buffer x = forward_hidden(batch, step);  // (T, d)
+  const Buffer x = forward_layers(step, T, nullptr);  // (T, d)
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
   for_chunks(T, exec_.head_chunk_for(T), [&](int64_t s, int64_t e) {
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value,
@@ -241,6 +236,31 @@ std::vector<float> Engine::values(const Batch& batch) {
       std::copy(c.value.begin(), c.value.end(), out.begin() + s);
     }
   });
+  return out;
+}
+
+std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t> rows) {
+  const Step step(cfg_, be_, pool_, batch);
+  const int64_t T = batch.size(), d = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  for (int64_t r : rows) {
+    if (r < 0 || r >= T)
+      throw InputError("logits_at: row " + std::to_string(r) + " outside the batch (T = " + std::to_string(T) + ")");
+  }
+  SBP_CHECK(weights_.views().lm_head.defined(), "logits_at: the model has no LM head");
+  Buffer x = forward_layers(step, T, nullptr);  // (T, d)
+  std::vector<float> out(static_cast<size_t>(n * V), 0.0f);
+  if (n == 0) return out;
+  // Gather the requested rows (they need not be contiguous), then final norm and LM head.
+  const DType act = exec_.act_dtype;
+  Buffer picked = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
+  for (int64_t i = 0; i < n; ++i) be_.copy(picked.rows(i, i + 1), x.rows(rows[i], rows[i] + 1));
+  x.reset();
+  Buffer hf = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
+  be_.rmsnorm_forward(hf.view(), picked.view(), weights_.views().final_norm, static_cast<float>(cfg_.rms_norm_eps));
+  Buffer logits = pool_.allocate(Category::logits, DType::F32, {n, V});  // (n, V)
+  be_.gemm(logits.view(), hf.view(), false, weights_.views().lm_head, true, 1.0f, 0.0f);
+  if (be_.computes()) std::copy(logits.f32(), logits.f32() + n * V, out.begin());
   return out;
 }
 

@@ -2,11 +2,12 @@
 // The training step (DESIGN §2-§3): forward with layer-input checkpoints, the LM-head pass
 // (full or chunked) driven by an objective, and the layer backward in the chosen mode.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/pool.h"
-#include "engine/batch.h"
+#include "core/batch.h"
 #include "engine/exec_config.h"
 #include "engine/grad_hook.h"
 #include "model/config.h"
@@ -43,13 +44,31 @@ class Engine {
   // the final-normed hidden state by score.weight. Same memory as score().
   std::vector<float> values(const Batch& batch);
 
+  // Forward only: the (rows.size(), V) logits, row-major, of the given packed rows (each the
+  // distribution over the token that follows it; rows may repeat, in any order). For checking
+  // a model against another implementation (Hugging Face parity, checkpoint round trips):
+  // training never needs the logits themselves. Peak: two (T, d) hidden states, one layer's
+  // K/V and chunk working set, and the (rows, V) result.
+  std::vector<float> logits_at(const Batch& batch, std::span<const int64_t> rows);
+
   const ExecConfig& exec() const { return exec_; }
-  void set_exec(const ExecConfig& e) { exec_ = e; }
 
  private:
   struct Step;  // per-call tensors (engine.cpp)
-  // Forward without checkpoints: the final hidden state (T, d), before the final norm.
-  Buffer forward_hidden(const Batch& batch, const Step& step);
+  struct Kept;  // what the forward keeps for the backward (engine.cpp)
+  // The forward through every layer, in row chunks of exec_.layer_chunk_for(T) (one chunk of T
+  // in store and recompute modes). With `kept` (training): every layer's input x_l stays in
+  // kept->inputs and, in store mode, every layer's K/V and activations too; without (scoring):
+  // only the current layer's input and output are alive. Returns the final hidden state
+  // (T, d) before the final norm.
+  Buffer forward_layers(const Step& step, int64_t T, Kept* kept);
+  // The head over blocks of rows (one block of T in `full` mode), driven by the objective:
+  // pre-passes, then the gradient pass; head weight gradients ADD into G, dL/d(hidden) into
+  // gy (T, d).
+  void head_backward(const Step& step, const Tensor& hidden, Objective& objective, const ModelTensors& G,
+                     const Tensor& gy);
+  // Layers L-1 .. 0 in the exec mode; gy (T, d): in dL/d(final hidden), out dL/d(x_0).
+  void layers_backward(const Step& step, Kept& kept, const ModelTensors& G, const Tensor& gy, GradHook* hook);
   const ModelConfig& cfg_;
   const ParameterSet& weights_;
   Backend& be_;

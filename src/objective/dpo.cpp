@@ -7,20 +7,10 @@
 namespace sbp {
 
 DpoLoss parse_dpo_loss(const std::string& name) {
-  if (name == "sigmoid") return DpoLoss::sigmoid;
-  if (name == "hinge") return DpoLoss::hinge;
-  if (name == "ipo") return DpoLoss::ipo;
-  throw InputError("unknown DPO loss type '" + name + "' (use sigmoid, hinge or ipo)");
+  return parse_enum<DpoLoss>(kDpoLossNames, name, "DPO loss type");
 }
 
-const char* dpo_loss_name(DpoLoss t) {
-  switch (t) {
-    case DpoLoss::sigmoid: return "sigmoid";
-    case DpoLoss::hinge: return "hinge";
-    case DpoLoss::ipo: return "ipo";
-  }
-  return "?";
-}
+const char* dpo_loss_name(DpoLoss t) { return enum_name<DpoLoss>(kDpoLossNames, t); }
 
 Batch preference_batch(const std::vector<PreferencePair>& pairs) {
   std::vector<PromptCompletion> seqs;

@@ -21,7 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/batch.h"
+#include "core/batch.h"
+#include "core/enum_names.h"
 #include "objective/objective.h"
 #include "objective/sequence_rows.h"
 #include "objective/token_terms.h"
@@ -34,7 +35,9 @@ struct DpoConfig {
   double label_smoothing = 0.0;  // sigmoid only (TRL ignores it, with a warning, otherwise)
 };
 
-DpoLoss parse_dpo_loss(const std::string& name);  // "sigmoid" | "hinge" | "ipo"
+inline constexpr EnumName<DpoLoss> kDpoLossNames[] = {
+    {DpoLoss::sigmoid, "sigmoid"}, {DpoLoss::hinge, "hinge"}, {DpoLoss::ipo, "ipo"}};
+DpoLoss parse_dpo_loss(const std::string& name);  // InputError naming the choices
 const char* dpo_loss_name(DpoLoss t);
 
 struct PreferencePair {

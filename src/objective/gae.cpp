@@ -10,9 +10,7 @@
 namespace sbp {
 
 KlEstimator parse_kl_estimator(const std::string& name) {
-  if (name == "k1") return KlEstimator::k1;
-  if (name == "k3") return KlEstimator::k3;
-  throw InputError("unknown kl_estimator '" + name + "' (use k1 or k3)");
+  return parse_enum<KlEstimator>(kKlEstimatorNames, name, "kl_estimator");
 }
 
 std::vector<double> masked_whiten(std::span<const double> x, const std::vector<bool>& mask,

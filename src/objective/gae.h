@@ -24,12 +24,15 @@
 #include <string>
 #include <vector>
 
-#include "engine/batch.h"
+#include "core/batch.h"
+#include "core/enum_names.h"
 
 namespace sbp {
 
 enum class KlEstimator { k1, k3 };
-KlEstimator parse_kl_estimator(const std::string& name);  // "k1" | "k3"
+inline constexpr EnumName<KlEstimator> kKlEstimatorNames[] = {{KlEstimator::k1, "k1"},
+                                                              {KlEstimator::k3, "k3"}};
+KlEstimator parse_kl_estimator(const std::string& name);  // InputError naming the choices
 
 struct PpoRolloutConfig {
   double kl_coef = 0.05;  // TRL defaults

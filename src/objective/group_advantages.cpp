@@ -7,20 +7,10 @@
 namespace sbp {
 
 ScaleRewards parse_scale_rewards(const std::string& name) {
-  if (name == "group" || name == "true") return ScaleRewards::group;
-  if (name == "batch") return ScaleRewards::batch;
-  if (name == "none" || name == "false") return ScaleRewards::none;
-  throw InputError("unknown scale_rewards '" + name + "' (use group, batch or none)");
+  return parse_enum<ScaleRewards>(kScaleRewardsNames, name, "scale_rewards");
 }
 
-const char* scale_rewards_name(ScaleRewards s) {
-  switch (s) {
-    case ScaleRewards::group: return "group";
-    case ScaleRewards::batch: return "batch";
-    case ScaleRewards::none: return "none";
-  }
-  return "?";
-}
+const char* scale_rewards_name(ScaleRewards s) { return enum_name<ScaleRewards>(kScaleRewardsNames, s); }
 
 namespace {
 // Mean and unbiased standard deviation (torch.std's default correction of 1; NaN for n = 1,

@@ -8,22 +8,10 @@
 namespace sbp {
 
 GrpoLoss parse_grpo_loss(const std::string& name) {
-  if (name == "grpo") return GrpoLoss::grpo;
-  if (name == "bnpo") return GrpoLoss::bnpo;
-  if (name == "dr_grpo") return GrpoLoss::dr_grpo;
-  if (name == "dapo") return GrpoLoss::dapo;
-  throw InputError("unknown GRPO loss type '" + name + "' (use grpo, bnpo, dr_grpo or dapo)");
+  return parse_enum<GrpoLoss>(kGrpoLossNames, name, "GRPO loss type");
 }
 
-const char* grpo_loss_name(GrpoLoss t) {
-  switch (t) {
-    case GrpoLoss::grpo: return "grpo";
-    case GrpoLoss::bnpo: return "bnpo";
-    case GrpoLoss::dr_grpo: return "dr_grpo";
-    case GrpoLoss::dapo: return "dapo";
-  }
-  return "?";
-}
+const char* grpo_loss_name(GrpoLoss t) { return enum_name<GrpoLoss>(kGrpoLossNames, t); }
 
 GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantages,
                              const GrpoConfig& cfg, std::span<const float> old_logp,

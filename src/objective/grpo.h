@@ -23,14 +23,19 @@
 #include <string>
 #include <vector>
 
-#include "engine/batch.h"
+#include "core/batch.h"
+#include "core/enum_names.h"
 #include "objective/objective.h"
 #include "objective/sequence_rows.h"
 
 namespace sbp {
 
 enum class GrpoLoss { grpo, bnpo, dr_grpo, dapo };
-GrpoLoss parse_grpo_loss(const std::string& name);
+inline constexpr EnumName<GrpoLoss> kGrpoLossNames[] = {{GrpoLoss::grpo, "grpo"},
+                                                        {GrpoLoss::bnpo, "bnpo"},
+                                                        {GrpoLoss::dr_grpo, "dr_grpo"},
+                                                        {GrpoLoss::dapo, "dapo"}};
+GrpoLoss parse_grpo_loss(const std::string& name);  // InputError naming the choices
 const char* grpo_loss_name(GrpoLoss t);
 
 struct GrpoConfig {

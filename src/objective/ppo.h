@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/batch.h"
+#include "core/batch.h"
 #include "objective/objective.h"
 #include "objective/sequence_rows.h"
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/batch.h"
+#include "core/batch.h"
 
 namespace sbp {
 

@@ -4,7 +4,7 @@
 // gradient accumulation over micro-batches equals one big batch.
 #include <vector>
 
-#include "engine/batch.h"
+#include "core/batch.h"
 #include "objective/objective.h"
 
 namespace sbp {

@@ -4,10 +4,16 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace sbp {
 
+enum class ScheduleKind { constant, linear, cosine };
+inline constexpr EnumName<ScheduleKind> kScheduleNames[] = {
+    {ScheduleKind::constant, "constant"}, {ScheduleKind::linear, "linear"}, {ScheduleKind::cosine, "cosine"}};
+
 struct LrSchedule {
-  std::string kind = "constant";  // constant | linear | cosine
+  ScheduleKind kind = ScheduleKind::constant;
   double lr = 1e-4;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
@@ -15,7 +21,7 @@ struct LrSchedule {
 
   // Learning rate of optimizer step `step` (1-based).
   double at(int64_t step) const;
-  // Throws InputError naming the field for an unknown kind or negative values.
+  // Throws InputError naming the field for negative values.
   void validate(const std::string& where) const;
 };
 

@@ -1,43 +1,88 @@
 #include "plan/plan_step.h"
 
-#include <memory>
+#include <algorithm>
 #include <vector>
 
 #include "backend/meta/meta_backend.h"
+#include "core/error.h"
 #include "core/pool.h"
 #include "dist/communicator.h"
-#include "dist/data_parallel.h"
-#include "engine/engine.h"
-#include "model/parameters.h"
-#include "objective/sft.h"
-#include "optim/adamw.h"
+#include "objective/sequence_rows.h"
 #include "optim/shard_range.h"
+#include "step/model_set.h"
+#include "step/step_runner.h"
 
 namespace sbp {
 
-PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch,
-                          const StepMemoryOptions& mem) {
+namespace {
+
+int64_t planning_sequences(ObjectiveKind kind, int64_t group_size) {
+  switch (kind) {
+    case ObjectiveKind::sft: return 1;
+    case ObjectiveKind::grpo: return std::max<int64_t>(1, group_size);
+    case ObjectiveKind::dpo:
+    case ObjectiveKind::ppo: return 2;
+  }
+  return 1;
+}
+
+// fp32 master copies of a trained model's weights: whole, or with ZeRO-1/2 this rank's slices.
+void add_master_weights(const ParameterSet& weights, const DataParallel& grads, int ranks, Pool& pool,
+                        std::vector<Buffer>& out) {
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const int64_t n = weights.shape(i).numel();
+    const int64_t held = grads.zero() == 0 ? n : shard_range(n, ranks, 0).count;
+    out.push_back(pool.allocate(Category::optimizer, DType::F32, {held}));
+  }
+}
+
+}  // namespace
+
+int64_t min_planning_tokens(ObjectiveKind kind, int64_t group_size) {
+  return kind == ObjectiveKind::sft ? 1 : 2 * planning_sequences(kind, group_size);
+}
+
+StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {
+  SBP_CHECK(T >= min_planning_tokens(kind, group_size), "planning_step: too few tokens");
+  MicroBatch mb;
+  const int64_t S = planning_sequences(kind, group_size);
+  if (kind == ObjectiveKind::sft) {
+    mb.batch.tokens.assign(static_cast<size_t>(T), 0);
+    mb.batch.seq_lens = {T};
+  } else {
+    // S sequences sharing a prompt of a third of the shortest (>= 1 token, >= 1 completion).
+    const int64_t len = T / S, prompt = std::max<int64_t>(1, len / 3);
+    std::vector<PromptCompletion> seqs(static_cast<size_t>(S));
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t n = len + (s < T % S ? 1 : 0);
+      seqs[static_cast<size_t>(s)].prompt.assign(static_cast<size_t>(prompt), 0);
+      seqs[static_cast<size_t>(s)].completion.assign(static_cast<size_t>(n - prompt), 0);
+    }
+    mb.batch = prompt_completion_batch(seqs);
+  }
+  if (kind == ObjectiveKind::grpo || kind == ObjectiveKind::ppo) mb.rewards.assign(static_cast<size_t>(S), 0.0f);
+  if (kind == ObjectiveKind::grpo) mb.group_size = S;
+  return StepBatches::whole({std::move(mb)});
+}
+
+PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective, const ExecConfig& exec,
+                      const StepBatches& step, const StepMemoryOptions& mem) {
   Ledger ledger(mem.budget);
   Pool pool(ledger, PoolOptions{.materialize = false});
   MetaBackend be;
   ShapeOnlyCommunicator comm(0, mem.ranks);
-  ParameterSet weights(cfg, pool, Category::weights, mem.param_dtype, false);
-  // Gradients, then the master copy and the moments, as the trainer allocates them.
   const AdamWConfig optim;
-  DataParallel parallel(comm, mem.zero, cfg, ModelHead::lm, pool, be, mem.adamw ? &optim : nullptr, mem.param_dtype);
-  std::vector<Buffer> master;  // fp32 master weights: whole, or with ZeRO-1/2 this rank's slices
+  ModelSet models(objective, cfg, pool, be,
+                  ModelSetOptions{.param_dtype = mem.param_dtype,
+                                  .optim = mem.adamw ? &optim : nullptr,
+                                  .comm = &comm,
+                                  .zero = mem.zero});
+  std::vector<Buffer> master;
   if (mem.adamw && mem.master_weights && mem.param_dtype != DType::F32) {
-    for (const ParamSpec& s : parameter_specs(cfg)) {
-      const int64_t n = s.shape.numel();
-      const int64_t held = parallel.zero() == 0 ? n : shard_range(n, mem.ranks, 0).count;
-      master.push_back(pool.allocate(Category::optimizer, DType::F32, {held}));
-    }
+    add_master_weights(models.policy_weights(), models.policy(), mem.ranks, pool, master);
+    if (models.has_value()) add_master_weights(models.value_weights(), models.value(), mem.ranks, pool, master);
   }
-  Engine engine(cfg, weights, be, pool, exec);
-  SftObjective objective(batch, batch.loss_weight_sum());
-  parallel.begin_step(1);
-  engine.forward_backward(batch, objective, parallel.grads(), parallel.hook(0));
-  parallel.end_slot(0);
+  StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
   PlannedStep p;
   p.peak_bytes = ledger.peak();
   p.breakdown = ledger.peak_breakdown();
@@ -46,11 +91,17 @@ PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const 
 }
 
 PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch,
-                          DType param_dtype, bool adamw, int64_t budget) {
+                          const StepMemoryOptions& mem) {
+  MicroBatch mb;
+  mb.batch = batch;
+  return plan_step(cfg, ObjectiveSetup{}, exec, StepBatches::whole({std::move(mb)}), mem);
+}
+
+PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch, DType param_dtype,
+                          bool adamw, int64_t budget) {
   return plan_sft_step(
       cfg, exec, batch,
-      StepMemoryOptions{
-          .param_dtype = param_dtype, .adamw = adamw, .master_weights = false, .budget = budget});
+      StepMemoryOptions{.param_dtype = param_dtype, .adamw = adamw, .master_weights = false, .budget = budget});
 }
 
 }  // namespace sbp

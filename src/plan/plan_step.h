@@ -1,11 +1,14 @@
 #pragma once
-// Shape-only execution of one training step: the real engine code against the meta backend
-// and a non-materialising pool. Returns the ledger's view of the step, as a real run would
+// Shape-only execution of one training step: the step runner `train` runs (step/step_runner.h),
+// for any objective, against the meta backend and a non-materialising pool, with every model
+// the run holds (step/model_set.h). Returns the ledger's view of the step, as a real run would
 // record it, in a fraction of a second for any model size.
+#include "core/batch.h"
 #include "core/ledger.h"
-#include "engine/batch.h"
 #include "engine/exec_config.h"
 #include "model/config.h"
+#include "objective/objective_setup.h"
+#include "step/micro_batch.h"
 
 namespace sbp {
 
@@ -20,9 +23,9 @@ struct PlannedStep {
 struct StepMemoryOptions {
   DType param_dtype = DType::F32;  // weights and gradients (the CPU trains in F32; a GPU in BF16)
   bool adamw = false;              // fp32 first and second moments (category `optimizer`)
-  // fp32 master copy of the weights (category `optimizer`), as mixed-precision AdamW keeps
-  // when the weights are stored in bf16: updating bf16 weights directly loses every update
-  // smaller than 2^-8 of the weight. Only meaningful with adamw and a non-F32 param_dtype.
+  // fp32 master copies of the trained weights (category `optimizer`), as mixed-precision AdamW
+  // keeps when the weights are stored in bf16: updating bf16 weights directly loses every
+  // update smaller than 2^-8 of the weight. Only meaningful with adamw and a non-F32 param_dtype.
   bool master_weights = false;
   int64_t budget = 0;  // > 0: an allocation past it throws OutOfMemoryError
   // Data parallelism (dist/data_parallel.h): the step of one of `ranks` ranks, with gradients
@@ -33,8 +36,23 @@ struct StepMemoryOptions {
   int zero = 0;
 };
 
-// Everything allocated in the order a training run allocates it: weights, gradients, optimizer
-// state, then one step. Throws OutOfMemoryError past the budget.
+// The fewest tokens a micro-batch of the objective can have: SFT 1; otherwise 2 per sequence
+// (a prompt token and a completion token) of the planning shape below.
+int64_t min_planning_tokens(ObjectiveKind kind, int64_t group_size);
+
+// One micro-batch of T tokens (token id 0: ids change no allocation) in the objective's shape:
+// SFT one sequence; DPO one (chosen, rejected) pair; GRPO one group of `group_size` completions
+// sharing a prompt; PPO two prompt + completion sequences. Completions are the last two thirds
+// of each sequence. T >= min_planning_tokens.
+StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T);
+
+// Everything allocated in the order a training run allocates it: the objective's models
+// (weights, gradients, optimizer state; reference; value), master weights, then one step of
+// `step` through the step runner. Throws OutOfMemoryError past the budget.
+PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective, const ExecConfig& exec,
+                      const StepBatches& step, const StepMemoryOptions& mem);
+
+// plan_step for SFT on one micro-batch.
 PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch,
                           const StepMemoryOptions& mem);
 

@@ -11,14 +11,7 @@ namespace sbp {
 
 namespace {
 
-// One sequence of T tokens (batch 1). Token ids do not change any allocation; id 0 exists in
-// every vocabulary.
-Batch planning_batch(int64_t T) {
-  Batch b;
-  b.tokens.assign(static_cast<size_t>(T), 0);
-  b.seq_lens = {T};
-  return b;
-}
+int64_t min_tokens(const PlanSetup& s) { return min_planning_tokens(s.objective.kind, s.group_size); }
 
 StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
   return StepMemoryOptions{.param_dtype = s.param_dtype,
@@ -148,8 +141,7 @@ int64_t largest_fitting_chunk(const ChunkLadder& ladder, int64_t budget, PeakOf 
 
 ChunkedPlan choose_chunks_with(Prober& probe, const PlanSetup& setup, int64_t T,
                                const ChunkRequest& req, const AutoChunkLimits& limits) {
-  if (req.layer < 0) throw InputError("--layer-chunk: must be positive or auto");
-  if (req.head < 0) throw InputError("--head-chunk: must be positive or auto");
+  SBP_CHECK(req.layer >= 0 && req.head >= 0, "choose_chunks: chunk sizes must be positive or 0 (auto)");
   SBP_CHECK(limits.min_layer >= 1 && limits.min_head >= 1 && limits.align >= 1,
             "choose_chunks: bad limits");
   const ExecConfig& mode = probe.mode();
@@ -187,9 +179,9 @@ ChunkedPlan choose_chunks_with(Prober& probe, const PlanSetup& setup, int64_t T,
 }  // namespace
 
 PlannedStep plan_at(const PlanSetup& setup, ExecConfig mode, int64_t seq_len) {
-  SBP_CHECK(seq_len >= 1, "plan_at: T must be >= 1");
   mode.act_dtype = setup.act_dtype;
-  return plan_sft_step(setup.cfg, mode, planning_batch(seq_len), memory_options(setup, 0));
+  return plan_step(setup.cfg, setup.objective, mode, planning_step(setup.objective.kind, setup.group_size, seq_len),
+                   memory_options(setup, 0));
 }
 
 ChunkedPlan choose_chunks(const PlanSetup& setup, ExecConfig mode, int64_t T,
@@ -201,8 +193,8 @@ ChunkedPlan choose_chunks(const PlanSetup& setup, ExecConfig mode, int64_t T,
 MaxLenResult find_max_seq_len(const PlanSetup& setup, const ExecConfig& mode,
                               const ChunkRequest& req, const AutoChunkLimits& limits,
                               int64_t max_seq_len) {
-  if (setup.budget <= 0) throw InputError("--budget: the longest-T search needs a budget");
-  SBP_CHECK(max_seq_len >= 1, "find_max_seq_len: max_seq_len must be >= 1");
+  SBP_CHECK(setup.budget > 0, "find_max_seq_len: the longest-T search needs a budget");
+  SBP_CHECK(max_seq_len >= min_tokens(setup), "find_max_seq_len: max_seq_len below the smallest step");
   MaxLenResult r;
   Prober probe(setup, mode);
   // With auto chunks, a T fits if it fits with the smallest auto chunks (the peak grows with
@@ -211,7 +203,7 @@ MaxLenResult find_max_seq_len(const PlanSetup& setup, const ExecConfig& mode,
   const int64_t head = req.head > 0 ? req.head : limits.min_head;
   auto peak_of = [&](int64_t T) { return probe.peak(T, layer, head); };
   const int64_t B = setup.budget;
-  int64_t lo = 1, f_lo = peak_of(1);
+  int64_t lo = min_tokens(setup), f_lo = peak_of(lo);
   if (f_lo > B) {
     r.engine_runs = probe.runs();
     return r;
@@ -253,9 +245,10 @@ MaxLenResult find_max_seq_len(const PlanSetup& setup, const ExecConfig& mode,
 }
 
 std::string explain_too_small(const PlanSetup& setup, const ExecConfig& mode) {
-  ExecConfig m = mode;  // chunk sizes do not matter at T = 1: every chunk is one row
+  ExecConfig m = mode;
   m.act_dtype = setup.act_dtype;
-  const PlannedStep need = plan_at(setup, m, 1);
+  const int64_t T = min_tokens(setup);
+  const PlannedStep need = plan_at(setup, m, T);
   auto parts = [](const MemoryBreakdown& b) {
     std::string s;
     for (int c = 0; c < kNumCategories; ++c) {
@@ -266,11 +259,12 @@ std::string explain_too_small(const PlanSetup& setup, const ExecConfig& mode) {
     }
     return s.empty() ? std::string("nothing") : s;
   };
-  std::string msg = "the usable budget of " + format_bytes(setup.budget) +
-                    " cannot hold even a 1-token step in mode " + mode_name(mode) +
+  std::string msg = "the usable budget of " + format_bytes(setup.budget) + " cannot hold even a " +
+                    std::to_string(T) + "-token step in mode " + mode_name(mode) +
                     ", which needs " + format_bytes(need.peak_bytes) + ": " + parts(need.breakdown);
   try {
-    plan_sft_step(setup.cfg, m, planning_batch(1), memory_options(setup, setup.budget));
+    plan_step(setup.cfg, setup.objective, m, planning_step(setup.objective.kind, setup.group_size, T),
+              memory_options(setup, setup.budget));
   } catch (const OutOfMemoryError& e) {
     msg += "; the first allocation past the budget is " + format_bytes(e.requested) + " of '" +
            category_name(e.category) + "', with " + parts(e.live) + " already allocated";

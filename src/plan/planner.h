@@ -22,6 +22,8 @@ namespace sbp {
 // that may be used.
 struct PlanSetup {
   ModelConfig cfg;
+  ObjectiveSetup objective;  // the step planned, with the reference and value models it holds
+  int64_t group_size = 8;    // GRPO completions per prompt (planning_step's shape)
   DType param_dtype = DType::BF16;  // weights and gradients
   DType act_dtype = DType::BF16;    // activations, checkpoints, K/V (ExecConfig::act_dtype)
   bool adamw = false;               // fp32 moments
@@ -58,8 +60,9 @@ struct ChunkedPlan {
   bool fits = false;  // step.peak_bytes <= budget (always true without a budget)
 };
 
-// The step at T tokens (one sequence, batch 1) in `mode` with its own chunk sizes; the
-// storage dtypes come from `setup`, no budget is applied (the peak is what it needs).
+// The step at T tokens (one micro-batch of the objective's planning shape, plan_step.h) in
+// `mode` with its own chunk sizes; the storage dtypes come from `setup`, no budget is applied
+// (the peak is what it needs). T >= min_planning_tokens.
 PlannedStep plan_at(const PlanSetup& setup, ExecConfig mode, int64_t seq_len);
 
 // Chunk sizes for a step of T tokens: fixed sizes as requested; auto ones the largest that fit
@@ -72,20 +75,21 @@ ChunkedPlan choose_chunks(const PlanSetup& setup, ExecConfig mode, int64_t seq_l
                           const ChunkRequest& req, const AutoChunkLimits& limits = {});
 
 struct MaxLenResult {
-  bool fits_at_all = false;  // false: not even T = 1 fits (see explain_too_small)
+  bool fits_at_all = false;  // false: not even the smallest step fits (see explain_too_small)
   bool hit_limit = false;    // T = max_seq_len fits: the true limit may be longer
   ChunkedPlan plan;          // at the longest T, with the chunk sizes choose_chunks picks there
   int engine_runs = 0;       // shape-only steps run (T search and chunk choice)
 };
 
-// The longest T (one sequence, batch 1) whose step fits `setup.budget` (> 0) in `mode`; with
-// auto chunks a T fits if it fits with the smallest auto chunks.
+// The longest T (one micro-batch) whose step fits `setup.budget` (> 0) in `mode`; with auto
+// chunks a T fits if it fits with the smallest auto chunks.
 MaxLenResult find_max_seq_len(const PlanSetup& setup, const ExecConfig& mode,
                               const ChunkRequest& req, const AutoChunkLimits& limits = {},
                               int64_t max_seq_len = int64_t{1} << 22);
 
-// Why a 1-token step does not fit the budget: the allocation that fails (category and size),
-// what is allocated at that moment, and what the step would need in total.
+// Why the smallest step (min_planning_tokens) does not fit the budget: the allocation that
+// fails (category and size), what is allocated at that moment, and what the step would need
+// in total.
 std::string explain_too_small(const PlanSetup& setup, const ExecConfig& mode);
 
 }  // namespace sbp

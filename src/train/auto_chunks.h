@@ -11,18 +11,18 @@
 namespace sbp {
 
 struct ResolvedChunks {
-  int64_t layer_chunk = 0;    // rows per chunk the step will use
+  int64_t layer_chunk = 0;   // rows per chunk the step will use
   int64_t head_chunk = 0;
-  int64_t planned_peak = 0;   // bytes: the planned step (policy weights, grads, AdamW, activations)
-  int64_t budget = 0;         // bytes available to it: memory_budget minus the other models
-  int64_t other_models = 0;   // bytes of the reference / value models the objective holds
+  int64_t planned_peak = 0;  // bytes: the planned step, every model the objective holds included
+  int64_t budget = 0;        // memory_budget in bytes
 };
 
-// Plans a step of `max_tokens` tokens as this trainer runs it: fp32 weights, gradients and
-// AdamW moments, activations in `exec.act_dtype`. The budget is `memory_budget` (default: 90%
-// of physical memory) minus the weights of a reference model (dpo, grpo with beta > 0, ppo) and
-// the weights, gradients and moments of PPO's value model. Fixed sizes in the config stay as
-// they are. With `ranks` > 1 the plan is one rank's: gradients and optimizer state divided as
+// Plans a step of `max_tokens` tokens of the config's objective as this trainer runs it, with
+// every model it holds (step/model_set.h): fp32 weights, gradients and AdamW moments of the
+// policy (and of PPO's value model), a reference model's weights (dpo, grpo with beta > 0,
+// ppo; planned with the policy's shape), activations in `exec.act_dtype`. The budget is
+// `memory_budget` (default: 90% of physical memory). Fixed sizes in the config stay as they
+// are. With `ranks` > 1 the plan is one rank's: gradients and optimizer state divided as
 // ZeRO stage `dist.zero` divides them (the budget is per rank, as each rank has its own memory).
 // Throws InputError naming memory_budget when even the smallest auto chunks do not fit.
 ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg, const ExecConfig& exec,

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "engine/value_model.h"
+#include "model/value_model_io.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
 #include "optim/optimizer_files.h"
@@ -84,10 +84,6 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& ou
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-void read_adamw_state(const fs::path& dir, AdamW& opt) {
-  opt.set_steps(read_optimizer_state(dir.string(), moment_slices(opt)));
 }
 
 // The fp32 weights, for an exact resume, when the exported ones are rounded.
@@ -187,10 +183,6 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
     throw InputError(where + ": malformed trainer state: " + e.what());
   }
   return s;
-}
-
-OptimizerWriter whole_optimizer(const AdamW& opt) {
-  return [&opt](const std::string& dir) { write_optimizer_file(dir, moment_slices(opt), opt.steps()); };
 }
 
 std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c, Communicator& comm) {
@@ -294,28 +286,28 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   return TrainerState::from_json(j, path);
 }
 
-void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfig& cfg,
-                             ParameterSet& weights, AdamW& optimizer) {
-  load_checkpoint_weights(checkpoint_dir, cfg, weights);
-  read_adamw_state(checkpoint_dir, optimizer);
-}
+namespace {
 
-void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg, ParameterSet& weights) {
-  const fs::path dir(checkpoint_dir);
-  check_same_shape(checkpoint_dir, cfg, "model");
+// The fp32 weights a checkpoint directory holds: master_weights.safetensors when the export
+// dtype was not fp32, else the model files themselves (`load`).
+template <class Load>
+void load_trained_weights(const fs::path& dir, const ModelConfig& cfg, ParameterSet& weights, const char* what,
+                          Load load) {
+  check_same_shape(dir.string(), cfg, what);
   const fs::path master = dir / "master_weights.safetensors";
   if (fs::exists(master)) {
     SafetensorsFile f(master.string());
     for (size_t i = 0; i < weights.size(); ++i) f.read_into(weights.name(i), weights.tensor(i));
   } else {
-    load_weights(checkpoint_dir, cfg, weights);
+    load(dir.string());
   }
 }
 
-void load_value_checkpoint(const std::string& checkpoint_dir, const ModelConfig& cfg,
-                           ParameterSet& weights, AdamW& optimizer) {
-  load_value_checkpoint_weights(checkpoint_dir, cfg, weights);
-  read_adamw_state(fs::path(checkpoint_dir) / kValueModelDir, optimizer);
+}  // namespace
+
+void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg, ParameterSet& weights) {
+  load_trained_weights(checkpoint_dir, cfg, weights, "model",
+                       [&](const std::string& d) { load_weights(d, cfg, weights); });
 }
 
 void load_value_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg,
@@ -323,14 +315,8 @@ void load_value_checkpoint_weights(const std::string& checkpoint_dir, const Mode
   const fs::path dir = fs::path(checkpoint_dir) / kValueModelDir;
   if (!fs::exists(dir / "config.json"))
     throw InputError(dir.string() + ": missing (the checkpoint holds no PPO value model)");
-  check_same_shape(dir.string(), cfg, "value model");
-  const fs::path master = dir / "master_weights.safetensors";
-  if (fs::exists(master)) {
-    SafetensorsFile f(master.string());
-    for (size_t i = 0; i < weights.size(); ++i) f.read_into(weights.name(i), weights.tensor(i));
-  } else {
-    load_value_weights(dir.string(), cfg, weights);
-  }
+  load_trained_weights(dir, cfg, weights, "value model",
+                       [&](const std::string& d) { load_value_weights(d, cfg, weights); });
 }
 
 DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) {

@@ -55,8 +55,6 @@ struct TrainerState {
 // Writes this rank's part of one model's optimizer state into a checkpoint directory (e.g.
 // DataParallel::save_optimizer; one process: all of it).
 using OptimizerWriter = std::function<void(const std::string& dir)>;
-// The single-process writer of an AdamW: optimizer.safetensors.
-OptimizerWriter whole_optimizer(const AdamW& opt);
 
 // PPO's value model: its own weights and optimizer, saved next to the policy's.
 struct ValueModelContents {
@@ -97,17 +95,11 @@ std::string resolve_resume_dir(const std::string& dir);
 
 TrainerState read_trainer_state(const std::string& checkpoint_dir);
 
-// Loads the fp32 weights (master_weights.safetensors, else the model files) and the optimizer
-// moments and step count. Throws InputError naming the file and tensor on any mismatch.
-void load_checkpoint_tensors(const std::string& checkpoint_dir, const ModelConfig& cfg,
-                             ParameterSet& weights, AdamW& optimizer);
-// The weights alone (the optimizer: optim/optimizer_files.h read_optimizer_state, any layout).
+// The fp32 weights of a checkpoint (master_weights.safetensors, else the model files); its
+// optimizer state is read by DataParallel::load_optimizer (optim/optimizer_files.h, any layout).
+// Throws InputError naming the file and tensor on any mismatch.
 void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg, ParameterSet& weights);
 
-// Loads a PPO value model's fp32 weights and optimizer state from checkpoint_dir/value_model
-// (what save_checkpoint wrote from a ValueModelContents). Throws InputError naming the file.
-void load_value_checkpoint(const std::string& checkpoint_dir, const ModelConfig& cfg,
-                           ParameterSet& weights, AdamW& optimizer);
 // The value model's weights alone; its optimizer state is in checkpoint_dir/value_model.
 void load_value_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg,
                                    ParameterSet& weights);

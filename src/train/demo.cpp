@@ -7,12 +7,11 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
-#include "engine/engine.h"
 #include "model/checkpoint_io.h"
-#include "objective/sft.h"
-#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "plan/plan_step.h"
+#include "step/model_set.h"
+#include "step/step_runner.h"
 #include "train/progress.h"
 #include "train/retrieval_task.h"
 
@@ -43,11 +42,11 @@ struct EvalResult {
   double first_accuracy = 0.0;  // over first queries of a key: answer only in the dictionary
 };
 
-EvalResult evaluate(Engine& engine, const std::vector<RetrievalTask::Sample>& set) {
+EvalResult evaluate(StepRunner& runner, const std::vector<RetrievalTask::Sample>& set) {
   EvalResult r;
   int64_t n = 0, correct = 0, n_first = 0, correct_first = 0;
   for (const RetrievalTask::Sample& smp : set) {
-    const Engine::TokenScores s = engine.score(smp.batch);
+    const Engine::TokenScores s = runner.score(smp.batch);
     const std::vector<int32_t> targets = smp.batch.targets();
     auto right = [&](int64_t row) {
       return s.argmax[static_cast<size_t>(row)] == targets[static_cast<size_t>(row)];
@@ -87,12 +86,15 @@ int run_demo(const DemoOptions& o) {
   Ledger ledger;
   Pool pool(ledger);
   CpuBackend be;
-  ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
+  // An SFT run's models (weights, gradients, AdamW moments) and its step runner, as `train`
+  // builds them.
+  const ObjectiveSetup sft;
+  const AdamWConfig optim{.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+  ModelSet models(sft, cfg, pool, be, ModelSetOptions{.optim = &optim});
+  ParameterSet& w = models.policy_weights();
   init_parameters(w, o.seed, InitStyle::hf);
-  ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
-  AdamW opt(cfg, pool, AdamWConfig{.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f});
-  LrSchedule lr{.kind = "constant", .lr = o.lr, .warmup_steps = o.warmup, .total_steps = o.steps};
-  Engine engine(cfg, w, be, pool, exec);
+  LrSchedule lr{.kind = ScheduleKind::constant, .lr = o.lr, .warmup_steps = o.warmup, .total_steps = o.steps};
+  StepRunner runner(sft, models.views(), be, pool, exec);
 
   Rng data_rng(o.seed, "demo-train");
   Rng eval_rng(o.seed, "demo-eval");
@@ -111,7 +113,7 @@ int run_demo(const DemoOptions& o) {
               static_cast<long long>(cfg.num_key_value_heads), static_cast<long long>(cfg.vocab_size),
               static_cast<double>(w.numel()) / 1e6, static_cast<long long>(exec.layer_chunk),
               static_cast<long long>(exec.head_chunk), cpu_threads());
-  const EvalResult first = evaluate(engine, eval_set);
+  const EvalResult first = evaluate(runner, eval_set);
   std::printf("before training: eval loss %.3f, accuracy %.1f%%, long-range %.1f%% (chance %.1f%%)\n",
               first.loss, 100.0 * first.accuracy, 100.0 * first.first_accuracy,
               100.0 / static_cast<double>(task.num_values));
@@ -122,15 +124,14 @@ int run_demo(const DemoOptions& o) {
   EvalResult last = first;
   double loss_ema = std::log(static_cast<double>(task.num_values));
   for (int64_t step = 1; step <= o.steps; ++step) {
-    const Batch batch = task.sample(data_rng).batch;
-    for (size_t i = 0; i < g.size(); ++i) be.fill(g.tensor(i), 0.0f);
-    SftObjective objective(batch, batch.loss_weight_sum());
-    engine.forward_backward(batch, objective, g);
-    const double norm = clip_grad_norm(g, be, o.clip);
-    opt.step(w, g, be, static_cast<float>(lr.at(step)));
-    loss_ema = step == 1 ? objective.loss() : 0.9 * loss_ema + 0.1 * objective.loss();
+    MicroBatch mb;
+    mb.batch = task.sample(data_rng).batch;
+    const double loss = runner.run(StepBatches::whole({std::move(mb)})).loss;
+    const double norm = models.policy().clip(o.clip);
+    models.policy().update(w, static_cast<float>(lr.at(step)));
+    loss_ema = step == 1 ? loss : 0.9 * loss_ema + 0.1 * loss;
     const bool eval_now = step % o.eval_every == 0 || step == o.steps;
-    if (eval_now) last = evaluate(engine, eval_set);
+    if (eval_now) last = evaluate(runner, eval_set);
     char fields[200];
     std::snprintf(fields, sizeof fields,
                   "loss %.3f | eval acc %5.1f%% long-range %5.1f%% | grad %.2f | lr %.1e",

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "engine/batch.h"
+#include "core/batch.h"
 
 namespace sbp {
 

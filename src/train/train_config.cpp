@@ -114,7 +114,80 @@ Key chunk_key(const std::string& name, int64_t TrainConfig::*member) {
   return k;
 }
 
+// A closed set: one of the table's spellings.
+template <class E, class Ref>
+Key enum_key(const std::string& name, Ref ref, std::span<const EnumName<E>> table) {
+  Key k;
+  k.name = name;
+  k.set = [name, ref, table](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    if (!n.IsScalar() || !try_parse_enum(table, n.Scalar(), &ref(c)))
+      throw InputError(where + ": " + name + " must be " + enum_choices(table));
+  };
+  k.get = [ref, table](const TrainConfig& c) { return nlohmann::json(enum_name(table, ref(const_cast<TrainConfig&>(c)))); };
+  return k;
+}
+
+// `auto` (an empty optional) or one of the table's spellings.
+template <class E, class Ref>
+Key auto_enum_key(const std::string& name, Ref ref, std::span<const EnumName<E>> table) {
+  Key k;
+  k.name = name;
+  k.set = [name, ref, table](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    std::optional<E>& v = ref(c);
+    E e{};
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      v.reset();
+    } else if (n.IsScalar() && try_parse_enum(table, n.Scalar(), &e)) {
+      v = e;
+    } else {
+      throw InputError(where + ": " + name + " must be auto, " + enum_choices(table));
+    }
+  };
+  k.get = [ref, table](const TrainConfig& c) {
+    const std::optional<E>& v = ref(const_cast<TrainConfig&>(c));
+    return nlohmann::json(v ? enum_name(table, *v) : "auto");
+  };
+  return k;
+}
+
+constexpr EnumName<DType> kSaveDtypeNames[] = {{DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::F16, "f16"}};
+constexpr EnumName<bool> kBoolNames[] = {{true, "true"}, {false, "false"}};
+
+// mode: a preset or layers+head (engine/exec_config.h); the chunk sizes are separate keys.
+Key mode_key() {
+  Key k;
+  k.name = "mode";
+  k.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    try {
+      c.mode = parse_mode(as_string(n, "mode", where));
+    } catch (const InputError& e) {
+      throw InputError(where + ": mode: " + e.what());
+    }
+  };
+  k.get = [](const TrainConfig& c) { return nlohmann::json(mode_name(c.mode)); };
+  return k;
+}
+
+Key backend_key() {
+  Key k;
+  k.name = "backend";
+  k.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    try {
+      c.backend = parse_backend(as_string(n, "backend", where));
+    } catch (const InputError& e) {
+      throw InputError(where + ": backend: " + e.what());
+    }
+  };
+  k.get = [](const TrainConfig& c) { return nlohmann::json(backend_name(c.backend.kind)); };
+  return k;
+}
+
 #define KEY(T, name, member) bind<T>(name, [](TrainConfig& c) -> T& { return c.member; })
+#define ENUM_KEY(E, name, member, table) \
+  enum_key<E>(name, [](TrainConfig& c) -> E& { return c.member; }, std::span<const EnumName<E>>(table))
+#define AUTO_KEY(E, name, member, table)                                                   \
+  auto_enum_key<E>(name, [](TrainConfig& c) -> std::optional<E>& { return c.member; }, \
+                   std::span<const EnumName<E>>(table))
 
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = [] {
@@ -123,28 +196,28 @@ const std::vector<Key>& keys() {
         KEY(std::string, "tokenizer", tokenizer),
         KEY(std::string, "output_dir", output_dir),
         KEY(std::string, "metrics", metrics),
-        KEY(std::string, "save_dtype", save_dtype),
+        AUTO_KEY(DType, "save_dtype", save_dtype, kSaveDtypeNames),
         KEY(std::string, "data.train", data_train),
         KEY(std::string, "data.eval", data_eval),
         KEY(double, "data.eval_fraction", eval_fraction),
-        KEY(std::string, "data.format", data_format),
-        KEY(std::string, "data.chat_template", chat_template),
+        AUTO_KEY(DataFormat, "data.format", data_format, kDataFormatNames),
+        AUTO_KEY(ChatTemplateName, "data.chat_template", chat_template, kChatTemplateNames),
         KEY(std::string, "data.date_string", date_string),
-        KEY(std::string, "data.truncation", truncation),
+        ENUM_KEY(Truncation, "data.truncation", truncation, kTruncationNames),
         KEY(int64_t, "data.max_seq_len", max_seq_len),
         KEY(bool, "data.shuffle", shuffle),
         KEY(bool, "data.append_eos", append_eos),
-        KEY(std::string, "data.add_bos", add_bos),
-        KEY(std::string, "objective", objective),
+        AUTO_KEY(bool, "data.add_bos", add_bos, kBoolNames),
+        ENUM_KEY(ObjectiveKind, "objective", objective, kObjectiveNames),
         KEY(double, "dpo.beta", dpo.beta),
-        KEY(std::string, "dpo.loss_type", dpo.loss_type),
+        ENUM_KEY(DpoLoss, "dpo.loss_type", dpo.loss_type, kDpoLossNames),
         KEY(double, "dpo.label_smoothing", dpo.label_smoothing),
         KEY(std::string, "dpo.reference", dpo.reference),
         KEY(double, "grpo.beta", grpo.beta),
         KEY(double, "grpo.epsilon", grpo.epsilon),
         KEY(double, "grpo.epsilon_high", grpo.epsilon_high),
-        KEY(std::string, "grpo.loss_type", grpo.loss_type),
-        KEY(std::string, "grpo.scale_rewards", grpo.scale_rewards),
+        ENUM_KEY(GrpoLoss, "grpo.loss_type", grpo.loss_type, kGrpoLossNames),
+        ENUM_KEY(ScaleRewards, "grpo.scale_rewards", grpo.scale_rewards, kScaleRewardsNames),
         KEY(std::string, "grpo.reference", grpo.reference),
         KEY(double, "ppo.beta", ppo.beta),
         KEY(double, "ppo.epsilon", ppo.epsilon),
@@ -152,10 +225,11 @@ const std::vector<Key>& keys() {
         KEY(double, "ppo.vf_coef", ppo.vf_coef),
         KEY(double, "ppo.gamma", ppo.gamma),
         KEY(double, "ppo.lam", ppo.lam),
-        KEY(std::string, "ppo.kl_estimator", ppo.kl_estimator),
+        ENUM_KEY(KlEstimator, "ppo.kl_estimator", ppo.kl_estimator, kKlEstimatorNames),
         KEY(std::string, "ppo.reference", ppo.reference),
         KEY(std::string, "ppo.value_model", ppo.value_model),
-        KEY(std::string, "mode", mode),
+        backend_key(),
+        mode_key(),
         chunk_key("layer_chunk", &TrainConfig::layer_chunk),
         chunk_key("head_chunk", &TrainConfig::head_chunk),
         KEY(std::string, "memory_budget", memory_budget),
@@ -170,7 +244,7 @@ const std::vector<Key>& keys() {
         KEY(double, "optim.eps", eps),
         KEY(double, "optim.weight_decay", weight_decay),
         KEY(double, "optim.max_grad_norm", max_grad_norm),
-        KEY(std::string, "schedule.type", schedule),
+        ENUM_KEY(ScheduleKind, "schedule.type", schedule, kScheduleNames),
         KEY(int64_t, "schedule.warmup_steps", warmup_steps),
         KEY(double, "schedule.warmup_ratio", warmup_ratio),
         KEY(double, "schedule.min_lr_ratio", min_lr_ratio),
@@ -300,12 +374,6 @@ void require(bool ok, const TrainConfig& c, const std::string& key, const std::s
   if (!ok) throw InputError(c.where(key) + ": " + key + " " + what);
 }
 
-bool one_of(const std::string& v, std::initializer_list<const char*> options) {
-  for (const char* o : options)
-    if (v == o) return true;
-  return false;
-}
-
 void fill_defaults_and_validate(TrainConfig& c) {
   if (c.demo) {
     for (const char* k : {"model", "data.train", "data.eval", "objective"}) {
@@ -335,20 +403,6 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.eval_fraction >= 0.0 && c.eval_fraction < 1.0, c, "data.eval_fraction", "must be in [0, 1)");
   require(c.data_eval.empty() || c.eval_fraction == 0.0, c, "data.eval_fraction",
           "cannot be combined with data.eval (one held-out set)");
-  require(one_of(c.data_format, {"auto", "messages", "prompt_completion", "text", "preference", "rollout"}),
-          c, "data.format", "must be auto, messages, prompt_completion, text, preference or rollout");
-  require(one_of(c.chat_template, {"auto", "chatml", "qwen2", "qwen2.5", "qwen3", "llama3", "llama3.1", "llama3.0"}),
-          c, "data.chat_template", "must be auto, chatml, qwen2, qwen2.5, qwen3, llama3 or llama3.0");
-  require(one_of(c.truncation, {"error", "truncate", "skip"}), c, "data.truncation",
-          "must be error, truncate or skip");
-  require(one_of(c.add_bos, {"auto", "true", "false"}), c, "data.add_bos", "must be auto, true or false");
-  require(one_of(c.objective, {"sft", "dpo", "grpo", "ppo"}), c, "objective", "must be sft, dpo, grpo or ppo");
-  require(one_of(c.save_dtype, {"auto", "f32", "bf16", "f16"}), c, "save_dtype", "must be auto, f32, bf16 or f16");
-  try {
-    parse_mode(c.mode);
-  } catch (const InputError& e) {
-    throw InputError(c.where("mode") + ": mode: " + e.what());
-  }
   require(c.layer_chunk >= 0, c, "layer_chunk", "must be at least 1, or auto");
   require(c.head_chunk >= 0, c, "head_chunk", "must be at least 1, or auto");
   require(c.grad_accum >= 1, c, "grad_accum", "must be at least 1");
@@ -362,8 +416,6 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.eps > 0.0, c, "optim.eps", "must be positive");
   require(c.weight_decay >= 0.0, c, "optim.weight_decay", "must be >= 0");
   require(c.max_grad_norm >= 0.0, c, "optim.max_grad_norm", "must be >= 0 (0: no clipping)");
-  require(one_of(c.schedule, {"constant", "linear", "cosine"}), c, "schedule.type",
-          "must be constant, linear or cosine");
   require(c.warmup_steps >= 0, c, "schedule.warmup_steps", "must be >= 0");
   require(c.warmup_ratio >= 0.0 && c.warmup_ratio <= 1.0, c, "schedule.warmup_ratio", "must be in [0, 1]");
   require(c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0, c, "schedule.min_lr_ratio", "must be in [0, 1]");
@@ -373,21 +425,15 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.dist.zero >= 0 && c.dist.zero <= 2, c, "dist.zero",
           "must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2 (sharded gradients too)");
   require(c.dpo.beta > 0.0, c, "dpo.beta", "must be positive");
-  require(one_of(c.dpo.loss_type, {"sigmoid", "ipo", "hinge"}), c, "dpo.loss_type", "must be sigmoid, ipo or hinge");
   require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing", "must be in [0, 0.5)");
   require(c.grpo.beta >= 0.0, c, "grpo.beta", "must be >= 0");
   require(c.grpo.epsilon > 0.0 && c.grpo.epsilon_high >= 0.0, c, "grpo.epsilon", "must be positive");
-  require(one_of(c.grpo.loss_type, {"grpo", "bnpo", "dr_grpo", "dapo"}), c, "grpo.loss_type",
-          "must be grpo, bnpo, dr_grpo or dapo");
-  require(one_of(c.grpo.scale_rewards, {"group", "batch", "none"}), c, "grpo.scale_rewards",
-          "must be group, batch or none");
   require(c.ppo.beta >= 0.0, c, "ppo.beta", "must be >= 0");
   require(c.ppo.epsilon > 0.0, c, "ppo.epsilon", "must be positive");
   require(c.ppo.value_epsilon > 0.0, c, "ppo.value_epsilon", "must be positive");
   require(c.ppo.vf_coef >= 0.0, c, "ppo.vf_coef", "must be >= 0");
   require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0, c, "ppo.gamma", "must be in [0, 1]");
   require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
-  require(one_of(c.ppo.kl_estimator, {"k1", "k3"}), c, "ppo.kl_estimator", "must be k1 or k3");
 }
 
 }  // namespace
@@ -405,6 +451,42 @@ nlohmann::json TrainConfig::to_json() const {
   }
   j["demo"] = demo;
   return j;
+}
+
+ObjectiveSetup TrainConfig::objective_setup() const {
+  ObjectiveSetup s;
+  s.kind = objective;
+  s.dpo.beta = dpo.beta;
+  s.dpo.loss_type = dpo.loss_type;
+  s.dpo.label_smoothing = dpo.label_smoothing;
+  s.grpo.beta = grpo.beta;
+  s.grpo.epsilon_low = grpo.epsilon;
+  s.grpo.epsilon_high = grpo.epsilon_high > 0.0 ? grpo.epsilon_high : grpo.epsilon;
+  s.grpo.loss_type = grpo.loss_type;
+  s.scale_rewards = grpo.scale_rewards;
+  s.ppo.cliprange = ppo.epsilon;
+  s.ppo.cliprange_value = ppo.value_epsilon;
+  s.ppo.vf_coef = ppo.vf_coef;
+  s.rollout.kl_coef = ppo.beta;
+  s.rollout.kl_estimator = ppo.kl_estimator;
+  s.rollout.gamma = ppo.gamma;
+  s.rollout.lam = ppo.lam;
+  return s;
+}
+
+ExecConfig TrainConfig::exec() const {
+  ExecConfig e = mode;
+  e.layer_chunk = layer_chunk;
+  e.head_chunk = head_chunk;
+  return e;
+}
+
+const std::string& TrainConfig::reference_dir() const {
+  switch (objective) {
+    case ObjectiveKind::dpo: return dpo.reference;
+    case ObjectiveKind::ppo: return ppo.reference;
+    default: return grpo.reference;
+  }
 }
 
 std::vector<std::string> resume_identity_keys() {

@@ -4,18 +4,27 @@
 // of the wrong type or out of range is an InputError naming the file and line (or the override).
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_factory.h"
+#include "core/dtype.h"
+#include "data/chat_template.h"
+#include "data/dataset.h"
+#include "data/records.h"
+#include "engine/exec_config.h"
+#include "objective/objective_setup.h"
+#include "optim/lr_schedule.h"
 #include "train/demo.h"
 
 namespace sbp {
 
 struct DpoSettings {
   double beta = 0.1;
-  std::string loss_type = "sigmoid";  // sigmoid | ipo | hinge
+  DpoLoss loss_type = DpoLoss::sigmoid;
   double label_smoothing = 0.0;
   std::string reference;  // reference model directory ("" = the starting model)
 };
@@ -24,8 +33,8 @@ struct GrpoSettings {
   double beta = 0.0;          // KL coefficient (0: no reference model)
   double epsilon = 0.2;       // clip range, low side
   double epsilon_high = 0.0;  // clip range, high side (0: = epsilon)
-  std::string loss_type = "dapo";       // grpo | bnpo | dr_grpo | dapo
-  std::string scale_rewards = "group";  // group | batch | none
+  GrpoLoss loss_type = GrpoLoss::dapo;
+  ScaleRewards scale_rewards = ScaleRewards::group;
   std::string reference;
 };
 
@@ -36,7 +45,7 @@ struct PpoSettings {
   double vf_coef = 0.1;
   double gamma = 1.0;
   double lam = 0.95;
-  std::string kl_estimator = "k1";  // k1 (TRL's default) | k3, of the per-token KL penalty
+  KlEstimator kl_estimator = KlEstimator::k1;  // k1 (TRL's default) | k3, of the per-token KL penalty
   std::string reference;
   std::string value_model;  // Hugging Face directory with score.weight ("" = the starting
                             // model's trunk with a head drawn from the seed)
@@ -47,6 +56,8 @@ struct DistSettings {
   int zero = 0;  // 0: replicated optimizer; 1: AdamW moments sharded; 2: gradients sharded too
 };
 
+// Every closed set is parsed into its type when the config is loaded: nothing downstream
+// compares strings. `auto` settings are empty optionals.
 struct TrainConfig {
   std::string source;  // the YAML file ("" when built in code)
 
@@ -55,48 +66,50 @@ struct TrainConfig {
   std::string tokenizer;  // directory with tokenizer.json (+ tokenizer_config.json); "" = the
                           // model directory (the directory of a model config.json)
   std::string output_dir;
-  std::string metrics;    // "" = <output_dir>/metrics.jsonl
-  std::string save_dtype = "auto";  // auto (the input checkpoint's) | f32 | bf16 | f16
+  std::string metrics;              // "" = <output_dir>/metrics.jsonl
+  std::optional<DType> save_dtype;  // f32 | bf16 | f16; empty (auto): the input checkpoint's
 
   // Data.
   std::string data_train, data_eval;
-  double eval_fraction = 0.0;          // held out of data.train when data.eval is not given
-  std::string data_format = "auto";    // auto | messages | prompt_completion | text | preference | rollout
-  std::string chat_template = "auto";  // auto (from tokenizer_config.json) | chatml | qwen2.5 | qwen3 | llama3 | llama3.0
-  std::string date_string = "26 Jul 2024";  // llama3's "Today Date"
-  std::string truncation = "error";    // error | truncate | skip
-  int64_t max_seq_len = 0;             // tokens per sequence (0: = max_tokens)
+  double eval_fraction = 0.0;                    // held out of data.train when data.eval is not given
+  std::optional<DataFormat> data_format;         // empty (auto): detected from the first record
+  std::optional<ChatTemplateName> chat_template;  // empty (auto): from tokenizer_config.json
+  std::string date_string = "26 Jul 2024";      // llama3's "Today Date"
+  Truncation truncation = Truncation::error;
+  int64_t max_seq_len = 0;  // tokens per sequence (0: = max_tokens)
   bool shuffle = true;
-  bool append_eos = true;              // plain text: end with the eos token (trained)
-  std::string add_bos = "auto";        // plain text: auto | true | false
+  bool append_eos = true;       // plain text: end with the eos token (trained)
+  std::optional<bool> add_bos;  // plain text; empty (auto): tokenizer_config.json's add_bos_token
 
   // Objective.
-  std::string objective = "sft";  // sft | dpo | grpo | ppo
+  ObjectiveKind objective = ObjectiveKind::sft;
   DpoSettings dpo;
   GrpoSettings grpo;
   PpoSettings ppo;
 
   // Execution.
-  std::string mode = "stream";  // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>
+  BackendSpec backend;          // cpu
+  ExecConfig mode;              // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>;
+                                // its chunk sizes are layer_chunk / head_chunk below
   int64_t layer_chunk = 1024;   // 0: auto, the largest that fits memory_budget
   int64_t head_chunk = 512;     // 0: auto
   std::string memory_budget;    // "16GiB", ...: what `auto` chunks may use; "" = 90% of physical memory
-  int64_t max_tokens = 4096;  // tokens per micro-batch (packed)
-  int64_t grad_accum = 1;     // micro-batches per optimizer step
+  int64_t max_tokens = 4096;    // tokens per micro-batch (packed)
+  int64_t grad_accum = 1;       // micro-batches per optimizer step
   int64_t epochs = 1;
-  int64_t max_steps = 0;      // > 0: stop after this many optimizer steps (epochs repeat)
+  int64_t max_steps = 0;         // > 0: stop after this many optimizer steps (epochs repeat)
   int64_t stop_after_steps = 0;  // > 0: end this invocation after this many steps, with a
                                  // checkpoint (time-limited jobs); the schedule is unchanged
-  int threads = 0;            // 0: all cores
+  int threads = 0;               // 0: all cores
   uint64_t seed = 42;
-  DistSettings dist;          // only matters with more than one rank
+  DistSettings dist;  // only matters with more than one rank
 
   // Optimizer and schedule.
   double lr = 1e-5;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;  // 0: no clipping
-  std::string schedule = "linear";  // constant | linear | cosine
+  ScheduleKind schedule = ScheduleKind::linear;
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;  // used when warmup_steps is 0
   double min_lr_ratio = 0.0;
@@ -116,6 +129,13 @@ struct TrainConfig {
 
   // Every key and its value, under its dotted name (what trainer_state.json stores).
   nlohmann::json to_json() const;
+
+  // The objective as the step runner takes it.
+  ObjectiveSetup objective_setup() const;
+  // The execution mode with this run's chunk sizes (0 where auto is still to be resolved).
+  ExecConfig exec() const;
+  // The reference model's directory as configured for the objective ("" = the starting model).
+  const std::string& reference_dir() const;
 };
 
 // Reads `yaml_path` (may be "" for overrides only), applies the overrides in order, fills the

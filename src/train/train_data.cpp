@@ -15,19 +15,21 @@ namespace sbp {
 
 namespace {
 
-std::string formats_for(const std::string& objective) {
-  if (objective == "sft") return "messages, prompt_completion or text";
-  if (objective == "dpo") return "preference (prompt, chosen, rejected)";
-  return "rollout (prompt, completion, reward)";
+std::string formats_for(ObjectiveKind objective) {
+  switch (objective) {
+    case ObjectiveKind::sft: return "messages, prompt_completion or text";
+    case ObjectiveKind::dpo: return "preference (prompt, chosen, rejected)";
+    default: return "rollout (prompt, completion, reward)";
+  }
 }
 
 void check_objective(const TrainConfig& c, const Dataset& d, const std::string& key) {
   if (!objective_accepts(c.objective, d.format)) {
-    throw InputError(c.where(key) + ": " + key + ": objective " + c.objective + " trains on " +
+    throw InputError(c.where(key) + ": " + key + ": objective " + objective_name(c.objective) + " trains on " +
                      formats_for(c.objective) + " records, but " + d.path + " holds " +
                      data_format_name(d.format) + " records");
   }
-  if (c.objective != "grpo") return;
+  if (c.objective != ObjectiveKind::grpo) return;
   // GRPO's advantages compare completions within a group: every prompt needs the same number
   // of them (TRL's num_generations), at least two.
   const size_t n = d.examples.front().sequences.size();
@@ -48,11 +50,13 @@ std::optional<int32_t> token_id(const Tokenizer& tok, const std::optional<std::s
 
 }  // namespace
 
-bool objective_accepts(const std::string& objective, DataFormat f) {
-  if (objective == "sft")
-    return f == DataFormat::messages || f == DataFormat::prompt_completion || f == DataFormat::text;
-  if (objective == "dpo") return f == DataFormat::preference;
-  return f == DataFormat::rollout;  // grpo, ppo
+bool objective_accepts(ObjectiveKind objective, DataFormat f) {
+  switch (objective) {
+    case ObjectiveKind::sft:
+      return f == DataFormat::messages || f == DataFormat::prompt_completion || f == DataFormat::text;
+    case ObjectiveKind::dpo: return f == DataFormat::preference;
+    default: return f == DataFormat::rollout;  // grpo, ppo
+  }
 }
 
 void split_eval(std::vector<Example>& train, std::vector<Example>& eval, double fraction, uint64_t seed) {
@@ -89,8 +93,8 @@ TrainingData prepare_training_data(const TrainConfig& c, int64_t model_vocab) {
 
   std::string no_chat = "conversation data needs a chat template, but " + tok_dir +
                         " has none (no chat_template in tokenizer_config.json): set data.chat_template";
-  if (c.chat_template != "auto") {
-    out.chat = chat_template_by_name(c.chat_template, c.where("data.chat_template"));
+  if (c.chat_template) {
+    out.chat = chat_template_for(*c.chat_template);
     out.chat_source = "data.chat_template";
   } else if (!hf.chat_template.empty()) {
     out.chat = detect_chat_template(hf.chat_template, hf.source.empty() ? tok_dir : hf.source);
@@ -112,23 +116,19 @@ TrainingData prepare_training_data(const TrainConfig& c, int64_t model_vocab) {
     }
   }
   const bool llama = out.chat && (out.chat->family == ChatFamily::llama3 || out.chat->family == ChatFamily::llama3_0);
-  const bool want_bos = c.add_bos == "true" || (c.add_bos == "auto" && hf.add_bos_token.value_or(llama));
+  const bool want_bos = c.add_bos.value_or(hf.add_bos_token.value_or(llama));
   if (want_bos) {
     plain.bos = token_id(tok, hf.bos_token);
-    if (!plain.bos && c.add_bos == "true")
+    if (!plain.bos && c.add_bos.value_or(false))
       throw InputError(c.where("data.add_bos") + ": data.add_bos is true but the tokenizer has no bos_token");
   }
   const ExampleEncoder encoder(MaskedEncoder(tok), out.chat, plain, no_chat);
 
   DatasetOptions opts;
-  if (c.data_format != "auto") {
-    DataFormat f;
-    parse_data_format(c.data_format, &f);
-    opts.format = f;
-  }
+  opts.format = c.data_format;
   opts.max_seq_len = c.max_seq_len;
   opts.max_tokens = c.max_tokens;
-  parse_truncation(c.truncation, &opts.truncation);
+  opts.truncation = c.truncation;
 
   out.train = load_dataset(c.data_train, encoder, opts);
   check_objective(c, out.train, "data.train");

@@ -29,7 +29,7 @@ struct TrainingData {
 TrainingData prepare_training_data(const TrainConfig& c, int64_t model_vocab);
 
 // The record formats an objective trains on.
-bool objective_accepts(const std::string& objective, DataFormat f);
+bool objective_accepts(ObjectiveKind objective, DataFormat f);
 
 // Splits `fraction` of the examples off as a held-out set, chosen by a seeded shuffle; both
 // parts keep file order. At least one example goes to each side when fraction > 0.

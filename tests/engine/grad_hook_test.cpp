@@ -11,8 +11,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "dist/grad_groups.h"
 #include "engine/engine.h"
-#include "engine/gradcheck.h"
-#include "engine/value_model.h"
+#include "cli/random_batches.h"
+#include "model/value_model_io.h"
 #include "objective/ppo.h"
 #include "objective/sft.h"
 
@@ -78,7 +78,7 @@ TEST_F(GradHookEvents, EachGroupOpensAndClosesOncePerCallInEveryModeAndChunking)
     CpuBackend be;
     ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
     init_parameters(w, 3, InitStyle::test, 0.2f);
-    const Batch b = random_batch(cfg.vocab_size, 23, 3, 5, true);
+    const Batch b = cli::random_batch(cfg.vocab_size, 23, 3, 5, true);
     ParameterSet plain(cfg, pool, Category::grads, DType::F32, true);
     Engine(cfg, w, be, pool, parse_mode("base")).forward_backward(b, *std::make_unique<SftObjective>(b, 9.0), plain);
     for (const char* mode : {"base", "checkpoint", "stream", "recompute+chunked"}) {
@@ -118,9 +118,7 @@ TEST_F(GradHookEvents, ValueHeadsCloseTheEmbeddingAfterItsOwnBackward) {
   CpuBackend be;
   ParameterSet vm = make_value_parameters(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(vm, 8, InitStyle::test, 0.2f);
-  ObjectiveSetup s;
-  s.kind = ObjectiveKind::ppo;
-  const Batch b = random_objective_batch(s, cfg.vocab_size, 20, 2, 4);
+  const Batch b = cli::random_objective_batch(ObjectiveKind::ppo, 0, cfg.vocab_size, 20, 2, 4);
   const std::vector<float> ret(static_cast<size_t>(b.size()), 1.0f), old(static_cast<size_t>(b.size()), 0.5f);
   PpoValueObjective obj(b, ret, old, PpoConfig{});
   ParameterSet g = make_value_parameters(cfg, pool, Category::grads, DType::F32, true);

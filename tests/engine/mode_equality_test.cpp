@@ -3,7 +3,8 @@
 // rope scaling, several segments, and chunk sizes 1, 7, T/3, T and sizes that do not divide T.
 #include <gtest/gtest.h>
 
-#include "engine/gradcheck.h"
+#include "cli/gradcheck.h"
+#include "cli/random_batches.h"
 #include "support/test_support.h"
 
 namespace sbp {
@@ -46,12 +47,12 @@ TEST_P(ModeEquality, EveryModeMatchesBase) {
   init_parameters(w, 7, InitStyle::test, 0.2f);
   const int64_t T = 41;
   for (int64_t segments : {1, 4}) {
-    const Batch batch = random_batch(c.cfg.vocab_size, T, segments, 11 + segments, segments > 1);
-    GradcheckOptions opts;
+    const Batch batch = cli::random_batch(c.cfg.vocab_size, T, segments, 11 + segments, segments > 1);
+    cli::GradcheckOptions opts;
     opts.modes = test::equality_modes(T, {{T - 1, 2}});
-    const GradcheckResult r = run_gradcheck(c.cfg, w, batch, opts);
+    const cli::GradcheckResult r = cli::run_gradcheck(c.cfg, w, batch, opts);
     EXPECT_GT(r.base_loss, 0.0);
-    for (const ModeResult& m : r.modes) {
+    for (const cli::ModeResult& m : r.modes) {
       EXPECT_LT(m.max_rel_err, 1e-5) << c.name << " segments=" << segments << " mode=" << m.mode
                                      << " layer_chunk=" << m.layer_chunk
                                      << " head_chunk=" << m.head_chunk;

@@ -9,7 +9,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
-#include "engine/gradcheck.h"
+#include "cli/gradcheck.h"
+#include "cli/random_batches.h"
 #include "objective/sft.h"
 #include "support/test_support.h"
 
@@ -42,7 +43,7 @@ struct SmallModel {
 TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
   for (const char* preset : {"tiny-qwen3", "tiny-qwen2", "tiny-llama"}) {
     SmallModel m(preset);
-    const Batch b = random_batch(m.cfg.vocab_size, 23, 2, 5, true);
+    const Batch b = cli::random_batch(m.cfg.vocab_size, 23, 2, 5, true);
     ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
     m.loss(b, parse_mode("base"), &g);
     Rng rng(99);
@@ -86,8 +87,8 @@ TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
 
 TEST(ModelGradient, AccumulationOverMicroBatchesEqualsOneBatch) {
   SmallModel m("tiny-qwen3");
-  const Batch a = random_batch(m.cfg.vocab_size, 30, 2, 1, true);
-  const Batch b = random_batch(m.cfg.vocab_size, 17, 3, 2, true);
+  const Batch a = cli::random_batch(m.cfg.vocab_size, 30, 2, 1, true);
+  const Batch b = cli::random_batch(m.cfg.vocab_size, 17, 3, 2, true);
   Batch ab = a;
   ab.append(b);
   const double N = a.loss_weight_sum() + b.loss_weight_sum();
@@ -106,7 +107,7 @@ TEST(ModelGradient, AccumulationOverMicroBatchesEqualsOneBatch) {
 
 TEST(ModelGradient, ForwardOnlyLogprobsMatchTrainingLoss) {
   SmallModel m("tiny-llama");
-  const Batch b = random_batch(m.cfg.vocab_size, 29, 3, 8, true);
+  const Batch b = cli::random_batch(m.cfg.vocab_size, 29, 3, 8, true);
   for (const char* mode : {"base", "checkpoint", "stream"}) {
     ExecConfig exec = parse_mode(mode);
     exec.layer_chunk = 4;
@@ -123,7 +124,7 @@ TEST(ModelGradient, ForwardOnlyLogprobsMatchTrainingLoss) {
 
 TEST(ModelGradient, SameInputsSameBits) {
   SmallModel m("tiny-qwen3");
-  const Batch b = random_batch(m.cfg.vocab_size, 40, 3, 4, false);
+  const Batch b = cli::random_batch(m.cfg.vocab_size, 40, 3, 4, false);
   ParameterSet g1(m.cfg, m.pool, Category::grads, DType::F32, true);
   ParameterSet g2(m.cfg, m.pool, Category::grads, DType::F32, true);
   ExecConfig exec = parse_mode("stream");
@@ -143,7 +144,7 @@ TEST(ModelGradient, BudgetTooSmallGivesOutOfMemoryNotACrash) {
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 1, InitStyle::hf);
   ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
-  const Batch b = random_batch(cfg.vocab_size, 256, 1, 1, false);
+  const Batch b = cli::random_batch(cfg.vocab_size, 256, 1, 1, false);
   // Enough for weights and grads but not for base mode's stored activations.
   ledger.set_budget(ledger.live() + 1024 * 1024);
   Engine e(cfg, w, be, pool, parse_mode("base"));

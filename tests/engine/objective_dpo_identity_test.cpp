@@ -9,8 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
-#include "engine/objective_step.h"
-#include "engine/reference_model.h"
+#include "cli/random_batches.h"
 #include "objective/dpo.h"
 #include "objective/sft.h"
 #include "support/test_support.h"
@@ -28,9 +27,7 @@ struct Fixture {
   Fixture() {
     w = ParameterSet(cfg, pool, Category::weights, DType::F32, false);
     init_parameters(w, 4, InitStyle::test, 0.2f);
-    ObjectiveSetup s;
-    s.kind = ObjectiveKind::dpo;
-    batch = random_objective_batch(s, cfg.vocab_size, 45, 6, 8);  // 3 pairs
+    batch = cli::random_objective_batch(ObjectiveKind::dpo, 0, cfg.vocab_size, 45, 6, 8);  // 3 pairs
   }
   ParameterSet zeros() { return ParameterSet(cfg, pool, Category::grads, DType::F32, true); }
 };
@@ -62,8 +59,8 @@ TEST(DpoIdentity, PolicyEqualsReferenceGivesLog2AndTheSftGradient) {
     ExecConfig exec = parse_mode(mode);
     exec.layer_chunk = 7;
     exec.head_chunk = 5;
-    ReferenceModel ref(f.cfg, f.w, f.be, f.pool, exec);  // the policy's own weights
-    const std::vector<float> ref_logp = ref.target_logp(f.batch);
+    // The reference model: the policy's own weights.
+    const std::vector<float> ref_logp = Engine(f.cfg, f.w, f.be, f.pool, exec).score(f.batch).logp;
     DpoConfig cfg;
     cfg.beta = beta;
     DpoObjective obj(f.batch, ref_logp, cfg);
@@ -102,9 +99,8 @@ double dpo_loss(Fixture& f, const std::vector<float>& ref_logp, const DpoConfig&
 
 TEST(DpoIdentity, DirectionalFiniteDifferences) {
   Fixture f;
-  const ParameterSet ref_w = make_reference_weights(f.cfg, f.w, f.pool, 0.05f, 3);
-  ReferenceModel ref(f.cfg, ref_w, f.be, f.pool, parse_mode("stream"));
-  const std::vector<float> ref_logp = ref.target_logp(f.batch);
+  const ParameterSet ref_w = cli::make_reference_weights(f.cfg, f.w, f.pool, 0.05f, 3);
+  const std::vector<float> ref_logp = Engine(f.cfg, ref_w, f.be, f.pool, parse_mode("stream")).score(f.batch).logp;
   for (DpoLoss lt : {DpoLoss::sigmoid, DpoLoss::ipo}) {
     DpoConfig cfg;
     cfg.loss_type = lt;

@@ -1,13 +1,15 @@
 // Every execution mode gives base's loss and gradients (fp32, 1e-5 relative) for DPO (each loss
 // type), GRPO (each loss_type, with and without the reference model, old log-probs and an
 // entropy bonus) and PPO (policy and value model), for chunk sizes 1, 7, T/3, T and sizes that
-// do not divide T, and two segment layouts each. The reference model's forward runs in each
-// mode too; the step's constants (rewards, old log-probs, PPO's rollout) are computed once.
+// do not divide T, and two segment layouts each, through the step runner `train` runs. The
+// reference model's forward (and PPO's rollout) runs in each mode too; the step's given
+// constants (rewards, sampling log-probs, PPO's old values) are made once.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "engine/gradcheck.h"
+#include "cli/gradcheck.h"
+#include "cli/random_batches.h"
 #include "support/test_support.h"
 
 namespace sbp {
@@ -16,52 +18,55 @@ namespace {
 struct Case {
   std::string name;
   const char* preset;
-  ObjectiveSetup setup;
+  cli::GradcheckOptions options;  // objective, group size, noise
   std::vector<int64_t> segments;  // two layouts
 };
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  auto add = [&](std::string name, const char* preset, ObjectiveSetup s,
-                 std::vector<int64_t> segs) { out.push_back({std::move(name), preset, s, segs}); };
-  ObjectiveSetup dpo;
-  dpo.kind = ObjectiveKind::dpo;
-  dpo.dpo.label_smoothing = 0.1;
-  dpo.dpo.beta = 0.5;
+  auto add = [&](std::string name, const char* preset, cli::GradcheckOptions o,
+                 std::vector<int64_t> segs) { out.push_back({std::move(name), preset, o, segs}); };
+  cli::GradcheckOptions dpo;
+  ObjectiveSetup& d = dpo.objective;
+  d.kind = ObjectiveKind::dpo;
+  d.dpo.label_smoothing = 0.1;
+  d.dpo.beta = 0.5;
   add("dpo_sigmoid_smoothing", "tiny-qwen3", dpo, {2, 6});
-  dpo.dpo.label_smoothing = 0.0;
-  dpo.dpo.loss_type = DpoLoss::hinge;
-  dpo.dpo.beta = 0.05;
+  d.dpo.label_smoothing = 0.0;
+  d.dpo.loss_type = DpoLoss::hinge;
+  d.dpo.beta = 0.05;
   add("dpo_hinge", "tiny-qwen2", dpo, {4, 2});
-  dpo.dpo.loss_type = DpoLoss::ipo;
-  dpo.dpo.beta = 0.1;
+  d.dpo.loss_type = DpoLoss::ipo;
+  d.dpo.beta = 0.1;
   add("dpo_ipo", "tiny-llama", dpo, {4, 6});
 
-  ObjectiveSetup grpo;
-  grpo.kind = ObjectiveKind::grpo;
+  cli::GradcheckOptions grpo;
+  ObjectiveSetup& g = grpo.objective;
+  g.kind = ObjectiveKind::grpo;
   grpo.group_size = 3;
-  grpo.grpo.beta = 0.04;
-  grpo.grpo.epsilon_high = 0.28;
+  g.grpo.beta = 0.04;
+  g.grpo.epsilon_high = 0.28;
   for (GrpoLoss lt : {GrpoLoss::grpo, GrpoLoss::bnpo, GrpoLoss::dr_grpo, GrpoLoss::dapo}) {
-    grpo.grpo.loss_type = lt;
+    g.grpo.loss_type = lt;
     add(std::string("grpo_") + grpo_loss_name(lt), lt == GrpoLoss::bnpo ? "tiny-qwen2" : "tiny-qwen3",
         grpo, {6, 3});
   }
   // beta = 0 (no reference model), old = current detached, batch scaling, entropy bonus.
-  grpo.grpo.loss_type = GrpoLoss::dapo;
-  grpo.grpo.beta = 0.0;
-  grpo.grpo.entropy_coef = 0.05;
+  g.grpo.loss_type = GrpoLoss::dapo;
+  g.grpo.beta = 0.0;
+  g.grpo.entropy_coef = 0.05;
   grpo.old_logp_noise = 0.0f;
-  grpo.scale_rewards = ScaleRewards::batch;
+  g.scale_rewards = ScaleRewards::batch;
   add("grpo_detached_entropy", "tiny-qwen3", grpo, {6, 9});
 
-  ObjectiveSetup ppo;
-  ppo.kind = ObjectiveKind::ppo;
-  ppo.ppo.entropy_coef = 0.01;
+  cli::GradcheckOptions ppo;
+  ObjectiveSetup& p = ppo.objective;
+  p.kind = ObjectiveKind::ppo;
+  p.ppo.entropy_coef = 0.01;
   add("ppo", "tiny-qwen3", ppo, {3, 5});
-  ppo.ppo.entropy_coef = 0.0;
-  ppo.rollout.kl_estimator = KlEstimator::k3;
-  ppo.rollout.gamma = 0.9;
+  p.ppo.entropy_coef = 0.0;
+  p.rollout.kl_estimator = KlEstimator::k3;
+  p.rollout.gamma = 0.9;
   add("ppo_k3_tied", "tiny-qwen2", ppo, {2, 4});
   return out;
 }
@@ -77,15 +82,15 @@ TEST_P(ObjectiveModeEquality, EveryModeMatchesBase) {
   init_parameters(w, 7, InitStyle::test, 0.2f);
   const int64_t T = 41;
   for (int64_t segments : c.segments) {
-    const Batch batch = random_objective_batch(c.setup, cfg.vocab_size, T, segments, 3 + segments);
-    GradcheckOptions opts;
+    const Batch batch = cli::random_objective_batch(c.options.objective.kind, c.options.group_size, cfg.vocab_size, T,
+                                                    segments, 3 + segments);
+    cli::GradcheckOptions opts = c.options;
     opts.modes = test::equality_modes(T);
-    opts.objective = c.setup;
     opts.seed = 17;
-    const GradcheckResult r = run_gradcheck(cfg, w, batch, opts);
+    const cli::GradcheckResult r = cli::run_gradcheck(cfg, w, batch, opts);
     EXPECT_TRUE(std::isfinite(r.base_loss)) << c.name;
     EXPECT_NE(r.base_loss, 0.0) << c.name;
-    for (const ModeResult& m : r.modes) {
+    for (const cli::ModeResult& m : r.modes) {
       // The loss is compared on its natural scale: GRPO/PPO losses are weighted means of O(1)
       // per-token terms whose advantages sum to ~0 per group, so the total can be far smaller
       // than its terms and a relative error of it would measure that cancellation, not the

@@ -19,8 +19,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
-#include "engine/reference_model.h"
-#include "engine/value_model.h"
+#include "model/value_model_io.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
 #include "objective/dpo.h"
@@ -140,8 +139,8 @@ TEST_P(DpoParity, LossMetricsAndGradients) {
   const SafetensorsFile grads(root() + "/cases/" + GetParam() + ".grads.safetensors");
   for (const ExecConfig& exec : modes()) {
     const std::string what = std::string(GetParam()) + " " + mode_name(exec);
-    ReferenceModel ref(m.cfg, m.reference, m.be, m.pool, exec);
-    DpoObjective obj(batch, ref.target_logp(batch), cfg);
+    const std::vector<float> ref_logp = Engine(m.cfg, m.reference, m.be, m.pool, exec).score(batch).logp;
+    DpoObjective obj(batch, ref_logp, cfg);
     ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
     Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);
     expect_loss(obj.loss(), j.at("expected").at("loss"), what);
@@ -183,7 +182,7 @@ TEST_P(GrpoParity, LossMetricsAdvantagesAndGradients) {
   for (const ExecConfig& exec : modes()) {
     const std::string what = std::string(GetParam()) + " " + mode_name(exec);
     std::vector<float> ref_logp;
-    if (cfg.beta != 0.0) ref_logp = ReferenceModel(m.cfg, m.reference, m.be, m.pool, exec).target_logp(batch);
+    if (cfg.beta != 0.0) ref_logp = Engine(m.cfg, m.reference, m.be, m.pool, exec).score(batch).logp;
     GrpoObjective obj(batch, adv, cfg, old, ref_logp);
     ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
     Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);
@@ -219,7 +218,7 @@ TEST(PpoParity, RolloutLossesAndBothModelsGradients) {
   for (const ExecConfig& exec : modes()) {
     const std::string what = "ppo " + mode_name(exec);
     const std::vector<float> ref_logp =
-        ReferenceModel(m.cfg, m.reference, m.be, m.pool, exec).target_logp(batch);
+        Engine(m.cfg, m.reference, m.be, m.pool, exec).score(batch).logp;
     const PpoAdvantages a = ppo_advantages(batch, scores, old, ref_logp, old_values, rc);
     const std::vector<float> want_adv = to_rows(seqs, j.at("expected").at("advantages"));
     const std::vector<float> want_ret = to_rows(seqs, j.at("expected").at("returns"));

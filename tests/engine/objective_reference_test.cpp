@@ -1,14 +1,15 @@
 // The reference model: a real forward of its own weights (equal to Engine::score on them, also
-// when loaded from a checkpoint directory), with no gradient state and a memory peak of one
-// layer's working set and one head chunk beyond its weights.
+// when loaded from a checkpoint directory), which the step runner scores against — never the
+// policy's log-probs — with no gradient state and a memory peak of one layer's working set and
+// one head chunk beyond its weights.
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cli/random_batches.h"
 #include "engine/engine.h"
-#include "engine/gradcheck.h"
-#include "engine/objective_step.h"
-#include "engine/reference_model.h"
 #include "model/checkpoint_io.h"
+#include "objective/sequence_rows.h"
+#include "step/step_runner.h"
 #include "support/test_support.h"
 
 namespace sbp {
@@ -21,19 +22,14 @@ TEST(ReferenceModel, EqualsScoringItsOwnWeights) {
   CpuBackend be;
   ParameterSet policy(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(policy, 2, InitStyle::test, 0.2f);
-  const ParameterSet ref_w = make_reference_weights(cfg, policy, pool, 0.05f, 9);
-  ObjectiveSetup s;
-  s.kind = ObjectiveKind::dpo;
-  const Batch batch = random_objective_batch(s, cfg.vocab_size, 50, 4, 1);
-  const std::vector<float> want =
-      Engine(cfg, ref_w, be, pool, parse_mode("base")).score(batch).logp;
-  const std::vector<float> of_policy =
-      Engine(cfg, policy, be, pool, parse_mode("base")).score(batch).logp;
+  const ParameterSet ref_w = cli::make_reference_weights(cfg, policy, pool, 0.05f, 9);
+  const Batch batch = cli::random_objective_batch(ObjectiveKind::dpo, 0, cfg.vocab_size, 50, 4, 1);
+  const std::vector<float> want = Engine(cfg, ref_w, be, pool, parse_mode("base")).score(batch).logp;
+  const std::vector<float> of_policy = Engine(cfg, policy, be, pool, parse_mode("base")).score(batch).logp;
   ExecConfig exec = parse_mode("stream");
   exec.layer_chunk = 9;
   exec.head_chunk = 7;
-  ReferenceModel ref(cfg, ref_w, be, pool, exec);
-  const std::vector<float> got = ref.target_logp(batch);
+  const std::vector<float> got = Engine(cfg, ref_w, be, pool, exec).score(batch).logp;
   EXPECT_LT(test::rel_err(got.data(), want.data(), batch.size()), 1e-5);
   // ... and not the policy's log-probs (the reference implementation's shortcut).
   EXPECT_GT(test::rel_err(got.data(), of_policy.data(), batch.size()), 1e-3);
@@ -41,9 +37,31 @@ TEST(ReferenceModel, EqualsScoringItsOwnWeights) {
   // Loaded from a Hugging Face directory: the same numbers.
   test::TempDir dir;
   save_model_dir(dir.file("ref"), cfg, ref_w, DType::F32);
-  auto loaded = ReferenceModel::load(dir.file("ref"), be, pool, exec);
-  const std::vector<float> again = loaded->target_logp(batch);
+  const ModelConfig loaded_cfg = load_config(dir.file("ref"));
+  ParameterSet loaded(loaded_cfg, pool, Category::weights, DType::F32, false);
+  load_weights(dir.file("ref"), loaded_cfg, loaded);
+  const std::vector<float> again = Engine(loaded_cfg, loaded, be, pool, exec).score(batch).logp;
   EXPECT_LT(test::rel_err(again.data(), want.data(), batch.size()), 1e-5);
+
+  // The step runner's DPO step scores against those weights: TRL's rewards/chosen, beta times
+  // the policy's minus the reference's summed completion log-probs, from the two forwards.
+  const ObjectiveSetup dpo{.kind = ObjectiveKind::dpo};
+  DataParallel grads(single_process(), 0, cfg, ModelHead::lm, pool, be, nullptr);
+  StepModels models;
+  models.policy = {{&cfg, &policy}, &grads};
+  models.reference = {&cfg, &ref_w};
+  MicroBatch mb;
+  mb.batch = batch;
+  const StepResult r = StepRunner(dpo, models, be, pool, exec).run(StepBatches::whole({mb}));
+  const SequenceRows rows(batch);
+  double expected = 0.0;
+  for (int64_t t = 0; t < rows.num_rows(); ++t) {
+    const size_t i = static_cast<size_t>(t);
+    if (rows.segment[i] % 2 == 0) expected += rows.weight[i] * (static_cast<double>(of_policy[i]) - want[i]);
+  }
+  expected *= dpo.dpo.beta / static_cast<double>(rows.num_sequences() / 2);
+  EXPECT_GT(std::fabs(expected), 1e-3);
+  EXPECT_NEAR(r.metrics.at("rewards/chosen"), expected, 1e-5 * std::max(1.0, std::fabs(expected)));
 }
 
 TEST(ReferenceModel, HoldsNoGradientStateAndOneHeadChunk) {
@@ -54,14 +72,14 @@ TEST(ReferenceModel, HoldsNoGradientStateAndOneHeadChunk) {
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 2, InitStyle::test, 0.2f);
   const int64_t T = 96, c = 16, hc = 8, d = cfg.hidden_size, V = cfg.vocab_size;
-  const Batch batch = random_batch(V, T, 3, 4, false);
+  const Batch batch = cli::random_batch(V, T, 3, 4, false);
   ExecConfig exec = parse_mode("stream");
   exec.layer_chunk = c;
   exec.head_chunk = hc;
-  ReferenceModel ref(cfg, w, be, pool, exec);
+  Engine ref(cfg, w, be, pool, exec);
   const int64_t weights = ledger.live();
   ledger.reset_peak();
-  ref.target_logp(batch);
+  ref.score(batch);
   const MemoryBreakdown& at_peak = ledger.peak_breakdown();
   EXPECT_EQ(ledger.live(), weights);  // everything released
   EXPECT_EQ(ledger.category_peak(Category::grads), 0);
@@ -88,13 +106,13 @@ TEST(ReferenceModel, GrpoWithoutKlNeedsNoReference) {
   ObjectiveSetup s;
   s.kind = ObjectiveKind::grpo;
   s.grpo.beta = 0.0;
-  s.group_size = 2;
   EXPECT_FALSE(s.needs_reference());
-  const Batch batch = random_objective_batch(s, cfg.vocab_size, 30, 4, 2);
-  ObjectiveModels models{cfg, w};  // no reference model at all
-  const StepConstants k = make_step_constants(s, models, batch, be, pool, parse_mode("stream"), 1);
-  ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
-  const StepOutcome out = run_objective_step(s, models, k, batch, be, pool, parse_mode("stream"), g);
+  const Batch batch = cli::random_objective_batch(s.kind, 2, cfg.vocab_size, 30, 4, 2);
+  DataParallel grads(single_process(), 0, cfg, ModelHead::lm, pool, be, nullptr);
+  StepModels models;  // no reference model at all
+  models.policy = {{&cfg, &w}, &grads};
+  const StepResult out = StepRunner(s, models, be, pool, parse_mode("stream"))
+                             .run(StepBatches::whole({cli::random_micro_batch(s.kind, 2, batch, 1)}));
   EXPECT_TRUE(std::isfinite(out.loss));
   EXPECT_EQ(out.metrics.count("kl"), 0u);
 }

@@ -1,13 +1,16 @@
 // Memory of the objectives' steps, from the ledger: in stream mode the `logits` category never
 // holds more than one head block (c_h x V fp32) — also for DPO's extra pre-pass, GRPO's entropy,
-// PPO's two models and the reference model's forward — while `head: full` holds (T, V). And a
+// PPO's two models and its rollout, and the reference model's forward — while `head: full` holds
+// (T, V). And a
 // shape-only run (meta backend, non-materialising pool: what `streambp plan` runs) records
 // exactly the allocations of the real step.
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/meta/meta_backend.h"
-#include "engine/objective_step.h"
+#include "cli/random_batches.h"
+#include "step/model_set.h"
+#include "step/step_runner.h"
 
 namespace sbp {
 namespace {
@@ -17,31 +20,21 @@ struct Step {
   MemoryBreakdown at_peak;
 };
 
-Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const Batch& batch,
-             const ExecConfig& exec, bool meta) {
+Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const MicroBatch& mb, const ExecConfig& exec,
+             bool meta) {
   Ledger ledger;
   Pool pool(ledger, PoolOptions{.materialize = !meta});
   CpuBackend cpu;
   MetaBackend shapes;
   Backend& be = meta ? static_cast<Backend&>(shapes) : cpu;
-  ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
-  if (!meta) init_parameters(w, 1, InitStyle::test, 0.2f);
-  ParameterSet ref, value, g, vg;
-  ObjectiveModels models{cfg, w};
-  if (s.needs_reference()) {
-    ref = make_reference_weights(cfg, w, pool, 0.01f, 2);
-    models.reference = &ref;
+  ModelSet models(s, cfg, pool, be, ModelSetOptions{});
+  if (!meta) {
+    init_parameters(models.policy_weights(), 1, InitStyle::test, 0.2f);
+    if (models.has_reference()) init_parameters(models.reference_weights(), 2, InitStyle::test, 0.2f);
+    if (models.has_value()) init_parameters(models.value_weights(), 3, InitStyle::test, 0.2f);
   }
-  if (s.needs_value_model()) {
-    value = ParameterSet(cfg, pool, Category::weights, DType::F32, false, ModelHead::value);
-    if (!meta) init_parameters(value, 3, InitStyle::test, 0.2f);
-    models.value = &value;
-    vg = ParameterSet(cfg, pool, Category::grads, DType::F32, true, ModelHead::value);
-  }
-  g = ParameterSet(cfg, pool, Category::grads, DType::F32, true);
-  const StepConstants k = make_step_constants(s, models, batch, be, pool, exec, 4);
   ledger.reset_peak();
-  run_objective_step(s, models, k, batch, be, pool, exec, g, models.value ? &vg : nullptr);
+  StepRunner(s, models.views(), be, pool, exec).run(StepBatches::whole({mb}));
   return Step{ledger.peak(), ledger.category_peak(Category::logits), ledger.peak_breakdown()};
 }
 
@@ -54,8 +47,7 @@ TEST(ObjectiveMemory, StreamHoldsOneHeadBlockOfLogits) {
     s.kind = kind;
     s.grpo.beta = 0.04;
     s.grpo.entropy_coef = 0.01;
-    s.group_size = 4;
-    const Batch batch = random_objective_batch(s, V, T, 4, 6);
+    const MicroBatch batch = cli::random_micro_batch(kind, 4, cli::random_objective_batch(kind, 4, V, T, 4, 6), 4);
     ExecConfig stream = parse_mode("stream");
     stream.layer_chunk = 32;
     stream.head_chunk = hc;

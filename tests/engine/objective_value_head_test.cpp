@@ -9,10 +9,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/gradcheck.h"
-#include "engine/logits_probe.h"
-#include "engine/objective_step.h"
-#include "engine/value_model.h"
+#include "cli/random_batches.h"
+#include "model/value_model_io.h"
 #include "model/checkpoint_io.h"
 #include "objective/ppo.h"
 #include "objective/sft.h"
@@ -49,14 +47,14 @@ TEST(ValueHead, ValuesEqualTheLmHeadRowOfTheSameVector) {
                                                     : lm.get(vm.name(i));
     std::copy(src.f32(), src.f32() + dst.numel(), dst.f32());
   }
-  const Batch batch = random_batch(cfg.vocab_size, 40, 3, 5, false);
+  const Batch batch = cli::random_batch(cfg.vocab_size, 40, 3, 5, false);
   ExecConfig exec = parse_mode("stream");
   exec.layer_chunk = 7;
   exec.head_chunk = 6;
   const std::vector<float> v = Engine(cfg, vm, be, pool, exec).values(batch);
   std::vector<int64_t> rows(static_cast<size_t>(batch.size()));
   for (int64_t t = 0; t < batch.size(); ++t) rows[static_cast<size_t>(t)] = t;
-  const std::vector<float> logits = probe_logits(cfg, lm, be, pool, batch, exec, rows);
+  const std::vector<float> logits = Engine(cfg, lm, be, pool, exec).logits_at(batch, rows);
   std::vector<float> want;
   for (int64_t t = 0; t < batch.size(); ++t) want.push_back(logits[static_cast<size_t>(t * cfg.vocab_size + k)]);
   EXPECT_LT(test::rel_err(v.data(), want.data(), batch.size()), 1e-5);
@@ -89,9 +87,7 @@ TEST(ValueHead, GradientsPassDirectionalFiniteDifferences) {
   CpuBackend be;
   ParameterSet vm = make_value_parameters(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(vm, 8, InitStyle::test, 0.2f);
-  ObjectiveSetup s;
-  s.kind = ObjectiveKind::ppo;
-  const Batch b = random_objective_batch(s, cfg.vocab_size, 36, 3, 4);
+  const Batch b = cli::random_objective_batch(ObjectiveKind::ppo, 0, cfg.vocab_size, 36, 3, 4);
   // Returns far from the values and old values far from both, so no token sits at a clip kink
   // under the small steps below; cliprange_value large enough that most tokens are unclipped.
   const std::vector<float> v0 = Engine(cfg, vm, be, pool, parse_mode("base")).values(b);

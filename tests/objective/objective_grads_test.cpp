@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "core/rng.h"
-#include "engine/objective_step.h"
+#include "cli/random_batches.h"
 #include "objective/dpo.h"
 #include "objective/grpo.h"
 #include "objective/ppo.h"
@@ -110,10 +110,7 @@ Data make_data(const Batch& b, uint64_t seed) {
 }
 
 Batch batch_for(ObjectiveKind kind, int64_t T, int64_t segments, uint64_t seed) {
-  ObjectiveSetup s;
-  s.kind = kind;
-  s.group_size = 3;
-  return random_objective_batch(s, 50, T, segments, seed);
+  return cli::random_objective_batch(kind, 3, 50, T, segments, seed);
 }
 
 bool ratio_near(double lp, double old, double lo, double hi) {

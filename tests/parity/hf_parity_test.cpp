@@ -38,7 +38,6 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
-#include "engine/logits_probe.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
 #include "objective/sft.h"
@@ -235,7 +234,7 @@ TEST_P(HfParity, LogitsMatch) {
   double worst = 0.0;
   for (const ExecConfig& e :
        {mode("base"), mode("stream", 1), mode("stream", 7), mode("stream", 16)}) {
-    const std::vector<float> logits = probe_logits(f.cfg, f.weights, be, f.pool, f.batch, e, rows);
+    const std::vector<float> logits = Engine(f.cfg, f.weights, be, f.pool, e).logits_at(f.batch, rows);
     std::vector<float> got;
     for (size_t i = 0; i < rows.size(); ++i)
       for (int64_t c : cols)
@@ -501,10 +500,10 @@ TEST_P(HfRoundtrip, CommittedCheckpointGivesTransformersLogits) {
   ASSERT_EQ(static_cast<int64_t>(want.size()),
             static_cast<int64_t>(rows.size()) * cfg.vocab_size);
   CpuBackend be;
-  const std::vector<float> got = probe_logits(cfg, w, be, f.pool, f.batch, mode("stream", 7), rows);
+  const std::vector<float> got = Engine(cfg, w, be, f.pool, mode("stream", 7)).logits_at(f.batch, rows);
   // Training really moved the model: the untrained fixture's logits are far from these.
   const std::vector<float> before =
-      probe_logits(f.cfg, f.weights, be, f.pool, f.batch, mode("base"), rows);
+      Engine(f.cfg, f.weights, be, f.pool, mode("base")).logits_at(f.batch, rows);
   const double err = rel_err(got, want);
   std::printf("[parity] roundtrip %-20s logits max rel err %.2e (untrained model: %.2e)\n",
               c.fixture, err, rel_err(before, want));

@@ -8,7 +8,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
-#include "engine/gradcheck.h"
+#include "cli/gradcheck.h"
+#include "cli/random_batches.h"
 #include "objective/sft.h"
 #include "optim/adamw.h"
 #include "plan/planner.h"
@@ -78,7 +79,7 @@ TEST_F(PlanAgreement, LedgerPeakAndBreakdownEqualARealStepExactly) {
     for (int64_t T : {1, 2, 37, 64}) {
       for (int64_t segments : {int64_t{1}, int64_t{3}}) {
         if (segments > T) continue;
-        const Batch batch = random_batch(cfg.vocab_size, T, segments, 100 + T, segments > 1);
+        const Batch batch = cli::random_batch(cfg.vocab_size, T, segments, 100 + T, segments > 1);
         const std::vector<ExecConfig> execs = {mode("base", 0, 0),
                                                mode("checkpoint", 0, 0),
                                                mode("stream", 1, 1),

@@ -101,7 +101,8 @@ TEST(PlanCli, BadArgumentsNameTheField) {
   for (const Bad& b :
        {Bad{"--model tiny-qwen3 --budget '80 gigs'", "--budget"},
         Bad{"--model tiny-qwen3 --budget 1GiB --reserve 2GiB", "--reserve"},
-        Bad{"--model tiny-qwen3 --seq-len 10 --objective dpo", "not implemented yet"},
+        Bad{"--model tiny-qwen3 --seq-len 3 --objective dpo", "--seq-len: must be between 4"},
+        Bad{"--model tiny-qwen3 --seq-len 10 --objective dpo --dpo-loss kto", "--dpo-loss"},
         Bad{"--model tiny-qwen3 --seq-len 10 --objective kto", "--objective"},
         Bad{"--model tiny-qwen3 --seq-len 10 --dtype f16", "--dtype"},
         Bad{"--model tiny-qwen3 --seq-len 10 --optimizer sgd", "--optimizer"},

@@ -27,7 +27,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/process_memory.h"
 #include "engine/engine.h"
-#include "engine/gradcheck.h"
+#include "cli/gradcheck.h"
+#include "cli/random_batches.h"
 #include "objective/sft.h"
 #include "plan/plan_step.h"
 
@@ -125,7 +126,7 @@ TEST_P(PlanRss, PeakRssIsBaselinePlusPlannedLedgerPeak) {
   ExecConfig exec = parse_mode(c.mode);
   exec.layer_chunk = c.layer_chunk;
   exec.head_chunk = c.head_chunk;
-  const Batch batch = random_batch(cfg.cfg.vocab_size, c.T, 2, 4, false);
+  const Batch batch = cli::random_batch(cfg.cfg.vocab_size, c.T, 2, 4, false);
   const PlannedStep plan = plan_sft_step(cfg.cfg, exec, batch, DType::F32, false);
   const RssRun r = measure(cfg.cfg, exec, batch);
   if (r.rss_before == 0) GTEST_SKIP() << "this kernel does not let us reset the peak RSS";

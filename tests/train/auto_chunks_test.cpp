@@ -56,13 +56,21 @@ TEST(AutoChunks, AreThePlannersChoiceForTheRunsStep) {
   EXPECT_LE(r.planned_peak, r.budget);
   EXPECT_LT(r.layer_chunk, 2048);  // the budget, not T, decided
   EXPECT_LT(r.head_chunk, 2048);
-  // A fixed size stays fixed; DPO's reference model takes its weights out of the budget.
+  // A fixed size stays fixed; DPO's reference model takes its weights out of the budget: the
+  // plan is the DPO step's, with the reference model's weights beside the policy's.
   c.layer_chunk = 16;
   EXPECT_EQ(resolve_auto_chunks(c, cfg, exec).layer_chunk, 16);
-  c.objective = "dpo";
+  c.layer_chunk = 0;
+  c.objective = ObjectiveKind::dpo;
   const ResolvedChunks d = resolve_auto_chunks(c, cfg, exec);
-  EXPECT_GT(d.other_models, 0);
-  EXPECT_EQ(d.budget, 4 * 1024 * 1024 - d.other_models);
+  setup.objective = c.objective_setup();
+  setup.group_size = 2;
+  const ChunkedPlan pd = choose_chunks(setup, exec, 2048, ChunkRequest{});
+  EXPECT_EQ(d.layer_chunk, pd.layer_chunk);
+  EXPECT_EQ(d.head_chunk, pd.head_chunk);
+  EXPECT_EQ(pd.step.breakdown[Category::weights], 2 * p.step.breakdown[Category::weights]);
+  EXPECT_LE(d.planned_peak, d.budget);
+  EXPECT_EQ(d.budget, 4 * 1024 * 1024);
 }
 
 TEST(AutoChunks, ARealRunStaysWithinTheBudget) {

@@ -1,20 +1,21 @@
-// The trainer's PPO step (src/train/step_objective.h): its whitening spans the micro-batches of
-// the step (so splitting a batch changes nothing), its gradients are exactly those of the
-// gradcheck/bench path (run_objective_step) for the same rollout constants, and a few steps
-// move the policy toward the completions with the higher scores.
+// The PPO step of the step runner (src/step/ppo_step.cpp): its whitening spans the micro-batches
+// of the step (so splitting a batch changes nothing), its gradients are exactly those of the same
+// step assembled by hand from the engine and the objectives, and a few steps move the policy
+// toward the completions with the higher scores.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
-#include "engine/objective_step.h"
-#include "engine/reference_model.h"
-#include "engine/value_model.h"
+#include "cli/random_batches.h"
+#include "engine/engine.h"
+#include "model/value_model_io.h"
 #include "objective/gae.h"
 #include "objective/sequence_rows.h"
-#include "train/ppo_value_model.h"
-#include "train/step_objective.h"
+#include "step/model_set.h"
+#include "step/step_runner.h"
+#include "train/train_config.h"
 
 namespace sbp {
 namespace {
@@ -48,14 +49,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.numel() == b.numel() && std::memcmp(a.data, b.data, static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
 }
 
-ObjectiveSetup ppo_setup() {
-  ObjectiveSetup s;
-  s.kind = ObjectiveKind::ppo;
-  return s;
-}
-
 TEST(PpoStep, WhiteningOverMicroBatchesEqualsOneBatch) {
-  const Batch whole = random_objective_batch(ppo_setup(), 50, 60, 7, 11);
+  const Batch whole = cli::random_objective_batch(ObjectiveKind::ppo, 0, 50, 60, 7, 11);
   ASSERT_EQ(whole.seq_lens.size(), 7u);
   const Batch a = segments_of(whole, 0, 3), b = segments_of(whole, 3, 4);
   Rng rng(5, "ppo-step-test");
@@ -98,73 +93,71 @@ TEST(PpoStep, WhiteningOverMicroBatchesEqualsOneBatch) {
   }
 }
 
-// A tiny policy, its reference (policy + noise), a value model and a PPO step, all on one pool.
+// A tiny policy, its reference (policy + noise), a value model and a PPO micro-batch, all the
+// models of a run in one ModelSet.
 struct PpoFixture {
   ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
   Pool pool{ledger};
   CpuBackend be;
   ExecConfig exec = parse_mode("stream");
-  ParameterSet w{cfg, pool, Category::weights, DType::F32, false};
-  ParameterSet ref_w;
   TrainConfig c;
-  PackedBatch packed;
+  ObjectiveSetup setup;
+  AdamWConfig optim;
+  std::unique_ptr<ModelSet> models;
+  MicroBatch mb;
 
   // reference_noise 0: the reference is the starting policy, as in the trainer.
-  explicit PpoFixture(float reference_noise, const std::string& kl_estimator) {
+  PpoFixture(float reference_noise, KlEstimator kl_estimator, InitStyle value_init) {
     exec.layer_chunk = 7;
     exec.head_chunk = 5;
-    init_parameters(w, 7, InitStyle::test, 0.2f);
-    ref_w = make_reference_weights(cfg, w, pool, reference_noise, 3);
-    c.objective = "ppo";
+    c.objective = ObjectiveKind::ppo;
     c.ppo.beta = 0.1;
     c.ppo.kl_estimator = kl_estimator;
     c.ppo.vf_coef = 0.5;
-    packed.batch = random_objective_batch(ppo_setup(), cfg.vocab_size, 41, 4, 13);
+    setup = c.objective_setup();
+    models = std::make_unique<ModelSet>(setup, cfg, pool, be, ModelSetOptions{.optim = &optim});
+    init_parameters(models->policy_weights(), 7, InitStyle::test, 0.2f);
+    const ParameterSet ref = cli::make_reference_weights(cfg, models->policy_weights(), pool, reference_noise, 3);
+    for (size_t i = 0; i < ref.size(); ++i) be.copy(models->reference_weights().tensor(i), ref.tensor(i));
+    init_parameters(models->value_weights(), 9, value_init, value_init == InitStyle::test ? 0.2f : 0.02f);
+    mb.batch = cli::random_objective_batch(ObjectiveKind::ppo, 0, cfg.vocab_size, 41, 4, 13);
     Rng rng(21, "ppo-scores");
-    for (size_t s = 0; s < packed.batch.seq_lens.size(); ++s) {
-      packed.segment_example.push_back(static_cast<int64_t>(s));
-      packed.segment_reward.push_back(rng.normal());
-    }
+    for (size_t s = 0; s < mb.batch.seq_lens.size(); ++s) mb.rewards.push_back(rng.normal());
   }
+  StepResult step() { return StepRunner(setup, models->views(), be, pool, exec).run(StepBatches::whole({mb})); }
 };
 
-TEST(PpoStep, TrainerGradientsEqualTheObjectiveStepPath) {
-  PpoFixture f(0.05f, "k3");  // a reference apart from the policy: the KL terms are not 0
-  ReferenceModel reference(f.cfg, f.ref_w, f.be, f.pool, f.exec);
-  TrainedValueModel value(f.cfg, f.pool, f.be, f.exec, AdamWConfig{});
-  init_parameters(value.weights(), 9, InitStyle::test, 0.2f);
-  Engine policy(f.cfg, f.w, f.be, f.pool, f.exec);
-  ParameterSet g1(f.cfg, f.pool, Category::grads, DType::F32, true);
-  StepObjective step(f.c, &reference, &value);
-  const StepObjective::Result got = step.run(policy, {f.packed}, g1);
+TEST(PpoStep, RunnerGradientsEqualTheStepAssembledByHand) {
+  PpoFixture f(0.05f, KlEstimator::k3, InitStyle::test);  // a reference apart from the policy: KL terms not 0
+  const StepResult got = f.step();
 
-  // gradcheck/bench's path, with the constants the trainer computes: old = current policy,
-  // reference log-probs, the value model's values, the records' rewards as scores.
-  const Batch& b = f.packed.batch;
-  ObjectiveSetup setup = ppo_setup();
-  setup.ppo = ppo_objective_config(f.c, 1);
-  setup.rollout = ppo_rollout_config(f.c);
-  StepConstants k;
-  for (double r : f.packed.segment_reward) k.rewards.push_back(static_cast<float>(r));
-  k.old_logp = Engine(f.cfg, f.w, f.be, f.pool, f.exec).score(b).logp;
-  const std::vector<float> ref_logp = reference.target_logp(b);
-  k.old_values = Engine(f.cfg, value.weights(), f.be, f.pool, f.exec).values(b);
-  const PpoAdvantages a = ppo_advantages(b, k.rewards, k.old_logp, ref_logp, k.old_values, setup.rollout);
-  k.advantages = a.advantages;
-  k.returns = a.returns;
+  // The same step written out: old = the current policy's, the reference's log-probs, the value
+  // model's values, the rewards as scores; GAE; then each model's objective through the engine.
+  const Batch& b = f.mb.batch;
+  const ParameterSet& w = f.models->policy_weights();
+  const ParameterSet& vw = f.models->value_weights();
+  const std::vector<float> old_logp = Engine(f.cfg, w, f.be, f.pool, f.exec).score(b).logp;
+  const std::vector<float> ref_logp = Engine(f.cfg, f.models->reference_weights(), f.be, f.pool, f.exec).score(b).logp;
+  const std::vector<float> old_values = Engine(f.cfg, vw, f.be, f.pool, f.exec).values(b);
+  const PpoAdvantages a = ppo_advantages(b, f.mb.rewards, old_logp, ref_logp, old_values, f.setup.rollout);
   ParameterSet g2(f.cfg, f.pool, Category::grads, DType::F32, true);
   ParameterSet vg2 = make_value_parameters(f.cfg, f.pool, Category::grads, DType::F32, true);
-  const ObjectiveModels models{f.cfg, f.w, &f.ref_w, &value.weights()};
-  const StepOutcome want = run_objective_step(setup, models, k, b, f.be, f.pool, f.exec, g2, &vg2);
+  PpoPolicyObjective pol(b, a.advantages, old_logp, f.setup.ppo);
+  Engine(f.cfg, w, f.be, f.pool, f.exec).forward_backward(b, pol, g2);
+  PpoValueObjective val(b, a.returns, old_values, f.setup.ppo);
+  Engine(f.cfg, vw, f.be, f.pool, f.exec).forward_backward(b, val, vg2);
 
-  EXPECT_EQ(got.loss, want.loss);
+  EXPECT_EQ(got.loss, pol.loss() + val.loss());
+  const ParameterSet& g1 = f.models->policy().grads();
+  const ParameterSet& vg1 = f.models->value().grads();
   for (size_t i = 0; i < g1.size(); ++i) EXPECT_TRUE(same_bits(g1.tensor(i), g2.tensor(i))) << g1.name(i);
-  for (size_t i = 0; i < vg2.size(); ++i)
-    EXPECT_TRUE(same_bits(value.grads().tensor(i), vg2.tensor(i))) << "value " << vg2.name(i);
+  for (size_t i = 0; i < vg2.size(); ++i) EXPECT_TRUE(same_bits(vg1.tensor(i), vg2.tensor(i))) << "value " << vg2.name(i);
+  std::map<std::string, double> want = pol.metrics();
+  for (const auto& [k, v] : val.metrics()) want[k] = v;
   for (const char* key : {"loss/policy", "loss/value", "policy/entropy_avg", "policy/approxkl_avg", "val/clipfrac_avg"}) {
     ASSERT_TRUE(got.metrics.count(key)) << key;
-    EXPECT_DOUBLE_EQ(got.metrics.at(key), want.metrics.at(key)) << key;
+    EXPECT_DOUBLE_EQ(got.metrics.at(key), want.at(key)) << key;
   }
   EXPECT_DOUBLE_EQ(got.metrics.at("objective/kl"), a.mean_kl);
   EXPECT_GT(a.mean_kl, 0.0);
@@ -177,43 +170,33 @@ TEST(PpoStep, TrainerGradientsEqualTheObjectiveStepPath) {
 
 // Σ over sequences of (score - mean score) * Σ_completion logp: grows when the policy favours
 // the better completions.
-double score_logp_covariance(Engine& policy, const PackedBatch& p) {
-  const std::vector<float> logp = policy.score(p.batch).logp;
-  const SequenceRows rows(p.batch);
+double score_logp_covariance(PpoFixture& f) {
+  const std::vector<float> logp = Engine(f.cfg, f.models->policy_weights(), f.be, f.pool, f.exec).score(f.mb.batch).logp;
+  const SequenceRows rows(f.mb.batch);
   double mean = 0.0;
-  for (double r : p.segment_reward) mean += r / static_cast<double>(p.segment_reward.size());
+  for (float r : f.mb.rewards) mean += r / static_cast<double>(f.mb.rewards.size());
   double cov = 0.0;
   for (int64_t s = 0; s < rows.num_sequences(); ++s) {
     double sum = 0.0;
     for (int64_t t = rows.begin[s]; t < rows.begin[s + 1]; ++t) sum += rows.weight[static_cast<size_t>(t)] * logp[static_cast<size_t>(t)];
-    cov += (p.segment_reward[static_cast<size_t>(s)] - mean) * sum;
+    cov += (f.mb.rewards[static_cast<size_t>(s)] - mean) * sum;
   }
   return cov;
 }
 
 TEST(PpoStep, StepsMoveThePolicyTowardHigherScores) {
-  PpoFixture f(0.0f, "k1");
-  ReferenceModel reference(f.cfg, f.ref_w, f.be, f.pool, f.exec);
-  const AdamWConfig opt_cfg{};
-  TrainedValueModel value(f.cfg, f.pool, f.be, f.exec, opt_cfg);
-  init_parameters(value.weights(), 9, InitStyle::hf);
-  Engine policy(f.cfg, f.w, f.be, f.pool, f.exec);
-  ParameterSet g(f.cfg, f.pool, Category::grads, DType::F32, true);
-  AdamW opt(f.cfg, f.pool, opt_cfg);
-  StepObjective step(f.c, &reference, &value);
-  const double before = score_logp_covariance(policy, f.packed);
+  PpoFixture f(0.0f, KlEstimator::k1, InitStyle::hf);
+  const double before = score_logp_covariance(f);
   double first_value_loss = 0.0, last_value_loss = 0.0;
   for (int i = 0; i < 4; ++i) {
-    for (size_t j = 0; j < g.size(); ++j) f.be.fill(g.tensor(j), 0.0f);
-    for (size_t j = 0; j < value.grads().size(); ++j) f.be.fill(value.grads().tensor(j), 0.0f);
-    const StepObjective::Result r = step.run(policy, {f.packed}, g);
+    const StepResult r = f.step();
     (i == 0 ? first_value_loss : last_value_loss) = r.metrics.at("loss/value");
-    clip_grad_norm(g, f.be, 1.0);
-    clip_grad_norm(value.grads(), f.be, 1.0);
-    opt.step(f.w, g, f.be, 1e-3f);
-    value.optimizer().step(value.weights(), value.grads(), f.be, 1e-3f);
+    f.models->policy().clip(1.0);
+    f.models->value().clip(1.0);
+    f.models->policy().update(f.models->policy_weights(), 1e-3f);
+    f.models->value().update(f.models->value_weights(), 1e-3f);
   }
-  EXPECT_GT(score_logp_covariance(policy, f.packed), before);
+  EXPECT_GT(score_logp_covariance(f), before);
   EXPECT_LT(last_value_loss, first_value_loss);
 }
 

@@ -54,11 +54,11 @@ mode: recompute+chunked
   EXPECT_EQ(c.tokenizer, "models/qwen");  // defaults to the model
   EXPECT_EQ(c.data_train, "train.jsonl");
   EXPECT_DOUBLE_EQ(c.eval_fraction, 0.1);
-  EXPECT_EQ(c.chat_template, "qwen3");
-  EXPECT_EQ(c.truncation, "skip");
+  EXPECT_EQ(c.chat_template, ChatTemplateName::qwen3);
+  EXPECT_EQ(c.truncation, Truncation::skip);
   EXPECT_DOUBLE_EQ(c.lr, 1e-4);  // the override wins
   EXPECT_DOUBLE_EQ(c.beta2, 0.95);
-  EXPECT_EQ(c.schedule, "cosine");
+  EXPECT_EQ(c.schedule, ScheduleKind::cosine);
   EXPECT_EQ(c.max_tokens, 2048);
   EXPECT_EQ(c.max_seq_len, 2048);  // defaults to max_tokens
   EXPECT_EQ(c.grad_accum, 4);
@@ -103,9 +103,9 @@ TEST(TrainConfig, PpoKeys) {
       write_yaml(dir, std::string(kMinimal) + "objective: ppo\nppo:\n  value_model: models/value\n  kl_estimator: k3\n"),
       {"ppo.lam=0.9"});
   EXPECT_EQ(c.ppo.value_model, "models/value");
-  EXPECT_EQ(c.ppo.kl_estimator, "k3");
+  EXPECT_EQ(c.ppo.kl_estimator, KlEstimator::k3);
   EXPECT_DOUBLE_EQ(c.ppo.lam, 0.9);
-  EXPECT_EQ(TrainConfig{}.ppo.kl_estimator, "k1");
+  EXPECT_EQ(TrainConfig{}.ppo.kl_estimator, KlEstimator::k1);
   EXPECT_TRUE(TrainConfig{}.ppo.value_model.empty());
   // Each bad value names its own key and line.
   EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  kl_estimator: k2\n"), "cfg.yaml:5: ppo.kl_estimator must be k1 or k3");

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "core/pool.h"
-#include "engine/value_model.h"
+#include "model/value_model_io.h"
 #include "model/checkpoint_io.h"
 #include "support/test_support.h"
 

@@ -1,4 +1,4 @@
-#include "engine/value_model.h"
+#include "model/value_model_io.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,27 +1,20 @@
-#include "train/ppo_value_model.h"
+#include "train/value_model_init.h"
 
 #include <filesystem>
 
 #include "core/error.h"
-#include "engine/value_model.h"
+#include "model/value_model_io.h"
+#include "train/checkpoint.h"
 #include "model/checkpoint_io.h"
 
 namespace sbp {
 
 namespace fs = std::filesystem;
 
-TrainedValueModel::TrainedValueModel(const ModelConfig& cfg, Pool& pool, Backend& be, const ExecConfig& exec,
-                                     const AdamWConfig& optim)
-    : TrainedValueModel(cfg, pool, be, exec, optim, single_process(), 0) {}
+namespace {
 
-TrainedValueModel::TrainedValueModel(const ModelConfig& cfg, Pool& pool, Backend& be, const ExecConfig& exec,
-                                     const AdamWConfig& optim, Communicator& comm, int zero)
-    : cfg_(cfg),
-      weights_(make_value_parameters(cfg_, pool, Category::weights, DType::F32, false)),
-      parallel_(comm, zero, cfg_, ModelHead::value, pool, be, &optim),
-      engine_(cfg_, weights_, be, pool, exec) {}
-
-ModelConfig ppo_value_config(const TrainConfig& c, const ModelConfig& policy) {
+// ppo.value_model's config, or the policy's.
+ModelConfig fresh_value_config(const TrainConfig& c, const ModelConfig& policy) {
   if (c.ppo.value_model.empty()) return policy;
   const std::string where = c.where("ppo.value_model") + ": ppo.value_model: ";
   const fs::path dir(c.ppo.value_model);
@@ -40,9 +33,22 @@ ModelConfig ppo_value_config(const TrainConfig& c, const ModelConfig& policy) {
   return v;
 }
 
+}  // namespace
+
+ModelConfig value_model_config(const TrainConfig& c, const ModelConfig& policy, const std::string& ckpt) {
+  if (ckpt.empty()) return fresh_value_config(c, policy);
+  const std::string dir = ckpt + "/" + kValueModelDir;
+  if (!fs::exists(fs::path(dir) / "config.json"))
+    throw InputError(dir + ": missing (the checkpoint holds no PPO value model)");
+  const ModelConfig v = load_config(dir);
+  if (v.vocab_size != policy.vocab_size)
+    throw InputError(dir + "/config.json: the value model's vocab_size differs from the policy's");
+  return v;
+}
+
 void check_ppo_value_model(const TrainConfig& c, const ModelConfig& policy) {
   if (c.ppo.value_model.empty()) return;
-  const ModelConfig cfg = ppo_value_config(c, policy);
+  const ModelConfig cfg = fresh_value_config(c, policy);
   try {
     check_value_weights(c.ppo.value_model, cfg);
   } catch (const InputError& e) {

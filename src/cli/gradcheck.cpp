@@ -1,0 +1,137 @@
+#include "cli/gradcheck.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cli/random_batches.h"
+#include "core/rng.h"
+#include "dist/data_parallel.h"
+#include "engine/engine.h"
+#include "objective/sequence_rows.h"
+
+namespace sbp::cli {
+
+namespace {
+
+// max |a - b| / max |b|; NaN counts as infinitely wrong.
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= num)) num = d;
+    den = std::max(den, std::fabs(static_cast<double>(b[i])));
+  }
+  if (std::isnan(num)) return INFINITY;
+  if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+  return num / den;
+}
+
+void copy_out(const ParameterSet& g, std::vector<std::vector<float>>* out) {
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Tensor& t = g.tensor(i);
+    out->emplace_back(t.f32(), t.f32() + t.numel());
+  }
+}
+
+// Adds noise * N(0, 1) to the completion rows of x (T).
+void add_noise(std::vector<float>& x, const SequenceRows& rows, float noise, Rng& rng) {
+  for (size_t t = 0; t < x.size(); ++t)
+    if (rows.weight[t] > 0.0f) x[t] += noise * rng.normal();
+}
+
+}  // namespace
+
+MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& weights, const ParameterSet* value,
+                                 const Batch& batch, const GradcheckOptions& opts) {
+  const ObjectiveKind kind = opts.objective.kind;
+  MicroBatch mb = random_micro_batch(kind, opts.group_size, batch, opts.seed);
+  if (kind != ObjectiveKind::grpo && kind != ObjectiveKind::ppo) return mb;
+  Ledger ledger;
+  Pool pool(ledger);
+  const std::unique_ptr<Backend> be = make_backend(opts.backend);
+  const ExecConfig base = parse_mode("base");
+  const SequenceRows rows(batch);
+  Rng rng(opts.seed, "rollout-noise");
+  if (opts.old_logp_noise != 0.0f) {
+    mb.old_logp = Engine(cfg, weights, *be, pool, base).score(batch).logp;
+    add_noise(mb.old_logp, rows, opts.old_logp_noise, rng);
+  }
+  if (kind == ObjectiveKind::ppo && value && opts.value_noise != 0.0f) {
+    mb.old_values = Engine(cfg, *value, *be, pool, base).values(batch);
+    add_noise(mb.old_values, rows, opts.value_noise, rng);
+  }
+  return mb;
+}
+
+ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights, const ParameterSet* reference,
+                         const ParameterSet* value, const MicroBatch& mb, const ExecConfig& exec,
+                         const GradcheckOptions& opts) {
+  Ledger ledger;
+  Pool pool(ledger, PoolOptions{.materialize = true, .poison = opts.poison});
+  const std::unique_ptr<Backend> be = make_backend(opts.backend);
+  DataParallel policy_grads(single_process(), 0, cfg, ModelHead::lm, pool, *be, nullptr);
+  std::unique_ptr<DataParallel> value_grads;
+  StepModels models;
+  models.policy = {{&cfg, &weights}, &policy_grads};
+  if (reference) models.reference = {&cfg, reference};
+  if (value) {
+    value_grads = std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::value, pool, *be, nullptr);
+    models.value = {{&cfg, value}, value_grads.get()};
+  }
+  ModeGrads out;
+  out.result = StepRunner(opts.objective, models, *be, pool, exec).run(StepBatches::whole({mb}));
+  out.peak_bytes = ledger.peak();
+  copy_out(policy_grads.grads(), &out.grads);
+  if (value_grads) copy_out(value_grads->grads(), &out.grads);
+  return out;
+}
+
+GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights, const Batch& batch,
+                              const GradcheckOptions& opts) {
+  const ObjectiveSetup& setup = opts.objective;
+  // The other models of the step live as long as the check.
+  Ledger ledger;
+  Pool pool(ledger);
+  ParameterSet reference, value;
+  if (setup.needs_reference()) reference = make_reference_weights(cfg, weights, pool, opts.reference_noise, opts.seed);
+  if (setup.needs_value_model()) {
+    value = ParameterSet(cfg, pool, Category::weights, DType::F32, false, ModelHead::value);
+    init_parameters(value, opts.seed + 1, InitStyle::test, 0.2f);
+  }
+  const ParameterSet* ref_p = setup.needs_reference() ? &reference : nullptr;
+  const ParameterSet* value_p = setup.needs_value_model() ? &value : nullptr;
+  const MicroBatch mb = gradcheck_micro_batch(cfg, weights, value_p, batch, opts);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < weights.size(); ++i) names.push_back(weights.name(i));
+  for (size_t i = 0; i < value.size(); ++i) names.push_back("value:" + value.name(i));
+
+  GradcheckResult res;
+  const ModeGrads base = gradcheck_step(cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
+  res.base_loss = base.result.loss;
+  res.base_metrics = base.result.metrics;
+  res.base_metrics["loss"] = base.result.loss;
+  for (const ExecConfig& exec : opts.modes) {
+    const ModeGrads run = gradcheck_step(cfg, weights, ref_p, value_p, mb, exec, opts);
+    ModeResult m;
+    m.mode = mode_name(exec);
+    m.layer_chunk = exec.layer_chunk_for(batch.size());
+    m.head_chunk = exec.head_chunk_for(batch.size());
+    m.loss = run.result.loss;
+    m.loss_rel_err = std::fabs(run.result.loss - base.result.loss) / std::max(std::fabs(base.result.loss), 1e-30);
+    if (std::isnan(run.result.loss)) m.loss_rel_err = INFINITY;
+    m.max_rel_err = m.loss_rel_err;
+    m.peak_bytes = run.peak_bytes;
+    for (size_t i = 0; i < base.grads.size(); ++i) {
+      const double e = rel_err(run.grads[i], base.grads[i]);
+      m.per_param[names[i]] = e;
+      m.max_rel_err = std::max(m.max_rel_err, e);
+      double& worst = res.per_param[names[i]];
+      worst = std::max(worst, e);
+    }
+    res.max_rel_err = std::max(res.max_rel_err, m.max_rel_err);
+    res.modes.push_back(std::move(m));
+  }
+  return res;
+}
+
+}  // namespace sbp::cli

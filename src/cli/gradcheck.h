@@ -1,0 +1,87 @@
+#pragma once
+// Mode equality, the check behind `streambp gradcheck`: one training step of an objective (SFT,
+// DPO, GRPO or PPO) in each execution mode on the same random batch, through the step runner
+// that `train` runs (step/step_runner.h), every gradient compared against `base` (store + full
+// head, ordinary backprop). The error measure used everywhere: max |g - g_base| over a tensor /
+// max |g_base| over that tensor.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "core/batch.h"
+#include "engine/exec_config.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "objective/objective_setup.h"
+#include "step/micro_batch.h"
+#include "step/step_runner.h"
+
+namespace sbp::cli {
+
+struct GradcheckOptions {
+  ObjectiveSetup objective;
+  std::vector<ExecConfig> modes;  // compared against base (base itself is always run first)
+  uint64_t seed = 0;
+  bool poison = true;  // NaN-fill fresh buffers so reads of unwritten memory show up
+  BackendSpec backend;
+  int64_t group_size = 4;  // GRPO completions per prompt (the batch's groups)
+  // GRPO/PPO: the sampling policy's log-probs = the policy's + old_logp_noise * N(0, 1) on
+  // completion rows, so that ratios leave the clip range. 0: none given (GRPO: the current
+  // policy's, detached; PPO: scored at the start of the step).
+  float old_logp_noise = 0.3f;
+  // PPO: the old values = the value model's + value_noise * N(0, 1) (so the value clip is
+  // active). 0: none given (computed at the start of the step).
+  float value_noise = 0.3f;
+  // The reference model = the policy's weights + reference_noise * N(0, 1) per element (so the
+  // KL terms are not zero).
+  float reference_noise = 0.02f;
+};
+
+struct ModeResult {
+  std::string mode;
+  int64_t layer_chunk = 0;
+  int64_t head_chunk = 0;
+  double loss = 0.0;
+  double loss_rel_err = 0.0;
+  double max_rel_err = 0.0;                 // over every parameter
+  std::map<std::string, double> per_param;  // HF name -> rel err vs base ("value:" prefix for
+                                            // the PPO value model's parameters)
+  int64_t peak_bytes = 0;
+};
+
+struct GradcheckResult {
+  double base_loss = 0.0;
+  std::map<std::string, double> base_metrics;  // the objective's metrics in base mode
+  std::vector<ModeResult> modes;
+  double max_rel_err = 0.0;                 // over modes and parameters, loss included
+  std::map<std::string, double> per_param;  // worst over modes
+};
+
+// The gradcheck's micro-batch of `batch` (random_objective_batch's shape): random rewards and,
+// per the noise options, the sampling log-probs and PPO's old values, computed once (base mode)
+// and shared by every mode. `value`: PPO's value model (else ignored).
+MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& weights, const ParameterSet* value,
+                                 const Batch& batch, const GradcheckOptions& opts);
+
+// One step of `opts.objective` in `exec` through the step runner, on fresh zeroed gradients in
+// a pool of its own. Fills the policy's gradients (and the value model's) into `grads`, in the
+// order of the parameter sets, and returns the step's result.
+struct ModeGrads {
+  StepResult result;
+  std::vector<std::vector<float>> grads;  // policy tensors, then value tensors
+  int64_t peak_bytes = 0;
+};
+ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights, const ParameterSet* reference,
+                         const ParameterSet* value, const MicroBatch& mb, const ExecConfig& exec,
+                         const GradcheckOptions& opts);
+
+// `batch` must have the objective's shape (random_objective_batch). The reference model (DPO,
+// GRPO with beta != 0, PPO) and the PPO value model are built from `weights` and the seed; the
+// step's constants (rewards, old log-probs, old values) are made once, and every mode runs its
+// own reference- and value-model forwards, as a training step does.
+GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights, const Batch& batch,
+                              const GradcheckOptions& opts);
+
+}  // namespace sbp::cli

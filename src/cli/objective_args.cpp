@@ -1,0 +1,61 @@
+#include "cli/objective_args.h"
+
+#include "core/error.h"
+
+namespace sbp::cli {
+
+namespace {
+
+// Re-throws a parse error with the flag it came from.
+template <class F>
+auto flag(const char* name, F parse) {
+  try {
+    return parse();
+  } catch (const InputError& e) {
+    throw InputError(std::string(name) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+void ObjectiveArgs::add_flags(CLI::App* c) {
+  c->add_option("--objective", objective, "sft, dpo, grpo or ppo");
+  c->add_option("--dpo-loss", dpo_loss, "DPO loss: sigmoid, hinge or ipo");
+  c->add_option("--label-smoothing", label_smoothing, "DPO label smoothing");
+  c->add_option("--grpo-loss", grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
+  c->add_option("--scale-rewards", scale_rewards, "GRPO: group, batch or none");
+  c->add_option("--beta", beta, "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)");
+  c->add_option("--group-size", group_size, "GRPO completions per prompt");
+  c->add_option("--entropy-coef", entropy_coef, "GRPO/PPO entropy bonus");
+}
+
+ObjectiveSetup ObjectiveArgs::setup() const {
+  ObjectiveSetup s;
+  s.kind = flag("--objective", [&] { return parse_objective(objective); });
+  s.dpo.loss_type = flag("--dpo-loss", [&] { return parse_dpo_loss(dpo_loss); });
+  s.dpo.label_smoothing = label_smoothing;
+  s.grpo.loss_type = flag("--grpo-loss", [&] { return parse_grpo_loss(grpo_loss); });
+  s.scale_rewards = flag("--scale-rewards", [&] { return parse_scale_rewards(scale_rewards); });
+  if (group_size < 1) throw InputError("--group-size must be >= 1");
+  if (label_smoothing < 0.0 || label_smoothing >= 0.5) throw InputError("--label-smoothing must be in [0, 0.5)");
+  s.grpo.entropy_coef = entropy_coef;
+  s.ppo.entropy_coef = entropy_coef;
+  if (beta >= 0.0) {
+    if (s.kind == ObjectiveKind::dpo && beta == 0.0) throw InputError("--beta must be > 0 for dpo");
+    s.dpo.beta = beta;
+    s.grpo.beta = beta;
+    s.rollout.kl_coef = beta;
+  } else {
+    s.grpo.beta = 0.04;
+  }
+  return s;
+}
+
+std::string ObjectiveArgs::describe() const {
+  const ObjectiveSetup s = setup();
+  std::string d = s.describe();
+  if (s.kind == ObjectiveKind::grpo) d += ", group " + std::to_string(group_size);
+  return d;
+}
+
+}  // namespace sbp::cli

@@ -1,0 +1,93 @@
+// StepRunner's GRPO step (step_runner.h): advantages over the step's groups, then one
+// GrpoObjective per micro-batch.
+#include "core/error.h"
+#include "step/step_runner.h"
+#include "step/weighted_means.h"
+
+namespace sbp {
+
+namespace {
+
+// GRPO's rewards of every micro-batch of the step, in step order, gathered from every rank.
+struct StepRewards {
+  std::vector<float> all;     // the step's rewards, micro-batch by micro-batch
+  std::vector<size_t> begin;  // (step micro-batches) where each micro-batch's rewards start
+  int64_t group = 0;          // completions per prompt
+};
+
+StepRewards gather_rewards(const StepBatches& step, Communicator& comm) {
+  StepRewards out;
+  if (comm.size() == 1) {
+    for (const MicroBatch& mb : step.micro) {
+      out.begin.push_back(out.all.size());
+      out.all.insert(out.all.end(), mb.rewards.begin(), mb.rewards.end());
+      if (out.group == 0) out.group = mb.group_size;
+    }
+    return out;
+  }
+  // Per local micro-batch: [step index, group size, n, n rewards].
+  std::vector<double> mine;
+  for (size_t k = 0; k < step.micro.size(); ++k) {
+    const MicroBatch& mb = step.micro[k];
+    mine.push_back(static_cast<double>(step.index[k]));
+    mine.push_back(static_cast<double>(mb.group_size));
+    mine.push_back(static_cast<double>(mb.rewards.size()));
+    mine.insert(mine.end(), mb.rewards.begin(), mb.rewards.end());
+  }
+  std::vector<std::vector<float>> by_index(static_cast<size_t>(step.step_micro_batches));
+  std::vector<int64_t> groups(by_index.size(), 0);
+  for (const std::vector<double>& from : comm.allgather(mine)) {
+    for (size_t at = 0; at < from.size();) {
+      const size_t index = static_cast<size_t>(from[at]), n = static_cast<size_t>(from[at + 2]);
+      groups[index] = static_cast<int64_t>(from[at + 1]);
+      for (size_t j = 0; j < n; ++j) by_index[index].push_back(static_cast<float>(from[at + 3 + j]));
+      at += 3 + n;
+    }
+  }
+  for (size_t i = 0; i < by_index.size(); ++i) {
+    out.begin.push_back(out.all.size());
+    out.all.insert(out.all.end(), by_index[i].begin(), by_index[i].end());
+    if (out.group == 0) out.group = groups[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+void StepRunner::run_grpo(const StepBatches& step, StepResult& r) {
+  // Advantages over the step's groups, which sit as consecutive segments in order.
+  const StepRewards rewards = gather_rewards(step, comm_);
+  for (const MicroBatch& mb : step.micro)
+    if (mb.group_size != rewards.group)
+      throw InputError("grpo: the step's micro-batches have groups of " + std::to_string(rewards.group) + " and " +
+                       std::to_string(mb.group_size) + " completions (every group must have the same size)");
+  const std::vector<float> advantages = group_advantages(rewards.all, rewards.group, setup_.scale_rewards);
+  GrpoConfig cfg = setup_.grpo;
+  cfg.grad_accum_steps = step.step_micro_batches;
+  cfg.num_items_in_batch = r.loss_tokens;  // completion tokens of the whole step
+  WeightedMeans stats;
+  for (int64_t slot = 0; slot < step.slots; ++slot) {
+    const size_t i = static_cast<size_t>(slot);
+    if (i >= step.micro.size()) {
+      skip_slot(slot);
+      continue;
+    }
+    const MicroBatch& mb = step.micro[i];
+    const size_t at = rewards.begin[static_cast<size_t>(step.index[i])];
+    const std::span<const float> adv(advantages.data() + at, mb.batch.seq_lens.size());  // (S)
+    std::vector<float> ref;                                                                // (T)
+    if (cfg.beta != 0.0) ref = reference_engine().score(mb.batch).logp;
+    GrpoObjective objective(mb.batch, adv, cfg, mb.old_logp, ref);
+    backward_slot(models_.policy, mb.batch, objective, slot, logp_slot(r, i));
+    r.loss += objective.loss();
+    stats.add(objective.metrics(), mb.batch.loss_weight_sum());
+  }
+  r.loss = comm_.sum(r.loss);
+  stats.merge_ranks(comm_);
+  r.metrics = stats.means();
+  double reward = 0.0;
+  for (float x : rewards.all) reward += x / static_cast<double>(rewards.all.size());
+  r.metrics["reward"] = reward;
+}
+
+}  // namespace sbp

@@ -1,0 +1,67 @@
+#pragma once
+// The models a run of an objective holds, allocated in the order a training run allocates them,
+// so that the planner, which builds the same set on the shape-only backend, records the very
+// allocations of the run it plans:
+//
+//   policy     weights, gradients, optimizer state (AdamW moments)   ModelHead::lm
+//   reference  weights                                               needs_reference()
+//   value      weights, gradients, optimizer state                   needs_value_model()
+//
+// Weights are allocated uninitialised: the owner loads or draws them. Gradients and optimizer
+// state are divided over ranks as ZeRO stage `zero` divides them (dist/data_parallel.h).
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+#include "dist/communicator.h"
+#include "dist/data_parallel.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "objective/objective_setup.h"
+#include "optim/adamw.h"
+#include "step/step_models.h"
+
+namespace sbp {
+
+struct ModelSetOptions {
+  DType param_dtype = DType::F32;     // weights and gradients
+  const AdamWConfig* optim = nullptr;  // null: no optimizer state
+  Communicator* comm = nullptr;        // null: one process
+  int zero = 0;
+};
+
+class ModelSet {
+ public:
+  // reference_cfg / value_cfg: those models' shapes when they differ from the policy's (a
+  // reference or value model loaded from another directory); null: the policy's.
+  ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cfg, Pool& pool, Backend& be,
+           const ModelSetOptions& opts, const ModelConfig* reference_cfg = nullptr,
+           const ModelConfig* value_cfg = nullptr);
+  ModelSet(const ModelSet&) = delete;
+  ModelSet& operator=(const ModelSet&) = delete;
+
+  const ModelConfig& policy_config() const { return policy_cfg_; }
+  ParameterSet& policy_weights() { return policy_w_; }
+  DataParallel& policy() { return *policy_; }
+
+  bool has_reference() const { return reference_w_.size() > 0; }
+  const ModelConfig& reference_config() const { return reference_cfg_; }
+  ParameterSet& reference_weights() { return reference_w_; }
+
+  bool has_value() const { return value_ != nullptr; }
+  const ModelConfig& value_config() const { return value_cfg_; }
+  ParameterSet& value_weights() { return value_w_; }
+  DataParallel& value() { return *value_; }
+
+  StepModels views();
+
+ private:
+  ModelConfig policy_cfg_, reference_cfg_, value_cfg_;
+  ParameterSet policy_w_;
+  std::unique_ptr<DataParallel> policy_;
+  ParameterSet reference_w_;
+  ParameterSet value_w_;
+  std::unique_ptr<DataParallel> value_;
+};
+
+}  // namespace sbp

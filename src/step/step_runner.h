@@ -1,0 +1,110 @@
+#pragma once
+// The one way to run an optimizer step, for every objective and every command: `train`,
+// `gradcheck`, `bench`, `score` and `plan` all call StepRunner::run, so what the checks verify
+// is what users train with (DESIGN §5).
+//
+// A step = the micro-batches of a StepBatches (this rank's share). Each micro-batch's objective
+// is built with the normalisers of the WHOLE step, so gradient accumulation over micro-batches
+// (and ranks) equals one big batch:
+//
+//   sft   SftObjective; N = the step's loss tokens
+//   dpo   DpoObjective; a micro-batch holds whole (chosen, rejected) pairs as consecutive
+//         segments; reference log-probs from a forward of the reference model; the loss is the
+//         mean over the step's pairs
+//   grpo  GrpoObjective; advantages from the rewards of the step's groups (TRL's formula, every
+//         group the same size); old log-probs = the micro-batch's, else the current policy's,
+//         detached; reference log-probs only when beta != 0; dapo's num_items_in_batch = the
+//         step's completion tokens, ga = the step's micro-batches
+//   ppo   first, for every micro-batch and before any backward, the rollout constants — old
+//         log-probs (the micro-batch's, else the current policy's), reference log-probs, old
+//         values (the micro-batch's, else the value model's) and scores = the rewards — and
+//         from them per-token rewards, GAE advantages and returns (objective/gae.h
+//         ppo_step_advantages: whitened over the whole step, as TRL whitens its whole batch);
+//         then per micro-batch PpoPolicyObjective on the policy and PpoValueObjective on the
+//         value model, both with ga = the step's micro-batches
+//
+// Every forward pass of a reference or value model runs before the policy's backward of the
+// same micro-batch, so their working sets are never live beside the policy's checkpoints.
+//
+// Data parallelism (docs/DISTRIBUTED.md): each rank runs its share of the micro-batches, and
+// every step-wide quantity is made global before the first backward: the SFT token count and
+// the DPO pair count are summed, GRPO's rewards are gathered in step order, PPO's whitening
+// statistics are summed, dapo's num_items_in_batch and every ga are the step's. Losses and
+// statistics are summed / merged over ranks, so every rank returns the whole step's.
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+#include "dist/communicator.h"
+#include "engine/engine.h"
+#include "engine/exec_config.h"
+#include "objective/objective_setup.h"
+#include "step/micro_batch.h"
+#include "step/step_models.h"
+
+namespace sbp {
+
+struct StepResult {
+  double loss = 0.0;                      // the step's loss (PPO: policy + value loss)
+  std::map<std::string, double> metrics;  // the objective's statistics, step means
+  double loss_tokens = 0.0;               // target weight of the step's micro-batches, all ranks
+  int64_t tokens = 0;                     // tokens of the step's micro-batches, all ranks
+  // (T) per micro-batch of this rank: the policy's target log-probs as the gradient pass saw
+  // them (only with StepRunnerOptions::record_logp).
+  std::vector<std::vector<float>> logp;
+};
+
+struct StepRunnerOptions {
+  bool record_logp = false;  // fill StepResult::logp
+};
+
+class StepRunner {
+ public:
+  // Throws InputError when `models` lacks a model the objective needs. The policy's gradients
+  // may be missing when only score() and evaluate() are called.
+  StepRunner(const ObjectiveSetup& objective, const StepModels& models, Backend& be, Pool& pool,
+             const ExecConfig& exec, Communicator& comm = single_process(), StepRunnerOptions opts = {});
+
+  // One optimizer step's gradients: zeroes the trained models' gradients, then ADDS this rank's
+  // micro-batches' contributions (reduced over ranks by the models' DataParallel). Clipping
+  // and the optimizer update are the caller's (DataParallel::clip, update).
+  StepResult run(const StepBatches& step);
+
+  // The held-out loss: token-weighted NLL for sft; the mean DPO loss over the pairs for dpo;
+  // NaN for grpo and ppo (rollouts have no held-out loss). With several ranks each scores every
+  // ranks-th micro-batch and the sums are added.
+  double evaluate(std::span<const MicroBatch> eval);
+
+  // Forward only: the policy's target log-probs and argmax per row.
+  Engine::TokenScores score(const Batch& batch);
+
+  const ObjectiveSetup& objective() const { return setup_; }
+
+ private:
+  Engine policy_engine();
+  Engine reference_engine();
+  Engine value_engine();
+  // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
+  void backward_slot(const TrainedView& model, const Batch& batch, Objective& objective,
+                     int64_t slot, std::vector<float>* logp);
+  void skip_slot(int64_t slot);
+  std::vector<float>* logp_slot(StepResult& r, size_t i);
+  void run_sft(const StepBatches& step, StepResult& r);
+  void run_dpo(const StepBatches& step, StepResult& r);
+  void run_grpo(const StepBatches& step, StepResult& r);
+  void run_ppo(const StepBatches& step, StepResult& r);
+  double evaluate_dpo(std::span<const MicroBatch> eval);
+
+  ObjectiveSetup setup_;
+  StepModels models_;
+  Backend& be_;
+  Pool& pool_;
+  ExecConfig exec_;
+  Communicator& comm_;
+  StepRunnerOptions opts_;
+};
+
+}  // namespace sbp
