@@ -181,7 +181,10 @@ int run(const Args& a) {
   std::printf("\n");
   print_table(rows, search, setup.budget > 0);
   std::printf("\n%s; planned in %.2f s by shape-only execution of the engine\n",
-              search ? "longest T: one sequence whose step fits the usable budget"
+              search ? (setup.objective.kind == ObjectiveKind::sft
+                            ? "longest T: one sequence whose step fits the usable budget"
+                            : "longest T: the tokens of one micro-batch (its sequences together) whose step fits the "
+                              "usable budget, with the reference and value models the objective holds")
                      : "peak of one step and the ledger's breakdown at that moment",
               seconds);
   for (const Row& r : rows) {

@@ -5,7 +5,7 @@
 // the planner runs the real gradient-sharding code against without any communication.
 //
 // Every rank must call the collectives in the same order (MPI's rule, for the non-blocking ones
-// too); the trainer arranges its step so that they do (src/train/step_objective.h).
+// too); the step runner arranges a step so that they do (src/step/step_runner.h).
 #include <cstdint>
 #include <span>
 #include <string>

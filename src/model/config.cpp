@@ -360,8 +360,7 @@ ModelConfig resolve_config(const std::string& arg) {
   }
   if (fs::is_regular_file(arg)) return ModelConfig::from_file(arg);
   if (has_preset(arg)) return preset_config(arg);
-  throw InputError("--model '" + arg +
-                   "' is neither a model directory, a config.json, nor a known preset");
+  throw InputError("model '" + arg + "' is neither a model directory, a config.json, nor a known preset");
 }
 
 }  // namespace sbp

@@ -267,10 +267,10 @@ void remove_stale_staging(const std::string& output_dir) {
 
 std::string resolve_resume_dir(const std::string& dir) {
   if (fs::exists(fs::path(dir) / "trainer_state.json")) return dir;
-  if (!fs::is_directory(dir)) throw InputError(dir + ": --resume: no such directory");
+  if (!fs::is_directory(dir)) throw InputError(dir + ": resuming: no such directory");
   auto all = list_checkpoints(dir);
   if (all.empty())
-    throw InputError(dir + ": --resume: neither a checkpoint (no trainer_state.json) nor an output "
+    throw InputError(dir + ": resuming: neither a checkpoint (no trainer_state.json) nor an output "
                      "directory with checkpoint-<step> subdirectories");
   return all.back().second.string();
 }
