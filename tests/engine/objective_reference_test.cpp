@@ -45,7 +45,8 @@ TEST(ReferenceModel, EqualsScoringItsOwnWeights) {
 
   // The step runner's DPO step scores against those weights: TRL's rewards/chosen, beta times
   // the policy's minus the reference's summed completion log-probs, from the two forwards.
-  const ObjectiveSetup dpo{.kind = ObjectiveKind::dpo};
+  ObjectiveSetup dpo;
+  dpo.kind = ObjectiveKind::dpo;
   DataParallel grads(single_process(), 0, cfg, ModelHead::lm, pool, be, nullptr);
   StepModels models;
   models.policy = {{&cfg, &policy}, &grads};
