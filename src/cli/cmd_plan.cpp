@@ -92,9 +92,18 @@ void print_table(const std::vector<Row>& rows, bool search, bool budgeted) {
   }
 }
 
-int run(const Args& a) {
-  const auto t0 = std::chrono::steady_clock::now();
+// The command line, parsed and checked.
+struct Request {
   PlanSetup setup;
+  int64_t budget = 0, reserve = 0;  // as given (setup.budget = budget - reserve)
+  ChunkRequest chunks;
+  std::vector<ExecConfig> modes;
+  bool search = false;  // no --seq-len: the longest T under the budget
+};
+
+Request parse_request(const Args& a) {
+  Request q;
+  PlanSetup& setup = q.setup;
   setup.objective = a.objective.setup();
   setup.group_size = a.objective.group_size;
   setup.cfg = resolve_model(a.model, a.layers).cfg;
@@ -115,46 +124,47 @@ int run(const Args& a) {
     throw InputError("--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state) or 2 (sharded gradients too)");
   setup.ranks = a.ranks;
   setup.zero = a.ranks > 1 ? a.zero : 0;
-
-  int64_t budget = 0, reserve = 0;
   if (!a.budget.empty()) {
-    budget = parse_size(a.budget, "--budget");
-    reserve = parse_size(a.reserve, "--reserve");
-    if (reserve >= budget)
-      throw InputError("--reserve: " + format_bytes(reserve) + " leaves nothing of the " +
-                       format_bytes(budget) + " budget");
-    setup.budget = budget - reserve;
+    q.budget = parse_size(a.budget, "--budget");
+    q.reserve = parse_size(a.reserve, "--reserve");
+    if (q.reserve >= q.budget)
+      throw InputError("--reserve: " + format_bytes(q.reserve) + " leaves nothing of the " + format_bytes(q.budget) +
+                       " budget");
+    setup.budget = q.budget - q.reserve;
   }
   if (a.seq_len == 0 && setup.budget == 0)
-    throw InputError(
-        "--seq-len or --budget: give a sequence length to plan, a budget to search "
-        "the longest sequence under, or both");
+    throw InputError("--seq-len or --budget: give a sequence length to plan, a budget to search the longest sequence "
+                     "under, or both");
   const int64_t min_T = min_planning_tokens(setup.objective.kind, setup.group_size);
   if (a.seq_len != 0 && (a.seq_len < min_T || a.seq_len > (int64_t{1} << 31) - 1))
     throw InputError("--seq-len: must be between " + std::to_string(min_T) + " and 2^31-1 for objective " +
                      objective_name(setup.objective.kind));
-  const ChunkRequest req{parse_chunk(a.layer_chunk, "--layer-chunk"),
-                         parse_chunk(a.head_chunk, "--head-chunk")};
-  const std::vector<ExecConfig> modes = parse_modes(a.modes);
-  const bool search = a.seq_len == 0;
+  q.chunks = ChunkRequest{parse_chunk(a.layer_chunk, "--layer-chunk"), parse_chunk(a.head_chunk, "--head-chunk")};
+  q.modes = parse_modes(a.modes);
+  q.search = a.seq_len == 0;
+  return q;
+}
 
+std::vector<Row> plan_rows(const Request& q, int64_t seq_len) {
   std::vector<Row> rows;
-  for (const ExecConfig& mode : modes) {
+  for (const ExecConfig& mode : q.modes) {
     Row r;
     r.mode = mode_name(mode);
-    if (search) {
-      const MaxLenResult m = find_max_seq_len(setup, mode, req);
-      if (!m.fits_at_all) throw InputError("--budget: " + explain_too_small(setup, mode));
+    if (q.search) {
+      const MaxLenResult m = find_max_seq_len(q.setup, mode, q.chunks);
+      if (!m.fits_at_all) throw InputError("--budget: " + explain_too_small(q.setup, mode));
       r.plan = m.plan;
       r.hit_limit = m.hit_limit;
     } else {
-      r.plan = choose_chunks(setup, mode, a.seq_len, req);
+      r.plan = choose_chunks(q.setup, mode, seq_len, q.chunks);
     }
     rows.push_back(r);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rows;
+}
 
+void print_report(const Args& a, const Request& q, const std::vector<Row>& rows, double seconds) {
+  const PlanSetup& setup = q.setup;
   const ModelConfig& cfg = setup.cfg;
   const double n_params = static_cast<double>(cfg.num_parameters());
   char params[32];
@@ -162,82 +172,88 @@ int run(const Args& a) {
     std::snprintf(params, sizeof params, "%.2f B", n_params / 1e9);
   else
     std::snprintf(params, sizeof params, "%.2f M", n_params / 1e6);
-  std::printf(
-      "plan: %s (%s, %lld layers, %s parameters), %s weights, gradients and "
-      "activations, optimizer %s%s, objective %s, batch 1\n",
-      a.model.c_str(), cfg.model_type.c_str(), static_cast<long long>(cfg.num_hidden_layers),
-      params, a.dtype.c_str(), a.optimizer.c_str(),
-      setup.adamw
-          ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
-          : "",
-      a.objective.describe().c_str());
+  std::printf("plan: %s (%s, %lld layers, %s parameters), %s weights, gradients and activations, optimizer %s%s, "
+              "objective %s, batch 1\n",
+              a.model.c_str(), cfg.model_type.c_str(), static_cast<long long>(cfg.num_hidden_layers), params,
+              a.dtype.c_str(), a.optimizer.c_str(),
+              setup.adamw ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)") : "",
+              a.objective.describe().c_str());
   if (setup.ranks > 1)
-    std::printf("data parallel: %d ranks, zero %d: the memory of one rank (rank 0, whose slices are the "
-                "largest)%s\n", setup.ranks, setup.zero,
-                setup.zero == 0 ? "" : setup.zero == 1 ? "; optimizer state divided" : "; optimizer state and gradients divided");
+    std::printf("data parallel: %d ranks, zero %d: the memory of one rank (rank 0, whose slices are the largest)%s\n",
+                setup.ranks, setup.zero,
+                setup.zero == 0   ? ""
+                : setup.zero == 1 ? "; optimizer state divided"
+                                  : "; optimizer state and gradients divided");
   if (setup.budget > 0)
-    std::printf("budget %s - reserve %s = %s usable\n", format_bytes(budget).c_str(),
-                format_bytes(reserve).c_str(), format_bytes(setup.budget).c_str());
+    std::printf("budget %s - reserve %s = %s usable\n", format_bytes(q.budget).c_str(), format_bytes(q.reserve).c_str(),
+                format_bytes(setup.budget).c_str());
   std::printf("\n");
-  print_table(rows, search, setup.budget > 0);
-  std::printf("\n%s; planned in %.2f s by shape-only execution of the engine\n",
-              search ? (setup.objective.kind == ObjectiveKind::sft
-                            ? "longest T: one sequence whose step fits the usable budget"
-                            : "longest T: the tokens of one micro-batch (its sequences together) whose step fits the "
-                              "usable budget, with the reference and value models the objective holds")
-                     : "peak of one step and the ledger's breakdown at that moment",
-              seconds);
+  print_table(rows, q.search, setup.budget > 0);
+  const char* what = !q.search ? "peak of one step and the ledger's breakdown at that moment"
+                     : setup.objective.kind == ObjectiveKind::sft
+                         ? "longest T: one sequence whose step fits the usable budget"
+                         : "longest T: the tokens of one micro-batch (its sequences together) whose step fits the "
+                           "usable budget, with the reference and value models the objective holds";
+  std::printf("\n%s; planned in %.2f s by shape-only execution of the engine\n", what, seconds);
   for (const Row& r : rows) {
     if (!r.plan.fits) {
       std::printf("%s does not fit: it needs %s more than the usable budget\n", r.mode.c_str(),
                   format_bytes(r.plan.step.peak_bytes - setup.budget).c_str());
     }
+  }
+  for (const Row& r : rows) {
     if (r.plan.seq_len > cfg.max_position_embeddings && cfg.max_position_embeddings > 0) {
-      std::printf(
-          "note: %s: T = %lld is beyond the model's %lld trained positions (memory is "
-          "the same; quality needs rope scaling)\n",
-          r.mode.c_str(), static_cast<long long>(r.plan.seq_len),
-          static_cast<long long>(cfg.max_position_embeddings));
+      std::printf("note: %s: T = %lld is beyond the model's %lld trained positions (memory is the same; quality "
+                  "needs rope scaling)\n",
+                  r.mode.c_str(), static_cast<long long>(r.plan.seq_len),
+                  static_cast<long long>(cfg.max_position_embeddings));
       break;
     }
   }
+}
 
-  if (!a.json.empty()) {
-    nlohmann::json j;
-    j["model"] = a.model;
-    j["dtype"] = a.dtype;
-    j["optimizer"] = a.optimizer;
-    j["objective"] = a.objective.describe();
-    j["ranks"] = setup.ranks;
-    j["zero"] = setup.zero;
-    if (setup.budget > 0) {
-      j["budget_bytes"] = budget;
-      j["reserve_bytes"] = reserve;
-      j["usable_bytes"] = setup.budget;
-    }
-    j["modes"] = nlohmann::json::object();
-    for (const Row& r : rows) {
-      nlohmann::json m;
-      if (search) {
-        m["max_seq_len"] = r.plan.seq_len;
-        if (r.hit_limit) m["search_limit_reached"] = true;
-      } else {
-        m["seq_len"] = r.plan.seq_len;
-        if (setup.budget > 0) m["fits"] = r.plan.fits;
-      }
-      m["layer_chunk"] = r.plan.layer_chunk;
-      m["head_chunk"] = r.plan.head_chunk;
-      m["peak_bytes"] = r.plan.step.peak_bytes;
-      m["breakdown"] = nlohmann::json::object();
-      for (int c = 0; c < kNumCategories; ++c)
-        m["breakdown"][category_name(static_cast<Category>(c))] =
-            r.plan.step.breakdown.bytes[static_cast<size_t>(c)];
-      j["modes"][r.mode] = m;
-    }
-    std::ofstream out(a.json);
-    out << j.dump(2) << "\n";
-    if (!out) throw InputError("--json: cannot write " + a.json);
+void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
+  nlohmann::json j;
+  j["model"] = a.model;
+  j["dtype"] = a.dtype;
+  j["optimizer"] = a.optimizer;
+  j["objective"] = a.objective.describe();
+  j["ranks"] = q.setup.ranks;
+  j["zero"] = q.setup.zero;
+  if (q.setup.budget > 0) {
+    j["budget_bytes"] = q.budget;
+    j["reserve_bytes"] = q.reserve;
+    j["usable_bytes"] = q.setup.budget;
   }
+  j["modes"] = nlohmann::json::object();
+  for (const Row& r : rows) {
+    nlohmann::json m;
+    if (q.search) {
+      m["max_seq_len"] = r.plan.seq_len;
+      if (r.hit_limit) m["search_limit_reached"] = true;
+    } else {
+      m["seq_len"] = r.plan.seq_len;
+      if (q.setup.budget > 0) m["fits"] = r.plan.fits;
+    }
+    m["layer_chunk"] = r.plan.layer_chunk;
+    m["head_chunk"] = r.plan.head_chunk;
+    m["peak_bytes"] = r.plan.step.peak_bytes;
+    m["breakdown"] = nlohmann::json::object();
+    for (int c = 0; c < kNumCategories; ++c)
+      m["breakdown"][category_name(static_cast<Category>(c))] = r.plan.step.breakdown.bytes[static_cast<size_t>(c)];
+    j["modes"][r.mode] = m;
+  }
+  std::ofstream out(a.json);
+  out << j.dump(2) << "\n";
+  if (!out) throw InputError("--json: cannot write " + a.json);
+}
+
+int run(const Args& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Request q = parse_request(a);
+  const std::vector<Row> rows = plan_rows(q, a.seq_len);
+  print_report(a, q, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (!a.json.empty()) write_json(a, q, rows);
   return 0;
 }
 
