@@ -60,7 +60,7 @@ class Backend {
 
   // ---- dense ----
   // C (M, N) = alpha * op(A) op(B) + beta * C, op(X) = X or X^T; A, B, C viewed as (rows, cols).
-  // Checks: C, A, B float; op(A) is (M, K), op(B) is (K, N).
+  // Checks: C, A, B float; op(A) is (M, K), op(B) (K, N), C (M, N); alpha, beta finite.
   void gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
             float alpha, float beta);
 
