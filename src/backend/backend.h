@@ -5,8 +5,28 @@
 // Conventions (DESIGN §6):
 //  - every tensor is a contiguous row-major view; "(n, d)" comments give shapes;
 //  - backward kernels ACCUMULATE into their gradient outputs (+=); zeroing is fill();
-//  - index tensors (token ids, positions, segment starts, targets) are I32;
 //  - reductions have a fixed order: same inputs + thread count => same bits.
+//
+// Checks live in one place. Every public operation is a non-virtual method that checks its
+// arguments against the contract written above it (backend.cpp) and only then calls the
+// backend's protected `<op>_impl`. So the shape-only planner, the CPU and any later backend
+// reject exactly the same misuse, with the same message ("<op>: <argument> <dtype(shape)> ..."),
+// thrown as ShapeError. Implementations may assume a checked call.
+//
+// What the contract covers: the shapes and numel relations of every tensor of a call, their
+// dtypes and the scalar arguments, i.e. everything that is a property of the call itself.
+// Dtypes:
+//  - index tensors (token ids, targets, positions, segment starts, argmax output) are I32;
+//  - "float" tensors (activations, weights, weight gradients, logits) are F32 or BF16: the
+//    planner runs bf16 models through the meta backend. A backend may compute in fewer dtypes
+//    than the contract allows (the CPU backend computes in F32 only and rejects BF16 in its
+//    kernels): that is a capability of one backend, not misuse of the interface;
+//  - per-row statistics and accumulators are F32: attention lse, logsoftmax lse and logp,
+//    dlogp, entropy, dentropy, AdamW m and v, the rope table.
+// What it does not cover: the CONTENTS of index tensors (token ids < V, positions < P,
+// segment starts monotone and <= their row). Only a backend that holds the data can read them,
+// and they guard that backend's own memory accesses, so each computing backend checks them in
+// its kernels, before any parallel loop (the CPU backend does); the meta backend cannot.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -40,38 +60,55 @@ class Backend {
 
   // ---- dense ----
   // C (M, N) = alpha * op(A) op(B) + beta * C, op(X) = X or X^T; A, B, C viewed as (rows, cols).
-  virtual void gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
-                    float alpha, float beta) = 0;
+  // Checks: C, A, B float; op(A) is (M, K), op(B) (K, N), C (M, N); alpha, beta finite.
+  void gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
+            float alpha, float beta);
 
   // ---- elementwise and reductions ----
-  virtual void fill(const Tensor& x, float value) = 0;
+  // Checks: x float.
+  void fill(const Tensor& x, float value);
   // dst = src (same numel); converts between F32 and BF16 where the dtypes differ.
-  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
-  virtual void add_inplace(const Tensor& y, const Tensor& x) = 0;  // y += x
-  virtual void scale_inplace(const Tensor& x, float s) = 0;        // x *= s
-  virtual double sum_squares(const Tensor& x) = 0;                 // fp64, fixed order
-  virtual void add_bias(const Tensor& y, const Tensor& b) = 0;     // y (n, m) += b (m)
-  virtual void bias_backward(const Tensor& db, const Tensor& dy) = 0;  // db (m) += sum_rows dy (n, m)
+  // Checks: equal numel; equal dtypes (any, I32 included) or one F32 and the other BF16.
+  void copy(const Tensor& dst, const Tensor& src);
+  // y += x. Checks: y, x float with equal numel.
+  void add_inplace(const Tensor& y, const Tensor& x);
+  // x *= s. Checks: x float.
+  void scale_inplace(const Tensor& x, float s);
+  // sum of x^2 in fp64, fixed order. Checks: x float.
+  double sum_squares(const Tensor& x);
+  // y (n, m) += b (m). Checks: y, b float; b.numel() == y.cols().
+  void add_bias(const Tensor& y, const Tensor& b);
+  // db (m) += sum_rows dy (n, m). Checks: db, dy float; db.numel() == dy.cols().
+  void bias_backward(const Tensor& db, const Tensor& dy);
 
   // ---- RMSNorm over the last dimension: x viewed as (rows, d), g (d) ----
   // y = x / sqrt(mean(x^2) + eps) * g
-  virtual void rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g, float eps) = 0;
+  // Checks: y, x, g float; d = g.numel() > 0 divides x.numel(); y.numel() == x.numel();
+  // eps finite and >= 0.
+  void rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g, float eps);
   // dx += ..., dg += ... (recomputes the row statistics from x)
-  virtual void rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor& dy,
-                                const Tensor& x, const Tensor& g, float eps) = 0;
+  // Checks: all float; d = g.numel() > 0 divides x.numel(); dx, dy have x's numel;
+  // dg.numel() == d; eps finite and >= 0.
+  void rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor& dy, const Tensor& x,
+                        const Tensor& g, float eps);
 
   // ---- rotary embedding (Hugging Face "rotate_half" layout) ----
   // table (P, h): row p holds cos(p * inv_freq) in [0, h/2) and sin(p * inv_freq) in [h/2, h).
-  virtual void rope_table(const Tensor& table, std::span<const float> inv_freq) = 0;
+  // Checks: table (P, h) F32, h even and > 0; inv_freq.size() == h/2, entries finite.
+  void rope_table(const Tensor& table, std::span<const float> inv_freq);
   // x (n, nh * h), in place; positions (n) I32 index rows of the table.
-  virtual void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& table) = 0;
-  // Inverse rotation, in place: turns d(rotated) into d(unrotated).
-  virtual void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& table) = 0;
+  // Checks: x float; table (P, h) F32, h even and > 0; x.cols() % h == 0;
+  // positions I32 with numel n = x.rows(). (Positions < P: the computing backend.)
+  void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& table);
+  // Inverse rotation, in place: turns d(rotated) into d(unrotated). Checks: as rope_forward.
+  void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& table);
 
   // ---- SwiGLU: out = silu(gate) * up, all (n, F) ----
-  virtual void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
-  virtual void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
-                               const Tensor& gate, const Tensor& up) = 0;
+  // Checks: all float with equal numel.
+  void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up);
+  // dgate +=, dup +=. Checks: all float with equal numel.
+  void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                       const Tensor& gate, const Tensor& up);
 
   // ---- attention: causal within segments, GQA, query offset; never a T x T buffer ----
   // q (n, H*h): queries of global rows [q_offset, q_offset + n).
@@ -79,51 +116,67 @@ class Backend {
   // seg_start (>= q_offset + n) I32, indexed by global row: the first row of that row's
   // segment. Query row i attends to keys j with seg_start[i] <= j <= i.
   // out (n, H*h); lse (n, H) F32: log-sum-exp of the scaled scores per row and head.
-  virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
-                                 const Tensor& k, const Tensor& v, const Tensor& seg_start,
-                                 int64_t q_offset, const AttentionDims& dims) = 0;
+  // Checks: H, G, h > 0; H % G == 0; scale finite; q, k, v, out float; q.cols() == H*h;
+  // k (Tk, G*h) and v of k's shape; out of q's shape; lse (n, H) F32; 0 <= q_offset and
+  // q_offset + n <= Tk; Tk < 2^31 (segment starts are I32); seg_start I32 with at least
+  // q_offset + n entries. (Segment starts monotone and <= their row: the computing backend.)
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& seg_start, int64_t q_offset,
+                         const AttentionDims& dims);
   // dq (n, H*h) +=, dk, dv (Tk, G*h) +=; recomputes the probabilities from q, k, lse.
-  virtual void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                  const Tensor& dout, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const Tensor& out, const Tensor& lse,
-                                  const Tensor& seg_start, int64_t q_offset,
-                                  const AttentionDims& dims) = 0;
+  // Checks: as attention_forward, and dq, dout of q's shape, dk, dv of k's shape, all float.
+  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                          const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& seg_start,
+                          int64_t q_offset, const AttentionDims& dims);
 
   // ---- embedding ----
-  virtual void embedding_forward(const Tensor& x, const Tensor& ids, const Tensor& table) = 0;
-  // dtable (V, d) += scatter of dx (n, d) by ids (n); fixed order
-  virtual void embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids) = 0;
+  // x (n, d) = rows ids (n) of table (V, d).
+  // Checks: x, table float; table.cols() == x.cols(); ids I32 with numel n = x.rows().
+  // (ids < V: the computing backend.)
+  void embedding_forward(const Tensor& x, const Tensor& ids, const Tensor& table);
+  // dtable (V, d) += scatter of dx (n, d) by ids (n); fixed order.
+  // Checks: as embedding_forward, with dtable for table and dx for x.
+  void embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids);
 
   // ---- LM head ----
   // logits (n, V); targets (n) I32, < 0 = no target. lse (n) = logsumexp(logits row);
   // logp (n) = logits[target] - lse (0 where there is no target).
-  virtual void logsoftmax_target(const Tensor& lse, const Tensor& logp, const Tensor& logits,
-                                 const Tensor& targets) = 0;
+  // Checks: logits float with V > 0 columns; lse, logp F32 and targets I32, all with numel n.
+  // (Targets < V: the computing backend.)
+  void logsoftmax_target(const Tensor& lse, const Tensor& logp, const Tensor& logits,
+                         const Tensor& targets);
   // Overwrites logits with dL/dlogits = dlogp * (onehot(target) - softmax(logits)) per row;
   // rows without a target become zero.
-  virtual void dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                               const Tensor& dlogp) = 0;
+  // Checks: logits float with V > 0 columns; lse, dlogp F32 and targets I32, numel n.
+  void dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                       const Tensor& dlogp);
 
   // out (n) I32: index of the largest logit of each row (the first one on ties).
-  virtual void argmax_rows(const Tensor& out, const Tensor& logits) = 0;
+  // Checks: logits float with V > 0 columns; out I32 with numel n.
+  void argmax_rows(const Tensor& out, const Tensor& logits);
 
   // entropy (n) = -sum_j p_j log p_j of each row's softmax p = softmax(logits row), given the
   // row's lse (n) from logsoftmax_target. Summed as sum_j p_j (lse - logit_j): terms >= 0, so
   // no cancellation. For entropy bonuses and entropy logging (GRPO, PPO).
-  virtual void softmax_entropy(const Tensor& entropy, const Tensor& logits,
-                               const Tensor& lse) = 0;
+  // Checks: logits float with V > 0 columns; entropy, lse F32 with numel n.
+  void softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse);
   // dlogits_inplace plus the entropy's gradient: overwrites logits with
   //   dL/dlogit_j = dlogp (onehot_j - p_j) + dentropy * p_j (lse - logit_j - H)
   // (dH/dlogit_j = -p_j (log p_j + H)); entropy (n) = H from softmax_entropy, dentropy (n).
   // Rows without a target keep only the entropy term.
-  virtual void dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
-                                       const Tensor& targets, const Tensor& dlogp,
-                                       const Tensor& entropy, const Tensor& dentropy) = 0;
+  // Checks: logits float with V > 0 columns; lse, dlogp, entropy, dentropy F32 and targets
+  // I32, all with numel n.
+  void dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                               const Tensor& dlogp, const Tensor& entropy,
+                               const Tensor& dentropy);
 
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
-  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                          const Tensor& v, const AdamWStep& s) = 0;
+  // Checks: param, grad float; m, v F32; all of param's numel; lr finite and >= 0; beta1,
+  // beta2 in [0, 1); eps finite and > 0; weight_decay finite and >= 0; step >= 1.
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWStep& s);
 
   // FLOPs performed by gemm and attention since the last reset (counted by the kernels,
   // recomputation included), for the achieved-GFLOP/s figure of `streambp bench`.
@@ -131,6 +184,53 @@ class Backend {
   void reset_flops() { flops_ = 0; }
 
  protected:
+  // The implementations, called with checked arguments only (see the public methods above).
+  virtual void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
+                         bool trans_b, float alpha, float beta) = 0;
+  virtual void fill_impl(const Tensor& x, float value) = 0;
+  virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
+  virtual void add_inplace_impl(const Tensor& y, const Tensor& x) = 0;
+  virtual void scale_inplace_impl(const Tensor& x, float s) = 0;
+  virtual double sum_squares_impl(const Tensor& x) = 0;
+  virtual void add_bias_impl(const Tensor& y, const Tensor& b) = 0;
+  virtual void bias_backward_impl(const Tensor& db, const Tensor& dy) = 0;
+  virtual void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g,
+                                    float eps) = 0;
+  virtual void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy,
+                                     const Tensor& x, const Tensor& g, float eps) = 0;
+  virtual void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) = 0;
+  virtual void rope_forward_impl(const Tensor& x, const Tensor& positions,
+                                 const Tensor& table) = 0;
+  virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions,
+                                  const Tensor& table) = 0;
+  virtual void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                                    const Tensor& gate, const Tensor& up) = 0;
+  virtual void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q,
+                                      const Tensor& k, const Tensor& v, const Tensor& seg_start,
+                                      int64_t q_offset, const AttentionDims& dims) = 0;
+  virtual void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                       const Tensor& dout, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out, const Tensor& lse,
+                                       const Tensor& seg_start, int64_t q_offset,
+                                       const AttentionDims& dims) = 0;
+  virtual void embedding_forward_impl(const Tensor& x, const Tensor& ids,
+                                      const Tensor& table) = 0;
+  virtual void embedding_backward_impl(const Tensor& dtable, const Tensor& dx,
+                                       const Tensor& ids) = 0;
+  virtual void logsoftmax_target_impl(const Tensor& lse, const Tensor& logp,
+                                      const Tensor& logits, const Tensor& targets) = 0;
+  virtual void dlogits_inplace_impl(const Tensor& logits, const Tensor& lse,
+                                    const Tensor& targets, const Tensor& dlogp) = 0;
+  virtual void argmax_rows_impl(const Tensor& out, const Tensor& logits) = 0;
+  virtual void softmax_entropy_impl(const Tensor& entropy, const Tensor& logits,
+                                    const Tensor& lse) = 0;
+  virtual void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse,
+                                            const Tensor& targets, const Tensor& dlogp,
+                                            const Tensor& entropy, const Tensor& dentropy) = 0;
+  virtual void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
+                               const Tensor& v, const AdamWStep& s) = 0;
+
   int64_t flops_ = 0;
 };
 

@@ -6,7 +6,8 @@
 namespace sbp {
 
 BackendSpec parse_backend(const std::string& name) {
-  if (name == "cpu") return BackendSpec{BackendKind::cpu, 0};
+  // A device suffix ("cuda:1") is parsed here once a backend has devices.
+  if (name == backend_name(BackendKind::cpu)) return BackendSpec{BackendKind::cpu, 0};
   throw InputError("unknown backend '" + name + "' (known backends: cpu)");
 }
 
@@ -19,9 +20,14 @@ const char* backend_name(BackendKind kind) {
 
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   switch (spec.kind) {
-    case BackendKind::cpu: return std::make_unique<CpuBackend>();
+    case BackendKind::cpu:
+      SBP_CHECK(spec.device == 0, "make_backend: the cpu backend has no device " +
+                                      std::to_string(spec.device));
+      return std::make_unique<CpuBackend>();
   }
-  throw Error("make_backend: unknown backend kind");
+  SBP_CHECK(false, "make_backend: unknown BackendKind " +
+                       std::to_string(static_cast<int>(spec.kind)));
+  return nullptr;
 }
 
 }  // namespace sbp

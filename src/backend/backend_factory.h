@@ -1,6 +1,10 @@
 #pragma once
-// The one place a concrete backend is chosen and built: the trainer's `backend:` key and the
-// commands' --backend flag name one, and everything else takes a Backend&.
+// Which backend a run uses, by name: a config key or command-line flag that chooses the backend
+// parses its value with parse_backend and builds the backend with make_backend.
+//
+// Names: "cpu". Room is left for "cuda" / "cuda:N" (BackendKind::cuda with device N), which a
+// CUDA build will add; the shape-only planner's MetaBackend is not a choice for a run and is
+// built by the planner itself.
 #include <memory>
 #include <string>
 
@@ -12,13 +16,16 @@ enum class BackendKind { cpu };
 
 struct BackendSpec {
   BackendKind kind = BackendKind::cpu;
-  int device = 0;  // for devices with an index (cuda:N), later
+  int device = 0;  // device index of a GPU backend ("cuda:N"); 0 for the CPU
 };
 
-// "cpu"; anything else: InputError "unknown backend '<name>' (known backends: cpu)". The caller
-// prefixes where the name came from (a config key, a flag).
+// Throws InputError("unknown backend '<name>' (known backends: cpu)"); the caller prefixes the
+// config key or flag the name came from.
 BackendSpec parse_backend(const std::string& name);
+
+// "cpu"
 const char* backend_name(BackendKind kind);
+
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
 
 }  // namespace sbp

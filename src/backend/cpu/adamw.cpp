@@ -6,11 +6,9 @@
 
 namespace sbp {
 
-void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, const AdamWStep& s) {
+void CpuBackend::adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
+                                 const Tensor& v, const AdamWStep& s) {
   const int64_t n = param.numel();
-  SBP_CHECK(grad.numel() == n && m.numel() == n && v.numel() == n,
-            "adamw_step " + param.describe() + " grad " + grad.describe());
   float* p = param.f32();
   const float* g = grad.f32();
   float* pm = m.f32();

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_checks.h"
 #include "backend/cpu/vec_math.h"
 #include "core/error.h"
 
@@ -804,20 +805,12 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
 }
 
 // ---------------------------------------------------------------------------------------------
-// Entry checks
+// Entry: the call's shapes, dtypes and scalars are checked by check_attention_forward /
+// check_attention_backward (backend_checks.h) before this runs.
 
 Problem make_problem(const char* fn, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& seg_start, int64_t q_offset, const AttentionDims& dims) {
   const std::string where = std::string(fn) + ": ";
-  SBP_CHECK(dims.n_heads > 0 && dims.n_kv_heads > 0 && dims.head_dim > 0,
-            where + "heads H=" + std::to_string(dims.n_heads) + ", G=" +
-                std::to_string(dims.n_kv_heads) + " and head_dim " +
-                std::to_string(dims.head_dim) + " must be positive");
-  SBP_CHECK(dims.n_heads % dims.n_kv_heads == 0,
-            where + "H=" + std::to_string(dims.n_heads) + " query heads is not a multiple of G=" +
-                std::to_string(dims.n_kv_heads) + " kv heads");
-  SBP_CHECK(std::isfinite(dims.scale), where + "softmax scale " + std::to_string(dims.scale) +
-                                           " is not finite");
   Problem p;
   p.H = dims.n_heads;
   p.G = dims.n_kv_heads;
@@ -831,38 +824,19 @@ Problem make_problem(const char* fn, const Tensor& q, const Tensor& k, const Ten
   p.tk = k.rows();
   p.q_offset = q_offset;
   p.n_blocks = (p.n + kBq - 1) / kBq;
-  SBP_CHECK(q.cols() == p.ldq_g, where + "q " + q.describe() + " must have H*h = " +
-                                     std::to_string(p.ldq_g) + " columns");
-  SBP_CHECK(k.cols() == p.ldkv_g && v.shape == k.shape,
-            where + "k " + k.describe() + " and v " + v.describe() +
-                " must both be (Tk, G*h = " + std::to_string(p.ldkv_g) + ")");
-  SBP_CHECK(q_offset >= 0 && q_offset + p.n <= p.tk,
-            where + "queries [" + std::to_string(q_offset) + ", " +
-                std::to_string(q_offset + p.n) + ") must lie within the " +
-                std::to_string(p.tk) + " key rows");
-  SBP_CHECK(seg_start.dtype == DType::I32 && seg_start.numel() >= q_offset + p.n,
-            where + "seg_start " + seg_start.describe() + " must be I32 with at least " +
-                std::to_string(q_offset + p.n) + " entries");
-  SBP_CHECK(p.tk < std::numeric_limits<int32_t>::max(),
-            where + std::to_string(p.tk) + " key rows do not fit the I32 segment starts");
   p.seg = seg_start.i32();
-  // Bad segment starts would make the kernel read outside k and v: check the rows we use.
+  if (p.n > 0) {
+    SBP_CHECK(q.data && k.data && v.data && p.seg, where + "tensors have no data");
+  }
+  // Bad segment starts would make the kernel read outside k and v: check the rows we use,
+  // here where the data is, before the parallel loops.
   for (int64_t r = q_offset; r < q_offset + p.n; ++r) {
     const int64_t s = p.seg[r];
     const bool ok = s >= 0 && s <= r && (r == q_offset || s >= p.seg[r - 1]);
     SBP_CHECK(ok, where + "seg_start[" + std::to_string(r) + "] = " + std::to_string(s) +
                       " must satisfy 0 <= seg_start[i] <= i and be non-decreasing");
   }
-  if (p.n > 0) {
-    SBP_CHECK(q.data && k.data && v.data, where + "tensors have no data");
-  }
   return p;
-}
-
-void check_like(const char* fn, const char* name, const Tensor& t, const Tensor& like) {
-  SBP_CHECK(t.dtype == DType::F32 && t.numel() == like.numel() && t.rows() == like.rows(),
-            std::string(fn) + ": " + name + " " + t.describe() + " must match " +
-                like.describe());
 }
 
 std::vector<Scratch> make_scratch(const Problem& p, int threads) {
@@ -879,12 +853,10 @@ std::vector<Scratch> make_scratch(const Problem& p, int threads) {
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Tensor& seg_start, int64_t q_offset,
                        const AttentionDims& dims, int64_t* flops) {
-  const char* fn = "attention_forward";
-  const Problem p = make_problem(fn, q, k, v, seg_start, q_offset, dims);
-  check_like(fn, "out", out, q);
-  SBP_CHECK(lse.dtype == DType::F32 && lse.rows() == p.n && lse.numel() == p.n * p.H,
-            std::string(fn) + ": lse " + lse.describe() + " must be (n=" +
-                std::to_string(p.n) + ", H=" + std::to_string(p.H) + ") F32");
+  // Called directly (tests, tools/bench) as well as by CpuBackend, whose Backend base has run
+  // the same check already: a few comparisons, repeated for one entry point less to trust.
+  check_attention_forward(out, lse, q, k, v, seg_start, q_offset, dims);
+  const Problem p = make_problem("attention_forward", q, k, v, seg_start, q_offset, dims);
   if (p.n == 0) return;
   const FwdTensors t{out.f32(), lse.f32(), q.f32(), k.f32(), v.f32()};
 
@@ -910,16 +882,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& seg_start,
                         int64_t q_offset, const AttentionDims& dims, int64_t* flops) {
-  const char* fn = "attention_backward";
-  const Problem p = make_problem(fn, q, k, v, seg_start, q_offset, dims);
-  check_like(fn, "dq", dq, q);
-  check_like(fn, "dout", dout, q);
-  check_like(fn, "out", out, q);
-  check_like(fn, "dk", dk, k);
-  check_like(fn, "dv", dv, k);
-  SBP_CHECK(lse.dtype == DType::F32 && lse.rows() == p.n && lse.numel() == p.n * p.H,
-            std::string(fn) + ": lse " + lse.describe() + " must be (n=" +
-                std::to_string(p.n) + ", H=" + std::to_string(p.H) + ") F32");
+  check_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
+  const Problem p = make_problem("attention_backward", q, k, v, seg_start, q_offset, dims);
   if (p.n == 0) return;
   const BwdTensors t{dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(),
                      k.f32(),  v.f32(),  out.f32(), lse.f32()};

@@ -11,53 +11,61 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   bool computes() const override { return true; }
 
-  void gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
-            float alpha, float beta) override;
+ private:
+  // Called by Backend's public methods with checked arguments (backend.h); BF16 tensors are
+  // rejected here (Tensor::f32()): this backend computes in F32 only.
+  void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
+                 float alpha, float beta) override;
 
-  void fill(const Tensor& x, float value) override;
-  void copy(const Tensor& dst, const Tensor& src) override;
-  void add_inplace(const Tensor& y, const Tensor& x) override;
-  void scale_inplace(const Tensor& x, float s) override;
-  double sum_squares(const Tensor& x) override;
-  void add_bias(const Tensor& y, const Tensor& b) override;
-  void bias_backward(const Tensor& db, const Tensor& dy) override;
+  void fill_impl(const Tensor& x, float value) override;
+  void copy_impl(const Tensor& dst, const Tensor& src) override;
+  void add_inplace_impl(const Tensor& y, const Tensor& x) override;
+  void scale_inplace_impl(const Tensor& x, float s) override;
+  double sum_squares_impl(const Tensor& x) override;
+  void add_bias_impl(const Tensor& y, const Tensor& b) override;
+  void bias_backward_impl(const Tensor& db, const Tensor& dy) override;
 
-  void rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g, float eps) override;
-  void rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor& dy, const Tensor& x,
-                        const Tensor& g, float eps) override;
+  void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g,
+                            float eps) override;
+  void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy,
+                             const Tensor& x, const Tensor& g, float eps) override;
 
-  void rope_table(const Tensor& table, std::span<const float> inv_freq) override;
-  void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& table) override;
-  void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& table) override;
+  void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) override;
+  void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) override;
+  void rope_backward_impl(const Tensor& dx, const Tensor& positions,
+                          const Tensor& table) override;
 
-  void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
-  void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
-                       const Tensor& gate, const Tensor& up) override;
+  void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                            const Tensor& gate, const Tensor& up) override;
 
-  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                         const Tensor& v, const Tensor& seg_start, int64_t q_offset,
-                         const AttentionDims& dims) override;
-  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                          const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, const Tensor& seg_start,
-                          int64_t q_offset, const AttentionDims& dims) override;
+  void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q,
+                              const Tensor& k, const Tensor& v, const Tensor& seg_start,
+                              int64_t q_offset, const AttentionDims& dims) override;
+  void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                               const Tensor& dout, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const Tensor& out, const Tensor& lse,
+                               const Tensor& seg_start, int64_t q_offset,
+                               const AttentionDims& dims) override;
 
-  void embedding_forward(const Tensor& x, const Tensor& ids, const Tensor& table) override;
-  void embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids) override;
+  void embedding_forward_impl(const Tensor& x, const Tensor& ids, const Tensor& table) override;
+  void embedding_backward_impl(const Tensor& dtable, const Tensor& dx,
+                               const Tensor& ids) override;
 
-  void logsoftmax_target(const Tensor& lse, const Tensor& logp, const Tensor& logits,
-                         const Tensor& targets) override;
-  void dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                       const Tensor& dlogp) override;
+  void logsoftmax_target_impl(const Tensor& lse, const Tensor& logp, const Tensor& logits,
+                              const Tensor& targets) override;
+  void dlogits_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                            const Tensor& dlogp) override;
 
-  void argmax_rows(const Tensor& out, const Tensor& logits) override;
-  void softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) override;
-  void dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                               const Tensor& dlogp, const Tensor& entropy,
-                               const Tensor& dentropy) override;
+  void argmax_rows_impl(const Tensor& out, const Tensor& logits) override;
+  void softmax_entropy_impl(const Tensor& entropy, const Tensor& logits,
+                            const Tensor& lse) override;
+  void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse,
+                                    const Tensor& targets, const Tensor& dlogp,
+                                    const Tensor& entropy, const Tensor& dentropy) override;
 
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWStep& s) override;
+  void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamWStep& s) override;
 };
 
 // Sets the thread count of OpenMP (and thus of OpenBLAS' OpenMP build). 0 = leave as is.

@@ -6,15 +6,14 @@
 
 namespace sbp {
 
-void CpuBackend::fill(const Tensor& x, float value) {
+void CpuBackend::fill_impl(const Tensor& x, float value) {
   float* p = x.f32();  // (numel)
   const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
-void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
-  SBP_CHECK(dst.numel() == src.numel(), "copy " + src.describe() + " -> " + dst.describe());
+void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) {
   const int64_t n = dst.numel();
   if (dst.dtype == src.dtype) {
     std::memcpy(dst.data, src.data, dst.nbytes());
@@ -23,18 +22,15 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
     const float* s = src.f32();
 #pragma omp parallel for schedule(static) if (n > cpu::kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
-  } else if (dst.dtype == DType::F32 && src.dtype == DType::BF16) {
+  } else {  // F32 <- BF16: Backend::copy allows no other pair of dtypes
     float* d = dst.f32();
     const uint16_t* s = static_cast<const uint16_t*>(src.data);
 #pragma omp parallel for schedule(static) if (n > cpu::kMinParallelWork)
     for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
-  } else {
-    SBP_CHECK(false, "copy: unsupported conversion " + src.describe() + " -> " + dst.describe());
   }
 }
 
-void CpuBackend::add_inplace(const Tensor& y, const Tensor& x) {
-  SBP_CHECK(y.numel() == x.numel(), "add " + x.describe() + " into " + y.describe());
+void CpuBackend::add_inplace_impl(const Tensor& y, const Tensor& x) {
   float* py = y.f32();
   const float* px = x.f32();
   const int64_t n = y.numel();
@@ -42,14 +38,14 @@ void CpuBackend::add_inplace(const Tensor& y, const Tensor& x) {
   for (int64_t i = 0; i < n; ++i) py[i] += px[i];
 }
 
-void CpuBackend::scale_inplace(const Tensor& x, float s) {
+void CpuBackend::scale_inplace_impl(const Tensor& x, float s) {
   float* p = x.f32();
   const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) p[i] *= s;
 }
 
-double CpuBackend::sum_squares(const Tensor& x) {
+double CpuBackend::sum_squares_impl(const Tensor& x) {
   const float* p = x.f32();
   const int64_t n = x.numel();
   const std::vector<double> total = cpu::reduce_rows(n, 1, [&](int64_t b, int64_t e, double* acc) {
@@ -60,9 +56,8 @@ double CpuBackend::sum_squares(const Tensor& x) {
   return total[0];
 }
 
-void CpuBackend::add_bias(const Tensor& y, const Tensor& b) {
+void CpuBackend::add_bias_impl(const Tensor& y, const Tensor& b) {
   const int64_t n = y.rows(), m = y.cols();
-  SBP_CHECK(b.numel() == m, "add_bias " + b.describe() + " to " + y.describe());
   float* py = y.f32();        // (n, m)
   const float* pb = b.f32();  // (m)
 #pragma omp parallel for schedule(static) if (n * m > cpu::kMinParallelWork)
@@ -72,9 +67,8 @@ void CpuBackend::add_bias(const Tensor& y, const Tensor& b) {
   }
 }
 
-void CpuBackend::bias_backward(const Tensor& db, const Tensor& dy) {
+void CpuBackend::bias_backward_impl(const Tensor& db, const Tensor& dy) {
   const int64_t n = dy.rows(), m = dy.cols();
-  SBP_CHECK(db.numel() == m, "bias_backward " + db.describe() + " from " + dy.describe());
   const float* pdy = dy.f32();  // (n, m)
   const std::vector<double> sum = cpu::reduce_rows(n, m, [&](int64_t b, int64_t e, double* acc) {
     for (int64_t i = b; i < e; ++i)

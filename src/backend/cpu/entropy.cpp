@@ -8,10 +8,9 @@
 
 namespace sbp {
 
-void CpuBackend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) {
+void CpuBackend::softmax_entropy_impl(const Tensor& entropy, const Tensor& logits,
+                                      const Tensor& lse) {
   const int64_t n = logits.rows(), V = logits.cols();
-  SBP_CHECK(entropy.numel() == n && lse.numel() == n,
-            "softmax_entropy logits " + logits.describe() + " entropy " + entropy.describe());
   const float* pl = logits.f32();  // (n, V)
   const float* plse = lse.f32();   // (n)
   float* ph = entropy.f32();       // (n)
@@ -30,20 +29,17 @@ void CpuBackend::softmax_entropy(const Tensor& entropy, const Tensor& logits, co
   }
 }
 
-void CpuBackend::dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
-                                         const Tensor& targets, const Tensor& dlogp,
-                                         const Tensor& entropy, const Tensor& dentropy) {
+void CpuBackend::dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse,
+                                              const Tensor& targets, const Tensor& dlogp,
+                                              const Tensor& entropy, const Tensor& dentropy) {
   const int64_t n = logits.rows(), V = logits.cols();
-  SBP_CHECK(lse.numel() == n && dlogp.numel() == n && targets.numel() == n &&
-                entropy.numel() == n && dentropy.numel() == n,
-            "dlogits_entropy_inplace logits " + logits.describe());
   float* pl = logits.f32();           // (n, V) in: logits, out: dL/dlogits
   const float* plse = lse.f32();      // (n)
   const int32_t* pt = targets.i32();  // (n)
   const float* pw = dlogp.f32();      // (n)
   const float* ph = entropy.f32();    // (n)
   const float* pe = dentropy.f32();   // (n)
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n; ++i)  // targets index the row: checked before the parallel loop
     SBP_CHECK(pt[i] < V, "target id " + std::to_string(pt[i]) + " outside the vocabulary of " +
                              std::to_string(V));
 #pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)

@@ -6,16 +6,12 @@
 
 namespace sbp {
 
-void CpuBackend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
-                      bool trans_b, float alpha, float beta) {
+void CpuBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
+                           bool trans_b, float alpha, float beta) {
   // A viewed as (rows, cols); op(A) is (M, K), op(B) is (K, N), C is (M, N).
   const int64_t M = trans_a ? A.cols() : A.rows();
   const int64_t K = trans_a ? A.rows() : A.cols();
-  const int64_t Kb = trans_b ? B.cols() : B.rows();
   const int64_t N = trans_b ? B.rows() : B.cols();
-  SBP_CHECK(K == Kb && C.rows() == M && C.cols() == N,
-            "gemm: C " + C.describe() + (trans_a ? " = A^T " : " = A ") + A.describe() +
-                (trans_b ? " B^T " : " B ") + B.describe());
   flops_ += 2 * M * N * K;
   if (M == 0 || N == 0) return;
   if (K == 0) {

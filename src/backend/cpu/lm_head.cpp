@@ -9,6 +9,8 @@
 namespace sbp {
 
 namespace {
+// Targets index the logits row: checked here, where the data is, before the parallel loops.
+// (Negative targets mean "no target".)
 void check_targets(const Tensor& targets, int64_t vocab) {
   const int32_t* p = targets.i32();
   for (int64_t i = 0; i < targets.numel(); ++i) {
@@ -18,11 +20,9 @@ void check_targets(const Tensor& targets, int64_t vocab) {
 }
 }  // namespace
 
-void CpuBackend::logsoftmax_target(const Tensor& lse, const Tensor& logp, const Tensor& logits,
-                                   const Tensor& targets) {
+void CpuBackend::logsoftmax_target_impl(const Tensor& lse, const Tensor& logp,
+                                        const Tensor& logits, const Tensor& targets) {
   const int64_t n = logits.rows(), V = logits.cols();
-  SBP_CHECK(lse.numel() == n && logp.numel() == n && targets.numel() == n,
-            "logsoftmax_target logits " + logits.describe() + " targets " + targets.describe());
   check_targets(targets, V);
   const float* pl = logits.f32();   // (n, V)
   const int32_t* pt = targets.i32();  // (n)
@@ -45,11 +45,9 @@ void CpuBackend::logsoftmax_target(const Tensor& lse, const Tensor& logp, const 
   }
 }
 
-void CpuBackend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                                 const Tensor& dlogp) {
+void CpuBackend::dlogits_inplace_impl(const Tensor& logits, const Tensor& lse,
+                                      const Tensor& targets, const Tensor& dlogp) {
   const int64_t n = logits.rows(), V = logits.cols();
-  SBP_CHECK(lse.numel() == n && dlogp.numel() == n && targets.numel() == n,
-            "dlogits_inplace logits " + logits.describe());
   check_targets(targets, V);
   float* pl = logits.f32();          // (n, V) in: logits, out: dL/dlogits
   const float* plse = lse.f32();     // (n)
@@ -66,9 +64,8 @@ void CpuBackend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const 
   }
 }
 
-void CpuBackend::argmax_rows(const Tensor& out, const Tensor& logits) {
+void CpuBackend::argmax_rows_impl(const Tensor& out, const Tensor& logits) {
   const int64_t n = logits.rows(), V = logits.cols();
-  SBP_CHECK(out.numel() == n, "argmax_rows out " + out.describe() + " logits " + logits.describe());
   const float* pl = logits.f32();  // (n, V)
   int32_t* po = out.i32();         // (n)
 #pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)

@@ -7,9 +7,8 @@
 
 namespace sbp {
 
-void CpuBackend::rope_table(const Tensor& table, std::span<const float> inv_freq) {
+void CpuBackend::rope_table_impl(const Tensor& table, std::span<const float> inv_freq) {
   const int64_t P = table.rows(), h = table.cols(), half = h / 2;
-  SBP_CHECK(static_cast<int64_t>(inv_freq.size()) == half, "rope_table " + table.describe());
   float* pt = table.f32();  // (P, h): [cos | sin]
 #pragma omp parallel for schedule(static) if (P * h > cpu::kMinParallelWork)
   for (int64_t p = 0; p < P; ++p) {
@@ -26,14 +25,13 @@ namespace {
 // sign = +1: forward rotation; -1: inverse (transpose) rotation.
 void rope_apply(const Tensor& x, const Tensor& positions, const Tensor& table, float sign) {
   const int64_t n = x.rows(), h = table.cols(), half = h / 2, P = table.rows();
-  SBP_CHECK(positions.numel() == n && h > 0 && x.cols() % h == 0,
-            "rope x " + x.describe() + " positions " + positions.describe() + " table " +
-                table.describe());
   const int64_t heads = x.cols() / h;
   float* px = x.f32();                  // (n, heads*h)
   const int32_t* pos = positions.i32();  // (n)
   const float* pt = table.f32();        // (P, h)
-  for (int64_t i = 0; i < n; ++i) {  // checked before the parallel loop: no throws inside it
+  // The positions index the table: checked here, where the data is, and before the parallel
+  // loop (no throws inside it).
+  for (int64_t i = 0; i < n; ++i) {
     SBP_CHECK(pos[i] >= 0 && pos[i] < P, "rope: position " + std::to_string(pos[i]) +
                                              " outside the table of " + std::to_string(P));
   }
@@ -54,11 +52,13 @@ void rope_apply(const Tensor& x, const Tensor& positions, const Tensor& table, f
 }
 }  // namespace
 
-void CpuBackend::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& table) {
+void CpuBackend::rope_forward_impl(const Tensor& x, const Tensor& positions,
+                                   const Tensor& table) {
   rope_apply(x, positions, table, 1.0f);
 }
 
-void CpuBackend::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& table) {
+void CpuBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions,
+                                    const Tensor& table) {
   rope_apply(dx, positions, table, -1.0f);
 }
 

@@ -7,9 +7,7 @@
 
 namespace sbp {
 
-void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
-  SBP_CHECK(out.numel() == gate.numel() && out.numel() == up.numel(),
-            "swiglu_forward " + out.describe() + " " + gate.describe() + " " + up.describe());
+void CpuBackend::swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const int64_t n = out.numel();
   float* po = out.f32();
   const float* pg = gate.f32();
@@ -22,12 +20,10 @@ void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& gate, const Ten
   }
 }
 
-void CpuBackend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
-                                 const Tensor& gate, const Tensor& up) {
+void CpuBackend::swiglu_backward_impl(const Tensor& dgate, const Tensor& dup,
+                                      const Tensor& dout, const Tensor& gate, const Tensor& up) {
   // d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z)))
   const int64_t n = dout.numel();
-  SBP_CHECK(dgate.numel() == n && dup.numel() == n && gate.numel() == n && up.numel() == n,
-            "swiglu_backward shapes");
   float* pdg = dgate.f32();
   float* pdu = dup.f32();
   const float* pdo = dout.f32();

@@ -1,0 +1,436 @@
+// Backend's public operations: check the call against the contract written in backend.h, then
+// run the backend's implementation. Every check of a call's shapes, dtypes and scalars is here,
+// so that every backend (the shape-only planner included) rejects the same misuse.
+//
+// Messages name the op, the argument and its dtype(shape): "rmsnorm_forward: g F32(7) ...".
+// They are built only on failure (SBP_CHECK evaluates its message lazily), so the checks cost
+// a few comparisons per call.
+#include "backend/backend.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "backend/backend_checks.h"
+
+namespace sbp {
+
+namespace {
+
+std::string num(int64_t v) { return std::to_string(v); }
+std::string num(float v) {  // %g: "1e-08", "nan", "inf" (std::to_string would print 0.000000)
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  return buf;
+}
+
+// "<op>: <arg> <dtype(shape)>"
+std::string arg(const char* op, const char* name, const Tensor& t) {
+  return std::string(op) + ": " + name + " " + t.describe();
+}
+
+bool is_float(DType dt) { return dt == DType::F32 || dt == DType::BF16; }
+
+// Activations, weights, weight gradients, logits: F32 or BF16.
+void check_float(const char* op, const char* name, const Tensor& t) {
+  SBP_CHECK(t.defined() && is_float(t.dtype), arg(op, name, t) + " must be an F32 or BF16 tensor");
+}
+// Index tensors (I32) and per-row statistics and accumulators (F32).
+void check_dtype(const char* op, const char* name, const Tensor& t, DType dt) {
+  SBP_CHECK(t.defined() && t.dtype == dt,
+            arg(op, name, t) + " must be an " + dtype_name(dt) + " tensor");
+}
+// A per-row vector of a call with n rows.
+void check_rows_vector(const char* op, const char* name, const Tensor& t, DType dt, int64_t n) {
+  check_dtype(op, name, t, dt);
+  SBP_CHECK(t.numel() == n, arg(op, name, t) + " must have one entry per row (n = " + num(n) + ")");
+}
+// t has the shape (rows, cols) of `like`, e.g. out and dq like q (n, H*h).
+void check_like(const char* op, const char* name, const Tensor& t, const char* like_name,
+                const Tensor& like) {
+  check_float(op, name, t);
+  SBP_CHECK(t.rows() == like.rows() && t.cols() == like.cols(),
+            arg(op, name, t) + " must have the shape of " + like_name + " " + like.describe());
+}
+void check_same_numel(const char* op, const char* name, const Tensor& t, const char* like_name,
+                      const Tensor& like) {
+  check_float(op, name, t);
+  SBP_CHECK(t.numel() == like.numel(),
+            arg(op, name, t) + " must have the numel of " + like_name + " " + like.describe());
+}
+void check_finite(const char* op, const char* name, float x) {
+  SBP_CHECK(std::isfinite(x), std::string(op) + ": " + name + " = " + num(x) + " is not finite");
+}
+void check_eps(const char* op, float eps) {
+  SBP_CHECK(std::isfinite(eps) && eps >= 0.0f,
+            std::string(op) + ": eps = " + num(eps) + " must be finite and >= 0");
+}
+
+// ---- per op ----
+
+void check_gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
+                float alpha, float beta) {
+  const char* op = "gemm";
+  check_float(op, "C", C);
+  check_float(op, "A", A);
+  check_float(op, "B", B);
+  // A viewed as (rows, cols); op(A) is (M, K), op(B) is (K, N), C is (M, N).
+  const int64_t M = trans_a ? A.cols() : A.rows();
+  const int64_t K = trans_a ? A.rows() : A.cols();
+  const int64_t Kb = trans_b ? B.cols() : B.rows();
+  const int64_t N = trans_b ? B.rows() : B.cols();
+  SBP_CHECK(K == Kb && C.rows() == M && C.cols() == N,
+            std::string("gemm: C ") + C.describe() + (trans_a ? " = A^T " : " = A ") +
+                A.describe() + (trans_b ? " B^T " : " B ") + B.describe() +
+                ": op(A) must be (M, K), op(B) (K, N) and C (M, N)");
+  check_finite(op, "alpha", alpha);
+  check_finite(op, "beta", beta);
+}
+
+void check_rmsnorm(const char* op, const Tensor& x, const Tensor& g, float eps) {
+  const int64_t d = g.numel();  // x viewed as (rows, d)
+  SBP_CHECK(d > 0 && x.numel() % d == 0,
+            arg(op, "x", x) + " must be a whole number of rows of g " + g.describe());
+  check_eps(op, eps);
+}
+
+// table (P, h) F32, h even and > 0.
+void check_rope_table(const char* op, const Tensor& table) {
+  check_dtype(op, "table", table, DType::F32);
+  const int64_t h = table.cols();
+  SBP_CHECK(table.shape.ndim == 2 && h > 0 && h % 2 == 0,
+            arg(op, "table", table) + " must be (P, h) with h even and > 0");
+}
+
+void check_rope(const char* op, const Tensor& x, const Tensor& positions, const Tensor& table) {
+  check_float(op, "x", x);
+  check_rope_table(op, table);
+  SBP_CHECK(x.cols() % table.cols() == 0,
+            arg(op, "x", x) + " must be (n, heads * h) for table " + table.describe());
+  check_rows_vector(op, "positions", positions, DType::I32, x.rows());
+}
+
+void check_dims(const char* op, const AttentionDims& dims) {
+  SBP_CHECK(dims.n_heads > 0 && dims.n_kv_heads > 0 && dims.head_dim > 0,
+            std::string(op) + ": heads H=" + num(dims.n_heads) + ", G=" + num(dims.n_kv_heads) +
+                " and head_dim " + num(dims.head_dim) + " must be positive");
+  SBP_CHECK(dims.n_heads % dims.n_kv_heads == 0,
+            std::string(op) + ": H=" + num(dims.n_heads) + " query heads is not a multiple of G=" +
+                num(dims.n_kv_heads) + " kv heads");
+  SBP_CHECK(std::isfinite(dims.scale),
+            std::string(op) + ": softmax scale " + num(dims.scale) + " is not finite");
+}
+
+// What forward and backward share: q, k, v, out, lse, seg_start, q_offset, dims.
+void check_attention(const char* op, const Tensor& out, const Tensor& lse, const Tensor& q,
+                     const Tensor& k, const Tensor& v, const Tensor& seg_start,
+                     int64_t q_offset, const AttentionDims& dims) {
+  check_dims(op, dims);
+  const int64_t H = dims.n_heads, Hh = dims.n_heads * dims.head_dim;
+  const int64_t Gh = dims.n_kv_heads * dims.head_dim;
+  check_float(op, "q", q);
+  check_float(op, "k", k);
+  check_float(op, "v", v);
+  const int64_t n = q.rows(), tk = k.rows();
+  SBP_CHECK(q.cols() == Hh, arg(op, "q", q) + " must have H*h = " + num(Hh) + " columns");
+  SBP_CHECK(k.cols() == Gh && v.rows() == tk && v.cols() == Gh,
+            arg(op, "k", k) + " and v " + v.describe() + " must both be (Tk, G*h = " + num(Gh) +
+                ")");
+  check_like(op, "out", out, "q", q);
+  check_dtype(op, "lse", lse, DType::F32);
+  SBP_CHECK(lse.rows() == n && lse.cols() == H,
+            arg(op, "lse", lse) + " must be (n=" + num(n) + ", H=" + num(H) + ")");
+  SBP_CHECK(q_offset >= 0 && q_offset <= tk - n,
+            std::string(op) + ": queries [" + num(q_offset) + ", " + num(q_offset + n) +
+                ") must lie within the " + num(tk) + " key rows");
+  SBP_CHECK(tk < std::numeric_limits<int32_t>::max(),
+            arg(op, "k", k) + ": " + num(tk) + " key rows do not fit the I32 segment starts");
+  check_dtype(op, "seg_start", seg_start, DType::I32);
+  SBP_CHECK(seg_start.numel() >= q_offset + n,
+            arg(op, "seg_start", seg_start) + " must have at least q_offset + n = " +
+                num(q_offset + n) + " entries");
+}
+
+// logits (n, V) float with V > 0.
+void check_logits(const char* op, const Tensor& logits) {
+  check_float(op, "logits", logits);
+  SBP_CHECK(logits.cols() > 0, arg(op, "logits", logits) + " must be (n, V) with V > 0");
+}
+
+void check_adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 const AdamWStep& s) {
+  const char* op = "adamw_step";
+  check_float(op, "param", param);
+  check_same_numel(op, "grad", grad, "param", param);
+  check_dtype(op, "m", m, DType::F32);
+  check_dtype(op, "v", v, DType::F32);
+  SBP_CHECK(m.numel() == param.numel() && v.numel() == param.numel(),
+            arg(op, "m", m) + " and v " + v.describe() + " must have the numel of param " +
+                param.describe());
+  SBP_CHECK(std::isfinite(s.lr) && s.lr >= 0.0f,
+            std::string(op) + ": lr = " + num(s.lr) + " must be finite and >= 0");
+  SBP_CHECK(s.beta1 >= 0.0f && s.beta1 < 1.0f && s.beta2 >= 0.0f && s.beta2 < 1.0f,
+            std::string(op) + ": betas (" + num(s.beta1) + ", " + num(s.beta2) +
+                ") must be in [0, 1)");
+  SBP_CHECK(std::isfinite(s.eps) && s.eps > 0.0f,
+            std::string(op) + ": eps = " + num(s.eps) + " must be finite and > 0");
+  SBP_CHECK(std::isfinite(s.weight_decay) && s.weight_decay >= 0.0f,
+            std::string(op) + ": weight_decay = " + num(s.weight_decay) +
+                " must be finite and >= 0");
+  SBP_CHECK(s.step >= 1, std::string(op) + ": step = " + num(s.step) + " must be >= 1 (1-based)");
+}
+
+}  // namespace
+
+void check_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
+                             const Tensor& k, const Tensor& v, const Tensor& seg_start,
+                             int64_t q_offset, const AttentionDims& dims) {
+  check_attention("attention_forward", out, lse, q, k, v, seg_start, q_offset, dims);
+}
+
+void check_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                              const Tensor& dout, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const Tensor& seg_start, int64_t q_offset,
+                              const AttentionDims& dims) {
+  const char* op = "attention_backward";
+  check_attention(op, out, lse, q, k, v, seg_start, q_offset, dims);
+  check_like(op, "dq", dq, "q", q);
+  check_like(op, "dout", dout, "q", q);
+  check_like(op, "dk", dk, "k", k);
+  check_like(op, "dv", dv, "k", k);
+}
+
+// ---- dense ----
+
+void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
+                   bool trans_b, float alpha, float beta) {
+  check_gemm(C, A, trans_a, B, trans_b, alpha, beta);
+  gemm_impl(C, A, trans_a, B, trans_b, alpha, beta);
+}
+
+// ---- elementwise and reductions ----
+
+void Backend::fill(const Tensor& x, float value) {
+  check_float("fill", "x", x);
+  fill_impl(x, value);
+}
+
+void Backend::copy(const Tensor& dst, const Tensor& src) {
+  const char* op = "copy";
+  SBP_CHECK(dst.defined() && src.defined() && dst.numel() == src.numel(),
+            arg(op, "src", src) + " -> dst " + dst.describe() + ": numel must be equal");
+  SBP_CHECK(dst.dtype == src.dtype || (is_float(dst.dtype) && is_float(src.dtype)),
+            arg(op, "src", src) + " -> dst " + dst.describe() +
+                ": dtypes must be equal, or F32 and BF16");
+  copy_impl(dst, src);
+}
+
+void Backend::add_inplace(const Tensor& y, const Tensor& x) {
+  check_float("add_inplace", "y", y);
+  check_same_numel("add_inplace", "x", x, "y", y);
+  add_inplace_impl(y, x);
+}
+
+void Backend::scale_inplace(const Tensor& x, float s) {
+  check_float("scale_inplace", "x", x);
+  scale_inplace_impl(x, s);
+}
+
+double Backend::sum_squares(const Tensor& x) {
+  check_float("sum_squares", "x", x);
+  return sum_squares_impl(x);
+}
+
+void Backend::add_bias(const Tensor& y, const Tensor& b) {
+  const char* op = "add_bias";
+  check_float(op, "y", y);
+  check_float(op, "b", b);
+  SBP_CHECK(b.numel() == y.cols(), arg(op, "b", b) + " must have one entry per column of y " +
+                                       y.describe());
+  add_bias_impl(y, b);
+}
+
+void Backend::bias_backward(const Tensor& db, const Tensor& dy) {
+  const char* op = "bias_backward";
+  check_float(op, "db", db);
+  check_float(op, "dy", dy);
+  SBP_CHECK(db.numel() == dy.cols(), arg(op, "db", db) + " must have one entry per column of dy " +
+                                         dy.describe());
+  bias_backward_impl(db, dy);
+}
+
+// ---- RMSNorm ----
+
+void Backend::rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g, float eps) {
+  const char* op = "rmsnorm_forward";
+  check_float(op, "x", x);
+  check_float(op, "g", g);
+  check_same_numel(op, "y", y, "x", x);
+  check_rmsnorm(op, x, g, eps);
+  rmsnorm_forward_impl(y, x, g, eps);
+}
+
+void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor& dy,
+                               const Tensor& x, const Tensor& g, float eps) {
+  const char* op = "rmsnorm_backward";
+  check_float(op, "x", x);
+  check_float(op, "g", g);
+  check_same_numel(op, "dx", dx, "x", x);
+  check_same_numel(op, "dy", dy, "x", x);
+  check_same_numel(op, "dg", dg, "g", g);
+  check_rmsnorm(op, x, g, eps);
+  rmsnorm_backward_impl(dx, dg, dy, x, g, eps);
+}
+
+// ---- rotary embedding ----
+
+void Backend::rope_table(const Tensor& table, std::span<const float> inv_freq) {
+  const char* op = "rope_table";
+  check_rope_table(op, table);
+  const int64_t half = table.cols() / 2;
+  SBP_CHECK(static_cast<int64_t>(inv_freq.size()) == half,
+            arg(op, "table", table) + " needs h/2 = " + num(half) + " inverse frequencies, not " +
+                num(static_cast<int64_t>(inv_freq.size())));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    SBP_CHECK(std::isfinite(inv_freq[i]), std::string(op) + ": inv_freq[" +
+                                              num(static_cast<int64_t>(i)) + "] = " +
+                                              num(inv_freq[i]) + " is not finite");
+  rope_table_impl(table, inv_freq);
+}
+
+void Backend::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& table) {
+  check_rope("rope_forward", x, positions, table);
+  rope_forward_impl(x, positions, table);
+}
+
+void Backend::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& table) {
+  check_rope("rope_backward", dx, positions, table);
+  rope_backward_impl(dx, positions, table);
+}
+
+// ---- SwiGLU ----
+
+void Backend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_forward";
+  check_float(op, "gate", gate);
+  check_same_numel(op, "up", up, "gate", gate);
+  check_same_numel(op, "out", out, "gate", gate);
+  swiglu_forward_impl(out, gate, up);
+}
+
+void Backend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                              const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_backward";
+  check_float(op, "gate", gate);
+  check_same_numel(op, "up", up, "gate", gate);
+  check_same_numel(op, "dout", dout, "gate", gate);
+  check_same_numel(op, "dgate", dgate, "gate", gate);
+  check_same_numel(op, "dup", dup, "gate", gate);
+  swiglu_backward_impl(dgate, dup, dout, gate, up);
+}
+
+// ---- attention ----
+
+void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
+                                const Tensor& k, const Tensor& v, const Tensor& seg_start,
+                                int64_t q_offset, const AttentionDims& dims) {
+  check_attention_forward(out, lse, q, k, v, seg_start, q_offset, dims);
+  attention_forward_impl(out, lse, q, k, v, seg_start, q_offset, dims);
+}
+
+void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 const Tensor& dout, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& out, const Tensor& lse,
+                                 const Tensor& seg_start, int64_t q_offset,
+                                 const AttentionDims& dims) {
+  check_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
+  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
+}
+
+// ---- embedding ----
+
+void Backend::embedding_forward(const Tensor& x, const Tensor& ids, const Tensor& table) {
+  const char* op = "embedding_forward";
+  check_float(op, "x", x);
+  check_float(op, "table", table);
+  SBP_CHECK(table.cols() == x.cols(),
+            arg(op, "table", table) + " must be (V, d) for x " + x.describe() + " (n, d)");
+  check_rows_vector(op, "ids", ids, DType::I32, x.rows());
+  embedding_forward_impl(x, ids, table);
+}
+
+void Backend::embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids) {
+  const char* op = "embedding_backward";
+  check_float(op, "dx", dx);
+  check_float(op, "dtable", dtable);
+  SBP_CHECK(dtable.cols() == dx.cols(),
+            arg(op, "dtable", dtable) + " must be (V, d) for dx " + dx.describe() + " (n, d)");
+  check_rows_vector(op, "ids", ids, DType::I32, dx.rows());
+  embedding_backward_impl(dtable, dx, ids);
+}
+
+// ---- LM head ----
+
+void Backend::logsoftmax_target(const Tensor& lse, const Tensor& logp, const Tensor& logits,
+                                const Tensor& targets) {
+  const char* op = "logsoftmax_target";
+  check_logits(op, logits);
+  const int64_t n = logits.rows();
+  check_rows_vector(op, "lse", lse, DType::F32, n);
+  check_rows_vector(op, "logp", logp, DType::F32, n);
+  check_rows_vector(op, "targets", targets, DType::I32, n);
+  logsoftmax_target_impl(lse, logp, logits, targets);
+}
+
+void Backend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                              const Tensor& dlogp) {
+  const char* op = "dlogits_inplace";
+  check_logits(op, logits);
+  const int64_t n = logits.rows();
+  check_rows_vector(op, "lse", lse, DType::F32, n);
+  check_rows_vector(op, "targets", targets, DType::I32, n);
+  check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
+  dlogits_inplace_impl(logits, lse, targets, dlogp);
+}
+
+void Backend::argmax_rows(const Tensor& out, const Tensor& logits) {
+  const char* op = "argmax_rows";
+  check_logits(op, logits);
+  check_rows_vector(op, "out", out, DType::I32, logits.rows());
+  argmax_rows_impl(out, logits);
+}
+
+void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) {
+  const char* op = "softmax_entropy";
+  check_logits(op, logits);
+  const int64_t n = logits.rows();
+  check_rows_vector(op, "entropy", entropy, DType::F32, n);
+  check_rows_vector(op, "lse", lse, DType::F32, n);
+  softmax_entropy_impl(entropy, logits, lse);
+}
+
+void Backend::dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
+                                      const Tensor& targets, const Tensor& dlogp,
+                                      const Tensor& entropy, const Tensor& dentropy) {
+  const char* op = "dlogits_entropy_inplace";
+  check_logits(op, logits);
+  const int64_t n = logits.rows();
+  check_rows_vector(op, "lse", lse, DType::F32, n);
+  check_rows_vector(op, "targets", targets, DType::I32, n);
+  check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
+  check_rows_vector(op, "entropy", entropy, DType::F32, n);
+  check_rows_vector(op, "dentropy", dentropy, DType::F32, n);
+  dlogits_entropy_inplace_impl(logits, lse, targets, dlogp, entropy, dentropy);
+}
+
+// ---- optimizer ----
+
+void Backend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
+                         const Tensor& v, const AdamWStep& s) {
+  check_adamw(param, grad, m, v, s);
+  adamw_step_impl(param, grad, m, v, s);
+}
+
+}  // namespace sbp

@@ -1,0 +1,174 @@
+#pragma once
+// The op test suite every backend runs (ops_*_test.cpp, misuse_test.cpp): a gtest fixture
+// parameterised over the backends of all_backends(), and the two helpers through which the
+// suite touches tensor data, upload() and download().
+//
+// A new backend gets the whole suite by adding one line to all_backends().
+//
+// Backends that do not compute (the shape-only planner) run every test body too: every valid
+// call of the suite must be accepted by them exactly as by the CPU. Only the comparison of
+// numbers is skipped for them (`if (!computes()) return;` before the first download).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/backend_factory.h"
+#include "backend/meta/meta_backend.h"
+#include "core/dtype.h"
+#include "core/pool.h"
+#include "core/rng.h"
+#include "support/test_support.h"
+
+namespace sbp::test {
+
+using Vec = std::vector<double>;
+
+struct BackendCase {
+  std::string name;  // the suffix of the test names: All/BackendOps.Gemm/cpu
+  std::function<std::unique_ptr<Backend>()> make;
+};
+
+// Every backend the suite runs on.
+inline std::vector<BackendCase> all_backends() {
+  return {
+      {"cpu", [] { return make_backend(BackendSpec{BackendKind::cpu}); }},
+      {"meta", []() -> std::unique_ptr<Backend> { return std::make_unique<MetaBackend>(); }},
+  };
+}
+
+// gtest prints a parameter with this (ctest names would show its bytes otherwise).
+inline void PrintTo(const BackendCase& c, std::ostream* os) { *os << c.name; }
+
+struct BackendCaseName {
+  std::string operator()(const ::testing::TestParamInfo<BackendCase>& info) const {
+    return info.param.name;
+  }
+};
+
+// ---- the two ways in and out of a backend's memory ----
+// Today a tensor's bytes are host memory that `pool` hands out (null for a backend that does
+// not compute: its pool does not materialise); when backends own their memory, only these two
+// change.
+
+// A tensor of `shape` and `dtype` holding `host` (converted: F32, BF16 rounded to nearest even,
+// I32 from whole numbers).
+inline Buffer upload(Backend& be, Pool& pool, const Vec& host, Shape shape,
+                     DType dtype = DType::F32) {
+  Buffer b = pool.allocate(Category::other, dtype, shape);
+  EXPECT_EQ(static_cast<int64_t>(host.size()), shape.numel()) << "upload " << shape.str();
+  if (!be.computes()) return b;
+  const Tensor& t = b.view();
+  for (int64_t i = 0; i < t.numel() && i < static_cast<int64_t>(host.size()); ++i) {
+    const double x = host[static_cast<size_t>(i)];
+    switch (dtype) {
+      case DType::F32: static_cast<float*>(t.data)[i] = static_cast<float>(x); break;
+      case DType::BF16:
+        static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(static_cast<float>(x));
+        break;
+      case DType::F16:
+        static_cast<uint16_t*>(t.data)[i] = f32_to_f16(static_cast<float>(x));
+        break;
+      case DType::I32: static_cast<int32_t*>(t.data)[i] = static_cast<int32_t>(x); break;
+    }
+  }
+  return b;
+}
+
+// The values of t, as doubles. Only for backends that compute.
+inline Vec download(Backend& be, const Tensor& t) {
+  if (!be.computes()) {
+    ADD_FAILURE() << "download from the " << be.name() << " backend, which has no data";
+    return Vec(static_cast<size_t>(t.numel()), NAN);
+  }
+  Vec out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double& x = out[static_cast<size_t>(i)];
+    switch (t.dtype) {
+      case DType::F32: x = static_cast<const float*>(t.data)[i]; break;
+      case DType::BF16: x = bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]); break;
+      case DType::F16: x = f16_to_f32(static_cast<const uint16_t*>(t.data)[i]); break;
+      case DType::I32: x = static_cast<const int32_t*>(t.data)[i]; break;
+    }
+  }
+  return out;
+}
+
+// ---- the fixture ----
+
+class BackendOps : public ::testing::TestWithParam<BackendCase> {
+ protected:
+  std::unique_ptr<Backend> backend = GetParam().make();
+  Backend& be = *backend;
+  Ledger ledger;
+  Pool pool{ledger, PoolOptions{.materialize = be.computes()}};
+  Rng rng{1234};
+
+  bool computes() const { return be.computes(); }
+
+  // n values scale * N(0, 1), rounded to fp32 (what the kernels see).
+  Vec randn(int64_t n, float scale = 1.0f) {
+    Vec v(static_cast<size_t>(n));
+    for (double& x : v) x = static_cast<double>(scale * rng.normal());
+    return v;
+  }
+  Buffer up(const Vec& host, Shape s, DType dt = DType::F32) {
+    return upload(be, pool, host, s, dt);
+  }
+  // Random F32 tensor; `*host` receives its values.
+  Buffer rand(Shape s, float scale = 1.0f, Vec* host = nullptr) {
+    Vec v = randn(s.numel(), scale);
+    if (host) *host = v;
+    return up(v, s);
+  }
+  Buffer zeros(Shape s) { return up(Vec(static_cast<size_t>(s.numel()), 0.0), s); }
+  Buffer ids(const std::vector<int32_t>& v) {
+    return up(Vec(v.begin(), v.end()), {static_cast<int64_t>(v.size())}, DType::I32);
+  }
+  Vec down(const Tensor& t) { return download(be, t); }
+  Vec down(const Buffer& b) { return download(be, b.view()); }
+};
+
+// ---- float64 helpers ----
+
+// Central differences of f at x, returning the gradient.
+inline Vec numeric_grad(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-5) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double fp = f(x);
+    x[i] = x0 - h;
+    const double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * h);
+  }
+  return g;
+}
+
+// test::rel_err (max |a - b| / max |b|) of fp32 copies: `got` holds a kernel's fp32 output,
+// `ref` a float64 reference.
+inline double rel_err_vec(const Vec& got, const Vec& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  const std::vector<float> a(got.begin(), got.end()), b(ref.begin(), ref.end());
+  return rel_err(a.data(), b.data(), static_cast<int64_t>(std::min(a.size(), b.size())));
+}
+
+inline double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline Vec plus(Vec a, const Vec& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  return a;
+}
+
+}  // namespace sbp::test

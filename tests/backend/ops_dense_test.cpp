@@ -1,0 +1,177 @@
+// The dense and elementwise ops of every backend (backend_suite.h): gemm, fill, copy,
+// add_inplace, scale_inplace, sum_squares, add_bias / bias_backward, adamw_step, against float64
+// references written here; bias_backward also against central finite differences.
+#include <cmath>
+#include <vector>
+
+#include "backend/backend_suite.h"
+
+namespace sbp {
+namespace {
+
+using test::BackendOps;
+using test::rel_err_vec;
+using test::Vec;
+
+TEST_P(BackendOps, GemmAllTransposesAccumulate) {
+  const int64_t M = 5, N = 4, K = 3;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      Vec a, b, c;
+      Buffer A = ta ? rand({K, M}, 1.0f, &a) : rand({M, K}, 1.0f, &a);
+      Buffer B = tb ? rand({N, K}, 1.0f, &b) : rand({K, N}, 1.0f, &b);
+      Buffer C = rand({M, N}, 1.0f, &c);
+      Vec expect = c;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k)
+            s += (ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
+          expect[i * N + j] = 0.5 * expect[i * N + j] + 2.0 * s;
+        }
+      be.reset_flops();
+      be.gemm(C.view(), A.view(), ta, B.view(), tb, 2.0f, 0.5f);
+      EXPECT_EQ(be.flops(), 2 * M * N * K);  // every backend counts 2MNK
+      if (computes()) {
+        EXPECT_LT(rel_err_vec(down(C), expect), 1e-6);
+      }
+    }
+  Buffer A = rand({M, K}), B = rand({M, N}), C = rand({M, N});
+  EXPECT_THROW(be.gemm(C.view(), A.view(), false, B.view(), false, 1, 0), ShapeError);
+}
+
+// K = 0: C = beta * C (no product to add), including beta = 0 over NaN.
+TEST_P(BackendOps, GemmWithEmptyInnerDimensionScalesC) {
+  const int64_t M = 3, N = 2;
+  Buffer A = zeros({M, 0}), B = zeros({0, N});
+  Vec c;
+  Buffer C = rand({M, N}, 1.0f, &c);
+  be.gemm(C.view(), A.view(), false, B.view(), false, 1.0f, 0.5f);
+  Buffer D = up(Vec(static_cast<size_t>(M * N), NAN), {M, N});
+  be.gemm(D.view(), A.view(), false, B.view(), false, 1.0f, 0.0f);
+  if (!computes()) return;
+  for (double& x : c) x *= 0.5;
+  EXPECT_EQ(down(C), c);
+  EXPECT_EQ(down(D), Vec(static_cast<size_t>(M * N), 0.0));
+}
+
+TEST_P(BackendOps, FillAddScale) {
+  const int64_t n = 3, m = 7;
+  Buffer x = rand({n, m});
+  be.fill(x.view(), -2.5f);
+  Vec y0, dx;
+  Buffer y = rand({n, m}, 1.0f, &y0), d = rand({n * m}, 1.0f, &dx);  // same numel, other shape
+  be.add_inplace(y.view(), d.view());
+  be.scale_inplace(y.view(), 0.25f);
+  if (!computes()) return;
+  EXPECT_EQ(down(x), Vec(static_cast<size_t>(n * m), -2.5));
+  Vec expect(y0.size());
+  for (size_t i = 0; i < y0.size(); ++i)
+    expect[i] = static_cast<double>(static_cast<float>(y0[i] + dx[i]) * 0.25f);
+  EXPECT_EQ(down(y), expect);  // one fp32 add and one exact scale per element
+}
+
+TEST_P(BackendOps, SumSquaresInFloat64) {
+  const int64_t n = 1000;
+  Vec x;
+  Buffer t = rand({n}, 3.0f, &x);
+  const double got = be.sum_squares(t.view());
+  if (!computes()) return;
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  EXPECT_NEAR(got, ss, 1e-12 * ss);
+}
+
+TEST_P(BackendOps, BiasAndReductions) {
+  const int64_t n = 9, m = 4;
+  Vec yd, bd, dbd;
+  Buffer y = rand({n, m}, 1.0f, &yd), b = rand({m}, 1.0f, &bd), db = rand({m}, 1.0f, &dbd);
+  Vec expect_y = yd, expect_db = dbd;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      expect_db[j] += yd[i * m + j];
+      expect_y[i * m + j] += bd[j];
+    }
+  be.bias_backward(db.view(), y.view());
+  const Vec db_once = computes() ? down(db) : Vec();
+  be.add_bias(y.view(), b.view());
+  const double ss_got = be.sum_squares(y.view());
+  if (!computes()) return;
+  EXPECT_LT(rel_err_vec(db_once, expect_db), 1e-6);
+  const Vec y_after = down(y);
+  EXPECT_LT(rel_err_vec(y_after, expect_y), 1e-7);
+  double ss = 0;
+  for (double v : y_after) ss += v * v;
+  EXPECT_NEAR(ss_got, ss, 1e-9 * ss);
+  // bias_backward against central differences of L(b) = sum((y + b) * R), accumulated onto
+  // the non-zero db it started from.
+  const Vec R = yd;  // dy = the original y
+  const Vec fd = test::numeric_grad(
+      [&](const Vec& bv) {
+        double L = 0;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < m; ++j) L += (yd[i * m + j] + bv[j]) * R[i * m + j];
+        return L;
+      },
+      bd);
+  EXPECT_LT(rel_err_vec(db_once, test::plus(dbd, fd)), 1e-6);
+}
+
+TEST_P(BackendOps, CopyConvertsBf16RoundToNearestEven) {
+  Buffer src = up({1.0,
+                   1.0 + 1.0 / 256.0,   // exactly halfway: rounds to even (1.0)
+                   1.0 + 3.0 / 256.0,   // halfway, rounds up to even
+                   -3.140625},
+                  {4});
+  Buffer mid = up(Vec(4, 0.0), {4}, DType::BF16);
+  Buffer back = zeros({4});
+  be.copy(mid.view(), src.view());
+  be.copy(back.view(), mid.view());
+  if (!computes()) return;
+  const Vec b = down(back);
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(b[1], 1.0f);
+  EXPECT_EQ(b[2], 1.0f + 4.0f / 256.0f);
+  EXPECT_EQ(b[3], -3.140625f);
+}
+
+TEST_P(BackendOps, CopySameDtypeAnyShape) {
+  Vec x;
+  Buffer src = rand({3, 4}, 1.0f, &x), dst = zeros({12});
+  Buffer isrc = ids({5, -1, 7}), idst = ids({0, 0, 0});
+  Buffer bsrc = up({1.5, -2.0}, {2}, DType::BF16), bdst = up({0.0, 0.0}, {1, 2}, DType::BF16);
+  be.copy(dst.view(), src.view());
+  be.copy(idst.view(), isrc.view());
+  be.copy(bdst.view(), bsrc.view());
+  if (!computes()) return;
+  EXPECT_EQ(down(dst), x);
+  EXPECT_EQ(down(idst), Vec({5, -1, 7}));
+  EXPECT_EQ(down(bdst), Vec({1.5, -2.0}));
+}
+
+TEST_P(BackendOps, AdamWMatchesTorchFormula) {
+  const int64_t n = 6;
+  Vec p0, g0, m0, v0(n);
+  Buffer p = rand({n}, 1.0f, &p0), g = rand({n}, 1.0f, &g0), m = rand({n}, 0.1f, &m0);
+  for (int64_t i = 0; i < n; ++i) v0[i] = static_cast<double>(0.01f * static_cast<float>(i + 1));
+  Buffer v = up(v0, {n});
+  AdamWStep s{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 3};
+  be.adamw_step(p.view(), g.view(), m.view(), v.view(), s);
+  if (!computes()) return;
+  const Vec pg = down(p), mg = down(m), vg = down(v);
+  for (int64_t i = 0; i < n; ++i) {
+    double pp = p0[i] * (1 - 1e-2 * 0.1);
+    const double mm = 0.9 * m0[i] + 0.1 * g0[i], vv = 0.95 * v0[i] + 0.05 * g0[i] * g0[i];
+    const double mhat = mm / (1 - std::pow(0.9, 3)), vhat = vv / (1 - std::pow(0.95, 3));
+    pp -= 1e-2 * mhat / (std::sqrt(vhat) + 1e-8);
+    EXPECT_NEAR(pg[i], pp, 1e-6 * std::max(1.0, std::fabs(pp)));
+    EXPECT_NEAR(mg[i], mm, 1e-6);
+    EXPECT_NEAR(vg[i], vv, 1e-7);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),
+                         test::BackendCaseName{});
+
+}  // namespace
+}  // namespace sbp

@@ -1,0 +1,184 @@
+// The LM-head ops of every backend (backend_suite.h): logsoftmax_target, dlogits_inplace,
+// argmax_rows, softmax_entropy and dlogits_entropy_inplace, against float64 references written
+// here, the logits gradients against central finite differences of L = sum_i a_i logp_i
+// (+ b_i H_i). The gradients are written over the logits (documented: they overwrite, they do
+// not accumulate), so there is no accumulation to check.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/backend_suite.h"
+
+namespace sbp {
+namespace {
+
+using test::BackendOps;
+using test::dot;
+using test::numeric_grad;
+using test::rel_err_vec;
+using test::Vec;
+
+TEST_P(BackendOps, LogSoftmaxTargetAndLogitsGradient) {
+  const int64_t n = 4, V = 37;
+  const std::vector<int32_t> tgv = {5, -1, 36, 0};
+  Vec ld, wd;
+  Buffer logits = rand({n, V}, 4.0f, &ld), tg = ids(tgv), w = rand({n}, 1.0f, &wd);
+  Buffer lse = zeros({n}), logp = zeros({n});
+  auto ref_logp = [&](const Vec& l) {
+    Vec lp(n, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      double mx = -1e300, s = 0;
+      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, l[i * V + j]);
+      for (int64_t j = 0; j < V; ++j) s += std::exp(l[i * V + j] - mx);
+      const int32_t t = tgv[i];
+      lp[i] = t >= 0 ? l[i * V + t] - mx - std::log(s) : 0.0;
+    }
+    return lp;
+  };
+  be.logsoftmax_target(lse.view(), logp.view(), logits.view(), tg.view());
+  const Vec logp_got = computes() ? down(logp) : Vec();
+  // dL/dlogits for L = sum_i w_i logp_i, written over the logits.
+  be.dlogits_inplace(logits.view(), lse.view(), tg.view(), w.view());
+  if (!computes()) return;
+  EXPECT_LT(rel_err_vec(logp_got, ref_logp(ld)), 1e-6);
+  EXPECT_EQ(logp_got[1], 0.0f);
+  const Vec nd = numeric_grad([&](const Vec& l) { return dot(ref_logp(l), wd); }, ld);
+  const Vec got = down(logits);
+  EXPECT_LT(rel_err_vec(got, nd), 1e-5);
+  for (int64_t j = 0; j < V; ++j) EXPECT_EQ(got[1 * V + j], 0.0f);  // no target
+  // Target ids index the row: only a backend with the data can check them.
+  Buffer bad = ids({5, -1, static_cast<int32_t>(V), 0});
+  EXPECT_THROW(be.logsoftmax_target(lse.view(), logp.view(), logits.view(), bad.view()),
+               ShapeError);
+  EXPECT_THROW(be.dlogits_inplace(logits.view(), lse.view(), bad.view(), w.view()), ShapeError);
+}
+
+TEST_P(BackendOps, LogSoftmaxIsStableForLargeLogits) {
+  const int64_t V = 5;
+  Vec l(V);
+  for (int64_t j = 0; j < V; ++j) l[j] = 1000.0 + static_cast<double>(j);
+  Buffer logits = up(l, {1, V}), tg = ids({2}), lse = zeros({1}), logp = zeros({1});
+  be.logsoftmax_target(lse.view(), logp.view(), logits.view(), tg.view());
+  if (!computes()) return;
+  double s = 0;
+  for (int j = 0; j < V; ++j) s += std::exp(j - 4.0);
+  EXPECT_NEAR(down(logp)[0], (2.0 - 4.0) - std::log(s), 1e-5);
+  EXPECT_NEAR(down(lse)[0], 1004.0 + std::log(s), 1e-3);
+}
+
+TEST_P(BackendOps, ArgmaxRowsTakesTheFirstOfTies) {
+  const int64_t V = 6;
+  Buffer logits = up({0, 1, 5, 2, 5, -1,       // tie: the first 5
+                      -3, -2, -1, -4, -5, -6,  // all negative
+                      7, 0, 0, 0, 0, 0,        // first column
+                      0, 0, 0, 0, 0, 0.5},     // last column
+                     {4, V});
+  Buffer out = ids({-7, -7, -7, -7});
+  be.argmax_rows(out.view(), logits.view());
+  if (!computes()) return;
+  EXPECT_EQ(down(out), Vec({2, 2, 0, 5}));
+}
+
+// ---- entropy (GRPO/PPO entropy bonus) ----
+
+struct Rows {
+  int64_t n, V;
+  Vec logits;
+  std::vector<int32_t> targets;
+};
+
+Rows make_rows(int64_t n, int64_t V, uint64_t seed) {
+  Rng rng(seed);
+  Rows r{n, V, {}, {}};
+  for (int64_t i = 0; i < n * V; ++i) r.logits.push_back(static_cast<double>(3.0f * rng.normal()));
+  for (int64_t i = 0; i < n; ++i)
+    r.targets.push_back(i == 1 ? -1 : static_cast<int32_t>(rng.below(static_cast<uint64_t>(V))));
+  return r;
+}
+
+// float64: lse, logp of the target, entropy of each row.
+void reference(const Rows& r, const Vec& z, Vec* lse, Vec* logp, Vec* H) {
+  lse->assign(static_cast<size_t>(r.n), 0);
+  logp->assign(static_cast<size_t>(r.n), 0);
+  H->assign(static_cast<size_t>(r.n), 0);
+  for (int64_t i = 0; i < r.n; ++i) {
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < r.V; ++j) mx = std::max(mx, z[static_cast<size_t>(i * r.V + j)]);
+    double s = 0;
+    for (int64_t j = 0; j < r.V; ++j) s += std::exp(z[static_cast<size_t>(i * r.V + j)] - mx);
+    const double l = mx + std::log(s);
+    (*lse)[static_cast<size_t>(i)] = l;
+    double h = 0;
+    for (int64_t j = 0; j < r.V; ++j) {
+      const double lp = z[static_cast<size_t>(i * r.V + j)] - l;
+      h -= std::exp(lp) * lp;
+    }
+    (*H)[static_cast<size_t>(i)] = h;
+    const int32_t t = r.targets[static_cast<size_t>(i)];
+    (*logp)[static_cast<size_t>(i)] = t >= 0 ? z[static_cast<size_t>(i * r.V + t)] - l : 0.0;
+  }
+}
+
+TEST_P(BackendOps, EntropyMatchesFloat64) {
+  const Rows r = make_rows(5, 301, 1);
+  Buffer tl = up(r.logits, {5, 301}), tt = ids(r.targets);
+  Buffer tlse = zeros({5}), tlogp = zeros({5}), tH = zeros({5});
+  be.logsoftmax_target(tlse.view(), tlogp.view(), tl.view(), tt.view());
+  be.softmax_entropy(tH.view(), tl.view(), tlse.view());
+  // A one-hot-like row has entropy ~0; a uniform row log V.
+  Buffer u = up(Vec(301, 0.5), {1, 301}), ut = ids({3});
+  Buffer ul = zeros({1}), ulp = zeros({1}), uH = zeros({1});
+  be.logsoftmax_target(ul.view(), ulp.view(), u.view(), ut.view());
+  be.softmax_entropy(uH.view(), u.view(), ul.view());
+  if (!computes()) return;
+  Vec l64, lp64, H64;
+  reference(r, r.logits, &l64, &lp64, &H64);
+  const Vec H = down(tH);
+  for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(H[i], H64[i], 1e-5 * H64[i] + 1e-6);
+  EXPECT_NEAR(down(uH)[0], std::log(301.0), 1e-5);
+}
+
+TEST_P(BackendOps, EntropyGradientMatchesFiniteDifferences) {
+  const int64_t n = 4, V = 37;
+  const Rows r = make_rows(n, V, 2);
+  const Vec a = {0.7f, -0.4f, 1.3f, -2.0f};  // dL/dlogp (row 1 has no target)
+  const Vec b = {0.5f, 1.5f, -0.8f, 0.25f};  // dL/dH
+  Buffer tl = up(r.logits, {n, V}), tt = ids(r.targets);
+  Buffer tlse = zeros({n}), tlogp = zeros({n}), tH = zeros({n});
+  Buffer av = up(a, {n}), bv = up(b, {n});
+  be.logsoftmax_target(tlse.view(), tlogp.view(), tl.view(), tt.view());
+  be.softmax_entropy(tH.view(), tl.view(), tlse.view());
+  be.dlogits_entropy_inplace(tl.view(), tlse.view(), tt.view(), av.view(), tH.view(), bv.view());
+  // With dL/dH = 0 the kernel equals the plain dlogits kernel bit for bit.
+  Buffer g1 = up(r.logits, {n, V}), g2 = up(r.logits, {n, V}), zero = zeros({n});
+  be.dlogits_entropy_inplace(g1.view(), tlse.view(), tt.view(), av.view(), tH.view(),
+                             zero.view());
+  be.dlogits_inplace(g2.view(), tlse.view(), tt.view(), av.view());
+  if (!computes()) return;
+  EXPECT_EQ(down(g1), down(g2));
+  // L(z) in float64.
+  auto loss = [&](const Vec& z) {
+    Vec l64, lp64, H64;
+    reference(r, z, &l64, &lp64, &H64);
+    double L = 0;
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i)
+      L += (r.targets[i] >= 0 ? a[i] * lp64[i] : 0.0) + b[i] * H64[i];
+    return L;
+  };
+  const Vec g = down(tl);
+  double gmax = 0;
+  for (double v : g) gmax = std::max(gmax, std::fabs(v));
+  const Vec fd = numeric_grad(loss, r.logits);
+  for (size_t k = 0; k < g.size(); ++k) EXPECT_NEAR(g[k], fd[k], 1e-5 * gmax + 1e-6) << "logit " << k;
+  // Target ids index the row: only a backend with the data can check them.
+  Buffer bad = ids({0, -1, static_cast<int32_t>(V), 0});
+  EXPECT_THROW(be.dlogits_entropy_inplace(g1.view(), tlse.view(), bad.view(), av.view(),
+                                          tH.view(), bv.view()),
+               ShapeError);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),
+                         test::BackendCaseName{});
+
+}  // namespace
+}  // namespace sbp

@@ -1,0 +1,308 @@
+// The decoder-layer ops of every backend (backend_suite.h): rmsnorm, rope_table, rope, swiglu,
+// embedding and attention, against float64 references written here, every backward op against
+// central finite differences of its reference (L = sum(forward(x) * R)), and the backward ops
+// that accumulate (+=) from non-zero gradient buffers. (rope_backward is an in-place rotation,
+// not an accumulation.)
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/backend_suite.h"
+
+namespace sbp {
+namespace {
+
+using test::BackendOps;
+using test::dot;
+using test::numeric_grad;
+using test::plus;
+using test::rel_err_vec;
+using test::Vec;
+
+// ---- RMSNorm ----
+
+Vec ref_rmsnorm(const Vec& x, const Vec& g, int64_t d, double eps) {
+  Vec y(x.size());
+  for (size_t r = 0; r < x.size() / d; ++r) {
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += x[r * d + j] * x[r * d + j];
+    const double inv = 1.0 / std::sqrt(ss / d + eps);
+    for (int64_t j = 0; j < d; ++j) y[r * d + j] = g[j] * x[r * d + j] * inv;
+  }
+  return y;
+}
+
+TEST_P(BackendOps, RmsNormForwardBackward) {
+  const int64_t n = 5, d = 24;
+  const double eps = 1e-6;
+  Vec xd, gd, Rd;
+  Buffer x = rand({n, d}, 1.0f, &xd), g = rand({d}, 0.5f, &gd), R = rand({n, d}, 1.0f, &Rd);
+  Buffer y = zeros({n, d});
+  be.rmsnorm_forward(y.view(), x.view(), g.view(), static_cast<float>(eps));
+  Vec dx0, dg0;
+  Buffer dx = rand({n, d}, 1.0f, &dx0), dg = rand({d}, 1.0f, &dg0);  // nonzero: must accumulate
+  be.rmsnorm_backward(dx.view(), dg.view(), R.view(), x.view(), g.view(), static_cast<float>(eps));
+  if (!computes()) return;
+  EXPECT_LT(rel_err_vec(down(y), ref_rmsnorm(xd, gd, d, eps)), 1e-6);
+  const Vec ndx = numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(v, gd, d, eps), Rd); }, xd);
+  const Vec ndg = numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(xd, v, d, eps), Rd); }, gd);
+  EXPECT_LT(rel_err_vec(down(dx), plus(dx0, ndx)), 1e-5);
+  EXPECT_LT(rel_err_vec(down(dg), plus(dg0, ndg)), 1e-5);
+}
+
+// Per head, as q/k-norm uses it: x (n, heads * h) normalised over each head's h values.
+TEST_P(BackendOps, RmsNormPerHeadRows) {
+  const int64_t n = 3, heads = 4, h = 6;
+  const double eps = 1e-5;
+  Vec xd, gd;
+  Buffer x = rand({n, heads * h}, 2.0f, &xd), g = rand({h}, 1.0f, &gd);
+  Buffer y = zeros({n, heads * h});
+  be.rmsnorm_forward(y.view(), x.view(), g.view(), static_cast<float>(eps));
+  if (!computes()) return;
+  EXPECT_LT(rel_err_vec(down(y), ref_rmsnorm(xd, gd, h, eps)), 1e-6);
+}
+
+// ---- rotary embedding ----
+
+Vec ref_rope(const Vec& x, const std::vector<int32_t>& pos, const std::vector<float>& inv,
+             int64_t heads, int64_t h) {
+  Vec y(x.size());
+  const int64_t half = h / 2;
+  for (size_t i = 0; i < pos.size(); ++i)
+    for (int64_t hd = 0; hd < heads; ++hd)
+      for (int64_t j = 0; j < half; ++j) {
+        const double ang = static_cast<double>(static_cast<float>(pos[i]) * inv[j]);
+        const double c = std::cos(ang), s = std::sin(ang);
+        const size_t o = i * heads * h + hd * h;
+        y[o + j] = x[o + j] * c - x[o + j + half] * s;
+        y[o + j + half] = x[o + j + half] * c + x[o + j] * s;
+      }
+  return y;
+}
+
+TEST_P(BackendOps, RopeTableIsCosThenSin) {
+  const int64_t P = 50, h = 6;
+  const std::vector<float> inv = {1.0f, 0.1f, 1e-3f};
+  Buffer table = zeros({P, h});
+  be.rope_table(table.view(), inv);
+  if (!computes()) return;
+  Vec expect(static_cast<size_t>(P * h));
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t i = 0; i < h / 2; ++i) {
+      // The angle is rounded to fp32 first, as transformers computes it.
+      const double ang = static_cast<double>(static_cast<float>(p) * inv[i]);
+      expect[p * h + i] = std::cos(ang);
+      expect[p * h + h / 2 + i] = std::sin(ang);
+    }
+  EXPECT_LT(rel_err_vec(down(table), expect), 1e-7);
+}
+
+TEST_P(BackendOps, RopeForwardBackward) {
+  const int64_t heads = 3, h = 8, P = 40;
+  std::vector<int32_t> pos = {0, 1, 7, 39, 3};
+  std::vector<float> inv = {1.0f, 0.3f, 0.05f, 0.001f};
+  Buffer table = zeros({P, h});
+  be.rope_table(table.view(), inv);
+  Buffer p = ids(pos);
+  Vec xd, Rd;
+  Buffer x = rand({5, heads * h}, 1.0f, &xd);
+  be.rope_forward(x.view(), p.view(), table.view());
+  // Backward is the transpose of the rotation: <R, rope(x)> = <rope_bwd(R), x>.
+  Buffer R = rand({5, heads * h}, 1.0f, &Rd);
+  be.rope_backward(R.view(), p.view(), table.view());
+  if (!computes()) return;  // position contents: only a backend with the data can check them
+  EXPECT_LT(rel_err_vec(down(x), ref_rope(xd, pos, inv, heads, h)), 1e-6);
+  const Vec nd = numeric_grad([&](const Vec& v) { return dot(ref_rope(v, pos, inv, heads, h), Rd); }, xd);
+  EXPECT_LT(rel_err_vec(down(R), nd), 1e-6);
+  Buffer bad = ids({0, 1, 2, 3, P});
+  EXPECT_THROW(be.rope_forward(x.view(), bad.view(), table.view()), ShapeError);
+  Buffer negative = ids({0, 1, -1, 3, 4});
+  EXPECT_THROW(be.rope_backward(x.view(), negative.view(), table.view()), ShapeError);
+}
+
+// ---- SwiGLU ----
+
+TEST_P(BackendOps, SwigluForwardBackward) {
+  const int64_t n = 7, F = 13;
+  Vec gd, ud, Rd;
+  Buffer gate = rand({n, F}, 3.0f, &gd), upb = rand({n, F}, 1.0f, &ud);
+  Buffer out = zeros({n, F});
+  Buffer R = rand({n, F}, 1.0f, &Rd);
+  auto ref = [&](const Vec& g, const Vec& u) {
+    Vec o(g.size());
+    for (size_t i = 0; i < g.size(); ++i) o[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    return o;
+  };
+  be.swiglu_forward(out.view(), gate.view(), upb.view());
+  Buffer dg = zeros({n, F}), du = zeros({n, F});
+  be.swiglu_backward(dg.view(), du.view(), R.view(), gate.view(), upb.view());
+  const Vec dg1 = computes() ? down(dg) : Vec(), du1 = computes() ? down(du) : Vec();
+  // Again onto the non-zero gradients: the same terms are added once more.
+  be.swiglu_backward(dg.view(), du.view(), R.view(), gate.view(), upb.view());
+  if (!computes()) return;
+  EXPECT_LT(rel_err_vec(down(out), ref(gd, ud)), 1e-6);
+  EXPECT_LT(rel_err_vec(dg1, numeric_grad([&](const Vec& v) { return dot(ref(v, ud), Rd); }, gd)), 1e-5);
+  EXPECT_LT(rel_err_vec(du1, numeric_grad([&](const Vec& v) { return dot(ref(gd, v), Rd); }, ud)), 1e-5);
+  EXPECT_EQ(down(dg), plus(dg1, dg1));
+  EXPECT_EQ(down(du), plus(du1, du1));
+}
+
+// ---- embedding ----
+
+TEST_P(BackendOps, EmbeddingForwardBackwardWithRepeatedIds) {
+  const int64_t V = 6, d = 5;
+  const std::vector<int32_t> idv = {3, 0, 3, 5, 3};
+  Vec td;
+  Buffer table = rand({V, d}, 1.0f, &td), id = ids(idv), x = zeros({5, d});
+  be.embedding_forward(x.view(), id.view(), table.view());
+  Vec dxd, dt0;
+  Buffer dx = rand({5, d}, 1.0f, &dxd), dt = rand({V, d}, 1.0f, &dt0);
+  be.embedding_backward(dt.view(), dx.view(), id.view());
+  if (!computes()) return;  // id contents: only a backend with the data can check them
+  auto ref = [&](const Vec& tab) {  // (5, d) rows idv of tab
+    Vec out(static_cast<size_t>(5 * d));
+    for (int64_t i = 0; i < 5; ++i)
+      for (int64_t j = 0; j < d; ++j) out[i * d + j] = tab[idv[i] * d + j];
+    return out;
+  };
+  const Vec xg = down(x), expect_x = ref(td);
+  for (int64_t i = 0; i < 5 * d; ++i) EXPECT_EQ(xg[i], expect_x[i]);
+  Vec expect = dt0;
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < d; ++j) expect[idv[i] * d + j] += dxd[i * d + j];
+  const Vec dtg = down(dt);
+  EXPECT_LT(rel_err_vec(dtg, expect), 1e-7);
+  EXPECT_LT(rel_err_vec(dtg, plus(dt0, numeric_grad([&](const Vec& t) { return dot(ref(t), dxd); }, td))), 1e-6);
+  Buffer bad = ids({0, 1, 2, 3, static_cast<int32_t>(V)});
+  EXPECT_THROW(be.embedding_forward(x.view(), bad.view(), table.view()), ShapeError);
+  Buffer negative = ids({0, -1, 2, 3, 4});
+  EXPECT_THROW(be.embedding_backward(dt.view(), dx.view(), negative.view()), ShapeError);
+}
+
+// ---- attention ----
+
+// Queries [q_offset, q_offset + n) of a packed stream with segment starts `seg` attend to keys
+// [0, tk), causally within their segment, GQA.
+struct AttentionCase {
+  const char* name;
+  int64_t H, G, h;
+  std::vector<int64_t> segments;  // lengths; T = their sum
+  int64_t q_offset, n, tk;
+
+  std::vector<int32_t> seg_start() const {
+    std::vector<int32_t> s;
+    int64_t start = 0;
+    for (int64_t len : segments) {
+      for (int64_t i = 0; i < len; ++i) s.push_back(static_cast<int32_t>(start));
+      start += len;
+    }
+    return s;
+  }
+  AttentionDims dims() const { return {H, G, h, 1.0f / std::sqrt(static_cast<float>(h))}; }
+};
+
+// out (n, H*h) and lse (n, H), materialising the scores of each row.
+void ref_attention(const AttentionCase& c, const std::vector<int32_t>& seg, const Vec& q,
+                   const Vec& k, const Vec& v, Vec* out, Vec* lse) {
+  const int64_t H = c.H, G = c.G, h = c.h, group = H / G;
+  const double scale = c.dims().scale;
+  out->assign(static_cast<size_t>(c.n * H * h), 0.0);
+  lse->assign(static_cast<size_t>(c.n * H), 0.0);
+  for (int64_t i = 0; i < c.n; ++i) {
+    const int64_t row = c.q_offset + i;
+    for (int64_t hq = 0; hq < H; ++hq) {
+      const int64_t g = hq / group;
+      Vec s;
+      for (int64_t j = seg[row]; j <= row; ++j) {
+        double sc = 0;
+        for (int64_t e = 0; e < h; ++e) sc += q[(i * H + hq) * h + e] * k[(j * G + g) * h + e];
+        s.push_back(scale * sc);
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double x : s) sum += std::exp(x - mx);
+      const double l = mx + std::log(sum);
+      (*lse)[i * H + hq] = l;
+      for (int64_t j = seg[row]; j <= row; ++j) {
+        const double p = std::exp(s[j - seg[row]] - l);
+        for (int64_t e = 0; e < h; ++e) (*out)[(i * H + hq) * h + e] += p * v[(j * G + g) * h + e];
+      }
+    }
+  }
+}
+
+TEST_P(BackendOps, AttentionMatchesFloat64AndFiniteDifferences) {
+  const std::vector<AttentionCase> cases = {
+      // a chunk in the middle of three segments; keys past the queries get no gradient
+      {"gqa_chunk", 4, 2, 8, {5, 7, 4}, 6, 8, 16},
+      {"mha_whole", 2, 2, 4, {9}, 0, 9, 9},
+      {"mqa_one_row", 3, 1, 6, {4, 6}, 7, 1, 8},
+  };
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t Hh = c.H * c.h, Gh = c.G * c.h;
+    const std::vector<int32_t> seg = c.seg_start();
+    Vec qd, kd, vd, dod, dq0, dk0, dv0;
+    Buffer q = rand({c.n, Hh}, 2.0f, &qd), k = rand({c.tk, Gh}, 1.0f, &kd);
+    Buffer v = rand({c.tk, Gh}, 1.0f, &vd), dout = rand({c.n, Hh}, 1.0f, &dod);
+    Buffer seg_start = ids(seg);
+    Buffer out = zeros({c.n, Hh}), lse = zeros({c.n, c.H});
+    be.reset_flops();
+    be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
+                         c.q_offset, c.dims());
+    EXPECT_GT(be.flops(), 0);
+    // Non-zero gradients: the backward must add to them.
+    Buffer dq = rand({c.n, Hh}, 1.0f, &dq0), dk = rand({c.tk, Gh}, 1.0f, &dk0);
+    Buffer dv = rand({c.tk, Gh}, 1.0f, &dv0);
+    be.attention_backward(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(),
+                          v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset,
+                          c.dims());
+    if (!computes()) continue;
+    Vec ref_out, ref_lse;
+    ref_attention(c, seg, qd, kd, vd, &ref_out, &ref_lse);
+    EXPECT_LT(rel_err_vec(down(out), ref_out), 1e-5);
+    EXPECT_LT(rel_err_vec(down(lse), ref_lse), 1e-5);
+    // L = sum(out * dout)
+    auto loss = [&](const Vec& qq, const Vec& kk, const Vec& vv) {
+      Vec o, l;
+      ref_attention(c, seg, qq, kk, vv, &o, &l);
+      return dot(o, dod);
+    };
+    const Vec gq = numeric_grad([&](const Vec& x) { return loss(x, kd, vd); }, qd);
+    const Vec gk = numeric_grad([&](const Vec& x) { return loss(qd, x, vd); }, kd);
+    const Vec gv = numeric_grad([&](const Vec& x) { return loss(qd, kd, x); }, vd);
+    EXPECT_LT(rel_err_vec(down(dq), plus(dq0, gq)), 1e-5);
+    EXPECT_LT(rel_err_vec(down(dk), plus(dk0, gk)), 1e-5);
+    EXPECT_LT(rel_err_vec(down(dv), plus(dv0, gv)), 1e-5);
+    // Keys that no query of the call sees keep their gradient exactly.
+    const Vec dkg = down(dk), dvg = down(dv);
+    for (int64_t j = c.q_offset + c.n; j < c.tk; ++j)
+      for (int64_t e = 0; e < Gh; ++e) {
+        EXPECT_EQ(dkg[j * Gh + e], dk0[j * Gh + e]) << "key " << j;
+        EXPECT_EQ(dvg[j * Gh + e], dv0[j * Gh + e]) << "key " << j;
+      }
+  }
+}
+
+TEST_P(BackendOps, AttentionRejectsBadSegmentStarts) {
+  const AttentionCase c{"bad_seg", 2, 1, 4, {6}, 0, 6, 6};
+  Buffer q = rand({6, 8}), k = rand({6, 4}), v = rand({6, 4});
+  Buffer out = zeros({6, 8}), lse = zeros({6, 2});
+  Buffer past_row = ids({0, 0, 0, 4, 0, 0});     // seg_start[3] = 4 > 3
+  Buffer decreasing = ids({0, 0, 2, 2, 1, 1});   // not monotone
+  be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
+                       ids({0, 0, 0, 0, 0, 0}).view(), 0, c.dims());
+  if (!computes()) return;  // segment contents: only a backend with the data can check them
+  EXPECT_THROW(be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
+                                    past_row.view(), 0, c.dims()),
+               ShapeError);
+  EXPECT_THROW(be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
+                                    decreasing.view(), 0, c.dims()),
+               ShapeError);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),
+                         test::BackendCaseName{});
+
+}  // namespace
+}  // namespace sbp
