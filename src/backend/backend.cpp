@@ -116,16 +116,16 @@ void check_dims(const char* op, const AttentionDims& dims) {
             std::string(op) + ": heads H=" + num(dims.n_heads) + ", G=" + num(dims.n_kv_heads) +
                 " and head_dim " + num(dims.head_dim) + " must be positive");
   SBP_CHECK(dims.n_heads % dims.n_kv_heads == 0,
-            std::string(op) + ": H=" + num(dims.n_heads) + " query heads is not a multiple of G=" +
-                num(dims.n_kv_heads) + " kv heads");
+            std::string(op) + ": H=" + num(dims.n_heads) +
+                " query heads is not a multiple of G=" + num(dims.n_kv_heads) + " kv heads");
   SBP_CHECK(std::isfinite(dims.scale),
             std::string(op) + ": softmax scale " + num(dims.scale) + " is not finite");
 }
 
 // What forward and backward share: q, k, v, out, lse, seg_start, q_offset, dims.
 void check_attention(const char* op, const Tensor& out, const Tensor& lse, const Tensor& q,
-                     const Tensor& k, const Tensor& v, const Tensor& seg_start,
-                     int64_t q_offset, const AttentionDims& dims) {
+                     const Tensor& k, const Tensor& v, const Tensor& seg_start, int64_t q_offset,
+                     const AttentionDims& dims) {
   check_dims(op, dims);
   const int64_t H = dims.n_heads, Hh = dims.n_heads * dims.head_dim;
   const int64_t Gh = dims.n_kv_heads * dims.head_dim;
@@ -134,9 +134,9 @@ void check_attention(const char* op, const Tensor& out, const Tensor& lse, const
   check_float(op, "v", v);
   const int64_t n = q.rows(), tk = k.rows();
   SBP_CHECK(q.cols() == Hh, arg(op, "q", q) + " must have H*h = " + num(Hh) + " columns");
-  SBP_CHECK(k.cols() == Gh && v.rows() == tk && v.cols() == Gh,
-            arg(op, "k", k) + " and v " + v.describe() + " must both be (Tk, G*h = " + num(Gh) +
-                ")");
+  SBP_CHECK(
+      k.cols() == Gh && v.rows() == tk && v.cols() == Gh,
+      arg(op, "k", k) + " and v " + v.describe() + " must both be (Tk, G*h = " + num(Gh) + ")");
   check_like(op, "out", out, "q", q);
   check_dtype(op, "lse", lse, DType::F32);
   SBP_CHECK(lse.rows() == n && lse.cols() == H,
@@ -148,8 +148,8 @@ void check_attention(const char* op, const Tensor& out, const Tensor& lse, const
             arg(op, "k", k) + ": " + num(tk) + " key rows do not fit the I32 segment starts");
   check_dtype(op, "seg_start", seg_start, DType::I32);
   SBP_CHECK(seg_start.numel() >= q_offset + n,
-            arg(op, "seg_start", seg_start) + " must have at least q_offset + n = " +
-                num(q_offset + n) + " entries");
+            arg(op, "seg_start", seg_start) +
+                " must have at least q_offset + n = " + num(q_offset + n) + " entries");
 }
 
 // logits (n, V) float with V > 0.
@@ -170,30 +170,29 @@ void check_adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const
                 param.describe());
   SBP_CHECK(std::isfinite(s.lr) && s.lr >= 0.0f,
             std::string(op) + ": lr = " + num(s.lr) + " must be finite and >= 0");
-  SBP_CHECK(s.beta1 >= 0.0f && s.beta1 < 1.0f && s.beta2 >= 0.0f && s.beta2 < 1.0f,
-            std::string(op) + ": betas (" + num(s.beta1) + ", " + num(s.beta2) +
-                ") must be in [0, 1)");
+  SBP_CHECK(
+      s.beta1 >= 0.0f && s.beta1 < 1.0f && s.beta2 >= 0.0f && s.beta2 < 1.0f,
+      std::string(op) + ": betas (" + num(s.beta1) + ", " + num(s.beta2) + ") must be in [0, 1)");
   SBP_CHECK(std::isfinite(s.eps) && s.eps > 0.0f,
             std::string(op) + ": eps = " + num(s.eps) + " must be finite and > 0");
-  SBP_CHECK(std::isfinite(s.weight_decay) && s.weight_decay >= 0.0f,
-            std::string(op) + ": weight_decay = " + num(s.weight_decay) +
-                " must be finite and >= 0");
+  SBP_CHECK(
+      std::isfinite(s.weight_decay) && s.weight_decay >= 0.0f,
+      std::string(op) + ": weight_decay = " + num(s.weight_decay) + " must be finite and >= 0");
   SBP_CHECK(s.step >= 1, std::string(op) + ": step = " + num(s.step) + " must be >= 1 (1-based)");
 }
 
 }  // namespace
 
-void check_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
-                             const Tensor& k, const Tensor& v, const Tensor& seg_start,
-                             int64_t q_offset, const AttentionDims& dims) {
+void check_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& seg_start, int64_t q_offset,
+                             const AttentionDims& dims) {
   check_attention("attention_forward", out, lse, q, k, v, seg_start, q_offset, dims);
 }
 
 void check_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              const Tensor& dout, const Tensor& q, const Tensor& k,
-                              const Tensor& v, const Tensor& out, const Tensor& lse,
-                              const Tensor& seg_start, int64_t q_offset,
-                              const AttentionDims& dims) {
+                              const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, const Tensor& seg_start,
+                              int64_t q_offset, const AttentionDims& dims) {
   const char* op = "attention_backward";
   check_attention(op, out, lse, q, k, v, seg_start, q_offset, dims);
   check_like(op, "dq", dq, "q", q);
@@ -204,8 +203,8 @@ void check_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
 
 // ---- dense ----
 
-void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
-                   bool trans_b, float alpha, float beta) {
+void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
+                   float alpha, float beta) {
   check_gemm(C, A, trans_a, B, trans_b, alpha, beta);
   gemm_impl(C, A, trans_a, B, trans_b, alpha, beta);
 }
@@ -247,8 +246,8 @@ void Backend::add_bias(const Tensor& y, const Tensor& b) {
   const char* op = "add_bias";
   check_float(op, "y", y);
   check_float(op, "b", b);
-  SBP_CHECK(b.numel() == y.cols(), arg(op, "b", b) + " must have one entry per column of y " +
-                                       y.describe());
+  SBP_CHECK(b.numel() == y.cols(),
+            arg(op, "b", b) + " must have one entry per column of y " + y.describe());
   add_bias_impl(y, b);
 }
 
@@ -256,8 +255,8 @@ void Backend::bias_backward(const Tensor& db, const Tensor& dy) {
   const char* op = "bias_backward";
   check_float(op, "db", db);
   check_float(op, "dy", dy);
-  SBP_CHECK(db.numel() == dy.cols(), arg(op, "db", db) + " must have one entry per column of dy " +
-                                         dy.describe());
+  SBP_CHECK(db.numel() == dy.cols(),
+            arg(op, "db", db) + " must have one entry per column of dy " + dy.describe());
   bias_backward_impl(db, dy);
 }
 
@@ -295,8 +294,8 @@ void Backend::rope_table(const Tensor& table, std::span<const float> inv_freq) {
                 num(static_cast<int64_t>(inv_freq.size())));
   for (size_t i = 0; i < inv_freq.size(); ++i)
     SBP_CHECK(std::isfinite(inv_freq[i]), std::string(op) + ": inv_freq[" +
-                                              num(static_cast<int64_t>(i)) + "] = " +
-                                              num(inv_freq[i]) + " is not finite");
+                                              num(static_cast<int64_t>(i)) +
+                                              "] = " + num(inv_freq[i]) + " is not finite");
   rope_table_impl(table, inv_freq);
 }
 
@@ -427,8 +426,8 @@ void Backend::dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
 
 // ---- optimizer ----
 
-void Backend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                         const Tensor& v, const AdamWStep& s) {
+void Backend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                         const AdamWStep& s) {
   check_adamw(param, grad, m, v, s);
   adamw_step_impl(param, grad, m, v, s);
 }

@@ -125,10 +125,10 @@ class Backend {
                          const AttentionDims& dims);
   // dq (n, H*h) +=, dk, dv (Tk, G*h) +=; recomputes the probabilities from q, k, lse.
   // Checks: as attention_forward, and dq, dout of q's shape, dk, dv of k's shape, all float.
-  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                          const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, const Tensor& seg_start,
-                          int64_t q_offset, const AttentionDims& dims);
+  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const Tensor& seg_start, int64_t q_offset,
+                          const AttentionDims& dims);
 
   // ---- embedding ----
   // x (n, d) = rows ids (n) of table (V, d).
@@ -168,8 +168,7 @@ class Backend {
   // Checks: logits float with V > 0 columns; lse, dlogp, entropy, dentropy F32 and targets
   // I32, all with numel n.
   void dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                               const Tensor& dlogp, const Tensor& entropy,
-                               const Tensor& dentropy);
+                               const Tensor& dlogp, const Tensor& entropy, const Tensor& dentropy);
 
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
@@ -199,8 +198,7 @@ class Backend {
   virtual void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy,
                                      const Tensor& x, const Tensor& g, float eps) = 0;
   virtual void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) = 0;
-  virtual void rope_forward_impl(const Tensor& x, const Tensor& positions,
-                                 const Tensor& table) = 0;
+  virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) = 0;
   virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions,
                                   const Tensor& table) = 0;
   virtual void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
@@ -214,14 +212,13 @@ class Backend {
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        const Tensor& seg_start, int64_t q_offset,
                                        const AttentionDims& dims) = 0;
-  virtual void embedding_forward_impl(const Tensor& x, const Tensor& ids,
-                                      const Tensor& table) = 0;
+  virtual void embedding_forward_impl(const Tensor& x, const Tensor& ids, const Tensor& table) = 0;
   virtual void embedding_backward_impl(const Tensor& dtable, const Tensor& dx,
                                        const Tensor& ids) = 0;
-  virtual void logsoftmax_target_impl(const Tensor& lse, const Tensor& logp,
-                                      const Tensor& logits, const Tensor& targets) = 0;
-  virtual void dlogits_inplace_impl(const Tensor& logits, const Tensor& lse,
-                                    const Tensor& targets, const Tensor& dlogp) = 0;
+  virtual void logsoftmax_target_impl(const Tensor& lse, const Tensor& logp, const Tensor& logits,
+                                      const Tensor& targets) = 0;
+  virtual void dlogits_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                                    const Tensor& dlogp) = 0;
   virtual void argmax_rows_impl(const Tensor& out, const Tensor& logits) = 0;
   virtual void softmax_entropy_impl(const Tensor& entropy, const Tensor& logits,
                                     const Tensor& lse) = 0;

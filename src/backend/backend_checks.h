@@ -9,13 +9,12 @@
 
 namespace sbp {
 
-void check_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
-                             const Tensor& k, const Tensor& v, const Tensor& seg_start,
-                             int64_t q_offset, const AttentionDims& dims);
+void check_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& seg_start, int64_t q_offset,
+                             const AttentionDims& dims);
 void check_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              const Tensor& dout, const Tensor& q, const Tensor& k,
-                              const Tensor& v, const Tensor& out, const Tensor& lse,
-                              const Tensor& seg_start, int64_t q_offset,
-                              const AttentionDims& dims);
+                              const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, const Tensor& seg_start,
+                              int64_t q_offset, const AttentionDims& dims);
 
 }  // namespace sbp

@@ -21,12 +21,12 @@ const char* backend_name(BackendKind kind) {
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   switch (spec.kind) {
     case BackendKind::cpu:
-      SBP_CHECK(spec.device == 0, "make_backend: the cpu backend has no device " +
-                                      std::to_string(spec.device));
+      SBP_CHECK(spec.device == 0,
+                "make_backend: the cpu backend has no device " + std::to_string(spec.device));
       return std::make_unique<CpuBackend>();
   }
-  SBP_CHECK(false, "make_backend: unknown BackendKind " +
-                       std::to_string(static_cast<int>(spec.kind)));
+  SBP_CHECK(false,
+            "make_backend: unknown BackendKind " + std::to_string(static_cast<int>(spec.kind)));
   return nullptr;
 }
 

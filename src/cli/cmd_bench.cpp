@@ -94,17 +94,18 @@ struct Bench {
     } catch (const InputError& e) {
       throw InputError(std::string("--backend: ") + e.what());
     }
-    segments = a.segments > 0                               ? a.segments
-               : setup.kind == ObjectiveKind::sft           ? 1
-               : setup.kind == ObjectiveKind::grpo          ? a.objective.group_size
-                                                            : 2;
+    segments = a.segments > 0                      ? a.segments
+               : setup.kind == ObjectiveKind::sft  ? 1
+               : setup.kind == ObjectiveKind::grpo ? a.objective.group_size
+                                                   : 2;
     // Weights, then gradients (kept across modes and steps: the ledger holds the same fixed
     // bytes in every mode), then a reference copy and the value model, as a run holds them.
     models = std::make_unique<ModelSet>(setup, src.cfg, pool, *be, ModelSetOptions{});
     fill_weights(src, models->policy_weights(), a.seed, InitStyle::hf);
     if (models->has_reference()) {  // its own copy of the policy's weights
       const ParameterSet& ref = models->reference_weights();
-      for (size_t i = 0; i < ref.size(); ++i) be->copy(ref.tensor(i), models->policy_weights().get(ref.name(i)));
+      for (size_t i = 0; i < ref.size(); ++i)
+        be->copy(ref.tensor(i), models->policy_weights().get(ref.name(i)));
     }
     if (models->has_value()) init_parameters(models->value_weights(), a.seed + 1, InitStyle::hf);
   }
@@ -115,9 +116,10 @@ struct Bench {
   void at_length(int64_t T, std::vector<Run>& runs) {
     const Batch batch = setup.kind == ObjectiveKind::sft
                             ? random_batch(src.cfg.vocab_size, T, segments, a.seed, false)
-                            : random_objective_batch(setup.kind, a.objective.group_size, src.cfg.vocab_size, T,
-                                                     segments, a.seed);
-    const StepBatches step = StepBatches::whole({random_micro_batch(setup.kind, a.objective.group_size, batch, a.seed)});
+                            : random_objective_batch(setup.kind, a.objective.group_size,
+                                                     src.cfg.vocab_size, T, segments, a.seed);
+    const StepBatches step =
+        StepBatches::whole({random_micro_batch(setup.kind, a.objective.group_size, batch, a.seed)});
     std::vector<ExecConfig> execs;
     std::vector<std::vector<double>> times;
     const size_t first = runs.size();
@@ -137,14 +139,15 @@ struct Bench {
     for (int i = 0; i < a.warmup + a.repeat; ++i) {
       for (size_t m = 0; m < execs.size(); ++m) {
         Run& r = runs[first + m];
-        std::fprintf(stderr, "bench: %s T=%lld step %d/%d ...\n", r.mode.c_str(), static_cast<long long>(T), i + 1,
-                     a.warmup + a.repeat);
+        std::fprintf(stderr, "bench: %s T=%lld step %d/%d ...\n", r.mode.c_str(),
+                     static_cast<long long>(T), i + 1, a.warmup + a.repeat);
         reset_peak_rss();
         ledger.reset_peak();
         be->reset_flops();
         const auto t0 = std::chrono::steady_clock::now();
         const StepResult out = StepRunner(setup, models->views(), *be, pool, execs[m]).run(step);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (i >= a.warmup) times[m].push_back(s);
         r.gflops = static_cast<double>(be->flops());  // FLOPs of one step (the same every step)
         r.loss = out.loss;
@@ -167,51 +170,65 @@ struct Bench {
     r.gflops = r.gflops / r.median_s / 1e9;
     r.activation_peak = r.peak - r.breakdown[Category::weights] - r.breakdown[Category::grads] -
                         r.breakdown[Category::optimizer];
-    if (setup.kind == ObjectiveKind::sft && exec.layers == LayerMode::stream && exec.head == HeadMode::chunked)
-      r.analytic = stream_memory_terms(src.cfg, r.T, r.layer_chunk, r.head_chunk, exec.act_dtype).activation_peak();
+    if (setup.kind == ObjectiveKind::sft && exec.layers == LayerMode::stream &&
+        exec.head == HeadMode::chunked)
+      r.analytic = stream_memory_terms(src.cfg, r.T, r.layer_chunk, r.head_chunk, exec.act_dtype)
+                       .activation_peak();
   }
 };
 
-void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm, std::vector<double> probes) {
+void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
+                  std::vector<double> probes) {
   std::sort(probes.begin(), probes.end());
-  std::printf("bench: %s (%s, %lld layers), objective %s, %lld segment(s), %d thread(s), "
-              "median of %d step(s), modes interleaved\n",
-              b.a.model.c_str(), b.src.cfg.model_type.c_str(), static_cast<long long>(b.src.cfg.num_hidden_layers),
-              b.a.objective.describe().c_str(), static_cast<long long>(b.segments), cpu_threads(), b.a.repeat);
-  std::printf("sgemm: %.1f GFLOP/s (2048^3, median of %zu probes between the rounds of steps, range %.1f-%.1f)\n\n",
-              sgemm, probes.size(), probes.front(), probes.back());
-  std::printf("| mode | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
-              "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
+  std::printf(
+      "bench: %s (%s, %lld layers), objective %s, %lld segment(s), %d thread(s), "
+      "median of %d step(s), modes interleaved\n",
+      b.a.model.c_str(), b.src.cfg.model_type.c_str(),
+      static_cast<long long>(b.src.cfg.num_hidden_layers), b.a.objective.describe().c_str(),
+      static_cast<long long>(b.segments), cpu_threads(), b.a.repeat);
+  std::printf(
+      "sgemm: %.1f GFLOP/s (2048^3, median of %zu probes between the rounds of steps, range "
+      "%.1f-%.1f)\n\n",
+      sgemm, probes.size(), probes.front(), probes.back());
+  std::printf(
+      "| mode | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
+      "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Run& r : runs) {
     char analytic[32] = "-";
     if (r.analytic > 0) std::snprintf(analytic, sizeof analytic, "%.1f", mib(r.analytic));
-    std::printf("| %s | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.0f%% | %.1f | %.1f | %s | %.1f |\n", r.mode.c_str(),
-                static_cast<long long>(r.T), static_cast<long long>(r.layer_chunk),
-                static_cast<long long>(r.head_chunk), r.median_s, r.tokens_per_s, r.gflops, 100.0 * r.gflops / sgemm,
-                mib(r.peak), mib(r.activation_peak), analytic, mib(r.rss_peak));
+    std::printf(
+        "| %s | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.0f%% | %.1f | %.1f | %s | %.1f |\n",
+        r.mode.c_str(), static_cast<long long>(r.T), static_cast<long long>(r.layer_chunk),
+        static_cast<long long>(r.head_chunk), r.median_s, r.tokens_per_s, r.gflops,
+        100.0 * r.gflops / sgemm, mib(r.peak), mib(r.activation_peak), analytic, mib(r.rss_peak));
   }
   std::printf("\nLM-head logits: the ledger's peak of `logits` vs one head block (c_h x V fp32)\n");
-  std::printf("| mode | T | head chunk | one block MiB | logits peak MiB | blocks live at once |\n");
+  std::printf(
+      "| mode | T | head chunk | one block MiB | logits peak MiB | blocks live at once |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const Run& r : runs) {
-    std::printf("| %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(), static_cast<long long>(r.T),
-                static_cast<long long>(r.head_chunk), mib(r.head_block), mib(r.logits_peak),
+    std::printf("| %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(),
+                static_cast<long long>(r.T), static_cast<long long>(r.head_chunk),
+                mib(r.head_block), mib(r.logits_peak),
                 static_cast<double>(r.logits_peak) / static_cast<double>(r.head_block));
   }
   std::printf("\nledger breakdown at the peak (MiB)\n| mode | T |");
-  for (int c = 0; c < kNumCategories; ++c) std::printf(" %s |", category_name(static_cast<Category>(c)));
+  for (int c = 0; c < kNumCategories; ++c)
+    std::printf(" %s |", category_name(static_cast<Category>(c)));
   std::printf("\n|---|---|");
   for (int c = 0; c < kNumCategories; ++c) std::printf("---|");
   std::printf("\n");
   for (const Run& r : runs) {
     std::printf("| %s | %lld |", r.mode.c_str(), static_cast<long long>(r.T));
-    for (int c = 0; c < kNumCategories; ++c) std::printf(" %.1f |", mib(r.breakdown.bytes[static_cast<size_t>(c)]));
+    for (int c = 0; c < kNumCategories; ++c)
+      std::printf(" %.1f |", mib(r.breakdown.bytes[static_cast<size_t>(c)]));
     std::printf("\n");
   }
 }
 
-void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm, const std::vector<double>& probes) {
+void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
+                const std::vector<double>& probes) {
   nlohmann::json j;
   j["sgemm_gflops"] = sgemm;
   j["sgemm_gflops_probes"] = probes;
@@ -235,7 +252,8 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm, cons
                          {"head_block_logits_bytes", r.head_block}};
     if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
     for (int c = 0; c < kNumCategories; ++c)
-      jr["breakdown"][category_name(static_cast<Category>(c))] = r.breakdown.bytes[static_cast<size_t>(c)];
+      jr["breakdown"][category_name(static_cast<Category>(c))] =
+          r.breakdown.bytes[static_cast<size_t>(c)];
     j["runs"].push_back(jr);
   }
   std::ofstream out(b.a.json);
@@ -275,7 +293,8 @@ void register_bench(CLI::App& app) {
   c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk (default T/4)");
   c->add_option("--head-chunk", a->head_chunk, "LM-head chunk in chunked modes");
   c->add_option("--layers", a->layers, "Override the number of layers (random weights)");
-  c->add_option("--repeat", a->repeat, "Timed steps per run (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--repeat", a->repeat, "Timed steps per run (median reported)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "Untimed steps before the timed ones");
   c->add_option("--threads", a->threads, "Threads (default: all)");
   c->add_option("--seed", a->seed, "Seed for weights and batch");

@@ -46,16 +46,18 @@ int run(const Args& a) {
   opts.objective = a.objective.setup();
   opts.group_size = a.objective.group_size;
   if (opts.objective.kind != ObjectiveKind::sft && a.seq_len < 4)
-    throw InputError(std::string("--seq-len must be at least 4 for ") + objective_name(opts.objective.kind));
+    throw InputError(std::string("--seq-len must be at least 4 for ") +
+                     objective_name(opts.objective.kind));
   try {
     opts.backend = parse_backend(a.backend);
   } catch (const InputError& e) {
     throw InputError(std::string("--backend: ") + e.what());
   }
-  const Batch batch = opts.objective.kind == ObjectiveKind::sft
-                          ? random_batch(src.cfg.vocab_size, a.seq_len, a.segments, a.seed, a.mask)
-                          : random_objective_batch(opts.objective.kind, a.objective.group_size,
-                                                   src.cfg.vocab_size, a.seq_len, a.segments, a.seed);
+  const Batch batch =
+      opts.objective.kind == ObjectiveKind::sft
+          ? random_batch(src.cfg.vocab_size, a.seq_len, a.segments, a.seed, a.mask)
+          : random_objective_batch(opts.objective.kind, a.objective.group_size, src.cfg.vocab_size,
+                                   a.seq_len, a.segments, a.seed);
   opts.seed = a.seed;
   opts.modes = parse_modes(a.modes);
   for (ExecConfig& e : opts.modes) {
@@ -68,13 +70,13 @@ int run(const Args& a) {
               a.model.c_str(), src.cfg.model_type.c_str(), a.objective.describe().c_str(),
               static_cast<long long>(a.seq_len), batch.seq_lens.size(),
               static_cast<unsigned long long>(a.seed));
-  std::printf("%-20s %8s %8s %14s %12s %12s\n", "mode", "l_chunk", "h_chunk", "loss",
-              "loss_relerr", "max_relerr");
+  std::printf("%-20s %8s %8s %14s %12s %12s\n", "mode", "l_chunk", "h_chunk", "loss", "loss_relerr",
+              "max_relerr");
   std::printf("%-20s %8s %8s %14.8f %12s %12s\n", "base", "-", "-", r.base_loss, "-", "-");
   for (const ModeResult& m : r.modes) {
     std::printf("%-20s %8lld %8lld %14.8f %12.3e %12.3e\n", m.mode.c_str(),
-                static_cast<long long>(m.layer_chunk), static_cast<long long>(m.head_chunk),
-                m.loss, m.loss_rel_err, m.max_rel_err);
+                static_cast<long long>(m.layer_chunk), static_cast<long long>(m.head_chunk), m.loss,
+                m.loss_rel_err, m.max_rel_err);
   }
   std::printf("\nbase metrics:");
   for (const auto& [k, v] : r.base_metrics) std::printf(" %s=%.6g", k.c_str(), v);
@@ -105,7 +107,8 @@ int run(const Args& a) {
 void register_gradcheck(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand(
-      "gradcheck", "Run one step of an objective in each mode on a random batch and compare gradients to base");
+      "gradcheck",
+      "Run one step of an objective in each mode on a random batch and compare gradients to base");
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
   c->add_option("--seq-len", a->seq_len, "Tokens in the batch");
   c->add_option("--segments", a->segments, "Number of packed sequences");

@@ -34,8 +34,8 @@ void register_init(CLI::App& app) {
   c->callback([a] {
     if (a->preset.empty() == a->config.empty())
       throw InputError("init: give exactly one of --preset or --config");
-    ModelConfig cfg = a->preset.empty() ? ModelConfig::from_file(a->config)
-                                        : preset_config(a->preset);
+    ModelConfig cfg =
+        a->preset.empty() ? ModelConfig::from_file(a->config) : preset_config(a->preset);
     if (a->layers > 0) cfg.num_hidden_layers = a->layers;
     DType dt;
     parse_dtype(a->dtype, &dt);

@@ -121,25 +121,30 @@ Request parse_request(const Args& a) {
   setup.master_weights = true;  // counted with adamw + bf16 (docs/BENCHMARKS.md says why)
   if (a.ranks < 1) throw InputError("--ranks: must be at least 1");
   if (a.zero < 0 || a.zero > 2)
-    throw InputError("--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state) or 2 (sharded gradients too)");
+    throw InputError(
+        "--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state) or 2 (sharded "
+        "gradients too)");
   setup.ranks = a.ranks;
   setup.zero = a.ranks > 1 ? a.zero : 0;
   if (!a.budget.empty()) {
     q.budget = parse_size(a.budget, "--budget");
     q.reserve = parse_size(a.reserve, "--reserve");
     if (q.reserve >= q.budget)
-      throw InputError("--reserve: " + format_bytes(q.reserve) + " leaves nothing of the " + format_bytes(q.budget) +
-                       " budget");
+      throw InputError("--reserve: " + format_bytes(q.reserve) + " leaves nothing of the " +
+                       format_bytes(q.budget) + " budget");
     setup.budget = q.budget - q.reserve;
   }
   if (a.seq_len == 0 && setup.budget == 0)
-    throw InputError("--seq-len or --budget: give a sequence length to plan, a budget to search the longest sequence "
-                     "under, or both");
+    throw InputError(
+        "--seq-len or --budget: give a sequence length to plan, a budget to search the longest "
+        "sequence "
+        "under, or both");
   const int64_t min_T = min_planning_tokens(setup.objective.kind, setup.group_size);
   if (a.seq_len != 0 && (a.seq_len < min_T || a.seq_len > (int64_t{1} << 31) - 1))
-    throw InputError("--seq-len: must be between " + std::to_string(min_T) + " and 2^31-1 for objective " +
-                     objective_name(setup.objective.kind));
-  q.chunks = ChunkRequest{parse_chunk(a.layer_chunk, "--layer-chunk"), parse_chunk(a.head_chunk, "--head-chunk")};
+    throw InputError("--seq-len: must be between " + std::to_string(min_T) +
+                     " and 2^31-1 for objective " + objective_name(setup.objective.kind));
+  q.chunks = ChunkRequest{parse_chunk(a.layer_chunk, "--layer-chunk"),
+                          parse_chunk(a.head_chunk, "--head-chunk")};
   q.modes = parse_modes(a.modes);
   q.search = a.seq_len == 0;
   return q;
@@ -172,28 +177,35 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
     std::snprintf(params, sizeof params, "%.2f B", n_params / 1e9);
   else
     std::snprintf(params, sizeof params, "%.2f M", n_params / 1e6);
-  std::printf("plan: %s (%s, %lld layers, %s parameters), %s weights, gradients and activations, optimizer %s%s, "
-              "objective %s, batch 1\n",
-              a.model.c_str(), cfg.model_type.c_str(), static_cast<long long>(cfg.num_hidden_layers), params,
-              a.dtype.c_str(), a.optimizer.c_str(),
-              setup.adamw ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)") : "",
-              a.objective.describe().c_str());
+  std::printf(
+      "plan: %s (%s, %lld layers, %s parameters), %s weights, gradients and activations, optimizer "
+      "%s%s, "
+      "objective %s, batch 1\n",
+      a.model.c_str(), cfg.model_type.c_str(), static_cast<long long>(cfg.num_hidden_layers),
+      params, a.dtype.c_str(), a.optimizer.c_str(),
+      setup.adamw
+          ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
+          : "",
+      a.objective.describe().c_str());
   if (setup.ranks > 1)
-    std::printf("data parallel: %d ranks, zero %d: the memory of one rank (rank 0, whose slices are the largest)%s\n",
-                setup.ranks, setup.zero,
-                setup.zero == 0   ? ""
-                : setup.zero == 1 ? "; optimizer state divided"
-                                  : "; optimizer state and gradients divided");
+    std::printf(
+        "data parallel: %d ranks, zero %d: the memory of one rank (rank 0, whose slices are the "
+        "largest)%s\n",
+        setup.ranks, setup.zero,
+        setup.zero == 0   ? ""
+        : setup.zero == 1 ? "; optimizer state divided"
+                          : "; optimizer state and gradients divided");
   if (setup.budget > 0)
-    std::printf("budget %s - reserve %s = %s usable\n", format_bytes(q.budget).c_str(), format_bytes(q.reserve).c_str(),
-                format_bytes(setup.budget).c_str());
+    std::printf("budget %s - reserve %s = %s usable\n", format_bytes(q.budget).c_str(),
+                format_bytes(q.reserve).c_str(), format_bytes(setup.budget).c_str());
   std::printf("\n");
   print_table(rows, q.search, setup.budget > 0);
-  const char* what = !q.search ? "peak of one step and the ledger's breakdown at that moment"
-                     : setup.objective.kind == ObjectiveKind::sft
-                         ? "longest T: one sequence whose step fits the usable budget"
-                         : "longest T: the tokens of one micro-batch (its sequences together) whose step fits the "
-                           "usable budget, with the reference and value models the objective holds";
+  const char* what =
+      !q.search ? "peak of one step and the ledger's breakdown at that moment"
+      : setup.objective.kind == ObjectiveKind::sft
+          ? "longest T: one sequence whose step fits the usable budget"
+          : "longest T: the tokens of one micro-batch (its sequences together) whose step fits the "
+            "usable budget, with the reference and value models the objective holds";
   std::printf("\n%s; planned in %.2f s by shape-only execution of the engine\n", what, seconds);
   for (const Row& r : rows) {
     if (!r.plan.fits) {
@@ -203,10 +215,12 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   }
   for (const Row& r : rows) {
     if (r.plan.seq_len > cfg.max_position_embeddings && cfg.max_position_embeddings > 0) {
-      std::printf("note: %s: T = %lld is beyond the model's %lld trained positions (memory is the same; quality "
-                  "needs rope scaling)\n",
-                  r.mode.c_str(), static_cast<long long>(r.plan.seq_len),
-                  static_cast<long long>(cfg.max_position_embeddings));
+      std::printf(
+          "note: %s: T = %lld is beyond the model's %lld trained positions (memory is the same; "
+          "quality "
+          "needs rope scaling)\n",
+          r.mode.c_str(), static_cast<long long>(r.plan.seq_len),
+          static_cast<long long>(cfg.max_position_embeddings));
       break;
     }
   }
@@ -240,7 +254,8 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
     m["peak_bytes"] = r.plan.step.peak_bytes;
     m["breakdown"] = nlohmann::json::object();
     for (int c = 0; c < kNumCategories; ++c)
-      m["breakdown"][category_name(static_cast<Category>(c))] = r.plan.step.breakdown.bytes[static_cast<size_t>(c)];
+      m["breakdown"][category_name(static_cast<Category>(c))] =
+          r.plan.step.breakdown.bytes[static_cast<size_t>(c)];
     j["modes"][r.mode] = m;
   }
   std::ofstream out(a.json);
@@ -252,7 +267,8 @@ int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const Request q = parse_request(a);
   const std::vector<Row> rows = plan_rows(q, a.seq_len);
-  print_report(a, q, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  print_report(a, q, rows,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (!a.json.empty()) write_json(a, q, rows);
   return 0;
 }
@@ -285,8 +301,9 @@ void register_plan(CLI::App& app) {
   c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)");
   c->add_option("--ranks", a->ranks, "Data parallel: plan the memory of one of this many ranks")
       ->capture_default_str();
-  c->add_option("--zero", a->zero,
-                "With --ranks > 1: 0 replicated optimizer, 1 AdamW state sharded, 2 gradients sharded too")
+  c->add_option(
+       "--zero", a->zero,
+       "With --ranks > 1: 0 replicated optimizer, 1 AdamW state sharded, 2 gradients sharded too")
       ->capture_default_str();
   c->add_option("--json", a->json, "Write the plan as JSON");
   c->callback([a] { run(*a); });

@@ -89,9 +89,10 @@ Batch read_tokens_file(const std::string& path, int64_t vocab) {
       if (!id.is_number_integer())
         throw InputError(where(path, "sequences", i, t) + ": token id must be an integer, got " +
                          id.dump());
-      const int64_t v = id.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
-                                                      id.get<uint64_t>(), uint64_t{1} << 62))
-                                                : id.get<int64_t>();
+      const int64_t v =
+          id.is_number_unsigned()
+              ? static_cast<int64_t>(std::min<uint64_t>(id.get<uint64_t>(), uint64_t{1} << 62))
+              : id.get<int64_t>();
       if (v < 0 || v >= vocab)
         throw InputError(where(path, "sequences", i, t) + ": token id " + id.dump() +
                          " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
@@ -121,7 +122,8 @@ Batch read_tokens_file(const std::string& path, int64_t vocab) {
       for (size_t t = 0; t < len; ++t) {
         const json& v = m[t];
         float w = -1.0f;
-        if (v.is_boolean()) w = v.get<bool>() ? 1.0f : 0.0f;
+        if (v.is_boolean())
+          w = v.get<bool>() ? 1.0f : 0.0f;
         else if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1))
           w = static_cast<float>(v.get<int64_t>());
         if (w < 0.0f)
@@ -184,7 +186,9 @@ int run(const Args& a) {
   // The step `train` runs (one SFT micro-batch), recording the log-probs of its own gradient
   // pass; or, without --grads, a forward alone (no gradient memory).
   std::unique_ptr<DataParallel> grads;
-  if (!a.grads.empty()) grads = std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::lm, pool, *be, nullptr);
+  if (!a.grads.empty())
+    grads =
+        std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::lm, pool, *be, nullptr);
   StepModels models;
   models.policy = {{&cfg, &w}, grads.get()};
   const ObjectiveSetup sft;  // the SFT loss over the given loss tokens
@@ -235,8 +239,9 @@ int run(const Args& a) {
     std::printf("score: no loss tokens (every target is masked); %zu sequences, %lld tokens\n",
                 batch.seq_lens.size(), static_cast<long long>(T));
   }
-  if (!a.grads.empty()) std::printf("score: wrote gradients of %zu tensors to %s\n",
-                                    parameter_specs(cfg).size(), a.grads.c_str());
+  if (!a.grads.empty())
+    std::printf("score: wrote gradients of %zu tensors to %s\n", parameter_specs(cfg).size(),
+                a.grads.c_str());
   if (!a.json_out.empty()) {
     json j;
     // No loss tokens: the mean is undefined (transformers gives NaN), written as null.
@@ -259,9 +264,10 @@ int run(const Args& a) {
         masked += static_cast<double>(wt[r]) * logp[r];
         n += wt[r];
       }
-      std::printf("  sequence %zu: %lld tokens, %lld loss tokens, sum logp %.6f "
-                  "(loss tokens %.6f)\n", i, static_cast<long long>(len), static_cast<long long>(std::llround(n)), all,
-                  masked);
+      std::printf(
+          "  sequence %zu: %lld tokens, %lld loss tokens, sum logp %.6f "
+          "(loss tokens %.6f)\n",
+          i, static_cast<long long>(len), static_cast<long long>(std::llround(n)), all, masked);
       row += len;
     }
   }

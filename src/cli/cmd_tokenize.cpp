@@ -4,8 +4,8 @@
 // and `--bench FILE`, which times encoding one whole file (the number docs/TOKENIZER.md quotes).
 #include <charconv>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>

@@ -23,14 +23,16 @@ struct TrainArgs {
   std::string resume;
 };
 
-const char* const kDemoFlags[] = {"--steps", "--seq-len", "--lr", "--warmup", "--eval-every",
-                                  "--layer-chunk", "--head-chunk", "--hidden", "--layers", "--heads",
-                                  "--pairs", "--queries", "--filler", "--seed", "--threads", "--out"};
+const char* const kDemoFlags[] = {"--steps",      "--seq-len",     "--lr",         "--warmup",
+                                  "--eval-every", "--layer-chunk", "--head-chunk", "--hidden",
+                                  "--layers",     "--heads",       "--pairs",      "--queries",
+                                  "--filler",     "--seed",        "--threads",    "--out"};
 
 int run_config(CLI::App* c, const TrainArgs& a, Communicator& world) {
   for (const char* flag : kDemoFlags) {
     if (c->count(flag) > 0)
-      throw InputError(std::string("train: ") + flag + " is a demo option; with a config file set "
+      throw InputError(std::string("train: ") + flag +
+                       " is a demo option; with a config file set "
                        "keys instead (e.g. seed=1, or demo.steps=20 in a demo config)");
   }
   std::string config;
@@ -41,7 +43,8 @@ int run_config(CLI::App* c, const TrainArgs& a, Communicator& world) {
   }
   for (const std::string& o : overrides) {
     if (o.find('=') == std::string::npos)
-      throw InputError("train: unexpected argument '" + o + "' (expected CONFIG.yaml then key=value overrides)");
+      throw InputError("train: unexpected argument '" + o +
+                       "' (expected CONFIG.yaml then key=value overrides)");
   }
   TrainConfig cfg;
   if (!config.empty()) {
@@ -61,17 +64,21 @@ int run_config(CLI::App* c, const TrainArgs& a, Communicator& world) {
 // they would wait for ever).
 int run(CLI::App* c, const TrainArgs& a) {
   const std::unique_ptr<Communicator> world = make_world_communicator();
-  if (world->size() == 1) return a.positional.empty() && a.resume.empty() ? run_demo(a.demo) : run_config(c, a, *world);
+  if (world->size() == 1)
+    return a.positional.empty() && a.resume.empty() ? run_demo(a.demo) : run_config(c, a, *world);
   try {
     if (a.positional.empty() && a.resume.empty())
-      throw InputError("train: the built-in demo runs on one process; give a CONFIG.yaml to train with mpirun");
+      throw InputError(
+          "train: the built-in demo runs on one process; give a CONFIG.yaml to train with mpirun");
     return run_config(c, a, *world);
   } catch (const Error& e) {
-    std::fprintf(stderr, "streambp: error: rank %d of %d: %s\n", world->rank(), world->size(), e.what());
+    std::fprintf(stderr, "streambp: error: rank %d of %d: %s\n", world->rank(), world->size(),
+                 e.what());
     std::fflush(stderr);
     world->abort(1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "streambp: internal error: rank %d of %d: %s\n", world->rank(), world->size(), e.what());
+    std::fprintf(stderr, "streambp: internal error: rank %d of %d: %s\n", world->rank(),
+                 world->size(), e.what());
     std::fflush(stderr);
     world->abort(3);
   }
@@ -88,9 +95,11 @@ void register_train(CLI::App& app) {
       "Train from a YAML config (CONFIG.yaml [key=value ...] [--resume DIR]); with no arguments, "
       "the built-in long-range retrieval demo");
   c->add_option("config", a->positional,
-                "CONFIG.yaml, then key=value overrides (dotted keys, e.g. optim.lr=1e-4); see docs/TRAINING.md");
-  c->add_option("--resume", a->resume,
-                "Continue from a checkpoint directory, or from the newest checkpoint in an output directory");
+                "CONFIG.yaml, then key=value overrides (dotted keys, e.g. optim.lr=1e-4); see "
+                "docs/TRAINING.md");
+  c->add_option(
+      "--resume", a->resume,
+      "Continue from a checkpoint directory, or from the newest checkpoint in an output directory");
   c->add_option("--steps", o->steps, "Demo: optimizer steps");
   c->add_option("--seq-len", o->seq_len, "Demo: tokens per sequence");
   c->add_option("--lr", o->lr, "Demo: peak learning rate");

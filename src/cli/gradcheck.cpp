@@ -41,8 +41,9 @@ void add_noise(std::vector<float>& x, const SequenceRows& rows, float noise, Rng
 
 }  // namespace
 
-MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& weights, const ParameterSet* value,
-                                 const Batch& batch, const GradcheckOptions& opts) {
+MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& weights,
+                                 const ParameterSet* value, const Batch& batch,
+                                 const GradcheckOptions& opts) {
   const ObjectiveKind kind = opts.objective.kind;
   MicroBatch mb = random_micro_batch(kind, opts.group_size, batch, opts.seed);
   if (kind != ObjectiveKind::grpo && kind != ObjectiveKind::ppo) return mb;
@@ -63,8 +64,9 @@ MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& wei
   return mb;
 }
 
-ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights, const ParameterSet* reference,
-                         const ParameterSet* value, const MicroBatch& mb, const ExecConfig& exec,
+ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights,
+                         const ParameterSet* reference, const ParameterSet* value,
+                         const MicroBatch& mb, const ExecConfig& exec,
                          const GradcheckOptions& opts) {
   Ledger ledger;
   Pool pool(ledger, PoolOptions{.materialize = true, .poison = opts.poison});
@@ -75,7 +77,8 @@ ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights, co
   models.policy = {{&cfg, &weights}, &policy_grads};
   if (reference) models.reference = {&cfg, reference};
   if (value) {
-    value_grads = std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::value, pool, *be, nullptr);
+    value_grads = std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::value, pool,
+                                                 *be, nullptr);
     models.value = {{&cfg, value}, value_grads.get()};
   }
   ModeGrads out;
@@ -86,14 +89,15 @@ ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights, co
   return out;
 }
 
-GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights, const Batch& batch,
-                              const GradcheckOptions& opts) {
+GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights,
+                              const Batch& batch, const GradcheckOptions& opts) {
   const ObjectiveSetup& setup = opts.objective;
   // The other models of the step live as long as the check.
   Ledger ledger;
   Pool pool(ledger);
   ParameterSet reference, value;
-  if (setup.needs_reference()) reference = make_reference_weights(cfg, weights, pool, opts.reference_noise, opts.seed);
+  if (setup.needs_reference())
+    reference = make_reference_weights(cfg, weights, pool, opts.reference_noise, opts.seed);
   if (setup.needs_value_model()) {
     value = ParameterSet(cfg, pool, Category::weights, DType::F32, false, ModelHead::value);
     init_parameters(value, opts.seed + 1, InitStyle::test, 0.2f);
@@ -117,7 +121,8 @@ GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weight
     m.layer_chunk = exec.layer_chunk_for(batch.size());
     m.head_chunk = exec.head_chunk_for(batch.size());
     m.loss = run.result.loss;
-    m.loss_rel_err = std::fabs(run.result.loss - base.result.loss) / std::max(std::fabs(base.result.loss), 1e-30);
+    m.loss_rel_err = std::fabs(run.result.loss - base.result.loss) /
+                     std::max(std::fabs(base.result.loss), 1e-30);
     if (std::isnan(run.result.loss)) m.loss_rel_err = INFINITY;
     m.max_rel_err = m.loss_rel_err;
     m.peak_bytes = run.peak_bytes;

@@ -62,8 +62,9 @@ struct GradcheckResult {
 // The gradcheck's micro-batch of `batch` (random_objective_batch's shape): random rewards and,
 // per the noise options, the sampling log-probs and PPO's old values, computed once (base mode)
 // and shared by every mode. `value`: PPO's value model (else ignored).
-MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& weights, const ParameterSet* value,
-                                 const Batch& batch, const GradcheckOptions& opts);
+MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& weights,
+                                 const ParameterSet* value, const Batch& batch,
+                                 const GradcheckOptions& opts);
 
 // One step of `opts.objective` in `exec` through the step runner, on fresh zeroed gradients in
 // a pool of its own. Fills the policy's gradients (and the value model's) into `grads`, in the
@@ -73,15 +74,16 @@ struct ModeGrads {
   std::vector<std::vector<float>> grads;  // policy tensors, then value tensors
   int64_t peak_bytes = 0;
 };
-ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights, const ParameterSet* reference,
-                         const ParameterSet* value, const MicroBatch& mb, const ExecConfig& exec,
+ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights,
+                         const ParameterSet* reference, const ParameterSet* value,
+                         const MicroBatch& mb, const ExecConfig& exec,
                          const GradcheckOptions& opts);
 
 // `batch` must have the objective's shape (random_objective_batch). The reference model (DPO,
 // GRPO with beta != 0, PPO) and the PPO value model are built from `weights` and the seed; the
 // step's constants (rewards, old log-probs, old values) are made once, and every mode runs its
 // own reference- and value-model forwards, as a training step does.
-GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights, const Batch& batch,
-                              const GradcheckOptions& opts);
+GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights,
+                              const Batch& batch, const GradcheckOptions& opts);
 
 }  // namespace sbp::cli

@@ -24,6 +24,7 @@ ModelSource resolve_model(const std::string& arg, int64_t layers = 0);
 ParameterSet materialize_weights(const ModelSource& src, Pool& pool, uint64_t seed,
                                  InitStyle style = InitStyle::hf);
 // Loads or initialises weights allocated elsewhere (a ModelSet's).
-void fill_weights(const ModelSource& src, ParameterSet& w, uint64_t seed, InitStyle style = InitStyle::hf);
+void fill_weights(const ModelSource& src, ParameterSet& w, uint64_t seed,
+                  InitStyle style = InitStyle::hf);
 
 }  // namespace sbp::cli

@@ -24,7 +24,8 @@ void ObjectiveArgs::add_flags(CLI::App* c) {
   c->add_option("--label-smoothing", label_smoothing, "DPO label smoothing");
   c->add_option("--grpo-loss", grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
   c->add_option("--scale-rewards", scale_rewards, "GRPO: group, batch or none");
-  c->add_option("--beta", beta, "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)");
+  c->add_option("--beta", beta,
+                "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)");
   c->add_option("--group-size", group_size, "GRPO completions per prompt");
   c->add_option("--entropy-coef", entropy_coef, "GRPO/PPO entropy bonus");
 }
@@ -37,7 +38,8 @@ ObjectiveSetup ObjectiveArgs::setup() const {
   s.grpo.loss_type = flag("--grpo-loss", [&] { return parse_grpo_loss(grpo_loss); });
   s.scale_rewards = flag("--scale-rewards", [&] { return parse_scale_rewards(scale_rewards); });
   if (group_size < 1) throw InputError("--group-size must be >= 1");
-  if (label_smoothing < 0.0 || label_smoothing >= 0.5) throw InputError("--label-smoothing must be in [0, 0.5)");
+  if (label_smoothing < 0.0 || label_smoothing >= 0.5)
+    throw InputError("--label-smoothing must be in [0, 0.5)");
   s.grpo.entropy_coef = entropy_coef;
   s.ppo.entropy_coef = entropy_coef;
   if (beta >= 0.0) {

@@ -20,7 +20,8 @@ Batch random_batch(int64_t vocab, int64_t T, int64_t segments, uint64_t seed, bo
   }
   std::sort(cuts.begin(), cuts.end());
   for (size_t i = 0; i + 1 < cuts.size(); ++i) b.seq_lens.push_back(cuts[i + 1] - cuts[i]);
-  for (int64_t t = 0; t < T; ++t) b.tokens.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
+  for (int64_t t = 0; t < T; ++t)
+    b.tokens.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
   if (random_mask) {
     for (int64_t t = 0; t < T; ++t) b.loss_mask.push_back(rng.below(3) == 0 ? 0.0f : 1.0f);
   }
@@ -33,26 +34,30 @@ int64_t objective_group(ObjectiveKind kind, int64_t group_size, int64_t sequence
   return 1;
 }
 
-Batch random_objective_batch(ObjectiveKind kind, int64_t group_size, int64_t vocab, int64_t T, int64_t segments,
-                             uint64_t seed) {
+Batch random_objective_batch(ObjectiveKind kind, int64_t group_size, int64_t vocab, int64_t T,
+                             int64_t segments, uint64_t seed) {
   if (kind == ObjectiveKind::sft) return random_batch(vocab, T, segments, seed, true);
   if (T < 4)
-    throw InputError("a random " + std::string(objective_name(kind)) + " batch needs at least 4 tokens");
+    throw InputError("a random " + std::string(objective_name(kind)) +
+                     " batch needs at least 4 tokens");
   Rng rng(seed, "objective-batch");
   int64_t S = std::clamp<int64_t>(segments, 1, T / 2);
   const int64_t G = objective_group(kind, group_size, S);
   S = std::max(G, S - S % G);
   // Every segment >= 2 tokens; the rest spread at random, so lengths differ.
   std::vector<int64_t> len(static_cast<size_t>(S), 2);
-  for (int64_t r = 0; r < T - 2 * S; ++r) ++len[static_cast<size_t>(rng.below(static_cast<uint64_t>(S)))];
+  for (int64_t r = 0; r < T - 2 * S; ++r)
+    ++len[static_cast<size_t>(rng.below(static_cast<uint64_t>(S)))];
   std::vector<PromptCompletion> seqs;
   for (int64_t g = 0; g < S; g += G) {
     // The group shares a prompt of about a third of its shortest sequence (>= 1 token, leaving
     // >= 1 completion token, whose row after the prompt is scored).
     int64_t p = T;
-    for (int64_t i = g; i < g + G; ++i) p = std::min(p, std::max<int64_t>(1, len[static_cast<size_t>(i)] / 3));
+    for (int64_t i = g; i < g + G; ++i)
+      p = std::min(p, std::max<int64_t>(1, len[static_cast<size_t>(i)] / 3));
     std::vector<int32_t> prompt;
-    for (int64_t j = 0; j < p; ++j) prompt.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
+    for (int64_t j = 0; j < p; ++j)
+      prompt.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab))));
     for (int64_t i = g; i < g + G; ++i) {
       PromptCompletion pc;
       pc.prompt = prompt;
@@ -76,15 +81,16 @@ MicroBatch random_micro_batch(ObjectiveKind kind, int64_t group_size, Batch batc
   return mb;
 }
 
-ParameterSet make_reference_weights(const ModelConfig& cfg, const ParameterSet& model, Pool& pool, float noise,
-                                    uint64_t seed) {
+ParameterSet make_reference_weights(const ModelConfig& cfg, const ParameterSet& model, Pool& pool,
+                                    float noise, uint64_t seed) {
   ParameterSet ref(cfg, pool, Category::weights, DType::F32, false, model.head());
   for (size_t i = 0; i < ref.size(); ++i) {
     const Tensor& dst = ref.tensor(i);
     const Tensor& src = model.get(ref.name(i));
     if (!dst.data || !src.data) continue;
     Rng rng(seed, "reference:" + ref.name(i));
-    for (int64_t j = 0; j < dst.numel(); ++j) dst.f32()[j] = src.f32()[j] + (noise != 0.0f ? noise * rng.normal() : 0.0f);
+    for (int64_t j = 0; j < dst.numel(); ++j)
+      dst.f32()[j] = src.f32()[j] + (noise != 0.0f ? noise * rng.normal() : 0.0f);
   }
   return ref;
 }

@@ -35,7 +35,7 @@ MicroBatch random_micro_batch(ObjectiveKind kind, int64_t group_size, Batch batc
 
 // A copy of `model` + noise * N(0, 1) per element (category weights, F32): the reference model
 // of a check or a benchmark (noise > 0: the KL terms are not zero).
-ParameterSet make_reference_weights(const ModelConfig& cfg, const ParameterSet& model, Pool& pool, float noise,
-                                    uint64_t seed);
+ParameterSet make_reference_weights(const ModelConfig& cfg, const ParameterSet& model, Pool& pool,
+                                    float noise, uint64_t seed);
 
 }  // namespace sbp::cli

@@ -7,8 +7,7 @@ namespace sbp {
 void Batch::validate(int64_t vocab, const std::string& where) const {
   int64_t total = 0;
   for (size_t i = 0; i < seq_lens.size(); ++i) {
-    if (seq_lens[i] < 1)
-      throw InputError(where + ": sequence " + std::to_string(i) + " is empty");
+    if (seq_lens[i] < 1) throw InputError(where + ": sequence " + std::to_string(i) + " is empty");
     total += seq_lens[i];
   }
   if (total != size())
@@ -85,8 +84,10 @@ void Batch::append(const Batch& o) {
   tokens.insert(tokens.end(), o.tokens.begin(), o.tokens.end());
   seq_lens.insert(seq_lens.end(), o.seq_lens.begin(), o.seq_lens.end());
   if (need_mask) {
-    if (o.loss_mask.empty()) loss_mask.insert(loss_mask.end(), o.tokens.size(), 1.0f);
-    else loss_mask.insert(loss_mask.end(), o.loss_mask.begin(), o.loss_mask.end());
+    if (o.loss_mask.empty())
+      loss_mask.insert(loss_mask.end(), o.tokens.size(), 1.0f);
+    else
+      loss_mask.insert(loss_mask.end(), o.loss_mask.begin(), o.loss_mask.end());
   }
 }
 

@@ -68,7 +68,7 @@ uint16_t f32_to_f16(float f) {
   }
   int e;
   double m = std::frexp(static_cast<double>(a), &e);  // a = m * 2^e, m in [0.5,1)
-  double q = std::nearbyint(m * 2048.0);               // 11 significant bits
+  double q = std::nearbyint(m * 2048.0);              // 11 significant bits
   if (q >= 2048.0) {
     q /= 2.0;
     e += 1;

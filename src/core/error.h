@@ -28,7 +28,7 @@ class ShapeError : public Error {
 }  // namespace sbp
 
 // Checks that stay on in release builds: they guard shapes at kernel entry, which is cheap.
-#define SBP_CHECK(cond, msg)                                                          \
-  do {                                                                                \
-    if (!(cond)) ::sbp::fail_check(#cond, __FILE__, __LINE__, (msg));                 \
+#define SBP_CHECK(cond, msg)                                          \
+  do {                                                                \
+    if (!(cond)) ::sbp::fail_check(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)

@@ -6,8 +6,8 @@ namespace sbp {
 
 namespace {
 constexpr const char* kCategoryNames[kNumCategories] = {
-    "weights", "grads", "optimizer", "checkpoints", "layer_workspace", "logits", "grad_buffers",
-    "other"};
+    "weights",         "grads",  "optimizer",    "checkpoints",
+    "layer_workspace", "logits", "grad_buffers", "other"};
 }
 
 const char* category_name(Category c) { return kCategoryNames[static_cast<size_t>(c)]; }

@@ -66,7 +66,8 @@ class Ledger {
  private:
   int64_t budget_ = 0;
   int64_t peak_total_ = 0;
-  int64_t live_total_ = 0;  // == live_.total(), kept so allocate() is O(1) (the planner calls it a lot)
+  int64_t live_total_ =
+      0;  // == live_.total(), kept so allocate() is O(1) (the planner calls it a lot)
   MemoryBreakdown live_;
   MemoryBreakdown peak_;
   std::array<int64_t, kNumCategories> category_peak_{};

@@ -40,9 +40,9 @@ int64_t Tensor::cols() const {
 }
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
-  SBP_CHECK(shape.ndim >= 1 && 0 <= begin && begin <= end && end <= shape[0],
-            "row slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
-                describe());
+  SBP_CHECK(
+      shape.ndim >= 1 && 0 <= begin && begin <= end && end <= shape[0],
+      "row slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " + describe());
   Tensor t = *this;
   t.shape.dims[0] = end - begin;
   if (data) {

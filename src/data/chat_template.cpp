@@ -82,7 +82,8 @@ void qwen3_split_reasoning(const ChatMessage& m, std::string& content, std::stri
 
 void render_qwen3(Renderer& r, std::span<const ChatMessage> msgs, const RenderOptions& opts) {
   const int64_t n = static_cast<int64_t>(msgs.size());
-  if (n > 0 && msgs[0].role == "system") r.add("<|im_start|>system\n" + msgs[0].content + "<|im_end|>\n");
+  if (n > 0 && msgs[0].role == "system")
+    r.add("<|im_start|>system\n" + msgs[0].content + "<|im_end|>\n");
   // The last user message that is a real query (not a tool response the user relayed): only
   // assistant turns after it keep their reasoning.
   int64_t last_query = n - 1;
@@ -103,7 +104,8 @@ void render_qwen3(Renderer& r, std::span<const ChatMessage> msgs, const RenderOp
       qwen3_split_reasoning(m, content, reasoning);
       std::string body = content;
       if (i > last_query && (i == n - 1 || !reasoning.empty())) {
-        body = "<think>\n" + strip_newlines(reasoning) + "\n</think>\n\n" + lstrip_newlines(content);
+        body =
+            "<think>\n" + strip_newlines(reasoning) + "\n</think>\n\n" + lstrip_newlines(content);
       }
       r.add("<|im_start|>assistant\n");
       r.add(body + "<|im_end|>", static_cast<size_t>(i) >= opts.train_from);
@@ -157,8 +159,10 @@ void render_llama3(Renderer& r, const ChatTemplate& t, std::span<const ChatMessa
     system = python_strip(msgs[0].content);
     first = 1;
   }
-  r.add("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
-        "Today Date: " + t.date_string + "\n\n" + system + "<|eot_id|>");
+  r.add(
+      "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+      "Today Date: " +
+      t.date_string + "\n\n" + system + "<|eot_id|>");
   for (size_t i = first; i < msgs.size(); ++i) {
     const ChatMessage& m = msgs[i];
     if (m.role == "tool") {
@@ -204,7 +208,8 @@ std::string literal_default_system(const std::string& src) {
     const size_t b = p + open.size();
     size_t e = b;
     while (e < src.size() && src[e] != '\'' && src[e] != '"' && src[e] != '<') ++e;
-    if (e > b && src.compare(e, close.size(), close) == 0) return jinja_unescape(src.substr(b, e - b));
+    if (e > b && src.compare(e, close.size(), close) == 0)
+      return jinja_unescape(src.substr(b, e - b));
   }
   return "";
 }
@@ -278,7 +283,8 @@ ChatTemplate chat_template_for(ChatTemplateName name) {
     case ChatTemplateName::chatml: break;
     case ChatTemplateName::qwen2:
     case ChatTemplateName::qwen2_5:
-      t.default_system = name == ChatTemplateName::qwen2 ? "You are a helpful assistant." : kQwenDefaultSystem;
+      t.default_system =
+          name == ChatTemplateName::qwen2 ? "You are a helpful assistant." : kQwenDefaultSystem;
       t.tool_responses_in_user = true;
       break;
     case ChatTemplateName::qwen3: t.family = ChatFamily::qwen3; break;
@@ -317,7 +323,8 @@ ChatTemplate detect_chat_template(const std::string& src, const std::string& whe
     t.family = contains(src, "Cutting Knowledge Date") ? ChatFamily::llama3 : ChatFamily::llama3_0;
     return t;
   }
-  throw InputError(where + ": chat template not recognised (no ChatML <|im_start|> or Llama 3 "
+  throw InputError(where +
+                   ": chat template not recognised (no ChatML <|im_start|> or Llama 3 "
                    "<|start_header_id|> markers); set data.chat_template to one of chatml, "
                    "qwen2.5, qwen3, llama3, llama3.0");
 }

@@ -43,8 +43,8 @@ enum class ChatFamily { chatml, qwen3, llama3, llama3_0 };
 
 struct ChatTemplate {
   ChatFamily family = ChatFamily::chatml;
-  std::string default_system;           // chatml: the system turn used when there is none
-  bool tool_responses_in_user = false;  // chatml: Qwen-style <tool_response> user turns
+  std::string default_system;                   // chatml: the system turn used when there is none
+  bool tool_responses_in_user = false;          // chatml: Qwen-style <tool_response> user turns
   std::string bos_token = "<|begin_of_text|>";  // llama3, llama3.0
   std::string date_string = "26 Jul 2024";      // llama3: the template's own default date
 
@@ -55,9 +55,9 @@ struct ChatTemplate {
 // prompt; llama3.1 is llama3.
 enum class ChatTemplateName { chatml, qwen2, qwen2_5, qwen3, llama3, llama3_0 };
 inline constexpr EnumName<ChatTemplateName> kChatTemplateNames[] = {
-    {ChatTemplateName::chatml, "chatml"}, {ChatTemplateName::qwen2, "qwen2"},
-    {ChatTemplateName::qwen2_5, "qwen2.5"}, {ChatTemplateName::qwen3, "qwen3"},
-    {ChatTemplateName::llama3, "llama3"}, {ChatTemplateName::llama3_0, "llama3.0"},
+    {ChatTemplateName::chatml, "chatml"},        {ChatTemplateName::qwen2, "qwen2"},
+    {ChatTemplateName::qwen2_5, "qwen2.5"},      {ChatTemplateName::qwen3, "qwen3"},
+    {ChatTemplateName::llama3, "llama3"},        {ChatTemplateName::llama3_0, "llama3.0"},
     {ChatTemplateName::llama3, "llama3.1", true}};
 ChatTemplate chat_template_for(ChatTemplateName name);
 // The template `name` spells; InputError prefixed by `where` for anything else.

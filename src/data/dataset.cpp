@@ -20,7 +20,9 @@ struct LineResult {
   std::vector<TokenizedSequence> sequences;
 };
 
-std::string where(const std::string& path, int64_t line) { return path + ":" + std::to_string(line); }
+std::string where(const std::string& path, int64_t line) {
+  return path + ":" + std::to_string(line);
+}
 
 nlohmann::json parse_line(const std::string& line, const std::string& at) {
   try {
@@ -30,7 +32,8 @@ nlohmann::json parse_line(const std::string& line, const std::string& at) {
     std::string msg = e.what();
     if (const size_t p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
     // "parse error at line 1, column 15: ..." — the line is the record's, named already.
-    if (const size_t c = msg.find("column "); msg.rfind("parse error at line 1, ", 0) == 0 && c != std::string::npos)
+    if (const size_t c = msg.find("column ");
+        msg.rfind("parse error at line 1, ", 0) == 0 && c != std::string::npos)
       msg = msg.substr(c);
     throw InputError(at + ": not valid JSON: " + msg);
   }
@@ -57,16 +60,20 @@ int64_t Example::loss_tokens() const {
 std::string Dataset::summary() const {
   std::string s = path + ": " + std::to_string(stats.records) + " " + data_format_name(format) +
                   " records -> " + std::to_string(examples.size()) +
-                  (format == DataFormat::rollout ? " groups" : format == DataFormat::preference ? " pairs" : " examples") +
+                  (format == DataFormat::rollout      ? " groups"
+                   : format == DataFormat::preference ? " pairs"
+                                                      : " examples") +
                   ", " + std::to_string(stats.tokens) + " tokens (" +
                   std::to_string(stats.loss_tokens) + " trained), longest " +
                   std::to_string(stats.longest);
   if (stats.truncated) s += ", " + std::to_string(stats.truncated) + " truncated";
   if (stats.skipped) s += ", " + std::to_string(stats.skipped) + " skipped as too long";
   if (stats.dropped_no_loss)
-    s += ", " + std::to_string(stats.dropped_no_loss) + " dropped (no trained token left after truncation)";
+    s += ", " + std::to_string(stats.dropped_no_loss) +
+         " dropped (no trained token left after truncation)";
   if (stats.inexact)
-    s += ", " + std::to_string(stats.inexact) + " tokenized range by range (text changed by normalization)";
+    s += ", " + std::to_string(stats.inexact) +
+         " tokenized range by range (text changed by normalization)";
   return s;
 }
 
@@ -208,8 +215,9 @@ Dataset load_dataset(const std::string& path, const ExampleEncoder& encoder,
   }
   ds.examples = std::move(kept);
   if (ds.examples.empty()) {
-    throw InputError(path + ": no examples left after truncation (" + std::to_string(ds.stats.skipped) +
-                     " skipped, " + std::to_string(ds.stats.dropped_no_loss) + " without trained tokens)");
+    throw InputError(path + ": no examples left after truncation (" +
+                     std::to_string(ds.stats.skipped) + " skipped, " +
+                     std::to_string(ds.stats.dropped_no_loss) + " without trained tokens)");
   }
   return ds;
 }

@@ -27,7 +27,8 @@ TokenizedSequence ExampleEncoder::conversation(const std::vector<ChatMessage>& m
   return TokenizedSequence{std::move(t.ids), std::move(t.mask), t.exact};
 }
 
-TokenizedSequence ExampleEncoder::plain(const std::string& prompt, const std::string& completion) const {
+TokenizedSequence ExampleEncoder::plain(const std::string& prompt,
+                                        const std::string& completion) const {
   if (!plain_.eos_problem.empty()) throw InputError(plain_.eos_problem);
   const std::string text = prompt + completion;
   const std::pair<size_t, size_t> trained{prompt.size(), text.size()};
@@ -62,7 +63,8 @@ std::vector<TokenizedSequence> ExampleEncoder::encode(const Record& r) const {
     case DataFormat::prompt_completion:
     case DataFormat::rollout: return {prompt_and_completion(r.prompt, r.completion)};
     case DataFormat::preference:
-      return {prompt_and_completion(r.prompt, r.chosen), prompt_and_completion(r.prompt, r.rejected)};
+      return {prompt_and_completion(r.prompt, r.chosen),
+              prompt_and_completion(r.prompt, r.rejected)};
   }
   return {};
 }

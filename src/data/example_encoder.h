@@ -52,7 +52,8 @@ class ExampleEncoder {
  private:
   TokenizedSequence conversation(const std::vector<ChatMessage>& msgs, size_t train_from) const;
   TokenizedSequence plain(const std::string& prompt, const std::string& completion) const;
-  TokenizedSequence prompt_and_completion(const TextOrChat& prompt, const TextOrChat& completion) const;
+  TokenizedSequence prompt_and_completion(const TextOrChat& prompt,
+                                          const TextOrChat& completion) const;
 
   MaskedEncoder encoder_;
   std::optional<ChatTemplate> chat_;

@@ -7,9 +7,9 @@
 #include <span>
 #include <vector>
 
+#include "core/batch.h"
 #include "core/rng.h"
 #include "data/dataset.h"
-#include "core/batch.h"
 
 namespace sbp {
 

@@ -32,13 +32,16 @@ ChatMessage parse_message(const json& m, const std::string& field, const std::st
   ChatMessage msg;
   auto role = m.find("role");
   if (role == m.end()) fail(where, field + ": missing field \"role\"");
-  if (!role->is_string()) fail(where, field + ": \"role\" must be a string, got " + json_kind(*role));
+  if (!role->is_string())
+    fail(where, field + ": \"role\" must be a string, got " + json_kind(*role));
   msg.role = role->get<std::string>();
   if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
     fail(where, field + ": role \"" + msg.role + "\" is not one of system, user, assistant, tool");
-  if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null() && !(tc->is_array() && tc->empty()))
-    fail(where, field + ": \"tool_calls\" are not supported (the chat templates here render text "
-                "turns only)");
+  if (auto tc = m.find("tool_calls");
+      tc != m.end() && !tc->is_null() && !(tc->is_array() && tc->empty()))
+    fail(where, field +
+                    ": \"tool_calls\" are not supported (the chat templates here render text "
+                    "turns only)");
   auto content = m.find("content");
   if (content == m.end()) fail(where, field + ": missing field \"content\"");
   if (!content->is_string()) {
@@ -49,7 +52,8 @@ ChatMessage parse_message(const json& m, const std::string& field, const std::st
   if (auto r = m.find("reasoning_content"); r != m.end() && !r->is_null()) {
     if (!r->is_string())
       fail(where, field + ": \"reasoning_content\" must be a string or null, got " + json_kind(*r));
-    if (msg.role != "assistant") fail(where, field + ": only assistant messages have reasoning_content");
+    if (msg.role != "assistant")
+      fail(where, field + ": only assistant messages have reasoning_content");
     msg.reasoning_content = r->get<std::string>();
   }
   return msg;
@@ -57,7 +61,8 @@ ChatMessage parse_message(const json& m, const std::string& field, const std::st
 
 std::vector<ChatMessage> parse_messages(const json& j, const std::string& field,
                                         const std::string& where) {
-  if (!j.is_array()) fail(where, "\"" + field + "\" must be a list of messages, got " + json_kind(j));
+  if (!j.is_array())
+    fail(where, "\"" + field + "\" must be a list of messages, got " + json_kind(j));
   if (j.empty()) fail(where, "\"" + field + "\" is empty");
   std::vector<ChatMessage> out;
   out.reserve(j.size());
@@ -116,8 +121,9 @@ DataFormat detect_data_format(const json& row, const std::string& where) {
   if (has(row, "prompt") && has(row, "completion"))
     return has(row, "reward") ? DataFormat::rollout : DataFormat::prompt_completion;
   if (has(row, "text")) return DataFormat::text;
-  fail(where, "cannot tell the record format: expected \"messages\", \"prompt\" + \"completion\" "
-              "(+ \"reward\"), \"text\", or \"chosen\" + \"rejected\" (+ \"prompt\")");
+  fail(where,
+       "cannot tell the record format: expected \"messages\", \"prompt\" + \"completion\" "
+       "(+ \"reward\"), \"text\", or \"chosen\" + \"rejected\" (+ \"prompt\")");
 }
 
 Record parse_record(const json& row, DataFormat format, const std::string& where,
@@ -128,20 +134,23 @@ Record parse_record(const json& row, DataFormat format, const std::string& where
   const std::string fmt = data_format_name(format);
   switch (format) {
     case DataFormat::messages:
-      r.messages = parse_messages(field(row, "messages", where, fmt, detected_from), "messages", where);
+      r.messages =
+          parse_messages(field(row, "messages", where, fmt, detected_from), "messages", where);
       if (!has_assistant(r.messages))
         fail(where, "\"messages\" has no assistant message: nothing to train on");
       break;
     case DataFormat::text: {
       const json& t = field(row, "text", where, fmt, detected_from);
-      if (!t.is_string()) fail(where, std::string("\"text\" must be a string, got ") + json_kind(t));
+      if (!t.is_string())
+        fail(where, std::string("\"text\" must be a string, got ") + json_kind(t));
       r.text = t.get<std::string>();
       if (r.text.empty()) fail(where, "\"text\" is empty");
       break;
     }
     case DataFormat::prompt_completion:
     case DataFormat::rollout: {
-      r.prompt = parse_text_or_chat(field(row, "prompt", where, fmt, detected_from), "prompt", where);
+      r.prompt =
+          parse_text_or_chat(field(row, "prompt", where, fmt, detected_from), "prompt", where);
       const json& c = field(row, "completion", where, fmt, detected_from);
       r.completion = parse_text_or_chat(c, "completion", where);
       check_completion(r.prompt, r.completion, "completion", where);
@@ -165,8 +174,9 @@ Record parse_record(const json& row, DataFormat format, const std::string& where
       } else {
         // Implicit prompt (TRL): the messages both conversations start with.
         if (!r.chosen.is_chat || !r.rejected.is_chat)
-          fail(where, "missing field \"prompt\" (an implicit prompt needs \"chosen\" and "
-                      "\"rejected\" to be message lists)");
+          fail(where,
+               "missing field \"prompt\" (an implicit prompt needs \"chosen\" and "
+               "\"rejected\" to be message lists)");
         size_t common = 0;
         auto same = [](const ChatMessage& a, const ChatMessage& b) {
           return a.role == b.role && a.content == b.content &&
@@ -179,7 +189,8 @@ Record parse_record(const json& row, DataFormat format, const std::string& where
         r.prompt.is_chat = true;
         r.prompt.messages.assign(r.chosen.messages.begin(), r.chosen.messages.begin() + common);
         r.chosen.messages.erase(r.chosen.messages.begin(), r.chosen.messages.begin() + common);
-        r.rejected.messages.erase(r.rejected.messages.begin(), r.rejected.messages.begin() + common);
+        r.rejected.messages.erase(r.rejected.messages.begin(),
+                                  r.rejected.messages.begin() + common);
         if (r.chosen.messages.empty() || r.rejected.messages.empty())
           fail(where, "\"chosen\" and \"rejected\" are identical after their shared prompt");
       }

@@ -25,11 +25,12 @@ namespace sbp {
 
 enum class DataFormat { messages, prompt_completion, text, preference, rollout };
 
-inline constexpr EnumName<DataFormat> kDataFormatNames[] = {{DataFormat::messages, "messages"},
-                                                            {DataFormat::prompt_completion, "prompt_completion"},
-                                                            {DataFormat::text, "text"},
-                                                            {DataFormat::preference, "preference"},
-                                                            {DataFormat::rollout, "rollout"}};
+inline constexpr EnumName<DataFormat> kDataFormatNames[] = {
+    {DataFormat::messages, "messages"},
+    {DataFormat::prompt_completion, "prompt_completion"},
+    {DataFormat::text, "text"},
+    {DataFormat::preference, "preference"},
+    {DataFormat::rollout, "rollout"}};
 const char* data_format_name(DataFormat f);
 
 // A prompt or completion: plain text or a conversation.
@@ -41,12 +42,12 @@ struct TextOrChat {
 
 struct Record {
   DataFormat format = DataFormat::messages;
-  std::vector<ChatMessage> messages;      // messages
-  std::string text;                       // text
-  TextOrChat prompt, completion;          // prompt_completion, rollout; prompt of preference
-  TextOrChat chosen, rejected;            // preference (completions after the prompt)
-  double reward = 0.0;                    // rollout
-  std::string group_key;                  // rollout: the prompt as canonical JSON
+  std::vector<ChatMessage> messages;  // messages
+  std::string text;                   // text
+  TextOrChat prompt, completion;      // prompt_completion, rollout; prompt of preference
+  TextOrChat chosen, rejected;        // preference (completions after the prompt)
+  double reward = 0.0;                // rollout
+  std::string group_key;              // rollout: the prompt as canonical JSON
 };
 
 // The schema a record's keys announce (see the table above). Throws if none matches.

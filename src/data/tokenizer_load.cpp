@@ -107,7 +107,8 @@ class JsonLoader {
       // The library's defaults for a ByteLevel without these fields are both true.
       step.add_prefix_space = get_bool(p, "add_prefix_space", true, field);
       if (get_bool(p, "use_regex", true, field)) {
-        step.regex = std::make_shared<const Regex>(gpt2_split_pattern(), false, path_ + ": " + field);
+        step.regex =
+            std::make_shared<const Regex>(gpt2_split_pattern(), false, path_ + ": " + field);
       }
     } else if (type == "Split") {
       step.kind = PreTokenizerStep::Kind::Split;
@@ -115,7 +116,8 @@ class JsonLoader {
       if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
         step.regex = std::make_shared<const Regex>(pattern["Regex"].get<std::string>(), false,
                                                    path_ + ": " + field + ".pattern.Regex");
-      } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
+      } else if (pattern.is_object() && pattern.contains("String") &&
+                 pattern["String"].is_string()) {
         step.regex = std::make_shared<const Regex>(pattern["String"].get<std::string>(), true,
                                                    path_ + ": " + field + ".pattern.String");
       } else {
@@ -165,9 +167,11 @@ class JsonLoader {
     }
   }
 
-  int32_t vocab_id(const BpeModel& model, const std::string& token, const std::string& field) const {
+  int32_t vocab_id(const BpeModel& model, const std::string& token,
+                   const std::string& field) const {
     auto it = model.vocab.find(token);
-    if (it == model.vocab.end()) fail(field, "token " + in_quotes(token) + " is not in model.vocab");
+    if (it == model.vocab.end())
+      fail(field, "token " + in_quotes(token) + " is not in model.vocab");
     return it->second;
   }
 
@@ -185,7 +189,8 @@ class JsonLoader {
         if (space == std::string::npos) fail(field, "expected \"left right\", got " + in_quotes(s));
         left = s.substr(0, space);
         right = s.substr(space + 1);
-      } else if (m[i].is_array() && m[i].size() == 2 && m[i][0].is_string() && m[i][1].is_string()) {
+      } else if (m[i].is_array() && m[i].size() == 2 && m[i][0].is_string() &&
+                 m[i][1].is_string()) {
         left = m[i][0].get<std::string>();
         right = m[i][1].get<std::string>();
       } else {
@@ -209,7 +214,8 @@ class JsonLoader {
   void model(const json& m, BpeModel& out) const {
     if (!m.is_object()) fail("model", "missing or not an object");
     const std::string type = get_string(m, "type", "model");
-    if (type != "BPE") fail("model.type", "unsupported model type " + in_quotes(type) + " (only BPE)");
+    if (type != "BPE")
+      fail("model.type", "unsupported model type " + in_quotes(type) + " (only BPE)");
     if (m.contains("dropout") && !m["dropout"].is_null() &&
         !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0)) {
       fail("model.dropout", "BPE dropout is not supported (it makes encoding random)");
@@ -262,8 +268,9 @@ class JsonLoader {
                       const std::string& field) const {
     auto in_vocab = t.model.vocab.find(token.content);
     if (in_vocab != t.model.vocab.end() && in_vocab->second != token.id) {
-      fail(field + ".id", "token " + in_quotes(token.content) + " has id " + std::to_string(token.id) +
-                              " but model.vocab gives it " + std::to_string(in_vocab->second));
+      fail(field + ".id", "token " + in_quotes(token.content) + " has id " +
+                              std::to_string(token.id) + " but model.vocab gives it " +
+                              std::to_string(in_vocab->second));
     }
     if (in_vocab == t.model.vocab.end()) {
       auto other = vocab_by_id.find(token.id);
@@ -330,7 +337,8 @@ Tokenizer Tokenizer::from_gpt2_files(const std::string& encoder_json_path,
   PreTokenizerStep byte_level;
   byte_level.kind = PreTokenizerStep::Kind::ByteLevel;
   byte_level.add_prefix_space = false;
-  byte_level.regex = std::make_shared<const Regex>(gpt2_split_pattern(), false, "GPT-2 pre-tokenizer");
+  byte_level.regex =
+      std::make_shared<const Regex>(gpt2_split_pattern(), false, "GPT-2 pre-tokenizer");
   impl->pre_tokenizer.steps.push_back(std::move(byte_level));
   impl->decoder = DecoderKind::ByteLevel;
 
@@ -340,7 +348,8 @@ Tokenizer Tokenizer::from_gpt2_files(const std::string& encoder_json_path,
   eot.normalized = true;
   auto it = impl->model.vocab.find(eot.content);
   // The library gives a special token that is not in the vocab the next free id.
-  eot.id = it != impl->model.vocab.end() ? it->second : static_cast<int32_t>(impl->model.vocab.size());
+  eot.id =
+      it != impl->model.vocab.end() ? it->second : static_cast<int32_t>(impl->model.vocab.size());
   impl->added_tokens.push_back(eot);
   impl->finish();
   return Tokenizer(std::move(impl));
@@ -353,7 +362,8 @@ Tokenizer Tokenizer::from_dir(const std::string& dir) {
   if (fs::is_regular_file(d / "encoder.json") && fs::is_regular_file(d / "vocab.bpe")) {
     return from_gpt2_files((d / "encoder.json").string(), (d / "vocab.bpe").string());
   }
-  throw InputError(dir + ": no tokenizer.json (nor GPT-2's encoder.json + vocab.bpe) in this directory");
+  throw InputError(dir +
+                   ": no tokenizer.json (nor GPT-2's encoder.json + vocab.bpe) in this directory");
 }
 
 }  // namespace sbp

@@ -174,7 +174,8 @@ void PreTokenizer::run_from(size_t step, std::string_view piece,
     if (s.invert)
       for (Piece& p : pieces) p.is_match = !p.is_match;
     for (const Span& span : apply_behavior(pieces, s.behavior)) {
-      if (span.end > span.begin) run_from(step + 1, piece.substr(span.begin, span.end - span.begin), emit);
+      if (span.end > span.begin)
+        run_from(step + 1, piece.substr(span.begin, span.end - span.begin), emit);
     }
     return;
   }
@@ -202,7 +203,8 @@ void PreTokenizer::run_from(size_t step, std::string_view piece,
   std::vector<Piece> pieces;
   matches_and_gaps(*s.regex, text, pieces);
   for (const Piece& p : pieces) {
-    if (p.span.end > p.span.begin) map_and_continue(text.substr(p.span.begin, p.span.end - p.span.begin));
+    if (p.span.end > p.span.begin)
+      map_and_continue(text.substr(p.span.begin, p.span.end - p.span.begin));
   }
 }
 

@@ -104,8 +104,8 @@ void Regex::find_all(std::string_view text, std::vector<Span>& out) const {
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      throw InputError("tokenizer: regex /" + pattern_ + "/ failed at byte " +
-                       std::to_string(pos) + ": " + pcre2_message(rc));
+      throw InputError("tokenizer: regex /" + pattern_ + "/ failed at byte " + std::to_string(pos) +
+                       ": " + pcre2_message(rc));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.md);
     const size_t begin = ov[0], end = ov[1];

@@ -31,7 +31,8 @@ ShapeOnlyCommunicator::ShapeOnlyCommunicator(int rank, int ranks) : rank_(rank),
 }
 
 std::vector<std::vector<double>> ShapeOnlyCommunicator::allgather(std::span<const double> mine) {
-  return std::vector<std::vector<double>>(static_cast<size_t>(ranks_), std::vector<double>(mine.begin(), mine.end()));
+  return std::vector<std::vector<double>>(static_cast<size_t>(ranks_),
+                                          std::vector<double>(mine.begin(), mine.end()));
 }
 
 std::vector<std::string> ShapeOnlyCommunicator::allgather(const std::string& mine) {

@@ -8,8 +8,8 @@
 
 namespace sbp {
 
-DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg, ModelHead head, Pool& pool,
-                           Backend& be, const AdamWConfig* optim, DType grad_dtype)
+DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg, ModelHead head,
+                           Pool& pool, Backend& be, const AdamWConfig* optim, DType grad_dtype)
     : comm_(comm),
       zero_(comm.size() > 1 ? zero : 0),
       pool_(pool),
@@ -26,7 +26,8 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
     const int64_t n = grads_.shape(i).numel();
     ranges_.push_back(shard_range(n, comm.size(), comm.rank()));
     counts_.push_back(shard_counts(n, comm.size()));
-    if (zero_ == 2) shards_.push_back(pool.zeros(Category::grads, grad_dtype, {ranges_.back().count}));
+    if (zero_ == 2)
+      shards_.push_back(pool.zeros(Category::grads, grad_dtype, {ranges_.back().count}));
   }
   if (optim) {
     if (zero_ == 0)
@@ -51,7 +52,9 @@ void DataParallel::begin_step(int64_t slots) {
   }
 }
 
-GradHook* DataParallel::hook(int64_t slot) { return reduces(slot) ? static_cast<GradHook*>(this) : nullptr; }
+GradHook* DataParallel::hook(int64_t slot) {
+  return reduces(slot) ? static_cast<GradHook*>(this) : nullptr;
+}
 
 void DataParallel::end_slot(int64_t slot) {
   if (reduces(slot)) complete_all();
@@ -68,7 +71,8 @@ void DataParallel::grads_begin(GradGroup group, int64_t layer) {
   progress();
   if (zero_ != 2) return;
   for (size_t i : groups_.of(group, layer))
-    if (!grads_.attached(i)) grads_.attach(i, pool_.zeros(Category::grads, grad_dtype_, grads_.shape(i)));
+    if (!grads_.attached(i))
+      grads_.attach(i, pool_.zeros(Category::grads, grad_dtype_, grads_.shape(i)));
 }
 
 void DataParallel::grads_final(GradGroup group, int64_t layer) {
@@ -78,7 +82,8 @@ void DataParallel::grads_final(GradGroup group, int64_t layer) {
     float* data = static_cast<float*>(g.data);
     Pending p;
     p.tensor = i;
-    p.request = zero_ == 0 ? comm_.iallreduce_sum(data, g.numel()) : comm_.ireduce_scatter_sum(data, counts_[i]);
+    p.request = zero_ == 0 ? comm_.iallreduce_sum(data, g.numel())
+                           : comm_.ireduce_scatter_sum(data, counts_[i]);
     issued.push_back(p);
     ++counters_.reductions;
     counters_.reduced_bytes += static_cast<int64_t>(g.nbytes());
@@ -112,7 +117,8 @@ void DataParallel::complete_oldest_group() {
       // The reduced slice arrives at the front of the buffer; put it where it belongs.
       char* base = static_cast<char*>(g.data);
       const size_t esize = dtype_size(g.dtype);
-      std::memmove(base + static_cast<size_t>(r.offset) * esize, base, static_cast<size_t>(r.count) * esize);
+      std::memmove(base + static_cast<size_t>(r.offset) * esize, base,
+                   static_cast<size_t>(r.count) * esize);
     } else if (zero_ == 2) {
       be_.add_inplace(shards_[i].view(), flat_slice(g, ShardRange{0, r.count}));
       grads_.detach(i);
@@ -131,7 +137,8 @@ Tensor DataParallel::owned_grad(size_t i) const {
 }
 
 double DataParallel::clip(double max_norm) {
-  if (!distributed()) return max_norm > 0.0 ? clip_grad_norm(grads_, be_, max_norm) : global_grad_norm(grads_, be_);
+  if (!distributed())
+    return max_norm > 0.0 ? clip_grad_norm(grads_, be_, max_norm) : global_grad_norm(grads_, be_);
   // Each rank squares its slice of the reduced gradient; the sum over ranks is the global norm
   // (the same value on every rank, so every rank clips alike).
   double ss = 0.0;
@@ -164,7 +171,8 @@ void DataParallel::update(const ParameterSet& weights, float lr) {
 
 void DataParallel::save_optimizer(const std::string& dir) const {
   if (sharded_)
-    write_optimizer_shard(dir, moment_slices(*sharded_), sharded_->steps(), comm_.rank(), comm_.size());
+    write_optimizer_shard(dir, moment_slices(*sharded_), sharded_->steps(), comm_.rank(),
+                          comm_.size());
   else if (adamw_ && comm_.rank() == 0)
     write_optimizer_file(dir, moment_slices(*adamw_), adamw_->steps());
 }
@@ -177,7 +185,8 @@ void DataParallel::load_optimizer(const std::string& dir) {
 }
 
 AdamW& DataParallel::adamw() {
-  SBP_CHECK(adamw_ != nullptr, "DataParallel::adamw: the optimizer is sharded (zero 1/2) or absent");
+  SBP_CHECK(adamw_ != nullptr,
+            "DataParallel::adamw: the optimizer is sharded (zero 1/2) or absent");
   return *adamw_;
 }
 

@@ -55,10 +55,10 @@ class DataParallel : private GradHook {
   int zero() const { return zero_; }  // 0 with one rank, whatever was asked
 
   // ---- one optimizer step ----
-  void begin_step(int64_t slots);   // zeroes the gradients; each rank runs `slots` slots
-  GradHook* hook(int64_t slot);     // for that slot's forward_backward (null: nothing to do)
-  void end_slot(int64_t slot);      // after it: completes the slot's reductions
-  void empty_slot(int64_t slot);    // a slot this rank has no micro-batch for
+  void begin_step(int64_t slots);  // zeroes the gradients; each rank runs `slots` slots
+  GradHook* hook(int64_t slot);    // for that slot's forward_backward (null: nothing to do)
+  void end_slot(int64_t slot);     // after it: completes the slot's reductions
+  void empty_slot(int64_t slot);   // a slot this rank has no micro-batch for
   // The global gradient norm before clipping; scales the gradients to max_norm when above it
   // (max_norm <= 0: only measures). With several ranks every rank returns the same value.
   double clip(double max_norm);
@@ -76,9 +76,9 @@ class DataParallel : private GradHook {
   // Collectives of the current step (metrics and tests: one reduction per tensor per step
   // with zero 0/1, per tensor per slot with zero 2; never per chunk).
   struct Counters {
-    int64_t reductions = 0;      // reduce collectives issued (one per tensor)
-    int64_t reduced_bytes = 0;   // bytes of the tensors they reduced
-    int64_t gathers = 0;         // weight all-gathers (zero 1/2)
+    int64_t reductions = 0;     // reduce collectives issued (one per tensor)
+    int64_t reduced_bytes = 0;  // bytes of the tensors they reduced
+    int64_t gathers = 0;        // weight all-gathers (zero 1/2)
     // Reductions found complete by the test at a later group's boundary, i.e. finished while
     // later layers computed, before anything waited for them (timing-dependent: evidence of
     // overlap, not a promise).
@@ -108,11 +108,11 @@ class DataParallel : private GradHook {
   bool tied_lm_head_;
   ParameterSet grads_;
   GradGroups groups_;
-  std::vector<ShardRange> ranges_;           // per tensor: this rank's slice
-  std::vector<std::vector<int64_t>> counts_;  // per tensor: every rank's slice size
-  std::vector<Buffer> shards_;               // zero 2: per tensor, the reduced slice
-  std::unique_ptr<AdamW> adamw_;             // zero 0
-  std::unique_ptr<ShardedAdamW> sharded_;    // zero 1/2
+  std::vector<ShardRange> ranges_;               // per tensor: this rank's slice
+  std::vector<std::vector<int64_t>> counts_;     // per tensor: every rank's slice size
+  std::vector<Buffer> shards_;                   // zero 2: per tensor, the reduced slice
+  std::unique_ptr<AdamW> adamw_;                 // zero 0
+  std::unique_ptr<ShardedAdamW> sharded_;        // zero 1/2
   std::vector<std::vector<Pending>> in_flight_;  // reductions by group, oldest first
   int64_t slots_ = 0;
   Counters counters_;

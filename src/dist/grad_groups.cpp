@@ -12,7 +12,8 @@ GradGroups::GradGroups(const ParameterSet& params) {
     const std::string& n = params.name(i);
     if (n.rfind(layer_prefix, 0) == 0) {
       const size_t dot = n.find('.', layer_prefix.size());
-      const size_t l = static_cast<size_t>(std::stoll(n.substr(layer_prefix.size(), dot - layer_prefix.size())));
+      const size_t l =
+          static_cast<size_t>(std::stoll(n.substr(layer_prefix.size(), dot - layer_prefix.size())));
       if (layers_.size() <= l) layers_.resize(l + 1);
       layers_[l].push_back(i);
     } else if (n == "model.embed_tokens.weight") {

@@ -23,7 +23,8 @@ void check(int rc, const char* what) {
 
 int as_count(int64_t n, const char* what) {
   if (n < 0 || n > INT_MAX)
-    throw Error(std::string("MPI: ") + what + ": " + std::to_string(n) + " elements do not fit one collective");
+    throw Error(std::string("MPI: ") + what + ": " + std::to_string(n) +
+                " elements do not fit one collective");
   return static_cast<int>(n);
 }
 
@@ -45,36 +46,42 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void sum(std::span<double> x) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "sum"), MPI_DOUBLE, MPI_SUM,
-                        MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "sum"),
+                        MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
   }
   void sum(std::span<int64_t> x) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "sum"), MPI_INT64_T, MPI_SUM,
-                        MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "sum"),
+                        MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
   }
   void max(std::span<int64_t> x) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "max"), MPI_INT64_T, MPI_MAX,
-                        MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "max"),
+                        MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD),
+          "MPI_Allreduce");
   }
 
   std::vector<std::vector<double>> allgather(std::span<const double> mine) override {
     std::vector<int> counts, displs;
     const int total = gather_counts(static_cast<int64_t>(mine.size()), counts, displs);
     std::vector<double> all(static_cast<size_t>(total));
-    check(MPI_Allgatherv(mine.data(), counts[static_cast<size_t>(rank_)], MPI_DOUBLE, all.data(), counts.data(),
-                         displs.data(), MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgatherv");
+    check(MPI_Allgatherv(mine.data(), counts[static_cast<size_t>(rank_)], MPI_DOUBLE, all.data(),
+                         counts.data(), displs.data(), MPI_DOUBLE, MPI_COMM_WORLD),
+          "MPI_Allgatherv");
     std::vector<std::vector<double>> out;
     for (int r = 0; r < size_; ++r)
-      out.emplace_back(all.begin() + displs[static_cast<size_t>(r)],
-                       all.begin() + displs[static_cast<size_t>(r)] + counts[static_cast<size_t>(r)]);
+      out.emplace_back(
+          all.begin() + displs[static_cast<size_t>(r)],
+          all.begin() + displs[static_cast<size_t>(r)] + counts[static_cast<size_t>(r)]);
     return out;
   }
   std::vector<std::string> allgather(const std::string& mine) override {
     std::vector<int> counts, displs;
     const int total = gather_counts(static_cast<int64_t>(mine.size()), counts, displs);
     std::string all(static_cast<size_t>(total), '\0');
-    check(MPI_Allgatherv(mine.data(), counts[static_cast<size_t>(rank_)], MPI_CHAR, all.data(), counts.data(),
-                         displs.data(), MPI_CHAR, MPI_COMM_WORLD), "MPI_Allgatherv");
+    check(MPI_Allgatherv(mine.data(), counts[static_cast<size_t>(rank_)], MPI_CHAR, all.data(),
+                         counts.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD),
+          "MPI_Allgatherv");
     std::vector<std::string> out;
     for (int r = 0; r < size_; ++r)
       out.push_back(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
@@ -89,15 +96,17 @@ class MpiCommunicator final : public Communicator {
 
   Request iallreduce_sum(float* x, int64_t n) override {
     const int64_t id = take_slot();
-    check(MPI_Iallreduce(MPI_IN_PLACE, x, as_count(n, "allreduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                         &slots_[static_cast<size_t>(id)].request), "MPI_Iallreduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, x, as_count(n, "allreduce"), MPI_FLOAT, MPI_SUM,
+                         MPI_COMM_WORLD, &slots_[static_cast<size_t>(id)].request),
+          "MPI_Iallreduce");
     return Request{id};
   }
   Request ireduce_scatter_sum(float* x, std::span<const int64_t> counts) override {
     const int64_t id = take_slot();
     Slot& s = slots_[static_cast<size_t>(id)];
     set_counts(s, counts, "reduce_scatter");
-    check(MPI_Ireduce_scatter(MPI_IN_PLACE, x, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &s.request),
+    check(MPI_Ireduce_scatter(MPI_IN_PLACE, x, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                              &s.request),
           "MPI_Ireduce_scatter");
     return Request{id};
   }
@@ -105,14 +114,16 @@ class MpiCommunicator final : public Communicator {
     const int64_t id = take_slot();
     Slot& s = slots_[static_cast<size_t>(id)];
     set_counts(s, counts, "allgather");
-    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, s.counts.data(), s.displs.data(), MPI_FLOAT,
-                          MPI_COMM_WORLD, &s.request), "MPI_Iallgatherv");
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, s.counts.data(), s.displs.data(),
+                          MPI_FLOAT, MPI_COMM_WORLD, &s.request),
+          "MPI_Iallgatherv");
     return Request{id};
   }
   bool test(Request& r) override {
     if (!r.pending()) return true;
     int done = 0;
-    check(MPI_Test(&slots_[static_cast<size_t>(r.id)].request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check(MPI_Test(&slots_[static_cast<size_t>(r.id)].request, &done, MPI_STATUS_IGNORE),
+          "MPI_Test");
     if (done) release(r);
     return done != 0;
   }
@@ -132,7 +143,8 @@ class MpiCommunicator final : public Communicator {
   int gather_counts(int64_t mine, std::vector<int>& counts, std::vector<int>& displs) {
     int n = as_count(mine, "allgather");
     counts.assign(static_cast<size_t>(size_), 0);
-    check(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+    check(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD),
+          "MPI_Allgather");
     displs.assign(static_cast<size_t>(size_), 0);
     int64_t total = 0;
     for (int r = 0; r < size_; ++r) {
@@ -174,6 +186,8 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>();
+}
 
 }  // namespace sbp

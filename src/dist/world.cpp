@@ -26,8 +26,9 @@ std::unique_ptr<Communicator> make_world_communicator() {
 #ifdef STREAMBP_HAVE_MPI
   return make_mpi_communicator();
 #else
-  throw InputError("started by an MPI launcher, but this streambp was built without MPI (install libopenmpi-dev "
-                   "and rebuild: scripts/setup.sh, scripts/build.sh)");
+  throw InputError(
+      "started by an MPI launcher, but this streambp was built without MPI (install libopenmpi-dev "
+      "and rebuild: scripts/setup.sh, scripts/build.sh)");
 #endif
 }
 

@@ -64,8 +64,8 @@ Engine::Engine(const ModelConfig& cfg, const ParameterSet& weights, Backend& bac
                ExecConfig exec)
     : cfg_(cfg), weights_(weights), be_(backend), pool_(pool), exec_(exec) {}
 
-void Engine::forward_backward(const Batch& batch, Objective& objective,
-                              const ParameterSet& grads, GradHook* hook) {
+void Engine::forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads,
+                              GradHook* hook) {
   const HeadKind kind = objective.head();
   if (kind == HeadKind::value ? !weights_.views().score.defined()
                               : !weights_.views().lm_head.defined()) {
@@ -151,13 +151,15 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
       // K/V phase: computed once per layer (not once per chunk). In recompute mode the raw
       // keys are kept, as autograd would keep them, so no extra product is needed.
       LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, /*keep_k_raw=*/!stream);
-      for_chunks(T, chunk, [&](int64_t s, int64_t e) { ops.kv_forward(w, x.slice_rows(s, e), s, kv); });
+      for_chunks(T, chunk,
+                 [&](int64_t s, int64_t e) { ops.kv_forward(w, x.slice_rows(s, e), s, kv); });
       Buffer dK = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
       Buffer dV = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
       for_chunks_reversed(T, chunk, [&](int64_t s, int64_t e) {
         ChunkActs acts;
         ops.rows_forward(w, x.slice_rows(s, e), s, kv, Tensor(), &acts, Category::layer_workspace);
-        ops.rows_backward(w, gw, x.slice_rows(s, e), s, acts, kv, dK.view(), dV.view(), gy.slice_rows(s, e));
+        ops.rows_backward(w, gw, x.slice_rows(s, e), s, acts, kv, dK.view(), dV.view(),
+                          gy.slice_rows(s, e));
       });
     }
     kept.inputs[li].reset();
@@ -183,7 +185,8 @@ Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
       kept->kv.push_back(ops.alloc_kv(T, Category::checkpoints, /*keep_k_raw=*/true));
       kept->acts.emplace_back();
       ops.kv_forward(w, x.view(), 0, kept->kv.back());
-      ops.rows_forward(w, x.view(), 0, kept->kv.back(), y.view(), &kept->acts.back(), Category::checkpoints);
+      ops.rows_forward(w, x.view(), 0, kept->kv.back(), y.view(), &kept->acts.back(),
+                       Category::checkpoints);
     } else {
       // recompute and scoring: one chunk of T rows; stream: chunk by chunk, first to last, so
       // each chunk's K/V rows exist before its queries need them.
@@ -229,8 +232,8 @@ std::vector<float> Engine::values(const Batch& batch) {
   const Buffer x = forward_layers(step, T, nullptr);  // (T, d)
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
   for_chunks(T, exec_.head_chunk_for(T), [&](int64_t s, int64_t e) {
-    const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value,
-                      false, x.rows(s, e), step.targets.rows(s, e), s);
+    const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value, false,
+                      x.rows(s, e), step.targets.rows(s, e), s);
     if (be_.computes()) {
       const TokenChunk c = b.chunk();
       std::copy(c.value.begin(), c.value.end(), out.begin() + s);
@@ -245,7 +248,8 @@ std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t
   const int64_t n = static_cast<int64_t>(rows.size());
   for (int64_t r : rows) {
     if (r < 0 || r >= T)
-      throw InputError("logits_at: row " + std::to_string(r) + " outside the batch (T = " + std::to_string(T) + ")");
+      throw InputError("logits_at: row " + std::to_string(r) +
+                       " outside the batch (T = " + std::to_string(T) + ")");
   }
   SBP_CHECK(weights_.views().lm_head.defined(), "logits_at: the model has no LM head");
   Buffer x = forward_layers(step, T, nullptr);  // (T, d)
@@ -257,7 +261,8 @@ std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t
   for (int64_t i = 0; i < n; ++i) be_.copy(picked.rows(i, i + 1), x.rows(rows[i], rows[i] + 1));
   x.reset();
   Buffer hf = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
-  be_.rmsnorm_forward(hf.view(), picked.view(), weights_.views().final_norm, static_cast<float>(cfg_.rms_norm_eps));
+  be_.rmsnorm_forward(hf.view(), picked.view(), weights_.views().final_norm,
+                      static_cast<float>(cfg_.rms_norm_eps));
   Buffer logits = pool_.allocate(Category::logits, DType::F32, {n, V});  // (n, V)
   be_.gemm(logits.view(), hf.view(), false, weights_.views().lm_head, true, 1.0f, 0.0f);
   if (be_.computes()) std::copy(logits.f32(), logits.f32() + n * V, out.begin());

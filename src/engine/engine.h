@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/pool.h"
 #include "core/batch.h"
+#include "core/pool.h"
 #include "engine/exec_config.h"
 #include "engine/grad_hook.h"
 #include "model/config.h"
@@ -65,10 +65,11 @@ class Engine {
   // The head over blocks of rows (one block of T in `full` mode), driven by the objective:
   // pre-passes, then the gradient pass; head weight gradients ADD into G, dL/d(hidden) into
   // gy (T, d).
-  void head_backward(const Step& step, const Tensor& hidden, Objective& objective, const ModelTensors& G,
-                     const Tensor& gy);
+  void head_backward(const Step& step, const Tensor& hidden, Objective& objective,
+                     const ModelTensors& G, const Tensor& gy);
   // Layers L-1 .. 0 in the exec mode; gy (T, d): in dL/d(final hidden), out dL/d(x_0).
-  void layers_backward(const Step& step, Kept& kept, const ModelTensors& G, const Tensor& gy, GradHook* hook);
+  void layers_backward(const Step& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
+                       GradHook* hook);
   const ModelConfig& cfg_;
   const ParameterSet& weights_;
   Backend& be_;

@@ -33,14 +33,18 @@ ExecConfig parse_mode(const std::string& s) {
   const size_t plus = s.find('+');
   const std::string l = s.substr(0, plus);
   const std::string h = plus == std::string::npos ? "" : s.substr(plus + 1);
-  if (l == "store") e.layers = LayerMode::store;
-  else if (l == "recompute") e.layers = LayerMode::recompute;
-  else if (l == "stream") e.layers = LayerMode::stream;
+  if (l == "store")
+    e.layers = LayerMode::store;
+  else if (l == "recompute")
+    e.layers = LayerMode::recompute;
+  else if (l == "stream")
+    e.layers = LayerMode::stream;
   const bool layers_ok = l == "store" || l == "recompute" || l == "stream";
   const bool head_ok = h == "full" || h == "chunked";
   if (!layers_ok || !head_ok) {
-    throw InputError("unknown mode '" + s +
-                     "' (use base, checkpoint, stream, or <store|recompute|stream>+<full|chunked>)");
+    throw InputError(
+        "unknown mode '" + s +
+        "' (use base, checkpoint, stream, or <store|recompute|stream>+<full|chunked>)");
   }
   e.head = h == "full" ? HeadMode::full : HeadMode::chunked;
   return e;

@@ -18,8 +18,8 @@ enum class HeadMode { full, chunked };
 struct ExecConfig {
   LayerMode layers = LayerMode::stream;
   HeadMode head = HeadMode::chunked;
-  int64_t layer_chunk = 1024;  // tokens per chunk in stream mode (any size >= 1)
-  int64_t head_chunk = 512;    // rows per LM-head block in chunked mode
+  int64_t layer_chunk = 1024;    // tokens per chunk in stream mode (any size >= 1)
+  int64_t head_chunk = 512;      // rows per LM-head block in chunked mode
   DType act_dtype = DType::F32;  // storage of activations, checkpoints and K/V
 
   // Effective sizes for a batch of T tokens.

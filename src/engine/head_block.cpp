@@ -16,9 +16,16 @@ std::span<float> mut_span_of(const Buffer& b, bool computes) {
 HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const ModelTensors& W,
                      DType act, HeadKind kind, bool entropy, const Tensor& hidden,
                      const Tensor& targets, int64_t row_begin)
-    : cfg_(cfg), be_(be), pool_(pool), W_(W), kind_(kind),
-      entropy_(entropy && kind == HeadKind::lm), hidden_(hidden), targets_(targets),
-      row_begin_(row_begin), n_(hidden.rows()) {
+    : cfg_(cfg),
+      be_(be),
+      pool_(pool),
+      W_(W),
+      kind_(kind),
+      entropy_(entropy && kind == HeadKind::lm),
+      hidden_(hidden),
+      targets_(targets),
+      row_begin_(row_begin),
+      n_(hidden.rows()) {
   const int64_t n = n_, d = cfg.hidden_size;
   hf_ = pool.allocate(Category::layer_workspace, act, {n, d});
   be.rmsnorm_forward(hf_.view(), hidden, W.final_norm, static_cast<float>(cfg.rms_norm_eps));
@@ -71,7 +78,7 @@ TokenChunkGrads HeadBlock::alloc_grads() {
 
 void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
   const int64_t n = n_, d = cfg_.hidden_size;
-  const Tensor W = kind_ == HeadKind::value ? W_.score : W_.lm_head;     // (V, d) or (1, d)
+  const Tensor W = kind_ == HeadKind::value ? W_.score : W_.lm_head;  // (V, d) or (1, d)
   const Tensor dW = kind_ == HeadKind::value ? G.score : G.lm_head;
   Tensor dout = out_.view();  // (n, V) dL/dlogits, written over the logits below
   if (kind_ == HeadKind::value) {

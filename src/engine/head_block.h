@@ -44,13 +44,13 @@ class HeadBlock {
   bool entropy_;
   Tensor hidden_, targets_;
   int64_t row_begin_, n_;
-  Buffer hf_;        // (n, d) act   final-normed hidden rows
-  Buffer out_;       // (n, V) F32   logits; (n, 1) values for the value head
-  Buffer lse_;       // (n) F32
-  Buffer logp_;      // (n) F32
-  Buffer ent_;       // (n) F32      softmax entropy (if asked)
-  Buffer dlogp_;     // (n) F32      objective's dL/dlogp; dL/dvalue for the value head
-  Buffer dent_;      // (n) F32      objective's dL/dentropy
+  Buffer hf_;     // (n, d) act   final-normed hidden rows
+  Buffer out_;    // (n, V) F32   logits; (n, 1) values for the value head
+  Buffer lse_;    // (n) F32
+  Buffer logp_;   // (n) F32
+  Buffer ent_;    // (n) F32      softmax entropy (if asked)
+  Buffer dlogp_;  // (n) F32      objective's dL/dlogp; dL/dvalue for the value head
+  Buffer dent_;   // (n) F32      objective's dL/dentropy
 };
 
 }  // namespace sbp

@@ -248,7 +248,8 @@ void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& 
       tied_head->file->read_range_into(kLmHead, i, Tensor(b.data(), embed.dtype, Shape{m}));
       if (std::memcmp(a.data(), b.data(), static_cast<size_t>(m) * esz) != 0) {
         throw InputError(tied_head->file->path() + ": tensor '" + kLmHead + "' differs from " +
-                         kEmbed + ", but config.json sets tie_word_embeddings (the checkpoint "
+                         kEmbed +
+                         ", but config.json sets tie_word_embeddings (the checkpoint "
                          "is not a tied model)");
       }
     }

@@ -53,18 +53,32 @@ bool get_bool(const json& j, const char* key, const std::string& src, bool fallb
 }
 
 // Fields this engine interprets; everything else goes to `extra` and is written back.
-const char* const kKnownFields[] = {
-    "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
-    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
-    "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
-    "tie_word_embeddings", "attention_bias", "torch_dtype", "dtype", "rope_parameters"};
+const char* const kKnownFields[] = {"model_type",
+                                    "hidden_size",
+                                    "intermediate_size",
+                                    "num_hidden_layers",
+                                    "num_attention_heads",
+                                    "num_key_value_heads",
+                                    "head_dim",
+                                    "vocab_size",
+                                    "max_position_embeddings",
+                                    "rms_norm_eps",
+                                    "rope_theta",
+                                    "rope_scaling",
+                                    "tie_word_embeddings",
+                                    "attention_bias",
+                                    "torch_dtype",
+                                    "dtype",
+                                    "rope_parameters"};
 
 // Parses a rope_scaling (transformers <= 4.x) or rope_parameters (transformers 5) object.
 void parse_rope(const json& r, const std::string& src, const char* field, RopeScaling* out) {
   if (!r.is_object()) throw InputError(src + ": field '" + field + "' must be an object");
   std::string type;
-  if (auto t = r.find("rope_type"); t != r.end() && t->is_string()) type = *t;
-  else if (auto t2 = r.find("type"); t2 != r.end() && t2->is_string()) type = *t2;
+  if (auto t = r.find("rope_type"); t != r.end() && t->is_string())
+    type = *t;
+  else if (auto t2 = r.find("type"); t2 != r.end() && t2->is_string())
+    type = *t2;
   if (type == "default") type.clear();
   if (!type.empty() && type != "llama3") {
     throw InputError(src + ": " + field + " type '" + type + "' is not supported (only llama3)");
@@ -97,8 +111,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
   c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
   c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
-  c.num_key_value_heads =
-      get_int(j, "num_key_value_heads", src, false, c.num_attention_heads);
+  c.num_key_value_heads = get_int(j, "num_key_value_heads", src, false, c.num_attention_heads);
   c.head_dim = get_int(j, "head_dim", src, false,
                        c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
   c.vocab_size = get_int(j, "vocab_size", src, true, 0);
@@ -160,8 +173,8 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
 
 void ModelConfig::validate(const std::string& src) const {
   auto positive = [&](int64_t v, const char* name) {
-    if (v <= 0) throw InputError(src + ": field '" + name + "' must be positive, got " +
-                                 std::to_string(v));
+    if (v <= 0)
+      throw InputError(src + ": field '" + name + "' must be positive, got " + std::to_string(v));
   };
   positive(hidden_size, "hidden_size");
   positive(intermediate_size, "intermediate_size");
@@ -211,12 +224,12 @@ json ModelConfig::to_json() const {
   if (rope_scaling.type.empty()) {
     j["rope_scaling"] = nullptr;
   } else {
-    j["rope_scaling"] = {{"rope_type", rope_scaling.type},
-                         {"factor", rope_scaling.factor},
-                         {"low_freq_factor", rope_scaling.low_freq_factor},
-                         {"high_freq_factor", rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings",
-                          rope_scaling.original_max_position_embeddings}};
+    j["rope_scaling"] = {
+        {"rope_type", rope_scaling.type},
+        {"factor", rope_scaling.factor},
+        {"low_freq_factor", rope_scaling.low_freq_factor},
+        {"high_freq_factor", rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
   if (model_type != "qwen2") j["attention_bias"] = attention_bias;
@@ -231,8 +244,7 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
   std::vector<float> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[static_cast<size_t>(i)] =
-        1.0f / std::pow(static_cast<float>(rope_theta), expo);
+    inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(rope_theta), expo);
   }
   if (rope_scaling.type == "llama3") {
     // Llama 3.1 frequency-dependent scaling: long wavelengths are divided by `factor`,
@@ -257,9 +269,9 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
 
 int64_t ModelConfig::num_parameters() const {
   const int64_t d = hidden_size, h = head_dim, H = num_attention_heads, G = num_key_value_heads;
-  int64_t per_layer = 2 * d                        // two norms
-                      + d * H * h + 2 * d * G * h  // q, k, v
-                      + H * h * d                  // o
+  int64_t per_layer = 2 * d                         // two norms
+                      + d * H * h + 2 * d * G * h   // q, k, v
+                      + H * h * d                   // o
                       + 3 * d * intermediate_size;  // gate, up, down
   if (qkv_bias()) per_layer += H * h + 2 * G * h;
   if (o_bias()) per_layer += d;
@@ -271,8 +283,8 @@ int64_t ModelConfig::num_parameters() const {
 
 namespace {
 
-ModelConfig make(const char* type, int64_t d, int64_t F, int64_t L, int64_t H, int64_t G,
-                 int64_t h, int64_t V, bool tie, double theta, double eps, int64_t max_pos) {
+ModelConfig make(const char* type, int64_t d, int64_t F, int64_t L, int64_t H, int64_t G, int64_t h,
+                 int64_t V, bool tie, double theta, double eps, int64_t max_pos) {
   ModelConfig c;
   c.model_type = type;
   c.hidden_size = d;
@@ -319,8 +331,8 @@ const std::map<std::string, ModelConfig>& presets() {
     // Tiny shapes for tests and demos (not released models).
     m["tiny-qwen3"] = make("qwen3", 64, 160, 2, 4, 2, 24, 97, false, 1e4, 1e-6, 4096);
     m["tiny-qwen2"] = make("qwen2", 48, 112, 2, 6, 2, 8, 89, true, 1e4, 1e-6, 4096);
-    ModelConfig tl = llama3_scaled(
-        make("llama", 64, 128, 2, 4, 4, 16, 101, false, 5e5, 1e-5, 4096), 8.0);
+    ModelConfig tl =
+        llama3_scaled(make("llama", 64, 128, 2, 4, 4, 16, 101, false, 5e5, 1e-5, 4096), 8.0);
     tl.rope_scaling.original_max_position_embeddings = 64;  // so the scaling bands matter
     m["tiny-llama"] = tl;
     for (auto& [name, c] : m) {
@@ -360,7 +372,8 @@ ModelConfig resolve_config(const std::string& arg) {
   }
   if (fs::is_regular_file(arg)) return ModelConfig::from_file(arg);
   if (has_preset(arg)) return preset_config(arg);
-  throw InputError("model '" + arg + "' is neither a model directory, a config.json, nor a known preset");
+  throw InputError("model '" + arg +
+                   "' is neither a model directory, a config.json, nor a known preset");
 }
 
 }  // namespace sbp

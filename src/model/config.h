@@ -18,7 +18,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "llama", "qwen2", "qwen3"
+  std::string model_type;           // "llama", "qwen2", "qwen3"
   int64_t hidden_size = 0;          // d
   int64_t intermediate_size = 0;    // F
   int64_t num_hidden_layers = 0;    // L
@@ -31,7 +31,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // llama/qwen3: bias on q,k,v,o; qwen2 always has q,k,v bias
+  bool attention_bias = false;          // llama/qwen3: bias on q,k,v,o; qwen2 always has q,k,v bias
   std::string torch_dtype = "float32";  // dtype of the checkpoint on disk
   nlohmann::json extra;                 // fields we do not interpret, written back unchanged
 

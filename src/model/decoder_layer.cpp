@@ -28,7 +28,8 @@ void DecoderLayerOps::linear_backward(const Tensor& dx, float dx_beta, const Ten
                                       const Tensor& W) {
   be_.gemm(dW, dy, true, x, false, 1.0f, 1.0f);  // (out, in) += (n, out)^T (n, in)
   if (db.defined()) be_.bias_backward(db, dy);
-  if (dx.defined()) be_.gemm(dx, dy, false, W, false, 1.0f, dx_beta);  // (n, in) = (n, out) (out, in)
+  if (dx.defined())
+    be_.gemm(dx, dy, false, W, false, 1.0f, dx_beta);  // (n, in) = (n, out) (out, in)
 }
 
 LayerKV DecoderLayerOps::alloc_kv(int64_t T, Category c, bool keep_k_raw) {
@@ -88,8 +89,8 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
   if (!save) t.a.reset();
   be_.rope_forward(t.q.view(), tables_.positions.slice_rows(s, s + n), tables_.rope);
 
-  t.attn = alloc(c, n, Hh, act_);        // (n, H*h)
-  t.lse = alloc(c, n, H, DType::F32);    // (n, H)
+  t.attn = alloc(c, n, Hh, act_);      // (n, H*h)
+  t.lse = alloc(c, n, H, DType::F32);  // (n, H)
   be_.attention_forward(t.attn.view(), t.lse.view(), t.q.view(), kv.k.view(), kv.v.view(),
                         tables_.seg_start, s, dims_);
   if (!save) {
@@ -122,10 +123,9 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
   }
 }
 
-void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& gw,
-                                    const Tensor& x, int64_t s, ChunkActs& t,
-                                    const LayerKV& kv, const Tensor& dK, const Tensor& dV,
-                                    const Tensor& gy) {
+void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x,
+                                    int64_t s, ChunkActs& t, const LayerKV& kv, const Tensor& dK,
+                                    const Tensor& dV, const Tensor& gy) {
   const int64_t n = x.rows(), d = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int64_t Hh = cfg_.num_attention_heads * cfg_.head_dim;
   const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
@@ -145,8 +145,7 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
     t.gate.reset();
     t.up.reset();
     Buffer db = alloc(ws, n, d, DType::F32);  // (n, d)
-    linear_backward(db.view(), 0.0f, gw.gate_proj, Tensor(), dgate.view(), t.b.view(),
-                    w.gate_proj);
+    linear_backward(db.view(), 0.0f, gw.gate_proj, Tensor(), dgate.view(), t.b.view(), w.gate_proj);
     dgate.reset();
     linear_backward(db.view(), 1.0f, gw.up_proj, Tensor(), dup.view(), t.b.view(), w.up_proj);
     dup.reset();
@@ -161,9 +160,8 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
     Buffer dattn = alloc(ws, n, Hh, DType::F32);  // (n, H*h)
     linear_backward(dattn.view(), 0.0f, gw.o_proj, gw.o_bias, gy, t.attn.view(), w.o_proj);
     Buffer dq = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
-    be_.attention_backward(dq.view(), dK, dV, dattn.view(), t.q.view(), kv.k.view(),
-                           kv.v.view(), t.attn.view(), t.lse.view(), tables_.seg_start, s,
-                           dims_);
+    be_.attention_backward(dq.view(), dK, dV, dattn.view(), t.q.view(), kv.k.view(), kv.v.view(),
+                           t.attn.view(), t.lse.view(), tables_.seg_start, s, dims_);
     dattn.reset();
     t.attn.reset();
     t.q.reset();
@@ -196,8 +194,7 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
       Buffer dk_raw = pool_.zeros(ws, DType::F32, {n, Gh});  // (n, G*h)
       be_.rmsnorm_backward(dk_raw.view(), gw.k_norm, dk, k_raw, w.k_norm, eps);
       k_raw_tmp.reset();
-      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk_raw.view(), t.a.view(),
-                      w.k_proj);
+      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk_raw.view(), t.a.view(), w.k_proj);
     } else {
       linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk, t.a.view(), w.k_proj);
     }

@@ -70,8 +70,8 @@ class DecoderLayerOps {
   // final after this chunk's attention backward (all later rows already processed), and are
   // then consumed here (their rope is undone in place). Weight gradients accumulate into gw.
   void rows_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x, int64_t s,
-                     ChunkActs& acts, const LayerKV& kv, const Tensor& dK,
-                     const Tensor& dV, const Tensor& gy);
+                     ChunkActs& acts, const LayerKV& kv, const Tensor& dK, const Tensor& dV,
+                     const Tensor& gy);
 
  private:
   Buffer alloc(Category c, int64_t rows, int64_t cols, DType dt);

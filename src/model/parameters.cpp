@@ -73,8 +73,9 @@ ParameterSet ParameterSet::unallocated(const ModelConfig& cfg, ModelHead head) {
 }
 
 void ParameterSet::attach(size_t i, Buffer b) {
-  SBP_CHECK(b.view().shape == specs_[i].shape,
-            "attach " + specs_[i].name + ": " + b.view().describe() + " for " + specs_[i].shape.str());
+  SBP_CHECK(
+      b.view().shape == specs_[i].shape,
+      "attach " + specs_[i].name + ": " + b.view().describe() + " for " + specs_[i].shape.str());
   buffers_[i] = std::move(b);
   build_views();
 }
@@ -108,7 +109,8 @@ void ParameterSet::build_views() {
   } else {
     views_.lm_head = tied_ ? views_.embed : get("lm_head.weight");
   }
-  views_.layers.resize(static_cast<size_t>(layers_));  // in place: views held by an engine stay valid
+  views_.layers.resize(
+      static_cast<size_t>(layers_));  // in place: views held by an engine stay valid
   for (int64_t l = 0; l < layers_; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerTensors& t = views_.layers[static_cast<size_t>(l)];

@@ -13,21 +13,21 @@ namespace sbp {
 
 // Views of one decoder layer's tensors (undefined Tensors where the architecture has none).
 struct LayerTensors {
-  Tensor input_norm;   // (d)
-  Tensor q_proj;       // (H*h, d)
-  Tensor q_bias;       // (H*h)        qwen2 / attention_bias
-  Tensor k_proj;       // (G*h, d)
-  Tensor k_bias;       // (G*h)
-  Tensor v_proj;       // (G*h, d)
-  Tensor v_bias;       // (G*h)
-  Tensor o_proj;       // (d, H*h)
-  Tensor o_bias;       // (d)          attention_bias (llama/qwen3)
-  Tensor q_norm;       // (h)          qwen3
-  Tensor k_norm;       // (h)          qwen3
-  Tensor post_norm;    // (d)
-  Tensor gate_proj;    // (F, d)
-  Tensor up_proj;      // (F, d)
-  Tensor down_proj;    // (d, F)
+  Tensor input_norm;  // (d)
+  Tensor q_proj;      // (H*h, d)
+  Tensor q_bias;      // (H*h)        qwen2 / attention_bias
+  Tensor k_proj;      // (G*h, d)
+  Tensor k_bias;      // (G*h)
+  Tensor v_proj;      // (G*h, d)
+  Tensor v_bias;      // (G*h)
+  Tensor o_proj;      // (d, H*h)
+  Tensor o_bias;      // (d)          attention_bias (llama/qwen3)
+  Tensor q_norm;      // (h)          qwen3
+  Tensor k_norm;      // (h)          qwen3
+  Tensor post_norm;   // (d)
+  Tensor gate_proj;   // (F, d)
+  Tensor up_proj;     // (F, d)
+  Tensor down_proj;   // (d, F)
 };
 
 struct ModelTensors {

@@ -36,9 +36,9 @@ std::string errno_text() { return std::strerror(errno); }
 
 // dtype spellings of the safetensors format that we recognise but do not read.
 bool is_known_unsupported_dtype(const std::string& s) {
-  static const char* const kNames[] = {
-      "BOOL", "U8",  "I8",  "I16", "U16", "I32", "U32",     "I64",     "U64",     "F64",
-      "C64",  "F4",  "F8_E5M2",  "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2"};
+  static const char* const kNames[] = {"BOOL",    "U8",      "I8",      "I16",     "U16",    "I32",
+                                       "U32",     "I64",     "U64",     "F64",     "C64",    "F4",
+                                       "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2"};
   for (const char* n : kNames)
     if (s == n) return true;
   return false;
@@ -289,8 +289,8 @@ void SafetensorsFile::parse_and_validate() {
                        off->dump());
     }
     if (e.begin > e.end) {
-      throw InputError(where + "data_offsets begin " + std::to_string(e.begin) +
-                       " is after end " + std::to_string(e.end));
+      throw InputError(where + "data_offsets begin " + std::to_string(e.begin) + " is after end " +
+                       std::to_string(e.end));
     }
     if (e.end > data_size) {
       throw InputError(where + "data_offsets end " + std::to_string(e.end) +
@@ -332,8 +332,8 @@ void SafetensorsFile::parse_and_validate() {
     prev = e;
   }
   if (covered != data_size) {
-    throw InputError(path + ": hole in the data region: bytes [" + std::to_string(covered) +
-                     ", " + std::to_string(data_size) + ") at the end belong to no tensor");
+    throw InputError(path + ": hole in the data region: bytes [" + std::to_string(covered) + ", " +
+                     std::to_string(data_size) + ") at the end belong to no tensor");
   }
 }
 
@@ -352,8 +352,8 @@ void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) cons
   const SafetensorsEntry& e = entry_or_throw(name);
   if (dst.numel() != e.shape.numel()) {
     throw InputError(path_ + ": tensor '" + name + "' has shape " + e.shape.str() + " (" +
-                     std::to_string(e.shape.numel()) + " elements), destination " +
-                     dst.describe() + " has " + std::to_string(dst.numel()));
+                     std::to_string(e.shape.numel()) + " elements), destination " + dst.describe() +
+                     " has " + std::to_string(dst.numel()));
   }
   read_range_into(name, 0, dst);
 }
@@ -368,8 +368,7 @@ void SafetensorsFile::read_range_into(const std::string& name, int64_t first,
   SBP_CHECK(first >= 0 && first <= total && dst.numel() <= total - first,
             "safetensors: range of " + std::to_string(dst.numel()) + " elements at " +
                 std::to_string(first) + " outside tensor '" + name + "' " + e.shape.str());
-  const unsigned char* src =
-      data_ + e.begin + static_cast<uint64_t>(first) * dtype_size(e.dtype);
+  const unsigned char* src = data_ + e.begin + static_cast<uint64_t>(first) * dtype_size(e.dtype);
   convert(src, e.dtype, static_cast<unsigned char*>(dst.data), dst.dtype, dst.numel());
 }
 

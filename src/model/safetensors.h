@@ -15,8 +15,8 @@ namespace sbp {
 struct SafetensorsEntry {
   std::string name;
   DType dtype;
-  Shape shape;             // a 0-d (scalar) tensor is stored as shape (1)
-  uint64_t begin = 0;      // byte offsets relative to the start of the data region
+  Shape shape;         // a 0-d (scalar) tensor is stored as shape (1)
+  uint64_t begin = 0;  // byte offsets relative to the start of the data region
   uint64_t end = 0;
 };
 

@@ -30,7 +30,8 @@ struct ValueCheckpoint {
 
 // Opens model.safetensors (or the shards of its index) and validates every tensor's presence
 // and shape against `cfg` before anything is copied.
-ValueCheckpoint open_value_checkpoint(const std::string& dir, const ModelConfig& cfg, bool init_missing_head) {
+ValueCheckpoint open_value_checkpoint(const std::string& dir, const ModelConfig& cfg,
+                                      bool init_missing_head) {
   ValueCheckpoint ck;
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
@@ -56,7 +57,8 @@ ValueCheckpoint open_value_checkpoint(const std::string& dir, const ModelConfig&
   }
   for (const std::string& f : names) {
     ck.files.push_back(std::make_unique<SafetensorsFile>(f));
-    for (const SafetensorsEntry& e : ck.files.back()->entries()) ck.where[e.name] = ck.files.back().get();
+    for (const SafetensorsEntry& e : ck.files.back()->entries())
+      ck.where[e.name] = ck.files.back().get();
   }
   for (const ParamSpec& s : parameter_specs(cfg, ModelHead::value)) {
     auto it = ck.where.find(s.name);

@@ -24,11 +24,11 @@ ParameterSet make_value_parameters(const ModelConfig& cfg, Pool& pool, Category 
 // normal(0, head_std) from `seed` (how a value model is often started from the policy).
 // Throws InputError naming the file and the tensor.
 void load_value_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params,
-                        bool init_missing_head = false, uint64_t seed = 0,
-                        float head_std = 0.02f);
+                        bool init_missing_head = false, uint64_t seed = 0, float head_std = 0.02f);
 
 // The checks of load_value_weights without reading any weights (only the safetensors headers):
 // lets a program reject a bad value checkpoint before it allocates or prints anything.
-void check_value_weights(const std::string& dir, const ModelConfig& cfg, bool init_missing_head = false);
+void check_value_weights(const std::string& dir, const ModelConfig& cfg,
+                         bool init_missing_head = false);
 
 }  // namespace sbp

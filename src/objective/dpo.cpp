@@ -43,7 +43,8 @@ DpoObjective::DpoObjective(const Batch& batch, std::span<const float> ref_logp,
   coef_.assign(static_cast<size_t>(S), 0.0);
   for (int64_t t = 0; t < rows_.num_rows(); ++t) {
     const size_t i = static_cast<size_t>(t);
-    ref_sum_[static_cast<size_t>(rows_.segment[i])] += static_cast<double>(rows_.weight[i]) * ref_logp[i];
+    ref_sum_[static_cast<size_t>(rows_.segment[i])] +=
+        static_cast<double>(rows_.weight[i]) * ref_logp[i];
   }
   pairs_.resize(static_cast<size_t>(S / 2));
 }

@@ -57,7 +57,8 @@ PartRollout part_rewards(const PpoRolloutPart& p, const PpoRolloutConfig& cfg, P
   PartRollout part;
   part.T = T;
   part.step.assign(static_cast<size_t>(T), false);
-  for (int64_t t = 0; t < T; ++t) part.step[static_cast<size_t>(t)] = rows.weight[static_cast<size_t>(t)] > 0.0f;
+  for (int64_t t = 0; t < T; ++t)
+    part.step[static_cast<size_t>(t)] = rows.weight[static_cast<size_t>(t)] > 0.0f;
   part.r.assign(static_cast<size_t>(T), 0.0);
   for (int64_t s = 0; s < S; ++s) {
     int64_t last = -1;
@@ -71,7 +72,8 @@ PartRollout part_rewards(const PpoRolloutPart& p, const PpoRolloutConfig& cfg, P
       kl_sum += kl;
       last = t;
     }
-    if (last < 0) throw InputError("ppo: sequence " + std::to_string(s) + " has no completion token");
+    if (last < 0)
+      throw InputError("ppo: sequence " + std::to_string(s) + " has no completion token");
     part.r[static_cast<size_t>(last)] += p.scores[static_cast<size_t>(s)];
     out.mean_kl += kl_sum / static_cast<double>(S);
     out.mean_non_score_reward += -cfg.kl_coef * kl_sum / static_cast<double>(S);
@@ -139,7 +141,8 @@ void whiten_over_parts(std::vector<PartRollout>& parts, std::vector<double> Part
   size_t at = 0;
   for (PartRollout& p : parts) {
     std::copy(white.begin() + static_cast<std::ptrdiff_t>(at),
-              white.begin() + static_cast<std::ptrdiff_t>(at + (p.*field).size()), (p.*field).begin());
+              white.begin() + static_cast<std::ptrdiff_t>(at + (p.*field).size()),
+              (p.*field).begin());
     at += (p.*field).size();
   }
 }
@@ -152,7 +155,8 @@ std::vector<PpoAdvantages> ppo_step_advantages(std::span<const PpoRolloutPart> p
   std::vector<PpoAdvantages> out(parts.size());
   std::vector<PartRollout> rollouts;
   for (size_t k = 0; k < parts.size(); ++k) rollouts.push_back(part_rewards(parts[k], cfg, out[k]));
-  if (cfg.whiten_rewards) whiten_over_parts(rollouts, &PartRollout::r, /*shift_mean=*/false, sum_over_ranks);
+  if (cfg.whiten_rewards)
+    whiten_over_parts(rollouts, &PartRollout::r, /*shift_mean=*/false, sum_over_ranks);
   for (size_t k = 0; k < parts.size(); ++k) part_gae(parts[k], cfg, rollouts[k]);
   whiten_over_parts(rollouts, &PartRollout::adv, /*shift_mean=*/true, sum_over_ranks);
   for (size_t k = 0; k < parts.size(); ++k) {

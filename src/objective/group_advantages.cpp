@@ -10,7 +10,9 @@ ScaleRewards parse_scale_rewards(const std::string& name) {
   return parse_enum<ScaleRewards>(kScaleRewardsNames, name, "scale_rewards");
 }
 
-const char* scale_rewards_name(ScaleRewards s) { return enum_name<ScaleRewards>(kScaleRewardsNames, s); }
+const char* scale_rewards_name(ScaleRewards s) {
+  return enum_name<ScaleRewards>(kScaleRewardsNames, s);
+}
 
 namespace {
 // Mean and unbiased standard deviation (torch.std's default correction of 1; NaN for n = 1,
@@ -26,8 +28,7 @@ void mean_std(std::span<const float> x, double* mean, double* std) {
 }
 }  // namespace
 
-std::vector<float> group_advantages(std::span<const float> rewards, int64_t G,
-                                    ScaleRewards scale) {
+std::vector<float> group_advantages(std::span<const float> rewards, int64_t G, ScaleRewards scale) {
   const int64_t N = static_cast<int64_t>(rewards.size());
   if (G < 1 || N == 0 || N % G != 0)
     throw InputError("grpo: " + std::to_string(N) + " rewards do not form groups of " +
@@ -36,7 +37,8 @@ std::vector<float> group_advantages(std::span<const float> rewards, int64_t G,
   mean_std(rewards, &batch_mean, &batch_std);
   std::vector<float> adv(static_cast<size_t>(N));
   for (int64_t g = 0; g < N / G; ++g) {
-    const std::span<const float> grp = rewards.subspan(static_cast<size_t>(g * G), static_cast<size_t>(G));
+    const std::span<const float> grp =
+        rewards.subspan(static_cast<size_t>(g * G), static_cast<size_t>(G));
     double mean = 0, std = 0;
     mean_std(grp, &mean, &std);
     const double s = scale == ScaleRewards::batch ? batch_std : std;

@@ -20,8 +20,10 @@ namespace sbp {
 enum class ScaleRewards { group, batch, none };
 // TRL's older boolean spellings are accepted: true = group, false = none.
 inline constexpr EnumName<ScaleRewards> kScaleRewardsNames[] = {
-    {ScaleRewards::group, "group"},        {ScaleRewards::batch, "batch"},
-    {ScaleRewards::none, "none"},          {ScaleRewards::group, "true", true},
+    {ScaleRewards::group, "group"},
+    {ScaleRewards::batch, "batch"},
+    {ScaleRewards::none, "none"},
+    {ScaleRewards::group, "true", true},
     {ScaleRewards::none, "false", true}};
 ScaleRewards parse_scale_rewards(const std::string& name);  // InputError naming the choices
 const char* scale_rewards_name(ScaleRewards s);

@@ -16,8 +16,11 @@ const char* grpo_loss_name(GrpoLoss t) { return enum_name<GrpoLoss>(kGrpoLossNam
 GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantages,
                              const GrpoConfig& cfg, std::span<const float> old_logp,
                              std::span<const float> ref_logp)
-    : cfg_(cfg), rows_(batch), adv_(advantages.begin(), advantages.end()),
-      old_(old_logp.begin(), old_logp.end()), ref_(ref_logp.begin(), ref_logp.end()) {
+    : cfg_(cfg),
+      rows_(batch),
+      adv_(advantages.begin(), advantages.end()),
+      old_(old_logp.begin(), old_logp.end()),
+      ref_(ref_logp.begin(), ref_logp.end()) {
   const int64_t T = rows_.num_rows(), S = rows_.num_sequences();
   if (static_cast<int64_t>(adv_.size()) != S)
     throw InputError("grpo: " + std::to_string(adv_.size()) + " advantages for " +
@@ -26,8 +29,8 @@ GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantag
     throw InputError("grpo: " + std::to_string(old_.size()) + " old log-probs for " +
                      std::to_string(T) + " rows");
   if (cfg.beta != 0.0 && static_cast<int64_t>(ref_.size()) != T)
-    throw InputError("grpo: beta != 0 needs the reference log-probs of all " +
-                     std::to_string(T) + " rows (got " + std::to_string(ref_.size()) + ")");
+    throw InputError("grpo: beta != 0 needs the reference log-probs of all " + std::to_string(T) +
+                     " rows (got " + std::to_string(ref_.size()) + ")");
   if (cfg.grad_accum_steps < 1 || cfg.num_processes < 1)
     throw InputError("grpo: grad_accum_steps and num_processes must be >= 1");
 
@@ -45,13 +48,12 @@ GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantag
     if (m == 0.0) continue;
     switch (cfg.loss_type) {
       case GrpoLoss::grpo:
-        w_[i] = m / (std::max(1.0, rows_.weight_sum[static_cast<size_t>(rows_.segment[i])]) * B * ga);
+        w_[i] =
+            m / (std::max(1.0, rows_.weight_sum[static_cast<size_t>(rows_.segment[i])]) * B * ga);
         break;
       case GrpoLoss::bnpo: w_[i] = m / (std::max(1.0, rows_.total_weight) * ga); break;
       case GrpoLoss::dr_grpo: w_[i] = m / (B * std::max(1.0, max_len) * ga); break;
-      case GrpoLoss::dapo:
-        w_[i] = m / (items / static_cast<double>(cfg.num_processes));
-        break;
+      case GrpoLoss::dapo: w_[i] = m / (items / static_cast<double>(cfg.num_processes)); break;
     }
   }
 }

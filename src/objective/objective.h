@@ -33,9 +33,7 @@ struct TokenChunk {
   std::span<const float> entropy;  // (n) LM head: entropy of the row's softmax; empty unless
                                    //     wants_entropy()
   std::span<const float> value;    // (n) value head: the value of each row
-  int64_t size() const {
-    return static_cast<int64_t>(logp.empty() ? value.size() : logp.size());
-  }
+  int64_t size() const { return static_cast<int64_t>(logp.empty() ? value.size() : logp.size()); }
 };
 
 // What the objective writes for that block (every element, zeros included).
@@ -66,8 +64,7 @@ class Objective {
 
   // The simple form: rows [row_begin, row_begin + n), logp (n) in, dlogp (n) out. Objectives
   // override either this or chunk_grads().
-  virtual void token_grads(int64_t row_begin, std::span<const float> logp,
-                           std::span<float> dlogp);
+  virtual void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp);
 
   // This micro-batch's contribution to the step loss (complete after the gradient pass; for
   // objectives with pre-passes, after the last pre-pass).

@@ -20,12 +20,12 @@ std::string ObjectiveSetup::describe() const {
   switch (kind) {
     case ObjectiveKind::sft: return "sft";
     case ObjectiveKind::dpo:
-      std::snprintf(buf, sizeof buf, "dpo (%s, beta %g, label smoothing %g)", dpo_loss_name(dpo.loss_type),
-                    dpo.beta, dpo.label_smoothing);
+      std::snprintf(buf, sizeof buf, "dpo (%s, beta %g, label smoothing %g)",
+                    dpo_loss_name(dpo.loss_type), dpo.beta, dpo.label_smoothing);
       return buf;
     case ObjectiveKind::grpo:
-      std::snprintf(buf, sizeof buf, "grpo (%s, beta %g, scale_rewards %s)", grpo_loss_name(grpo.loss_type),
-                    grpo.beta, scale_rewards_name(scale_rewards));
+      std::snprintf(buf, sizeof buf, "grpo (%s, beta %g, scale_rewards %s)",
+                    grpo_loss_name(grpo.loss_type), grpo.beta, scale_rewards_name(scale_rewards));
       return buf;
     case ObjectiveKind::ppo:
       std::snprintf(buf, sizeof buf, "ppo (kl_coef %g, vf_coef %g)", rollout.kl_coef, ppo.vf_coef);

@@ -24,7 +24,9 @@ double completion_rows(const SequenceRows& rows) {
 
 PpoPolicyObjective::PpoPolicyObjective(const Batch& batch, std::span<const float> advantages,
                                        std::span<const float> old_logp, const PpoConfig& cfg)
-    : cfg_(cfg), rows_(batch), adv_(advantages.begin(), advantages.end()),
+    : cfg_(cfg),
+      rows_(batch),
+      adv_(advantages.begin(), advantages.end()),
       old_(old_logp.begin(), old_logp.end()) {
   check_rows("advantages", advantages, rows_.num_rows());
   check_rows("old_logp", old_logp, rows_.num_rows());
@@ -74,7 +76,9 @@ std::map<std::string, double> PpoPolicyObjective::metrics() const {
 
 PpoValueObjective::PpoValueObjective(const Batch& batch, std::span<const float> returns,
                                      std::span<const float> old_values, const PpoConfig& cfg)
-    : cfg_(cfg), rows_(batch), ret_(returns.begin(), returns.end()),
+    : cfg_(cfg),
+      rows_(batch),
+      ret_(returns.begin(), returns.end()),
       vold_(old_values.begin(), old_values.end()) {
   check_rows("returns", returns, rows_.num_rows());
   check_rows("old_values", old_values, rows_.num_rows());
@@ -95,13 +99,15 @@ void PpoValueObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads&
     out.dvalue[i] = static_cast<float>(w * vf.d);
     loss_ += w * vf.value;
     vf_sum_ += vf.value;
-    const double vc = std::clamp(v, vold_[t] - cfg_.cliprange_value, vold_[t] + cfg_.cliprange_value);
+    const double vc =
+        std::clamp(v, vold_[t] - cfg_.cliprange_value, vold_[t] + cfg_.cliprange_value);
     clip_sum_ += (vc - ret_[t]) * (vc - ret_[t]) > (v - ret_[t]) * (v - ret_[t]) ? 1.0 : 0.0;
   }
 }
 
 std::map<std::string, double> PpoValueObjective::metrics() const {
-  return {{"loss", loss_}, {"loss/value", 0.5 * vf_sum_ / n_}, {"val/clipfrac_avg", clip_sum_ / n_}};
+  return {
+      {"loss", loss_}, {"loss/value", 0.5 * vf_sum_ / n_}, {"val/clipfrac_avg", clip_sum_ / n_}};
 }
 
 }  // namespace sbp

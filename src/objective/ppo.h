@@ -4,7 +4,8 @@
 //
 //   policy (LM head):    pg_t = max(-A_t r_t, -A_t clamp(r_t, 1 - cliprange, 1 + cliprange))
 //                        r_t = exp(logp_t - old_t)
-//                        L_pi = masked_mean(pg) / ga              [- entropy_coef * masked_mean(H) / ga]
+//                        L_pi = masked_mean(pg) / ga              [- entropy_coef * masked_mean(H)
+//                        / ga]
 //   value (value head):  vc_t = clamp(v_t, vold_t - cliprange_value, vold_t + cliprange_value)
 //                        L_v = vf_coef * 0.5 * masked_mean(max((v_t - R_t)^2, (vc_t - R_t)^2)) / ga
 //

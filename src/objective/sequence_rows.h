@@ -11,11 +11,11 @@
 namespace sbp {
 
 struct SequenceRows {
-  std::vector<int32_t> segment;      // (T) segment index of each row
-  std::vector<float> weight;         // (T) target weight m_t (0 where the row has no target)
-  std::vector<int64_t> begin;        // (S + 1) first row of each segment, then T
-  std::vector<double> weight_sum;    // (S) sum of m_t over the segment's rows
-  double total_weight = 0.0;         // sum of m_t over the batch
+  std::vector<int32_t> segment;    // (T) segment index of each row
+  std::vector<float> weight;       // (T) target weight m_t (0 where the row has no target)
+  std::vector<int64_t> begin;      // (S + 1) first row of each segment, then T
+  std::vector<double> weight_sum;  // (S) sum of m_t over the segment's rows
+  double total_weight = 0.0;       // sum of m_t over the batch
 
   explicit SequenceRows(const Batch& batch);
   int64_t num_rows() const { return static_cast<int64_t>(segment.size()); }

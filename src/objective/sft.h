@@ -14,8 +14,7 @@ class SftObjective final : public Objective {
   // normalizer: the step's total loss weight (sum of Batch::loss_weight_sum over micro-batches).
   SftObjective(const Batch& batch, double normalizer);
 
-  void token_grads(int64_t row_begin, std::span<const float> logp,
-                   std::span<float> dlogp) override;
+  void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp) override;
 
   // This micro-batch's share of the step loss, accumulated over the rows seen so far.
   double loss() const override { return loss_; }

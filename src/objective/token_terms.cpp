@@ -5,8 +5,7 @@
 
 namespace sbp {
 
-Term clipped_surrogate(double logp, double old_logp, double adv, double eps_low,
-                       double eps_high) {
+Term clipped_surrogate(double logp, double old_logp, double adv, double eps_low, double eps_high) {
   const double r = std::exp(logp - old_logp);
   const double lo = 1.0 - eps_low, hi = 1.0 + eps_high;
   const double c = std::clamp(r, lo, hi);

@@ -19,8 +19,7 @@ struct Term {
 //   value = -min(r * adv, c * adv)
 // d = dvalue/dlogp: -adv * r where the unclipped branch is active (inside the clip range, or
 // outside it when r * adv is the smaller), else 0.
-Term clipped_surrogate(double logp, double old_logp, double adv, double eps_low,
-                       double eps_high);
+Term clipped_surrogate(double logp, double old_logp, double adv, double eps_low, double eps_high);
 // Whether the token counts as clipped in TRL's statistics (GRPO clip_ratio/low, /high).
 bool clipped_low(double logp, double old_logp, double adv, double eps_low);
 bool clipped_high(double logp, double old_logp, double adv, double eps_high);

@@ -15,8 +15,10 @@ double LrSchedule::at(int64_t step) const {
   const double span = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
   const double progress = std::clamp(static_cast<double>(s - warmup_steps) / span, 0.0, 1.0);
   double factor = 1.0;
-  if (kind == ScheduleKind::linear) factor = 1.0 - progress;
-  else if (kind == ScheduleKind::cosine) factor = 0.5 * (1.0 + std::cos(M_PI * progress));
+  if (kind == ScheduleKind::linear)
+    factor = 1.0 - progress;
+  else if (kind == ScheduleKind::cosine)
+    factor = 0.5 * (1.0 + std::cos(M_PI * progress));
   return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * factor);
 }
 

@@ -9,8 +9,9 @@
 namespace sbp {
 
 enum class ScheduleKind { constant, linear, cosine };
-inline constexpr EnumName<ScheduleKind> kScheduleNames[] = {
-    {ScheduleKind::constant, "constant"}, {ScheduleKind::linear, "linear"}, {ScheduleKind::cosine, "cosine"}};
+inline constexpr EnumName<ScheduleKind> kScheduleNames[] = {{ScheduleKind::constant, "constant"},
+                                                            {ScheduleKind::linear, "linear"},
+                                                            {ScheduleKind::cosine, "cosine"}};
 
 struct LrSchedule {
   ScheduleKind kind = ScheduleKind::constant;

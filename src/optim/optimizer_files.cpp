@@ -30,7 +30,8 @@ int64_t parse_step(const SafetensorsFile& f) {
 // optimizer-rank<r>-of-<R>.safetensors -> (r, R); false for any other name.
 bool parse_shard_name(const std::string& name, int* rank, int* ranks) {
   int r = -1, n = -1, used = 0;
-  if (std::sscanf(name.c_str(), "optimizer-rank%5d-of-%5d.safetensors%n", &r, &n, &used) != 2) return false;
+  if (std::sscanf(name.c_str(), "optimizer-rank%5d-of-%5d.safetensors%n", &r, &n, &used) != 2)
+    return false;
   if (static_cast<size_t>(used) != name.size() || r < 0 || n < 1 || r >= n) return false;
   if (name != optimizer_shard_file(r, n)) return false;
   *rank = r;
@@ -45,8 +46,9 @@ void read_whole(const fs::path& path, const std::vector<MomentSlice>& into, int6
       const std::string name = prefix + s.name;
       const SafetensorsEntry* e = f.find(name);
       if (e && s.range.count != s.numel && e->shape.numel() != s.numel)
-        throw InputError(f.path() + ": tensor '" + name + "' has " + std::to_string(e->shape.numel()) +
-                         " elements, the parameter " + std::to_string(s.numel));
+        throw InputError(f.path() + ": tensor '" + name + "' has " +
+                         std::to_string(e->shape.numel()) + " elements, the parameter " +
+                         std::to_string(s.numel));
       if (s.range.count == s.numel)
         f.read_into(name, dst);  // names the tensor and the shapes on a mismatch
       else
@@ -56,30 +58,33 @@ void read_whole(const fs::path& path, const std::vector<MomentSlice>& into, int6
   *steps = parse_step(f);
 }
 
-void read_shards(const fs::path& dir, int ranks, const std::vector<MomentSlice>& into, int64_t* steps) {
+void read_shards(const fs::path& dir, int ranks, const std::vector<MomentSlice>& into,
+                 int64_t* steps) {
   for (int r = 0; r < ranks; ++r) {
     const fs::path path = dir / optimizer_shard_file(r, ranks);
     if (!fs::exists(path))
-      throw InputError(path.string() + ": missing (the optimizer was saved in " + std::to_string(ranks) +
-                       " shards)");
+      throw InputError(path.string() + ": missing (the optimizer was saved in " +
+                       std::to_string(ranks) + " shards)");
     SafetensorsFile f(path.string());
     const int64_t step = parse_step(f);
     if (r == 0) *steps = step;
     if (step != *steps)
-      throw InputError(path.string() + ": step " + std::to_string(step) + ", but " + optimizer_shard_file(0, ranks) +
-                       " has " + std::to_string(*steps));
+      throw InputError(path.string() + ": step " + std::to_string(step) + ", but " +
+                       optimizer_shard_file(0, ranks) + " has " + std::to_string(*steps));
     for (const MomentSlice& s : into) {
       const ShardRange saved = shard_range(s.numel, ranks, r);
-      const int64_t begin = std::max(saved.offset, s.range.offset), end = std::min(saved.end(), s.range.end());
+      const int64_t begin = std::max(saved.offset, s.range.offset),
+                    end = std::min(saved.end(), s.range.end());
       if (begin >= end) continue;
       for (const auto& [prefix, dst] : {std::pair{"m.", s.m}, std::pair{"v.", s.v}}) {
         const std::string name = prefix + s.name;
         const SafetensorsEntry* e = f.find(name);
         if (!e) throw InputError(path.string() + ": no tensor named '" + name + "'");
         if (e->shape.numel() != saved.count)
-          throw InputError(path.string() + ": tensor '" + name + "' has " + std::to_string(e->shape.numel()) +
-                           " elements, but rank " + std::to_string(r) + "'s slice of the " +
-                           std::to_string(s.numel) + "-element parameter has " + std::to_string(saved.count));
+          throw InputError(path.string() + ": tensor '" + name + "' has " +
+                           std::to_string(e->shape.numel()) + " elements, but rank " +
+                           std::to_string(r) + "'s slice of the " + std::to_string(s.numel) +
+                           "-element parameter has " + std::to_string(saved.count));
         const Tensor part = flat_slice(dst, ShardRange{begin - s.range.offset, end - begin});
         f.read_range_into(name, begin - saved.offset, part);
       }
@@ -111,7 +116,8 @@ std::string optimizer_shard_file(int rank, int ranks) {
   return buf;
 }
 
-void write_optimizer_file(const std::string& dir, const std::vector<MomentSlice>& whole, int64_t steps) {
+void write_optimizer_file(const std::string& dir, const std::vector<MomentSlice>& whole,
+                          int64_t steps) {
   std::vector<NamedTensor> moments;
   for (const MomentSlice& s : whole) {
     SBP_CHECK(s.range.count == s.numel, "write_optimizer_file: " + s.name + " is not whole");
@@ -122,15 +128,17 @@ void write_optimizer_file(const std::string& dir, const std::vector<MomentSlice>
                     {{"step", std::to_string(steps)}});
 }
 
-void write_optimizer_shard(const std::string& dir, const std::vector<MomentSlice>& mine, int64_t steps,
-                           int rank, int ranks) {
+void write_optimizer_shard(const std::string& dir, const std::vector<MomentSlice>& mine,
+                           int64_t steps, int rank, int ranks) {
   std::vector<NamedTensor> moments;
   for (const MomentSlice& s : mine)
     if (s.range.count > 0) moments.push_back({"m." + s.name, s.m.reshaped({s.range.count})});
   for (const MomentSlice& s : mine)
     if (s.range.count > 0) moments.push_back({"v." + s.name, s.v.reshaped({s.range.count})});
-  write_safetensors((fs::path(dir) / optimizer_shard_file(rank, ranks)).string(), moments, DType::F32,
-                    {{"step", std::to_string(steps)}, {"rank", std::to_string(rank)},
+  write_safetensors((fs::path(dir) / optimizer_shard_file(rank, ranks)).string(), moments,
+                    DType::F32,
+                    {{"step", std::to_string(steps)},
+                     {"rank", std::to_string(rank)},
                      {"ranks", std::to_string(ranks)}});
 }
 
@@ -149,8 +157,8 @@ int64_t read_optimizer_state(const std::string& dir_name, const std::vector<Mome
       int r = 0, n = 0;
       if (!parse_shard_name(e.path().filename().string(), &r, &n)) continue;
       if (ranks != 0 && n != ranks)
-        throw InputError(dir_name + ": optimizer shards of two runs (" + std::to_string(ranks) + " and " +
-                         std::to_string(n) + " ranks)");
+        throw InputError(dir_name + ": optimizer shards of two runs (" + std::to_string(ranks) +
+                         " and " + std::to_string(n) + " ranks)");
       ranks = n;
     }
   }

@@ -37,10 +37,11 @@ inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 std::string optimizer_shard_file(int rank, int ranks);
 
 // optimizer.safetensors in `dir` from whole-tensor slices.
-void write_optimizer_file(const std::string& dir, const std::vector<MomentSlice>& whole, int64_t steps);
+void write_optimizer_file(const std::string& dir, const std::vector<MomentSlice>& whole,
+                          int64_t steps);
 // optimizer-rank<r>-of-<R>.safetensors in `dir` from rank r's slices.
-void write_optimizer_shard(const std::string& dir, const std::vector<MomentSlice>& mine, int64_t steps,
-                           int rank, int ranks);
+void write_optimizer_shard(const std::string& dir, const std::vector<MomentSlice>& mine,
+                           int64_t steps, int rank, int ranks);
 
 // Fills `into` from dir's optimizer state in whichever form it was saved; returns the step
 // count. InputError naming the file (and tensor) when it is missing, incomplete or inconsistent.

@@ -17,9 +17,10 @@ ShardedAdamW::ShardedAdamW(const ModelConfig& cfg, ModelHead head, int ranks, in
   }
 }
 
-void ShardedAdamW::step(const ParameterSet& params, const std::vector<Tensor>& grad_slices, Backend& be,
-                        float lr) {
-  SBP_CHECK(grad_slices.size() == specs_.size(), "ShardedAdamW::step: one gradient slice per tensor");
+void ShardedAdamW::step(const ParameterSet& params, const std::vector<Tensor>& grad_slices,
+                        Backend& be, float lr) {
+  SBP_CHECK(grad_slices.size() == specs_.size(),
+            "ShardedAdamW::step: one gradient slice per tensor");
   ++steps_;
   for (size_t i = 0; i < specs_.size(); ++i) {
     if (ranges_[i].count == 0) continue;
@@ -28,9 +29,11 @@ void ShardedAdamW::step(const ParameterSet& params, const std::vector<Tensor>& g
     s.beta1 = cfg_.beta1;
     s.beta2 = cfg_.beta2;
     s.eps = cfg_.eps;
-    s.weight_decay = specs_[i].shape.ndim >= 2 ? cfg_.weight_decay : 0.0f;  // as AdamW: matrices only
+    s.weight_decay =
+        specs_[i].shape.ndim >= 2 ? cfg_.weight_decay : 0.0f;  // as AdamW: matrices only
     s.step = steps_;
-    be.adamw_step(flat_slice(params.tensor(i), ranges_[i]), grad_slices[i], m_[i].view(), v_[i].view(), s);
+    be.adamw_step(flat_slice(params.tensor(i), ranges_[i]), grad_slices[i], m_[i].view(),
+                  v_[i].view(), s);
   }
 }
 

@@ -27,8 +27,8 @@ int64_t planning_sequences(ObjectiveKind kind, int64_t group_size) {
 }
 
 // fp32 master copies of a trained model's weights: whole, or with ZeRO-1/2 this rank's slices.
-void add_master_weights(const ParameterSet& weights, const DataParallel& grads, int ranks, Pool& pool,
-                        std::vector<Buffer>& out) {
+void add_master_weights(const ParameterSet& weights, const DataParallel& grads, int ranks,
+                        Pool& pool, std::vector<Buffer>& out) {
   for (size_t i = 0; i < weights.size(); ++i) {
     const int64_t n = weights.shape(i).numel();
     const int64_t held = grads.zero() == 0 ? n : shard_range(n, ranks, 0).count;
@@ -60,13 +60,15 @@ StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {
     }
     mb.batch = prompt_completion_batch(seqs);
   }
-  if (kind == ObjectiveKind::grpo || kind == ObjectiveKind::ppo) mb.rewards.assign(static_cast<size_t>(S), 0.0f);
+  if (kind == ObjectiveKind::grpo || kind == ObjectiveKind::ppo)
+    mb.rewards.assign(static_cast<size_t>(S), 0.0f);
   if (kind == ObjectiveKind::grpo) mb.group_size = S;
   return StepBatches::whole({std::move(mb)});
 }
 
-PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective, const ExecConfig& exec,
-                      const StepBatches& step, const StepMemoryOptions& mem) {
+PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
+                      const ExecConfig& exec, const StepBatches& step,
+                      const StepMemoryOptions& mem) {
   Ledger ledger(mem.budget);
   Pool pool(ledger, PoolOptions{.materialize = false});
   MetaBackend be;
@@ -80,7 +82,8 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective, c
   std::vector<Buffer> master;
   if (mem.adamw && mem.master_weights && mem.param_dtype != DType::F32) {
     add_master_weights(models.policy_weights(), models.policy(), mem.ranks, pool, master);
-    if (models.has_value()) add_master_weights(models.value_weights(), models.value(), mem.ranks, pool, master);
+    if (models.has_value())
+      add_master_weights(models.value_weights(), models.value(), mem.ranks, pool, master);
   }
   StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
   PlannedStep p;
@@ -97,11 +100,12 @@ PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const 
   return plan_step(cfg, ObjectiveSetup{}, exec, StepBatches::whole({std::move(mb)}), mem);
 }
 
-PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch, DType param_dtype,
-                          bool adamw, int64_t budget) {
+PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch,
+                          DType param_dtype, bool adamw, int64_t budget) {
   return plan_sft_step(
       cfg, exec, batch,
-      StepMemoryOptions{.param_dtype = param_dtype, .adamw = adamw, .master_weights = false, .budget = budget});
+      StepMemoryOptions{
+          .param_dtype = param_dtype, .adamw = adamw, .master_weights = false, .budget = budget});
 }
 
 }  // namespace sbp

@@ -49,8 +49,9 @@ StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T);
 // Everything allocated in the order a training run allocates it: the objective's models
 // (weights, gradients, optimizer state; reference; value), master weights, then one step of
 // `step` through the step runner. Throws OutOfMemoryError past the budget.
-PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective, const ExecConfig& exec,
-                      const StepBatches& step, const StepMemoryOptions& mem);
+PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
+                      const ExecConfig& exec, const StepBatches& step,
+                      const StepMemoryOptions& mem);
 
 // plan_step for SFT on one micro-batch.
 PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch,

@@ -11,7 +11,9 @@ namespace sbp {
 
 namespace {
 
-int64_t min_tokens(const PlanSetup& s) { return min_planning_tokens(s.objective.kind, s.group_size); }
+int64_t min_tokens(const PlanSetup& s) {
+  return min_planning_tokens(s.objective.kind, s.group_size);
+}
 
 StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
   return StepMemoryOptions{.param_dtype = s.param_dtype,
@@ -141,7 +143,8 @@ int64_t largest_fitting_chunk(const ChunkLadder& ladder, int64_t budget, PeakOf 
 
 ChunkedPlan choose_chunks_with(Prober& probe, const PlanSetup& setup, int64_t T,
                                const ChunkRequest& req, const AutoChunkLimits& limits) {
-  SBP_CHECK(req.layer >= 0 && req.head >= 0, "choose_chunks: chunk sizes must be positive or 0 (auto)");
+  SBP_CHECK(req.layer >= 0 && req.head >= 0,
+            "choose_chunks: chunk sizes must be positive or 0 (auto)");
   SBP_CHECK(limits.min_layer >= 1 && limits.min_head >= 1 && limits.align >= 1,
             "choose_chunks: bad limits");
   const ExecConfig& mode = probe.mode();
@@ -180,7 +183,8 @@ ChunkedPlan choose_chunks_with(Prober& probe, const PlanSetup& setup, int64_t T,
 
 PlannedStep plan_at(const PlanSetup& setup, ExecConfig mode, int64_t seq_len) {
   mode.act_dtype = setup.act_dtype;
-  return plan_step(setup.cfg, setup.objective, mode, planning_step(setup.objective.kind, setup.group_size, seq_len),
+  return plan_step(setup.cfg, setup.objective, mode,
+                   planning_step(setup.objective.kind, setup.group_size, seq_len),
                    memory_options(setup, 0));
 }
 
@@ -194,7 +198,8 @@ MaxLenResult find_max_seq_len(const PlanSetup& setup, const ExecConfig& mode,
                               const ChunkRequest& req, const AutoChunkLimits& limits,
                               int64_t max_seq_len) {
   SBP_CHECK(setup.budget > 0, "find_max_seq_len: the longest-T search needs a budget");
-  SBP_CHECK(max_seq_len >= min_tokens(setup), "find_max_seq_len: max_seq_len below the smallest step");
+  SBP_CHECK(max_seq_len >= min_tokens(setup),
+            "find_max_seq_len: max_seq_len below the smallest step");
   MaxLenResult r;
   Prober probe(setup, mode);
   // With auto chunks, a T fits if it fits with the smallest auto chunks (the peak grows with
@@ -263,7 +268,8 @@ std::string explain_too_small(const PlanSetup& setup, const ExecConfig& mode) {
                     std::to_string(T) + "-token step in mode " + mode_name(mode) +
                     ", which needs " + format_bytes(need.peak_bytes) + ": " + parts(need.breakdown);
   try {
-    plan_step(setup.cfg, setup.objective, m, planning_step(setup.objective.kind, setup.group_size, T),
+    plan_step(setup.cfg, setup.objective, m,
+              planning_step(setup.objective.kind, setup.group_size, T),
               memory_options(setup, setup.budget));
   } catch (const OutOfMemoryError& e) {
     msg += "; the first allocation past the budget is " + format_bytes(e.requested) + " of '" +

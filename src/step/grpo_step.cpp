@@ -40,7 +40,8 @@ StepRewards gather_rewards(const StepBatches& step, Communicator& comm) {
     for (size_t at = 0; at < from.size();) {
       const size_t index = static_cast<size_t>(from[at]), n = static_cast<size_t>(from[at + 2]);
       groups[index] = static_cast<int64_t>(from[at + 1]);
-      for (size_t j = 0; j < n; ++j) by_index[index].push_back(static_cast<float>(from[at + 3 + j]));
+      for (size_t j = 0; j < n; ++j)
+        by_index[index].push_back(static_cast<float>(from[at + 3 + j]));
       at += 3 + n;
     }
   }
@@ -59,9 +60,11 @@ void StepRunner::run_grpo(const StepBatches& step, StepResult& r) {
   const StepRewards rewards = gather_rewards(step, comm_);
   for (const MicroBatch& mb : step.micro)
     if (mb.group_size != rewards.group)
-      throw InputError("grpo: the step's micro-batches have groups of " + std::to_string(rewards.group) + " and " +
-                       std::to_string(mb.group_size) + " completions (every group must have the same size)");
-  const std::vector<float> advantages = group_advantages(rewards.all, rewards.group, setup_.scale_rewards);
+      throw InputError("grpo: the step's micro-batches have groups of " +
+                       std::to_string(rewards.group) + " and " + std::to_string(mb.group_size) +
+                       " completions (every group must have the same size)");
+  const std::vector<float> advantages =
+      group_advantages(rewards.all, rewards.group, setup_.scale_rewards);
   GrpoConfig cfg = setup_.grpo;
   cfg.grad_accum_steps = step.step_micro_batches;
   cfg.num_items_in_batch = r.loss_tokens;  // completion tokens of the whole step
@@ -75,7 +78,7 @@ void StepRunner::run_grpo(const StepBatches& step, StepResult& r) {
     const MicroBatch& mb = step.micro[i];
     const size_t at = rewards.begin[static_cast<size_t>(step.index[i])];
     const std::span<const float> adv(advantages.data() + at, mb.batch.seq_lens.size());  // (S)
-    std::vector<float> ref;                                                                // (T)
+    std::vector<float> ref;                                                              // (T)
     if (cfg.beta != 0.0) ref = reference_engine().score(mb.batch).logp;
     GrpoObjective objective(mb.batch, adv, cfg, mb.old_logp, ref);
     backward_slot(models_.policy, mb.batch, objective, slot, logp_slot(r, i));

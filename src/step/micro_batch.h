@@ -31,9 +31,9 @@ struct MicroBatch {
 // every rank runs `slots` = ceil(step_micro_batches / ranks) slots, an empty last one where it
 // has no micro-batch, so that the ranks' collectives match (dist/data_parallel.h).
 struct StepBatches {
-  std::vector<MicroBatch> micro;  // this rank's micro-batches, in step order
-  std::vector<int64_t> index;     // the position of each among the step's micro-batches
-  int64_t step_micro_batches = 0; // of the whole step, every rank
+  std::vector<MicroBatch> micro;   // this rank's micro-batches, in step order
+  std::vector<int64_t> index;      // the position of each among the step's micro-batches
+  int64_t step_micro_batches = 0;  // of the whole step, every rank
   int64_t slots = 0;
 
   // The whole step on one process.

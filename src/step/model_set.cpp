@@ -2,21 +2,23 @@
 
 namespace sbp {
 
-ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cfg, Pool& pool, Backend& be,
-                   const ModelSetOptions& opts, const ModelConfig* reference_cfg, const ModelConfig* value_cfg)
+ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cfg, Pool& pool,
+                   Backend& be, const ModelSetOptions& opts, const ModelConfig* reference_cfg,
+                   const ModelConfig* value_cfg)
     : policy_cfg_(policy_cfg),
       reference_cfg_(reference_cfg ? *reference_cfg : policy_cfg),
       value_cfg_(value_cfg ? *value_cfg : policy_cfg) {
   Communicator& comm = opts.comm ? *opts.comm : single_process();
   policy_w_ = ParameterSet(policy_cfg_, pool, Category::weights, opts.param_dtype, false);
-  policy_ = std::make_unique<DataParallel>(comm, opts.zero, policy_cfg_, ModelHead::lm, pool, be, opts.optim,
-                                           opts.param_dtype);
+  policy_ = std::make_unique<DataParallel>(comm, opts.zero, policy_cfg_, ModelHead::lm, pool, be,
+                                           opts.optim, opts.param_dtype);
   if (objective.needs_reference())
     reference_w_ = ParameterSet(reference_cfg_, pool, Category::weights, opts.param_dtype, false);
   if (objective.needs_value_model()) {
-    value_w_ = ParameterSet(value_cfg_, pool, Category::weights, opts.param_dtype, false, ModelHead::value);
-    value_ = std::make_unique<DataParallel>(comm, opts.zero, value_cfg_, ModelHead::value, pool, be, opts.optim,
-                                            opts.param_dtype);
+    value_w_ = ParameterSet(value_cfg_, pool, Category::weights, opts.param_dtype, false,
+                            ModelHead::value);
+    value_ = std::make_unique<DataParallel>(comm, opts.zero, value_cfg_, ModelHead::value, pool, be,
+                                            opts.optim, opts.param_dtype);
   }
 }
 

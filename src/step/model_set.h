@@ -24,7 +24,7 @@
 namespace sbp {
 
 struct ModelSetOptions {
-  DType param_dtype = DType::F32;     // weights and gradients
+  DType param_dtype = DType::F32;      // weights and gradients
   const AdamWConfig* optim = nullptr;  // null: no optimizer state
   Communicator* comm = nullptr;        // null: one process
   int zero = 0;

@@ -43,13 +43,18 @@ void check_micro_batch(const ObjectiveSetup& s, const MicroBatch& mb, size_t i) 
   const size_t S = mb.batch.seq_lens.size(), T = static_cast<size_t>(mb.batch.size());
   const bool rl = s.kind == ObjectiveKind::grpo || s.kind == ObjectiveKind::ppo;
   if (rl && mb.rewards.size() != S)
-    throw InputError(where + std::to_string(mb.rewards.size()) + " rewards for " + std::to_string(S) + " sequences");
-  if (s.kind == ObjectiveKind::grpo && (mb.group_size < 1 || S % static_cast<size_t>(mb.group_size) != 0))
-    throw InputError(where + std::to_string(S) + " sequences are not groups of " + std::to_string(mb.group_size));
+    throw InputError(where + std::to_string(mb.rewards.size()) + " rewards for " +
+                     std::to_string(S) + " sequences");
+  if (s.kind == ObjectiveKind::grpo &&
+      (mb.group_size < 1 || S % static_cast<size_t>(mb.group_size) != 0))
+    throw InputError(where + std::to_string(S) + " sequences are not groups of " +
+                     std::to_string(mb.group_size));
   if (!mb.old_logp.empty() && mb.old_logp.size() != T)
-    throw InputError(where + std::to_string(mb.old_logp.size()) + " old log-probs for " + std::to_string(T) + " rows");
+    throw InputError(where + std::to_string(mb.old_logp.size()) + " old log-probs for " +
+                     std::to_string(T) + " rows");
   if (!mb.old_values.empty() && mb.old_values.size() != T)
-    throw InputError(where + std::to_string(mb.old_values.size()) + " old values for " + std::to_string(T) + " rows");
+    throw InputError(where + std::to_string(mb.old_values.size()) + " old values for " +
+                     std::to_string(T) + " rows");
 }
 
 }  // namespace
@@ -62,12 +67,20 @@ StepBatches StepBatches::whole(std::vector<MicroBatch> micro) {
   return b;
 }
 
-StepRunner::StepRunner(const ObjectiveSetup& objective, const StepModels& models, Backend& be, Pool& pool,
-                       const ExecConfig& exec, Communicator& comm, StepRunnerOptions opts)
-    : setup_(objective), models_(models), be_(be), pool_(pool), exec_(exec), comm_(comm), opts_(opts) {
+StepRunner::StepRunner(const ObjectiveSetup& objective, const StepModels& models, Backend& be,
+                       Pool& pool, const ExecConfig& exec, Communicator& comm,
+                       StepRunnerOptions opts)
+    : setup_(objective),
+      models_(models),
+      be_(be),
+      pool_(pool),
+      exec_(exec),
+      comm_(comm),
+      opts_(opts) {
   check_model(models.policy.model.defined(), setup_, "a policy");
   check_model(!setup_.needs_reference() || models.reference.defined(), setup_, "a reference model");
-  check_model(!setup_.needs_value_model() || models.value.defined(), setup_, "a value model and its gradients");
+  check_model(!setup_.needs_value_model() || models.value.defined(), setup_,
+              "a value model and its gradients");
 }
 
 Engine StepRunner::policy_engine() {
@@ -82,8 +95,8 @@ Engine StepRunner::value_engine() {
 
 Engine::TokenScores StepRunner::score(const Batch& batch) { return policy_engine().score(batch); }
 
-void StepRunner::backward_slot(const TrainedView& model, const Batch& batch, Objective& objective, int64_t slot,
-                               std::vector<float>* logp) {
+void StepRunner::backward_slot(const TrainedView& model, const Batch& batch, Objective& objective,
+                               int64_t slot, std::vector<float>* logp) {
   Engine engine(*model.model.cfg, *model.model.weights, be_, pool_, exec_);
   GradHook* hook = model.grads->hook(slot);
   if (logp) {
@@ -107,7 +120,8 @@ std::vector<float>* StepRunner::logp_slot(StepResult& r, size_t i) {
 
 StepResult StepRunner::run(const StepBatches& step) {
   check_model(models_.policy.defined(), setup_, "the policy's gradients");
-  SBP_CHECK(step.micro.size() == step.index.size() && static_cast<int64_t>(step.micro.size()) <= step.slots &&
+  SBP_CHECK(step.micro.size() == step.index.size() &&
+                static_cast<int64_t>(step.micro.size()) <= step.slots &&
                 step.slots <= step.step_micro_batches,
             "StepRunner::run: inconsistent StepBatches");
   StepResult r;
@@ -150,7 +164,8 @@ void StepRunner::run_sft(const StepBatches& step, StepResult& r) {
 
 void StepRunner::run_dpo(const StepBatches& step, StepResult& r) {
   double pairs = 0.0;
-  for (const MicroBatch& mb : step.micro) pairs += static_cast<double>(mb.batch.seq_lens.size() / 2);
+  for (const MicroBatch& mb : step.micro)
+    pairs += static_cast<double>(mb.batch.seq_lens.size() / 2);
   pairs = comm_.sum(pairs);
   WeightedMeans stats;
   for (int64_t slot = 0; slot < step.slots; ++slot) {
@@ -175,7 +190,8 @@ double StepRunner::evaluate(std::span<const MicroBatch> eval) {
   if (setup_.kind == ObjectiveKind::dpo) return evaluate_dpo(eval);
   if (setup_.kind != ObjectiveKind::sft) return std::numeric_limits<double>::quiet_NaN();
   double sums[2] = {0.0, 0.0};  // NLL, loss weight
-  for (size_t i = static_cast<size_t>(comm_.rank()); i < eval.size(); i += static_cast<size_t>(comm_.size())) {
+  for (size_t i = static_cast<size_t>(comm_.rank()); i < eval.size();
+       i += static_cast<size_t>(comm_.size())) {
     const Batch& b = eval[i].batch;
     const std::vector<float> logp = score(b).logp;
     const std::vector<float> w = b.target_weights();
@@ -194,15 +210,18 @@ double StepRunner::evaluate_dpo(std::span<const MicroBatch> eval) {
   const DpoConfig& cfg = setup_.dpo;
   const bool ipo = cfg.loss_type == DpoLoss::ipo;
   double sums[2] = {0.0, 0.0};  // loss, pairs
-  for (size_t i = static_cast<size_t>(comm_.rank()); i < eval.size(); i += static_cast<size_t>(comm_.size())) {
+  for (size_t i = static_cast<size_t>(comm_.rank()); i < eval.size();
+       i += static_cast<size_t>(comm_.size())) {
     const Batch& b = eval[i].batch;
     const std::vector<float> pol = score(b).logp, ref = reference_engine().score(b).logp;
     const SequenceRows rows(b);
     std::vector<double> sp(b.seq_lens.size(), 0.0), sr(sp.size(), 0.0);
     for (int64_t t = 0; t < rows.num_rows(); ++t) {
       const size_t s = static_cast<size_t>(rows.segment[static_cast<size_t>(t)]);
-      sp[s] += static_cast<double>(rows.weight[static_cast<size_t>(t)]) * pol[static_cast<size_t>(t)];
-      sr[s] += static_cast<double>(rows.weight[static_cast<size_t>(t)]) * ref[static_cast<size_t>(t)];
+      sp[s] +=
+          static_cast<double>(rows.weight[static_cast<size_t>(t)]) * pol[static_cast<size_t>(t)];
+      sr[s] +=
+          static_cast<double>(rows.weight[static_cast<size_t>(t)]) * ref[static_cast<size_t>(t)];
     }
     for (size_t q = 0; q + 1 < sp.size(); q += 2) {
       const double nc = ipo ? rows.weight_sum[q] : 1.0, nr = ipo ? rows.weight_sum[q + 1] : 1.0;

@@ -66,7 +66,8 @@ class StepRunner {
   // Throws InputError when `models` lacks a model the objective needs. The policy's gradients
   // may be missing when only score() and evaluate() are called.
   StepRunner(const ObjectiveSetup& objective, const StepModels& models, Backend& be, Pool& pool,
-             const ExecConfig& exec, Communicator& comm = single_process(), StepRunnerOptions opts = {});
+             const ExecConfig& exec, Communicator& comm = single_process(),
+             StepRunnerOptions opts = {});
 
   // One optimizer step's gradients: zeroes the trained models' gradients, then ADDS this rank's
   // micro-batches' contributions (reduced over ranks by the models' DataParallel). Clipping

@@ -16,8 +16,8 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
-ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg, const ExecConfig& exec,
-                                   int ranks) {
+ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
+                                   const ExecConfig& exec, int ranks) {
   ResolvedChunks r;
   int64_t total = 0;
   if (!c.memory_budget.empty()) {
@@ -41,12 +41,13 @@ ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
   const int64_t T = std::max(c.max_tokens, min_planning_tokens(c.objective, setup.group_size));
   const ChunkedPlan plan = choose_chunks(setup, exec, T, req);
   if (!plan.fits) {
-    throw InputError(c.where("memory_budget") + ": a step of max_tokens " + std::to_string(c.max_tokens) +
-                     " tokens of objective " + objective_name(c.objective) + " in mode " + mode_name(exec) +
-                     " needs " + format_bytes(plan.step.peak_bytes) +
-                     " even with the smallest auto chunks (layer " + std::to_string(plan.layer_chunk) + ", head " +
-                     std::to_string(plan.head_chunk) + "), more than the " + format_bytes(r.budget) +
-                     " memory_budget leaves (lower max_tokens, or see `streambp plan`)");
+    throw InputError(
+        c.where("memory_budget") + ": a step of max_tokens " + std::to_string(c.max_tokens) +
+        " tokens of objective " + objective_name(c.objective) + " in mode " + mode_name(exec) +
+        " needs " + format_bytes(plan.step.peak_bytes) +
+        " even with the smallest auto chunks (layer " + std::to_string(plan.layer_chunk) +
+        ", head " + std::to_string(plan.head_chunk) + "), more than the " + format_bytes(r.budget) +
+        " memory_budget leaves (lower max_tokens, or see `streambp plan`)");
   }
   r.layer_chunk = plan.layer_chunk;
   r.head_chunk = plan.head_chunk;

@@ -11,7 +11,7 @@
 namespace sbp {
 
 struct ResolvedChunks {
-  int64_t layer_chunk = 0;   // rows per chunk the step will use
+  int64_t layer_chunk = 0;  // rows per chunk the step will use
   int64_t head_chunk = 0;
   int64_t planned_peak = 0;  // bytes: the planned step, every model the objective holds included
   int64_t budget = 0;        // memory_budget in bytes
@@ -25,8 +25,8 @@ struct ResolvedChunks {
 // are. With `ranks` > 1 the plan is one rank's: gradients and optimizer state divided as
 // ZeRO stage `dist.zero` divides them (the budget is per rank, as each rank has its own memory).
 // Throws InputError naming memory_budget when even the smallest auto chunks do not fit.
-ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg, const ExecConfig& exec,
-                                   int ranks = 1);
+ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
+                                   const ExecConfig& exec, int ranks = 1);
 
 // Physical memory of this machine in bytes (0 if unknown).
 int64_t physical_memory_bytes();

@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "model/value_model_io.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
+#include "model/value_model_io.h"
 #include "optim/optimizer_files.h"
 
 namespace sbp {
@@ -25,10 +25,9 @@ const char* const kStatePrefix = "checkpoint-";
 const char* const kStagingPrefix = ".staging-checkpoint-";
 
 // Files a tokenizer directory may hold that transformers needs to load it again.
-const char* const kTokenizerFiles[] = {"tokenizer.json",     "tokenizer_config.json",
-                                       "special_tokens_map.json", "vocab.json",
-                                       "merges.txt",         "added_tokens.json",
-                                       "chat_template.jinja", "tokenizer.model"};
+const char* const kTokenizerFiles[] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt",     "added_tokens.json",     "chat_template.jinja",     "tokenizer.model"};
 
 std::string hex64(uint64_t x) {
   char buf[20];
@@ -100,7 +99,8 @@ void check_same_shape(const std::string& dir, const ModelConfig& cfg, const std:
       saved.vocab_size != cfg.vocab_size || saved.intermediate_size != cfg.intermediate_size ||
       saved.num_attention_heads != cfg.num_attention_heads ||
       saved.num_key_value_heads != cfg.num_key_value_heads || saved.model_type != cfg.model_type) {
-    throw InputError(dir + "/config.json: the checkpoint's " + what + " shape differs from the configured " + what + "'s");
+    throw InputError(dir + "/config.json: the checkpoint's " + what +
+                     " shape differs from the configured " + what + "'s");
   }
 }
 
@@ -110,7 +110,8 @@ void write_value_model(const fs::path& dir, const ValueModelContents& v, DType d
   fs::create_directories(dir);
   write_synced(dir / "config.json", value_model_config_json(v.cfg, dtype).dump(2) + "\n");
   std::vector<NamedTensor> tensors;
-  for (const ParamSpec& s : parameter_specs(v.cfg, ModelHead::value)) tensors.push_back({s.name, v.weights.get(s.name)});
+  for (const ParamSpec& s : parameter_specs(v.cfg, ModelHead::value))
+    tensors.push_back({s.name, v.weights.get(s.name)});
   write_safetensors((dir / "model.safetensors").string(), tensors, dtype);
   if (dtype != DType::F32) write_master_weights(dir, v.weights);
 }
@@ -136,12 +137,16 @@ void on_every_rank(Communicator& comm, const std::string& what, Fn part) {
 
 nlohmann::json value_model_config_json(const ModelConfig& cfg, DType dtype) {
   nlohmann::json j = cfg.to_json();
-  const std::string family = cfg.model_type == "llama" ? "Llama" : cfg.model_type == "qwen2" ? "Qwen2" : "Qwen3";
+  const std::string family = cfg.model_type == "llama"   ? "Llama"
+                             : cfg.model_type == "qwen2" ? "Qwen2"
+                                                         : "Qwen3";
   j["architectures"] = nlohmann::json::array({family + "ForSequenceClassification"});
   j["num_labels"] = 1;
   j["id2label"] = {{"0", "LABEL_0"}};
   j["label2id"] = {{"LABEL_0", 0}};
-  const char* name = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  const char* name = dtype == DType::BF16  ? "bfloat16"
+                     : dtype == DType::F16 ? "float16"
+                                           : "float32";
   j["torch_dtype"] = name;
   if (j.contains("dtype")) j["dtype"] = name;  // newer transformers' spelling
   return j;
@@ -168,14 +173,16 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
     if (j.value("format", "") != "streambp-trainer-state")
       throw InputError(where + ": not a streambp trainer_state.json");
     if (j.at("version").get<int>() != 1)
-      throw InputError(where + ": trainer state version " + j.at("version").dump() + " is not supported");
+      throw InputError(where + ": trainer state version " + j.at("version").dump() +
+                       " is not supported");
     s.step = j.at("step").get<int64_t>();
     s.total_steps = j.at("total_steps").get<int64_t>();
     s.epoch = j.at("epoch").get<int64_t>();
     s.micro_batches_done = j.at("micro_batches_done").get<int64_t>();
     s.epoch_rng = j.at("epoch_rng_state").get<std::array<uint64_t, 4>>();
     s.tokens_seen = j.at("tokens_seen").get<int64_t>();
-    s.ranks = j.value("ranks", int64_t{1});  // absent in single-process checkpoints of older versions
+    s.ranks =
+        j.value("ranks", int64_t{1});  // absent in single-process checkpoints of older versions
     s.config_hash = j.at("config_hash").get<std::string>();
     s.data_files = j.at("data_files");
     s.config = j.at("config");
@@ -185,7 +192,8 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
   return s;
 }
 
-std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c, Communicator& comm) {
+std::string save_checkpoint(const std::string& output_dir, const CheckpointContents& c,
+                            Communicator& comm) {
   const bool lead = comm.rank() == 0;
   const std::string step = std::to_string(c.state.step);
   const fs::path final_dir = fs::path(output_dir) / (kStatePrefix + step);
@@ -204,14 +212,16 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointConte
       save_model_dir(staging.string(), c.cfg, c.weights, c.export_dtype);
       for (const char* name : kTokenizerFiles) {
         const fs::path src = fs::path(c.tokenizer_dir) / name;
-        if (fs::exists(src)) fs::copy_file(src, staging / name, fs::copy_options::overwrite_existing);
+        if (fs::exists(src))
+          fs::copy_file(src, staging / name, fs::copy_options::overwrite_existing);
       }
       if (!c.model_dir.empty() && fs::exists(fs::path(c.model_dir) / "generation_config.json")) {
-        fs::copy_file(fs::path(c.model_dir) / "generation_config.json", staging / "generation_config.json",
-                      fs::copy_options::overwrite_existing);
+        fs::copy_file(fs::path(c.model_dir) / "generation_config.json",
+                      staging / "generation_config.json", fs::copy_options::overwrite_existing);
       }
       if (c.export_dtype != DType::F32) write_master_weights(staging, c.weights);
-      if (c.value_model) write_value_model(staging / kValueModelDir, *c.value_model, c.export_dtype);
+      if (c.value_model)
+        write_value_model(staging / kValueModelDir, *c.value_model, c.export_dtype);
     });
     // Every rank: its part of the optimizer state (one process, or zero 0: rank 0 all of it).
     on_every_rank(comm, final_dir.string(), [&] {
@@ -250,7 +260,8 @@ void rotate_checkpoints(const std::string& output_dir, int64_t keep_last) {
   if (keep_last <= 0) return;
   auto all = list_checkpoints(output_dir);
   std::error_code ec;
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i].second, ec);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
+    fs::remove_all(all[i].second, ec);
 }
 
 void remove_stale_staging(const std::string& output_dir) {
@@ -259,7 +270,8 @@ void remove_stale_staging(const std::string& output_dir) {
   std::vector<fs::path> stale;
   for (const auto& e : fs::directory_iterator(output_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(kStagingPrefix, 0) == 0 || name.rfind(std::string(".old-") + kStatePrefix, 0) == 0)
+    if (name.rfind(kStagingPrefix, 0) == 0 ||
+        name.rfind(std::string(".old-") + kStatePrefix, 0) == 0)
       stale.push_back(e.path());
   }
   for (const fs::path& p : stale) fs::remove_all(p, ec);
@@ -270,7 +282,8 @@ std::string resolve_resume_dir(const std::string& dir) {
   if (!fs::is_directory(dir)) throw InputError(dir + ": resuming: no such directory");
   auto all = list_checkpoints(dir);
   if (all.empty())
-    throw InputError(dir + ": resuming: neither a checkpoint (no trainer_state.json) nor an output "
+    throw InputError(dir +
+                     ": resuming: neither a checkpoint (no trainer_state.json) nor an output "
                      "directory with checkpoint-<step> subdirectories");
   return all.back().second.string();
 }
@@ -291,8 +304,8 @@ namespace {
 // The fp32 weights a checkpoint directory holds: master_weights.safetensors when the export
 // dtype was not fp32, else the model files themselves (`load`).
 template <class Load>
-void load_trained_weights(const fs::path& dir, const ModelConfig& cfg, ParameterSet& weights, const char* what,
-                          Load load) {
+void load_trained_weights(const fs::path& dir, const ModelConfig& cfg, ParameterSet& weights,
+                          const char* what, Load load) {
   check_same_shape(dir.string(), cfg, what);
   const fs::path master = dir / "master_weights.safetensors";
   if (fs::exists(master)) {
@@ -305,7 +318,8 @@ void load_trained_weights(const fs::path& dir, const ModelConfig& cfg, Parameter
 
 }  // namespace
 
-void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg, ParameterSet& weights) {
+void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg,
+                             ParameterSet& weights) {
   load_trained_weights(checkpoint_dir, cfg, weights, "model",
                        [&](const std::string& d) { load_weights(d, cfg, weights); });
 }
@@ -327,7 +341,8 @@ DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) 
   } else if (fs::exists(dir / "model.safetensors")) {
     first = dir / "model.safetensors";
   } else if (fs::exists(dir / "model.safetensors.index.json")) {
-    const auto index = nlohmann::json::parse(read_all((dir / "model.safetensors.index.json").string()), nullptr, false);
+    const auto index = nlohmann::json::parse(
+        read_all((dir / "model.safetensors.index.json").string()), nullptr, false);
     if (index.is_object() && index.contains("weight_map") && index["weight_map"].is_object() &&
         !index["weight_map"].empty() && index["weight_map"].begin()->is_string())
       first = dir / index["weight_map"].begin()->get<std::string>();
@@ -351,7 +366,8 @@ nlohmann::json file_fingerprint(const std::string& path) {
   while (in) {
     in.read(buf, sizeof buf);
     const std::streamsize n = in.gcount();
-    for (std::streamsize i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ull;
+    for (std::streamsize i = 0; i < n; ++i)
+      h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ull;
     bytes += n;
   }
   return {{"path", path}, {"bytes", bytes}, {"fnv1a64", hex64(h)}};

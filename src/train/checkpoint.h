@@ -37,16 +37,16 @@
 namespace sbp {
 
 struct TrainerState {
-  int64_t step = 0;                // optimizer steps done
-  int64_t total_steps = 0;         // of the whole run (the LR schedule's length)
-  int64_t epoch = 0;               // the epoch the data cursor is in (0-based)
-  int64_t micro_batches_done = 0;  // of that epoch's packing plan
+  int64_t step = 0;                     // optimizer steps done
+  int64_t total_steps = 0;              // of the whole run (the LR schedule's length)
+  int64_t epoch = 0;                    // the epoch the data cursor is in (0-based)
+  int64_t micro_batches_done = 0;       // of that epoch's packing plan
   std::array<uint64_t, 4> epoch_rng{};  // data-order RNG state at the start of `epoch`
   int64_t tokens_seen = 0;
-  int64_t ranks = 1;           // processes of the run that wrote it (data parallel)
-  nlohmann::json config;       // TrainConfig::to_json() of the run that wrote it
-  std::string config_hash;     // FNV-1a of config.dump(), for a quick look
-  nlohmann::json data_files;   // {"train": {"path", "bytes", "fnv1a64"}, "eval": ...}
+  int64_t ranks = 1;          // processes of the run that wrote it (data parallel)
+  nlohmann::json config;      // TrainConfig::to_json() of the run that wrote it
+  std::string config_hash;    // FNV-1a of config.dump(), for a quick look
+  nlohmann::json data_files;  // {"train": {"path", "bytes", "fnv1a64"}, "eval": ...}
 
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& j, const std::string& where);
@@ -69,8 +69,8 @@ struct CheckpointContents {
   DType export_dtype;           // dtype of the Hugging Face weights (the value model's too)
   OptimizerWriter optimizer;
   const TrainerState& state;
-  std::string tokenizer_dir;    // tokenizer files are copied from here
-  std::string model_dir;        // generation_config.json is copied from here ("" = none)
+  std::string tokenizer_dir;  // tokenizer files are copied from here
+  std::string model_dir;      // generation_config.json is copied from here ("" = none)
   const ValueModelContents* value_model = nullptr;  // PPO: written to value_model/
 };
 
@@ -98,7 +98,8 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // The fp32 weights of a checkpoint (master_weights.safetensors, else the model files); its
 // optimizer state is read by DataParallel::load_optimizer (optim/optimizer_files.h, any layout).
 // Throws InputError naming the file and tensor on any mismatch.
-void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg, ParameterSet& weights);
+void load_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg,
+                             ParameterSet& weights);
 
 // The value model's weights alone; its optimizer state is in checkpoint_dir/value_model.
 void load_value_checkpoint_weights(const std::string& checkpoint_dir, const ModelConfig& cfg,

@@ -93,7 +93,8 @@ int run_demo(const DemoOptions& o) {
   ModelSet models(sft, cfg, pool, be, ModelSetOptions{.optim = &optim});
   ParameterSet& w = models.policy_weights();
   init_parameters(w, o.seed, InitStyle::hf);
-  LrSchedule lr{.kind = ScheduleKind::constant, .lr = o.lr, .warmup_steps = o.warmup, .total_steps = o.steps};
+  LrSchedule lr{
+      .kind = ScheduleKind::constant, .lr = o.lr, .warmup_steps = o.warmup, .total_steps = o.steps};
   StepRunner runner(sft, models.views(), be, pool, exec);
 
   Rng data_rng(o.seed, "demo-train");
@@ -101,22 +102,25 @@ int run_demo(const DemoOptions& o) {
   std::vector<RetrievalTask::Sample> eval_set;
   for (int64_t i = 0; i < o.eval_sequences; ++i) eval_set.push_back(task.sample(eval_rng));
 
-  std::printf("streambp demo: key->value retrieval at T=%lld: %lld pairs at the start, %lld "
-              "queries at the end;\n  a key's first query is >= %lld tokens after its answer\n",
-              static_cast<long long>(o.seq_len), static_cast<long long>(task.num_pairs),
-              static_cast<long long>(task.num_queries),
-              static_cast<long long>(task.min_retrieval_distance()));
-  std::printf("model: qwen3-style, %lld layers, d=%lld, %lld heads (%lld kv), vocab %lld, "
-              "%.2fM parameters; mode stream (layer chunk %lld, head chunk %lld), %d threads\n",
-              static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(cfg.hidden_size),
-              static_cast<long long>(cfg.num_attention_heads),
-              static_cast<long long>(cfg.num_key_value_heads), static_cast<long long>(cfg.vocab_size),
-              static_cast<double>(w.numel()) / 1e6, static_cast<long long>(exec.layer_chunk),
-              static_cast<long long>(exec.head_chunk), cpu_threads());
+  std::printf(
+      "streambp demo: key->value retrieval at T=%lld: %lld pairs at the start, %lld "
+      "queries at the end;\n  a key's first query is >= %lld tokens after its answer\n",
+      static_cast<long long>(o.seq_len), static_cast<long long>(task.num_pairs),
+      static_cast<long long>(task.num_queries),
+      static_cast<long long>(task.min_retrieval_distance()));
+  std::printf(
+      "model: qwen3-style, %lld layers, d=%lld, %lld heads (%lld kv), vocab %lld, "
+      "%.2fM parameters; mode stream (layer chunk %lld, head chunk %lld), %d threads\n",
+      static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(cfg.hidden_size),
+      static_cast<long long>(cfg.num_attention_heads),
+      static_cast<long long>(cfg.num_key_value_heads), static_cast<long long>(cfg.vocab_size),
+      static_cast<double>(w.numel()) / 1e6, static_cast<long long>(exec.layer_chunk),
+      static_cast<long long>(exec.head_chunk), cpu_threads());
   const EvalResult first = evaluate(runner, eval_set);
-  std::printf("before training: eval loss %.3f, accuracy %.1f%%, long-range %.1f%% (chance %.1f%%)\n",
-              first.loss, 100.0 * first.accuracy, 100.0 * first.first_accuracy,
-              100.0 / static_cast<double>(task.num_values));
+  std::printf(
+      "before training: eval loss %.3f, accuracy %.1f%%, long-range %.1f%% (chance %.1f%%)\n",
+      first.loss, 100.0 * first.accuracy, 100.0 * first.first_accuracy,
+      100.0 / static_cast<double>(task.num_values));
   std::fflush(stdout);
 
   ledger.reset_peak();
@@ -134,15 +138,16 @@ int run_demo(const DemoOptions& o) {
     if (eval_now) last = evaluate(runner, eval_set);
     char fields[200];
     std::snprintf(fields, sizeof fields,
-                  "loss %.3f | eval acc %5.1f%% long-range %5.1f%% | grad %.2f | lr %.1e",
-                  loss_ema, 100.0 * last.accuracy, 100.0 * last.first_accuracy, norm, lr.at(step));
+                  "loss %.3f | eval acc %5.1f%% long-range %5.1f%% | grad %.2f | lr %.1e", loss_ema,
+                  100.0 * last.accuracy, 100.0 * last.first_accuracy, norm, lr.at(step));
     progress.update(step, fields, eval_now);
   }
   progress.finish();
-  std::printf("after %lld steps: eval loss %.3f (from %.3f), accuracy %.1f%% (from %.1f%%), "
-              "long-range %.1f%% (from %.1f%%)\n",
-              static_cast<long long>(o.steps), last.loss, first.loss, 100.0 * last.accuracy,
-              100.0 * first.accuracy, 100.0 * last.first_accuracy, 100.0 * first.first_accuracy);
+  std::printf(
+      "after %lld steps: eval loss %.3f (from %.3f), accuracy %.1f%% (from %.1f%%), "
+      "long-range %.1f%% (from %.1f%%)\n",
+      static_cast<long long>(o.steps), last.loss, first.loss, 100.0 * last.accuracy,
+      100.0 * first.accuracy, 100.0 * last.first_accuracy, 100.0 * first.first_accuracy);
 
   save_model_dir(o.out, cfg, w, DType::F32);
   std::printf("saved a Hugging Face checkpoint to %s/\n", o.out.c_str());
@@ -154,7 +159,8 @@ int run_demo(const DemoOptions& o) {
   const int64_t fixed = pk[Category::weights] + pk[Category::grads] + pk[Category::optimizer];
   const Batch probe = task.sample(data_rng).batch;
   const PlannedStep plan_stream = plan_sft_step(cfg, exec, probe, DType::F32, true);
-  const PlannedStep plan_ckpt = plan_sft_step(cfg, parse_mode("checkpoint"), probe, DType::F32, true);
+  const PlannedStep plan_ckpt =
+      plan_sft_step(cfg, parse_mode("checkpoint"), probe, DType::F32, true);
   const PlannedStep plan_base = plan_sft_step(cfg, parse_mode("base"), probe, DType::F32, true);
   auto act = [&](const PlannedStep& p) { return p.peak_bytes - fixed; };
   std::printf("\nmemory per step at T=%lld (ledger, beyond %s of weights+grads+AdamW):\n",

@@ -20,7 +20,8 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(pat
     std::string line;
     while (std::getline(in, line)) {
       const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
+      if (j.is_discarded() || !j.is_object() || !j.contains("step") ||
+          !j["step"].is_number_integer())
         continue;
       if (j["step"].get<int64_t>() <= resume_step) kept << line << '\n';
     }
@@ -43,7 +44,8 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::write(const nlohmann::ordered_json& line) {
-  const std::string s = line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  const std::string s =
+      line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   std::fwrite(s.data(), 1, s.size(), f_);
   std::fflush(f_);
 }

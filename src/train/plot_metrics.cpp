@@ -70,7 +70,8 @@ void plot_metrics(const PlotOptions& o) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number())
-      throw InputError(o.metrics + ":" + std::to_string(line_no) + ": not a metrics line (a JSON object with \"step\")");
+      throw InputError(o.metrics + ":" + std::to_string(line_no) +
+                       ": not a metrics line (a JSON object with \"step\")");
     const double step = j["step"].get<double>();
     if (j.contains("loss") && j["loss"].is_number()) {
       loss << step << ' ' << j["loss"].get<double>() << '\n';
@@ -86,8 +87,9 @@ void plot_metrics(const PlotOptions& o) {
 
   const std::string program = find_program(o.gnuplot);
   if (program.empty()) {
-    throw InputError("plot: gnuplot not found in PATH; install it (Debian/Ubuntu: apt-get install "
-                     "gnuplot-nox, which scripts/setup.sh does)");
+    throw InputError(
+        "plot: gnuplot not found in PATH; install it (Debian/Ubuntu: apt-get install "
+        "gnuplot-nox, which scripts/setup.sh does)");
   }
 
   // Data and script in a private temporary directory, removed afterwards.
@@ -111,20 +113,26 @@ void plot_metrics(const PlotOptions& o) {
       << "set grid\nset key top right\nset xlabel 'step'\nset ylabel 'loss'\n"
       << "set lmargin 12\nset size 1,0.62\nset origin 0,0.35\n";
     std::vector<std::string> series;
-    if (n_loss) series.push_back(quoted((tmp / "loss.dat").string()) + " using 1:2 with lines lw 1.5 title 'train loss'");
+    if (n_loss)
+      series.push_back(quoted((tmp / "loss.dat").string()) +
+                       " using 1:2 with lines lw 1.5 title 'train loss'");
     if (n_eval)
-      series.push_back(quoted((tmp / "eval.dat").string()) + " using 1:2 with linespoints pt 7 ps 0.7 lw 2 title 'eval loss'");
+      series.push_back(quoted((tmp / "eval.dat").string()) +
+                       " using 1:2 with linespoints pt 7 ps 0.7 lw 2 title 'eval loss'");
     s << "plot ";
     for (size_t i = 0; i < series.size(); ++i) s << (i ? ", " : "") << series[i];
     s << "\nset size 1,0.33\nset origin 0,0\nset ylabel 'learning rate'\nset format y '%.1e'\n";
-    if (n_loss) s << "plot " << quoted((tmp / "lr.dat").string()) << " using 1:2 with lines lw 1.5 title 'lr'\n";
+    if (n_loss)
+      s << "plot " << quoted((tmp / "lr.dat").string())
+        << " using 1:2 with lines lw 1.5 title 'lr'\n";
     s << "unset multiplot\nset output\n";
     return s.str();
   };
   std::string output;
   int rc = -1;
   // pngcairo draws nicer lines; gnuplot builds without cairo still have png.
-  for (const std::string& terminal : svg ? std::vector<std::string>{"svg"} : std::vector<std::string>{"pngcairo", "png"}) {
+  for (const std::string& terminal :
+       svg ? std::vector<std::string>{"svg"} : std::vector<std::string>{"pngcairo", "png"}) {
     write("plot.gp", script_for(terminal));
     output.clear();
     rc = run_gnuplot(program, (tmp / "plot.gp").string(), output);

@@ -6,9 +6,9 @@
 namespace sbp {
 
 struct PlotOptions {
-  std::string metrics;  // metrics.jsonl
-  std::string out;      // loss.png | loss.svg
-  std::string title;    // "" = the metrics file name
+  std::string metrics;              // metrics.jsonl
+  std::string out;                  // loss.png | loss.svg
+  std::string title;                // "" = the metrics file name
   std::string gnuplot = "gnuplot";  // program, looked up in PATH
 };
 

@@ -13,7 +13,8 @@ namespace sbp {
 // Throws InputError naming the key (or the file) that differs. On another number of ranks the
 // data order is the same but a step groups ranks x grad_accum micro-batches of it: the same
 // product continues exactly; another one is returned as a note for the log ("" when none).
-std::string check_resume_compatible(const TrainConfig& c, const TrainerState& s, const nlohmann::json& fingerprints,
-                                    const std::string& ckpt, int ranks);
+std::string check_resume_compatible(const TrainConfig& c, const TrainerState& s,
+                                    const nlohmann::json& fingerprints, const std::string& ckpt,
+                                    int ranks);
 
 }  // namespace sbp

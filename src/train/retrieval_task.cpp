@@ -29,7 +29,8 @@ RetrievalTask::Sample RetrievalTask::sample(Rng& rng) const {
   for (int64_t i = 0; i < num_pairs; ++i)
     b.tokens.push_back(record_id(keys[static_cast<size_t>(i)], values[static_cast<size_t>(i)]));
   while (static_cast<int64_t>(b.tokens.size()) < seq_len - query_len)
-    b.tokens.push_back(filler_id(static_cast<int64_t>(rng.below(static_cast<uint64_t>(num_filler)))));
+    b.tokens.push_back(
+        filler_id(static_cast<int64_t>(rng.below(static_cast<uint64_t>(num_filler)))));
   b.loss_mask.assign(b.tokens.size(), 0.0f);
   std::vector<bool> asked(static_cast<size_t>(num_pairs), false);
   for (int64_t q = 0; q < num_queries; ++q) {

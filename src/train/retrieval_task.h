@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/rng.h"
 #include "core/batch.h"
+#include "core/rng.h"
 
 namespace sbp {
 

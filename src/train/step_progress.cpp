@@ -17,7 +17,8 @@ StepProgress::StepProgress(int64_t first_step, int64_t total_steps)
       start_(std::chrono::steady_clock::now()) {}
 
 void StepProgress::update(int64_t step, const std::string& fields, bool force_line) {
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done = step - first_;
   const double per_step = done > 0 ? elapsed / static_cast<double>(done) : 0.0;
   const double eta = per_step * static_cast<double>(total_ - step);
@@ -31,7 +32,8 @@ void StepProgress::update(int64_t step, const std::string& fields, bool force_li
   std::snprintf(tail, sizeof tail, "%.2f s/step | ETA %s", per_step, format_duration(eta).c_str());
   const std::string line = std::string(head) + " | " + fields + " | " + tail;
   if (tty_) {
-    const std::string pad = line.size() < last_width_ ? std::string(last_width_ - line.size(), ' ') : "";
+    const std::string pad =
+        line.size() < last_width_ ? std::string(last_width_ - line.size(), ' ') : "";
     std::fprintf(stderr, "\r%s%s", line.c_str(), pad.c_str());
     if (force_line) std::fprintf(stderr, "\n");
     last_width_ = force_line ? 0 : line.size();

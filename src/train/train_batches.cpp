@@ -13,7 +13,8 @@ MicroBatch to_micro_batch(const PackedBatch& p, ObjectiveKind kind) {
     for (double r : p.segment_reward) mb.rewards.push_back(static_cast<float>(r));
   }
   if (kind == ObjectiveKind::grpo && !p.segment_example.empty()) {
-    mb.group_size = std::count(p.segment_example.begin(), p.segment_example.end(), p.segment_example.front());
+    mb.group_size =
+        std::count(p.segment_example.begin(), p.segment_example.end(), p.segment_example.front());
   }
   return mb;
 }
@@ -30,13 +31,19 @@ std::vector<MicroBatch> pack_in_order(const std::vector<Example>& examples, int6
 
 TrainBatches::TrainBatches(const std::vector<Example>& examples, int64_t max_tokens, bool shuffle,
                            uint64_t seed, ObjectiveKind kind)
-    : examples_(examples), max_tokens_(max_tokens), shuffle_(shuffle), seed_(seed), kind_(kind), rng_(seed, "data-order") {}
+    : examples_(examples),
+      max_tokens_(max_tokens),
+      shuffle_(shuffle),
+      seed_(seed),
+      kind_(kind),
+      rng_(seed, "data-order") {}
 
 int64_t TrainBatches::steps_in_epochs(int64_t epochs, int64_t per_step) const {
   Rng sim(seed_, "data-order");
   int64_t steps = 0;
   for (int64_t e = 0; e < epochs; ++e) {
-    const std::vector<int64_t> order = epoch_order(static_cast<int64_t>(examples_.size()), shuffle_, sim);
+    const std::vector<int64_t> order =
+        epoch_order(static_cast<int64_t>(examples_.size()), shuffle_, sim);
     const int64_t n = static_cast<int64_t>(pack_examples(examples_, order, max_tokens_).size());
     steps += (n + per_step - 1) / per_step;
   }
@@ -46,7 +53,8 @@ int64_t TrainBatches::steps_in_epochs(int64_t epochs, int64_t per_step) const {
 void TrainBatches::plan_epoch() {
   const uint64_t* s = rng_.state();
   cursor_.epoch_rng = {s[0], s[1], s[2], s[3]};
-  const std::vector<int64_t> order = epoch_order(static_cast<int64_t>(examples_.size()), shuffle_, rng_);
+  const std::vector<int64_t> order =
+      epoch_order(static_cast<int64_t>(examples_.size()), shuffle_, rng_);
   plans_ = pack_examples(examples_, order, max_tokens_);
 }
 
@@ -59,9 +67,10 @@ void TrainBatches::resume(const DataCursor& cursor, const std::string& where) {
   rng_.set_state(cursor.epoch_rng.data());
   plan_epoch();
   cursor_ = cursor;
-  if (cursor_.micro_batches_done < 0 || cursor_.micro_batches_done > static_cast<int64_t>(plans_.size()))
-    throw InputError(where + ": data cursor " + std::to_string(cursor_.micro_batches_done) + " is outside the epoch's " +
-                     std::to_string(plans_.size()) + " micro-batches");
+  if (cursor_.micro_batches_done < 0 ||
+      cursor_.micro_batches_done > static_cast<int64_t>(plans_.size()))
+    throw InputError(where + ": data cursor " + std::to_string(cursor_.micro_batches_done) +
+                     " is outside the epoch's " + std::to_string(plans_.size()) + " micro-batches");
 }
 
 StepBatches TrainBatches::next(int64_t per_step, const Communicator& comm) {
@@ -71,7 +80,8 @@ StepBatches TrainBatches::next(int64_t per_step, const Communicator& comm) {
     cursor_.micro_batches_done = 0;
   }
   const int64_t ranks = comm.size();
-  const int64_t k = std::min<int64_t>(per_step, static_cast<int64_t>(plans_.size()) - cursor_.micro_batches_done);
+  const int64_t k =
+      std::min<int64_t>(per_step, static_cast<int64_t>(plans_.size()) - cursor_.micro_batches_done);
   StepBatches step;
   step.step_micro_batches = k;
   step.slots = (k + ranks - 1) / ranks;
@@ -86,7 +96,8 @@ StepBatches TrainBatches::next(int64_t per_step, const Communicator& comm) {
 
 double TrainBatches::epoch_progress() const {
   return static_cast<double>(cursor_.epoch) +
-         static_cast<double>(cursor_.micro_batches_done) / static_cast<double>(std::max<size_t>(plans_.size(), 1));
+         static_cast<double>(cursor_.micro_batches_done) /
+             static_cast<double>(std::max<size_t>(plans_.size(), 1));
 }
 
 }  // namespace sbp

@@ -37,8 +37,8 @@ struct DataCursor {
 class TrainBatches {
  public:
   // `examples` must outlive this object.
-  TrainBatches(const std::vector<Example>& examples, int64_t max_tokens, bool shuffle, uint64_t seed,
-               ObjectiveKind kind);
+  TrainBatches(const std::vector<Example>& examples, int64_t max_tokens, bool shuffle,
+               uint64_t seed, ObjectiveKind kind);
 
   // Optimizer steps of `per_step` micro-batches in `epochs` epochs (each epoch's packing depends
   // on its order, so it is simulated with a copy of the RNG).

@@ -17,9 +17,12 @@ namespace sbp {
 
 namespace {
 
-[[noreturn]] void bad_value(const std::string& where, const std::string& key, const std::string& want,
-                            const YAML::Node& n) {
-  std::string got = n.IsScalar() ? "'" + n.Scalar() + "'" : n.IsSequence() ? "a list" : n.IsMap() ? "a mapping" : "nothing";
+[[noreturn]] void bad_value(const std::string& where, const std::string& key,
+                            const std::string& want, const YAML::Node& n) {
+  std::string got = n.IsScalar()     ? "'" + n.Scalar() + "'"
+                    : n.IsSequence() ? "a list"
+                    : n.IsMap()      ? "a mapping"
+                                     : "nothing";
   throw InputError(where + ": " + key + ": expected " + want + ", got " + got);
 }
 
@@ -34,7 +37,8 @@ double as_number(const YAML::Node& n, const std::string& key, const std::string&
   const std::string& s = n.Scalar();
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) bad_value(where, key, "a number", n);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
+    bad_value(where, key, "a number", n);
   return v;
 }
 
@@ -123,7 +127,9 @@ Key enum_key(const std::string& name, Ref ref, std::span<const EnumName<E>> tabl
     if (!n.IsScalar() || !try_parse_enum(table, n.Scalar(), &ref(c)))
       throw InputError(where + ": " + name + " must be " + enum_choices(table));
   };
-  k.get = [ref, table](const TrainConfig& c) { return nlohmann::json(enum_name(table, ref(const_cast<TrainConfig&>(c)))); };
+  k.get = [ref, table](const TrainConfig& c) {
+    return nlohmann::json(enum_name(table, ref(const_cast<TrainConfig&>(c))));
+  };
   return k;
 }
 
@@ -150,7 +156,8 @@ Key auto_enum_key(const std::string& name, Ref ref, std::span<const EnumName<E>>
   return k;
 }
 
-constexpr EnumName<DType> kSaveDtypeNames[] = {{DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::F16, "f16"}};
+constexpr EnumName<DType> kSaveDtypeNames[] = {
+    {DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::F16, "f16"}};
 constexpr EnumName<bool> kBoolNames[] = {{true, "true"}, {false, "false"}};
 
 // mode: a preset or layers+head (engine/exec_config.h); the chunk sizes are separate keys.
@@ -184,10 +191,12 @@ Key backend_key() {
 
 #define KEY(T, name, member) bind<T>(name, [](TrainConfig& c) -> T& { return c.member; })
 #define ENUM_KEY(E, name, member, table) \
-  enum_key<E>(name, [](TrainConfig& c) -> E& { return c.member; }, std::span<const EnumName<E>>(table))
-#define AUTO_KEY(E, name, member, table)                                                   \
-  auto_enum_key<E>(name, [](TrainConfig& c) -> std::optional<E>& { return c.member; }, \
-                   std::span<const EnumName<E>>(table))
+  enum_key<E>(                           \
+      name, [](TrainConfig& c) -> E& { return c.member; }, std::span<const EnumName<E>>(table))
+#define AUTO_KEY(E, name, member, table)                                  \
+  auto_enum_key<E>(                                                       \
+      name, [](TrainConfig& c) -> std::optional<E>& { return c.member; }, \
+      std::span<const EnumName<E>>(table))
 
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = [] {
@@ -275,12 +284,14 @@ const std::vector<Key>& keys() {
     Key betas;
     betas.name = "optim.betas";
     betas.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
-      if (!n.IsSequence() || n.size() != 2) bad_value(where, "optim.betas", "a list [beta1, beta2]", n);
+      if (!n.IsSequence() || n.size() != 2)
+        bad_value(where, "optim.betas", "a list [beta1, beta2]", n);
       c.beta1 = as_number(n[0], "optim.betas[0]", where);
       c.beta2 = as_number(n[1], "optim.betas[1]", where);
     };
     betas.get = [](const TrainConfig& c) { return nlohmann::json::array({c.beta1, c.beta2}); };
-    const auto lr = std::find_if(k.begin(), k.end(), [](const Key& x) { return x.name == "optim.lr"; });
+    const auto lr =
+        std::find_if(k.begin(), k.end(), [](const Key& x) { return x.name == "optim.lr"; });
     k.insert(lr + 1, betas);
     return k;
   }();
@@ -299,7 +310,8 @@ std::string known_keys(const std::string& prefix) {
   for (const Key& k : keys()) {
     if (k.name.rfind(prefix, 0) != 0) continue;
     std::string rest = k.name.substr(prefix.size());
-    if (const size_t dot = rest.find('.'); dot != std::string::npos) rest = rest.substr(0, dot) + ".*";
+    if (const size_t dot = rest.find('.'); dot != std::string::npos)
+      rest = rest.substr(0, dot) + ".*";
     if (std::find(names.begin(), names.end(), rest) == names.end()) names.push_back(rest);
   }
   std::string s;
@@ -317,14 +329,16 @@ std::string mark(const std::string& file, const YAML::Node& n) {
   return file + ":" + std::to_string(n.Mark().line + 1);
 }
 
-void apply(TrainConfig& c, const std::string& name, const YAML::Node& value, const std::string& where) {
+void apply(TrainConfig& c, const std::string& name, const YAML::Node& value,
+           const std::string& where) {
   const Key* k = find_key(name);
   k->set(c, value, where);
   c.origin[name] = where;
   if (name.rfind("demo.", 0) == 0) c.demo = true;
 }
 
-void walk(TrainConfig& c, const YAML::Node& map, const std::string& prefix, const std::string& file) {
+void walk(TrainConfig& c, const YAML::Node& map, const std::string& prefix,
+          const std::string& file) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string where = mark(file, it->first);
     if (!it->first.IsScalar()) throw InputError(where + ": keys must be names");
@@ -338,10 +352,12 @@ void walk(TrainConfig& c, const YAML::Node& map, const std::string& prefix, cons
       }
       if (it->second.IsNull()) continue;  // an empty section
       if (!it->second.IsMap())
-        throw InputError(where + ": " + name + " must be a mapping of keys (" + known_keys(name + ".") + ")");
+        throw InputError(where + ": " + name + " must be a mapping of keys (" +
+                         known_keys(name + ".") + ")");
       walk(c, it->second, name + ".", file);
     } else {
-      const std::string section = prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1);
+      const std::string section =
+          prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1);
       throw InputError(where + ": unknown key '" + name + "' (known keys" + section + ": " +
                        known_keys(prefix) + ")");
     }
@@ -358,8 +374,8 @@ void apply_override(TrainConfig& c, const std::string& arg) {
     const size_t dot = name.rfind('.');
     const std::string prefix = dot == std::string::npos ? "" : name.substr(0, dot + 1);
     throw InputError(where + ": unknown key '" + name + "' (known keys" +
-                     (prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1)) + ": " +
-                     known_keys(prefix) + ")");
+                     (prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1)) +
+                     ": " + known_keys(prefix) + ")");
   }
   YAML::Node value;
   try {
@@ -378,29 +394,35 @@ void fill_defaults_and_validate(TrainConfig& c) {
   if (c.demo) {
     for (const char* k : {"model", "data.train", "data.eval", "objective"}) {
       if (c.origin.count(k))
-        throw InputError(c.where(k) + ": " + k + " cannot be combined with the demo section (the demo "
+        throw InputError(c.where(k) + ": " + k +
+                         " cannot be combined with the demo section (the demo "
                          "trains its own model on its own task)");
     }
-    require(c.demo_options.steps >= 1 && c.demo_options.seq_len >= 16, c, "demo", "needs steps >= 1 and seq_len >= 16");
+    require(c.demo_options.steps >= 1 && c.demo_options.seq_len >= 16, c, "demo",
+            "needs steps >= 1 and seq_len >= 16");
     return;
   }
   require(!c.model.empty(), c, "model", "is required (a Hugging Face model directory)");
   require(!c.data_train.empty(), c, "data.train", "is required (a JSONL file)");
   if (c.output_dir.empty()) {
-    const std::string stem = c.source.empty() ? "run" : std::filesystem::path(c.source).stem().string();
+    const std::string stem =
+        c.source.empty() ? "run" : std::filesystem::path(c.source).stem().string();
     c.output_dir = "out/" + stem;
   }
   if (c.metrics.empty()) c.metrics = c.output_dir + "/metrics.jsonl";
   if (c.tokenizer.empty()) {
     // The model's directory (for a config.json, the directory it is in).
     const std::filesystem::path m(c.model);
-    c.tokenizer = std::filesystem::is_regular_file(m) ? (m.has_parent_path() ? m.parent_path().string() : ".") : c.model;
+    c.tokenizer = std::filesystem::is_regular_file(m)
+                      ? (m.has_parent_path() ? m.parent_path().string() : ".")
+                      : c.model;
   }
   require(c.max_tokens >= 2, c, "max_tokens", "must be at least 2");
   if (c.max_seq_len == 0) c.max_seq_len = c.max_tokens;
   require(c.max_seq_len >= 2 && c.max_seq_len <= c.max_tokens, c, "data.max_seq_len",
           "must be between 2 and max_tokens (" + std::to_string(c.max_tokens) + ")");
-  require(c.eval_fraction >= 0.0 && c.eval_fraction < 1.0, c, "data.eval_fraction", "must be in [0, 1)");
+  require(c.eval_fraction >= 0.0 && c.eval_fraction < 1.0, c, "data.eval_fraction",
+          "must be in [0, 1)");
   require(c.data_eval.empty() || c.eval_fraction == 0.0, c, "data.eval_fraction",
           "cannot be combined with data.eval (one held-out set)");
   require(c.layer_chunk >= 0, c, "layer_chunk", "must be at least 1, or auto");
@@ -417,17 +439,22 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.weight_decay >= 0.0, c, "optim.weight_decay", "must be >= 0");
   require(c.max_grad_norm >= 0.0, c, "optim.max_grad_norm", "must be >= 0 (0: no clipping)");
   require(c.warmup_steps >= 0, c, "schedule.warmup_steps", "must be >= 0");
-  require(c.warmup_ratio >= 0.0 && c.warmup_ratio <= 1.0, c, "schedule.warmup_ratio", "must be in [0, 1]");
-  require(c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0, c, "schedule.min_lr_ratio", "must be in [0, 1]");
+  require(c.warmup_ratio >= 0.0 && c.warmup_ratio <= 1.0, c, "schedule.warmup_ratio",
+          "must be in [0, 1]");
+  require(c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0, c, "schedule.min_lr_ratio",
+          "must be in [0, 1]");
   require(c.eval_every >= 0, c, "eval_every", "must be >= 0");
   require(c.save_every >= 0, c, "save_every", "must be >= 0");
   require(c.keep_last >= 0, c, "keep_last", "must be >= 0 (0: keep all)");
-  require(c.dist.zero >= 0 && c.dist.zero <= 2, c, "dist.zero",
-          "must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2 (sharded gradients too)");
+  require(
+      c.dist.zero >= 0 && c.dist.zero <= 2, c, "dist.zero",
+      "must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2 (sharded gradients too)");
   require(c.dpo.beta > 0.0, c, "dpo.beta", "must be positive");
-  require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing", "must be in [0, 0.5)");
+  require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing",
+          "must be in [0, 0.5)");
   require(c.grpo.beta >= 0.0, c, "grpo.beta", "must be >= 0");
-  require(c.grpo.epsilon > 0.0 && c.grpo.epsilon_high >= 0.0, c, "grpo.epsilon", "must be positive");
+  require(c.grpo.epsilon > 0.0 && c.grpo.epsilon_high >= 0.0, c, "grpo.epsilon",
+          "must be positive");
   require(c.ppo.beta >= 0.0, c, "ppo.beta", "must be >= 0");
   require(c.ppo.epsilon > 0.0, c, "ppo.epsilon", "must be positive");
   require(c.ppo.value_epsilon > 0.0, c, "ppo.value_epsilon", "must be positive");
@@ -490,12 +517,18 @@ const std::string& TrainConfig::reference_dir() const {
 }
 
 std::vector<std::string> resume_identity_keys() {
-  return {"data.train", "data.eval", "data.eval_fraction", "data.format", "data.chat_template",
-          "data.date_string", "data.truncation", "data.max_seq_len", "data.shuffle",
-          "data.append_eos", "data.add_bos", "max_tokens", "grad_accum", "seed", "objective", "tokenizer"};
+  return {"data.train",         "data.eval",
+          "data.eval_fraction", "data.format",
+          "data.chat_template", "data.date_string",
+          "data.truncation",    "data.max_seq_len",
+          "data.shuffle",       "data.append_eos",
+          "data.add_bos",       "max_tokens",
+          "grad_accum",         "seed",
+          "objective",          "tokenizer"};
 }
 
-TrainConfig load_train_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+TrainConfig load_train_config(const std::string& yaml_path,
+                              const std::vector<std::string>& overrides) {
   TrainConfig c;
   c.source = yaml_path;
   if (!yaml_path.empty()) {
@@ -505,10 +538,12 @@ TrainConfig load_train_config(const std::string& yaml_path, const std::vector<st
     } catch (const YAML::BadFile&) {
       throw InputError(yaml_path + ": cannot open config file");
     } catch (const YAML::ParserException& e) {
-      throw InputError(yaml_path + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: " + e.msg);
+      throw InputError(yaml_path + ":" + std::to_string(e.mark.line + 1) +
+                       ": not valid YAML: " + e.msg);
     }
     if (!root.IsNull()) {
-      if (!root.IsMap()) throw InputError(yaml_path + ": expected a mapping of keys at the top level");
+      if (!root.IsMap())
+        throw InputError(yaml_path + ": expected a mapping of keys at the top level");
       walk(c, root, "", yaml_path);
     }
   }

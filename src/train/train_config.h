@@ -45,7 +45,8 @@ struct PpoSettings {
   double vf_coef = 0.1;
   double gamma = 1.0;
   double lam = 0.95;
-  KlEstimator kl_estimator = KlEstimator::k1;  // k1 (TRL's default) | k3, of the per-token KL penalty
+  KlEstimator kl_estimator =
+      KlEstimator::k1;  // k1 (TRL's default) | k3, of the per-token KL penalty
   std::string reference;
   std::string value_model;  // Hugging Face directory with score.weight ("" = the starting
                             // model's trunk with a head drawn from the seed)
@@ -71,10 +72,10 @@ struct TrainConfig {
 
   // Data.
   std::string data_train, data_eval;
-  double eval_fraction = 0.0;                    // held out of data.train when data.eval is not given
-  std::optional<DataFormat> data_format;         // empty (auto): detected from the first record
+  double eval_fraction = 0.0;             // held out of data.train when data.eval is not given
+  std::optional<DataFormat> data_format;  // empty (auto): detected from the first record
   std::optional<ChatTemplateName> chat_template;  // empty (auto): from tokenizer_config.json
-  std::string date_string = "26 Jul 2024";      // llama3's "Today Date"
+  std::string date_string = "26 Jul 2024";        // llama3's "Today Date"
   Truncation truncation = Truncation::error;
   int64_t max_seq_len = 0;  // tokens per sequence (0: = max_tokens)
   bool shuffle = true;
@@ -88,14 +89,15 @@ struct TrainConfig {
   PpoSettings ppo;
 
   // Execution.
-  BackendSpec backend;          // cpu
-  ExecConfig mode;              // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>;
-                                // its chunk sizes are layer_chunk / head_chunk below
-  int64_t layer_chunk = 1024;   // 0: auto, the largest that fits memory_budget
-  int64_t head_chunk = 512;     // 0: auto
-  std::string memory_budget;    // "16GiB", ...: what `auto` chunks may use; "" = 90% of physical memory
-  int64_t max_tokens = 4096;    // tokens per micro-batch (packed)
-  int64_t grad_accum = 1;       // micro-batches per optimizer step
+  BackendSpec backend;  // cpu
+  ExecConfig mode;      // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>;
+                        // its chunk sizes are layer_chunk / head_chunk below
+  int64_t layer_chunk = 1024;  // 0: auto, the largest that fits memory_budget
+  int64_t head_chunk = 512;    // 0: auto
+  std::string
+      memory_budget;  // "16GiB", ...: what `auto` chunks may use; "" = 90% of physical memory
+  int64_t max_tokens = 4096;  // tokens per micro-batch (packed)
+  int64_t grad_accum = 1;     // micro-batches per optimizer step
   int64_t epochs = 1;
   int64_t max_steps = 0;         // > 0: stop after this many optimizer steps (epochs repeat)
   int64_t stop_after_steps = 0;  // > 0: end this invocation after this many steps, with a
@@ -140,7 +142,8 @@ struct TrainConfig {
 
 // Reads `yaml_path` (may be "" for overrides only), applies the overrides in order, fills the
 // defaults that depend on other keys (output_dir, metrics, max_seq_len) and validates.
-TrainConfig load_train_config(const std::string& yaml_path, const std::vector<std::string>& overrides);
+TrainConfig load_train_config(const std::string& yaml_path,
+                              const std::vector<std::string>& overrides);
 
 // Applies overrides and validates (used when resuming from a checkpoint's stored config).
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where,

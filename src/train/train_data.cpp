@@ -25,9 +25,9 @@ std::string formats_for(ObjectiveKind objective) {
 
 void check_objective(const TrainConfig& c, const Dataset& d, const std::string& key) {
   if (!objective_accepts(c.objective, d.format)) {
-    throw InputError(c.where(key) + ": " + key + ": objective " + objective_name(c.objective) + " trains on " +
-                     formats_for(c.objective) + " records, but " + d.path + " holds " +
-                     data_format_name(d.format) + " records");
+    throw InputError(c.where(key) + ": " + key + ": objective " + objective_name(c.objective) +
+                     " trains on " + formats_for(c.objective) + " records, but " + d.path +
+                     " holds " + data_format_name(d.format) + " records");
   }
   if (c.objective != ObjectiveKind::grpo) return;
   // GRPO's advantages compare completions within a group: every prompt needs the same number
@@ -35,9 +35,10 @@ void check_objective(const TrainConfig& c, const Dataset& d, const std::string& 
   const size_t n = d.examples.front().sequences.size();
   for (const Example& e : d.examples) {
     if (e.sequences.size() != n || n < 2) {
-      throw InputError(d.path + ":" + std::to_string(e.lines.front()) + ": the prompt first seen here has " +
-                       std::to_string(e.sequences.size()) + " completion(s), the first prompt " +
-                       std::to_string(n) + ": GRPO groups must all have the same size, at least 2");
+      throw InputError(d.path + ":" + std::to_string(e.lines.front()) +
+                       ": the prompt first seen here has " + std::to_string(e.sequences.size()) +
+                       " completion(s), the first prompt " + std::to_string(n) +
+                       ": GRPO groups must all have the same size, at least 2");
     }
   }
 }
@@ -53,23 +54,27 @@ std::optional<int32_t> token_id(const Tokenizer& tok, const std::optional<std::s
 bool objective_accepts(ObjectiveKind objective, DataFormat f) {
   switch (objective) {
     case ObjectiveKind::sft:
-      return f == DataFormat::messages || f == DataFormat::prompt_completion || f == DataFormat::text;
+      return f == DataFormat::messages || f == DataFormat::prompt_completion ||
+             f == DataFormat::text;
     case ObjectiveKind::dpo: return f == DataFormat::preference;
     default: return f == DataFormat::rollout;  // grpo, ppo
   }
 }
 
-void split_eval(std::vector<Example>& train, std::vector<Example>& eval, double fraction, uint64_t seed) {
+void split_eval(std::vector<Example>& train, std::vector<Example>& eval, double fraction,
+                uint64_t seed) {
   const int64_t n = static_cast<int64_t>(train.size());
   if (fraction <= 0.0 || n < 2) return;
-  const int64_t n_eval = std::clamp<int64_t>(std::llround(fraction * static_cast<double>(n)), 1, n - 1);
+  const int64_t n_eval =
+      std::clamp<int64_t>(std::llround(fraction * static_cast<double>(n)), 1, n - 1);
   Rng rng(seed, "eval-split");
   std::vector<int64_t> order = epoch_order(n, true, rng);
   std::vector<char> held(static_cast<size_t>(n), 0);
   for (int64_t i = 0; i < n_eval; ++i) held[static_cast<size_t>(order[static_cast<size_t>(i)])] = 1;
   std::vector<Example> keep;
   for (int64_t i = 0; i < n; ++i) {
-    (held[static_cast<size_t>(i)] ? eval : keep).push_back(std::move(train[static_cast<size_t>(i)]));
+    (held[static_cast<size_t>(i)] ? eval : keep)
+        .push_back(std::move(train[static_cast<size_t>(i)]));
   }
   train = std::move(keep);
 }
@@ -85,20 +90,23 @@ TrainingData prepare_training_data(const TrainConfig& c, int64_t model_vocab) {
   }
   const Tokenizer tok = Tokenizer::from_dir(tok_dir);
   if (tok.vocab_size() > model_vocab) {
-    throw InputError(tok_dir + "/tokenizer.json: its ids go up to " + std::to_string(tok.vocab_size() - 1) +
-                     " but the model's vocab_size is " + std::to_string(model_vocab) +
-                     " (tokenizer and model do not match)");
+    throw InputError(tok_dir + "/tokenizer.json: its ids go up to " +
+                     std::to_string(tok.vocab_size() - 1) + " but the model's vocab_size is " +
+                     std::to_string(model_vocab) + " (tokenizer and model do not match)");
   }
   const HfTokenizerConfig hf = HfTokenizerConfig::load_dir(tok_dir);
 
-  std::string no_chat = "conversation data needs a chat template, but " + tok_dir +
-                        " has none (no chat_template in tokenizer_config.json): set data.chat_template";
+  std::string no_chat =
+      "conversation data needs a chat template, but " + tok_dir +
+      " has none (no chat_template in tokenizer_config.json): set data.chat_template";
   if (c.chat_template) {
     out.chat = chat_template_for(*c.chat_template);
     out.chat_source = "data.chat_template";
   } else if (!hf.chat_template.empty()) {
     out.chat = detect_chat_template(hf.chat_template, hf.source.empty() ? tok_dir : hf.source);
-    out.chat_source = fs::path(hf.source.empty() ? tok_dir + "/chat_template.jinja" : hf.source).filename().string();
+    out.chat_source = fs::path(hf.source.empty() ? tok_dir + "/chat_template.jinja" : hf.source)
+                          .filename()
+                          .string();
   }
   if (out.chat) {
     out.chat->date_string = c.date_string;
@@ -109,18 +117,21 @@ TrainingData prepare_training_data(const TrainConfig& c, int64_t model_vocab) {
   if (c.append_eos) {
     plain.eos = token_id(tok, hf.eos_token);
     if (!plain.eos) {
-      plain.eos_problem = "data.append_eos is on, but " +
-                          (hf.eos_token ? "eos_token '" + *hf.eos_token + "' is not in the vocabulary"
-                                        : std::string("tokenizer_config.json names no eos_token")) +
-                          " (set data.append_eos: false)";
+      plain.eos_problem =
+          "data.append_eos is on, but " +
+          (hf.eos_token ? "eos_token '" + *hf.eos_token + "' is not in the vocabulary"
+                        : std::string("tokenizer_config.json names no eos_token")) +
+          " (set data.append_eos: false)";
     }
   }
-  const bool llama = out.chat && (out.chat->family == ChatFamily::llama3 || out.chat->family == ChatFamily::llama3_0);
+  const bool llama = out.chat && (out.chat->family == ChatFamily::llama3 ||
+                                  out.chat->family == ChatFamily::llama3_0);
   const bool want_bos = c.add_bos.value_or(hf.add_bos_token.value_or(llama));
   if (want_bos) {
     plain.bos = token_id(tok, hf.bos_token);
     if (!plain.bos && c.add_bos.value_or(false))
-      throw InputError(c.where("data.add_bos") + ": data.add_bos is true but the tokenizer has no bos_token");
+      throw InputError(c.where("data.add_bos") +
+                       ": data.add_bos is true but the tokenizer has no bos_token");
   }
   const ExampleEncoder encoder(MaskedEncoder(tok), out.chat, plain, no_chat);
 

@@ -17,11 +17,11 @@ namespace sbp {
 
 struct TrainingData {
   std::optional<ChatTemplate> chat;
-  std::string chat_source;    // "tokenizer_config.json" or "data.chat_template"
-  Dataset train;              // its examples are the training set (eval_fraction removed)
-  std::string train_summary;  // Dataset::summary() of the whole file, before any split
-  std::vector<Example> eval;  // held-out examples (empty: no evaluation)
-  std::string eval_source;    // "data.eval (<path>)", "5% of data.train", ""
+  std::string chat_source;      // "tokenizer_config.json" or "data.chat_template"
+  Dataset train;                // its examples are the training set (eval_fraction removed)
+  std::string train_summary;    // Dataset::summary() of the whole file, before any split
+  std::vector<Example> eval;    // held-out examples (empty: no evaluation)
+  std::string eval_source;      // "data.eval (<path>)", "5% of data.train", ""
   nlohmann::json fingerprints;  // {"train": ..., "eval": ...} (checkpoint.h file_fingerprint)
 };
 
@@ -33,6 +33,7 @@ bool objective_accepts(ObjectiveKind objective, DataFormat f);
 
 // Splits `fraction` of the examples off as a held-out set, chosen by a seeded shuffle; both
 // parts keep file order. At least one example goes to each side when fraction > 0.
-void split_eval(std::vector<Example>& train, std::vector<Example>& eval, double fraction, uint64_t seed);
+void split_eval(std::vector<Example>& train, std::vector<Example>& eval, double fraction,
+                uint64_t seed);
 
 }  // namespace sbp

@@ -34,13 +34,15 @@ std::pair<ModelConfig, std::string> resolve_starting_model(const TrainConfig& c)
   const fs::path p(c.model);
   if (fs::is_directory(p)) {
     if (!fs::exists(p / "model.safetensors") && !fs::exists(p / "model.safetensors.index.json")) {
-      throw InputError(c.where("model") + ": model: " + c.model + " has no model.safetensors (or index); "
+      throw InputError(c.where("model") + ": model: " + c.model +
+                       " has no model.safetensors (or index); "
                        "to start from random weights give its config.json instead");
     }
     return {load_config(c.model), c.model};
   }
   if (fs::is_regular_file(p) || has_preset(c.model)) return {resolve_config(c.model), ""};
-  throw InputError(c.where("model") + ": model: " + c.model + " does not exist (a Hugging Face model "
+  throw InputError(c.where("model") + ": model: " + c.model +
+                   " does not exist (a Hugging Face model "
                    "directory, a config.json for random weights, or a preset name)");
 }
 
@@ -62,11 +64,14 @@ void Trainer::Log::err(const char* fmt, ...) const {
   va_end(a);
 }
 
-int run_training(const TrainConfig& c, const std::string& resume) { return run_training(c, resume, single_process()); }
+int run_training(const TrainConfig& c, const std::string& resume) {
+  return run_training(c, resume, single_process());
+}
 
 int run_training(const TrainConfig& c, const std::string& resume, Communicator& comm) {
   if (c.demo) {
-    if (comm.size() > 1) throw InputError("the built-in demo runs on one process; give a config to train with mpirun");
+    if (comm.size() > 1)
+      throw InputError("the built-in demo runs on one process; give a config to train with mpirun");
     if (!resume.empty()) throw InputError("the built-in demo cannot be resumed");
     return run_demo(c.demo_options);
   }
@@ -77,7 +82,11 @@ int run_training(const TrainConfig& c, const std::string& resume, Communicator& 
 }
 
 Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm)
-    : c_(c), comm_(comm), log_{comm.rank() == 0}, t_start_(Clock::now()), setup_(c.objective_setup()) {
+    : c_(c),
+      comm_(comm),
+      log_{comm.rank() == 0},
+      t_start_(Clock::now()),
+      setup_(c.objective_setup()) {
   load_inputs(resume);
   plan_schedule();
   build_models();
@@ -94,35 +103,48 @@ void Trainer::load_inputs(const std::string& resume) {
   if (setup_.needs_value_model() && ckpt_.empty()) check_ppo_value_model(c_, cfg_);
   data_ = prepare_training_data(c_, cfg_.vocab_size);
   log_.out("data: %s\n", data_.train_summary.c_str());
-  if (data_.chat) log_.out("chat template: %s (from %s)\n", data_.chat->name().c_str(), data_.chat_source.c_str());
+  if (data_.chat)
+    log_.out("chat template: %s (from %s)\n", data_.chat->name().c_str(),
+             data_.chat_source.c_str());
   if (!ckpt_.empty()) {
-    const std::string note = check_resume_compatible(c_, resumed_, data_.fingerprints, ckpt_, comm_.size());
+    const std::string note =
+        check_resume_compatible(c_, resumed_, data_.fingerprints, ckpt_, comm_.size());
     if (!note.empty()) log_.out("note: %s\n", note.c_str());
   }
   eval_ = pack_in_order(data_.eval, c_.max_tokens, c_.objective);
-  if ((c_.objective == ObjectiveKind::grpo || c_.objective == ObjectiveKind::ppo) && !eval_.empty()) {
-    log_.out("note: %s has no held-out loss (offline rollouts): %s is not evaluated\n", objective_name(c_.objective),
-             data_.eval_source.c_str());
+  if ((c_.objective == ObjectiveKind::grpo || c_.objective == ObjectiveKind::ppo) &&
+      !eval_.empty()) {
+    log_.out("note: %s has no held-out loss (offline rollouts): %s is not evaluated\n",
+             objective_name(c_.objective), data_.eval_source.c_str());
     eval_.clear();
   }
   if (!eval_.empty())
-    log_.out("eval: %s, %zu micro-batch%s\n", data_.eval_source.c_str(), eval_.size(), eval_.size() == 1 ? "" : "es");
+    log_.out("eval: %s, %zu micro-batch%s\n", data_.eval_source.c_str(), eval_.size(),
+             eval_.size() == 1 ? "" : "es");
 }
 
 // The run's length (max_steps, or the steps of `epochs` epochs) and its LR schedule. Every rank
 // builds the same plan; a step takes ranks x grad_accum micro-batches of it.
 void Trainer::plan_schedule() {
   per_step_ = c_.grad_accum * comm_.size();
-  batches_ = std::make_unique<TrainBatches>(data_.train.examples, c_.max_tokens, c_.shuffle, c_.seed, c_.objective);
-  const int64_t total = c_.max_steps > 0 ? c_.max_steps : batches_->steps_in_epochs(c_.epochs, per_step_);
-  const int64_t warmup = c_.warmup_steps > 0
-                             ? c_.warmup_steps
-                             : static_cast<int64_t>(std::ceil(c_.warmup_ratio * static_cast<double>(total)));
-  schedule_ = LrSchedule{.kind = c_.schedule, .lr = c_.lr, .warmup_steps = warmup, .total_steps = total,
+  batches_ = std::make_unique<TrainBatches>(data_.train.examples, c_.max_tokens, c_.shuffle,
+                                            c_.seed, c_.objective);
+  const int64_t total =
+      c_.max_steps > 0 ? c_.max_steps : batches_->steps_in_epochs(c_.epochs, per_step_);
+  const int64_t warmup =
+      c_.warmup_steps > 0
+          ? c_.warmup_steps
+          : static_cast<int64_t>(std::ceil(c_.warmup_ratio * static_cast<double>(total)));
+  schedule_ = LrSchedule{.kind = c_.schedule,
+                         .lr = c_.lr,
+                         .warmup_steps = warmup,
+                         .total_steps = total,
                          .min_lr_ratio = c_.min_lr_ratio};
   schedule_.validate(c_.where("schedule.type"));
-  optim_ = AdamWConfig{.beta1 = static_cast<float>(c_.beta1), .beta2 = static_cast<float>(c_.beta2),
-                       .eps = static_cast<float>(c_.eps), .weight_decay = static_cast<float>(c_.weight_decay)};
+  optim_ = AdamWConfig{.beta1 = static_cast<float>(c_.beta1),
+                       .beta2 = static_cast<float>(c_.beta2),
+                       .eps = static_cast<float>(c_.eps),
+                       .weight_decay = static_cast<float>(c_.weight_decay)};
   save_dtype_ = c_.save_dtype ? *c_.save_dtype : model_storage_dtype(start_dir_, cfg_);
   state_.total_steps = total;
   state_.config = c_.to_json();
@@ -141,9 +163,12 @@ void Trainer::build_models() {
     const ResolvedChunks rc = resolve_auto_chunks(c_, cfg_, exec_, comm_.size());
     exec_.layer_chunk = rc.layer_chunk;
     exec_.head_chunk = rc.head_chunk;
-    log_.out("auto chunks: layer %lld, head %lld: the planned step peaks at %.1f MiB of the %.1f MiB budget\n",
-             static_cast<long long>(rc.layer_chunk), static_cast<long long>(rc.head_chunk),
-             static_cast<double>(rc.planned_peak) / 1048576.0, static_cast<double>(rc.budget) / 1048576.0);
+    log_.out(
+        "auto chunks: layer %lld, head %lld: the planned step peaks at %.1f MiB of the %.1f MiB "
+        "budget\n",
+        static_cast<long long>(rc.layer_chunk), static_cast<long long>(rc.head_chunk),
+        static_cast<double>(rc.planned_peak) / 1048576.0,
+        static_cast<double>(rc.budget) / 1048576.0);
   }
   std::optional<ModelConfig> ref_cfg, value_cfg;
   const std::string& ref_dir = c_.reference_dir();
@@ -153,9 +178,11 @@ void Trainer::build_models() {
       throw InputError(ref_dir + ": the reference model's vocab_size differs from the policy's");
   }
   if (setup_.needs_value_model()) value_cfg = value_model_config(c_, cfg_, ckpt_);
-  const ModelSetOptions opts{.param_dtype = DType::F32, .optim = &optim_, .comm = &comm_, .zero = c_.dist.zero};
-  models_ = std::make_unique<ModelSet>(setup_, cfg_, pool_, *be_, opts, ref_cfg ? &*ref_cfg : nullptr,
-                                       value_cfg ? &*value_cfg : nullptr);
+  const ModelSetOptions opts{
+      .param_dtype = DType::F32, .optim = &optim_, .comm = &comm_, .zero = c_.dist.zero};
+  models_ =
+      std::make_unique<ModelSet>(setup_, cfg_, pool_, *be_, opts, ref_cfg ? &*ref_cfg : nullptr,
+                                 value_cfg ? &*value_cfg : nullptr);
   load_policy();
   load_reference();
   load_value();
@@ -169,7 +196,8 @@ void Trainer::load_policy() {
   if (ckpt_.empty()) {
     if (start_dir_.empty()) {
       init_parameters(w, c_.seed, InitStyle::hf);
-      log_.out("model: %s, random weights (seed %llu)\n", c_.model.c_str(), static_cast<unsigned long long>(c_.seed));
+      log_.out("model: %s, random weights (seed %llu)\n", c_.model.c_str(),
+               static_cast<unsigned long long>(c_.seed));
     } else {
       load_weights(start_dir_, cfg_, w);
       log_.out("model: %s\n", start_dir_.c_str());
@@ -183,11 +211,14 @@ void Trainer::load_policy() {
                    ckpt_ + "/trainer_state.json");
   state_.step = resumed_.step;
   state_.tokens_seen = resumed_.tokens_seen;
-  log_.out("resuming from %s: step %lld of %lld, epoch %lld\n", ckpt_.c_str(), static_cast<long long>(state_.step),
-           static_cast<long long>(state_.total_steps), static_cast<long long>(resumed_.epoch));
+  log_.out("resuming from %s: step %lld of %lld, epoch %lld\n", ckpt_.c_str(),
+           static_cast<long long>(state_.step), static_cast<long long>(state_.total_steps),
+           static_cast<long long>(resumed_.epoch));
   if (resumed_.total_steps != state_.total_steps)
-    log_.out("note: the run now has %lld steps (the checkpoint's run had %lld): the LR schedule follows the new length\n",
-             static_cast<long long>(state_.total_steps), static_cast<long long>(resumed_.total_steps));
+    log_.out(
+        "note: the run now has %lld steps (the checkpoint's run had %lld): the LR schedule follows "
+        "the new length\n",
+        static_cast<long long>(state_.total_steps), static_cast<long long>(resumed_.total_steps));
 }
 
 // DPO, PPO (and GRPO with a KL term) score against a reference model: dpo/ppo/grpo.reference,
@@ -209,7 +240,8 @@ void Trainer::load_reference() {
 void Trainer::load_value() {
   if (!models_->has_value()) return;
   if (ckpt_.empty()) {
-    const std::string from = init_value_weights(c_, start_dir_, models_->value_config(), models_->value_weights());
+    const std::string from =
+        init_value_weights(c_, start_dir_, models_->value_config(), models_->value_weights());
     log_.out("value model: %s\n", from.c_str());
     return;
   }
@@ -219,20 +251,26 @@ void Trainer::load_value() {
 }
 
 void Trainer::print_summary() const {
-  log_.out("model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, head "
-           "chunk %lld); %d thread%s; saves %s weights\n",
-           cfg_.model_type.c_str(), static_cast<long long>(cfg_.num_hidden_layers),
-           static_cast<long long>(cfg_.hidden_size), static_cast<long long>(cfg_.vocab_size),
-           static_cast<double>(models_->policy_weights().numel()) / 1e6, mode_name(exec_).c_str(),
-           static_cast<long long>(exec_.layer_chunk), static_cast<long long>(exec_.head_chunk), cpu_threads(),
-           cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype_));
+  log_.out(
+      "model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, "
+      "head "
+      "chunk %lld); %d thread%s; saves %s weights\n",
+      cfg_.model_type.c_str(), static_cast<long long>(cfg_.num_hidden_layers),
+      static_cast<long long>(cfg_.hidden_size), static_cast<long long>(cfg_.vocab_size),
+      static_cast<double>(models_->policy_weights().numel()) / 1e6, mode_name(exec_).c_str(),
+      static_cast<long long>(exec_.layer_chunk), static_cast<long long>(exec_.head_chunk),
+      cpu_threads(), cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype_));
   if (comm_.size() > 1)
-    log_.out("data parallel: %d ranks, zero %d, %lld micro-batch%s per rank per step\n", comm_.size(),
-             models_->policy().zero(), static_cast<long long>(c_.grad_accum), c_.grad_accum == 1 ? "" : "es");
-  log_.out("training: %lld steps of %lld micro-batch%s (<= %lld tokens each), lr %.3g %s, warmup %lld -> %s\n",
-           static_cast<long long>(state_.total_steps), static_cast<long long>(per_step_), per_step_ == 1 ? "" : "es",
-           static_cast<long long>(c_.max_tokens), c_.lr, enum_name<ScheduleKind>(kScheduleNames, c_.schedule),
-           static_cast<long long>(schedule_.warmup_steps), c_.output_dir.c_str());
+    log_.out("data parallel: %d ranks, zero %d, %lld micro-batch%s per rank per step\n",
+             comm_.size(), models_->policy().zero(), static_cast<long long>(c_.grad_accum),
+             c_.grad_accum == 1 ? "" : "es");
+  log_.out(
+      "training: %lld steps of %lld micro-batch%s (<= %lld tokens each), lr %.3g %s, warmup %lld "
+      "-> %s\n",
+      static_cast<long long>(state_.total_steps), static_cast<long long>(per_step_),
+      per_step_ == 1 ? "" : "es", static_cast<long long>(c_.max_tokens), c_.lr,
+      enum_name<ScheduleKind>(kScheduleNames, c_.schedule),
+      static_cast<long long>(schedule_.warmup_steps), c_.output_dir.c_str());
   std::fflush(stdout);
 }
 

@@ -17,7 +17,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 nlohmann::ordered_json memory_json(const MemoryBreakdown& b) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (int i = 0; i < kNumCategories; ++i) j[category_name(static_cast<Category>(i))] = b.bytes[static_cast<size_t>(i)];
+  for (int i = 0; i < kNumCategories; ++i)
+    j[category_name(static_cast<Category>(i))] = b.bytes[static_cast<size_t>(i)];
   j["total"] = b.total();
   return j;
 }
@@ -26,8 +27,8 @@ nlohmann::ordered_json memory_json(const MemoryBreakdown& b) {
 
 int Trainer::run() {
   if (state_.step >= state_.total_steps) {
-    log_.out("nothing to do: the checkpoint is at step %lld of %lld\n", static_cast<long long>(state_.step),
-             static_cast<long long>(state_.total_steps));
+    log_.out("nothing to do: the checkpoint is at step %lld of %lld\n",
+             static_cast<long long>(state_.step), static_cast<long long>(state_.total_steps));
     return 0;
   }
   // Rank 0 writes the metrics and the checkpoints (each rank its optimizer shards).
@@ -47,8 +48,9 @@ int Trainer::run() {
     std::fflush(stdout);
   }
   // This invocation ends at stop_at: the run's end, or earlier with stop_after_steps.
-  const int64_t stop_at = c_.stop_after_steps > 0 ? std::min(state_.total_steps, state_.step + c_.stop_after_steps)
-                                                  : state_.total_steps;
+  const int64_t stop_at = c_.stop_after_steps > 0
+                              ? std::min(state_.total_steps, state_.step + c_.stop_after_steps)
+                              : state_.total_steps;
   progress_.emplace(state_.step, state_.total_steps);
   int64_t last_saved = -1;
   while (state_.step < stop_at) {
@@ -61,8 +63,9 @@ int Trainer::run() {
     }
     if (stop) {
       if (log_.lead) progress_->finish();
-      const std::string by = stop_signal_number() != 0 ? "signal " + std::to_string(stop_signal_number())
-                                                       : std::string("a signal to another rank");
+      const std::string by = stop_signal_number() != 0
+                                 ? "signal " + std::to_string(stop_signal_number())
+                                 : std::string("a signal to another rank");
       log_.err("streambp: stopped by %s after step %lld; resume from %s\n", by.c_str(),
                static_cast<long long>(state_.step), c_.output_dir.c_str());
       return kInterruptedExitCode;
@@ -92,38 +95,43 @@ void Trainer::train_step(int64_t stop_at, bool* save_now, bool* stop) {
   ++state_.step;
   last_loss_ = r.loss;
 
-  const bool eval_now = !eval_.empty() && ((c_.eval_every > 0 && state_.step % c_.eval_every == 0) ||
-                                           state_.step == state_.total_steps);
+  const bool eval_now =
+      !eval_.empty() && ((c_.eval_every > 0 && state_.step % c_.eval_every == 0) ||
+                         state_.step == state_.total_steps);
   if (eval_now) last_eval_ = runner_->evaluate(eval_);
   const double step_s = seconds_since(t_step);
   write_step_metrics(r, step.step_micro_batches, lr, grad_norm, value_grad_norm, step_s, eval_now);
 
   char fields[200];
-  std::snprintf(fields, sizeof fields, "loss %.4f%s | lr %.2e | grad %.3f | %.0f tok/s", r.loss,
-                std::isnan(last_eval_) ? "" : (" | eval " + std::to_string(last_eval_).substr(0, 6)).c_str(), lr,
-                grad_norm, static_cast<double>(r.tokens) / std::max(step_s, 1e-9));
+  std::snprintf(
+      fields, sizeof fields, "loss %.4f%s | lr %.2e | grad %.3f | %.0f tok/s", r.loss,
+      std::isnan(last_eval_) ? "" : (" | eval " + std::to_string(last_eval_).substr(0, 6)).c_str(),
+      lr, grad_norm, static_cast<double>(r.tokens) / std::max(step_s, 1e-9));
   *stop = stop_requested_anywhere();
-  *save_now = (c_.save_every > 0 && state_.step % c_.save_every == 0) || state_.step == stop_at || *stop;
+  *save_now =
+      (c_.save_every > 0 && state_.step % c_.save_every == 0) || state_.step == stop_at || *stop;
   if (log_.lead) progress_->update(state_.step, fields, eval_now || *save_now);
 }
 
-void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, double lr, double grad_norm,
-                                 double value_grad_norm, double step_s, bool evaluated) {
+void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, double lr,
+                                 double grad_norm, double value_grad_norm, double step_s,
+                                 bool evaluated) {
   const int64_t peak_max = comm_.size() > 1 ? comm_.max(ledger_.peak()) : ledger_.peak();
   if (!metrics_) return;
-  nlohmann::ordered_json line = {{"step", state_.step},
-                                 {"epoch", batches_->epoch_progress()},
-                                 {"loss", r.loss},
-                                 {"lr", lr},
-                                 {"grad_norm", grad_norm},
-                                 {"tokens", r.tokens},
-                                 {"loss_tokens", static_cast<int64_t>(r.loss_tokens)},
-                                 {"micro_batches", micro_batches},
-                                 {"tokens_per_s", static_cast<double>(r.tokens) / std::max(step_s, 1e-9)},
-                                 {"step_time_s", step_s},
-                                 {"elapsed_s", seconds_since(t_start_)},
-                                 {"peak_memory_bytes", memory_json(ledger_.peak_breakdown())},
-                                 {"peak_rss_bytes", peak_rss_bytes()}};
+  nlohmann::ordered_json line = {
+      {"step", state_.step},
+      {"epoch", batches_->epoch_progress()},
+      {"loss", r.loss},
+      {"lr", lr},
+      {"grad_norm", grad_norm},
+      {"tokens", r.tokens},
+      {"loss_tokens", static_cast<int64_t>(r.loss_tokens)},
+      {"micro_batches", micro_batches},
+      {"tokens_per_s", static_cast<double>(r.tokens) / std::max(step_s, 1e-9)},
+      {"step_time_s", step_s},
+      {"elapsed_s", seconds_since(t_start_)},
+      {"peak_memory_bytes", memory_json(ledger_.peak_breakdown())},
+      {"peak_rss_bytes", peak_rss_bytes()}};
   if (models_->has_value()) line["value_grad_norm"] = value_grad_norm;
   for (const auto& [name, x] : r.metrics) line[name] = x;
   if (evaluated) line["eval_loss"] = last_eval_;
@@ -136,7 +144,8 @@ void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, dou
     line["dist/grad_reduced_bytes"] = n.reduced_bytes;
     line["dist/param_allgathers"] = n.gathers;
     line["dist/grad_reductions_done_during_backward"] = n.done_during_backward;
-    if (models_->has_value()) line["dist/value_grad_reductions"] = models_->value().counters().reductions;
+    if (models_->has_value())
+      line["dist/value_grad_reductions"] = models_->value().counters().reductions;
     line["dist/peak_memory_max_rank"] = peak_max;
   }
   metrics_->write(line);
@@ -145,34 +154,41 @@ void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, dou
 std::string Trainer::save() {
   std::optional<ValueModelContents> value;
   if (models_->has_value())
-    value.emplace(ValueModelContents{models_->value_config(), models_->value_weights(),
-                                     [&](const std::string& dir) { models_->value().save_optimizer(dir); }});
+    value.emplace(
+        ValueModelContents{models_->value_config(), models_->value_weights(),
+                           [&](const std::string& dir) { models_->value().save_optimizer(dir); }});
   const std::string path = save_checkpoint(
       c_.output_dir,
       CheckpointContents{cfg_, models_->policy_weights(), save_dtype_,
-                         [&](const std::string& dir) { models_->policy().save_optimizer(dir); }, state_, c_.tokenizer,
-                         start_dir_, value ? &*value : nullptr},
+                         [&](const std::string& dir) { models_->policy().save_optimizer(dir); },
+                         state_, c_.tokenizer, start_dir_, value ? &*value : nullptr},
       comm_);
   if (log_.lead) rotate_checkpoints(c_.output_dir, c_.keep_last);
   return path;
 }
 
 // A stop request counts when any rank got the signal, so that all ranks save and stop together.
-bool Trainer::stop_requested_anywhere() { return comm_.max(int64_t{stop_requested() ? 1 : 0}) != 0; }
+bool Trainer::stop_requested_anywhere() {
+  return comm_.max(int64_t{stop_requested() ? 1 : 0}) != 0;
+}
 
 int Trainer::finish(int64_t last_saved) {
   if (log_.lead) progress_->finish();
   if (last_saved != state_.step) save();
   if (state_.step < state_.total_steps) {
-    log_.out("stopped after %lld steps (stop_after_steps), at step %lld of %lld; continue by resuming from %s\n",
-             static_cast<long long>(c_.stop_after_steps), static_cast<long long>(state_.step),
-             static_cast<long long>(state_.total_steps), c_.output_dir.c_str());
+    log_.out(
+        "stopped after %lld steps (stop_after_steps), at step %lld of %lld; continue by resuming "
+        "from %s\n",
+        static_cast<long long>(c_.stop_after_steps), static_cast<long long>(state_.step),
+        static_cast<long long>(state_.total_steps), c_.output_dir.c_str());
     return 0;
   }
-  log_.out("done: %lld steps, last loss %.4f%s, %.1f s; checkpoint %s/checkpoint-%lld, metrics %s\n",
-           static_cast<long long>(state_.step), last_loss_,
-           std::isnan(last_eval_) ? "" : (", eval loss " + std::to_string(last_eval_)).c_str(),
-           seconds_since(t_start_), c_.output_dir.c_str(), static_cast<long long>(state_.step), c_.metrics.c_str());
+  log_.out(
+      "done: %lld steps, last loss %.4f%s, %.1f s; checkpoint %s/checkpoint-%lld, metrics %s\n",
+      static_cast<long long>(state_.step), last_loss_,
+      std::isnan(last_eval_) ? "" : (", eval loss " + std::to_string(last_eval_)).c_str(),
+      seconds_since(t_start_), c_.output_dir.c_str(), static_cast<long long>(state_.step),
+      c_.metrics.c_str());
   return 0;
 }
 

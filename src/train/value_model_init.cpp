@@ -3,9 +3,9 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "model/checkpoint_io.h"
 #include "model/value_model_io.h"
 #include "train/checkpoint.h"
-#include "model/checkpoint_io.h"
 
 namespace sbp {
 
@@ -19,7 +19,8 @@ ModelConfig fresh_value_config(const TrainConfig& c, const ModelConfig& policy) 
   const std::string where = c.where("ppo.value_model") + ": ppo.value_model: ";
   const fs::path dir(c.ppo.value_model);
   if (!fs::is_directory(dir) || !fs::exists(dir / "config.json"))
-    throw InputError(where + c.ppo.value_model + " is not a Hugging Face model directory (config.json + "
+    throw InputError(where + c.ppo.value_model +
+                     " is not a Hugging Face model directory (config.json + "
                      "model.safetensors with score.weight, e.g. a Qwen3ForSequenceClassification)");
   ModelConfig v;
   try {
@@ -29,13 +30,15 @@ ModelConfig fresh_value_config(const TrainConfig& c, const ModelConfig& policy) 
   }
   if (v.vocab_size != policy.vocab_size)
     throw InputError(where + c.ppo.value_model + " has vocab_size " + std::to_string(v.vocab_size) +
-                     ", the policy " + std::to_string(policy.vocab_size) + " (they must share the tokenizer)");
+                     ", the policy " + std::to_string(policy.vocab_size) +
+                     " (they must share the tokenizer)");
   return v;
 }
 
 }  // namespace
 
-ModelConfig value_model_config(const TrainConfig& c, const ModelConfig& policy, const std::string& ckpt) {
+ModelConfig value_model_config(const TrainConfig& c, const ModelConfig& policy,
+                               const std::string& ckpt) {
   if (ckpt.empty()) return fresh_value_config(c, policy);
   const std::string dir = ckpt + "/" + kValueModelDir;
   if (!fs::exists(fs::path(dir) / "config.json"))
@@ -56,8 +59,8 @@ void check_ppo_value_model(const TrainConfig& c, const ModelConfig& policy) {
   }
 }
 
-std::string init_value_weights(const TrainConfig& c, const std::string& start_dir, const ModelConfig& cfg,
-                               ParameterSet& weights) {
+std::string init_value_weights(const TrainConfig& c, const std::string& start_dir,
+                               const ModelConfig& cfg, ParameterSet& weights) {
   if (!c.ppo.value_model.empty()) {
     try {
       load_value_weights(c.ppo.value_model, cfg, weights);

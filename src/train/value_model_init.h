@@ -22,7 +22,8 @@ namespace sbp {
 // empty), else ppo.value_model's config.json, else the policy's. Throws InputError naming
 // ppo.value_model (or the checkpoint's file) when it is not a model directory or its vocabulary
 // differs from the policy's.
-ModelConfig value_model_config(const TrainConfig& c, const ModelConfig& policy, const std::string& ckpt);
+ModelConfig value_model_config(const TrainConfig& c, const ModelConfig& policy,
+                               const std::string& ckpt);
 
 // Checks ppo.value_model (when set) before anything is allocated or printed: its config and
 // its tensors' names and shapes (the safetensors headers only). InputError naming the key.
@@ -31,7 +32,7 @@ void check_ppo_value_model(const TrainConfig& c, const ModelConfig& policy);
 // Fills the weights of a fresh run (see the table above); `start_dir` is the starting model's
 // directory ("" when randomly initialised), `cfg` value_model_config's. Returns where they came
 // from, for the log. Errors from ppo.value_model's files name the key.
-std::string init_value_weights(const TrainConfig& c, const std::string& start_dir, const ModelConfig& cfg,
-                               ParameterSet& weights);
+std::string init_value_weights(const TrainConfig& c, const std::string& start_dir,
+                               const ModelConfig& cfg, ParameterSet& weights);
 
 }  // namespace sbp

@@ -43,12 +43,14 @@ std::string describe(const Case& c) {
 struct Problem {
   int64_t H, G, h, T, q_offset, n, tk;
   float scale;
-  std::vector<int32_t> seg;                // (T) segment start per global row
-  std::vector<float> q, k, v, dout, w;     // q, dout (n, H*h); k, v (tk, G*h); w (n, H*h)
+  std::vector<int32_t> seg;             // (T) segment start per global row
+  std::vector<float> q, k, v, dout, w;  // q, dout (n, H*h); k, v (tk, G*h); w (n, H*h)
 
   explicit Problem(const Case& c, uint64_t seed = 1)
-      : H(c.H), G(c.G), h(c.h), T(std::accumulate(c.segments.begin(), c.segments.end(),
-                                                   int64_t{0})),
+      : H(c.H),
+        G(c.G),
+        h(c.h),
+        T(std::accumulate(c.segments.begin(), c.segments.end(), int64_t{0})),
         q_offset(c.q_offset) {
     n = c.n >= 0 ? c.n : T - q_offset;
     tk = c.tk >= 0 ? c.tk : T;
@@ -77,9 +79,7 @@ struct Problem {
   Tensor kt() const { return view(k, tk, G * h); }
   Tensor vt() const { return view(v, tk, G * h); }
   Tensor doutt() const { return view(dout, n, H * h); }
-  Tensor segt() const {
-    return Tensor(const_cast<int32_t*>(seg.data()), DType::I32, Shape{T});
-  }
+  Tensor segt() const { return Tensor(const_cast<int32_t*>(seg.data()), DType::I32, Shape{T}); }
   static Tensor view(const std::vector<float>& x, int64_t rows, int64_t cols) {
     return Tensor(const_cast<float*>(x.data()), DType::F32, Shape{rows, cols});
   }
@@ -109,8 +109,8 @@ Result run_kernel(const Problem& p) {
                          &r.fwd_flops);
   cpu::attention_backward(Problem::view(r.g.dq, p.n, p.H * p.h),
                           Problem::view(r.g.dk, p.tk, p.G * p.h),
-                          Problem::view(r.g.dv, p.tk, p.G * p.h), p.doutt(), p.qt(), p.kt(),
-                          p.vt(), out, lse, p.segt(), p.q_offset, p.dims(), &r.bwd_flops);
+                          Problem::view(r.g.dv, p.tk, p.G * p.h), p.doutt(), p.qt(), p.kt(), p.vt(),
+                          out, lse, p.segt(), p.q_offset, p.dims(), &r.bwd_flops);
   return r;
 }
 
@@ -122,8 +122,7 @@ struct RefResult {
 
 // Forward of the reference with double inputs (so finite differences can perturb them).
 void ref_forward(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
-                 const std::vector<double>& v, std::vector<double>* out,
-                 std::vector<double>* lse) {
+                 const std::vector<double>& v, std::vector<double>* out, std::vector<double>* lse) {
   const int64_t H = p.H, G = p.G, h = p.h, group = H / G;
   out->assign(static_cast<size_t>(p.n * H * h), 0.0);
   lse->assign(static_cast<size_t>(p.n * H), 0.0);
@@ -399,8 +398,8 @@ TEST(Attention, ChunksEqualFullRange) {
     const Tensor o = rows(out, H * h, s, e), l = rows(lse, H, s, e);
     cpu::attention_forward(o, l, q, k, v, full.segt(), s, full.dims(), nullptr);
     std::fill(dq.begin() + s * H * h, dq.begin() + e * H * h, 0.0f);
-    cpu::attention_backward(rows(dq, H * h, s, e), rows(dk, Gh, 0, e), rows(dv, Gh, 0, e), d,
-                            q, k, v, o, l, full.segt(), s, full.dims(), nullptr);
+    cpu::attention_backward(rows(dq, H * h, s, e), rows(dk, Gh, 0, e), rows(dv, Gh, 0, e), d, q, k,
+                            v, o, l, full.segt(), s, full.dims(), nullptr);
   }
   // Key tiles are aligned to absolute positions and masked scores add exact zeros, so the
   // forward of a row, and its dq, do not depend on the chunking. dk and dv sum over chunks in
@@ -418,9 +417,9 @@ TEST(Attention, CountsTheTileProducts) {
   {
     const Problem p(Case{"flops_full", 2, 1, 16, {64}, 63, 1});
     const int64_t h = p.h, H = p.H;
-    const int64_t scores = 2 * 64 * 8 * h;     // S^T or dP^T: 64 keys x 8 query columns
-    const int64_t row = 2 * 1 * h * 64;        // P V, dS K, P^T dO or dS^T Q of one query
-    const int64_t scores_b = 2 * 1 * 64 * h;   // pass B's S or dP: 1 query x 64 keys
+    const int64_t scores = 2 * 64 * 8 * h;    // S^T or dP^T: 64 keys x 8 query columns
+    const int64_t row = 2 * 1 * h * 64;       // P V, dS K, P^T dO or dS^T Q of one query
+    const int64_t scores_b = 2 * 1 * 64 * h;  // pass B's S or dP: 1 query x 64 keys
     {
       ThreadCount tc(1);  // per kv head
       const Result r = run_kernel(p);
@@ -435,8 +434,8 @@ TEST(Attention, CountsTheTileProducts) {
     // *flops is added to, not overwritten.
     int64_t flops = 1000;
     std::vector<float> out(p.q.size()), lse(static_cast<size_t>(p.n * p.H));
-    cpu::attention_forward(Problem::view(out, p.n, p.H * p.h), Problem::view(lse, p.n, p.H),
-                           p.qt(), p.kt(), p.vt(), p.segt(), p.q_offset, p.dims(), &flops);
+    cpu::attention_forward(Problem::view(out, p.n, p.H * p.h), Problem::view(lse, p.n, p.H), p.qt(),
+                           p.kt(), p.vt(), p.segt(), p.q_offset, p.dims(), &flops);
     EXPECT_EQ(flops, 1000 + H * (scores + row));
   }
   // Causal 64 x 64: the micro-tiles above the diagonal are skipped, so the count lies between
@@ -466,8 +465,7 @@ TEST(Attention, RejectsBadShapes) {
                                       AttentionDims{4, 2, 8, std::nanf("")}, nullptr),
                ShapeError);
   // q_offset + n past the keys
-  EXPECT_THROW(cpu::attention_forward(o, l, p.qt(), p.kt(), p.vt(), p.segt(), 1, p.dims(),
-                                      nullptr),
+  EXPECT_THROW(cpu::attention_forward(o, l, p.qt(), p.kt(), p.vt(), p.segt(), 1, p.dims(), nullptr),
                ShapeError);
   // lse of the wrong width
   EXPECT_THROW(cpu::attention_forward(o, Problem::view(lse, p.n * p.H / 2, 2), p.qt(), p.kt(),
@@ -476,10 +474,10 @@ TEST(Attention, RejectsBadShapes) {
   // a segment start past its row
   std::vector<int32_t> bad(p.seg);
   bad[5] = 6;
-  EXPECT_THROW(cpu::attention_forward(o, l, p.qt(), p.kt(), p.vt(),
-                                      Tensor(bad.data(), DType::I32, Shape{p.T}), 0, p.dims(),
-                                      nullptr),
-               ShapeError);
+  EXPECT_THROW(
+      cpu::attention_forward(o, l, p.qt(), p.kt(), p.vt(),
+                             Tensor(bad.data(), DType::I32, Shape{p.T}), 0, p.dims(), nullptr),
+      ShapeError);
   // dk not shaped like k
   std::vector<float> g(p.k.size() + p.G * p.h);
   EXPECT_THROW(cpu::attention_backward(Problem::view(out, p.n, p.H * p.h),

@@ -72,9 +72,7 @@ inline Buffer upload(Backend& be, Pool& pool, const Vec& host, Shape shape,
       case DType::BF16:
         static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(static_cast<float>(x));
         break;
-      case DType::F16:
-        static_cast<uint16_t*>(t.data)[i] = f32_to_f16(static_cast<float>(x));
-        break;
+      case DType::F16: static_cast<uint16_t*>(t.data)[i] = f32_to_f16(static_cast<float>(x)); break;
       case DType::I32: static_cast<int32_t*>(t.data)[i] = static_cast<int32_t>(x); break;
     }
   }

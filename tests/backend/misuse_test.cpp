@@ -65,16 +65,28 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
 
   const std::vector<Misuse> cases = {
       // ---- gemm ----
-      {"gemm", "op(A) must be (M, K)", [&] { be.gemm(C, A, false, t({4, 5}), false, 1, 0); }},
-      {"gemm", "C F32(5, 4)", [&] { be.gemm(t({5, 4}), A, false, B, false, 1, 0); }},
+      {"gemm", "op(A) must be (M, K)",
+       [&] {
+         be.gemm(C, A, false, t({4, 5}), false, 1, 0);
+       }},
+      {"gemm", "C F32(5, 4)",
+       [&] {
+         be.gemm(t({5, 4}), A, false, B, false, 1, 0);
+       }},
       {"gemm", "op(A)", [&] { be.gemm(C, A, true, B, false, 1, 0); }},
-      {"gemm", "A I32", [&] { be.gemm(C, t({n, 3}, I32), false, B, false, 1, 0); }},
+      {"gemm", "A I32",
+       [&] {
+         be.gemm(C, t({n, 3}, I32), false, B, false, 1, 0);
+       }},
       {"gemm", "alpha = nan", [&] { be.gemm(C, A, false, B, false, kNaN, 0); }},
       {"gemm", "beta = inf", [&] { be.gemm(C, A, false, B, false, 1, kInf); }},
       // ---- elementwise ----
       {"fill", "x I32", [&] { be.fill(t({3}, I32), 0); }},
       {"fill", "x F32()", [&] { be.fill(Tensor(), 0); }},
-      {"copy", "numel", [&] { be.copy(t({12}), t({4, 5})); }},
+      {"copy", "numel",
+       [&] {
+         be.copy(t({12}), t({4, 5}));
+       }},
       {"copy", "dtypes", [&] { be.copy(t({4}), t({4}, I32)); }},
       {"copy", "dtypes", [&] { be.copy(t({4}), t({4}, F16)); }},
       {"add_inplace", "x F32(3)", [&] { be.add_inplace(t({4}), t({3})); }},
@@ -84,97 +96,198 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
       {"add_bias", "b F32(7)", [&] { be.add_bias(x, t({d - 1})); }},
       {"add_bias", "b I32", [&] { be.add_bias(x, t({d}, I32)); }},
       {"bias_backward", "db F32(9)", [&] { be.bias_backward(t({d + 1}), x); }},
-      {"bias_backward", "dy I32", [&] { be.bias_backward(g, t({n, d}, I32)); }},
+      {"bias_backward", "dy I32",
+       [&] {
+         be.bias_backward(g, t({n, d}, I32));
+       }},
       // ---- rmsnorm ----
       {"rmsnorm_forward", "whole number of rows", [&] { be.rmsnorm_forward(y, x, t({3}), 1e-6f); }},
       {"rmsnorm_forward", "whole number of rows", [&] { be.rmsnorm_forward(y, x, t({0}), 1e-6f); }},
-      {"rmsnorm_forward", "y F32(4, 7)", [&] { be.rmsnorm_forward(t({n, d - 1}), x, g, 1e-6f); }},
+      {"rmsnorm_forward", "y F32(4, 7)",
+       [&] {
+         be.rmsnorm_forward(t({n, d - 1}), x, g, 1e-6f);
+       }},
       {"rmsnorm_forward", "eps = -1", [&] { be.rmsnorm_forward(y, x, g, -1.0f); }},
       {"rmsnorm_forward", "eps = nan", [&] { be.rmsnorm_forward(y, x, g, kNaN); }},
-      {"rmsnorm_forward", "x I32", [&] { be.rmsnorm_forward(y, t({n, d}, I32), g, 1e-6f); }},
+      {"rmsnorm_forward", "x I32",
+       [&] {
+         be.rmsnorm_forward(y, t({n, d}, I32), g, 1e-6f);
+       }},
       {"rmsnorm_backward", "dg F32(7)", [&] { be.rmsnorm_backward(dx, t({d - 1}), y, x, g, 0); }},
-      {"rmsnorm_backward", "dx F32(3, 8)", [&] { be.rmsnorm_backward(t({3, d}), dg, y, x, g, 0); }},
+      {"rmsnorm_backward", "dx F32(3, 8)",
+       [&] {
+         be.rmsnorm_backward(t({3, d}), dg, y, x, g, 0);
+       }},
       {"rmsnorm_backward", "eps = inf", [&] { be.rmsnorm_backward(dx, dg, y, x, g, kInf); }},
-      {"rmsnorm_backward", "dy I32", [&] { be.rmsnorm_backward(dx, dg, t({n, d}, I32), x, g, 0); }},
+      {"rmsnorm_backward", "dy I32",
+       [&] {
+         be.rmsnorm_backward(dx, dg, t({n, d}, I32), x, g, 0);
+       }},
       // ---- rope ----
-      {"rope_table", "h even", [&] { be.rope_table(t({10, 5}), inv); }},
+      {"rope_table", "h even",
+       [&] {
+         be.rope_table(t({10, 5}), inv);
+       }},
       {"rope_table", "h/2 = 2", [&] { be.rope_table(table, std::vector<float>{1.0f}); }},
-      {"rope_table", "table BF16", [&] { be.rope_table(t({10, h}, BF16), inv); }},
-      {"rope_table", "inv_freq[1] = nan", [&] { be.rope_table(table, std::vector<float>{1.0f, kNaN}); }},
-      {"rope_table", "table F32(10, 2, 2)", [&] { be.rope_table(t({10, 2, 2}), inv); }},
+      {"rope_table", "table BF16",
+       [&] {
+         be.rope_table(t({10, h}, BF16), inv);
+       }},
+      {"rope_table", "inv_freq[1] = nan",
+       [&] {
+         be.rope_table(table, std::vector<float>{1.0f, kNaN});
+       }},
+      {"rope_table", "table F32(10, 2, 2)",
+       [&] {
+         be.rope_table(t({10, 2, 2}), inv);
+       }},
       {"rope_forward", "positions F32", [&] { be.rope_forward(qx, t({n}), table); }},
       {"rope_forward", "positions I32(3)", [&] { be.rope_forward(qx, t({3}, I32), table); }},
-      {"rope_forward", "x F32(4, 6)", [&] { be.rope_forward(t({n, 6}), pos, table); }},
-      {"rope_forward", "h even", [&] { be.rope_forward(t({n, 15}), pos, t({10, 5})); }},
-      {"rope_forward", "x I32", [&] { be.rope_forward(t({n, Hh}, I32), pos, table); }},
+      {"rope_forward", "x F32(4, 6)",
+       [&] {
+         be.rope_forward(t({n, 6}), pos, table);
+       }},
+      {"rope_forward", "h even",
+       [&] {
+         be.rope_forward(t({n, 15}), pos, t({10, 5}));
+       }},
+      {"rope_forward", "x I32",
+       [&] {
+         be.rope_forward(t({n, Hh}, I32), pos, table);
+       }},
       {"rope_backward", "positions I32(5)", [&] { be.rope_backward(qx, t({5}, I32), table); }},
-      {"rope_backward", "table BF16", [&] { be.rope_backward(qx, pos, t({10, h}, BF16)); }},
+      {"rope_backward", "table BF16",
+       [&] {
+         be.rope_backward(qx, pos, t({10, h}, BF16));
+       }},
       // ---- swiglu ----
-      {"swiglu_forward", "up F32(4, 7)", [&] { be.swiglu_forward(x, y, t({n, d - 1})); }},
-      {"swiglu_forward", "out I32", [&] { be.swiglu_forward(t({n, d}, I32), x, y); }},
+      {"swiglu_forward", "up F32(4, 7)",
+       [&] {
+         be.swiglu_forward(x, y, t({n, d - 1}));
+       }},
+      {"swiglu_forward", "out I32",
+       [&] {
+         be.swiglu_forward(t({n, d}, I32), x, y);
+       }},
       {"swiglu_backward", "dgate F32(8)", [&] { be.swiglu_backward(t({d}), dx, x, y, x); }},
-      {"swiglu_backward", "dup F32(4, 9)", [&] { be.swiglu_backward(dx, t({n, d + 1}), x, y, x); }},
-      {"swiglu_backward", "gate I32", [&] { be.swiglu_backward(dx, dx, x, t({n, d}, I32), x); }},
+      {"swiglu_backward", "dup F32(4, 9)",
+       [&] {
+         be.swiglu_backward(dx, t({n, d + 1}), x, y, x);
+       }},
+      {"swiglu_backward", "gate I32",
+       [&] {
+         be.swiglu_backward(dx, dx, x, t({n, d}, I32), x);
+       }},
       // ---- attention ----
       {"attention_forward", "not a multiple of G=3",
-       [&] { be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, 3, h, 0.5f}); }},
+       [&] {
+         be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, 3, h, 0.5f});
+       }},
       {"attention_forward", "softmax scale nan",
-       [&] { be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, G, h, kNaN}); }},
+       [&] {
+         be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, G, h, kNaN});
+       }},
       {"attention_forward", "must be positive",
-       [&] { be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, G, 0, 0.5f}); }},
+       [&] {
+         be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, G, 0, 0.5f});
+       }},
       {"attention_forward", "queries [3, 7)",
        [&] { be.attention_forward(out, lse_a, q, k, v, seg, 3, dims); }},
       {"attention_forward", "queries [-1, 3)",
        [&] { be.attention_forward(out, lse_a, q, k, v, seg, -1, dims); }},
       {"attention_forward", "lse F32(4, 2)",
-       [&] { be.attention_forward(out, t({n, 2}), q, k, v, seg, 0, dims); }},
+       [&] {
+         be.attention_forward(out, t({n, 2}), q, k, v, seg, 0, dims);
+       }},
       {"attention_forward", "lse BF16",
-       [&] { be.attention_forward(out, t({n, H}, BF16), q, k, v, seg, 0, dims); }},
+       [&] {
+         be.attention_forward(out, t({n, H}, BF16), q, k, v, seg, 0, dims);
+       }},
       {"attention_forward", "seg_start F32",
        [&] { be.attention_forward(out, lse_a, q, k, v, t({Tk}), 0, dims); }},
       {"attention_forward", "seg_start I32(5)",
        [&] { be.attention_forward(out, lse_a, q, k, v, t({5}, I32), 2, dims); }},
       {"attention_forward", "q F32(4, 12)",
-       [&] { be.attention_forward(t({n, 12}), lse_a, t({n, 12}), k, v, seg, 0, dims); }},
+       [&] {
+         be.attention_forward(t({n, 12}), lse_a, t({n, 12}), k, v, seg, 0, dims);
+       }},
       {"attention_forward", "k F32(6, 8) and v F32(5, 8)",
-       [&] { be.attention_forward(out, lse_a, q, k, t({5, Gh}), seg, 0, dims); }},
+       [&] {
+         be.attention_forward(out, lse_a, q, k, t({5, Gh}), seg, 0, dims);
+       }},
       {"attention_forward", "out F32(4, 15)",
-       [&] { be.attention_forward(t({n, Hh - 1}), lse_a, q, k, v, seg, 0, dims); }},
+       [&] {
+         be.attention_forward(t({n, Hh - 1}), lse_a, q, k, v, seg, 0, dims);
+       }},
       {"attention_forward", "do not fit the I32 segment starts",
        [&] { be.attention_forward(out, lse_a, q, huge_k, huge_v, seg, 0, dims); }},
       {"attention_forward", "q I32",
-       [&] { be.attention_forward(out, lse_a, t({n, Hh}, I32), k, v, seg, 0, dims); }},
+       [&] {
+         be.attention_forward(out, lse_a, t({n, Hh}, I32), k, v, seg, 0, dims);
+       }},
       {"attention_backward", "dk F32(5, 8)",
-       [&] { be.attention_backward(dq, t({5, Gh}), dv, dout, q, k, v, out, lse_a, seg, 0, dims); }},
+       [&] {
+         be.attention_backward(dq, t({5, Gh}), dv, dout, q, k, v, out, lse_a, seg, 0, dims);
+       }},
       {"attention_backward", "dq F32(3, 16)",
-       [&] { be.attention_backward(t({3, Hh}), dk, dv, dout, q, k, v, out, lse_a, seg, 0, dims); }},
+       [&] {
+         be.attention_backward(t({3, Hh}), dk, dv, dout, q, k, v, out, lse_a, seg, 0, dims);
+       }},
       {"attention_backward", "dout F32(4, 8)",
-       [&] { be.attention_backward(dq, dk, dv, t({n, 8}), q, k, v, out, lse_a, seg, 0, dims); }},
+       [&] {
+         be.attention_backward(dq, dk, dv, t({n, 8}), q, k, v, out, lse_a, seg, 0, dims);
+       }},
       {"attention_backward", "dv I32",
-       [&] { be.attention_backward(dq, dk, t({Tk, Gh}, I32), dout, q, k, v, out, lse_a, seg, 0, dims); }},
+       [&] {
+         be.attention_backward(dq, dk, t({Tk, Gh}, I32), dout, q, k, v, out, lse_a, seg, 0, dims);
+       }},
       {"attention_backward", "not a multiple of G=3",
-       [&] { be.attention_backward(dq, dk, dv, dout, q, k, v, out, lse_a, seg, 0, {H, 3, h, 0.5f}); }},
+       [&] {
+         be.attention_backward(dq, dk, dv, dout, q, k, v, out, lse_a, seg, 0, {H, 3, h, 0.5f});
+       }},
       {"attention_backward", "lse F32(4)",
        [&] { be.attention_backward(dq, dk, dv, dout, q, k, v, out, t({n}), seg, 0, dims); }},
       // ---- embedding ----
       {"embedding_forward", "ids F32", [&] { be.embedding_forward(x, t({n}), emb); }},
       {"embedding_forward", "ids I32(5)", [&] { be.embedding_forward(x, t({5}, I32), emb); }},
-      {"embedding_forward", "table F32(11, 7)", [&] { be.embedding_forward(x, tok, t({V, d - 1})); }},
-      {"embedding_backward", "dtable F32(11, 9)", [&] { be.embedding_backward(t({V, d + 1}), dx, tok); }},
+      {"embedding_forward", "table F32(11, 7)",
+       [&] {
+         be.embedding_forward(x, tok, t({V, d - 1}));
+       }},
+      {"embedding_backward", "dtable F32(11, 9)",
+       [&] {
+         be.embedding_backward(t({V, d + 1}), dx, tok);
+       }},
       {"embedding_backward", "ids I32(3)", [&] { be.embedding_backward(emb, dx, t({3}, I32)); }},
-      {"embedding_backward", "dx I32", [&] { be.embedding_backward(emb, t({n, d}, I32), tok); }},
+      {"embedding_backward", "dx I32",
+       [&] {
+         be.embedding_backward(emb, t({n, d}, I32), tok);
+       }},
       // ---- LM head ----
       {"logsoftmax_target", "lse F32(5)", [&] { be.logsoftmax_target(t({5}), logp, logits, tgt); }},
-      {"logsoftmax_target", "targets F32", [&] { be.logsoftmax_target(lse, logp, logits, t({n})); }},
-      {"logsoftmax_target", "logp BF16", [&] { be.logsoftmax_target(lse, t({n}, BF16), logits, tgt); }},
-      {"logsoftmax_target", "V > 0", [&] { be.logsoftmax_target(lse, logp, t({n, 0}), tgt); }},
-      {"logsoftmax_target", "logits I32", [&] { be.logsoftmax_target(lse, logp, t({n, V}, I32), tgt); }},
+      {"logsoftmax_target", "targets F32",
+       [&] { be.logsoftmax_target(lse, logp, logits, t({n})); }},
+      {"logsoftmax_target", "logp BF16",
+       [&] { be.logsoftmax_target(lse, t({n}, BF16), logits, tgt); }},
+      {"logsoftmax_target", "V > 0",
+       [&] {
+         be.logsoftmax_target(lse, logp, t({n, 0}), tgt);
+       }},
+      {"logsoftmax_target", "logits I32",
+       [&] {
+         be.logsoftmax_target(lse, logp, t({n, V}, I32), tgt);
+       }},
       {"dlogits_inplace", "dlogp F32(3)", [&] { be.dlogits_inplace(logits, lse, tgt, t({3})); }},
-      {"dlogits_inplace", "targets I32(5)", [&] { be.dlogits_inplace(logits, lse, t({5}, I32), dlogp); }},
-      {"dlogits_inplace", "lse BF16", [&] { be.dlogits_inplace(logits, t({n}, BF16), tgt, dlogp); }},
+      {"dlogits_inplace", "targets I32(5)",
+       [&] { be.dlogits_inplace(logits, lse, t({5}, I32), dlogp); }},
+      {"dlogits_inplace", "lse BF16",
+       [&] { be.dlogits_inplace(logits, t({n}, BF16), tgt, dlogp); }},
       {"argmax_rows", "out F32", [&] { be.argmax_rows(t({n}), logits); }},
       {"argmax_rows", "out I32(3)", [&] { be.argmax_rows(t({3}, I32), logits); }},
-      {"argmax_rows", "V > 0", [&] { be.argmax_rows(amax, t({n, 0})); }},
+      {"argmax_rows", "V > 0",
+       [&] {
+         be.argmax_rows(amax, t({n, 0}));
+       }},
       {"softmax_entropy", "entropy BF16", [&] { be.softmax_entropy(t({n}, BF16), logits, lse); }},
       {"softmax_entropy", "lse F32(2)", [&] { be.softmax_entropy(ent, logits, t({2})); }},
       {"dlogits_entropy_inplace", "dentropy F32(5)",
@@ -184,17 +297,31 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
       {"dlogits_entropy_inplace", "targets F32",
        [&] { be.dlogits_entropy_inplace(logits, lse, t({n}), dlogp, ent, dent); }},
       // ---- optimizer ----
-      {"adamw_step", "m BF16", [&] { be.adamw_step(p, gr, t({n, d}, BF16), vv, ok); }},
-      {"adamw_step", "v F32(4, 7)", [&] { be.adamw_step(p, gr, m, t({n, d - 1}), ok); }},
-      {"adamw_step", "grad F32(3, 8)", [&] { be.adamw_step(p, t({3, d}), m, vv, ok); }},
-      {"adamw_step", "param I32", [&] { be.adamw_step(t({n, d}, I32), gr, m, vv, ok); }},
+      {"adamw_step", "m BF16",
+       [&] {
+         be.adamw_step(p, gr, t({n, d}, BF16), vv, ok);
+       }},
+      {"adamw_step", "v F32(4, 7)",
+       [&] {
+         be.adamw_step(p, gr, m, t({n, d - 1}), ok);
+       }},
+      {"adamw_step", "grad F32(3, 8)",
+       [&] {
+         be.adamw_step(p, t({3, d}), m, vv, ok);
+       }},
+      {"adamw_step", "param I32",
+       [&] {
+         be.adamw_step(t({n, d}, I32), gr, m, vv, ok);
+       }},
       {"adamw_step", "betas (1, ", [&] { adamw_with([](AdamWStep& s) { s.beta1 = 1.0f; }); }},
-      {"adamw_step", "betas (0.9, -0.1)", [&] { adamw_with([](AdamWStep& s) { s.beta2 = -0.1f; }); }},
+      {"adamw_step", "betas (0.9, -0.1)",
+       [&] { adamw_with([](AdamWStep& s) { s.beta2 = -0.1f; }); }},
       {"adamw_step", "eps = 0", [&] { adamw_with([](AdamWStep& s) { s.eps = 0.0f; }); }},
       {"adamw_step", "lr = nan", [&] { adamw_with([](AdamWStep& s) { s.lr = kNaN; }); }},
       {"adamw_step", "lr = -0.1", [&] { adamw_with([](AdamWStep& s) { s.lr = -0.1f; }); }},
       {"adamw_step", "step = 0", [&] { adamw_with([](AdamWStep& s) { s.step = 0; }); }},
-      {"adamw_step", "weight_decay = inf", [&] { adamw_with([](AdamWStep& s) { s.weight_decay = kInf; }); }},
+      {"adamw_step", "weight_decay = inf",
+       [&] { adamw_with([](AdamWStep& s) { s.weight_decay = kInf; }); }},
   };
 
   std::set<std::string> ops;
@@ -211,13 +338,31 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
     }
   }
   // At least one case for every op of the Backend interface.
-  const std::set<std::string> all = {
-      "gemm", "fill", "copy", "add_inplace", "scale_inplace", "sum_squares", "add_bias",
-      "bias_backward", "rmsnorm_forward", "rmsnorm_backward", "rope_table", "rope_forward",
-      "rope_backward", "swiglu_forward", "swiglu_backward", "attention_forward",
-      "attention_backward", "embedding_forward", "embedding_backward", "logsoftmax_target",
-      "dlogits_inplace", "argmax_rows", "softmax_entropy", "dlogits_entropy_inplace",
-      "adamw_step"};
+  const std::set<std::string> all = {"gemm",
+                                     "fill",
+                                     "copy",
+                                     "add_inplace",
+                                     "scale_inplace",
+                                     "sum_squares",
+                                     "add_bias",
+                                     "bias_backward",
+                                     "rmsnorm_forward",
+                                     "rmsnorm_backward",
+                                     "rope_table",
+                                     "rope_forward",
+                                     "rope_backward",
+                                     "swiglu_forward",
+                                     "swiglu_backward",
+                                     "attention_forward",
+                                     "attention_backward",
+                                     "embedding_forward",
+                                     "embedding_backward",
+                                     "logsoftmax_target",
+                                     "dlogits_inplace",
+                                     "argmax_rows",
+                                     "softmax_entropy",
+                                     "dlogits_entropy_inplace",
+                                     "adamw_step"};
   EXPECT_EQ(ops, all);
   // The valid operands themselves pass (so each case above fails for its one spoiled argument).
   EXPECT_NO_THROW(be.gemm(C, A, false, B, false, 1, 0));

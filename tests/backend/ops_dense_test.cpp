@@ -119,8 +119,8 @@ TEST_P(BackendOps, BiasAndReductions) {
 
 TEST_P(BackendOps, CopyConvertsBf16RoundToNearestEven) {
   Buffer src = up({1.0,
-                   1.0 + 1.0 / 256.0,   // exactly halfway: rounds to even (1.0)
-                   1.0 + 3.0 / 256.0,   // halfway, rounds up to even
+                   1.0 + 1.0 / 256.0,  // exactly halfway: rounds to even (1.0)
+                   1.0 + 3.0 / 256.0,  // halfway, rounds up to even
                    -3.140625},
                   {4});
   Buffer mid = up(Vec(4, 0.0), {4}, DType::BF16);
@@ -155,7 +155,8 @@ TEST_P(BackendOps, AdamWMatchesTorchFormula) {
   Buffer p = rand({n}, 1.0f, &p0), g = rand({n}, 1.0f, &g0), m = rand({n}, 0.1f, &m0);
   for (int64_t i = 0; i < n; ++i) v0[i] = static_cast<double>(0.01f * static_cast<float>(i + 1));
   Buffer v = up(v0, {n});
-  AdamWStep s{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 3};
+  AdamWStep s{
+      .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 3};
   be.adamw_step(p.view(), g.view(), m.view(), v.view(), s);
   if (!computes()) return;
   const Vec pg = down(p), mg = down(m), vg = down(v);

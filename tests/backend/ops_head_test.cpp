@@ -68,10 +68,10 @@ TEST_P(BackendOps, LogSoftmaxIsStableForLargeLogits) {
 
 TEST_P(BackendOps, ArgmaxRowsTakesTheFirstOfTies) {
   const int64_t V = 6;
-  Buffer logits = up({0, 1, 5, 2, 5, -1,       // tie: the first 5
-                      -3, -2, -1, -4, -5, -6,  // all negative
-                      7, 0, 0, 0, 0, 0,        // first column
-                      0, 0, 0, 0, 0, 0.5},     // last column
+  Buffer logits = up({0,  1,  5,  2,  5,  -1,    // tie: the first 5
+                      -3, -2, -1, -4, -5, -6,    // all negative
+                      7,  0,  0,  0,  0,  0,     // first column
+                      0,  0,  0,  0,  0,  0.5},  // last column
                      {4, V});
   Buffer out = ids({-7, -7, -7, -7});
   be.argmax_rows(out.view(), logits.view());
@@ -151,8 +151,7 @@ TEST_P(BackendOps, EntropyGradientMatchesFiniteDifferences) {
   be.dlogits_entropy_inplace(tl.view(), tlse.view(), tt.view(), av.view(), tH.view(), bv.view());
   // With dL/dH = 0 the kernel equals the plain dlogits kernel bit for bit.
   Buffer g1 = up(r.logits, {n, V}), g2 = up(r.logits, {n, V}), zero = zeros({n});
-  be.dlogits_entropy_inplace(g1.view(), tlse.view(), tt.view(), av.view(), tH.view(),
-                             zero.view());
+  be.dlogits_entropy_inplace(g1.view(), tlse.view(), tt.view(), av.view(), tH.view(), zero.view());
   be.dlogits_inplace(g2.view(), tlse.view(), tt.view(), av.view());
   if (!computes()) return;
   EXPECT_EQ(down(g1), down(g2));
@@ -169,11 +168,12 @@ TEST_P(BackendOps, EntropyGradientMatchesFiniteDifferences) {
   double gmax = 0;
   for (double v : g) gmax = std::max(gmax, std::fabs(v));
   const Vec fd = numeric_grad(loss, r.logits);
-  for (size_t k = 0; k < g.size(); ++k) EXPECT_NEAR(g[k], fd[k], 1e-5 * gmax + 1e-6) << "logit " << k;
+  for (size_t k = 0; k < g.size(); ++k)
+    EXPECT_NEAR(g[k], fd[k], 1e-5 * gmax + 1e-6) << "logit " << k;
   // Target ids index the row: only a backend with the data can check them.
   Buffer bad = ids({0, -1, static_cast<int32_t>(V), 0});
-  EXPECT_THROW(be.dlogits_entropy_inplace(g1.view(), tlse.view(), bad.view(), av.view(),
-                                          tH.view(), bv.view()),
+  EXPECT_THROW(be.dlogits_entropy_inplace(g1.view(), tlse.view(), bad.view(), av.view(), tH.view(),
+                                          bv.view()),
                ShapeError);
 }
 

@@ -44,8 +44,10 @@ TEST_P(BackendOps, RmsNormForwardBackward) {
   be.rmsnorm_backward(dx.view(), dg.view(), R.view(), x.view(), g.view(), static_cast<float>(eps));
   if (!computes()) return;
   EXPECT_LT(rel_err_vec(down(y), ref_rmsnorm(xd, gd, d, eps)), 1e-6);
-  const Vec ndx = numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(v, gd, d, eps), Rd); }, xd);
-  const Vec ndg = numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(xd, v, d, eps), Rd); }, gd);
+  const Vec ndx =
+      numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(v, gd, d, eps), Rd); }, xd);
+  const Vec ndg =
+      numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(xd, v, d, eps), Rd); }, gd);
   EXPECT_LT(rel_err_vec(down(dx), plus(dx0, ndx)), 1e-5);
   EXPECT_LT(rel_err_vec(down(dg), plus(dg0, ndg)), 1e-5);
 }
@@ -112,7 +114,8 @@ TEST_P(BackendOps, RopeForwardBackward) {
   be.rope_backward(R.view(), p.view(), table.view());
   if (!computes()) return;  // position contents: only a backend with the data can check them
   EXPECT_LT(rel_err_vec(down(x), ref_rope(xd, pos, inv, heads, h)), 1e-6);
-  const Vec nd = numeric_grad([&](const Vec& v) { return dot(ref_rope(v, pos, inv, heads, h), Rd); }, xd);
+  const Vec nd =
+      numeric_grad([&](const Vec& v) { return dot(ref_rope(v, pos, inv, heads, h), Rd); }, xd);
   EXPECT_LT(rel_err_vec(down(R), nd), 1e-6);
   Buffer bad = ids({0, 1, 2, 3, P});
   EXPECT_THROW(be.rope_forward(x.view(), bad.view(), table.view()), ShapeError);
@@ -141,8 +144,10 @@ TEST_P(BackendOps, SwigluForwardBackward) {
   be.swiglu_backward(dg.view(), du.view(), R.view(), gate.view(), upb.view());
   if (!computes()) return;
   EXPECT_LT(rel_err_vec(down(out), ref(gd, ud)), 1e-6);
-  EXPECT_LT(rel_err_vec(dg1, numeric_grad([&](const Vec& v) { return dot(ref(v, ud), Rd); }, gd)), 1e-5);
-  EXPECT_LT(rel_err_vec(du1, numeric_grad([&](const Vec& v) { return dot(ref(gd, v), Rd); }, ud)), 1e-5);
+  EXPECT_LT(rel_err_vec(dg1, numeric_grad([&](const Vec& v) { return dot(ref(v, ud), Rd); }, gd)),
+            1e-5);
+  EXPECT_LT(rel_err_vec(du1, numeric_grad([&](const Vec& v) { return dot(ref(gd, v), Rd); }, ud)),
+            1e-5);
   EXPECT_EQ(down(dg), plus(dg1, dg1));
   EXPECT_EQ(down(du), plus(du1, du1));
 }
@@ -158,7 +163,7 @@ TEST_P(BackendOps, EmbeddingForwardBackwardWithRepeatedIds) {
   Vec dxd, dt0;
   Buffer dx = rand({5, d}, 1.0f, &dxd), dt = rand({V, d}, 1.0f, &dt0);
   be.embedding_backward(dt.view(), dx.view(), id.view());
-  if (!computes()) return;  // id contents: only a backend with the data can check them
+  if (!computes()) return;          // id contents: only a backend with the data can check them
   auto ref = [&](const Vec& tab) {  // (5, d) rows idv of tab
     Vec out(static_cast<size_t>(5 * d));
     for (int64_t i = 0; i < 5; ++i)
@@ -172,7 +177,9 @@ TEST_P(BackendOps, EmbeddingForwardBackwardWithRepeatedIds) {
     for (int64_t j = 0; j < d; ++j) expect[idv[i] * d + j] += dxd[i * d + j];
   const Vec dtg = down(dt);
   EXPECT_LT(rel_err_vec(dtg, expect), 1e-7);
-  EXPECT_LT(rel_err_vec(dtg, plus(dt0, numeric_grad([&](const Vec& t) { return dot(ref(t), dxd); }, td))), 1e-6);
+  EXPECT_LT(
+      rel_err_vec(dtg, plus(dt0, numeric_grad([&](const Vec& t) { return dot(ref(t), dxd); }, td))),
+      1e-6);
   Buffer bad = ids({0, 1, 2, 3, static_cast<int32_t>(V)});
   EXPECT_THROW(be.embedding_forward(x.view(), bad.view(), table.view()), ShapeError);
   Buffer negative = ids({0, -1, 2, 3, 4});
@@ -255,8 +262,7 @@ TEST_P(BackendOps, AttentionMatchesFloat64AndFiniteDifferences) {
     Buffer dq = rand({c.n, Hh}, 1.0f, &dq0), dk = rand({c.tk, Gh}, 1.0f, &dk0);
     Buffer dv = rand({c.tk, Gh}, 1.0f, &dv0);
     be.attention_backward(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(),
-                          v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset,
-                          c.dims());
+                          v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset, c.dims());
     if (!computes()) continue;
     Vec ref_out, ref_lse;
     ref_attention(c, seg, qd, kd, vd, &ref_out, &ref_lse);
@@ -288,8 +294,8 @@ TEST_P(BackendOps, AttentionRejectsBadSegmentStarts) {
   const AttentionCase c{"bad_seg", 2, 1, 4, {6}, 0, 6, 6};
   Buffer q = rand({6, 8}), k = rand({6, 4}), v = rand({6, 4});
   Buffer out = zeros({6, 8}), lse = zeros({6, 2});
-  Buffer past_row = ids({0, 0, 0, 4, 0, 0});     // seg_start[3] = 4 > 3
-  Buffer decreasing = ids({0, 0, 2, 2, 1, 1});   // not monotone
+  Buffer past_row = ids({0, 0, 0, 4, 0, 0});    // seg_start[3] = 4 > 3
+  Buffer decreasing = ids({0, 0, 2, 2, 1, 1});  // not monotone
   be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
                        ids({0, 0, 0, 0, 0, 0}).view(), 0, c.dims());
   if (!computes()) return;  // segment contents: only a backend with the data can check them

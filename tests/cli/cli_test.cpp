@@ -57,16 +57,18 @@ TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
 
 TEST(Cli, BenchWritesTheDocumentedJson) {
   test::TempDir tmp;
-  auto r = run_command(bin() + " bench --model tiny-qwen3 --seq-len 64,96 --modes base,checkpoint,stream"
-                               " --repeat 1 --json " + tmp.file("b.json"));
+  auto r = run_command(bin() +
+                       " bench --model tiny-qwen3 --seq-len 64,96 --modes base,checkpoint,stream"
+                       " --repeat 1 --json " +
+                       tmp.file("b.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(test::read_text(tmp.file("b.json")));
   EXPECT_GT(j["sgemm_gflops"].get<double>(), 0.0);
   ASSERT_EQ(j["runs"].size(), 6u);
   for (const auto& run : j["runs"]) {
     for (const char* key : {"mode", "seq_len", "layer_chunk", "head_chunk", "step_seconds_median",
-                            "tokens_per_second", "peak_bytes", "activation_peak_bytes",
-                            "breakdown", "rss_peak_bytes", "achieved_gflops", "loss"})
+                            "tokens_per_second", "peak_bytes", "activation_peak_bytes", "breakdown",
+                            "rss_peak_bytes", "achieved_gflops", "loss"})
       EXPECT_TRUE(run.contains(key)) << key;
     EXPECT_GT(run["activation_peak_bytes"].get<int64_t>(), 0);
   }
@@ -76,8 +78,9 @@ TEST(Cli, BenchWritesTheDocumentedJson) {
 
 TEST(Cli, DemoTrainsSavesAndReportsMemory) {
   test::TempDir tmp;
-  auto r = run_command(bin() + " train --steps 3 --eval-every 3 --seq-len 256 --pairs 8 --queries 16"
-                               " --hidden 32 --layer-chunk 64 --head-chunk 32 --out " +
+  auto r = run_command(bin() +
+                       " train --steps 3 --eval-every 3 --seq-len 256 --pairs 8 --queries 16"
+                       " --hidden 32 --layer-chunk 64 --head-chunk 32 --out " +
                        tmp.file("demo"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(tmp.file("demo") + "/model.safetensors"));

@@ -27,8 +27,9 @@ std::string tokenizer_dir(const std::string& name) {
   if (name == "shared:qwen3") {
     const std::string dir = test::source_dir() + "/../shared/tokenizers/qwen3";
     if (!std::filesystem::is_directory(dir)) {
-      ADD_FAILURE() << dir << " is missing: the tests expect the repository next to the project's "
-                              "shared/ folder (shared/tokenizers/qwen3)";
+      ADD_FAILURE() << dir
+                    << " is missing: the tests expect the repository next to the project's "
+                       "shared/ folder (shared/tokenizers/qwen3)";
       throw std::runtime_error("missing " + dir);
     }
     return dir;
@@ -70,18 +71,21 @@ TEST(ChatTemplate, MatchesTransformersTextIdsAndAssistantMasks) {
   std::map<std::string, int> checked;
   while (std::getline(lines, line)) {
     const json row = json::parse(line);
-    const std::string what = row["config"].get<std::string>() + "/" + row["case"].get<std::string>() +
-                             " (" + row["tokenizer"].get<std::string>() + ")";
+    const std::string what = row["config"].get<std::string>() + "/" +
+                             row["case"].get<std::string>() + " (" +
+                             row["tokenizer"].get<std::string>() + ")";
     RenderOptions opts;
     opts.add_generation_prompt = row["add_generation_prompt"].get<bool>();
     if (row.contains("enable_thinking")) opts.enable_thinking = row["enable_thinking"].get<bool>();
-    const RenderedChat r = render_chat(template_of(row["config"]), messages_of(row["messages"]), opts);
+    const RenderedChat r =
+        render_chat(template_of(row["config"]), messages_of(row["messages"]), opts);
     EXPECT_EQ(r.text, row["text"].get<std::string>()) << what;
     const MaskedTokens t = encoder(row["tokenizer"]).encode(r.text, r.trained);
     EXPECT_TRUE(t.exact) << what;
     EXPECT_EQ(t.ids, row["ids"].get<std::vector<int32_t>>()) << what;
     std::vector<float> expected;
-    for (int m : row["assistant_masks"].get<std::vector<int>>()) expected.push_back(static_cast<float>(m));
+    for (int m : row["assistant_masks"].get<std::vector<int>>())
+      expected.push_back(static_cast<float>(m));
     EXPECT_EQ(t.mask, expected) << what;
     ++checked[row["config"].get<std::string>()];
   }
@@ -101,10 +105,12 @@ TEST(ChatTemplate, DetectsTheFamilyFromTokenizerConfig) {
   EXPECT_EQ(hf.eos_token.value_or(""), "<|im_end|>");
   EXPECT_FALSE(hf.bos_token.has_value());
   try {
-    detect_chat_template("{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}", "x.json");
+    detect_chat_template("{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}",
+                         "x.json");
     FAIL() << "expected an error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("x.json: chat template not recognised"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("x.json: chat template not recognised"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(chat_template_by_name("vicuna", "cfg.yaml:3"), InputError);
   EXPECT_EQ(chat_template_by_name("llama3.1", "cfg").name(), "llama3");
@@ -119,11 +125,13 @@ TEST(ChatTemplate, TrainFromMarksOnlyLaterAssistantTurns) {
   opts.train_from = 2;
   const RenderedChat r = render_chat(chat_template_by_name("chatml", ""), msgs, opts);
   ASSERT_EQ(r.trained.size(), 1u);
-  EXPECT_EQ(r.text.substr(r.trained[0].first, r.trained[0].second - r.trained[0].first), "d<|im_end|>");
+  EXPECT_EQ(r.text.substr(r.trained[0].first, r.trained[0].second - r.trained[0].first),
+            "d<|im_end|>");
   opts.train_from = 0;
   const RenderedChat all = render_chat(chat_template_by_name("llama3", ""), msgs, opts);
   ASSERT_EQ(all.trained.size(), 2u);
-  EXPECT_EQ(all.text.substr(all.trained[1].first, all.trained[1].second - all.trained[1].first), "d<|eot_id|>");
+  EXPECT_EQ(all.text.substr(all.trained[1].first, all.trained[1].second - all.trained[1].first),
+            "d<|eot_id|>");
 }
 
 TEST(ChatTemplate, PythonStripAndJson) {

@@ -24,9 +24,9 @@ ExampleEncoder make_encoder(bool with_bos = false) {
   PlainTextTokens plain;
   plain.eos = tok().token_to_id("<|im_end|>");
   if (with_bos) plain.bos = tok().token_to_id("<|endoftext|>");
-  return ExampleEncoder(MaskedEncoder(tok()), detect_chat_template(hf.chat_template, hf.source), plain);
+  return ExampleEncoder(MaskedEncoder(tok()), detect_chat_template(hf.chat_template, hf.source),
+                        plain);
 }
-
 
 Dataset load(const test::TempDir& dir, const std::string& lines, DatasetOptions opts = {}) {
   const std::string path = dir.file("data.jsonl");
@@ -60,13 +60,18 @@ std::string trained_text(const TokenizedSequence& s) {
 
 TEST(Dataset, MessagesTrainEveryAssistantTurn) {
   test::TempDir dir;
-  const Dataset ds = load(dir, R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Ciao"}]})"
-                               "\n\n");  // a trailing blank line is no record
+  const Dataset ds = load(
+      dir,
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Ciao"}]})"
+      "\n\n");  // a trailing blank line is no record
   ASSERT_EQ(ds.examples.size(), 1u);
   EXPECT_EQ(ds.format, DataFormat::messages);
   EXPECT_EQ(ds.stats.records, 1);
   const TokenizedSequence& s = ds.examples[0].sequences[0];
-  EXPECT_EQ(tok().decode(s.ids), "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nCiao<|im_end|>\n");
+  EXPECT_EQ(tok().decode(s.ids),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>"
+            "assistant\nHello<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<"
+            "think>\n\n</think>\n\nCiao<|im_end|>\n");
   EXPECT_EQ(trained_text(s), "Hello<|im_end|><think>\n\n</think>\n\nCiao<|im_end|>");
   EXPECT_EQ(ds.stats.tokens, s.size());
   EXPECT_EQ(ds.stats.loss_tokens, s.loss_tokens());
@@ -74,9 +79,12 @@ TEST(Dataset, MessagesTrainEveryAssistantTurn) {
 
 TEST(Dataset, PromptCompletionTrainsTheCompletionOnly) {
   test::TempDir dir;
-  const Dataset ds = load(dir,
-      R"({"prompt": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}], "completion": [{"role": "assistant", "content": "d"}]})" "\n"
-      R"({"prompt": "The sky is", "completion": " blue."})" "\n");
+  const Dataset ds = load(
+      dir,
+      R"({"prompt": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}], "completion": [{"role": "assistant", "content": "d"}]})"
+      "\n"
+      R"({"prompt": "The sky is", "completion": " blue."})"
+      "\n");
   ASSERT_EQ(ds.examples.size(), 2u);
   EXPECT_EQ(trained_text(ds.examples[0].sequences[0]), "<think>\n\n</think>\n\nd<|im_end|>");
   const TokenizedSequence& plain = ds.examples[1].sequences[0];
@@ -87,7 +95,8 @@ TEST(Dataset, PromptCompletionTrainsTheCompletionOnly) {
 TEST(Dataset, TextTrainsEverythingAndCanStartWithBos) {
   test::TempDir dir;
   const std::string path = dir.file("t.jsonl");
-  test::write_text(path, R"({"text": "one two three"})" "\n");
+  test::write_text(path, R"({"text": "one two three"})"
+                         "\n");
   const Dataset ds = load_dataset(path, make_encoder(/*with_bos=*/true), {});
   const TokenizedSequence& s = ds.examples[0].sequences[0];
   EXPECT_EQ(tok().decode(s.ids), "<|endoftext|>one two three<|im_end|>");
@@ -97,9 +106,12 @@ TEST(Dataset, TextTrainsEverythingAndCanStartWithBos) {
 
 TEST(Dataset, PreferencePairsAndImplicitPrompt) {
   test::TempDir dir;
-  const Dataset ds = load(dir,
-      R"({"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistant", "content": "good"}], "rejected": [{"role": "assistant", "content": "bad"}]})" "\n"
-      R"({"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "yes"}], "rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "no"}]})" "\n");
+  const Dataset ds = load(
+      dir,
+      R"({"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistant", "content": "good"}], "rejected": [{"role": "assistant", "content": "bad"}]})"
+      "\n"
+      R"({"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "yes"}], "rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "no"}]})"
+      "\n");
   EXPECT_EQ(ds.format, DataFormat::preference);
   ASSERT_EQ(ds.examples.size(), 2u);
   for (const Example& e : ds.examples) ASSERT_EQ(e.sequences.size(), 2u);
@@ -107,15 +119,19 @@ TEST(Dataset, PreferencePairsAndImplicitPrompt) {
   EXPECT_EQ(trained_text(ds.examples[0].sequences[1]), "<think>\n\n</think>\n\nbad<|im_end|>");
   EXPECT_EQ(trained_text(ds.examples[1].sequences[1]), "<think>\n\n</think>\n\nno<|im_end|>");
   // The implicit prompt is not trained: it is the same context for both.
-  EXPECT_EQ(tok().decode(ds.examples[1].sequences[0].ids).rfind("<|im_start|>user\nq<|im_end|>\n", 0), 0u);
+  EXPECT_EQ(
+      tok().decode(ds.examples[1].sequences[0].ids).rfind("<|im_start|>user\nq<|im_end|>\n", 0),
+      0u);
 }
 
 TEST(Dataset, RolloutsAreGroupedByPrompt) {
   test::TempDir dir;
-  const Dataset ds = load(dir,
-      R"({"prompt": "p1", "completion": " a", "reward": 1})" "\n"
-      R"({"prompt": "p2", "completion": " b", "reward": 0.5})" "\n"
-      R"({"prompt": "p1", "completion": " c", "reward": -1})" "\n");
+  const Dataset ds = load(dir, R"({"prompt": "p1", "completion": " a", "reward": 1})"
+                               "\n"
+                               R"({"prompt": "p2", "completion": " b", "reward": 0.5})"
+                               "\n"
+                               R"({"prompt": "p1", "completion": " c", "reward": -1})"
+                               "\n");
   EXPECT_EQ(ds.format, DataFormat::rollout);
   ASSERT_EQ(ds.examples.size(), 2u);
   EXPECT_EQ(ds.examples[0].rewards, (std::vector<double>{1.0, -1.0}));
@@ -125,29 +141,62 @@ TEST(Dataset, RolloutsAreGroupedByPrompt) {
 }
 
 TEST(Dataset, EveryMalformedInputNamesFileAndLine) {
-  const std::string ok = R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})" "\n";
+  const std::string ok =
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+      "\n";
   EXPECT_NE(error_of(ok + "{\"messages\": [\n").find(":2: not valid JSON"), std::string::npos);
-  EXPECT_NE(error_of(ok + R"({"text": "x"})" "\n").find(":2: missing field \"messages\" (the file holds messages records, as line 1 shows)"), std::string::npos);
-  EXPECT_NE(error_of(ok + ok + R"({"messages": [{"role": "bot", "content": "x"}]})").find(":3: messages[0]: role \"bot\" is not one of system, user, assistant, tool"), std::string::npos);
+  EXPECT_NE(
+      error_of(ok + R"({"text": "x"})"
+                    "\n")
+          .find(
+              ":2: missing field \"messages\" (the file holds messages records, as line 1 shows)"),
+      std::string::npos);
+  EXPECT_NE(error_of(ok + ok + R"({"messages": [{"role": "bot", "content": "x"}]})")
+                .find(":3: messages[0]: role \"bot\" is not one of system, user, assistant, tool"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"messages": []})").find(":1: \"messages\" is empty"), std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]})").find(":1: messages[0]: \"content\" must be a string, got a list"), std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "user"}]})").find(":1: messages[0]: missing field \"content\""), std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"content": "x"}]})").find(":1: messages[0]: missing field \"role\""), std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "user", "content": "x"}]})").find(":1: \"messages\" has no assistant message"), std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f"}}]}]})").find("\"tool_calls\" are not supported"), std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": "hi"})").find(":1: \"messages\" must be a list of messages, got a string"), std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]})")
+          .find(":1: messages[0]: \"content\" must be a string, got a list"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": [{"role": "user"}]})")
+                .find(":1: messages[0]: missing field \"content\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": [{"content": "x"}]})")
+                .find(":1: messages[0]: missing field \"role\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": [{"role": "user", "content": "x"}]})")
+                .find(":1: \"messages\" has no assistant message"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(
+          R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f"}}]}]})")
+          .find("\"tool_calls\" are not supported"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": "hi"})")
+                .find(":1: \"messages\" must be a list of messages, got a string"),
+            std::string::npos);
   EXPECT_NE(error_of("[1, 2]\n").find(":1: expected a JSON object, got a list"), std::string::npos);
-  EXPECT_NE(error_of(R"({"input": "x"})").find(":1: cannot tell the record format"), std::string::npos);
-  EXPECT_NE(error_of(R"({"prompt": "a", "completion": [{"role": "assistant", "content": "b"}]})").find(":1: \"prompt\" and \"completion\" must both be strings or both be message lists"), std::string::npos);
-  EXPECT_NE(error_of(R"({"prompt": "a", "completion": "b", "reward": "high"})").find(":1: \"reward\" must be a number, got a string"), std::string::npos);
-  EXPECT_NE(error_of(R"({"prompt": "a", "chosen": "b"})").find(":1: missing field \"rejected\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"input": "x"})").find(":1: cannot tell the record format"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"prompt": "a", "completion": [{"role": "assistant", "content": "b"}]})")
+          .find(":1: \"prompt\" and \"completion\" must both be strings or both be message lists"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"({"prompt": "a", "completion": "b", "reward": "high"})")
+                .find(":1: \"reward\" must be a number, got a string"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"prompt": "a", "chosen": "b"})").find(":1: missing field \"rejected\""),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"text": ""})").find(":1: \"text\" is empty"), std::string::npos);
   EXPECT_NE(error_of("\n\n").find(": no records"), std::string::npos);
 }
 
 TEST(Dataset, OverLongExamplesFollowTheTruncationPolicy) {
   const std::string long_text = R"({"text": ")" + std::string(400, 'z') + " end\"}\n";
-  const std::string lines = R"({"text": "short"})" "\n" + long_text;
+  const std::string lines = R"({"text": "short"})"
+                            "\n" +
+                            long_text;
   DatasetOptions opts;
   opts.max_seq_len = 32;
   opts.max_tokens = 64;
@@ -168,7 +217,9 @@ TEST(Dataset, OverLongExamplesFollowTheTruncationPolicy) {
 
   // A group larger than a micro-batch cannot be packed, whatever max_seq_len allows.
   std::string group;
-  for (int i = 0; i < 6; ++i) group += R"({"prompt": "p", "completion": " a fairly long completion here", "reward": 1})" "\n";
+  for (int i = 0; i < 6; ++i)
+    group += R"({"prompt": "p", "completion": " a fairly long completion here", "reward": 1})"
+             "\n";
   opts.truncation = Truncation::error;
   const std::string gerr = error_of(group, opts);
   EXPECT_NE(gerr.find(":1: the group of 6 completions"), std::string::npos) << gerr;
@@ -178,8 +229,12 @@ TEST(Dataset, OverLongExamplesFollowTheTruncationPolicy) {
 TEST(Dataset, ConversationsWithoutATemplateFailClearly) {
   test::TempDir dir;
   const std::string path = dir.file("d.jsonl");
-  test::write_text(path, R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})" "\n");
-  const ExampleEncoder enc(MaskedEncoder(tok()), std::nullopt, PlainTextTokens{}, "needs a chat template: set data.chat_template");
+  test::write_text(
+      path,
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+      "\n");
+  const ExampleEncoder enc(MaskedEncoder(tok()), std::nullopt, PlainTextTokens{},
+                           "needs a chat template: set data.chat_template");
   try {
     load_dataset(path, enc, {});
     FAIL();

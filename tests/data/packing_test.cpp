@@ -88,7 +88,8 @@ TEST(Packing, AnExampleOverTheBudgetIsAnError) {
 }
 
 TEST(Packing, PackedExamplesDoNotAttendToEachOther) {
-  const ModelConfig cfg = ModelConfig::from_file(test::source_dir() + "/examples/tiny-chat/config.json");
+  const ModelConfig cfg =
+      ModelConfig::from_file(test::source_dir() + "/examples/tiny-chat/config.json");
   Ledger ledger;
   Pool pool(ledger);
   CpuBackend be;
@@ -99,7 +100,8 @@ TEST(Packing, PackedExamplesDoNotAttendToEachOther) {
   exec.head_chunk = 5;
   Engine engine(cfg, w, be, pool, exec);
 
-  std::vector<Example> ex = {make_example({13}, 1, cfg.vocab_size), make_example({9, 17}, 2, cfg.vocab_size),
+  std::vector<Example> ex = {make_example({13}, 1, cfg.vocab_size),
+                             make_example({9, 17}, 2, cfg.vocab_size),
                              make_example({21}, 3, cfg.vocab_size)};
   const std::vector<int64_t> order = {0, 1, 2};
   const std::vector<MicroBatchPlan> together = pack_examples(ex, order, 1000);

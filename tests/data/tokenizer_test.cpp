@@ -61,13 +61,15 @@ int64_t check_cases(const Tokenizer& tok, const std::string& cases_path) {
       const std::vector<int32_t> got = tok.encode(text);
       EXPECT_EQ(got, ids) << where << " text: " << json(shorten(text)).dump();
       const std::vector<int32_t> plain = row.contains("ids_plain") ? ids_of(row["ids_plain"]) : ids;
-      EXPECT_EQ(tok.encode(text, /*allow_special=*/false), plain) << where << " (allow_special=false)";
+      EXPECT_EQ(tok.encode(text, /*allow_special=*/false), plain)
+          << where << " (allow_special=false)";
       ++texts;
     } else {
       ids = ids_of(row["decode_ids"]);
     }
     EXPECT_EQ(tok.decode(ids), row["decoded"].get<std::string>()) << where;
-    EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), row["decoded_skip"].get<std::string>()) << where;
+    EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), row["decoded_skip"].get<std::string>())
+        << where;
   }
   return texts;
 }
@@ -213,7 +215,9 @@ TEST(TokenizerLoad, UnknownCharactersAreDroppedOrBecomeUnk) {
   j["model"]["vocab"]["[UNK]"] = 4;
   j["pre_tokenizer"] = nullptr;
   j["decoder"] = nullptr;
-  const std::string text = "axyab\xC3\xA9" "c";  // "axyabéc"
+  const std::string text =
+      "axyab\xC3\xA9"
+      "c";  // "axyabéc"
   TempDir dir;
   auto load = [&](const json& doc) {
     write_text(dir.file("tokenizer.json"), doc.dump());
@@ -223,7 +227,8 @@ TEST(TokenizerLoad, UnknownCharactersAreDroppedOrBecomeUnk) {
   j["model"]["unk_token"] = "[UNK]";
   const Tokenizer unk = load(j);
   EXPECT_EQ(unk.encode(text), (std::vector<int32_t>{0, 4, 4, 2, 4, 3}));
-  EXPECT_EQ(unk.decode(unk.encode(text)), "a [UNK] [UNK] ab [UNK] c");  // no decoder: joined by spaces
+  EXPECT_EQ(unk.decode(unk.encode(text)),
+            "a [UNK] [UNK] ab [UNK] c");  // no decoder: joined by spaces
   j["model"]["fuse_unk"] = true;
   EXPECT_EQ(load(j).encode(text), (std::vector<int32_t>{0, 4, 2, 4, 3}));
   j["model"]["unk_token"] = "<unk>";
@@ -287,7 +292,8 @@ TEST(TokenizerLoad, RejectsMalformedFiles) {
   expect_load_error(j.dump(), {"normalizer", "unsupported normalizer Lowercase"});
 
   j = minimal_tokenizer();
-  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}};
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}};
   expect_load_error(j.dump(), {"normalizer.normalizers[1]", "unsupported normalizer Strip"});
 
   j = minimal_tokenizer();
@@ -295,11 +301,13 @@ TEST(TokenizerLoad, RejectsMalformedFiles) {
   expect_load_error(j.dump(), {"pre_tokenizer", "unsupported pre_tokenizer Metaspace"});
 
   j = minimal_tokenizer();
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   expect_load_error(j.dump(), {"pre_tokenizer.pattern.Regex", "(unclosed"});
 
   j = minimal_tokenizer();
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
   expect_load_error(j.dump(), {"pre_tokenizer.behavior", "Sideways"});
 
   j = minimal_tokenizer();
@@ -335,7 +343,8 @@ TEST(TokenizeCli, EncodeThenDecodeRoundTrip) {
   const std::string qwen = shared_tokenizer("qwen3");
   TempDir dir;
   const std::vector<std::string> texts = {"Hello, world!", "<|im_start|>user\nhi<|im_end|>",
-                                          "中文 and emoji 👍🏽", "def f(x):\n\treturn x\n", ""};
+                                          "中文 and emoji 👍🏽", "def f(x):\n\treturn x\n",
+                                          ""};
   std::string input;
   for (const auto& t : texts) input += json{{"text", t}}.dump() + "\n";
   write_text(dir.file("in.jsonl"), input);
@@ -387,7 +396,8 @@ TEST(TokenizeCli, BadInputNamesFileAndLine) {
   EXPECT_NE(r.output.find("<stdin>:2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("999999"), std::string::npos) << r.output;
 
-  r = run_command("printf '{\"ids\": [1, \"x\"]}\\n' | " + cli() + "--tokenizer " + tiny + " --decode");
+  r = run_command("printf '{\"ids\": [1, \"x\"]}\\n' | " + cli() + "--tokenizer " + tiny +
+                  " --decode");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("ids[1]"), std::string::npos) << r.output;
 

@@ -19,9 +19,9 @@ using nlohmann::json;
 
 struct Case {
   const char* objective;
-  const char* data;        // under examples/
-  const char* yaml;        // extra keys
-  int64_t grad_accum;      // per rank; the single process runs twice as many
+  const char* data;    // under examples/
+  const char* yaml;    // extra keys
+  int64_t grad_accum;  // per rank; the single process runs twice as many
 };
 
 // lr 1e-4, 4 steps. The gradients agree to fp32 summation order (ranks add their parts in
@@ -36,7 +36,8 @@ struct Case {
 const Case kCases[] = {
     {"sft", "data/sft_messages.jsonl", "max_tokens: 160\n", 2},
     {"dpo", "data/dpo.jsonl", "max_tokens: 256\n", 1},
-    {"grpo", "data/grpo.jsonl", "max_tokens: 200\ngrpo:\n  beta: 0.04\n  scale_rewards: batch\n", 1},
+    {"grpo", "data/grpo.jsonl", "max_tokens: 200\ngrpo:\n  beta: 0.04\n  scale_rewards: batch\n",
+     1},
     {"ppo", "data/grpo.jsonl", "max_tokens: 200\n", 1},
 };
 
@@ -47,9 +48,11 @@ class DistEquivalence : public ::testing::TestWithParam<Case> {};
 TEST_P(DistEquivalence, TwoRanksEqualOneProcessWithTheSameGlobalBatchForEveryZeroStage) {
   SKIP_WITHOUT_MPIRUN();
   const Case& k = GetParam();
-  const std::string yaml = std::string("objective: ") + k.objective + "\ndata:\n  train: " + test::source_dir() +
-                           "/examples/" + k.data + "\n" + k.yaml +
-                           "layer_chunk: 16\nhead_chunk: 32\nmax_steps: 4\noptim:\n  lr: 0.0001\n  eps: 1e-6\n  weight_decay: 0.1\n";
+  const std::string yaml = std::string("objective: ") + k.objective +
+                           "\ndata:\n  train: " + test::source_dir() + "/examples/" + k.data +
+                           "\n" + k.yaml +
+                           "layer_chunk: 16\nhead_chunk: 32\nmax_steps: 4\noptim:\n  lr: 0.0001\n  "
+                           "eps: 1e-6\n  weight_decay: 0.1\n";
   TrainDir run(yaml);
   auto r = run.train(0, "one", "grad_accum=" + std::to_string(2 * k.grad_accum));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -62,39 +65,51 @@ TEST_P(DistEquivalence, TwoRanksEqualOneProcessWithTheSameGlobalBatchForEveryZer
 
   for (int zero : {0, 1, 2}) {
     const std::string name = "zero" + std::to_string(zero);
-    r = run.train(2, name, "grad_accum=" + std::to_string(k.grad_accum) + " dist.zero=" + std::to_string(zero));
+    r = run.train(
+        2, name,
+        "grad_accum=" + std::to_string(k.grad_accum) + " dist.zero=" + std::to_string(zero));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("data parallel: 2 ranks, zero " + std::to_string(zero)), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("data parallel: 2 ranks, zero " + std::to_string(zero)),
+              std::string::npos)
+        << r.output;
     const std::string ckpt = run.out(name + "/checkpoint-4"), ref = run.out("one/checkpoint-4");
-    const double worst = dist_test::worst_rel_err(ckpt + "/model.safetensors", ref + "/model.safetensors");
-    std::printf("[dist] %s %s: worst max|a-b|/max|b| over the weights %.2e\n", k.objective, name.c_str(), worst);
+    const double worst =
+        dist_test::worst_rel_err(ckpt + "/model.safetensors", ref + "/model.safetensors");
+    std::printf("[dist] %s %s: worst max|a-b|/max|b| over the weights %.2e\n", k.objective,
+                name.c_str(), worst);
     EXPECT_LE(worst, 1e-6) << name;
     if (ppo) {
-      EXPECT_LE(dist_test::worst_rel_err(ckpt + "/value_model/model.safetensors", ref + "/value_model/model.safetensors"),
-                1e-6) << name;
+      EXPECT_LE(dist_test::worst_rel_err(ckpt + "/value_model/model.safetensors",
+                                         ref + "/value_model/model.safetensors"),
+                1e-6)
+          << name;
     }
     // Two ranks add in one order (a + b) whichever collective, so the stages agree to the bit
     // where they reduce the same sums: zero 0 and 1 the step's local sum once; zero 2 each
     // micro-batch's (the same only with one micro-batch per rank).
     const std::string zero0 = run.out("zero0/checkpoint-4");
     if (zero == 1 || k.grad_accum == 1) {
-      EXPECT_TRUE(dist_test::same_bytes(ckpt + "/model.safetensors", zero0 + "/model.safetensors")) << name;
+      EXPECT_TRUE(dist_test::same_bytes(ckpt + "/model.safetensors", zero0 + "/model.safetensors"))
+          << name;
       if (ppo) {
-        EXPECT_TRUE(dist_test::same_bytes(ckpt + "/value_model/model.safetensors", zero0 + "/value_model/model.safetensors"));
+        EXPECT_TRUE(dist_test::same_bytes(ckpt + "/value_model/model.safetensors",
+                                          zero0 + "/value_model/model.safetensors"));
       }
     }
 
     const std::vector<json> got = dist_test::read_metrics(run.out(name + "/metrics.jsonl"));
     ASSERT_EQ(got.size(), want.size()) << name;
     for (size_t i = 0; i < got.size(); ++i) {
-      for (const char* key : {"micro_batches", "tokens", "loss_tokens"}) EXPECT_EQ(got[i][key], want[i][key]) << key;
+      for (const char* key : {"micro_batches", "tokens", "loss_tokens"})
+        EXPECT_EQ(got[i][key], want[i][key]) << key;
       for (const auto& [key, value] : want[i].items()) {
-        if (!value.is_number_float() || key.find("time") != std::string::npos || key.find("per_s") != std::string::npos ||
-            key == "elapsed_s")
+        if (!value.is_number_float() || key.find("time") != std::string::npos ||
+            key.find("per_s") != std::string::npos || key == "elapsed_s")
           continue;
         ASSERT_TRUE(got[i].contains(key)) << name << " step " << i + 1 << ": " << key;
         const double a = got[i][key].get<double>(), b = value.get<double>();
-        EXPECT_LE(std::fabs(a - b), 1e-6 * std::max(1.0, std::fabs(b))) << name << " step " << i + 1 << ": " << key;
+        EXPECT_LE(std::fabs(a - b), 1e-6 * std::max(1.0, std::fabs(b)))
+            << name << " step " << i + 1 << ": " << key;
       }
       EXPECT_EQ(got[i]["dist/ranks"], 2);
       EXPECT_EQ(got[i]["dist/zero"], zero);
@@ -103,7 +118,9 @@ TEST_P(DistEquivalence, TwoRanksEqualOneProcessWithTheSameGlobalBatchForEveryZer
 }
 
 INSTANTIATE_TEST_SUITE_P(Objectives, DistEquivalence, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.objective); });
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return std::string(i.param.objective);
+                         });
 
 }  // namespace
 }  // namespace sbp

@@ -24,10 +24,12 @@ const char* const kModel = R"({"model_type": "qwen3", "hidden_size": 32, "interm
 TEST(DistMemory, ZeroTwoPeakPerRankIsBelowZeroZeroByTheShardedOptimizerAndGradients) {
   SKIP_WITHOUT_MPIRUN();
   TrainDir run("data:\n  train: " + test::source_dir() +
-                   "/examples/tiny-chat/train.jsonl\nmax_tokens: 128\nlayer_chunk: 16\nhead_chunk: 32\nmax_steps: 2\n",
+                   "/examples/tiny-chat/train.jsonl\nmax_tokens: 128\nlayer_chunk: 16\nhead_chunk: "
+                   "32\nmax_steps: 2\n",
                kModel);
   const ModelConfig cfg = ModelConfig::from_json(json::parse(kModel), "model");
-  int64_t P = 0, S = 0, layer = 0, head = 0;  // elements: all, rank 0's slices, one layer, the head group
+  int64_t P = 0, S = 0, layer = 0,
+          head = 0;  // elements: all, rank 0's slices, one layer, the head group
   for (const ParamSpec& s : parameter_specs(cfg)) {
     const int64_t n = s.shape.numel();
     P += n;

@@ -23,8 +23,10 @@ namespace sbp::dist_test {
 // still reported.
 inline std::string sanitizer_env() {
 #if defined(__SANITIZE_ADDRESS__)
-  return "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0\" LSAN_OPTIONS=suppressions=" +
-         test::source_dir() + "/tests/dist/lsan_openmpi.supp OMPI_MCA_mca_base_component_disable_dlclose=1 "
+  return "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0\" "
+         "LSAN_OPTIONS=suppressions=" +
+         test::source_dir() +
+         "/tests/dist/lsan_openmpi.supp OMPI_MCA_mca_base_component_disable_dlclose=1 "
          "PMIX_MCA_mca_base_component_disable_dlclose=1 ";
 #else
   return "";
@@ -36,17 +38,22 @@ inline std::string sanitizer_env() {
 // containers often lack). `session_dir`: OpenMPI's session files go there rather than into
 // /tmp/ompi.<host>.<uid>, which two mpiruns started at the same moment (ctest -j) race to create.
 inline std::string mpirun(int ranks, const std::string& session_dir) {
-  return sanitizer_env() + "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive mpirun -np " +
-         std::to_string(ranks) + " --oversubscribe --bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none"
-         " --mca orte_tmpdir_base " + session_dir + " ";
+  return sanitizer_env() +
+         "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive mpirun "
+         "-np " +
+         std::to_string(ranks) +
+         " --oversubscribe --bind-to none --mca btl self,vader --mca "
+         "btl_vader_single_copy_mechanism none"
+         " --mca orte_tmpdir_base " +
+         session_dir + " ";
 }
 
 inline bool have_mpirun() {
   return built_with_mpi() && test::run_command("command -v mpirun").exit_code == 0;
 }
 
-#define SKIP_WITHOUT_MPIRUN()                                                     \
-  do {                                                                            \
+#define SKIP_WITHOUT_MPIRUN()                                                               \
+  do {                                                                                      \
     if (!::sbp::dist_test::have_mpirun()) GTEST_SKIP() << "built without MPI or no mpirun"; \
   } while (0)
 
@@ -59,14 +66,17 @@ struct TrainDir {
   explicit TrainDir(const std::string& yaml, const std::string& model_json = kTinyModel) {
     test::write_text(dir.file("model.json"), model_json);
     config = dir.file("config.yaml");
-    test::write_text(config, "model: " + dir.file("model.json") + "\ntokenizer: " + test::source_dir() +
+    test::write_text(config, "model: " + dir.file("model.json") +
+                                 "\ntokenizer: " + test::source_dir() +
                                  "/examples/tiny-chat\nthreads: 1\nsave_dtype: f32\n" + yaml);
   }
   std::string out(const std::string& name) const { return dir.file(name); }
   // `streambp train` into output_dir=<name>, on one process (ranks 0) or under mpirun.
-  test::CommandResult train(int ranks, const std::string& name, const std::string& args = "") const {
-    const std::string cmd = (ranks > 0 ? mpirun(ranks, dir.path()) : std::string()) + test::streambp_binary() + " train " +
-                            config + " output_dir=" + out(name) + " " + args;
+  test::CommandResult train(int ranks, const std::string& name,
+                            const std::string& args = "") const {
+    const std::string cmd = (ranks > 0 ? mpirun(ranks, dir.path()) : std::string()) +
+                            test::streambp_binary() + " train " + config +
+                            " output_dir=" + out(name) + " " + args;
     return test::run_command(cmd);
   }
 };
@@ -91,7 +101,8 @@ inline double worst_rel_err(const std::string& a_path, const std::string& b_path
     auto it = a.find(name);
     EXPECT_NE(it, a.end()) << name << " missing in " << a_path;
     if (it == a.end() || it->second.size() != want.size()) return INFINITY;
-    worst = std::max(worst, test::rel_err(it->second.data(), want.data(), static_cast<int64_t>(want.size())));
+    worst = std::max(
+        worst, test::rel_err(it->second.data(), want.data(), static_cast<int64_t>(want.size())));
   }
   return worst;
 }

@@ -15,10 +15,11 @@ namespace fs = std::filesystem;
 using dist_test::TrainDir;
 using nlohmann::json;
 
-const std::string kSftYaml = "data:\n  train: " + test::source_dir() +
-                             "/examples/tiny-chat/train.jsonl\nmax_tokens: 128\nhead_chunk: 8\noptim:\n  lr: 0.0001\n";
-constexpr int64_t kTensors = 24;        // the tiny qwen3: embedding, 2 x 11 layer tensors, final norm
-constexpr int64_t kValueTensors = 25;   // its value model: + score.weight
+const std::string kSftYaml =
+    "data:\n  train: " + test::source_dir() +
+    "/examples/tiny-chat/train.jsonl\nmax_tokens: 128\nhead_chunk: 8\noptim:\n  lr: 0.0001\n";
+constexpr int64_t kTensors = 24;  // the tiny qwen3: embedding, 2 x 11 layer tensors, final norm
+constexpr int64_t kValueTensors = 25;  // its value model: + score.weight
 constexpr int64_t kParamBytes = 35040 * 4;
 
 size_t count(const std::string& s, const std::string& what) {
@@ -31,10 +32,14 @@ TEST(DistTrain, OneReductionPerTensorPerStepWhateverTheChunksAndMicroBatches) {
   SKIP_WITHOUT_MPIRUN();
   TrainDir run(kSftYaml + "max_steps: 2\ngrad_accum: 3\n");
   // ~30 chunks per layer with every stage; one chunk per layer with zero 0: the same counts.
-  for (const auto& [zero, layer_chunk] : {std::pair{0, 4}, std::pair{1, 4}, std::pair{2, 4}, std::pair{0, 1024}}) {
+  for (const auto& [zero, layer_chunk] :
+       {std::pair{0, 4}, std::pair{1, 4}, std::pair{2, 4}, std::pair{0, 1024}}) {
     {
-      const std::string name = std::string("z") + std::to_string(zero) + "-" + std::to_string(layer_chunk);
-      const auto r = run.train(2, name, "dist.zero=" + std::to_string(zero) + " layer_chunk=" + std::to_string(layer_chunk));
+      const std::string name =
+          std::string("z") + std::to_string(zero) + "-" + std::to_string(layer_chunk);
+      const auto r = run.train(
+          2, name,
+          "dist.zero=" + std::to_string(zero) + " layer_chunk=" + std::to_string(layer_chunk));
       ASSERT_EQ(r.exit_code, 0) << r.output;
       for (const json& l : dist_test::read_metrics(run.out(name + "/metrics.jsonl"))) {
         ASSERT_EQ(l["micro_batches"], 6);
@@ -62,9 +67,10 @@ TEST(DistTrain, EvaluationIsSplitOverTheRanksAndSummed) {
   // 10 held-out conversations (several eval batches, split over the ranks); the 5 DPO pairs.
   const std::string dpo = test::source_dir() + "/examples/data/dpo.jsonl";
   for (const auto& [yaml, args] :
-       {std::pair{kSftYaml + "max_steps: 2\neval_every: 1\n", std::string("data.eval_fraction=0.1")},
-        std::pair{"objective: dpo\nmax_tokens: 256\nmax_steps: 2\neval_every: 1\ndata:\n  train: " + dpo + "\n  eval: " +
-                      dpo + "\n",
+       {std::pair{kSftYaml + "max_steps: 2\neval_every: 1\n",
+                  std::string("data.eval_fraction=0.1")},
+        std::pair{"objective: dpo\nmax_tokens: 256\nmax_steps: 2\neval_every: 1\ndata:\n  train: " +
+                      dpo + "\n  eval: " + dpo + "\n",
                   std::string()}}) {
     TrainDir run(yaml);
     auto r = run.train(0, "one", args + " grad_accum=2");
@@ -77,7 +83,8 @@ TEST(DistTrain, EvaluationIsSplitOverTheRanksAndSummed) {
     ASSERT_EQ(b.size(), a.size());
     for (size_t i = 0; i < a.size(); ++i) {
       ASSERT_TRUE(a[i].contains("eval_loss")) << a[i].dump();
-      EXPECT_NEAR(b[i]["eval_loss"].get<double>(), a[i]["eval_loss"].get<double>(), 1e-6 * a[i]["eval_loss"].get<double>());
+      EXPECT_NEAR(b[i]["eval_loss"].get<double>(), a[i]["eval_loss"].get<double>(),
+                  1e-6 * a[i]["eval_loss"].get<double>());
     }
   }
 }
@@ -87,15 +94,18 @@ TEST(DistTrain, OnlyRankZeroPrintsAndWritesMetricsAndTheModel) {
   TrainDir run(kSftYaml + "max_steps: 2\n");
   const auto r = run.train(2, "out", "dist.zero=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "data parallel: 2 ranks, zero 2, 1 micro-batch per rank per step"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "data parallel: 2 ranks, zero 2, 1 micro-batch per rank per step"), 1u)
+      << r.output;
   EXPECT_EQ(count(r.output, "training: 2 steps of 2 micro-batches"), 1u) << r.output;
   EXPECT_EQ(count(r.output, "saved "), 1u) << r.output;
   EXPECT_EQ(dist_test::read_metrics(run.out("out/metrics.jsonl")).size(), 2u);
-  for (const char* f : {"model.safetensors", "config.json", "trainer_state.json", "optimizer-rank00000-of-00002.safetensors",
-                        "optimizer-rank00001-of-00002.safetensors"})
+  for (const char* f :
+       {"model.safetensors", "config.json", "trainer_state.json",
+        "optimizer-rank00000-of-00002.safetensors", "optimizer-rank00001-of-00002.safetensors"})
     EXPECT_TRUE(fs::exists(run.out("out/checkpoint-2/") + f)) << f;
   EXPECT_FALSE(fs::exists(run.out("out/checkpoint-2/optimizer.safetensors")));
-  EXPECT_EQ(json::parse(test::read_text(run.out("out/checkpoint-2/trainer_state.json")))["ranks"], 2);
+  EXPECT_EQ(json::parse(test::read_text(run.out("out/checkpoint-2/trainer_state.json")))["ranks"],
+            2);
 }
 
 // 4 straight steps and 2 + resume + 2 on 2 ranks: the same weight and optimizer-shard bytes.
@@ -107,12 +117,14 @@ void expect_exact_resume(const std::string& yaml, const std::string& args, bool 
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run.train(2, "split", args + " --resume " + run.out("split"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_EQ(fs::exists(run.out("straight/checkpoint-4/value_model/model.safetensors")), value_model);
+  ASSERT_EQ(fs::exists(run.out("straight/checkpoint-4/value_model/model.safetensors")),
+            value_model);
   for (const std::string dir : {"", "value_model/"}) {
     if (dir == "value_model/" && !value_model) continue;
     for (const std::string f : {"model.safetensors", "optimizer-rank00000-of-00002.safetensors",
                                 "optimizer-rank00001-of-00002.safetensors"})
-      EXPECT_TRUE(dist_test::same_bytes(run.out("straight/checkpoint-4/" + dir + f), run.out("split/checkpoint-4/" + dir + f)))
+      EXPECT_TRUE(dist_test::same_bytes(run.out("straight/checkpoint-4/" + dir + f),
+                                        run.out("split/checkpoint-4/" + dir + f)))
           << dir << f;
   }
   const std::vector<json> a = dist_test::read_metrics(run.out("straight/metrics.jsonl"));
@@ -129,9 +141,10 @@ TEST(DistTrain, ResumeOnTheSameRanksIsExactZeroTwoWithAccumulation) {
 
 TEST(DistTrain, ResumeOnTheSameRanksIsExactZeroOnePpoWithItsValueModel) {
   SKIP_WITHOUT_MPIRUN();
-  expect_exact_resume("objective: ppo\ndata:\n  train: " + test::source_dir() +
-                          "/examples/data/grpo.jsonl\nmax_tokens: 200\nmax_steps: 4\noptim:\n  lr: 0.0001\n",
-                      "dist.zero=1", true);
+  expect_exact_resume(
+      "objective: ppo\ndata:\n  train: " + test::source_dir() +
+          "/examples/data/grpo.jsonl\nmax_tokens: 200\nmax_steps: 4\noptim:\n  lr: 0.0001\n",
+      "dist.zero=1", true);
 }
 
 TEST(DistTrain, ResumeOnAnotherNumberOfRanksReshardsTheOptimizer) {
@@ -149,7 +162,9 @@ TEST(DistTrain, ResumeOnAnotherNumberOfRanksReshardsTheOptimizer) {
   EXPECT_TRUE(fs::exists(run.out("hop/checkpoint-2/optimizer-rank00002-of-00003.safetensors")));
   r = run.train(0, "hop", "grad_accum=6 --resume " + run.out("hop"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("resuming from " + run.out("hop/checkpoint-2") + ": step 2 of 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + run.out("hop/checkpoint-2") + ": step 2 of 3"),
+            std::string::npos)
+      << r.output;
   EXPECT_TRUE(fs::exists(run.out("hop/checkpoint-3/optimizer.safetensors")));
   EXPECT_LE(dist_test::worst_rel_err(run.out("hop/checkpoint-3/model.safetensors"),
                                      run.out("straight/checkpoint-3/model.safetensors")),
@@ -157,8 +172,10 @@ TEST(DistTrain, ResumeOnAnotherNumberOfRanksReshardsTheOptimizer) {
   // Another global batch is allowed on another number of ranks, and said.
   r = run.train(2, "hop", "grad_accum=6 max_steps=4 --resume " + run.out("hop"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("note: a step now takes 12 micro-batches (2 ranks x grad_accum 6), the checkpoint's run took 6"),
-            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("note: a step now takes 12 micro-batches (2 ranks x grad_accum 6), the "
+                          "checkpoint's run took 6"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(DistTrain, AnErrorOnTheRanksIsOneLineNamingTheRankAndEndsTheRun) {
@@ -167,7 +184,9 @@ TEST(DistTrain, AnErrorOnTheRanksIsOneLineNamingTheRankAndEndsTheRun) {
   auto r = run.train(2, "out", "dist.zero=3");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("streambp: error: rank 0 of 2: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("dist.zero must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2"), std::string::npos)
+  EXPECT_NE(
+      r.output.find("dist.zero must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2"),
+      std::string::npos)
       << r.output;
   r = test::run_command(dist_test::mpirun(2, run.dir.path()) + test::streambp_binary() + " train");
   EXPECT_NE(r.exit_code, 0);
@@ -175,7 +194,9 @@ TEST(DistTrain, AnErrorOnTheRanksIsOneLineNamingTheRankAndEndsTheRun) {
   // One process: the key is checked the same way, and the error has no rank.
   r = run.train(0, "out", "dist.zero=3");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("streambp: error: override 'dist.zero=3': dist.zero must be 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("streambp: error: override 'dist.zero=3': dist.zero must be 0"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ void fill_random(const ParameterSet& p, uint64_t seed, float scale) {
 TEST(ShardedAdamW, EachRankUpdatesItsSliceExactlyAsAdamWUpdatesTheWhole) {
   Model m;
   const AdamWConfig c{.beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};
-  ParameterSet w(m.cfg, m.pool, Category::weights, DType::F32, false), g(m.cfg, m.pool, Category::grads, DType::F32, false);
+  ParameterSet w(m.cfg, m.pool, Category::weights, DType::F32, false),
+      g(m.cfg, m.pool, Category::grads, DType::F32, false);
   fill_random(w, 1, 0.02f);
   ParameterSet whole(m.cfg, m.pool, Category::weights, DType::F32, false);
   for (size_t i = 0; i < w.size(); ++i) m.be.copy(whole.tensor(i), w.tensor(i));
@@ -76,7 +77,8 @@ TEST(ShardedAdamW, EachRankUpdatesItsSliceExactlyAsAdamWUpdatesTheWhole) {
     full.step(whole, g, m.be, 1e-2f);
     for (int r = 0; r < ranks; ++r) {
       std::vector<Tensor> slices;
-      for (size_t i = 0; i < g.size(); ++i) slices.push_back(flat_slice(g.tensor(i), shards[static_cast<size_t>(r)]->range(i)));
+      for (size_t i = 0; i < g.size(); ++i)
+        slices.push_back(flat_slice(g.tensor(i), shards[static_cast<size_t>(r)]->range(i)));
       shards[static_cast<size_t>(r)]->step(copies[static_cast<size_t>(r)], slices, m.be, 1e-2f);
     }
   }
@@ -85,14 +87,16 @@ TEST(ShardedAdamW, EachRankUpdatesItsSliceExactlyAsAdamWUpdatesTheWhole) {
     EXPECT_EQ(s.steps(), 3);
     for (size_t i = 0; i < w.size(); ++i) {
       const ShardRange& range = s.range(i);
-      EXPECT_TRUE(same_bits(flat_slice(copies[static_cast<size_t>(r)].tensor(i), range), flat_slice(whole.tensor(i), range)))
+      EXPECT_TRUE(same_bits(flat_slice(copies[static_cast<size_t>(r)].tensor(i), range),
+                            flat_slice(whole.tensor(i), range)))
           << "rank " << r << " " << w.name(i);
       EXPECT_TRUE(same_bits(s.m(i), flat_slice(full.m().tensor(i), range))) << w.name(i);
       EXPECT_TRUE(same_bits(s.v(i), flat_slice(full.v().tensor(i), range))) << w.name(i);
       // Outside its slice a rank's weights are untouched (the all-gather brings them).
       if (range.offset > 0) {
-        EXPECT_TRUE(same_bits(flat_slice(copies[static_cast<size_t>(r)].tensor(i), {0, range.offset}),
-                              flat_slice(w.tensor(i), {0, range.offset})));
+        EXPECT_TRUE(
+            same_bits(flat_slice(copies[static_cast<size_t>(r)].tensor(i), {0, range.offset}),
+                      flat_slice(w.tensor(i), {0, range.offset})));
       }
     }
   }
@@ -152,7 +156,8 @@ TEST(OptimizerFiles, WholeAndShardedStateReadBackIntoAnyLayout) {
   }
   // The single-process file is the format it always was: m.<name> in the parameter's shape.
   SafetensorsFile f(whole_dir.file("optimizer.safetensors"));
-  EXPECT_EQ(f.find("m.model.embed_tokens.weight")->shape, st.full.m().get("model.embed_tokens.weight").shape);
+  EXPECT_EQ(f.find("m.model.embed_tokens.weight")->shape,
+            st.full.m().get("model.embed_tokens.weight").shape);
   EXPECT_EQ(f.metadata().at("step"), "7");
 }
 
@@ -170,16 +175,21 @@ TEST(OptimizerFiles, IncompleteOrMixedShardSetsAreOneLineErrors) {
   test::TempDir dir;
   auto s0 = st.shard(2, 0), s1 = st.shard(2, 1);
   AdamW into(st.m.cfg, st.m.pool, AdamWConfig{});
-  EXPECT_NE(error_of(dir.path(), moment_slices(into)).find("optimizer.safetensors: missing (not a training checkpoint?)"),
+  EXPECT_NE(error_of(dir.path(), moment_slices(into))
+                .find("optimizer.safetensors: missing (not a training checkpoint?)"),
             std::string::npos);
   write_optimizer_shard(dir.path(), moment_slices(*s0), 3, 0, 2);
   std::string err = error_of(dir.path(), moment_slices(into));
-  EXPECT_NE(err.find("optimizer-rank00001-of-00002.safetensors: missing (the optimizer was saved in 2 shards)"),
-            std::string::npos) << err;
+  EXPECT_NE(err.find("optimizer-rank00001-of-00002.safetensors: missing (the optimizer was saved "
+                     "in 2 shards)"),
+            std::string::npos)
+      << err;
   write_optimizer_shard(dir.path(), moment_slices(*s1), 4, 1, 2);
   err = error_of(dir.path(), moment_slices(into));
-  EXPECT_NE(err.find("optimizer-rank00001-of-00002.safetensors: step 4, but optimizer-rank00000-of-00002.safetensors has 3"),
-            std::string::npos) << err;
+  EXPECT_NE(err.find("optimizer-rank00001-of-00002.safetensors: step 4, but "
+                     "optimizer-rank00000-of-00002.safetensors has 3"),
+            std::string::npos)
+      << err;
   write_optimizer_shard(dir.path(), moment_slices(*s1), 3, 1, 2);
   EXPECT_EQ(error_of(dir.path(), moment_slices(into)), "");
   auto t0 = st.shard(3, 0);
@@ -190,11 +200,13 @@ TEST(OptimizerFiles, IncompleteOrMixedShardSetsAreOneLineErrors) {
   test::TempDir other;
   ModelConfig wider = st.m.cfg;
   wider.intermediate_size += 8;
-  ShardedAdamW w0(wider, ModelHead::lm, 2, 0, st.m.pool, AdamWConfig{}), w1(wider, ModelHead::lm, 2, 1, st.m.pool, AdamWConfig{});
+  ShardedAdamW w0(wider, ModelHead::lm, 2, 0, st.m.pool, AdamWConfig{}),
+      w1(wider, ModelHead::lm, 2, 1, st.m.pool, AdamWConfig{});
   write_optimizer_shard(other.path(), moment_slices(w0), 1, 0, 2);
   write_optimizer_shard(other.path(), moment_slices(w1), 1, 1, 2);
   err = error_of(other.path(), moment_slices(into));
-  EXPECT_NE(err.find("tensor 'm.model.layers.0.mlp.gate_proj.weight' has"), std::string::npos) << err;
+  EXPECT_NE(err.find("tensor 'm.model.layers.0.mlp.gate_proj.weight' has"), std::string::npos)
+      << err;
   EXPECT_EQ(err.find('\n'), std::string::npos);
 }
 

@@ -28,7 +28,8 @@ int64_t rank0_elements(const ModelConfig& cfg, int ranks) {
 // tied to it.
 int64_t most_bound(const ModelConfig& cfg) {
   const std::vector<ParamSpec> specs = parameter_specs(cfg);
-  std::vector<int64_t> groups(static_cast<size_t>(cfg.num_hidden_layers + 2), 0);  // head, L-1 .. 0, embedding
+  std::vector<int64_t> groups(static_cast<size_t>(cfg.num_hidden_layers + 2),
+                              0);  // head, L-1 .. 0, embedding
   for (const ParamSpec& s : specs) {
     size_t g = 0;
     if (s.name.rfind("model.layers.", 0) == 0)
@@ -91,7 +92,9 @@ TEST(PlanZero, ZeroOneDividesTheOptimizerStateZeroTwoTheGradientsToo) {
       const int64_t grads = z2.breakdown[Category::grads];
       EXPECT_GE(grads, e * S) << preset;
       EXPECT_LE(grads, e * (S + most_bound(s0.cfg))) << preset;
-      EXPECT_LE(z2.peak_bytes, z0.peak_bytes - opt_per_element * (P - S) - e * (P - S - most_bound(s0.cfg))) << preset;
+      EXPECT_LE(z2.peak_bytes,
+                z0.peak_bytes - opt_per_element * (P - S) - e * (P - S - most_bound(s0.cfg)))
+          << preset;
       EXPECT_GE(z2.peak_bytes, z0.peak_bytes - opt_per_element * (P - S) - e * (P - S)) << preset;
     }
   }
@@ -110,11 +113,14 @@ TEST(PlanZero, ZeroTwoTrainsLongerSequencesUnderTheSameBudget) {
 
 TEST(PlanZero, CliTakesRanksAndZero) {
   test::TempDir tmp;
-  const std::string plan = test::streambp_binary() + " plan --model tiny-qwen3 --dtype f32 --optimizer adamw --seq-len 100 "
-                                                     "--modes stream --layer-chunk 16 ";
+  const std::string plan = test::streambp_binary() +
+                           " plan --model tiny-qwen3 --dtype f32 --optimizer adamw --seq-len 100 "
+                           "--modes stream --layer-chunk 16 ";
   auto r = test::run_command(plan + "--ranks 2 --zero 2 --json " + tmp.file("p.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("data parallel: 2 ranks, zero 2: the memory of one rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("data parallel: 2 ranks, zero 2: the memory of one rank"),
+            std::string::npos)
+      << r.output;
   const nlohmann::json j = nlohmann::json::parse(test::read_text(tmp.file("p.json")));
   EXPECT_EQ(j["ranks"], 2);
   EXPECT_EQ(j["zero"], 2);
@@ -129,7 +135,9 @@ TEST(PlanZero, CliTakesRanksAndZero) {
   EXPECT_EQ(j["modes"]["stream"]["peak_bytes"], plan_at(s, stream, 100).peak_bytes);
   r = test::run_command(plan + "--ranks 2 --zero 3");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("streambp: error: --zero: must be 0 (replicated optimizer), 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("streambp: error: --zero: must be 0 (replicated optimizer), 1"),
+            std::string::npos)
+      << r.output;
   r = test::run_command(plan + "--ranks 0");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--ranks: must be at least 1"), std::string::npos) << r.output;

@@ -9,9 +9,9 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cli/random_batches.h"
 #include "dist/grad_groups.h"
 #include "engine/engine.h"
-#include "cli/random_batches.h"
 #include "model/value_model_io.h"
 #include "objective/ppo.h"
 #include "objective/sft.h"
@@ -24,7 +24,9 @@ struct Recorder : GradHook {
   void grads_begin(GradGroup g, int64_t l) override { events.push_back("begin " + name(g, l)); }
   void grads_final(GradGroup g, int64_t l) override { events.push_back("final " + name(g, l)); }
   static std::string name(GradGroup g, int64_t l) {
-    return g == GradGroup::head ? "head" : g == GradGroup::embedding ? "embedding" : "layer " + std::to_string(l);
+    return g == GradGroup::head        ? "head"
+           : g == GradGroup::embedding ? "embedding"
+                                       : "layer " + std::to_string(l);
   }
 };
 
@@ -47,9 +49,11 @@ struct LazyBinder : GradHook {
   Pool& pool;
   Backend& be;
   int64_t max_bound = 0;  // most tensors bound at once
-  LazyBinder(ParameterSet& g, const ParameterSet& t, Pool& p, Backend& b) : grads(g), total(t), groups(g), pool(p), be(b) {}
+  LazyBinder(ParameterSet& g, const ParameterSet& t, Pool& p, Backend& b)
+      : grads(g), total(t), groups(g), pool(p), be(b) {}
   void grads_begin(GradGroup g, int64_t l) override {
-    for (size_t i : groups.of(g, l)) grads.attach(i, pool.zeros(Category::grads, DType::F32, grads.shape(i)));
+    for (size_t i : groups.of(g, l))
+      grads.attach(i, pool.zeros(Category::grads, DType::F32, grads.shape(i)));
     int64_t bound = 0;
     for (size_t i = 0; i < grads.size(); ++i) bound += grads.attached(i) ? 1 : 0;
     max_bound = std::max(max_bound, bound);
@@ -80,7 +84,8 @@ TEST_F(GradHookEvents, EachGroupOpensAndClosesOncePerCallInEveryModeAndChunking)
     init_parameters(w, 3, InitStyle::test, 0.2f);
     const Batch b = cli::random_batch(cfg.vocab_size, 23, 3, 5, true);
     ParameterSet plain(cfg, pool, Category::grads, DType::F32, true);
-    Engine(cfg, w, be, pool, parse_mode("base")).forward_backward(b, *std::make_unique<SftObjective>(b, 9.0), plain);
+    Engine(cfg, w, be, pool, parse_mode("base"))
+        .forward_backward(b, *std::make_unique<SftObjective>(b, 9.0), plain);
     for (const char* mode : {"base", "checkpoint", "stream", "recompute+chunked"}) {
       for (int64_t chunk : {1, 7, 23}) {
         ExecConfig e = parse_mode(mode);
@@ -89,9 +94,11 @@ TEST_F(GradHookEvents, EachGroupOpensAndClosesOncePerCallInEveryModeAndChunking)
         ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
         SftObjective obj(b, 9.0);
         Engine(cfg, w, be, pool, e).forward_backward(b, obj, g, &rec);
-        EXPECT_EQ(rec.events, expected_events(3, tied)) << mode << " chunk " << chunk << " tied " << tied;
+        EXPECT_EQ(rec.events, expected_events(3, tied))
+            << mode << " chunk " << chunk << " tied " << tied;
         if (std::string(mode) == "base") {
-          for (size_t i = 0; i < g.size(); ++i) EXPECT_TRUE(same_bits(g.tensor(i), plain.tensor(i))) << g.name(i);
+          for (size_t i = 0; i < g.size(); ++i)
+            EXPECT_TRUE(same_bits(g.tensor(i), plain.tensor(i))) << g.name(i);
         }
       }
     }
@@ -119,7 +126,8 @@ TEST_F(GradHookEvents, ValueHeadsCloseTheEmbeddingAfterItsOwnBackward) {
   ParameterSet vm = make_value_parameters(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(vm, 8, InitStyle::test, 0.2f);
   const Batch b = cli::random_objective_batch(ObjectiveKind::ppo, 0, cfg.vocab_size, 20, 2, 4);
-  const std::vector<float> ret(static_cast<size_t>(b.size()), 1.0f), old(static_cast<size_t>(b.size()), 0.5f);
+  const std::vector<float> ret(static_cast<size_t>(b.size()), 1.0f),
+      old(static_cast<size_t>(b.size()), 0.5f);
   PpoValueObjective obj(b, ret, old, PpoConfig{});
   ParameterSet g = make_value_parameters(cfg, pool, Category::grads, DType::F32, true);
   Recorder rec;

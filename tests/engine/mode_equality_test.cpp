@@ -47,15 +47,16 @@ TEST_P(ModeEquality, EveryModeMatchesBase) {
   init_parameters(w, 7, InitStyle::test, 0.2f);
   const int64_t T = 41;
   for (int64_t segments : {1, 4}) {
-    const Batch batch = cli::random_batch(c.cfg.vocab_size, T, segments, 11 + segments, segments > 1);
+    const Batch batch =
+        cli::random_batch(c.cfg.vocab_size, T, segments, 11 + segments, segments > 1);
     cli::GradcheckOptions opts;
     opts.modes = test::equality_modes(T, {{T - 1, 2}});
     const cli::GradcheckResult r = cli::run_gradcheck(c.cfg, w, batch, opts);
     EXPECT_GT(r.base_loss, 0.0);
     for (const cli::ModeResult& m : r.modes) {
-      EXPECT_LT(m.max_rel_err, 1e-5) << c.name << " segments=" << segments << " mode=" << m.mode
-                                     << " layer_chunk=" << m.layer_chunk
-                                     << " head_chunk=" << m.head_chunk;
+      EXPECT_LT(m.max_rel_err, 1e-5)
+          << c.name << " segments=" << segments << " mode=" << m.mode
+          << " layer_chunk=" << m.layer_chunk << " head_chunk=" << m.head_chunk;
       for (const auto& [name, err] : m.per_param)
         EXPECT_LT(err, 1e-5) << c.name << " " << m.mode << " lc=" << m.layer_chunk << " " << name;
     }

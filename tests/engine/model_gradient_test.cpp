@@ -8,9 +8,9 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/engine.h"
 #include "cli/gradcheck.h"
 #include "cli/random_batches.h"
+#include "engine/engine.h"
 #include "objective/sft.h"
 #include "support/test_support.h"
 
@@ -51,7 +51,8 @@ TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
       const Tensor& p = m.w.tensor(i);
       const Tensor& gi = g.tensor(i);
       double gnorm = 0;
-      for (int64_t j = 0; j < gi.numel(); ++j) gnorm += static_cast<double>(gi.f32()[j]) * gi.f32()[j];
+      for (int64_t j = 0; j < gi.numel(); ++j)
+        gnorm += static_cast<double>(gi.f32()[j]) * gi.f32()[j];
       gnorm = std::sqrt(gnorm);
       ASSERT_GT(gnorm, 0.0) << preset << " " << m.w.name(i) << " has a zero gradient";
       // Two directions: along the analytic gradient, and a random one.
@@ -70,9 +71,11 @@ TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
         }
         const double h = 1e-2;
         std::vector<float> saved(p.f32(), p.f32() + p.numel());
-        for (int64_t j = 0; j < p.numel(); ++j) p.f32()[j] = saved[j] + static_cast<float>(h * u[j]);
+        for (int64_t j = 0; j < p.numel(); ++j)
+          p.f32()[j] = saved[j] + static_cast<float>(h * u[j]);
         const double lp = m.loss(b, parse_mode("stream"));
-        for (int64_t j = 0; j < p.numel(); ++j) p.f32()[j] = saved[j] - static_cast<float>(h * u[j]);
+        for (int64_t j = 0; j < p.numel(); ++j)
+          p.f32()[j] = saved[j] - static_cast<float>(h * u[j]);
         const double lm = m.loss(b, parse_mode("stream"));
         std::copy(saved.begin(), saved.end(), p.f32());
         const double fd = (lp - lm) / (2 * h);

@@ -17,9 +17,11 @@ TEST(ObjectiveCli, GradcheckEveryObjective) {
   for (const std::string obj : {"dpo --dpo-loss hinge --beta 0.05", "grpo --grpo-loss bnpo",
                                 "grpo --beta 0 --entropy-coef 0.01", "ppo"}) {
     const auto r = test::run_command(
-        bin() + " gradcheck --model tiny-qwen3 --seq-len 40 --segments 4 --group-size 2"
-                " --layer-chunk 7 --head-chunk 5 --modes checkpoint,stream --tolerance 1e-5"
-                " --json " + tmp.file("g.json") + " --objective " + obj);
+        bin() +
+        " gradcheck --model tiny-qwen3 --seq-len 40 --segments 4 --group-size 2"
+        " --layer-chunk 7 --head-chunk 5 --modes checkpoint,stream --tolerance 1e-5"
+        " --json " +
+        tmp.file("g.json") + " --objective " + obj);
     ASSERT_EQ(r.exit_code, 0) << obj << "\n" << r.output;
     const auto j = nlohmann::json::parse(test::read_text(tmp.file("g.json")));
     EXPECT_LT(j["max_rel_err"].get<double>(), 1e-5) << obj;
@@ -35,15 +37,18 @@ TEST(ObjectiveCli, GradcheckEveryObjective) {
 
 TEST(ObjectiveCli, BenchReportsOneHeadBlockOfLogits) {
   test::TempDir tmp;
-  const auto r = test::run_command(
-      bin() + " bench --model tiny-qwen3 --objective dpo --seq-len 64 --head-chunk 8"
-              " --modes checkpoint,stream --repeat 1 --json " + tmp.file("b.json"));
+  const auto r =
+      test::run_command(bin() +
+                        " bench --model tiny-qwen3 --objective dpo --seq-len 64 --head-chunk 8"
+                        " --modes checkpoint,stream --repeat 1 --json " +
+                        tmp.file("b.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("logits peak"), std::string::npos) << r.output;
   const auto j = nlohmann::json::parse(test::read_text(tmp.file("b.json")));
   for (const auto& run : j["runs"]) {
     if (run["mode"] == "stream")
-      EXPECT_EQ(run["logits_peak_bytes"].get<int64_t>(), run["head_block_logits_bytes"].get<int64_t>());
+      EXPECT_EQ(run["logits_peak_bytes"].get<int64_t>(),
+                run["head_block_logits_bytes"].get<int64_t>());
     else
       EXPECT_EQ(run["logits_peak_bytes"].get<int64_t>(), 64 * 97 * 4);
   }

@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/engine.h"
 #include "cli/random_batches.h"
+#include "engine/engine.h"
 #include "objective/dpo.h"
 #include "objective/sft.h"
 #include "support/test_support.h"
@@ -27,7 +27,8 @@ struct Fixture {
   Fixture() {
     w = ParameterSet(cfg, pool, Category::weights, DType::F32, false);
     init_parameters(w, 4, InitStyle::test, 0.2f);
-    batch = cli::random_objective_batch(ObjectiveKind::dpo, 0, cfg.vocab_size, 45, 6, 8);  // 3 pairs
+    batch =
+        cli::random_objective_batch(ObjectiveKind::dpo, 0, cfg.vocab_size, 45, 6, 8);  // 3 pairs
   }
   ParameterSet zeros() { return ParameterSet(cfg, pool, Category::grads, DType::F32, true); }
 };
@@ -100,7 +101,8 @@ double dpo_loss(Fixture& f, const std::vector<float>& ref_logp, const DpoConfig&
 TEST(DpoIdentity, DirectionalFiniteDifferences) {
   Fixture f;
   const ParameterSet ref_w = cli::make_reference_weights(f.cfg, f.w, f.pool, 0.05f, 3);
-  const std::vector<float> ref_logp = Engine(f.cfg, ref_w, f.be, f.pool, parse_mode("stream")).score(f.batch).logp;
+  const std::vector<float> ref_logp =
+      Engine(f.cfg, ref_w, f.be, f.pool, parse_mode("stream")).score(f.batch).logp;
   for (DpoLoss lt : {DpoLoss::sigmoid, DpoLoss::ipo}) {
     DpoConfig cfg;
     cfg.loss_type = lt;

@@ -25,7 +25,9 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> out;
   auto add = [&](std::string name, const char* preset, cli::GradcheckOptions o,
-                 std::vector<int64_t> segs) { out.push_back({std::move(name), preset, o, segs}); };
+                 std::vector<int64_t> segs) {
+    out.push_back({std::move(name), preset, o, segs});
+  };
   cli::GradcheckOptions dpo;
   ObjectiveSetup& d = dpo.objective;
   d.kind = ObjectiveKind::dpo;
@@ -48,8 +50,8 @@ std::vector<Case> cases() {
   g.grpo.epsilon_high = 0.28;
   for (GrpoLoss lt : {GrpoLoss::grpo, GrpoLoss::bnpo, GrpoLoss::dr_grpo, GrpoLoss::dapo}) {
     g.grpo.loss_type = lt;
-    add(std::string("grpo_") + grpo_loss_name(lt), lt == GrpoLoss::bnpo ? "tiny-qwen2" : "tiny-qwen3",
-        grpo, {6, 3});
+    add(std::string("grpo_") + grpo_loss_name(lt),
+        lt == GrpoLoss::bnpo ? "tiny-qwen2" : "tiny-qwen3", grpo, {6, 3});
   }
   // beta = 0 (no reference model), old = current detached, batch scaling, entropy bonus.
   g.grpo.loss_type = GrpoLoss::dapo;
@@ -82,8 +84,8 @@ TEST_P(ObjectiveModeEquality, EveryModeMatchesBase) {
   init_parameters(w, 7, InitStyle::test, 0.2f);
   const int64_t T = 41;
   for (int64_t segments : c.segments) {
-    const Batch batch = cli::random_objective_batch(c.options.objective.kind, c.options.group_size, cfg.vocab_size, T,
-                                                    segments, 3 + segments);
+    const Batch batch = cli::random_objective_batch(c.options.objective.kind, c.options.group_size,
+                                                    cfg.vocab_size, T, segments, 3 + segments);
     cli::GradcheckOptions opts = c.options;
     opts.modes = test::equality_modes(T);
     opts.seed = 17;

@@ -19,9 +19,9 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
-#include "model/value_model_io.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
+#include "model/value_model_io.h"
 #include "objective/dpo.h"
 #include "objective/gae.h"
 #include "objective/group_advantages.h"
@@ -139,7 +139,8 @@ TEST_P(DpoParity, LossMetricsAndGradients) {
   const SafetensorsFile grads(root() + "/cases/" + GetParam() + ".grads.safetensors");
   for (const ExecConfig& exec : modes()) {
     const std::string what = std::string(GetParam()) + " " + mode_name(exec);
-    const std::vector<float> ref_logp = Engine(m.cfg, m.reference, m.be, m.pool, exec).score(batch).logp;
+    const std::vector<float> ref_logp =
+        Engine(m.cfg, m.reference, m.be, m.pool, exec).score(batch).logp;
     DpoObjective obj(batch, ref_logp, cfg);
     ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
     Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);
@@ -172,8 +173,8 @@ TEST_P(GrpoParity, LossMetricsAdvantagesAndGradients) {
   cfg.num_processes = c.at("num_processes");
   cfg.entropy_coef = c.at("entropy_coef");
   const std::vector<float> rewards = j.at("rewards").get<std::vector<float>>();
-  const std::vector<float> adv = group_advantages(rewards, c.at("group_size"),
-                                                  parse_scale_rewards(c.at("scale_rewards")));
+  const std::vector<float> adv =
+      group_advantages(rewards, c.at("group_size"), parse_scale_rewards(c.at("scale_rewards")));
   const std::vector<float> want_adv = j.at("expected").at("advantages").get<std::vector<float>>();
   EXPECT_LT(test::rel_err(adv.data(), want_adv.data(), static_cast<int64_t>(adv.size())), kTol);
   const std::vector<float> old =
@@ -182,7 +183,8 @@ TEST_P(GrpoParity, LossMetricsAdvantagesAndGradients) {
   for (const ExecConfig& exec : modes()) {
     const std::string what = std::string(GetParam()) + " " + mode_name(exec);
     std::vector<float> ref_logp;
-    if (cfg.beta != 0.0) ref_logp = Engine(m.cfg, m.reference, m.be, m.pool, exec).score(batch).logp;
+    if (cfg.beta != 0.0)
+      ref_logp = Engine(m.cfg, m.reference, m.be, m.pool, exec).score(batch).logp;
     GrpoObjective obj(batch, adv, cfg, old, ref_logp);
     ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
     Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);

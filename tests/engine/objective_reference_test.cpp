@@ -24,8 +24,10 @@ TEST(ReferenceModel, EqualsScoringItsOwnWeights) {
   init_parameters(policy, 2, InitStyle::test, 0.2f);
   const ParameterSet ref_w = cli::make_reference_weights(cfg, policy, pool, 0.05f, 9);
   const Batch batch = cli::random_objective_batch(ObjectiveKind::dpo, 0, cfg.vocab_size, 50, 4, 1);
-  const std::vector<float> want = Engine(cfg, ref_w, be, pool, parse_mode("base")).score(batch).logp;
-  const std::vector<float> of_policy = Engine(cfg, policy, be, pool, parse_mode("base")).score(batch).logp;
+  const std::vector<float> want =
+      Engine(cfg, ref_w, be, pool, parse_mode("base")).score(batch).logp;
+  const std::vector<float> of_policy =
+      Engine(cfg, policy, be, pool, parse_mode("base")).score(batch).logp;
   ExecConfig exec = parse_mode("stream");
   exec.layer_chunk = 9;
   exec.head_chunk = 7;
@@ -58,7 +60,8 @@ TEST(ReferenceModel, EqualsScoringItsOwnWeights) {
   double expected = 0.0;
   for (int64_t t = 0; t < rows.num_rows(); ++t) {
     const size_t i = static_cast<size_t>(t);
-    if (rows.segment[i] % 2 == 0) expected += rows.weight[i] * (static_cast<double>(of_policy[i]) - want[i]);
+    if (rows.segment[i] % 2 == 0)
+      expected += rows.weight[i] * (static_cast<double>(of_policy[i]) - want[i]);
   }
   expected *= dpo.dpo.beta / static_cast<double>(rows.num_sequences() / 2);
   EXPECT_GT(std::fabs(expected), 1e-3);
@@ -112,8 +115,9 @@ TEST(ReferenceModel, GrpoWithoutKlNeedsNoReference) {
   DataParallel grads(single_process(), 0, cfg, ModelHead::lm, pool, be, nullptr);
   StepModels models;  // no reference model at all
   models.policy = {{&cfg, &w}, &grads};
-  const StepResult out = StepRunner(s, models, be, pool, parse_mode("stream"))
-                             .run(StepBatches::whole({cli::random_micro_batch(s.kind, 2, batch, 1)}));
+  const StepResult out =
+      StepRunner(s, models, be, pool, parse_mode("stream"))
+          .run(StepBatches::whole({cli::random_micro_batch(s.kind, 2, batch, 1)}));
   EXPECT_TRUE(std::isfinite(out.loss));
   EXPECT_EQ(out.metrics.count("kl"), 0u);
 }

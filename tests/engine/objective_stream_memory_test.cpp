@@ -20,8 +20,8 @@ struct Step {
   MemoryBreakdown at_peak;
 };
 
-Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const MicroBatch& mb, const ExecConfig& exec,
-             bool meta) {
+Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const MicroBatch& mb,
+             const ExecConfig& exec, bool meta) {
   Ledger ledger;
   Pool pool(ledger, PoolOptions{.materialize = !meta});
   CpuBackend cpu;
@@ -30,7 +30,8 @@ Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const MicroBatch& 
   ModelSet models(s, cfg, pool, be, ModelSetOptions{});
   if (!meta) {
     init_parameters(models.policy_weights(), 1, InitStyle::test, 0.2f);
-    if (models.has_reference()) init_parameters(models.reference_weights(), 2, InitStyle::test, 0.2f);
+    if (models.has_reference())
+      init_parameters(models.reference_weights(), 2, InitStyle::test, 0.2f);
     if (models.has_value()) init_parameters(models.value_weights(), 3, InitStyle::test, 0.2f);
   }
   ledger.reset_peak();
@@ -41,13 +42,14 @@ Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const MicroBatch& 
 TEST(ObjectiveMemory, StreamHoldsOneHeadBlockOfLogits) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   const int64_t T = 120, V = cfg.vocab_size, hc = 16;
-  for (ObjectiveKind kind : {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo,
-                             ObjectiveKind::ppo}) {
+  for (ObjectiveKind kind :
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;
     s.grpo.entropy_coef = 0.01;
-    const MicroBatch batch = cli::random_micro_batch(kind, 4, cli::random_objective_batch(kind, 4, V, T, 4, 6), 4);
+    const MicroBatch batch =
+        cli::random_micro_batch(kind, 4, cli::random_objective_batch(kind, 4, V, T, 4, 6), 4);
     ExecConfig stream = parse_mode("stream");
     stream.layer_chunk = 32;
     stream.head_chunk = hc;
@@ -61,7 +63,8 @@ TEST(ObjectiveMemory, StreamHoldsOneHeadBlockOfLogits) {
     EXPECT_EQ(plan.peak, st.peak) << objective_name(kind);
     EXPECT_EQ(plan.logits_peak, st.logits_peak) << objective_name(kind);
     for (int c = 0; c < kNumCategories; ++c)
-      EXPECT_EQ(plan.at_peak.bytes[static_cast<size_t>(c)], st.at_peak.bytes[static_cast<size_t>(c)])
+      EXPECT_EQ(plan.at_peak.bytes[static_cast<size_t>(c)],
+                st.at_peak.bytes[static_cast<size_t>(c)])
           << objective_name(kind) << " " << category_name(static_cast<Category>(c));
   }
 }

@@ -7,11 +7,11 @@
 #include <filesystem>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cli/random_batches.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "cli/random_batches.h"
-#include "model/value_model_io.h"
 #include "model/checkpoint_io.h"
+#include "model/value_model_io.h"
 #include "objective/ppo.h"
 #include "objective/sft.h"
 #include "support/test_support.h"
@@ -56,7 +56,8 @@ TEST(ValueHead, ValuesEqualTheLmHeadRowOfTheSameVector) {
   for (int64_t t = 0; t < batch.size(); ++t) rows[static_cast<size_t>(t)] = t;
   const std::vector<float> logits = Engine(cfg, lm, be, pool, exec).logits_at(batch, rows);
   std::vector<float> want;
-  for (int64_t t = 0; t < batch.size(); ++t) want.push_back(logits[static_cast<size_t>(t * cfg.vocab_size + k)]);
+  for (int64_t t = 0; t < batch.size(); ++t)
+    want.push_back(logits[static_cast<size_t>(t * cfg.vocab_size + k)]);
   EXPECT_LT(test::rel_err(v.data(), want.data(), batch.size()), 1e-5);
   (void)d;
   // An LM objective on a value model (and the reverse) is refused up front.
@@ -106,14 +107,17 @@ TEST(ValueHead, GradientsPassDirectionalFiniteDifferences) {
     const Tensor& p = vm.tensor(i);
     const Tensor& gi = g.tensor(i);
     double gnorm = 0;
-    for (int64_t j = 0; j < gi.numel(); ++j) gnorm += static_cast<double>(gi.f32()[j]) * gi.f32()[j];
+    for (int64_t j = 0; j < gi.numel(); ++j)
+      gnorm += static_cast<double>(gi.f32()[j]) * gi.f32()[j];
     gnorm = std::sqrt(gnorm);
     ASSERT_GT(gnorm, 0.0) << vm.name(i);
     std::vector<float> saved(p.f32(), p.f32() + p.numel());
     const double h = 1e-2;
-    for (int64_t j = 0; j < p.numel(); ++j) p.f32()[j] = saved[j] + static_cast<float>(h * gi.f32()[j] / gnorm);
+    for (int64_t j = 0; j < p.numel(); ++j)
+      p.f32()[j] = saved[j] + static_cast<float>(h * gi.f32()[j] / gnorm);
     const double up = value_loss(cfg, vm, be, pool, b, ret, vold, pc);
-    for (int64_t j = 0; j < p.numel(); ++j) p.f32()[j] = saved[j] - static_cast<float>(h * gi.f32()[j] / gnorm);
+    for (int64_t j = 0; j < p.numel(); ++j)
+      p.f32()[j] = saved[j] - static_cast<float>(h * gi.f32()[j] / gnorm);
     const double down = value_loss(cfg, vm, be, pool, b, ret, vold, pc);
     std::copy(saved.begin(), saved.end(), p.f32());
     EXPECT_NEAR((up - down) / (2 * h), gnorm, 2e-2 * gnorm + 1e-5) << vm.name(i);

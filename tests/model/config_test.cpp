@@ -17,12 +17,8 @@ using json = nlohmann::json;
 
 // A minimal valid Llama config; tests edit fields on a copy.
 json base_config() {
-  return {{"model_type", "llama"},
-          {"hidden_size", 64},
-          {"intermediate_size", 160},
-          {"num_hidden_layers", 2},
-          {"num_attention_heads", 8},
-          {"vocab_size", 101}};
+  return {{"model_type", "llama"},  {"hidden_size", 64},        {"intermediate_size", 160},
+          {"num_hidden_layers", 2}, {"num_attention_heads", 8}, {"vocab_size", 101}};
 }
 
 // from_json must throw InputError naming the source and containing every part.
@@ -39,26 +35,16 @@ void expect_config_error(const json& j, std::initializer_list<std::string> parts
 }
 
 TEST(ModelConfig, ParsesEveryField) {
-  const json j = {{"model_type", "qwen3"},
-                  {"architectures", {"Qwen3ForCausalLM"}},
-                  {"hidden_size", 4096},
-                  {"intermediate_size", 12288},
-                  {"num_hidden_layers", 36},
-                  {"num_attention_heads", 32},
-                  {"num_key_value_heads", 8},
-                  {"head_dim", 128},
-                  {"vocab_size", 151936},
-                  {"max_position_embeddings", 40960},
-                  {"rms_norm_eps", 1e-6},
-                  {"rope_theta", 1000000.0},
-                  {"rope_scaling", nullptr},
-                  {"tie_word_embeddings", false},
-                  {"attention_bias", false},
-                  {"torch_dtype", "bfloat16"},
-                  {"hidden_act", "silu"},
-                  {"use_sliding_window", false},
-                  {"sliding_window", nullptr},
-                  {"bos_token_id", 151643}};
+  const json j = {{"model_type", "qwen3"},     {"architectures", {"Qwen3ForCausalLM"}},
+                  {"hidden_size", 4096},       {"intermediate_size", 12288},
+                  {"num_hidden_layers", 36},   {"num_attention_heads", 32},
+                  {"num_key_value_heads", 8},  {"head_dim", 128},
+                  {"vocab_size", 151936},      {"max_position_embeddings", 40960},
+                  {"rms_norm_eps", 1e-6},      {"rope_theta", 1000000.0},
+                  {"rope_scaling", nullptr},   {"tie_word_embeddings", false},
+                  {"attention_bias", false},   {"torch_dtype", "bfloat16"},
+                  {"hidden_act", "silu"},      {"use_sliding_window", false},
+                  {"sliding_window", nullptr}, {"bos_token_id", 151643}};
   const ModelConfig c = ModelConfig::from_json(j, "config.json");
   EXPECT_EQ(c.model_type, "qwen3");
   EXPECT_EQ(c.hidden_size, 4096);
@@ -86,8 +72,8 @@ TEST(ModelConfig, ParsesEveryField) {
 
 TEST(ModelConfig, Defaults) {
   const ModelConfig c = ModelConfig::from_json(base_config(), "config.json");
-  EXPECT_EQ(c.head_dim, 64 / 8);             // hidden / heads
-  EXPECT_EQ(c.num_key_value_heads, 8);       // = heads (multi-head attention)
+  EXPECT_EQ(c.head_dim, 64 / 8);        // hidden / heads
+  EXPECT_EQ(c.num_key_value_heads, 8);  // = heads (multi-head attention)
   EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
   EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
   EXPECT_FALSE(c.tie_word_embeddings);
@@ -108,8 +94,8 @@ TEST(ModelConfig, ArchitectureSwitches) {
   json j = base_config();
   j["model_type"] = "qwen2";
   const ModelConfig q2 = ModelConfig::from_json(j, "c");
-  EXPECT_TRUE(q2.qkv_bias());   // Qwen2 always has q/k/v biases
-  EXPECT_FALSE(q2.o_bias());    // ... and never an o_proj bias
+  EXPECT_TRUE(q2.qkv_bias());  // Qwen2 always has q/k/v biases
+  EXPECT_FALSE(q2.o_bias());   // ... and never an o_proj bias
   EXPECT_FALSE(q2.qk_norm());
   j["model_type"] = "llama";
   j["attention_bias"] = true;
@@ -142,7 +128,9 @@ TEST(ModelConfig, RopeScalingLlama3) {
   expect_config_error(j, {"yarn", "not supported"});
   j["rope_scaling"] = "llama3";
   expect_config_error(j, {"'rope_scaling' must be an object"});
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 4.0},
                        {"high_freq_factor", 4.0}};
   expect_config_error(j, {"high_freq_factor"});  // the formula would divide by zero
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", "8"}};
@@ -157,9 +145,9 @@ TEST(ModelConfig, RopeParametersOfTransformers5) {
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
   EXPECT_TRUE(c.rope_scaling.type.empty());
   j["model_type"] = "llama";
-  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                          {"original_max_position_embeddings", 8192}};
+  j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                          {"factor", 8.0},           {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   const ModelConfig l = ModelConfig::from_json(j, "c");
   EXPECT_DOUBLE_EQ(l.rope_theta, 5e5);
   EXPECT_EQ(l.rope_scaling.type, "llama3");
@@ -259,7 +247,8 @@ TEST(ModelConfig, ToJsonRoundTrip) {
     EXPECT_EQ(b.num_parameters(), c.num_parameters()) << name;
     EXPECT_EQ(b.rope_scaling.type, c.rope_scaling.type) << name;
     EXPECT_EQ(b.rope_scaling.original_max_position_embeddings,
-              c.rope_scaling.original_max_position_embeddings) << name;
+              c.rope_scaling.original_max_position_embeddings)
+        << name;
     EXPECT_EQ(b.rope_inv_freq(), c.rope_inv_freq()) << name;
   }
   // Uninterpreted fields survive.

@@ -82,8 +82,8 @@ TEST(Safetensors, RoundTripF32IsBitExact) {
   test::fill_normal(a.view(), rng);
   test::fill_normal(c.view(), rng);
   // Specials must survive untouched: NaN payload, infinities, subnormals, -0.
-  const float specials[7] = {from_bits(0x7fc01234u), INFINITY, -INFINITY, from_bits(1u), -0.0f,
-                             1e-40f, 3.4e38f};
+  const float specials[7] = {
+      from_bits(0x7fc01234u), INFINITY, -INFINITY, from_bits(1u), -0.0f, 1e-40f, 3.4e38f};
   std::memcpy(b.f32(), specials, sizeof specials);
   const std::string p = dir.file("m.safetensors");
   write_safetensors(p, {{"z.first", a.view()}, {"a.second", b.view()}, {"m.third", c.view()}},
@@ -177,11 +177,10 @@ TEST(Safetensors, ReadsHandWrittenF16AndBf16) {
   std::string data(reinterpret_cast<const char*>(h), 12);
   data += std::string(reinterpret_cast<const char*>(b), 6);
   data += std::string(2, '\0');  // a scalar F16 zero, shape []
-  const std::string header =
-      R"({"h":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]},)"
-      R"("b":{"dtype":"BF16","shape":[3],"data_offsets":[12,18]},)"
-      R"("s":{"dtype":"F16","shape":[],"data_offsets":[18,20]},)"
-      R"("e":{"dtype":"F32","shape":[0,4],"data_offsets":[20,20]}})";
+  const std::string header = R"({"h":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]},)"
+                             R"("b":{"dtype":"BF16","shape":[3],"data_offsets":[12,18]},)"
+                             R"("s":{"dtype":"F16","shape":[],"data_offsets":[18,20]},)"
+                             R"("e":{"dtype":"F32","shape":[0,4],"data_offsets":[20,20]}})";
   const std::string p = dir.file("h.safetensors");
   test::write_text(p, raw_file(header, data));  // unpadded header: readers must not care
 
@@ -212,10 +211,10 @@ TEST(Safetensors, LargeF16AndBf16ConversionsMatchScalarHelpers) {
   for (int64_t i = 0; i < n; ++i) pat[static_cast<size_t>(i)] = static_cast<uint16_t>(i * 7919);
   const std::string data(reinterpret_cast<const char*>(pat.data()), static_cast<size_t>(2 * n));
   const std::string ns = std::to_string(2 * n);
-  const std::string header =
-      R"({"h":{"dtype":"F16","shape":[)" + std::to_string(n) + R"(],"data_offsets":[0,)" + ns +
-      R"(]},"b":{"dtype":"BF16","shape":[)" + std::to_string(n) + R"(],"data_offsets":[)" + ns +
-      "," + std::to_string(4 * n) + "]}}";
+  const std::string header = R"({"h":{"dtype":"F16","shape":[)" + std::to_string(n) +
+                             R"(],"data_offsets":[0,)" + ns +
+                             R"(]},"b":{"dtype":"BF16","shape":[)" + std::to_string(n) +
+                             R"(],"data_offsets":[)" + ns + "," + std::to_string(4 * n) + "]}}";
   const std::string p = dir.file("big.safetensors");
   test::write_text(p, raw_file(header, data + data));
   SafetensorsFile f(p);
@@ -234,8 +233,7 @@ TEST(Safetensors, F16WriteRoundTrip) {
   test::TempDir dir;
   const float src[5] = {1.0f, -0.333251953125f, 65504.0f, 0.0f, std::ldexp(1.0f, -20)};
   const std::string p = dir.file("h.safetensors");
-  write_safetensors(p, {{"x", Tensor(const_cast<float*>(src), DType::F32, Shape{5})}},
-                    DType::F16);
+  write_safetensors(p, {{"x", Tensor(const_cast<float*>(src), DType::F32, Shape{5})}}, DType::F16);
   float got[5];
   SafetensorsFile(p).read_into("x", Tensor(got, DType::F32, Shape{5}));
   for (int i = 0; i < 5; ++i) EXPECT_EQ(got[i], src[i]) << i;  // all representable in f16

@@ -63,7 +63,8 @@ TEST(PpoAdvantages, RewardsGaeReturnsByHand) {
   cfg.lam = 0.8;
   const PpoAdvantages a = ppo_advantages(b, scores, logp, ref, val, cfg);
   // k1 rewards: -0.1 (logp - ref), score at the last step
-  const std::vector<double> r = {-0.1 * 0.2, -0.1 * -0.5, 0.0 + 1.0, 0, 0, -0.1 * 0.2, -0.1 * 1.0 - 2.0, 0};
+  const std::vector<double> r = {-0.1 * 0.2, -0.1 * -0.5, 0.0 + 1.0,        0,
+                                 0,          -0.1 * 0.2,  -0.1 * 1.0 - 2.0, 0};
   for (size_t t : {0u, 1u, 2u, 5u, 6u}) EXPECT_NEAR(a.rewards[t], r[t], 1e-6) << t;
   // GAE by hand
   std::vector<double> A(8, 0.0), R(8, 0.0);

@@ -9,8 +9,8 @@
 #include <functional>
 #include <memory>
 
-#include "core/rng.h"
 #include "cli/random_batches.h"
+#include "core/rng.h"
 #include "objective/dpo.h"
 #include "objective/grpo.h"
 #include "objective/ppo.h"
@@ -156,10 +156,9 @@ std::vector<Case> cases() {
       const Batch b = c.batch;
       const bool with_old = variant == 1;
       c.make = [b, d, cfg, with_old] {
-        return std::make_unique<GrpoObjective>(b, d.adv_seq, cfg,
-                                               with_old ? std::span<const float>(d.old_logp)
-                                                        : std::span<const float>(),
-                                               d.ref_logp);
+        return std::make_unique<GrpoObjective>(
+            b, d.adv_seq, cfg,
+            with_old ? std::span<const float>(d.old_logp) : std::span<const float>(), d.ref_logp);
       };
       c.inputs = variant ? std::vector<Input>{Input::logp, Input::entropy}
                          : std::vector<Input>{Input::logp};
@@ -169,8 +168,9 @@ std::vector<Case> cases() {
         };
       }
       c.near_kink = [d, with_old, cfg](int64_t t, const std::vector<float>& lp) {
-        return with_old && ratio_near(lp[static_cast<size_t>(t)], d.old_logp[static_cast<size_t>(t)],
-                                      1 - cfg.epsilon_low, 1 + cfg.epsilon_high);
+        return with_old &&
+               ratio_near(lp[static_cast<size_t>(t)], d.old_logp[static_cast<size_t>(t)],
+                          1 - cfg.epsilon_low, 1 + cfg.epsilon_high);
       };
       out.push_back(c);
     }
@@ -185,7 +185,9 @@ std::vector<Case> cases() {
     cfg.entropy_coef = 0.02;
     cfg.grad_accum_steps = 3;
     const Batch b = c.batch;
-    c.make = [b, d, cfg] { return std::make_unique<PpoPolicyObjective>(b, d.adv_rows, d.old_logp, cfg); };
+    c.make = [b, d, cfg] {
+      return std::make_unique<PpoPolicyObjective>(b, d.adv_rows, d.old_logp, cfg);
+    };
     c.inputs = {Input::logp, Input::entropy};
     c.near_kink = [d, cfg](int64_t t, const std::vector<float>& lp) {
       return ratio_near(lp[static_cast<size_t>(t)], d.old_logp[static_cast<size_t>(t)],
@@ -308,7 +310,8 @@ TEST(GrpoNormalisers, FollowTheirDefinitions) {
   double mean_of_means = 0;
   for (int64_t s = 0; s < S; ++s) {
     mean_of_means += per_seq[static_cast<size_t>(s)] /
-                     std::max(1.0, rows.weight_sum[static_cast<size_t>(s)]) / static_cast<double>(S);
+                     std::max(1.0, rows.weight_sum[static_cast<size_t>(s)]) /
+                     static_cast<double>(S);
     max_len = std::max(max_len, rows.weight_sum[static_cast<size_t>(s)]);
   }
   const double ga = 3, items = 123, procs = 2;
@@ -326,8 +329,9 @@ TEST(GrpoNormalisers, FollowTheirDefinitions) {
     cfg.num_items_in_batch = items;
     cfg.num_processes = 2;
     cfg.log_entropy = false;
-    const Eval e = drive([&] { return std::make_unique<GrpoObjective>(b, d.adv_seq, cfg, d.old_logp, d.ref_logp); },
-                         d.logp, d.ent, d.val, 9);
+    const Eval e = drive(
+        [&] { return std::make_unique<GrpoObjective>(b, d.adv_seq, cfg, d.old_logp, d.ref_logp); },
+        d.logp, d.ent, d.val, 9);
     EXPECT_NEAR(e.loss, want, 1e-12 * std::fabs(want) + 1e-15) << grpo_loss_name(loss);
   }
   // dr_grpo without max_completion_length: the longest completion of the batch.
@@ -335,8 +339,9 @@ TEST(GrpoNormalisers, FollowTheirDefinitions) {
   cfg.loss_type = GrpoLoss::dr_grpo;
   cfg.beta = 0.04;
   cfg.log_entropy = false;
-  const Eval e = drive([&] { return std::make_unique<GrpoObjective>(b, d.adv_seq, cfg, d.old_logp, d.ref_logp); },
-                       d.logp, d.ent, d.val, 9);
+  const Eval e = drive(
+      [&] { return std::make_unique<GrpoObjective>(b, d.adv_seq, cfg, d.old_logp, d.ref_logp); },
+      d.logp, d.ent, d.val, 9);
   EXPECT_NEAR(e.loss, total / (static_cast<double>(S) * max_len), 1e-12);
 }
 

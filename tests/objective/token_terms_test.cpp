@@ -32,8 +32,10 @@ TEST(TokenTerms, ClippedSurrogateEveryRegime) {
       expect_derivative(f, old + delta, "clipped_surrogate");
       const double r = std::exp(delta);
       const bool clipped = (adv > 0 && r > 1.28) || (adv < 0 && r < 0.8);
-      if (clipped) EXPECT_EQ(f(old + delta).d, 0.0);
-      else EXPECT_DOUBLE_EQ(f(old + delta).d, -adv * r);
+      if (clipped)
+        EXPECT_EQ(f(old + delta).d, 0.0);
+      else
+        EXPECT_DOUBLE_EQ(f(old + delta).d, -adv * r);
       EXPECT_EQ(clipped_low(old + delta, old, adv, 0.2), adv < 0 && r < 0.8);
       EXPECT_EQ(clipped_high(old + delta, old, adv, 0.28), adv > 0 && r > 1.28);
     }

@@ -54,7 +54,7 @@ using json = nlohmann::json;
 constexpr double kTol = 1e-5;
 
 const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> names = {"qwen3_gqa_qknorm", "qwen2_bias_tied",
+  static const std::vector<std::string> names = {"qwen3_gqa_qknorm",  "qwen2_bias_tied",
                                                  "llama_rope_llama3", "qwen3_head_dim_24",
                                                  "qwen3_bf16",        "qwen2_sharded"};
   return names;
@@ -234,7 +234,8 @@ TEST_P(HfParity, LogitsMatch) {
   double worst = 0.0;
   for (const ExecConfig& e :
        {mode("base"), mode("stream", 1), mode("stream", 7), mode("stream", 16)}) {
-    const std::vector<float> logits = Engine(f.cfg, f.weights, be, f.pool, e).logits_at(f.batch, rows);
+    const std::vector<float> logits =
+        Engine(f.cfg, f.weights, be, f.pool, e).logits_at(f.batch, rows);
     std::vector<float> got;
     for (size_t i = 0; i < rows.size(); ++i)
       for (int64_t c : cols)
@@ -312,8 +313,7 @@ TEST_P(HfParity, ScoreCommandMatches) {
   const json s = read_json(tmp.file("s.json"));
   EXPECT_LT(scalar_rel_err(s["loss"].get<double>(), expected["loss"].get<double>()), kTol);
   EXPECT_EQ(s["num_loss_tokens"], expected["num_loss_tokens"]);
-  EXPECT_LT(rel_err(flatten_logprobs(s["logprobs"]), flatten_logprobs(expected["logprobs"])),
-            kTol);
+  EXPECT_LT(rel_err(flatten_logprobs(s["logprobs"]), flatten_logprobs(expected["logprobs"])), kTol);
   ASSERT_EQ(s["logprobs"].size(), expected["logprobs"].size());
   for (size_t i = 0; i < s["logprobs"].size(); ++i)
     EXPECT_EQ(s["logprobs"][i].size(), expected["logprobs"][i].size()) << "sequence " << i;
@@ -327,9 +327,9 @@ TEST_P(HfParity, ScoreCommandMatches) {
   }
 
   // Without --grads the forward-only path gives the same loss and log-probs.
-  const test::CommandResult r2 = test::run_command(
-      test::streambp_binary() + " score --model " + dir + "/model --input " + dir +
-      "/tokens.json --mode base --threads 1 --json " + tmp.file("s2.json"));
+  const test::CommandResult r2 =
+      test::run_command(test::streambp_binary() + " score --model " + dir + "/model --input " +
+                        dir + "/tokens.json --mode base --threads 1 --json " + tmp.file("s2.json"));
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   const json s2 = read_json(tmp.file("s2.json"));
   EXPECT_LT(scalar_rel_err(s2["loss"].get<double>(), expected["loss"].get<double>()), kTol);
@@ -389,9 +389,9 @@ TEST(ScoreCommand, RejectsBadInputWithFieldAndPosition) {
 
 TEST(ScoreCommand, RejectsMissingFilesModesAndWeightlessDirectories) {
   ScoreRun s;
-  test::CommandResult r = test::run_command(
-      test::streambp_binary() + " score --model " + fixture_dir("qwen2_bias_tied") +
-      "/model --input " + s.tmp.file("nope.json"));
+  test::CommandResult r = test::run_command(test::streambp_binary() + " score --model " +
+                                            fixture_dir("qwen2_bias_tied") + "/model --input " +
+                                            s.tmp.file("nope.json"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("nope.json: cannot read"), std::string::npos) << r.output;
 
@@ -497,10 +497,10 @@ TEST_P(HfRoundtrip, CommittedCheckpointGivesTransformersLogits) {
     rows.push_back(off[r["sequence"].get<size_t>()] + r["position"].get<int64_t>());
     for (const json& v : r["values"]) want.push_back(v.get<float>());
   }
-  ASSERT_EQ(static_cast<int64_t>(want.size()),
-            static_cast<int64_t>(rows.size()) * cfg.vocab_size);
+  ASSERT_EQ(static_cast<int64_t>(want.size()), static_cast<int64_t>(rows.size()) * cfg.vocab_size);
   CpuBackend be;
-  const std::vector<float> got = Engine(cfg, w, be, f.pool, mode("stream", 7)).logits_at(f.batch, rows);
+  const std::vector<float> got =
+      Engine(cfg, w, be, f.pool, mode("stream", 7)).logits_at(f.batch, rows);
   // Training really moved the model: the untrained fixture's logits are far from these.
   const std::vector<float> before =
       Engine(f.cfg, f.weights, be, f.pool, mode("base")).logits_at(f.batch, rows);

@@ -7,15 +7,15 @@
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
-#include "core/rng.h"
-#include "step/model_set.h"
-#include "step/step_runner.h"
-#include "engine/engine.h"
 #include "cli/gradcheck.h"
 #include "cli/random_batches.h"
+#include "core/rng.h"
+#include "engine/engine.h"
 #include "objective/sft.h"
 #include "optim/adamw.h"
 #include "plan/planner.h"
+#include "step/model_set.h"
+#include "step/step_runner.h"
 
 namespace sbp {
 namespace {
@@ -113,8 +113,8 @@ TEST_F(PlanAgreement, LedgerPeakAndBreakdownEqualARealStepExactly) {
 // One real fp32 step of any objective through the step runner on the CPU, with every model the
 // run holds (ModelSet: the policy's weights, gradients and optimizer state, the reference, the
 // value model), on the planner's own micro-batch with random token ids and rewards.
-Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s, const ExecConfig& exec,
-                             const StepBatches& planned, bool adamw) {
+Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
+                             const ExecConfig& exec, const StepBatches& planned, bool adamw) {
   Ledger ledger;
   Pool pool(ledger);
   CpuBackend be;
@@ -126,7 +126,8 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s, co
   StepBatches step = planned;
   Rng rng(7, "agreement");
   for (MicroBatch& mb : step.micro) {
-    for (int32_t& id : mb.batch.tokens) id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
+    for (int32_t& id : mb.batch.tokens)
+      id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
     for (float& r : mb.rewards) r = rng.normal();
   }
   StepRunner(s, models.views(), be, pool, exec).run(step);
@@ -136,7 +137,8 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s, co
 TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
   const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), tied_qwen3_with_bias()};
   int cases = 0;
-  for (const ObjectiveKind kind : {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+  for (const ObjectiveKind kind :
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;  // with its reference model
@@ -144,18 +146,20 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
     for (size_t mi = 0; mi < models.size(); ++mi) {
       for (int64_t T : {12, 41}) {
         const StepBatches step = planning_step(kind, 3, T);
-        for (const ExecConfig& e : {mode("base", 0, 0), mode("checkpoint", 0, 0), mode("stream", 1, 1),
-                                    mode("stream", 7, 5), mode("stream", T, T), mode("recompute+chunked", 0, 9),
-                                    mode("stream+full", 6, 0)}) {
+        for (const ExecConfig& e :
+             {mode("base", 0, 0), mode("checkpoint", 0, 0), mode("stream", 1, 1),
+              mode("stream", 7, 5), mode("stream", T, T), mode("recompute+chunked", 0, 9),
+              mode("stream+full", 6, 0)}) {
           const bool adamw = (cases % 2) == 0;
-          const PlannedStep plan = plan_step(models[mi], s, e, step,
-                                             StepMemoryOptions{.param_dtype = DType::F32, .adamw = adamw});
+          const PlannedStep plan = plan_step(
+              models[mi], s, e, step, StepMemoryOptions{.param_dtype = DType::F32, .adamw = adamw});
           const Measured real = real_objective_step(models[mi], s, e, step, adamw);
-          ASSERT_EQ(plan.peak_bytes, real.peak) << objective_name(kind) << " model " << mi << " " << mode_name(e)
-                                                << " T=" << T << " chunks " << e.layer_chunk << "/" << e.head_chunk;
+          ASSERT_EQ(plan.peak_bytes, real.peak)
+              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
+              << " chunks " << e.layer_chunk << "/" << e.head_chunk;
           ASSERT_EQ(plan.breakdown.bytes, real.breakdown.bytes)
-              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T << "\nplan "
-              << plan.breakdown.str() << "\nreal " << real.breakdown.str();
+              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
+              << "\nplan " << plan.breakdown.str() << "\nreal " << real.breakdown.str();
           ++cases;
         }
       }

@@ -26,7 +26,8 @@ std::string shape_error(F f) {
   return "";
 }
 
-std::string real_step(const ModelConfig& cfg, const ObjectiveSetup& s, const ExecConfig& exec, const StepBatches& step) {
+std::string real_step(const ModelConfig& cfg, const ObjectiveSetup& s, const ExecConfig& exec,
+                      const StepBatches& step) {
   return shape_error([&] {
     Ledger ledger;
     Pool pool(ledger);
@@ -61,8 +62,12 @@ TEST(PlanChecks, PlanRejectsTheShapesTheCpuRejects) {
   }
   // The unspoiled config plans and runs.
   const ModelConfig good = preset_config("tiny-qwen3");
-  EXPECT_EQ(real_step(good, ObjectiveSetup{}, parse_mode("stream"), planning_step(ObjectiveKind::sft, 2, 24)), "");
-  EXPECT_EQ(planned_step(good, ObjectiveSetup{}, parse_mode("stream"), planning_step(ObjectiveKind::sft, 2, 24)), "");
+  EXPECT_EQ(real_step(good, ObjectiveSetup{}, parse_mode("stream"),
+                      planning_step(ObjectiveKind::sft, 2, 24)),
+            "");
+  EXPECT_EQ(planned_step(good, ObjectiveSetup{}, parse_mode("stream"),
+                         planning_step(ObjectiveKind::sft, 2, 24)),
+            "");
 }
 
 }  // namespace

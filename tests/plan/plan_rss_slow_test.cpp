@@ -25,10 +25,10 @@
 #include <cstdio>
 
 #include "backend/cpu/cpu_backend.h"
-#include "core/process_memory.h"
-#include "engine/engine.h"
 #include "cli/gradcheck.h"
 #include "cli/random_batches.h"
+#include "core/process_memory.h"
+#include "engine/engine.h"
 #include "objective/sft.h"
 #include "plan/plan_step.h"
 

@@ -13,9 +13,11 @@
 
 namespace sbp::test {
 
-std::vector<ExecConfig> equality_modes(int64_t T, const std::vector<std::pair<int64_t, int64_t>>& extra_stream_chunks) {
+std::vector<ExecConfig> equality_modes(
+    int64_t T, const std::vector<std::pair<int64_t, int64_t>>& extra_stream_chunks) {
   std::vector<ExecConfig> modes;
-  std::vector<std::pair<int64_t, int64_t>> chunks = {{1, 1}, {7, 5}, {T / 3, T / 3}, {T, T}, {11, 13}};
+  std::vector<std::pair<int64_t, int64_t>> chunks = {
+      {1, 1}, {7, 5}, {T / 3, T / 3}, {T, T}, {11, 13}};
   chunks.insert(chunks.end(), extra_stream_chunks.begin(), extra_stream_chunks.end());
   for (const auto& [lc, hc] : chunks) {
     ExecConfig s = parse_mode("stream");

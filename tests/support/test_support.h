@@ -5,14 +5,15 @@
 #include <vector>
 
 #include "core/pool.h"
-#include "engine/exec_config.h"
 #include "core/rng.h"
+#include "engine/exec_config.h"
 
 namespace sbp::test {
 
 // config.json of a tiny Qwen3-shaped model whose vocabulary (512) covers the tiny-chat
 // tokenizer's 457 ids: the model of the trainer's end-to-end tests.
-inline const char* const kTinyChatModelJson = R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+inline const char* const kTinyChatModelJson =
+    R"({"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
   "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
   "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
   "tie_word_embeddings": true, "torch_dtype": "float32"})";
@@ -20,8 +21,8 @@ inline const char* const kTinyChatModelJson = R"({"model_type": "qwen3", "hidden
 // The modes every mode-equality test compares with `base`: stream with (layer, head) chunk sizes
 // 1/1, 7/5, T/3, T, 11/13 (sizes that do not divide T) and `extra_stream_chunks`, then
 // checkpoint, recompute+chunked, store+chunked and stream+full with small odd chunks.
-std::vector<ExecConfig> equality_modes(int64_t T,
-                                       const std::vector<std::pair<int64_t, int64_t>>& extra_stream_chunks = {});
+std::vector<ExecConfig> equality_modes(
+    int64_t T, const std::vector<std::pair<int64_t, int64_t>>& extra_stream_chunks = {});
 
 // The one error measure used everywhere: max |a - b| / max |b| (b is the reference).
 double rel_err(const float* a, const float* b, int64_t n);

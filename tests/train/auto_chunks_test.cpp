@@ -23,11 +23,13 @@ std::string train_cmd(const test::TempDir& dir, const std::string& args) {
 
 void write_run(const test::TempDir& dir) {
   test::write_text(dir.file("model.json"), kTinyModel);
-  test::write_text(dir.file("config.yaml"),
-                   "model: " + dir.file("model.json") + "\ntokenizer: " + test::source_dir() +
-                       "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
-                       "\nthreads: 1\nmax_tokens: 2048\nmax_steps: 3\nlayer_chunk: auto\nhead_chunk: auto\n"
-                       "data:\n  train: " + test::source_dir() + "/examples/tiny-chat/train.jsonl\n");
+  test::write_text(
+      dir.file("config.yaml"),
+      "model: " + dir.file("model.json") + "\ntokenizer: " + test::source_dir() +
+          "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
+          "\nthreads: 1\nmax_tokens: 2048\nmax_steps: 3\nlayer_chunk: auto\nhead_chunk: auto\n"
+          "data:\n  train: " +
+          test::source_dir() + "/examples/tiny-chat/train.jsonl\n");
 }
 
 TEST(AutoChunks, AreThePlannersChoiceForTheRunsStep) {
@@ -101,7 +103,8 @@ TEST(AutoChunks, ABudgetTooSmallNamesTheKey) {
   EXPECT_NE(r.output.find("streambp: error: "), std::string::npos) << r.output;
   const auto bad = test::run_command(train_cmd(dir, "layer_chunk=0"));
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
-  EXPECT_NE(bad.output.find("layer_chunk: expected a positive integer or auto"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("layer_chunk: expected a positive integer or auto"), std::string::npos)
+      << bad.output;
 }
 
 }  // namespace

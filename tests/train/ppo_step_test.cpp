@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
-#include "core/rng.h"
 #include "cli/random_batches.h"
+#include "core/rng.h"
 #include "engine/engine.h"
 #include "model/value_model_io.h"
 #include "objective/gae.h"
@@ -28,7 +28,8 @@ Batch segments_of(const Batch& b, size_t first, size_t count) {
   for (size_t s = first; s < first + count; ++s) {
     const size_t n = static_cast<size_t>(b.seq_lens[s]);
     out.tokens.insert(out.tokens.end(), b.tokens.begin() + row, b.tokens.begin() + row + n);
-    out.loss_mask.insert(out.loss_mask.end(), b.loss_mask.begin() + row, b.loss_mask.begin() + row + n);
+    out.loss_mask.insert(out.loss_mask.end(), b.loss_mask.begin() + row,
+                         b.loss_mask.begin() + row + n);
     out.seq_lens.push_back(b.seq_lens[s]);
     row += n;
   }
@@ -46,7 +47,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.data, b.data, static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+  return a.numel() == b.numel() &&
+         std::memcmp(a.data, b.data, static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
 }
 
 TEST(PpoStep, WhiteningOverMicroBatchesEqualsOneBatch) {
@@ -64,7 +66,9 @@ TEST(PpoStep, WhiteningOverMicroBatchesEqualsOneBatch) {
     cfg.whiten_rewards = whiten_rewards;
     const PpoAdvantages one = ppo_advantages(whole, scores, logp, ref, values, cfg);
     auto head = [&](const std::vector<float>& v) { return std::span<const float>(v.data(), Ta); };
-    auto tail = [&](const std::vector<float>& v) { return std::span<const float>(v.data() + Ta, T - Ta); };
+    auto tail = [&](const std::vector<float>& v) {
+      return std::span<const float>(v.data() + Ta, T - Ta);
+    };
     const std::vector<PpoRolloutPart> parts = {
         {&a, std::span<const float>(scores.data(), 3), head(logp), head(ref), head(values)},
         {&b, std::span<const float>(scores.data() + 3, 4), tail(logp), tail(ref), tail(values)}};
@@ -83,13 +87,14 @@ TEST(PpoStep, WhiteningOverMicroBatchesEqualsOneBatch) {
     EXPECT_NEAR((3 * split[0].mean_kl + 4 * split[1].mean_kl) / 7, one.mean_kl, 1e-12);
     EXPECT_NEAR((3 * split[0].mean_score + 4 * split[1].mean_score) / 7, one.mean_score, 1e-12);
     // Whitening each micro-batch on its own would not be the same (what the step avoids).
-    const PpoAdvantages alone = ppo_advantages(a, std::span<const float>(scores.data(), 3), head(logp), head(ref),
-                                               head(values), cfg);
+    const PpoAdvantages alone = ppo_advantages(a, std::span<const float>(scores.data(), 3),
+                                               head(logp), head(ref), head(values), cfg);
     EXPECT_FALSE(same_bits(alone.advantages, split[0].advantages));
     // One part is ppo_advantages.
     const PpoRolloutPart single{&whole, scores, logp, ref, values};
-    EXPECT_TRUE(same_bits(ppo_step_advantages(std::span<const PpoRolloutPart>(&single, 1), cfg)[0].advantages,
-                          one.advantages));
+    EXPECT_TRUE(same_bits(
+        ppo_step_advantages(std::span<const PpoRolloutPart>(&single, 1), cfg)[0].advantages,
+        one.advantages));
   }
 }
 
@@ -118,18 +123,24 @@ struct PpoFixture {
     setup = c.objective_setup();
     models = std::make_unique<ModelSet>(setup, cfg, pool, be, ModelSetOptions{.optim = &optim});
     init_parameters(models->policy_weights(), 7, InitStyle::test, 0.2f);
-    const ParameterSet ref = cli::make_reference_weights(cfg, models->policy_weights(), pool, reference_noise, 3);
-    for (size_t i = 0; i < ref.size(); ++i) be.copy(models->reference_weights().tensor(i), ref.tensor(i));
-    init_parameters(models->value_weights(), 9, value_init, value_init == InitStyle::test ? 0.2f : 0.02f);
+    const ParameterSet ref =
+        cli::make_reference_weights(cfg, models->policy_weights(), pool, reference_noise, 3);
+    for (size_t i = 0; i < ref.size(); ++i)
+      be.copy(models->reference_weights().tensor(i), ref.tensor(i));
+    init_parameters(models->value_weights(), 9, value_init,
+                    value_init == InitStyle::test ? 0.2f : 0.02f);
     mb.batch = cli::random_objective_batch(ObjectiveKind::ppo, 0, cfg.vocab_size, 41, 4, 13);
     Rng rng(21, "ppo-scores");
     for (size_t s = 0; s < mb.batch.seq_lens.size(); ++s) mb.rewards.push_back(rng.normal());
   }
-  StepResult step() { return StepRunner(setup, models->views(), be, pool, exec).run(StepBatches::whole({mb})); }
+  StepResult step() {
+    return StepRunner(setup, models->views(), be, pool, exec).run(StepBatches::whole({mb}));
+  }
 };
 
 TEST(PpoStep, RunnerGradientsEqualTheStepAssembledByHand) {
-  PpoFixture f(0.05f, KlEstimator::k3, InitStyle::test);  // a reference apart from the policy: KL terms not 0
+  PpoFixture f(0.05f, KlEstimator::k3,
+               InitStyle::test);  // a reference apart from the policy: KL terms not 0
   const StepResult got = f.step();
 
   // The same step written out: old = the current policy's, the reference's log-probs, the value
@@ -138,9 +149,11 @@ TEST(PpoStep, RunnerGradientsEqualTheStepAssembledByHand) {
   const ParameterSet& w = f.models->policy_weights();
   const ParameterSet& vw = f.models->value_weights();
   const std::vector<float> old_logp = Engine(f.cfg, w, f.be, f.pool, f.exec).score(b).logp;
-  const std::vector<float> ref_logp = Engine(f.cfg, f.models->reference_weights(), f.be, f.pool, f.exec).score(b).logp;
+  const std::vector<float> ref_logp =
+      Engine(f.cfg, f.models->reference_weights(), f.be, f.pool, f.exec).score(b).logp;
   const std::vector<float> old_values = Engine(f.cfg, vw, f.be, f.pool, f.exec).values(b);
-  const PpoAdvantages a = ppo_advantages(b, f.mb.rewards, old_logp, ref_logp, old_values, f.setup.rollout);
+  const PpoAdvantages a =
+      ppo_advantages(b, f.mb.rewards, old_logp, ref_logp, old_values, f.setup.rollout);
   ParameterSet g2(f.cfg, f.pool, Category::grads, DType::F32, true);
   ParameterSet vg2 = make_value_parameters(f.cfg, f.pool, Category::grads, DType::F32, true);
   PpoPolicyObjective pol(b, a.advantages, old_logp, f.setup.ppo);
@@ -151,11 +164,14 @@ TEST(PpoStep, RunnerGradientsEqualTheStepAssembledByHand) {
   EXPECT_EQ(got.loss, pol.loss() + val.loss());
   const ParameterSet& g1 = f.models->policy().grads();
   const ParameterSet& vg1 = f.models->value().grads();
-  for (size_t i = 0; i < g1.size(); ++i) EXPECT_TRUE(same_bits(g1.tensor(i), g2.tensor(i))) << g1.name(i);
-  for (size_t i = 0; i < vg2.size(); ++i) EXPECT_TRUE(same_bits(vg1.tensor(i), vg2.tensor(i))) << "value " << vg2.name(i);
+  for (size_t i = 0; i < g1.size(); ++i)
+    EXPECT_TRUE(same_bits(g1.tensor(i), g2.tensor(i))) << g1.name(i);
+  for (size_t i = 0; i < vg2.size(); ++i)
+    EXPECT_TRUE(same_bits(vg1.tensor(i), vg2.tensor(i))) << "value " << vg2.name(i);
   std::map<std::string, double> want = pol.metrics();
   for (const auto& [k, v] : val.metrics()) want[k] = v;
-  for (const char* key : {"loss/policy", "loss/value", "policy/entropy_avg", "policy/approxkl_avg", "val/clipfrac_avg"}) {
+  for (const char* key : {"loss/policy", "loss/value", "policy/entropy_avg", "policy/approxkl_avg",
+                          "val/clipfrac_avg"}) {
     ASSERT_TRUE(got.metrics.count(key)) << key;
     EXPECT_DOUBLE_EQ(got.metrics.at(key), want.at(key)) << key;
   }
@@ -171,14 +187,16 @@ TEST(PpoStep, RunnerGradientsEqualTheStepAssembledByHand) {
 // Σ over sequences of (score - mean score) * Σ_completion logp: grows when the policy favours
 // the better completions.
 double score_logp_covariance(PpoFixture& f) {
-  const std::vector<float> logp = Engine(f.cfg, f.models->policy_weights(), f.be, f.pool, f.exec).score(f.mb.batch).logp;
+  const std::vector<float> logp =
+      Engine(f.cfg, f.models->policy_weights(), f.be, f.pool, f.exec).score(f.mb.batch).logp;
   const SequenceRows rows(f.mb.batch);
   double mean = 0.0;
   for (float r : f.mb.rewards) mean += r / static_cast<double>(f.mb.rewards.size());
   double cov = 0.0;
   for (int64_t s = 0; s < rows.num_sequences(); ++s) {
     double sum = 0.0;
-    for (int64_t t = rows.begin[s]; t < rows.begin[s + 1]; ++t) sum += rows.weight[static_cast<size_t>(t)] * logp[static_cast<size_t>(t)];
+    for (int64_t t = rows.begin[s]; t < rows.begin[s + 1]; ++t)
+      sum += rows.weight[static_cast<size_t>(t)] * logp[static_cast<size_t>(t)];
     cov += (f.mb.rewards[static_cast<size_t>(s)] - mean) * sum;
   }
   return cov;

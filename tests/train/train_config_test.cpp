@@ -77,30 +77,45 @@ TEST(TrainConfig, UnknownKeysAndBadValuesNameTheLine) {
   EXPECT_EQ(error_of(std::string(kMinimal) + "optim:\n  lrr: 1\n"),
             "cfg.yaml:5: unknown key 'optim.lrr' (known keys under optim: lr, betas, eps, "
             "weight_decay, max_grad_norm)");
-  EXPECT_NE(error_of(std::string(kMinimal) + "learning_rate: 1\n").find("cfg.yaml:4: unknown key 'learning_rate' (known keys: model, "), std::string::npos);
-  EXPECT_EQ(error_of(std::string(kMinimal) + "max_tokens: lots\n"), "cfg.yaml:4: max_tokens: expected an integer, got 'lots'");
-  EXPECT_EQ(error_of(std::string(kMinimal) + "optim: {betas: [0.9]}\n"), "cfg.yaml:4: optim.betas: expected a list [beta1, beta2], got a list");
-  EXPECT_EQ(error_of(std::string(kMinimal) + "grad_accum: 0\n"), "cfg.yaml:4: grad_accum must be at least 1");
-  EXPECT_EQ(error_of(std::string(kMinimal) + "objective: ppo2\n"), "cfg.yaml:4: objective must be sft, dpo, grpo or ppo");
-  EXPECT_EQ(error_of(std::string(kMinimal) + "data:\n  truncation: maybe\n").substr(0, 11), "cfg.yaml:5:");
-  EXPECT_NE(error_of(std::string(kMinimal) + "mode: fast\n").find("cfg.yaml:4: mode: "), std::string::npos);
-  EXPECT_EQ(error_of("data:\n  train: t.jsonl\n"), "cfg.yaml: model is required (a Hugging Face model directory)");
-  EXPECT_EQ(error_of("model: m\ndata: [1]\n"), "cfg.yaml:2: data must be a mapping of keys (train, eval, eval_fraction, format, "
-                                                 "chat_template, date_string, truncation, max_seq_len, shuffle, append_eos, add_bos)");
+  EXPECT_NE(error_of(std::string(kMinimal) + "learning_rate: 1\n")
+                .find("cfg.yaml:4: unknown key 'learning_rate' (known keys: model, "),
+            std::string::npos);
+  EXPECT_EQ(error_of(std::string(kMinimal) + "max_tokens: lots\n"),
+            "cfg.yaml:4: max_tokens: expected an integer, got 'lots'");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "optim: {betas: [0.9]}\n"),
+            "cfg.yaml:4: optim.betas: expected a list [beta1, beta2], got a list");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "grad_accum: 0\n"),
+            "cfg.yaml:4: grad_accum must be at least 1");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "objective: ppo2\n"),
+            "cfg.yaml:4: objective must be sft, dpo, grpo or ppo");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "data:\n  truncation: maybe\n").substr(0, 11),
+            "cfg.yaml:5:");
+  EXPECT_NE(error_of(std::string(kMinimal) + "mode: fast\n").find("cfg.yaml:4: mode: "),
+            std::string::npos);
+  EXPECT_EQ(error_of("data:\n  train: t.jsonl\n"),
+            "cfg.yaml: model is required (a Hugging Face model directory)");
+  EXPECT_EQ(error_of("model: m\ndata: [1]\n"),
+            "cfg.yaml:2: data must be a mapping of keys (train, eval, eval_fraction, format, "
+            "chat_template, date_string, truncation, max_seq_len, shuffle, append_eos, add_bos)");
   EXPECT_NE(error_of("model: m\n  bad: [\n").find("cfg.yaml:"), std::string::npos);
-  EXPECT_EQ(error_of(kMinimal, {"optim.lrr=1"}),
-            "override 'optim.lrr=1': unknown key 'optim.lrr' (known keys under optim: lr, betas, eps, "
-            "weight_decay, max_grad_norm)");
+  EXPECT_EQ(
+      error_of(kMinimal, {"optim.lrr=1"}),
+      "override 'optim.lrr=1': unknown key 'optim.lrr' (known keys under optim: lr, betas, eps, "
+      "weight_decay, max_grad_norm)");
   EXPECT_EQ(error_of(kMinimal, {"lr"}), "override 'lr': expected key=value (e.g. optim.lr=1e-4)");
-  EXPECT_EQ(error_of(kMinimal, {"optim.lr=-1"}), "override 'optim.lr=-1': optim.lr must be positive");
+  EXPECT_EQ(error_of(kMinimal, {"optim.lr=-1"}),
+            "override 'optim.lr=-1': optim.lr must be positive");
   EXPECT_EQ(error_of(std::string(kMinimal) + "demo:\n  steps: 3\n"),
-            "cfg.yaml:1: model cannot be combined with the demo section (the demo trains its own model on its own task)");
+            "cfg.yaml:1: model cannot be combined with the demo section (the demo trains its own "
+            "model on its own task)");
 }
 
 TEST(TrainConfig, PpoKeys) {
   test::TempDir dir;
   const TrainConfig c = load_train_config(
-      write_yaml(dir, std::string(kMinimal) + "objective: ppo\nppo:\n  value_model: models/value\n  kl_estimator: k3\n"),
+      write_yaml(dir,
+                 std::string(kMinimal) +
+                     "objective: ppo\nppo:\n  value_model: models/value\n  kl_estimator: k3\n"),
       {"ppo.lam=0.9"});
   EXPECT_EQ(c.ppo.value_model, "models/value");
   EXPECT_EQ(c.ppo.kl_estimator, KlEstimator::k3);
@@ -108,17 +123,24 @@ TEST(TrainConfig, PpoKeys) {
   EXPECT_EQ(TrainConfig{}.ppo.kl_estimator, KlEstimator::k1);
   EXPECT_TRUE(TrainConfig{}.ppo.value_model.empty());
   // Each bad value names its own key and line.
-  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  kl_estimator: k2\n"), "cfg.yaml:5: ppo.kl_estimator must be k1 or k3");
-  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  gamma: 1.5\n"), "cfg.yaml:5: ppo.gamma must be in [0, 1]");
-  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  lam: -1\n"), "cfg.yaml:5: ppo.lam must be in [0, 1]");
-  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  value_epsilon: 0\n"), "cfg.yaml:5: ppo.value_epsilon must be positive");
-  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  beta: -0.1\n"), "cfg.yaml:5: ppo.beta must be >= 0");
-  EXPECT_EQ(error_of(kMinimal, {"ppo.vf_coef=-1"}), "override 'ppo.vf_coef=-1': ppo.vf_coef must be >= 0");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  kl_estimator: k2\n"),
+            "cfg.yaml:5: ppo.kl_estimator must be k1 or k3");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  gamma: 1.5\n"),
+            "cfg.yaml:5: ppo.gamma must be in [0, 1]");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  lam: -1\n"),
+            "cfg.yaml:5: ppo.lam must be in [0, 1]");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  value_epsilon: 0\n"),
+            "cfg.yaml:5: ppo.value_epsilon must be positive");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  beta: -0.1\n"),
+            "cfg.yaml:5: ppo.beta must be >= 0");
+  EXPECT_EQ(error_of(kMinimal, {"ppo.vf_coef=-1"}),
+            "override 'ppo.vf_coef=-1': ppo.vf_coef must be >= 0");
 }
 
 TEST(TrainConfig, DemoSection) {
   test::TempDir dir;
-  const TrainConfig c = load_train_config(write_yaml(dir, "demo:\n  steps: 12\n  seq_len: 512\n"), {"demo.seed=3"});
+  const TrainConfig c =
+      load_train_config(write_yaml(dir, "demo:\n  steps: 12\n  seq_len: 512\n"), {"demo.seed=3"});
   EXPECT_TRUE(c.demo);
   EXPECT_EQ(c.demo_options.steps, 12);
   EXPECT_EQ(c.demo_options.seq_len, 512);
@@ -129,7 +151,8 @@ TEST(TrainConfig, DemoSection) {
 }
 
 TEST(TrainConfig, ExampleConfigsParse) {
-  for (const char* name : {"demo.yaml", "sft.yaml", "dpo.yaml", "grpo.yaml", "ppo.yaml", "tiny-chat/sft.yaml"}) {
+  for (const char* name :
+       {"demo.yaml", "sft.yaml", "dpo.yaml", "grpo.yaml", "ppo.yaml", "tiny-chat/sft.yaml"}) {
     const std::string path = test::source_dir() + "/examples/" + name;
     EXPECT_NO_THROW(load_train_config(path, {})) << path;
   }

@@ -32,11 +32,12 @@ TEST_P(TrainGradcheckIdentity, OneStepOfEachGivesTheSameBits) {
   const Case& k = GetParam();
   test::TempDir dir;
   test::write_text(dir.file("model.json"), test::kTinyChatModelJson);
-  test::write_text(dir.file("config.yaml"), "model: " + dir.file("model.json") + "\ntokenizer: " +
-                                                test::source_dir() + "/examples/tiny-chat\noutput_dir: " +
-                                                dir.file("out") + "\nthreads: 1\nobjective: " + k.objective +
-                                                "\ndata:\n  train: " + test::source_dir() + "/examples/data/" +
-                                                k.data + "\nlayer_chunk: 16\nhead_chunk: 24\n" + k.yaml);
+  test::write_text(dir.file("config.yaml"),
+                   "model: " + dir.file("model.json") + "\ntokenizer: " + test::source_dir() +
+                       "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
+                       "\nthreads: 1\nobjective: " + k.objective +
+                       "\ndata:\n  train: " + test::source_dir() + "/examples/data/" + k.data +
+                       "\nlayer_chunk: 16\nhead_chunk: 24\n" + k.yaml);
   const TrainConfig c = load_train_config(dir.file("config.yaml"), {});
   testing::internal::CaptureStdout();
   Trainer trainer(c, "", single_process());
@@ -56,22 +57,25 @@ TEST_P(TrainGradcheckIdentity, OneStepOfEachGivesTheSameBits) {
   EXPECT_EQ(train.loss, check.result.loss);
   const ParameterSet& g = m.policy().grads();
   size_t at = 0;
-  for (size_t i = 0; i < g.size(); ++i, ++at) EXPECT_TRUE(same_bits(g.tensor(i), check.grads[at])) << g.name(i);
+  for (size_t i = 0; i < g.size(); ++i, ++at)
+    EXPECT_TRUE(same_bits(g.tensor(i), check.grads[at])) << g.name(i);
   if (m.has_value()) {
     const ParameterSet& vg = m.value().grads();
     for (size_t i = 0; i < vg.size(); ++i, ++at)
       EXPECT_TRUE(same_bits(vg.tensor(i), check.grads[at])) << "value " << vg.name(i);
   }
   EXPECT_EQ(at, check.grads.size());
-  for (const auto& [key, value] : train.metrics) EXPECT_EQ(check.result.metrics.at(key), value) << key;
+  for (const auto& [key, value] : train.metrics)
+    EXPECT_EQ(check.result.metrics.at(key), value) << key;
 }
 
-INSTANTIATE_TEST_SUITE_P(Objectives, TrainGradcheckIdentity,
-                         ::testing::Values(Case{"sft", "sft_messages.jsonl", "max_tokens: 160\n"},
-                                           Case{"dpo", "dpo.jsonl", "max_tokens: 256\n"},
-                                           Case{"grpo", "grpo.jsonl", "max_tokens: 200\ngrpo:\n  beta: 0.04\n"},
-                                           Case{"ppo", "grpo.jsonl", "max_tokens: 200\n"}),
-                         [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.objective); });
+INSTANTIATE_TEST_SUITE_P(
+    Objectives, TrainGradcheckIdentity,
+    ::testing::Values(Case{"sft", "sft_messages.jsonl", "max_tokens: 160\n"},
+                      Case{"dpo", "dpo.jsonl", "max_tokens: 256\n"},
+                      Case{"grpo", "grpo.jsonl", "max_tokens: 200\ngrpo:\n  beta: 0.04\n"},
+                      Case{"ppo", "grpo.jsonl", "max_tokens: 200\n"}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.objective); });
 
 }  // namespace
 }  // namespace sbp

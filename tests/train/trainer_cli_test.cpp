@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "core/pool.h"
-#include "model/value_model_io.h"
 #include "model/checkpoint_io.h"
+#include "model/value_model_io.h"
 #include "support/test_support.h"
 
 extern char** environ;
@@ -43,12 +43,16 @@ struct TrainRun {
   explicit TrainRun(const std::string& extra_yaml = "", const std::string& data_yaml = "") {
     test::write_text(dir.file("model.json"), kTinyModel);
     config = dir.file("config.yaml");
-    test::write_text(config, "model: " + dir.file("model.json") + "\ntokenizer: " + src() +
-                                 "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
-                                 "\nthreads: 1\nlayer_chunk: 64\nhead_chunk: 32\nmax_tokens: 256\n" + extra_yaml +
-                                 "data:\n  train: " + src() + "/examples/tiny-chat/train.jsonl\n" + data_yaml);
+    test::write_text(
+        config, "model: " + dir.file("model.json") + "\ntokenizer: " + src() +
+                    "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
+                    "\nthreads: 1\nlayer_chunk: 64\nhead_chunk: 32\nmax_tokens: 256\n" +
+                    extra_yaml + "data:\n  train: " + src() + "/examples/tiny-chat/train.jsonl\n" +
+                    data_yaml);
   }
-  std::string out(const std::string& rel = "") const { return dir.file("out") + (rel.empty() ? "" : "/" + rel); }
+  std::string out(const std::string& rel = "") const {
+    return dir.file("out") + (rel.empty() ? "" : "/" + rel);
+  }
   test::CommandResult train(const std::string& args = "") const {
     return run_command(bin() + " train " + config + " " + args);
   }
@@ -63,14 +67,17 @@ std::vector<json> read_metrics(const std::string& path) {
   return out;
 }
 
-bool same_file(const std::string& a, const std::string& b) { return test::read_text(a) == test::read_text(b); }
+bool same_file(const std::string& a, const std::string& b) {
+  return test::read_text(a) == test::read_text(b);
+}
 
 // The weights and optimizer state of two checkpoints are the same bytes.
 void expect_identical_checkpoints(const std::string& a, const std::string& b) {
   ASSERT_TRUE(fs::exists(a + "/model.safetensors")) << a;
   ASSERT_TRUE(fs::exists(b + "/model.safetensors")) << b;
   EXPECT_TRUE(same_file(a + "/model.safetensors", b + "/model.safetensors")) << a << " vs " << b;
-  EXPECT_TRUE(same_file(a + "/optimizer.safetensors", b + "/optimizer.safetensors")) << a << " vs " << b;
+  EXPECT_TRUE(same_file(a + "/optimizer.safetensors", b + "/optimizer.safetensors"))
+      << a << " vs " << b;
   const json sa = json::parse(test::read_text(a + "/trainer_state.json"));
   const json sb = json::parse(test::read_text(b + "/trainer_state.json"));
   EXPECT_EQ(sa["step"], sb["step"]);
@@ -83,7 +90,8 @@ pid_t spawn_train(const std::string& args, const std::string& log) {
   const std::string cmd = "exec " + bin() + " train " + args + " > " + log + " 2>&1";
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
   pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ), 0);
+  EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ),
+            0);
   return pid;
 }
 
@@ -114,12 +122,14 @@ int64_t state_step(const std::string& ckpt) {
 }
 
 TEST(TrainCli, TinyModelLearnsAndLeavesHuggingFaceCheckpoints) {
-  TrainRun run("max_steps: 40\noptim:\n  lr: 0.01\n  betas: [0.9, 0.95]\nschedule:\n  type: cosine\n"
-          "  warmup_steps: 3\neval_every: 10\nsave_every: 10\nkeep_last: 2\n",
-          "  eval_fraction: 0.1\n");
+  TrainRun run(
+      "max_steps: 40\noptim:\n  lr: 0.01\n  betas: [0.9, 0.95]\nschedule:\n  type: cosine\n"
+      "  warmup_steps: 3\neval_every: 10\nsave_every: 10\nkeep_last: 2\n",
+      "  eval_fraction: 0.1\n");
   const auto r = run.train();
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("chat template: qwen3 (from tokenizer_config.json)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("chat template: qwen3 (from tokenizer_config.json)"), std::string::npos)
+      << r.output;
   const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
   ASSERT_EQ(m.size(), 41u);  // the eval before training, then one line per step
   EXPECT_EQ(m[0]["step"], 0);
@@ -132,19 +142,21 @@ TEST(TrainCli, TinyModelLearnsAndLeavesHuggingFaceCheckpoints) {
   for (size_t i = 1; i < m.size(); ++i) {
     const json& l = m[i];
     EXPECT_EQ(l["step"].get<int64_t>(), static_cast<int64_t>(i));
-    for (const char* key : {"loss", "lr", "grad_norm", "tokens", "loss_tokens", "tokens_per_s", "epoch"})
+    for (const char* key :
+         {"loss", "lr", "grad_norm", "tokens", "loss_tokens", "tokens_per_s", "epoch"})
       EXPECT_TRUE(l.contains(key)) << key;
     EXPECT_LE(l["tokens"].get<int64_t>(), 256);
     EXPECT_GT(l["peak_memory_bytes"]["weights"].get<int64_t>(), 0);
-    EXPECT_GT(l["peak_memory_bytes"]["total"].get<int64_t>(), l["peak_memory_bytes"]["weights"].get<int64_t>());
+    EXPECT_GT(l["peak_memory_bytes"]["total"].get<int64_t>(),
+              l["peak_memory_bytes"]["weights"].get<int64_t>());
     EXPECT_EQ(l.contains("eval_loss"), i % 10 == 0);
   }
   // keep_last: 2 leaves the newest two checkpoints, complete Hugging Face directories.
   EXPECT_FALSE(fs::exists(run.out("checkpoint-10")));
   EXPECT_FALSE(fs::exists(run.out("checkpoint-20")));
   for (const char* step : {"checkpoint-30", "checkpoint-40"}) {
-    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                          "trainer_state.json", "optimizer.safetensors"})
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json",
+                          "tokenizer_config.json", "trainer_state.json", "optimizer.safetensors"})
       EXPECT_TRUE(fs::exists(run.out(std::string(step) + "/" + f))) << step << "/" << f;
   }
   EXPECT_FALSE(fs::exists(run.out("checkpoint-40/master_weights.safetensors")));  // fp32 export
@@ -152,7 +164,8 @@ TEST(TrainCli, TinyModelLearnsAndLeavesHuggingFaceCheckpoints) {
   EXPECT_EQ(cfg["torch_dtype"], "float32");
   EXPECT_EQ(cfg["vocab_size"], 512);
   // The checkpoint is a model directory the other commands load.
-  const auto g = run_command(bin() + " gradcheck --model " + run.out("checkpoint-40") + " --seq-len 12 --modes stream");
+  const auto g = run_command(bin() + " gradcheck --model " + run.out("checkpoint-40") +
+                             " --seq-len 12 --modes stream");
   EXPECT_EQ(g.exit_code, 0) << g.output;
 
   // streambp plot draws the metrics; without gnuplot it says what to install.
@@ -162,15 +175,17 @@ TEST(TrainCli, TinyModelLearnsAndLeavesHuggingFaceCheckpoints) {
     ASSERT_EQ(p.exit_code, 0) << p.output;
     EXPECT_EQ(test::read_text(png).substr(0, 8), "\x89PNG\r\n\x1a\n");
   }
-  p = run_command("PATH=/nonexistent " + bin() + " plot " + run.out("metrics.jsonl") + " -o " + png);
+  p = run_command("PATH=/nonexistent " + bin() + " plot " + run.out("metrics.jsonl") + " -o " +
+                  png);
   EXPECT_EQ(p.exit_code, 1);
   EXPECT_NE(p.output.find("gnuplot not found in PATH; install it"), std::string::npos) << p.output;
 }
 
 TEST(TrainCli, TwoNStepsEqualNThenResumeThenN) {
   // grad_accum 2 over ~19 micro-batches an epoch: the 12 steps cross an epoch boundary.
-  const std::string yaml = "max_steps: 12\ngrad_accum: 2\noptim:\n  lr: 0.003\n  weight_decay: 0.1\n"
-                           "schedule:\n  type: cosine\n  warmup_steps: 2\n";
+  const std::string yaml =
+      "max_steps: 12\ngrad_accum: 2\noptim:\n  lr: 0.003\n  weight_decay: 0.1\n"
+      "schedule:\n  type: cosine\n  warmup_steps: 2\n";
   TrainRun straight(yaml), split(yaml);
   auto r = straight.train();
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -180,7 +195,8 @@ TEST(TrainCli, TwoNStepsEqualNThenResumeThenN) {
   EXPECT_EQ(state_step(split.out("checkpoint-6")), 6);
   r = split.train("--resume " + split.out());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("resuming from " + split.out("checkpoint-6")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + split.out("checkpoint-6")), std::string::npos)
+      << r.output;
   expect_identical_checkpoints(straight.out("checkpoint-12"), split.out("checkpoint-12"));
   // Every step logged once, with the straight run's losses.
   const std::vector<json> a = read_metrics(straight.out("metrics.jsonl"));
@@ -196,8 +212,8 @@ TEST(TrainCli, TwoNStepsEqualNThenResumeThenN) {
   // Resuming from the checkpoint alone (its stored config) gives the same again.
   test::TempDir again;
   fs::copy(split.out("checkpoint-6"), again.file("checkpoint-6"), fs::copy_options::recursive);
-  r = run_command(bin() + " train --resume " + again.file("checkpoint-6") + " output_dir=" + again.file("out") +
-                  " metrics=" + again.file("m.jsonl"));
+  r = run_command(bin() + " train --resume " + again.file("checkpoint-6") +
+                  " output_dir=" + again.file("out") + " metrics=" + again.file("m.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_identical_checkpoints(straight.out("checkpoint-12"), again.file("out/checkpoint-12"));
 }
@@ -206,7 +222,8 @@ TEST(TrainCli, CtrlCSavesACheckpointAndResumesExactly) {
   TrainRun run("max_steps: 100000\nschedule:\n  type: constant\noptim:\n  lr: 0.002\n");
   const std::string log = run.dir.file("log.txt");
   const pid_t pid = spawn_train(run.config, log);
-  ASSERT_TRUE(wait_until([&] { return metric_lines(run.out("metrics.jsonl")) >= 3; })) << test::read_text(log);
+  ASSERT_TRUE(wait_until([&] { return metric_lines(run.out("metrics.jsonl")) >= 3; }))
+      << test::read_text(log);
   kill(pid, SIGINT);
   EXPECT_EQ(wait_exit(pid), 130) << test::read_text(log);
   const std::string output = test::read_text(log);
@@ -227,11 +244,13 @@ TEST(TrainCli, CtrlCSavesACheckpointAndResumesExactly) {
 }
 
 TEST(TrainCli, AKilledRunResumesFromItsLastCheckpoint) {
-  const std::string yaml = "max_steps: 100000\nsave_every: 2\nkeep_last: 2\nschedule:\n  type: constant\n";
+  const std::string yaml =
+      "max_steps: 100000\nsave_every: 2\nkeep_last: 2\nschedule:\n  type: constant\n";
   TrainRun run(yaml);
   const std::string log = run.dir.file("log.txt");
   const pid_t pid = spawn_train(run.config, log);
-  ASSERT_TRUE(wait_until([&] { return fs::exists(run.out("checkpoint-4")); })) << test::read_text(log);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(run.out("checkpoint-4")); }))
+      << test::read_text(log);
   kill(pid, SIGKILL);
   EXPECT_EQ(wait_exit(pid), 128 + SIGKILL);
 
@@ -244,7 +263,8 @@ TEST(TrainCli, AKilledRunResumesFromItsLastCheckpoint) {
   const int64_t s = end - 3;
   EXPECT_GE(s, 4);
   EXPECT_EQ(s % 2, 0);
-  for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+  for (size_t i = 0; i < m.size(); ++i)
+    EXPECT_EQ(m[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
   for (const auto& e : fs::directory_iterator(run.out()))
     EXPECT_NE(e.path().filename().string().rfind(".staging", 0), 0u) << "stale " << e.path();
 
@@ -258,8 +278,8 @@ TEST(TrainCli, AKilledRunResumesFromItsLastCheckpoint) {
 TEST(TrainCli, Bf16ModelsSaveBf16WithFp32MasterWeightsAndResumeExactly) {
   TrainRun straight("max_steps: 4\n"), split("max_steps: 4\n");
   for (TrainRun* r : {&straight, &split}) {
-    const auto init = run_command(bin() + " init --config " + r->dir.file("model.json") + " --dtype bf16 --seed 5 --out " +
-                                  r->dir.file("bf16"));
+    const auto init = run_command(bin() + " init --config " + r->dir.file("model.json") +
+                                  " --dtype bf16 --seed 5 --out " + r->dir.file("bf16"));
     ASSERT_EQ(init.exit_code, 0) << init.output;
   }
   auto r = straight.train("model=" + straight.dir.file("bf16"));
@@ -289,7 +309,8 @@ std::string one_line_error(const TrainRun& run, const std::string& args = "") {
 }
 
 TEST(TrainCli, MalformedInputGivesOneLineErrorWithFileAndLine) {
-  const std::string good = R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})";
+  const std::string good =
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})";
   struct Case {
     std::string data, expect;
   } cases[] = {
@@ -309,15 +330,19 @@ TEST(TrainCli, MalformedInputGivesOneLineErrorWithFileAndLine) {
     EXPECT_NE(err.find(c.expect), std::string::npos) << err;
   }
   TrainRun run("optim:\n  lr: 0.001\n  warmup: 3\n");
-  EXPECT_NE(one_line_error(run).find("config.yaml:10: unknown key 'optim.warmup'"), std::string::npos);
+  EXPECT_NE(one_line_error(run).find("config.yaml:10: unknown key 'optim.warmup'"),
+            std::string::npos);
   TrainRun valid;
-  EXPECT_NE(one_line_error(valid, "optim.lr=fast").find("override 'optim.lr=fast': optim.lr: expected a number, got 'fast'"),
+  EXPECT_NE(one_line_error(valid, "optim.lr=fast")
+                .find("override 'optim.lr=fast': optim.lr: expected a number, got 'fast'"),
             std::string::npos);
   TrainRun no_model;
-  EXPECT_NE(one_line_error(no_model, "model=" + no_model.dir.file("nothing")).find("nothing"), std::string::npos);
+  EXPECT_NE(one_line_error(no_model, "model=" + no_model.dir.file("nothing")).find("nothing"),
+            std::string::npos);
   // A tokenizer whose ids the model cannot embed.
   TrainRun small;
-  test::write_text(small.dir.file("model.json"), std::string(kTinyModel).replace(std::string(kTinyModel).find("512"), 3, "300"));
+  test::write_text(small.dir.file("model.json"),
+                   std::string(kTinyModel).replace(std::string(kTinyModel).find("512"), 3, "300"));
   EXPECT_NE(one_line_error(small).find("the model's vocab_size is 300"), std::string::npos);
 }
 
@@ -355,17 +380,25 @@ TEST(TrainCli, GrpoTrainsOnGroupedRollouts) {
   EXPECT_TRUE(std::isfinite(m.back()["loss"].get<double>()));
   // Groups of different sizes cannot share one advantage formula.
   test::write_text(run.dir.file("uneven.jsonl"),
-                   R"({"prompt": "a", "completion": " x", "reward": 1})" "\n" R"({"prompt": "a", "completion": " y", "reward": 0})" "\n"
-                   R"({"prompt": "b", "completion": " z", "reward": 1})" "\n");
+                   R"({"prompt": "a", "completion": " x", "reward": 1})"
+                   "\n"
+                   R"({"prompt": "a", "completion": " y", "reward": 0})"
+                   "\n"
+                   R"({"prompt": "b", "completion": " z", "reward": 1})"
+                   "\n");
   const std::string err = one_line_error(run, "data.train=" + run.dir.file("uneven.jsonl"));
-  EXPECT_NE(err.find("uneven.jsonl:3: the prompt first seen here has 1 completion(s), the first prompt 2"), std::string::npos)
+  EXPECT_NE(
+      err.find(
+          "uneven.jsonl:3: the prompt first seen here has 1 completion(s), the first prompt 2"),
+      std::string::npos)
       << err;
 }
 
 // The PPO value model of two checkpoints: the same weight and optimizer bytes (and fp32 master
 // weights when the export dtype is not fp32), besides the policy's.
 void expect_identical_value_models(const std::string& a, const std::string& b) {
-  for (const char* f : {"value_model/config.json", "value_model/model.safetensors", "value_model/optimizer.safetensors"}) {
+  for (const char* f : {"value_model/config.json", "value_model/model.safetensors",
+                        "value_model/optimizer.safetensors"}) {
     ASSERT_TRUE(fs::exists(a + "/" + f)) << a << "/" << f;
     EXPECT_TRUE(same_file(a + "/" + f, b + "/" + f)) << f << ": " << a << " vs " << b;
   }
@@ -390,9 +423,10 @@ TEST(TrainCli, PpoTrainsAPolicyAndAValueModelOnGroupedRollouts) {
   const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
   ASSERT_EQ(m.size(), 8u);
   for (const json& l : m) {
-    for (const char* key : {"loss", "grad_norm", "value_grad_norm", "loss/policy", "loss/value", "policy/clipfrac_avg",
-                            "policy/approxkl_avg", "policy/entropy_avg", "val/clipfrac_avg", "objective/kl",
-                            "objective/non_score_reward", "objective/scores", "reward"})
+    for (const char* key :
+         {"loss", "grad_norm", "value_grad_norm", "loss/policy", "loss/value",
+          "policy/clipfrac_avg", "policy/approxkl_avg", "policy/entropy_avg", "val/clipfrac_avg",
+          "objective/kl", "objective/non_score_reward", "objective/scores", "reward"})
       ASSERT_TRUE(l.contains(key)) << key << " in " << l.dump();
     EXPECT_FALSE(l.contains("eval_loss"));
     // One update per batch of rollouts: the old log-probs are the current policy's, ratio 1.
@@ -402,9 +436,11 @@ TEST(TrainCli, PpoTrainsAPolicyAndAValueModelOnGroupedRollouts) {
     EXPECT_GT(l["value_grad_norm"].get<double>(), 0.0);
     EXPECT_GT(l["policy/entropy_avg"].get<double>(), 0.0);
     EXPECT_EQ(l["reward"], l["objective/scores"]);
-    EXPECT_NEAR(l["objective/non_score_reward"].get<double>(), -0.05 * l["objective/kl"].get<double>(), 1e-12);
+    EXPECT_NEAR(l["objective/non_score_reward"].get<double>(),
+                -0.05 * l["objective/kl"].get<double>(), 1e-12);
     // loss = pg_loss + vf_coef * vf_loss (one micro-batch per step: ga = 1)
-    EXPECT_NEAR(l["loss"].get<double>(), l["loss/policy"].get<double>() + 0.1 * l["loss/value"].get<double>(), 1e-9);
+    EXPECT_NEAR(l["loss"].get<double>(),
+                l["loss/policy"].get<double>() + 0.1 * l["loss/value"].get<double>(), 1e-9);
   }
   // The policy starts as the reference model.
   EXPECT_NEAR(m[0]["objective/kl"].get<double>(), 0.0, 1e-9);
@@ -429,7 +465,8 @@ TEST(TrainCli, PpoTrainsAPolicyAndAValueModelOnGroupedRollouts) {
   for (int64_t j = 0; j < score.numel(); ++j) ss += std::fabs(score.f32()[j]);
   EXPECT_GT(ss, 0.0);
   // The policy is an ordinary causal-LM directory the other commands load.
-  const auto g = run_command(bin() + " gradcheck --model " + run.out("checkpoint-8") + " --seq-len 12 --modes stream");
+  const auto g = run_command(bin() + " gradcheck --model " + run.out("checkpoint-8") +
+                             " --seq-len 12 --modes stream");
   EXPECT_EQ(g.exit_code, 0) << g.output;
 }
 
@@ -438,7 +475,8 @@ TEST(TrainCli, PpoTwoNStepsEqualNThenResumeThenN) {
   // so whitening spans micro-batches and the 6 steps cross epochs. bf16 also checks the value
   // model's fp32 master weights.
   for (const char* dtype : {"f32", "bf16"}) {
-    const std::string yaml = kPpoYaml + "max_tokens: 200\nmax_steps: 6\ngrad_accum: 2\nsave_dtype: " + dtype +
+    const std::string yaml = kPpoYaml +
+                             "max_tokens: 200\nmax_steps: 6\ngrad_accum: 2\nsave_dtype: " + dtype +
                              "\nschedule:\n  type: cosine\n  warmup_steps: 1\n";
     const std::string data = "data.train=" + src() + "/examples/data/grpo.jsonl";
     TrainRun straight(yaml), split(yaml);
@@ -449,10 +487,13 @@ TEST(TrainCli, PpoTwoNStepsEqualNThenResumeThenN) {
     EXPECT_TRUE(fs::exists(split.out("checkpoint-3/value_model/model.safetensors")));
     r = split.train(data + " --resume " + split.out());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("value model: " + split.out("checkpoint-3") + "/value_model"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("value model: " + split.out("checkpoint-3") + "/value_model"),
+              std::string::npos)
+        << r.output;
     expect_identical_checkpoints(straight.out("checkpoint-6"), split.out("checkpoint-6"));
     expect_identical_value_models(straight.out("checkpoint-6"), split.out("checkpoint-6"));
-    EXPECT_EQ(fs::exists(straight.out("checkpoint-6/value_model/master_weights.safetensors")), std::string(dtype) == "bf16");
+    EXPECT_EQ(fs::exists(straight.out("checkpoint-6/value_model/master_weights.safetensors")),
+              std::string(dtype) == "bf16");
     const std::vector<json> a = read_metrics(straight.out("metrics.jsonl"));
     const std::vector<json> b = read_metrics(split.out("metrics.jsonl"));
     ASSERT_EQ(a.size(), 6u);
@@ -472,17 +513,22 @@ TEST(TrainCli, PpoStartsFromTheConfiguredValueModel) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // A run started from the trained value model sees its values: a lower value loss at step 1
   // than the run that drew its value model from the seed.
-  TrainRun second(kPpoYaml + "max_tokens: 512\nmax_steps: 1\nppo:\n  value_model: " + first.out("checkpoint-3/value_model") + "\n");
+  TrainRun second(kPpoYaml + "max_tokens: 512\nmax_steps: 1\nppo:\n  value_model: " +
+                  first.out("checkpoint-3/value_model") + "\n");
   r = second.train(data);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("value model: " + first.out("checkpoint-3/value_model")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("value model: " + first.out("checkpoint-3/value_model")),
+            std::string::npos)
+      << r.output;
   const double fresh = read_metrics(first.out("metrics.jsonl"))[0]["loss/value"].get<double>();
   const double trained = read_metrics(second.out("metrics.jsonl"))[0]["loss/value"].get<double>();
   EXPECT_LT(trained, fresh);
   // A bad directory, or a causal LM without a value head: one line naming the key.
   std::string err = one_line_error(second, data + " ppo.value_model=" + second.dir.file("nothing"));
-  EXPECT_NE(err.find("ppo.value_model: " + second.dir.file("nothing") + " is not a Hugging Face model directory"),
-            std::string::npos) << err;
+  EXPECT_NE(err.find("ppo.value_model: " + second.dir.file("nothing") +
+                     " is not a Hugging Face model directory"),
+            std::string::npos)
+      << err;
   err = one_line_error(second, data + " ppo.value_model=" + first.out("checkpoint-3"));
   EXPECT_NE(err.find("ppo.value_model: "), std::string::npos) << err;
   EXPECT_NE(err.find("'score.weight'"), std::string::npos) << err;
@@ -490,7 +536,8 @@ TEST(TrainCli, PpoStartsFromTheConfiguredValueModel) {
   TrainRun from_dir(kPpoYaml + "max_tokens: 512\nmax_steps: 1\n");
   r = from_dir.train(data + " model=" + first.out("checkpoint-3"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("value model: the starting model's trunk, score head drawn from seed 42"), std::string::npos)
+  EXPECT_NE(r.output.find("value model: the starting model's trunk, score head drawn from seed 42"),
+            std::string::npos)
       << r.output;
 }
 
@@ -498,38 +545,51 @@ TEST(TrainCli, ObjectivesCheckTheirDataFormat) {
   TrainRun run;
   auto r = run.train("objective=dpo data.train=" + src() + "/examples/data/sft_messages.jsonl");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("objective dpo trains on preference (prompt, chosen, rejected) records, but"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find("objective dpo trains on preference (prompt, chosen, rejected) records, but"),
+      std::string::npos)
+      << r.output;
   r = run.train("objective=ppo data.train=" + src() + "/examples/data/dpo.jsonl");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("objective ppo trains on rollout (prompt, completion, reward) records, but"), std::string::npos)
+  EXPECT_NE(
+      r.output.find("objective ppo trains on rollout (prompt, completion, reward) records, but"),
+      std::string::npos)
       << r.output;
 }
 
 TEST(TrainCli, ExampleConfigsRun) {
   test::TempDir tmp;
   const std::string tiny = src() + "/examples/tiny-chat";
-  auto r = run_command("cd " + src() + " && " + bin() + " train examples/tiny-chat/sft.yaml max_steps=3 threads=1 "
-                       "output_dir=" + tmp.file("tiny"));
+  auto r = run_command("cd " + src() + " && " + bin() +
+                       " train examples/tiny-chat/sft.yaml max_steps=3 threads=1 "
+                       "output_dir=" +
+                       tmp.file("tiny"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(tmp.file("tiny/checkpoint-3/model.safetensors")));
   // The real-model SFT config on the tiny model, with each SFT data format.
   for (const char* data : {"sft_messages", "sft_prompt_completion", "sft_text"}) {
-    r = run_command("cd " + src() + " && " + bin() + " train examples/sft.yaml model=" + tiny + "/config.json tokenizer=" +
-                    tiny + " max_steps=2 threads=1 max_tokens=512 output_dir=" + tmp.file(data) +
+    r = run_command("cd " + src() + " && " + bin() + " train examples/sft.yaml model=" + tiny +
+                    "/config.json tokenizer=" + tiny +
+                    " max_steps=2 threads=1 max_tokens=512 output_dir=" + tmp.file(data) +
                     " data.train=examples/data/" + std::string(data) + ".jsonl");
     EXPECT_EQ(r.exit_code, 0) << r.output;
   }
   // The offline-RL configs on the tiny model.
   for (const char* cfg : {"grpo", "ppo"}) {
-    r = run_command("cd " + src() + " && " + bin() + " train examples/" + cfg + ".yaml model=" + tiny + "/config.json tokenizer=" +
-                    tiny + " max_steps=2 threads=1 max_tokens=512 output_dir=" + tmp.file(cfg));
+    r = run_command("cd " + src() + " && " + bin() + " train examples/" + cfg +
+                    ".yaml model=" + tiny + "/config.json tokenizer=" + tiny +
+                    " max_steps=2 threads=1 max_tokens=512 output_dir=" + tmp.file(cfg));
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_TRUE(fs::exists(tmp.file(std::string(cfg) + "/checkpoint-2/model.safetensors"))) << r.output;
+    EXPECT_TRUE(fs::exists(tmp.file(std::string(cfg) + "/checkpoint-2/model.safetensors")))
+        << r.output;
   }
   EXPECT_TRUE(fs::exists(tmp.file("ppo/checkpoint-2/value_model/model.safetensors")));
   // The demo as a config (shrunk).
-  r = run_command(bin() + " train " + src() + "/examples/demo.yaml demo.steps=2 demo.seq_len=512 demo.eval_every=1 "
-                  "demo.eval_sequences=1 demo.layer_chunk=128 demo.head_chunk=128 demo.threads=1 demo.out=" + tmp.file("demo"));
+  r = run_command(
+      bin() + " train " + src() +
+      "/examples/demo.yaml demo.steps=2 demo.seq_len=512 demo.eval_every=1 "
+      "demo.eval_sequences=1 demo.layer_chunk=128 demo.head_chunk=128 demo.threads=1 demo.out=" +
+      tmp.file("demo"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(tmp.file("demo/model.safetensors"))) << r.output;
 }

@@ -63,9 +63,9 @@ double sgemm_gflops(const Clock& clock, int64_t n, int reps) {
   for (float& x : a) x = rng.normal();
   for (float& x : b) x = rng.normal();
   auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
-                static_cast<int>(n), static_cast<int>(n), 1.0f, a.data(), static_cast<int>(n),
-                b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(n),
+                static_cast<int>(n), 1.0f, a.data(), static_cast<int>(n), b.data(),
+                static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
   };
   run();  // warm-up: thread pool, page faults
   return 2.0 * static_cast<double>(n) * n * n / best_time(clock, reps, run) * 1e-9;
@@ -108,8 +108,8 @@ int main(int argc, char** argv) {
 
   // (T, H*h) queries, (T, G*h) keys and values, equal segments
   std::vector<float> q(static_cast<size_t>(T * H * h)), k(static_cast<size_t>(T * G * h)),
-      v(k.size()), dout(q.size()), out(q.size()), lse(static_cast<size_t>(T * H)),
-      dq(q.size()), dk(k.size()), dv(k.size());
+      v(k.size()), dout(q.size()), out(q.size()), lse(static_cast<size_t>(T * H)), dq(q.size()),
+      dk(k.size()), dv(k.size());
   sbp::Rng rng(1, "attention_bench");
   for (auto* x : {&q, &k, &v, &dout})
     for (float& e : *x) e = rng.normal();
@@ -154,15 +154,15 @@ int main(int argc, char** argv) {
       static_cast<long long>(h), static_cast<long long>(n_seg), nthreads, reps,
       clock.cpu ? "cpu" : "wall");
   std::printf("  sgemm 1024^3        %8.1f GFLOP/s\n", sgemm);
-  std::printf("  forward   %8.3f s %8.1f GFLOP/s  %5.1f%% of sgemm  (useful/counted %.3f)\n",
-              t_fwd, g_fwd, 100.0 * g_fwd / sgemm, useful_fwd / static_cast<double>(fwd_flops));
-  std::printf("  backward  %8.3f s %8.1f GFLOP/s  %5.1f%% of sgemm  (useful/counted %.3f)\n",
-              t_bwd, g_bwd, 100.0 * g_bwd / sgemm, useful_bwd / static_cast<double>(bwd_flops));
+  std::printf("  forward   %8.3f s %8.1f GFLOP/s  %5.1f%% of sgemm  (useful/counted %.3f)\n", t_fwd,
+              g_fwd, 100.0 * g_fwd / sgemm, useful_fwd / static_cast<double>(fwd_flops));
+  std::printf("  backward  %8.3f s %8.1f GFLOP/s  %5.1f%% of sgemm  (useful/counted %.3f)\n", t_bwd,
+              g_bwd, 100.0 * g_bwd / sgemm, useful_bwd / static_cast<double>(bwd_flops));
   if (!json.empty()) {
     std::ofstream f(json);
     f << "{\"T\": " << T << ", \"H\": " << H << ", \"G\": " << G << ", \"h\": " << h
-      << ", \"segments\": " << n_seg << ", \"threads\": " << nthreads
-      << ", \"clock\": \"" << (clock.cpu ? "cpu" : "wall") << "\""
+      << ", \"segments\": " << n_seg << ", \"threads\": " << nthreads << ", \"clock\": \""
+      << (clock.cpu ? "cpu" : "wall") << "\""
       << ", \"sgemm_gflops\": " << sgemm << ", \"forward_s\": " << t_fwd
       << ", \"forward_gflops\": " << g_fwd << ", \"forward_flops\": " << fwd_flops
       << ", \"backward_s\": " << t_bwd << ", \"backward_gflops\": " << g_bwd

@@ -52,7 +52,7 @@ namespace {
 // FLOP is half that of 64-row blocks: measured ~10% faster than 64 x 64 on Zen 3.
 constexpr int64_t kBq = 128;  // query rows per block
 constexpr int64_t kBk = 64;   // keys per tile
-constexpr int kMR = 6;       // micro-kernel rows: 6 x 16 accumulators = 12 of 16 AVX registers
+constexpr int kMR = 6;        // micro-kernel rows: 6 x 16 accumulators = 12 of 16 AVX registers
 
 // Leading dimensions of the scratch tiles are padded past a multiple of 64 bytes so that the
 // rows of a tile do not all map to the same few L1 sets.
@@ -101,8 +101,8 @@ enum class Store {
 // whatever MR and NV are, so results do not depend on where a row falls in a tile.
 template <int MR, int NV, Store kMode>
 inline void micro_kernel(int64_t kc, const float* a, int64_t a_rs, int64_t a_ks,
-                         const float* __restrict b, int64_t ldb, float* __restrict c,
-                         int64_t ldc, const float* row_scale) {
+                         const float* __restrict b, int64_t ldb, float* __restrict c, int64_t ldc,
+                         const float* row_scale) {
   v8 acc[MR][NV];
   for (int r = 0; r < MR; ++r) {
     for (int v = 0; v < NV; ++v) {
@@ -255,8 +255,8 @@ inline int64_t row_panel(const Terms& terms, int64_t r0, int64_t n, int64_t kc, 
     j += 8;
   }
   if (j < n && visible(j, n - j)) {
-    micro_kernel_tail<MR, kMode>(kc, static_cast<int>(n - j), a, a_rs, a_ks, b + j, ldb, c + j,
-                                 ldc, rs);
+    micro_kernel_tail<MR, kMode>(kc, static_cast<int>(n - j), a, a_rs, a_ks, b + j, ldb, c + j, ldc,
+                                 rs);
     flops += 2 * MR * (n - j) * kc;
   }
   return flops;
@@ -268,9 +268,8 @@ inline int64_t row_panel(const Terms& terms, int64_t r0, int64_t n, int64_t kc, 
 // micro-kernels into code that ran at half speed (measured 36 vs 64 GFLOP/s on one core).
 template <Store kMode, class Terms = AllTerms>
 __attribute__((noinline)) int64_t tile_gemm(int64_t m, int64_t n, int64_t kc, const float* a,
-                                            int64_t a_rs, int64_t a_ks, const float* b,
-                                            int64_t ldb, float* c, int64_t ldc,
-                                            const float* row_scale = nullptr,
+                                            int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
+                                            float* c, int64_t ldc, const float* row_scale = nullptr,
                                             const Terms& terms = Terms{}) {
   int64_t flops = 0;
   for (int64_t i = 0; i < m; i += kMR) {
@@ -302,8 +301,7 @@ inline float keep_if(uint32_t m, float x) {
   return std::bit_cast<float>(std::bit_cast<uint32_t>(x) & m);
 }
 inline float select(uint32_t m, float x, float y) {
-  return std::bit_cast<float>((std::bit_cast<uint32_t>(x) & m) |
-                              (std::bit_cast<uint32_t>(y) & ~m));
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(x) & m) | (std::bit_cast<uint32_t>(y) & ~m));
 }
 
 // sum_c a[c] * b[c] in a fixed order: eight interleaved partial sums, then a fixed tree.
@@ -320,9 +318,9 @@ float dot_fixed(const float* __restrict a, const float* __restrict b, int64_t le
 // Problem description
 
 struct Problem {
-  int64_t n = 0;         // query rows
-  int64_t q_offset = 0;  // global row of query row 0
-  int64_t tk = 0;        // key rows
+  int64_t n = 0;                           // query rows
+  int64_t q_offset = 0;                    // global row of query row 0
+  int64_t tk = 0;                          // key rows
   int64_t H = 0, G = 0, h = 0, group = 0;  // group = H / G query heads per kv head
   float scale = 0.0f;
   int64_t ldq_g = 0;   // H*h: row stride of q, out, dq, dout
@@ -379,35 +377,36 @@ KeyRange key_range(const Problem& p, const BlockRange& b, int64_t t) {
 struct Scratch {
   std::unique_ptr<float[]> storage;
   std::unique_ptr<int32_t[]> istorage;
-  float* qt = nullptr;   // (h, kLdq) scale * Q^T of the block: B of S^T = K Qs^T
-  float* qs = nullptr;   // (kBq, ldh) scale * Q, natural (pass B: A of S = Qs K^T)
-  float* qn = nullptr;   // (kBq, ldh) Q, natural (backward: B of dK += dS^T Q)
-  float* dot = nullptr;  // (h, kLdq) dO^T of the block: B of dP^T = V dO^T
-  float* don = nullptr;  // (kBq, ldh) dO natural (B of dV += P^T dO; pass B: A of dP)
-  float* acc = nullptr;  // (kBq, ldh) output accumulator (forward) or dq accumulator
-  float* kn = nullptr;   // (kBk, ldh) key tile, natural
-  float* vn = nullptr;   // (kBk, ldh) value tile, natural
-  float* kt = nullptr;   // (h, kLdk) K^T of a tile (pass B: B of S = Qs K^T)
-  float* vt = nullptr;   // (h, kLdk) V^T of a tile (pass B: B of dP = dO V^T)
-  float* s = nullptr;    // (kBk, kLdq) key-major scores -> probabilities; pass B (kBq, kLdk)
-  float* ds = nullptr;   // (kBk, kLdq) key-major dP -> dS; pass B (kBq, kLdk)
-  float* m = nullptr;      // (kLdq) running row max (scaled scores)
-  float* l = nullptr;      // (kLdq) running row sum of exp
-  float* alpha = nullptr;  // (kLdq) rescale factor of the output rows for the current tile
-  float* base = nullptr;   // (kLdq) exponent offset: new max, 0 while no key was seen
-  float* rowsum = nullptr; // (kLdq) tile max, then tile sum of p
-  float* lse = nullptr;    // (kLdq) backward: lse of the block's rows
-  float* dd = nullptr;     // (kLdq) backward: D = rowsum(dout * out)
-  int32_t* seg = nullptr;  // (kLdq) segment start of each query row; INT32_MAX on padding
-  int32_t* gi = nullptr;   // (kLdq) global row of each query row; -1 on padding
+  float* qt = nullptr;      // (h, kLdq) scale * Q^T of the block: B of S^T = K Qs^T
+  float* qs = nullptr;      // (kBq, ldh) scale * Q, natural (pass B: A of S = Qs K^T)
+  float* qn = nullptr;      // (kBq, ldh) Q, natural (backward: B of dK += dS^T Q)
+  float* dot = nullptr;     // (h, kLdq) dO^T of the block: B of dP^T = V dO^T
+  float* don = nullptr;     // (kBq, ldh) dO natural (B of dV += P^T dO; pass B: A of dP)
+  float* acc = nullptr;     // (kBq, ldh) output accumulator (forward) or dq accumulator
+  float* kn = nullptr;      // (kBk, ldh) key tile, natural
+  float* vn = nullptr;      // (kBk, ldh) value tile, natural
+  float* kt = nullptr;      // (h, kLdk) K^T of a tile (pass B: B of S = Qs K^T)
+  float* vt = nullptr;      // (h, kLdk) V^T of a tile (pass B: B of dP = dO V^T)
+  float* s = nullptr;       // (kBk, kLdq) key-major scores -> probabilities; pass B (kBq, kLdk)
+  float* ds = nullptr;      // (kBk, kLdq) key-major dP -> dS; pass B (kBq, kLdk)
+  float* m = nullptr;       // (kLdq) running row max (scaled scores)
+  float* l = nullptr;       // (kLdq) running row sum of exp
+  float* alpha = nullptr;   // (kLdq) rescale factor of the output rows for the current tile
+  float* base = nullptr;    // (kLdq) exponent offset: new max, 0 while no key was seen
+  float* rowsum = nullptr;  // (kLdq) tile max, then tile sum of p
+  float* lse = nullptr;     // (kLdq) backward: lse of the block's rows
+  float* dd = nullptr;      // (kLdq) backward: D = rowsum(dout * out)
+  int32_t* seg = nullptr;   // (kLdq) segment start of each query row; INT32_MAX on padding
+  int32_t* gi = nullptr;    // (kLdq) global row of each query row; -1 on padding
 
   Scratch(int64_t h, int64_t ldh) {
     const int64_t tile = std::max(kBk * kLdq, kBq * kLdk);
-    const int64_t sizes[] = {h * kLdq, kBq * ldh, kBq * ldh, h * kLdq, kBq * ldh, kBq * ldh,
-                             kBk * ldh, kBk * ldh, h * kLdk, h * kLdk, tile, tile,
-                             kLdq, kLdq, kLdq, kLdq, kLdq, kLdq, kLdq};
-    float** slots[] = {&qt, &qs, &qn, &dot, &don, &acc, &kn, &vn, &kt, &vt, &s, &ds,
-                       &m, &l, &alpha, &base, &rowsum, &lse, &dd};
+    const int64_t sizes[] = {h * kLdq,  kBq * ldh, kBq * ldh, h * kLdq, kBq * ldh,
+                             kBq * ldh, kBk * ldh, kBk * ldh, h * kLdk, h * kLdk,
+                             tile,      tile,      kLdq,      kLdq,     kLdq,
+                             kLdq,      kLdq,      kLdq,      kLdq};
+    float** slots[] = {&qt, &qs, &qn, &dot, &don,   &acc,  &kn,     &vn,  &kt, &vt,
+                       &s,  &ds, &m,  &l,   &alpha, &base, &rowsum, &lse, &dd};
     static_assert(std::size(sizes) == std::size(slots));
     int64_t total = 0;
     for (int64_t size : sizes) total += round_up(size, 16);  // 64-byte aligned pieces
@@ -467,11 +466,11 @@ void pack_rows(float* __restrict dst, int64_t ldh, const float* __restrict src, 
 // Forward
 
 struct FwdTensors {
-  float* out;          // (n, H*h)
-  float* lse;          // (n, H)
-  const float* q;      // (n, H*h)
-  const float* k;      // (Tk, G*h)
-  const float* v;      // (Tk, G*h)
+  float* out;      // (n, H*h)
+  float* lse;      // (n, H)
+  const float* q;  // (n, H*h)
+  const float* k;  // (Tk, G*h)
+  const float* v;  // (Tk, G*h)
 };
 
 // Online softmax over one key-major score tile (nk, ncp) in w.s; leaves p in w.s.
@@ -528,8 +527,7 @@ void softmax_tile_forward(Scratch& w, int64_t nk, int64_t ncp, int64_t js, bool 
   for (int64_t i = 0; i < ncp; ++i) l[i] = fmadd(l[i], alpha[i], mt[i]);
 }
 
-int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t ib,
-                      Scratch& w) {
+int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t ib, Scratch& w) {
   const int64_t h = p.h, ldh = p.ldh;
   const int64_t g = p.kv_head(hq);
   const BlockRange b = block_range(p, ib);
@@ -557,8 +555,8 @@ int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t
                                     KeyRowsQueryCols{{}, mg});
     softmax_tile_forward(w, nk, b.ncp, kr.js, kr.full);
     // (nr, h) O = diag(alpha) O + P V, with P(i, j) = s[j, i]
-    flops += tile_gemm<Store::kScaleAdd>(b.nr, h, nk, w.s, 1, kLdq, w.vn, ldh, w.acc, ldh,
-                                         w.alpha, QueryRowsKeySteps{{}, mg});
+    flops += tile_gemm<Store::kScaleAdd>(b.nr, h, nk, w.s, 1, kLdq, w.vn, ldh, w.acc, ldh, w.alpha,
+                                         QueryRowsKeySteps{{}, mg});
   }
 
   for (int64_t i = 0; i < b.nr; ++i) {
@@ -576,15 +574,15 @@ int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t
 // Backward
 
 struct BwdTensors {
-  float* dq;           // (n, H*h)
-  float* dk;           // (Tk, G*h)
-  float* dv;           // (Tk, G*h)
-  const float* dout;   // (n, H*h)
-  const float* q;      // (n, H*h)
-  const float* k;      // (Tk, G*h)
-  const float* v;      // (Tk, G*h)
-  const float* out;    // (n, H*h)
-  const float* lse;    // (n, H)
+  float* dq;                 // (n, H*h)
+  float* dk;                 // (Tk, G*h)
+  float* dv;                 // (Tk, G*h)
+  const float* dout;         // (n, H*h)
+  const float* q;            // (n, H*h)
+  const float* k;            // (Tk, G*h)
+  const float* v;            // (Tk, G*h)
+  const float* out;          // (n, H*h)
+  const float* lse;          // (n, H)
   const float* d = nullptr;  // (n, H) D = rowsum(dout * out) if precomputed, else null
 };
 
@@ -640,8 +638,7 @@ void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t
 }
 
 // Query-major twin of ds_key_major for pass B: tiles (nr, kLdk), keys [js, js + nkp).
-void ds_query_major(Scratch& w, const Problem& p, int64_t nr, int64_t nkp, int64_t js,
-                    bool full) {
+void ds_query_major(Scratch& w, const Problem& p, int64_t nr, int64_t nkp, int64_t js, bool full) {
   const float scale = p.scale;
   for (int64_t i = 0; i < nr; ++i) {
     float* __restrict si = w.s + i * kLdk;
@@ -789,16 +786,16 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
       // (nr, nkp) S = Qs K^T and dP = dO V^T
       flops += tile_gemm<Store::kSet>(b.nr, nkp, h, w.qs, ldh, 1, w.kt + joff, kLdk, w.s, kLdk,
                                       nullptr, score_terms);
-      flops += tile_gemm<Store::kSet>(b.nr, nkp, h, w.don, ldh, 1, w.vt + joff, kLdk, w.ds,
-                                      kLdk, nullptr, score_terms);
+      flops += tile_gemm<Store::kSet>(b.nr, nkp, h, w.don, ldh, 1, w.vt + joff, kLdk, w.ds, kLdk,
+                                      nullptr, score_terms);
       ds_query_major(w, p, b.nr, nkp, kr.js, kr.full);
       // (nk, h) dV += P^T dO and dK += dS^T Q; A(j, i) = s[i, j]
       const int64_t koff = kr.js * p.ldkv_g + g * h;
       const KeyRowsQuerySteps terms{{}, mg};
-      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, 1, kLdk, w.don, ldh, t.dv + koff,
-                                      p.ldkv_g, nullptr, terms);
-      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, 1, kLdk, w.qn, ldh, t.dk + koff,
-                                      p.ldkv_g, nullptr, terms);
+      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, 1, kLdk, w.don, ldh, t.dv + koff, p.ldkv_g,
+                                      nullptr, terms);
+      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, 1, kLdk, w.qn, ldh, t.dk + koff, p.ldkv_g,
+                                      nullptr, terms);
     }
   }
   return flops;
@@ -878,14 +875,14 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
   if (flops) *flops += total;
 }
 
-void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& out, const Tensor& lse, const Tensor& seg_start,
-                        int64_t q_offset, const AttentionDims& dims, int64_t* flops) {
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& seg_start, int64_t q_offset,
+                        const AttentionDims& dims, int64_t* flops) {
   check_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
   const Problem p = make_problem("attention_backward", q, k, v, seg_start, q_offset, dims);
   if (p.n == 0) return;
-  const BwdTensors t{dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(),
+  const BwdTensors t{dq.f32(), dk.f32(), dv.f32(),  dout.f32(), q.f32(),
                      k.f32(),  v.f32(),  out.f32(), lse.f32()};
 
   const int threads = omp_get_max_threads();

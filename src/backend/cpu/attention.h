@@ -14,9 +14,9 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
                        const Tensor& v, const Tensor& seg_start, int64_t q_offset,
                        const AttentionDims& dims, int64_t* flops);
 
-void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& out, const Tensor& lse, const Tensor& seg_start,
-                        int64_t q_offset, const AttentionDims& dims, int64_t* flops);
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& seg_start, int64_t q_offset,
+                        const AttentionDims& dims, int64_t* flops);
 
 }  // namespace sbp::cpu

@@ -25,15 +25,13 @@ class CpuBackend final : public Backend {
   void add_bias_impl(const Tensor& y, const Tensor& b) override;
   void bias_backward_impl(const Tensor& db, const Tensor& dy) override;
 
-  void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g,
-                            float eps) override;
-  void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy,
-                             const Tensor& x, const Tensor& g, float eps) override;
+  void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g, float eps) override;
+  void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy, const Tensor& x,
+                             const Tensor& g, float eps) override;
 
   void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) override;
   void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) override;
-  void rope_backward_impl(const Tensor& dx, const Tensor& positions,
-                          const Tensor& table) override;
+  void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& table) override;
 
   void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
@@ -49,8 +47,7 @@ class CpuBackend final : public Backend {
                                const AttentionDims& dims) override;
 
   void embedding_forward_impl(const Tensor& x, const Tensor& ids, const Tensor& table) override;
-  void embedding_backward_impl(const Tensor& dtable, const Tensor& dx,
-                               const Tensor& ids) override;
+  void embedding_backward_impl(const Tensor& dtable, const Tensor& dx, const Tensor& ids) override;
 
   void logsoftmax_target_impl(const Tensor& lse, const Tensor& logp, const Tensor& logits,
                               const Tensor& targets) override;
@@ -60,9 +57,9 @@ class CpuBackend final : public Backend {
   void argmax_rows_impl(const Tensor& out, const Tensor& logits) override;
   void softmax_entropy_impl(const Tensor& entropy, const Tensor& logits,
                             const Tensor& lse) override;
-  void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse,
-                                    const Tensor& targets, const Tensor& dlogp,
-                                    const Tensor& entropy, const Tensor& dentropy) override;
+  void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                                    const Tensor& dlogp, const Tensor& entropy,
+                                    const Tensor& dentropy) override;
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;

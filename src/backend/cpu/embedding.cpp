@@ -20,8 +20,7 @@ void check_ids(const Tensor& ids, int64_t vocab) {
 }
 }  // namespace
 
-void CpuBackend::embedding_forward_impl(const Tensor& x, const Tensor& ids,
-                                        const Tensor& table) {
+void CpuBackend::embedding_forward_impl(const Tensor& x, const Tensor& ids, const Tensor& table) {
   const int64_t n = x.rows(), d = x.cols();
   check_ids(ids, table.rows());
   const int32_t* pid = ids.i32();  // (n)

@@ -39,7 +39,7 @@ void CpuBackend::dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor
   const float* pw = dlogp.f32();      // (n)
   const float* ph = entropy.f32();    // (n)
   const float* pe = dentropy.f32();   // (n)
-  for (int64_t i = 0; i < n; ++i)  // targets index the row: checked before the parallel loop
+  for (int64_t i = 0; i < n; ++i)     // targets index the row: checked before the parallel loop
     SBP_CHECK(pt[i] < V, "target id " + std::to_string(pt[i]) + " outside the vocabulary of " +
                              std::to_string(V));
 #pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)

@@ -15,15 +15,16 @@ void CpuBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const
   flops_ += 2 * M * N * K;
   if (M == 0 || N == 0) return;
   if (K == 0) {
-    if (beta == 0.0f) fill(C, 0.0f);
-    else if (beta != 1.0f) scale_inplace(C, beta);
+    if (beta == 0.0f)
+      fill(C, 0.0f);
+    else if (beta != 1.0f)
+      scale_inplace(C, beta);
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
-              static_cast<blasint>(N), static_cast<blasint>(K), alpha, A.f32(),
-              static_cast<blasint>(A.cols()), B.f32(), static_cast<blasint>(B.cols()), beta,
-              C.f32(), static_cast<blasint>(C.cols()));
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M), static_cast<blasint>(N),
+              static_cast<blasint>(K), alpha, A.f32(), static_cast<blasint>(A.cols()), B.f32(),
+              static_cast<blasint>(B.cols()), beta, C.f32(), static_cast<blasint>(C.cols()));
 }
 
 void set_cpu_threads(int threads) {

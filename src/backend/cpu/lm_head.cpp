@@ -20,14 +20,14 @@ void check_targets(const Tensor& targets, int64_t vocab) {
 }
 }  // namespace
 
-void CpuBackend::logsoftmax_target_impl(const Tensor& lse, const Tensor& logp,
-                                        const Tensor& logits, const Tensor& targets) {
+void CpuBackend::logsoftmax_target_impl(const Tensor& lse, const Tensor& logp, const Tensor& logits,
+                                        const Tensor& targets) {
   const int64_t n = logits.rows(), V = logits.cols();
   check_targets(targets, V);
-  const float* pl = logits.f32();   // (n, V)
+  const float* pl = logits.f32();     // (n, V)
   const int32_t* pt = targets.i32();  // (n)
-  float* plse = lse.f32();          // (n)
-  float* plogp = logp.f32();        // (n)
+  float* plse = lse.f32();            // (n)
+  float* plogp = logp.f32();          // (n)
 #pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float* row = pl + i * V;
@@ -49,10 +49,10 @@ void CpuBackend::dlogits_inplace_impl(const Tensor& logits, const Tensor& lse,
                                       const Tensor& targets, const Tensor& dlogp) {
   const int64_t n = logits.rows(), V = logits.cols();
   check_targets(targets, V);
-  float* pl = logits.f32();          // (n, V) in: logits, out: dL/dlogits
-  const float* plse = lse.f32();     // (n)
+  float* pl = logits.f32();           // (n, V) in: logits, out: dL/dlogits
+  const float* plse = lse.f32();      // (n)
   const int32_t* pt = targets.i32();  // (n)
-  const float* pw = dlogp.f32();     // (n)
+  const float* pw = dlogp.f32();      // (n)
 #pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     float* row = pl + i * V;

@@ -26,9 +26,9 @@ namespace {
 void rope_apply(const Tensor& x, const Tensor& positions, const Tensor& table, float sign) {
   const int64_t n = x.rows(), h = table.cols(), half = h / 2, P = table.rows();
   const int64_t heads = x.cols() / h;
-  float* px = x.f32();                  // (n, heads*h)
+  float* px = x.f32();                   // (n, heads*h)
   const int32_t* pos = positions.i32();  // (n)
-  const float* pt = table.f32();        // (P, h)
+  const float* pt = table.f32();         // (P, h)
   // The positions index the table: checked here, where the data is, and before the parallel
   // loop (no throws inside it).
   for (int64_t i = 0; i < n; ++i) {
@@ -52,8 +52,7 @@ void rope_apply(const Tensor& x, const Tensor& positions, const Tensor& table, f
 }
 }  // namespace
 
-void CpuBackend::rope_forward_impl(const Tensor& x, const Tensor& positions,
-                                   const Tensor& table) {
+void CpuBackend::rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) {
   rope_apply(x, positions, table, 1.0f);
 }
 

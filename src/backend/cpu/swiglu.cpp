@@ -20,8 +20,8 @@ void CpuBackend::swiglu_forward_impl(const Tensor& out, const Tensor& gate, cons
   }
 }
 
-void CpuBackend::swiglu_backward_impl(const Tensor& dgate, const Tensor& dup,
-                                      const Tensor& dout, const Tensor& gate, const Tensor& up) {
+void CpuBackend::swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                                      const Tensor& gate, const Tensor& up) {
   // d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z)))
   const int64_t n = dout.numel();
   float* pdg = dgate.f32();

@@ -12,9 +12,7 @@ void MetaBackend::gemm_impl(const Tensor&, const Tensor& A, bool trans_a, const 
 
 namespace {
 // Causal (query, key) pairs of one segment-free block: the planner's FLOP estimate.
-int64_t causal_pairs(int64_t q_offset, int64_t n) {
-  return n * q_offset + n * (n + 1) / 2;
-}
+int64_t causal_pairs(int64_t q_offset, int64_t n) { return n * q_offset + n * (n + 1) / 2; }
 }  // namespace
 
 void MetaBackend::attention_forward_impl(const Tensor&, const Tensor&, const Tensor& q,

@@ -40,10 +40,9 @@ class MetaBackend final : public Backend {
                                const AttentionDims& dims) override;
   void embedding_forward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
   void embedding_backward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
-  void logsoftmax_target_impl(const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&) override {}
-  void dlogits_inplace_impl(const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&) override {}
+  void logsoftmax_target_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
+  }
+  void dlogits_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void argmax_rows_impl(const Tensor&, const Tensor&) override {}
   void softmax_entropy_impl(const Tensor&, const Tensor&, const Tensor&) override {}
   void dlogits_entropy_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
