@@ -69,12 +69,7 @@ void StepRunner::run_grpo(const StepBatches& step, StepResult& r) {
   cfg.grad_accum_steps = step.step_micro_batches;
   cfg.num_items_in_batch = r.loss_tokens;  // completion tokens of the whole step
   WeightedMeans stats;
-  for (int64_t slot = 0; slot < step.slots; ++slot) {
-    const size_t i = static_cast<size_t>(slot);
-    if (i >= step.micro.size()) {
-      skip_slot(slot);
-      continue;
-    }
+  for_each_slot(step, [&](size_t i, int64_t slot) {
     const MicroBatch& mb = step.micro[i];
     const size_t at = rewards.begin[static_cast<size_t>(step.index[i])];
     const std::span<const float> adv(advantages.data() + at, mb.batch.seq_lens.size());  // (S)
@@ -84,7 +79,7 @@ void StepRunner::run_grpo(const StepBatches& step, StepResult& r) {
     backward_slot(models_.policy, mb.batch, objective, slot, logp_slot(r, i));
     r.loss += objective.loss();
     stats.add(objective.metrics(), mb.batch.loss_weight_sum());
-  }
+  });
   r.loss = comm_.sum(r.loss);
   stats.merge_ranks(comm_);
   r.metrics = stats.means();

@@ -32,12 +32,7 @@ void StepRunner::run_ppo(const StepBatches& step, StepResult& r) {
   cfg.grad_accum_steps = step.step_micro_batches;
   WeightedMeans stats;    // TRL logs the mean of its per-micro-batch statistics
   WeightedMeans rollout;  // and its rollout statistics over the batch's sequences
-  for (int64_t slot = 0; slot < step.slots; ++slot) {
-    const size_t i = static_cast<size_t>(slot);
-    if (i >= step.micro.size()) {
-      skip_slot(slot);
-      continue;
-    }
+  for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     PpoPolicyObjective policy(b, adv[i].advantages, rollouts[i].old_logp, cfg);
     backward_slot(models_.policy, b, policy, slot, logp_slot(r, i));
@@ -52,7 +47,7 @@ void StepRunner::run_ppo(const StepBatches& step, StepResult& r) {
                  {"objective/scores", adv[i].mean_score},
                  {"objective/rlhf_reward", adv[i].mean_non_score_reward + adv[i].mean_score}},
                 static_cast<double>(b.seq_lens.size()));
-  }
+  });
   r.loss = comm_.sum(r.loss);
   stats.merge_ranks(comm_);
   rollout.merge_ranks(comm_);

@@ -148,17 +148,12 @@ StepResult StepRunner::run(const StepBatches& step) {
 }
 
 void StepRunner::run_sft(const StepBatches& step, StepResult& r) {
-  for (int64_t slot = 0; slot < step.slots; ++slot) {
-    const size_t i = static_cast<size_t>(slot);
-    if (i >= step.micro.size()) {
-      skip_slot(slot);
-      continue;
-    }
+  for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     SftObjective objective(b, r.loss_tokens);  // normalised by the loss tokens of the whole step
     backward_slot(models_.policy, b, objective, slot, logp_slot(r, i));
     r.loss += objective.loss();
-  }
+  });
   r.loss = comm_.sum(r.loss);
 }
 
@@ -168,19 +163,14 @@ void StepRunner::run_dpo(const StepBatches& step, StepResult& r) {
     pairs += static_cast<double>(mb.batch.seq_lens.size() / 2);
   pairs = comm_.sum(pairs);
   WeightedMeans stats;
-  for (int64_t slot = 0; slot < step.slots; ++slot) {
-    const size_t i = static_cast<size_t>(slot);
-    if (i >= step.micro.size()) {
-      skip_slot(slot);
-      continue;
-    }
+  for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     const std::vector<float> ref = reference_engine().score(b).logp;  // (T)
     DpoObjective objective(b, ref, setup_.dpo, pairs);
     backward_slot(models_.policy, b, objective, slot, logp_slot(r, i));
     r.loss += objective.loss();
     stats.add(objective.metrics(), static_cast<double>(b.seq_lens.size() / 2));
-  }
+  });
   r.loss = comm_.sum(r.loss);
   stats.merge_ranks(comm_);
   r.metrics = stats.means();

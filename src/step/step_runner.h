@@ -92,6 +92,19 @@ class StepRunner {
   void backward_slot(const TrainedView& model, const Batch& batch, Objective& objective,
                      int64_t slot, std::vector<float>* logp);
   void skip_slot(int64_t slot);
+  // fn(i, slot) for each of this rank's micro-batches i in its slot; the empty slots a rank has
+  // at a step's end are skipped for it (DataParallel::empty_slot), so every rank's collectives
+  // match.
+  template <class Fn>
+  void for_each_slot(const StepBatches& step, Fn fn) {
+    for (int64_t slot = 0; slot < step.slots; ++slot) {
+      const size_t i = static_cast<size_t>(slot);
+      if (i < step.micro.size())
+        fn(i, slot);
+      else
+        skip_slot(slot);
+    }
+  }
   std::vector<float>* logp_slot(StepResult& r, size_t i);
   void run_sft(const StepBatches& step, StepResult& r);
   void run_dpo(const StepBatches& step, StepResult& r);
