@@ -183,7 +183,7 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
   std::printf(
       "bench: %s (%s, %lld layers), objective %s, %lld segment(s), %d thread(s), "
       "median of %d step(s), modes interleaved\n",
-      b.a.model.c_str(), b.src.cfg.model_type.c_str(),
+      b.a.model.c_str(), model_type_name(b.src.cfg.model_type),
       static_cast<long long>(b.src.cfg.num_hidden_layers), b.a.objective.describe().c_str(),
       static_cast<long long>(b.segments), cpu_threads(), b.a.repeat);
   std::printf(

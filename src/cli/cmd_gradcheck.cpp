@@ -67,7 +67,7 @@ int run(const Args& a) {
   const GradcheckResult r = run_gradcheck(src.cfg, w, batch, opts);
 
   std::printf("gradcheck: %s (%s), objective %s, T=%lld in %zu segment(s), seed %llu\n",
-              a.model.c_str(), src.cfg.model_type.c_str(), a.objective.describe().c_str(),
+              a.model.c_str(), model_type_name(src.cfg.model_type), a.objective.describe().c_str(),
               static_cast<long long>(a.seq_len), batch.seq_lens.size(),
               static_cast<unsigned long long>(a.seed));
   std::printf("%-20s %8s %8s %14s %12s %12s\n", "mode", "l_chunk", "h_chunk", "loss", "loss_relerr",

@@ -45,7 +45,7 @@ void register_init(CLI::App& app) {
     init_parameters(w, a->seed, a->test_init ? InitStyle::test : InitStyle::hf, a->std);
     save_model_dir(a->out, cfg, w, dt);
     std::printf("init: wrote %s (%s, %lld layers, %.3fM parameters, %s)\n", a->out.c_str(),
-                cfg.model_type.c_str(), static_cast<long long>(cfg.num_hidden_layers),
+                model_type_name(cfg.model_type), static_cast<long long>(cfg.num_hidden_layers),
                 static_cast<double>(w.numel()) / 1e6, dtype_name(dt));
   });
 }

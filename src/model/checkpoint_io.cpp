@@ -228,7 +228,7 @@ void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& 
       continue;
     }
     throw InputError(loc.file->path() + ": unexpected tensor '" + name +
-                     "' (not a parameter of this " + cfg.model_type + " config)");
+                     "' (not a parameter of this " + model_type_name(cfg.model_type) + " config)");
   }
 
   // A tied checkpoint that still carries lm_head.weight: the model will use the embedding,

@@ -83,8 +83,8 @@ void parse_rope(const json& r, const std::string& src, const char* field, RopeSc
   if (!type.empty() && type != "llama3") {
     throw InputError(src + ": " + field + " type '" + type + "' is not supported (only llama3)");
   }
-  out->type = type;
-  if (type == "llama3") {
+  out->type = type.empty() ? RopeScalingType::none : RopeScalingType::llama3;
+  if (out->type == RopeScalingType::llama3) {
     const std::string where = src + " " + field;
     out->factor = get_num(r, "factor", where, 8.0);
     out->low_freq_factor = get_num(r, "low_freq_factor", where, 1.0);
@@ -96,16 +96,27 @@ void parse_rope(const json& r, const std::string& src, const char* field, RopeSc
 
 }  // namespace
 
+const char* model_type_name(ModelType t) { return enum_name<ModelType>(kModelTypeNames, t); }
+
+const char* model_class_prefix(ModelType t) {
+  switch (t) {
+    case ModelType::llama: return "Llama";
+    case ModelType::qwen2: return "Qwen2";
+    case ModelType::qwen3: return "Qwen3";
+  }
+  return "?";
+}
+
 ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   if (!j.is_object()) throw InputError(src + ": config must be a JSON object");
   ModelConfig c;
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string())
     throw InputError(src + ": missing string field 'model_type'");
-  c.model_type = mt->get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3") {
-    throw InputError(src + ": unsupported model_type '" + c.model_type +
-                     "' (supported: llama, qwen2, qwen3)");
+  const std::string type = mt->get<std::string>();
+  if (!try_parse_enum<ModelType>(kModelTypeNames, type, &c.model_type)) {
+    throw InputError(src + ": unsupported model_type '" + type +
+                     "' (supported: " + enum_choices<ModelType>(kModelTypeNames) + ")");
   }
   c.hidden_size = get_int(j, "hidden_size", src, true, 0);
   c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
@@ -191,7 +202,7 @@ void ModelConfig::validate(const std::string& src) const {
   if (vocab_size > (int64_t{1} << 30)) throw InputError(src + ": vocab_size is implausibly large");
   if (!(rms_norm_eps > 0)) throw InputError(src + ": rms_norm_eps must be positive");
   if (!(rope_theta > 0)) throw InputError(src + ": rope_theta must be positive");
-  if (rope_scaling.type == "llama3") {
+  if (rope_scaling.type == RopeScalingType::llama3) {
     // Values the llama3 formula cannot use (it divides by factor and by high - low).
     const RopeScaling& r = rope_scaling;
     if (!(r.factor > 0)) throw InputError(src + ": rope_scaling 'factor' must be positive");
@@ -204,13 +215,9 @@ void ModelConfig::validate(const std::string& src) const {
 
 json ModelConfig::to_json() const {
   json j = extra.is_object() ? extra : json::object();
-  j["model_type"] = model_type;
-  if (!j.contains("architectures")) {
-    const char* arch = model_type == "llama"   ? "LlamaForCausalLM"
-                       : model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                               : "Qwen3ForCausalLM";
-    j["architectures"] = json::array({arch});
-  }
+  j["model_type"] = model_type_name(model_type);
+  if (!j.contains("architectures"))
+    j["architectures"] = json::array({std::string(model_class_prefix(model_type)) + "ForCausalLM"});
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
   j["num_hidden_layers"] = num_hidden_layers;
@@ -221,18 +228,18 @@ json ModelConfig::to_json() const {
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
-  if (rope_scaling.type.empty()) {
+  if (rope_scaling.type == RopeScalingType::none) {
     j["rope_scaling"] = nullptr;
   } else {
     j["rope_scaling"] = {
-        {"rope_type", rope_scaling.type},
+        {"rope_type", "llama3"},
         {"factor", rope_scaling.factor},
         {"low_freq_factor", rope_scaling.low_freq_factor},
         {"high_freq_factor", rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
-  if (model_type != "qwen2") j["attention_bias"] = attention_bias;
+  if (model_type != ModelType::qwen2) j["attention_bias"] = attention_bias;
   j["torch_dtype"] = torch_dtype;
   if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
   return j;
@@ -246,7 +253,7 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
     const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(rope_theta), expo);
   }
-  if (rope_scaling.type == "llama3") {
+  if (rope_scaling.type == RopeScalingType::llama3) {
     // Llama 3.1 frequency-dependent scaling: long wavelengths are divided by `factor`,
     // short ones kept, and the band between is interpolated smoothly.
     const double factor = rope_scaling.factor;
@@ -283,7 +290,7 @@ int64_t ModelConfig::num_parameters() const {
 
 namespace {
 
-ModelConfig make(const char* type, int64_t d, int64_t F, int64_t L, int64_t H, int64_t G, int64_t h,
+ModelConfig make(ModelType type, int64_t d, int64_t F, int64_t L, int64_t H, int64_t G, int64_t h,
                  int64_t V, bool tie, double theta, double eps, int64_t max_pos) {
   ModelConfig c;
   c.model_type = type;
@@ -304,7 +311,7 @@ ModelConfig make(const char* type, int64_t d, int64_t F, int64_t L, int64_t H, i
 }
 
 ModelConfig llama3_scaled(ModelConfig c, double factor) {
-  c.rope_scaling.type = "llama3";
+  c.rope_scaling.type = RopeScalingType::llama3;
   c.rope_scaling.factor = factor;
   c.rope_scaling.low_freq_factor = 1.0;
   c.rope_scaling.high_freq_factor = 4.0;
@@ -316,23 +323,31 @@ const std::map<std::string, ModelConfig>& presets() {
   // Public config.json values of the released checkpoints (Hugging Face hub).
   static const std::map<std::string, ModelConfig> p = [] {
     std::map<std::string, ModelConfig> m;
-    m["qwen3-0.6b"] = make("qwen3", 1024, 3072, 28, 16, 8, 128, 151936, true, 1e6, 1e-6, 40960);
-    m["qwen3-1.7b"] = make("qwen3", 2048, 6144, 28, 16, 8, 128, 151936, true, 1e6, 1e-6, 40960);
-    m["qwen3-4b"] = make("qwen3", 2560, 9728, 36, 32, 8, 128, 151936, true, 1e6, 1e-6, 40960);
-    m["qwen3-8b"] = make("qwen3", 4096, 12288, 36, 32, 8, 128, 151936, false, 1e6, 1e-6, 40960);
-    m["qwen3-14b"] = make("qwen3", 5120, 17408, 40, 40, 8, 128, 151936, false, 1e6, 1e-6, 40960);
-    m["qwen3-32b"] = make("qwen3", 5120, 25600, 64, 64, 8, 128, 151936, false, 1e6, 1e-6, 40960);
-    m["qwen2.5-0.5b"] = make("qwen2", 896, 4864, 24, 14, 2, 64, 151936, true, 1e6, 1e-6, 32768);
-    m["qwen2.5-7b"] = make("qwen2", 3584, 18944, 28, 28, 4, 128, 152064, false, 1e6, 1e-6, 32768);
+    m["qwen3-0.6b"] =
+        make(ModelType::qwen3, 1024, 3072, 28, 16, 8, 128, 151936, true, 1e6, 1e-6, 40960);
+    m["qwen3-1.7b"] =
+        make(ModelType::qwen3, 2048, 6144, 28, 16, 8, 128, 151936, true, 1e6, 1e-6, 40960);
+    m["qwen3-4b"] =
+        make(ModelType::qwen3, 2560, 9728, 36, 32, 8, 128, 151936, true, 1e6, 1e-6, 40960);
+    m["qwen3-8b"] =
+        make(ModelType::qwen3, 4096, 12288, 36, 32, 8, 128, 151936, false, 1e6, 1e-6, 40960);
+    m["qwen3-14b"] =
+        make(ModelType::qwen3, 5120, 17408, 40, 40, 8, 128, 151936, false, 1e6, 1e-6, 40960);
+    m["qwen3-32b"] =
+        make(ModelType::qwen3, 5120, 25600, 64, 64, 8, 128, 151936, false, 1e6, 1e-6, 40960);
+    m["qwen2.5-0.5b"] =
+        make(ModelType::qwen2, 896, 4864, 24, 14, 2, 64, 151936, true, 1e6, 1e-6, 32768);
+    m["qwen2.5-7b"] =
+        make(ModelType::qwen2, 3584, 18944, 28, 28, 4, 128, 152064, false, 1e6, 1e-6, 32768);
     m["llama3.1-8b"] = llama3_scaled(
-        make("llama", 4096, 14336, 32, 32, 8, 128, 128256, false, 5e5, 1e-5, 131072), 8.0);
+        make(ModelType::llama, 4096, 14336, 32, 32, 8, 128, 128256, false, 5e5, 1e-5, 131072), 8.0);
     m["llama3.2-1b"] = llama3_scaled(
-        make("llama", 2048, 8192, 16, 32, 8, 64, 128256, true, 5e5, 1e-5, 131072), 32.0);
+        make(ModelType::llama, 2048, 8192, 16, 32, 8, 64, 128256, true, 5e5, 1e-5, 131072), 32.0);
     // Tiny shapes for tests and demos (not released models).
-    m["tiny-qwen3"] = make("qwen3", 64, 160, 2, 4, 2, 24, 97, false, 1e4, 1e-6, 4096);
-    m["tiny-qwen2"] = make("qwen2", 48, 112, 2, 6, 2, 8, 89, true, 1e4, 1e-6, 4096);
-    ModelConfig tl =
-        llama3_scaled(make("llama", 64, 128, 2, 4, 4, 16, 101, false, 5e5, 1e-5, 4096), 8.0);
+    m["tiny-qwen3"] = make(ModelType::qwen3, 64, 160, 2, 4, 2, 24, 97, false, 1e4, 1e-6, 4096);
+    m["tiny-qwen2"] = make(ModelType::qwen2, 48, 112, 2, 6, 2, 8, 89, true, 1e4, 1e-6, 4096);
+    ModelConfig tl = llama3_scaled(
+        make(ModelType::llama, 64, 128, 2, 4, 4, 16, 101, false, 5e5, 1e-5, 4096), 8.0);
     tl.rope_scaling.original_max_position_embeddings = 64;  // so the scaling bands matter
     m["tiny-llama"] = tl;
     for (auto& [name, c] : m) {

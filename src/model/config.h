@@ -7,10 +7,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/enum_names.h"
+
 namespace sbp {
 
+// The decoder families (config.json's model_type) and rope scalings this engine implements.
+enum class ModelType { llama, qwen2, qwen3 };
+inline constexpr EnumName<ModelType> kModelTypeNames[] = {
+    {ModelType::llama, "llama"}, {ModelType::qwen2, "qwen2"}, {ModelType::qwen3, "qwen3"}};
+const char* model_type_name(ModelType t);
+// transformers' class-name prefix: "Llama", "Qwen2", "Qwen3" (LlamaForCausalLM, ...).
+const char* model_class_prefix(ModelType t);
+
+enum class RopeScalingType { none, llama3 };
+
 struct RopeScaling {
-  std::string type;  // "" (none) or "llama3"
+  RopeScalingType type = RopeScalingType::none;
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -18,7 +30,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;           // "llama", "qwen2", "qwen3"
+  ModelType model_type = ModelType::qwen3;
   int64_t hidden_size = 0;          // d
   int64_t intermediate_size = 0;    // F
   int64_t num_hidden_layers = 0;    // L
@@ -36,9 +48,9 @@ struct ModelConfig {
   nlohmann::json extra;                 // fields we do not interpret, written back unchanged
 
   // Derived architecture switches.
-  bool qkv_bias() const { return model_type == "qwen2" || attention_bias; }
-  bool o_bias() const { return model_type != "qwen2" && attention_bias; }
-  bool qk_norm() const { return model_type == "qwen3"; }
+  bool qkv_bias() const { return model_type == ModelType::qwen2 || attention_bias; }
+  bool o_bias() const { return model_type != ModelType::qwen2 && attention_bias; }
+  bool qk_norm() const { return model_type == ModelType::qwen3; }
 
   // Parses and validates; `source` names the file in error messages.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);

@@ -137,10 +137,8 @@ void on_every_rank(Communicator& comm, const std::string& what, Fn part) {
 
 nlohmann::json value_model_config_json(const ModelConfig& cfg, DType dtype) {
   nlohmann::json j = cfg.to_json();
-  const std::string family = cfg.model_type == "llama"   ? "Llama"
-                             : cfg.model_type == "qwen2" ? "Qwen2"
-                                                         : "Qwen3";
-  j["architectures"] = nlohmann::json::array({family + "ForSequenceClassification"});
+  j["architectures"] = nlohmann::json::array(
+      {std::string(model_class_prefix(cfg.model_type)) + "ForSequenceClassification"});
   j["num_labels"] = 1;
   j["id2label"] = {{"0", "LABEL_0"}};
   j["label2id"] = {{"LABEL_0", 0}};

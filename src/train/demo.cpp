@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "model/checkpoint_io.h"
@@ -85,7 +86,8 @@ int run_demo(const DemoOptions& o) {
 
   Ledger ledger;
   Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend = make_backend(BackendSpec{});
+  Backend& be = *backend;
   // An SFT run's models (weights, gradients, AdamW moments) and its step runner, as `train`
   // builds them.
   const ObjectiveSetup sft;

@@ -6,9 +6,9 @@
 
 namespace sbp {
 
-MicroBatch to_micro_batch(const PackedBatch& p, ObjectiveKind kind) {
+MicroBatch to_micro_batch(PackedBatch p, ObjectiveKind kind) {
   MicroBatch mb;
-  mb.batch = p.batch;
+  mb.batch = std::move(p.batch);
   if (kind == ObjectiveKind::grpo || kind == ObjectiveKind::ppo) {
     for (double r : p.segment_reward) mb.rewards.push_back(static_cast<float>(r));
   }

@@ -22,7 +22,7 @@ namespace sbp {
 
 // A packed micro-batch as the step runner takes it: GRPO/PPO rewards per segment; GRPO's group
 // size = the segments of the first example (every example has the same number).
-MicroBatch to_micro_batch(const PackedBatch& p, ObjectiveKind kind);
+MicroBatch to_micro_batch(PackedBatch p, ObjectiveKind kind);
 
 // Examples packed once, in file order (held-out sets).
 std::vector<MicroBatch> pack_in_order(const std::vector<Example>& examples, int64_t max_tokens,

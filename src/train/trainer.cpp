@@ -255,7 +255,7 @@ void Trainer::print_summary() const {
       "model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, "
       "head "
       "chunk %lld); %d thread%s; saves %s weights\n",
-      cfg_.model_type.c_str(), static_cast<long long>(cfg_.num_hidden_layers),
+      model_type_name(cfg_.model_type), static_cast<long long>(cfg_.num_hidden_layers),
       static_cast<long long>(cfg_.hidden_size), static_cast<long long>(cfg_.vocab_size),
       static_cast<double>(models_->policy_weights().numel()) / 1e6, mode_name(exec_).c_str(),
       static_cast<long long>(exec_.layer_chunk), static_cast<long long>(exec_.head_chunk),

@@ -46,7 +46,7 @@ TEST(ModelConfig, ParsesEveryField) {
                   {"hidden_act", "silu"},      {"use_sliding_window", false},
                   {"sliding_window", nullptr}, {"bos_token_id", 151643}};
   const ModelConfig c = ModelConfig::from_json(j, "config.json");
-  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_EQ(c.model_type, ModelType::qwen3);
   EXPECT_EQ(c.hidden_size, 4096);
   EXPECT_EQ(c.intermediate_size, 12288);
   EXPECT_EQ(c.num_hidden_layers, 36);
@@ -57,7 +57,7 @@ TEST(ModelConfig, ParsesEveryField) {
   EXPECT_EQ(c.max_position_embeddings, 40960);
   EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
-  EXPECT_TRUE(c.rope_scaling.type.empty());
+  EXPECT_TRUE(c.rope_scaling.type == RopeScalingType::none);
   EXPECT_FALSE(c.tie_word_embeddings);
   EXPECT_FALSE(c.attention_bias);
   EXPECT_EQ(c.torch_dtype, "bfloat16");
@@ -78,7 +78,7 @@ TEST(ModelConfig, Defaults) {
   EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
   EXPECT_FALSE(c.tie_word_embeddings);
   EXPECT_FALSE(c.attention_bias);
-  EXPECT_TRUE(c.rope_scaling.type.empty());
+  EXPECT_TRUE(c.rope_scaling.type == RopeScalingType::none);
   EXPECT_FALSE(c.qk_norm());
   EXPECT_FALSE(c.qkv_bias());
   // Integral floats are accepted as integers.
@@ -115,7 +115,7 @@ TEST(ModelConfig, RopeScalingLlama3) {
                          {"high_freq_factor", 4.0},
                          {"original_max_position_embeddings", 8192}};
     const ModelConfig c = ModelConfig::from_json(j, "c");
-    EXPECT_EQ(c.rope_scaling.type, "llama3") << key;
+    EXPECT_EQ(c.rope_scaling.type, RopeScalingType::llama3) << key;
     EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
     EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, 1.0);
     EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, 4.0);
@@ -123,7 +123,7 @@ TEST(ModelConfig, RopeScalingLlama3) {
   }
   json j = base_config();
   j["rope_scaling"] = {{"rope_type", "default"}};
-  EXPECT_TRUE(ModelConfig::from_json(j, "c").rope_scaling.type.empty());
+  EXPECT_TRUE(ModelConfig::from_json(j, "c").rope_scaling.type == RopeScalingType::none);
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   expect_config_error(j, {"yarn", "not supported"});
   j["rope_scaling"] = "llama3";
@@ -143,19 +143,19 @@ TEST(ModelConfig, RopeParametersOfTransformers5) {
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
   const ModelConfig c = ModelConfig::from_json(j, "c");
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
-  EXPECT_TRUE(c.rope_scaling.type.empty());
+  EXPECT_TRUE(c.rope_scaling.type == RopeScalingType::none);
   j["model_type"] = "llama";
   j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
                           {"factor", 8.0},           {"low_freq_factor", 1.0},
                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   const ModelConfig l = ModelConfig::from_json(j, "c");
   EXPECT_DOUBLE_EQ(l.rope_theta, 5e5);
-  EXPECT_EQ(l.rope_scaling.type, "llama3");
+  EXPECT_EQ(l.rope_scaling.type, RopeScalingType::llama3);
   EXPECT_DOUBLE_EQ(l.rope_scaling.factor, 8.0);
   // Written back in the classic form, which both transformers generations read.
   const ModelConfig back = ModelConfig::from_json(l.to_json(), "c");
   EXPECT_DOUBLE_EQ(back.rope_theta, 5e5);
-  EXPECT_EQ(back.rope_scaling.type, "llama3");
+  EXPECT_EQ(back.rope_scaling.type, RopeScalingType::llama3);
 }
 
 TEST(ModelConfig, RejectsBadConfigsNamingFileAndField) {
@@ -234,7 +234,7 @@ TEST(ModelConfig, FromFileNamesTheFile) {
   test::write_text(p, base_config().dump());
   EXPECT_EQ(resolve_config(dir.path()).hidden_size, 64);
   EXPECT_EQ(resolve_config(p).hidden_size, 64);
-  EXPECT_EQ(resolve_config("tiny-qwen3").model_type, "qwen3");
+  EXPECT_EQ(resolve_config("tiny-qwen3").model_type, ModelType::qwen3);
   EXPECT_THROW(resolve_config(dir.file("nothing-here")), InputError);
 }
 
@@ -283,7 +283,7 @@ TEST(ModelConfig, PresetsAndParameterCounts) {
       << preset_config("llama3.1-8b").num_parameters();
   EXPECT_TRUE(preset_config("qwen3-0.6b").tie_word_embeddings);
   EXPECT_FALSE(preset_config("qwen3-8b").tie_word_embeddings);
-  EXPECT_EQ(preset_config("llama3.1-8b").rope_scaling.type, "llama3");
+  EXPECT_EQ(preset_config("llama3.1-8b").rope_scaling.type, RopeScalingType::llama3);
   // Every preset validates, and num_parameters agrees with the parameter layout.
   for (const std::string& name : preset_names()) {
     const ModelConfig c = preset_config(name);

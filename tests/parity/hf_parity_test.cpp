@@ -200,7 +200,7 @@ class HfParity : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfParity, FixtureIsComplete) {
   Fixture f(GetParam());
   EXPECT_EQ(f.expected["fixture"], GetParam());
-  EXPECT_EQ(f.expected["model_type"], f.cfg.model_type);
+  EXPECT_EQ(f.expected["model_type"], model_type_name(f.cfg.model_type));
   EXPECT_EQ(static_cast<int64_t>(f.expected["num_loss_tokens"].get<double>()),
             static_cast<int64_t>(f.batch.loss_weight_sum()));
   EXPECT_EQ(f.expected["logprobs"].size(), f.batch.seq_lens.size());

@@ -69,7 +69,8 @@ TEST(Planner, PeakIsMonotoneInTAndChunkSizes) {
         int64_t prev = 0;
         for (int64_t T = 1; T <= 80; ++T) {
           const int64_t p = plan_at(s, m, T).peak_bytes;
-          ASSERT_GE(p, prev) << cfg.model_type << " " << mode_name(m) << " T=" << T;
+          ASSERT_GE(p, prev) << model_type_name(cfg.model_type) << " " << mode_name(m)
+                             << " T=" << T;
           prev = p;
         }
       }
@@ -119,7 +120,8 @@ TEST(Planner, LongestTAndAutoChunksMatchBruteForce) {
           const MaxLenResult r = find_max_seq_len(s, mode, ChunkRequest{}, limits);
           ASSERT_TRUE(r.fits_at_all);
           EXPECT_FALSE(r.hit_limit);
-          EXPECT_EQ(r.plan.seq_len, expect) << cfg.model_type << " " << mode_name(mode);
+          EXPECT_EQ(r.plan.seq_len, expect)
+              << model_type_name(cfg.model_type) << " " << mode_name(mode);
           EXPECT_TRUE(r.plan.fits);
           EXPECT_LE(r.plan.step.peak_bytes, s.budget);
           EXPECT_LE(r.engine_runs, 24) << mode_name(mode);
