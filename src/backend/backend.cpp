@@ -183,6 +183,14 @@ void check_adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const
 
 }  // namespace
 
+void Backend::owns(const char* op, std::initializer_list<const Tensor*> tensors) const {
+  for (const Tensor* t : tensors) {
+    SBP_CHECK(t->memory == this, std::string(op) + ": tensor " + t->describe() +
+                                     " lives in another memory space than this " + name() +
+                                     " backend's (move data with upload/download)");
+  }
+}
+
 void check_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& seg_start, int64_t q_offset,
                              const AttentionDims& dims) {
@@ -206,6 +214,8 @@ void check_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
 void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
                    float alpha, float beta) {
   check_gemm(C, A, trans_a, B, trans_b, alpha, beta);
+  owns("gemm", {&C, &A, &B});
+  const Access access(*this);
   gemm_impl(C, A, trans_a, B, trans_b, alpha, beta);
 }
 
@@ -213,6 +223,8 @@ void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor&
 
 void Backend::fill(const Tensor& x, float value) {
   check_float("fill", "x", x);
+  owns("fill", {&x});
+  const Access access(*this);
   fill_impl(x, value);
 }
 
@@ -223,22 +235,30 @@ void Backend::copy(const Tensor& dst, const Tensor& src) {
   SBP_CHECK(dst.dtype == src.dtype || (is_float(dst.dtype) && is_float(src.dtype)),
             arg(op, "src", src) + " -> dst " + dst.describe() +
                 ": dtypes must be equal, or F32 and BF16");
+  owns("copy", {&dst, &src});
+  const Access access(*this);
   copy_impl(dst, src);
 }
 
 void Backend::add_inplace(const Tensor& y, const Tensor& x) {
   check_float("add_inplace", "y", y);
   check_same_numel("add_inplace", "x", x, "y", y);
+  owns("add_inplace", {&y, &x});
+  const Access access(*this);
   add_inplace_impl(y, x);
 }
 
 void Backend::scale_inplace(const Tensor& x, float s) {
   check_float("scale_inplace", "x", x);
+  owns("scale_inplace", {&x});
+  const Access access(*this);
   scale_inplace_impl(x, s);
 }
 
 double Backend::sum_squares(const Tensor& x) {
   check_float("sum_squares", "x", x);
+  owns("sum_squares", {&x});
+  const Access access(*this);
   return sum_squares_impl(x);
 }
 
@@ -248,6 +268,8 @@ void Backend::add_bias(const Tensor& y, const Tensor& b) {
   check_float(op, "b", b);
   SBP_CHECK(b.numel() == y.cols(),
             arg(op, "b", b) + " must have one entry per column of y " + y.describe());
+  owns("add_bias", {&y, &b});
+  const Access access(*this);
   add_bias_impl(y, b);
 }
 
@@ -257,6 +279,8 @@ void Backend::bias_backward(const Tensor& db, const Tensor& dy) {
   check_float(op, "dy", dy);
   SBP_CHECK(db.numel() == dy.cols(),
             arg(op, "db", db) + " must have one entry per column of dy " + dy.describe());
+  owns("bias_backward", {&db, &dy});
+  const Access access(*this);
   bias_backward_impl(db, dy);
 }
 
@@ -268,6 +292,8 @@ void Backend::rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g,
   check_float(op, "g", g);
   check_same_numel(op, "y", y, "x", x);
   check_rmsnorm(op, x, g, eps);
+  owns("rmsnorm_forward", {&y, &x, &g});
+  const Access access(*this);
   rmsnorm_forward_impl(y, x, g, eps);
 }
 
@@ -280,6 +306,8 @@ void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor&
   check_same_numel(op, "dy", dy, "x", x);
   check_same_numel(op, "dg", dg, "g", g);
   check_rmsnorm(op, x, g, eps);
+  owns("rmsnorm_backward", {&dx, &dg, &dy, &x, &g});
+  const Access access(*this);
   rmsnorm_backward_impl(dx, dg, dy, x, g, eps);
 }
 
@@ -296,16 +324,22 @@ void Backend::rope_table(const Tensor& table, std::span<const float> inv_freq) {
     SBP_CHECK(std::isfinite(inv_freq[i]), std::string(op) + ": inv_freq[" +
                                               num(static_cast<int64_t>(i)) +
                                               "] = " + num(inv_freq[i]) + " is not finite");
+  owns("rope_table", {&table});
+  const Access access(*this);
   rope_table_impl(table, inv_freq);
 }
 
 void Backend::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& table) {
   check_rope("rope_forward", x, positions, table);
+  owns("rope_forward", {&x, &positions, &table});
+  const Access access(*this);
   rope_forward_impl(x, positions, table);
 }
 
 void Backend::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& table) {
   check_rope("rope_backward", dx, positions, table);
+  owns("rope_backward", {&dx, &positions, &table});
+  const Access access(*this);
   rope_backward_impl(dx, positions, table);
 }
 
@@ -316,6 +350,8 @@ void Backend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor
   check_float(op, "gate", gate);
   check_same_numel(op, "up", up, "gate", gate);
   check_same_numel(op, "out", out, "gate", gate);
+  owns("swiglu_forward", {&out, &gate, &up});
+  const Access access(*this);
   swiglu_forward_impl(out, gate, up);
 }
 
@@ -327,6 +363,8 @@ void Backend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tens
   check_same_numel(op, "dout", dout, "gate", gate);
   check_same_numel(op, "dgate", dgate, "gate", gate);
   check_same_numel(op, "dup", dup, "gate", gate);
+  owns("swiglu_backward", {&dgate, &dup, &dout, &gate, &up});
+  const Access access(*this);
   swiglu_backward_impl(dgate, dup, dout, gate, up);
 }
 
@@ -336,6 +374,8 @@ void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tens
                                 const Tensor& k, const Tensor& v, const Tensor& seg_start,
                                 int64_t q_offset, const AttentionDims& dims) {
   check_attention_forward(out, lse, q, k, v, seg_start, q_offset, dims);
+  owns("attention_forward", {&out, &lse, &q, &k, &v, &seg_start});
+  const Access access(*this);
   attention_forward_impl(out, lse, q, k, v, seg_start, q_offset, dims);
 }
 
@@ -345,6 +385,8 @@ void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tenso
                                  const Tensor& seg_start, int64_t q_offset,
                                  const AttentionDims& dims) {
   check_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
+  owns("attention_backward", {&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse, &seg_start});
+  const Access access(*this);
   attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
 }
 
@@ -357,6 +399,8 @@ void Backend::embedding_forward(const Tensor& x, const Tensor& ids, const Tensor
   SBP_CHECK(table.cols() == x.cols(),
             arg(op, "table", table) + " must be (V, d) for x " + x.describe() + " (n, d)");
   check_rows_vector(op, "ids", ids, DType::I32, x.rows());
+  owns("embedding_forward", {&x, &ids, &table});
+  const Access access(*this);
   embedding_forward_impl(x, ids, table);
 }
 
@@ -367,6 +411,8 @@ void Backend::embedding_backward(const Tensor& dtable, const Tensor& dx, const T
   SBP_CHECK(dtable.cols() == dx.cols(),
             arg(op, "dtable", dtable) + " must be (V, d) for dx " + dx.describe() + " (n, d)");
   check_rows_vector(op, "ids", ids, DType::I32, dx.rows());
+  owns("embedding_backward", {&dtable, &dx, &ids});
+  const Access access(*this);
   embedding_backward_impl(dtable, dx, ids);
 }
 
@@ -380,6 +426,8 @@ void Backend::logsoftmax_target(const Tensor& lse, const Tensor& logp, const Ten
   check_rows_vector(op, "lse", lse, DType::F32, n);
   check_rows_vector(op, "logp", logp, DType::F32, n);
   check_rows_vector(op, "targets", targets, DType::I32, n);
+  owns("logsoftmax_target", {&lse, &logp, &logits, &targets});
+  const Access access(*this);
   logsoftmax_target_impl(lse, logp, logits, targets);
 }
 
@@ -391,6 +439,8 @@ void Backend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const Ten
   check_rows_vector(op, "lse", lse, DType::F32, n);
   check_rows_vector(op, "targets", targets, DType::I32, n);
   check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
+  owns("dlogits_inplace", {&logits, &lse, &targets, &dlogp});
+  const Access access(*this);
   dlogits_inplace_impl(logits, lse, targets, dlogp);
 }
 
@@ -398,6 +448,8 @@ void Backend::argmax_rows(const Tensor& out, const Tensor& logits) {
   const char* op = "argmax_rows";
   check_logits(op, logits);
   check_rows_vector(op, "out", out, DType::I32, logits.rows());
+  owns("argmax_rows", {&out, &logits});
+  const Access access(*this);
   argmax_rows_impl(out, logits);
 }
 
@@ -407,6 +459,8 @@ void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const
   const int64_t n = logits.rows();
   check_rows_vector(op, "entropy", entropy, DType::F32, n);
   check_rows_vector(op, "lse", lse, DType::F32, n);
+  owns("softmax_entropy", {&entropy, &logits, &lse});
+  const Access access(*this);
   softmax_entropy_impl(entropy, logits, lse);
 }
 
@@ -421,6 +475,8 @@ void Backend::dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
   check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
   check_rows_vector(op, "entropy", entropy, DType::F32, n);
   check_rows_vector(op, "dentropy", dentropy, DType::F32, n);
+  owns("dlogits_entropy_inplace", {&logits, &lse, &targets, &dlogp, &entropy, &dentropy});
+  const Access access(*this);
   dlogits_entropy_inplace_impl(logits, lse, targets, dlogp, entropy, dentropy);
 }
 
@@ -429,6 +485,8 @@ void Backend::dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
 void Backend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                          const AdamWStep& s) {
   check_adamw(param, grad, m, v, s);
+  owns("adamw_step", {&param, &grad, &m, &v});
+  const Access access(*this);
   adamw_step_impl(param, grad, m, v, s);
 }
 

@@ -31,6 +31,9 @@
 #include <span>
 #include <string>
 
+#include <initializer_list>
+
+#include "core/memory.h"
 #include "core/tensor.h"
 
 namespace sbp {
@@ -51,7 +54,10 @@ struct AdamWStep {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
-class Backend {
+// A Backend is also the memory space its tensors live in (core/memory.h): a Pool allocates
+// through it, and every operation checks that each tensor of the call lives in this backend's
+// memory and runs inside a MemorySpace::Access scope.
+class Backend : public MemorySpace {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
@@ -229,6 +235,10 @@ class Backend {
                                const Tensor& v, const AdamWStep& s) = 0;
 
   int64_t flops_ = 0;
+
+ private:
+  // Checks that every tensor of op's call lives in this backend's memory.
+  void owns(const char* op, std::initializer_list<const Tensor*> tensors) const;
 };
 
 }  // namespace sbp

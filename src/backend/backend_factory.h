@@ -12,20 +12,24 @@
 
 namespace sbp {
 
-enum class BackendKind { cpu };
+// cpu_checked: the CPU backend with its memory out of reach outside its own operations
+// (backend/cpu/checked_cpu_backend.h), for tests.
+enum class BackendKind { cpu, cpu_checked };
 
 struct BackendSpec {
   BackendKind kind = BackendKind::cpu;
   int device = 0;  // device index of a GPU backend ("cuda:N"); 0 for the CPU
 };
 
-// Throws InputError("unknown backend '<name>' (known backends: cpu)"); the caller prefixes the
-// config key or flag the name came from.
+// "cpu" or "cpu-checked". Throws InputError("unknown backend '<name>' (known backends: cpu,
+// cpu-checked)"); the caller prefixes the config key or flag the name came from.
 BackendSpec parse_backend(const std::string& name);
 
 // "cpu"
 const char* backend_name(BackendKind kind);
 
+// With the environment variable STREAMBP_CHECK_MEMORY=1, a "cpu" spec builds the checking
+// backend: how the test suite runs its engine, trainer and command tests a second time.
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
 
 }  // namespace sbp

@@ -82,18 +82,13 @@ struct Bench {
   int64_t segments = 1;
   std::unique_ptr<Backend> be;
   Ledger ledger;
-  Pool pool{ledger};
+  Pool pool{ledger, *be};  // after be, which the constructor makes first
   std::unique_ptr<ModelSet> models;
   std::vector<double> sgemm_probes;
 
-  explicit Bench(const Args& args) : a(args) {
+  explicit Bench(const Args& args) : a(args), be(backend_from_flag(args.backend)) {
     src = resolve_model(a.model, a.layers);
     setup = a.objective.setup();
-    try {
-      be = make_backend(parse_backend(a.backend));
-    } catch (const InputError& e) {
-      throw InputError(std::string("--backend: ") + e.what());
-    }
     segments = a.segments > 0                      ? a.segments
                : setup.kind == ObjectiveKind::sft  ? 1
                : setup.kind == ObjectiveKind::grpo ? a.objective.group_size

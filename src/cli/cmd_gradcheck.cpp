@@ -38,8 +38,9 @@ int run(const Args& a) {
   set_cpu_threads(a.threads);
   if (a.seq_len < 2) throw InputError("--seq-len must be at least 2");
   const ModelSource src = resolve_model(a.model, a.layers);
+  const std::unique_ptr<Backend> be = backend_from_flag(a.backend);
   Ledger ledger;
-  Pool pool(ledger);
+  Pool pool(ledger, *be);
   // Random weights with perturbed norms and biases, so every parameter gets a gradient.
   const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::test);
   GradcheckOptions opts;
@@ -48,11 +49,6 @@ int run(const Args& a) {
   if (opts.objective.kind != ObjectiveKind::sft && a.seq_len < 4)
     throw InputError(std::string("--seq-len must be at least 4 for ") +
                      objective_name(opts.objective.kind));
-  try {
-    opts.backend = parse_backend(a.backend);
-  } catch (const InputError& e) {
-    throw InputError(std::string("--backend: ") + e.what());
-  }
   const Batch batch =
       opts.objective.kind == ObjectiveKind::sft
           ? random_batch(src.cfg.vocab_size, a.seq_len, a.segments, a.seed, a.mask)
@@ -64,7 +60,7 @@ int run(const Args& a) {
     if (a.layer_chunk > 0) e.layer_chunk = a.layer_chunk;
     if (a.head_chunk > 0) e.head_chunk = a.head_chunk;
   }
-  const GradcheckResult r = run_gradcheck(src.cfg, w, batch, opts);
+  const GradcheckResult r = run_gradcheck(*be, src.cfg, w, batch, opts);
 
   std::printf("gradcheck: %s (%s), objective %s, T=%lld in %zu segment(s), seed %llu\n",
               a.model.c_str(), model_type_name(src.cfg.model_type), a.objective.describe().c_str(),

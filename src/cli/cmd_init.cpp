@@ -1,6 +1,7 @@
 // streambp init: a randomly initialised model written as a Hugging Face directory.
 #include <cstdio>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "model/checkpoint_io.h"
@@ -39,8 +40,9 @@ void register_init(CLI::App& app) {
     if (a->layers > 0) cfg.num_hidden_layers = a->layers;
     DType dt;
     parse_dtype(a->dtype, &dt);
+    const std::unique_ptr<Backend> be = make_backend(BackendSpec{});
     Ledger ledger;
-    Pool pool(ledger);
+    Pool pool(ledger, *be);
     ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
     init_parameters(w, a->seed, a->test_init ? InitStyle::test : InitStyle::hf, a->std);
     save_model_dir(a->out, cfg, w, dt);

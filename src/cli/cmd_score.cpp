@@ -174,14 +174,9 @@ int run(const Args& a) {
   const int64_t T = batch.size();
   const double n_loss = batch.loss_weight_sum();
 
+  const std::unique_ptr<Backend> be = backend_from_flag(a.backend);
   Ledger ledger;
-  Pool pool(ledger);
-  std::unique_ptr<Backend> be;
-  try {
-    be = make_backend(parse_backend(a.backend));
-  } catch (const InputError& e) {
-    throw InputError(std::string("--backend: ") + e.what());
-  }
+  Pool pool(ledger, *be);
   const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::test);
   // The step `train` runs (one SFT micro-batch), recording the log-probs of its own gradient
   // pass; or, without --grads, a forward alone (no gradient memory).

@@ -27,10 +27,7 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void copy_out(const ParameterSet& g, std::vector<std::vector<float>>* out) {
-  for (size_t i = 0; i < g.size(); ++i) {
-    const Tensor& t = g.tensor(i);
-    out->emplace_back(t.f32(), t.f32() + t.numel());
-  }
+  for (size_t i = 0; i < g.size(); ++i) out->push_back(download_f32(g.tensor(i)));
 }
 
 // Adds noise * N(0, 1) to the completion rows of x (T).
@@ -41,60 +38,58 @@ void add_noise(std::vector<float>& x, const SequenceRows& rows, float noise, Rng
 
 }  // namespace
 
-MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& weights,
+MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                                  const ParameterSet* value, const Batch& batch,
                                  const GradcheckOptions& opts) {
   const ObjectiveKind kind = opts.objective.kind;
   MicroBatch mb = random_micro_batch(kind, opts.group_size, batch, opts.seed);
   if (kind != ObjectiveKind::grpo && kind != ObjectiveKind::ppo) return mb;
   Ledger ledger;
-  Pool pool(ledger);
-  const std::unique_ptr<Backend> be = make_backend(opts.backend);
+  Pool pool(ledger, be);
   const ExecConfig base = parse_mode("base");
   const SequenceRows rows(batch);
   Rng rng(opts.seed, "rollout-noise");
   if (opts.old_logp_noise != 0.0f) {
-    mb.old_logp = Engine(cfg, weights, *be, pool, base).score(batch).logp;
+    mb.old_logp = Engine(cfg, weights, be, pool, base).score(batch).logp;
     add_noise(mb.old_logp, rows, opts.old_logp_noise, rng);
   }
   if (kind == ObjectiveKind::ppo && value && opts.value_noise != 0.0f) {
-    mb.old_values = Engine(cfg, *value, *be, pool, base).values(batch);
+    mb.old_values = Engine(cfg, *value, be, pool, base).values(batch);
     add_noise(mb.old_values, rows, opts.value_noise, rng);
   }
   return mb;
 }
 
-ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights,
+ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                          const ParameterSet* reference, const ParameterSet* value,
                          const MicroBatch& mb, const ExecConfig& exec,
                          const GradcheckOptions& opts) {
   Ledger ledger;
-  Pool pool(ledger, PoolOptions{.materialize = true, .poison = opts.poison});
-  const std::unique_ptr<Backend> be = make_backend(opts.backend);
-  DataParallel policy_grads(single_process(), 0, cfg, ModelHead::lm, pool, *be, nullptr);
+  Pool pool(ledger, be, PoolOptions{.poison = opts.poison});
+  DataParallel policy_grads(single_process(), 0, cfg, ModelHead::lm, pool, be, nullptr);
   std::unique_ptr<DataParallel> value_grads;
   StepModels models;
   models.policy = {{&cfg, &weights}, &policy_grads};
   if (reference) models.reference = {&cfg, reference};
   if (value) {
     value_grads = std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::value, pool,
-                                                 *be, nullptr);
+                                                 be, nullptr);
     models.value = {{&cfg, value}, value_grads.get()};
   }
   ModeGrads out;
-  out.result = StepRunner(opts.objective, models, *be, pool, exec).run(StepBatches::whole({mb}));
+  out.result = StepRunner(opts.objective, models, be, pool, exec).run(StepBatches::whole({mb}));
   out.peak_bytes = ledger.peak();
   copy_out(policy_grads.grads(), &out.grads);
   if (value_grads) copy_out(value_grads->grads(), &out.grads);
   return out;
 }
 
-GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights,
+GradcheckResult run_gradcheck(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                               const Batch& batch, const GradcheckOptions& opts) {
   const ObjectiveSetup& setup = opts.objective;
   // The other models of the step live as long as the check.
   Ledger ledger;
-  Pool pool(ledger);
+  Pool pool(ledger, be);
   ParameterSet reference, value;
   if (setup.needs_reference())
     reference = make_reference_weights(cfg, weights, pool, opts.reference_noise, opts.seed);
@@ -104,18 +99,19 @@ GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weight
   }
   const ParameterSet* ref_p = setup.needs_reference() ? &reference : nullptr;
   const ParameterSet* value_p = setup.needs_value_model() ? &value : nullptr;
-  const MicroBatch mb = gradcheck_micro_batch(cfg, weights, value_p, batch, opts);
+  const MicroBatch mb = gradcheck_micro_batch(be, cfg, weights, value_p, batch, opts);
   std::vector<std::string> names;
   for (size_t i = 0; i < weights.size(); ++i) names.push_back(weights.name(i));
   for (size_t i = 0; i < value.size(); ++i) names.push_back("value:" + value.name(i));
 
   GradcheckResult res;
-  const ModeGrads base = gradcheck_step(cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
+  const ModeGrads base =
+      gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
   res.base_loss = base.result.loss;
   res.base_metrics = base.result.metrics;
   res.base_metrics["loss"] = base.result.loss;
   for (const ExecConfig& exec : opts.modes) {
-    const ModeGrads run = gradcheck_step(cfg, weights, ref_p, value_p, mb, exec, opts);
+    const ModeGrads run = gradcheck_step(be, cfg, weights, ref_p, value_p, mb, exec, opts);
     ModeResult m;
     m.mode = mode_name(exec);
     m.layer_chunk = exec.layer_chunk_for(batch.size());

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend_factory.h"
+#include "backend/backend.h"
 #include "core/batch.h"
 #include "engine/exec_config.h"
 #include "model/config.h"
@@ -24,8 +24,7 @@ struct GradcheckOptions {
   ObjectiveSetup objective;
   std::vector<ExecConfig> modes;  // compared against base (base itself is always run first)
   uint64_t seed = 0;
-  bool poison = true;  // NaN-fill fresh buffers so reads of unwritten memory show up
-  BackendSpec backend;
+  bool poison = true;      // NaN-fill fresh buffers so reads of unwritten memory show up
   int64_t group_size = 4;  // GRPO completions per prompt (the batch's groups)
   // GRPO/PPO: the sampling policy's log-probs = the policy's + old_logp_noise * N(0, 1) on
   // completion rows, so that ratios leave the clip range. 0: none given (GRPO: the current
@@ -62,7 +61,8 @@ struct GradcheckResult {
 // The gradcheck's micro-batch of `batch` (random_objective_batch's shape): random rewards and,
 // per the noise options, the sampling log-probs and PPO's old values, computed once (base mode)
 // and shared by every mode. `value`: PPO's value model (else ignored).
-MicroBatch gradcheck_micro_batch(const ModelConfig& cfg, const ParameterSet& weights,
+// Every model's weights live in `be`'s memory, where each step runs too.
+MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                                  const ParameterSet* value, const Batch& batch,
                                  const GradcheckOptions& opts);
 
@@ -74,7 +74,7 @@ struct ModeGrads {
   std::vector<std::vector<float>> grads;  // policy tensors, then value tensors
   int64_t peak_bytes = 0;
 };
-ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights,
+ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                          const ParameterSet* reference, const ParameterSet* value,
                          const MicroBatch& mb, const ExecConfig& exec,
                          const GradcheckOptions& opts);
@@ -83,7 +83,7 @@ ModeGrads gradcheck_step(const ModelConfig& cfg, const ParameterSet& weights,
 // GRPO with beta != 0, PPO) and the PPO value model are built from `weights` and the seed; the
 // step's constants (rewards, old log-probs, old values) are made once, and every mode runs its
 // own reference- and value-model forwards, as a training step does.
-GradcheckResult run_gradcheck(const ModelConfig& cfg, const ParameterSet& weights,
+GradcheckResult run_gradcheck(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                               const Batch& batch, const GradcheckOptions& opts);
 
 }  // namespace sbp::cli

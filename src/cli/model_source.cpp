@@ -2,12 +2,21 @@
 
 #include <filesystem>
 
+#include "backend/backend_factory.h"
 #include "core/error.h"
 #include "model/checkpoint_io.h"
 
 namespace sbp::cli {
 
 namespace fs = std::filesystem;
+
+std::unique_ptr<Backend> backend_from_flag(const std::string& name) {
+  try {
+    return make_backend(parse_backend(name));
+  } catch (const InputError& e) {
+    throw InputError(std::string("--backend: ") + e.what());
+  }
+}
 
 ModelSource resolve_model(const std::string& arg, int64_t layers) {
   ModelSource src;

@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include <memory>
+
+#include "backend/backend.h"
 #include "core/pool.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -15,6 +18,9 @@ struct ModelSource {
   bool has_weights = false;  // a directory with safetensors (else random init)
   std::string dir;           // the directory, if any
 };
+
+// The backend --backend names ("cpu"); InputError naming the flag for an unknown one.
+std::unique_ptr<Backend> backend_from_flag(const std::string& name);
 
 // Reads the config (and decides whether weights exist); `layers` > 0 overrides the layer
 // count (only for configs and presets, whose weights are random anyway).

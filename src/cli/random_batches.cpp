@@ -89,8 +89,13 @@ ParameterSet make_reference_weights(const ModelConfig& cfg, const ParameterSet& 
     const Tensor& src = model.get(ref.name(i));
     if (!dst.data || !src.data) continue;
     Rng rng(seed, "reference:" + ref.name(i));
-    for (int64_t j = 0; j < dst.numel(); ++j)
-      dst.f32()[j] = src.f32()[j] + (noise != 0.0f ? noise * rng.normal() : 0.0f);
+    // On the host, in bounded row blocks: download, add the noise, upload.
+    for_row_blocks(dst, int64_t{1} << 20, [&](int64_t r0, int64_t r1) {
+      std::vector<float> w = download_f32(src.slice_rows(r0, r1));
+      if (noise != 0.0f)
+        for (float& x : w) x += noise * rng.normal();
+      upload_f32(dst.slice_rows(r0, r1), w);
+    });
   }
   return ref;
 }

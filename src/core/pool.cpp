@@ -7,43 +7,34 @@
 
 namespace sbp {
 
-namespace {
-constexpr size_t kAlignment = 64;  // one cache line; also enough for AVX-512 loads
-
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-}  // namespace
-
 Buffer Pool::allocate(Category c, DType dt, Shape shape) {
   const int64_t bytes = shape.numel() * static_cast<int64_t>(dtype_size(dt));
   ledger_.allocate(c, bytes);  // throws past the budget, before anything is allocated
   void* data = nullptr;
-  if (opts_.materialize && bytes > 0) {
-    data = std::aligned_alloc(kAlignment, round_up(static_cast<size_t>(bytes), kAlignment));
+  if (memory_.holds_data() && bytes > 0) {
+    data = memory_.allocate_bytes(static_cast<size_t>(bytes));
     if (!data) {
       ledger_.release(c, bytes);
       throw OutOfMemoryError(c, bytes, ledger_.budget(), ledger_.live_breakdown());
     }
-    if (opts_.poison && dt == DType::F32) {
-      float* f = static_cast<float*>(data);
-      for (int64_t i = 0; i < shape.numel(); ++i) f[i] = NAN;
-    }
   }
   Buffer b;
-  b.t_ = Tensor(data, dt, shape);
+  b.t_ = Tensor(data, dt, shape, &memory_);
   b.pool_ = this;
   b.category_ = c;
   b.bytes_ = bytes;
+  if (opts_.poison && dt != DType::I32) memory_.poison(b.t_);
   return b;
 }
 
 Buffer Pool::zeros(Category c, DType dt, Shape shape) {
   Buffer b = allocate(c, dt, shape);
-  if (b.t_.data) std::memset(b.t_.data, 0, static_cast<size_t>(b.bytes_));
+  memory_.zero(b.t_);
   return b;
 }
 
 void Pool::release(Category c, void* data, int64_t bytes) {
-  std::free(data);
+  if (data) memory_.release_bytes(data, static_cast<size_t>(bytes));
   ledger_.release(c, bytes);
 }
 

@@ -1,10 +1,12 @@
 #pragma once
 // Pool and Buffer: every tensor the engine owns is a Buffer from a Pool, and every Pool
-// allocation is recorded in a Ledger under a category. A Pool that does not materialize
-// (the shape-only planner) records the same bytes but hands out null data pointers.
+// allocation is recorded in a Ledger under a category. A Pool allocates in one memory space (a
+// backend's, core/memory.h); one that holds no data (the shape-only planner's) records the same
+// bytes but hands out null data pointers.
 #include <cstdint>
 
 #include "core/ledger.h"
+#include "core/memory.h"
 #include "core/tensor.h"
 
 namespace sbp {
@@ -12,13 +14,13 @@ namespace sbp {
 class Buffer;
 
 struct PoolOptions {
-  bool materialize = true;  // false: shape-only (meta) pool, data pointers are null
-  bool poison = false;      // fill new F32 buffers with NaN to catch reads of unwritten memory
+  bool poison = false;  // fill new float buffers with NaN to catch reads of unwritten memory
 };
 
 class Pool {
  public:
-  explicit Pool(Ledger& ledger, PoolOptions opts = {}) : ledger_(ledger), opts_(opts) {}
+  Pool(Ledger& ledger, MemorySpace& memory, PoolOptions opts = {})
+      : ledger_(ledger), memory_(memory), opts_(opts) {}
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
@@ -27,12 +29,14 @@ class Pool {
   Buffer zeros(Category c, DType dt, Shape shape);
 
   Ledger& ledger() { return ledger_; }
-  bool materialize() const { return opts_.materialize; }
+  MemorySpace& memory() { return memory_; }
+  bool materialize() const { return memory_.holds_data(); }
 
  private:
   friend class Buffer;
   void release(Category c, void* data, int64_t bytes);
   Ledger& ledger_;
+  MemorySpace& memory_;
   PoolOptions opts_;
 };
 
@@ -48,8 +52,6 @@ class Buffer {
 
   const Tensor& view() const { return t_; }
   Tensor rows(int64_t begin, int64_t end) const { return t_.slice_rows(begin, end); }
-  float* f32() const { return t_.f32(); }
-  int32_t* i32() const { return t_.i32(); }
   bool defined() const { return pool_ != nullptr; }
   Category category() const { return category_; }
   void reset();  // releases now

@@ -12,6 +12,8 @@
 
 namespace sbp {
 
+class MemorySpace;  // core/memory.h
+
 struct Shape {
   static constexpr int kMaxDims = 4;
   int ndim = 0;
@@ -31,9 +33,13 @@ struct Tensor {
   void* data = nullptr;  // null for shape-only (meta) tensors
   DType dtype = DType::F32;
   Shape shape;
+  // The space whose memory holds the bytes (a Backend's, core/memory.h); only its operations
+  // and transfers touch them. nullptr: host memory of the caller's (a vector, a file buffer).
+  MemorySpace* memory = nullptr;
 
   Tensor() = default;
-  Tensor(void* d, DType dt, Shape s) : data(d), dtype(dt), shape(s) {}
+  Tensor(void* d, DType dt, Shape s, MemorySpace* m = nullptr)
+      : data(d), dtype(dt), shape(s), memory(m) {}
 
   bool defined() const { return shape.ndim > 0; }
   int64_t numel() const { return shape.numel(); }
@@ -41,6 +47,9 @@ struct Tensor {
   int64_t rows() const { return shape.ndim == 0 ? 0 : shape[0]; }
   int64_t cols() const;  // product of all dims but the first
 
+  // Typed pointers to the bytes: for host tensors, and for a backend's kernels on its own
+  // tensors (nothing else may dereference a backend's memory; the checking backend of the
+  // tests makes sure).
   float* f32() const {
     SBP_CHECK(dtype == DType::F32, "tensor is " + std::string(dtype_name(dtype)) + ", not F32");
     return static_cast<float*>(data);

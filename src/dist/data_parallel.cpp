@@ -75,16 +75,29 @@ void DataParallel::grads_begin(GradGroup group, int64_t layer) {
       grads_.attach(i, pool_.zeros(Category::grads, grad_dtype_, grads_.shape(i)));
 }
 
+namespace {
+
+// The floats a collective on t works on: t's own bytes where other code may address them (or
+// where there are none: a shape-only run moves nothing), else a host copy in `staged`.
+float* collective_data(const Tensor& t, std::vector<float>& staged) {
+  if (!t.memory || t.memory->host_addressable() || !t.memory->holds_data())
+    return static_cast<float*>(t.data);
+  staged = download_f32(t);
+  return staged.data();
+}
+
+}  // namespace
+
 void DataParallel::grads_final(GradGroup group, int64_t layer) {
   std::vector<Pending> issued;
   for (size_t i : groups_.of(group, layer)) {
     const Tensor& g = grads_.tensor(i);
-    float* data = static_cast<float*>(g.data);
     Pending p;
+    float* data = collective_data(g, p.staged);
     p.tensor = i;
     p.request = zero_ == 0 ? comm_.iallreduce_sum(data, g.numel())
                            : comm_.ireduce_scatter_sum(data, counts_[i]);
-    issued.push_back(p);
+    issued.push_back(std::move(p));  // moved: a staged copy keeps its address
     ++counters_.reductions;
     counters_.reduced_bytes += static_cast<int64_t>(g.nbytes());
   }
@@ -113,7 +126,18 @@ void DataParallel::complete_oldest_group() {
     const size_t i = p.tensor;
     const ShardRange& r = ranges_[i];
     const Tensor& g = grads_.tensor(i);
-    if (zero_ == 1 && g.data && r.offset > 0) {
+    if (!p.staged.empty()) {
+      // The reduced numbers from the host copy: zero 0 all of them, zero 1/2 this rank's slice,
+      // which arrives at the front (zero 1 puts it where it belongs, zero 2 adds it below).
+      const ShardRange got = zero_ == 0 ? ShardRange{0, g.numel()} : r;
+      const ShardRange to = zero_ == 1 ? r : ShardRange{0, got.count};
+      upload_f32(flat_slice(g, to),
+                 std::span<const float>(p.staged.data(), static_cast<size_t>(got.count)));
+      if (zero_ == 2) {
+        be_.add_inplace(shards_[i].view(), flat_slice(g, ShardRange{0, r.count}));
+        grads_.detach(i);
+      }
+    } else if (zero_ == 1 && g.data && r.offset > 0) {
       // The reduced slice arrives at the front of the buffer; put it where it belongs.
       char* base = static_cast<char*>(g.data);
       const size_t esize = dtype_size(g.dtype);
@@ -162,11 +186,15 @@ void DataParallel::update(const ParameterSet& weights, float lr) {
   for (size_t i = 0; i < grads_.size(); ++i) slices.push_back(owned_grad(i));
   sharded_->step(weights, slices, be_, lr);
   std::vector<Request> gathers;
+  std::vector<std::vector<float>> staged(weights.size());
   for (size_t i = 0; i < weights.size(); ++i) {
-    gathers.push_back(comm_.iallgather(static_cast<float*>(weights.tensor(i).data), counts_[i]));
+    gathers.push_back(comm_.iallgather(collective_data(weights.tensor(i), staged[i]), counts_[i]));
     ++counters_.gathers;
   }
-  for (Request& r : gathers) comm_.wait(r);
+  for (size_t i = 0; i < gathers.size(); ++i) {
+    comm_.wait(gathers[i]);
+    if (!staged[i].empty()) upload_f32(weights.tensor(i), staged[i]);
+  }
 }
 
 void DataParallel::save_optimizer(const std::string& dir) const {

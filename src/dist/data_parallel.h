@@ -91,6 +91,9 @@ class DataParallel : private GradHook {
     Request request;
     size_t tensor = 0;
     bool done = false;  // a test found it complete
+    // Memory a communicator cannot address (the checking backend's; a GPU's until NCCL): the
+    // collective works on this host copy, uploaded back when it completes.
+    std::vector<float> staged;
   };
   void grads_begin(GradGroup group, int64_t layer) override;
   void grads_final(GradGroup group, int64_t layer) override;

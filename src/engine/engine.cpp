@@ -9,9 +9,10 @@ namespace sbp {
 
 namespace {
 
-Buffer upload_i32(Pool& pool, const std::vector<int32_t>& v) {
+// A (n) I32 index table in the backend's memory.
+Buffer upload_table(Pool& pool, const std::vector<int32_t>& v) {
   Buffer b = pool.allocate(Category::other, DType::I32, {static_cast<int64_t>(v.size())});
-  if (b.view().data) std::copy(v.begin(), v.end(), b.i32());
+  upload_i32(b.view(), v);
   return b;
 }
 
@@ -41,11 +42,11 @@ struct Engine::Step {
 
   Step(const ModelConfig& cfg, Backend& be, Pool& pool, const Batch& batch) {
     batch.validate(cfg.vocab_size);
-    tokens = upload_i32(pool, batch.tokens);
-    targets = upload_i32(pool, batch.targets());
+    tokens = upload_table(pool, batch.tokens);
+    targets = upload_table(pool, batch.targets());
     const std::vector<int32_t> pos = batch.positions();
-    positions = upload_i32(pool, pos);
-    seg_start = upload_i32(pool, batch.segment_starts());
+    positions = upload_table(pool, pos);
+    seg_start = upload_table(pool, batch.segment_starts());
     const int64_t max_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
     rope = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
     const std::vector<float> inv_freq = cfg.rope_inv_freq();
@@ -220,7 +221,8 @@ Engine::TokenScores Engine::score(const Batch& batch) {
     if (be_.computes()) {
       const TokenChunk c = b.chunk();
       std::copy(c.logp.begin(), c.logp.end(), out.logp.begin() + s);
-      std::copy(best.i32(), best.i32() + n, out.argmax.begin() + s);
+      const std::vector<int32_t> am = download_i32(best.view());
+      std::copy(am.begin(), am.end(), out.argmax.begin() + s);
     }
   });
   return out;
@@ -265,8 +267,7 @@ std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t
                       static_cast<float>(cfg_.rms_norm_eps));
   Buffer logits = pool_.allocate(Category::logits, DType::F32, {n, V});  // (n, V)
   be_.gemm(logits.view(), hf.view(), false, weights_.views().lm_head, true, 1.0f, 0.0f);
-  if (be_.computes()) std::copy(logits.f32(), logits.f32() + n * V, out.begin());
-  return out;
+  return download_f32(logits.view());
 }
 
 }  // namespace sbp

@@ -2,17 +2,6 @@
 
 namespace sbp {
 
-namespace {
-std::span<const float> span_of(const Buffer& b, bool computes) {
-  if (!computes || !b.defined()) return {};
-  return {b.f32(), static_cast<size_t>(b.view().numel())};
-}
-std::span<float> mut_span_of(const Buffer& b, bool computes) {
-  if (!computes || !b.defined()) return {};
-  return {b.f32(), static_cast<size_t>(b.view().numel())};
-}
-}  // namespace
-
 HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const ModelTensors& W,
                      DType act, HeadKind kind, bool entropy, const Tensor& hidden,
                      const Tensor& targets, int64_t row_begin)
@@ -33,6 +22,7 @@ HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const Mode
     SBP_CHECK(W.score.defined(), "value objective on a model without a value head (score.weight)");
     out_ = pool.allocate(Category::logits, DType::F32, {n, 1});  // (n, 1)
     be.gemm(out_.view(), hf_.view(), false, W.score, true, 1.0f, 0.0f);
+    if (be.computes()) value_host_ = download_f32(out_.view());
     return;
   }
   SBP_CHECK(W.lm_head.defined(), "LM-head objective on a model without an LM head");
@@ -45,33 +35,36 @@ HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const Mode
     ent_ = pool.allocate(Category::other, DType::F32, {n});  // (n)
     be.softmax_entropy(ent_.view(), out_.view(), lse_.view());
   }
+  // The objective sees the block's per-row numbers in host memory: n floats each way.
+  if (be.computes()) {
+    logp_host_ = download_f32(logp_.view());
+    if (entropy_) ent_host_ = download_f32(ent_.view());
+  }
 }
 
 TokenChunk HeadBlock::chunk() const {
-  const bool c = be_.computes();
   TokenChunk t;
   t.row_begin = row_begin_;
-  if (kind_ == HeadKind::value) {
-    t.value = span_of(out_, c);
-  } else {
-    t.logp = span_of(logp_, c);
-    t.entropy = span_of(ent_, c);
-  }
+  t.value = value_host_;
+  t.logp = logp_host_;
+  t.entropy = ent_host_;
   return t;
 }
 
 TokenChunkGrads HeadBlock::alloc_grads() {
-  const bool c = be_.computes();
+  const size_t n = be_.computes() ? static_cast<size_t>(n_) : 0;
   dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
+  dlogp_host_.assign(n, 0.0f);
   TokenChunkGrads g;
   if (kind_ == HeadKind::value) {
-    g.dvalue = mut_span_of(dlogp_, c);
+    g.dvalue = dlogp_host_;
     return g;
   }
-  g.dlogp = mut_span_of(dlogp_, c);
+  g.dlogp = dlogp_host_;
   if (entropy_) {
     dent_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
-    g.dentropy = mut_span_of(dent_, c);
+    dent_host_.assign(n, 0.0f);
+    g.dentropy = dent_host_;
   }
   return g;
 }
@@ -80,6 +73,10 @@ void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
   const int64_t n = n_, d = cfg_.hidden_size;
   const Tensor W = kind_ == HeadKind::value ? W_.score : W_.lm_head;  // (V, d) or (1, d)
   const Tensor dW = kind_ == HeadKind::value ? G.score : G.lm_head;
+  if (be_.computes()) {  // the objective's gradients, into the backend's memory
+    upload_f32(dlogp_.view(), dlogp_host_);
+    if (dent_.defined()) upload_f32(dent_.view(), dent_host_);
+  }
   Tensor dout = out_.view();  // (n, V) dL/dlogits, written over the logits below
   if (kind_ == HeadKind::value) {
     dout = dlogp_.view().reshaped({n, 1});  // (n, 1) dL/dvalues
@@ -87,9 +84,7 @@ void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
     // Only take the entropy kernel when some dL/dentropy is non-zero: with a zero entropy
     // gradient it would give the same numbers, one exp per logit slower.
     bool entropy_grad = false;
-    if (entropy_ && be_.computes()) {
-      for (int64_t i = 0; i < n && !entropy_grad; ++i) entropy_grad = dent_.f32()[i] != 0.0f;
-    }
+    for (float g : dent_host_) entropy_grad = entropy_grad || g != 0.0f;
     if (entropy_grad) {
       be_.dlogits_entropy_inplace(out_.view(), lse_.view(), targets_, dlogp_.view(), ent_.view(),
                                   dent_.view());

@@ -7,6 +7,7 @@
 // (category `logits`; (n, 1) for a value head), a few (n) vectors, and dhf (n, d) fp32 during
 // the backward: exactly one head chunk, never (T, V) in chunked mode.
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/pool.h"
@@ -51,6 +52,10 @@ class HeadBlock {
   Buffer ent_;    // (n) F32      softmax entropy (if asked)
   Buffer dlogp_;  // (n) F32      objective's dL/dlogp; dL/dvalue for the value head
   Buffer dent_;   // (n) F32      objective's dL/dentropy
+  // The same per-row numbers in host memory, where the objective reads and writes them
+  // (downloaded after the forward, uploaded before the backward; empty without data).
+  std::vector<float> logp_host_, ent_host_, value_host_;  // (n)
+  std::vector<float> dlogp_host_, dent_host_;             // (n)
 };
 
 }  // namespace sbp

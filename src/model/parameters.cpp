@@ -136,21 +136,27 @@ void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& t = params.tensor(i);
     if (!t.data) continue;
-    float* p = t.f32();
     const std::string& n = params.name(i);
     // One independent stream per tensor, so adding a tensor does not shift the others.
     Rng rng(seed, n);
     const bool is_norm = n.find("norm") != std::string::npos;
     const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
-    for (int64_t j = 0; j < t.numel(); ++j) {
-      if (is_norm) {
-        p[j] = style == InitStyle::test ? 1.0f + 0.2f * rng.normal() : 1.0f;
-      } else if (is_bias) {
-        p[j] = style == InitStyle::test ? 0.1f * rng.normal() : 0.0f;
-      } else {
-        p[j] = std * rng.normal();
+    // Drawn on the host in row blocks of bounded size, then uploaded.
+    std::vector<float> p;
+    for_row_blocks(t, int64_t{1} << 20, [&](int64_t r0, int64_t r1) {
+      const Tensor rows = t.slice_rows(r0, r1);
+      p.resize(static_cast<size_t>(rows.numel()));
+      for (float& x : p) {
+        if (is_norm) {
+          x = style == InitStyle::test ? 1.0f + 0.2f * rng.normal() : 1.0f;
+        } else if (is_bias) {
+          x = style == InitStyle::test ? 0.1f * rng.normal() : 0.0f;
+        } else {
+          x = std * rng.normal();
+        }
       }
-    }
+      upload_f32(rows, p);
+    });
   }
 }
 

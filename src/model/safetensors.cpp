@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include "core/memory.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -16,6 +18,11 @@
 #include "core/error.h"
 
 namespace sbp {
+
+namespace {
+// Elements converted per piece when a tensor is read into, or written from, staging memory.
+constexpr int64_t kStageElems = int64_t{1} << 20;
+}  // namespace
 
 // The format stores little-endian data and we copy it without byte swapping.
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes little-endian");
@@ -369,7 +376,19 @@ void SafetensorsFile::read_range_into(const std::string& name, int64_t first,
             "safetensors: range of " + std::to_string(dst.numel()) + " elements at " +
                 std::to_string(first) + " outside tensor '" + name + "' " + e.shape.str());
   const unsigned char* src = data_ + e.begin + static_cast<uint64_t>(first) * dtype_size(e.dtype);
-  convert(src, e.dtype, static_cast<unsigned char*>(dst.data), dst.dtype, dst.numel());
+  if (!dst.memory) {  // host memory: convert straight into it
+    convert(src, e.dtype, static_cast<unsigned char*>(dst.data), dst.dtype, dst.numel());
+    return;
+  }
+  // A backend's memory: convert through a bounded host buffer, one upload per piece.
+  const Tensor flat = dst.reshaped({dst.numel()});
+  std::vector<unsigned char> stage;
+  for_row_blocks(flat, kStageElems, [&](int64_t i0, int64_t i1) {
+    stage.resize(static_cast<size_t>(i1 - i0) * dtype_size(dst.dtype));
+    convert(src + static_cast<size_t>(i0) * dtype_size(e.dtype), e.dtype, stage.data(), dst.dtype,
+            i1 - i0);
+    dst.memory->upload(flat.slice_rows(i0, i1), stage.data());
+  });
 }
 
 // ---- writing ---------------------------------------------------------------------------------
@@ -442,23 +461,27 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   try {
     write_all(fd, &n, 8, tmp);
     write_all(fd, hs.data(), hs.size(), tmp);
-    // Convert through a bounded staging buffer so writing never doubles the memory use.
-    constexpr int64_t kStageElems = int64_t{1} << 20;
-    std::vector<unsigned char> stage;
+    // Convert through bounded staging buffers so writing never doubles the memory use; a
+    // backend's tensors are downloaded a piece at a time.
+    std::vector<unsigned char> raw, stage;
     for (const NamedTensor& t : tensors) {
-      const auto* src = static_cast<const unsigned char*>(t.tensor.data);
-      const int64_t total = t.tensor.numel();
-      if (t.tensor.dtype == dtype) {
-        write_all(fd, src, static_cast<size_t>(total) * dtype_size(dtype), tmp);
-        continue;
-      }
-      stage.resize(static_cast<size_t>(std::min(total, kStageElems)) * dtype_size(dtype));
-      for (int64_t i = 0; i < total; i += kStageElems) {
-        const int64_t m = std::min(kStageElems, total - i);
-        convert(src + static_cast<size_t>(i) * dtype_size(t.tensor.dtype), t.tensor.dtype,
-                stage.data(), dtype, m);
-        write_all(fd, stage.data(), static_cast<size_t>(m) * dtype_size(dtype), tmp);
-      }
+      const Tensor flat = t.tensor.reshaped({t.tensor.numel()});
+      for_row_blocks(flat, kStageElems, [&](int64_t i0, int64_t i1) {
+        const Tensor piece = flat.slice_rows(i0, i1);
+        const unsigned char* src = static_cast<const unsigned char*>(piece.data);
+        if (piece.memory) {
+          raw.resize(piece.nbytes());
+          piece.memory->download(raw.data(), piece);
+          src = raw.data();
+        }
+        if (piece.dtype == dtype) {
+          write_all(fd, src, piece.nbytes(), tmp);
+          return;
+        }
+        stage.resize(static_cast<size_t>(i1 - i0) * dtype_size(dtype));
+        convert(src, piece.dtype, stage.data(), dtype, i1 - i0);
+        write_all(fd, stage.data(), stage.size(), tmp);
+      });
     }
     if (::fsync(fd) != 0) throw InputError(tmp + ": fsync failed: " + errno_text());
     const int rc = ::close(fd);

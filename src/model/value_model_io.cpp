@@ -94,7 +94,9 @@ void load_value_weights(const std::string& dir, const ModelConfig& cfg, Paramete
       continue;
     }
     Rng rng(seed, params.name(i));  // the missing head, as init_parameters would draw it
-    for (int64_t j = 0; j < t.numel(); ++j) t.f32()[j] = head_std * rng.normal();
+    std::vector<float> head(static_cast<size_t>(t.numel()));
+    for (float& x : head) x = head_std * rng.normal();
+    upload_f32(t, head);
   }
 }
 

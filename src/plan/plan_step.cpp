@@ -70,8 +70,8 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                       const ExecConfig& exec, const StepBatches& step,
                       const StepMemoryOptions& mem) {
   Ledger ledger(mem.budget);
-  Pool pool(ledger, PoolOptions{.materialize = false});
   MetaBackend be;
+  Pool pool(ledger, be);
   ShapeOnlyCommunicator comm(0, mem.ranks);
   const AdamWConfig optim;
   ModelSet models(objective, cfg, pool, be,

@@ -85,9 +85,9 @@ int run_demo(const DemoOptions& o) {
   exec.head_chunk = o.head_chunk;
 
   Ledger ledger;
-  Pool pool(ledger);
   const std::unique_ptr<Backend> backend = make_backend(BackendSpec{});
   Backend& be = *backend;
+  Pool pool(ledger, be);
   // An SFT run's models (weights, gradients, AdamW moments) and its step runner, as `train`
   // builds them.
   const ObjectiveSetup sft;

@@ -86,7 +86,8 @@ Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& 
       comm_(comm),
       log_{comm.rank() == 0},
       t_start_(Clock::now()),
-      setup_(c.objective_setup()) {
+      setup_(c.objective_setup()),
+      be_(make_backend(c.backend)) {
   load_inputs(resume);
   plan_schedule();
   build_models();
@@ -157,7 +158,6 @@ void Trainer::plan_schedule() {
 // the objective holds: fp32 weights, gradients and AdamW moments, as the ranks and dist.zero
 // divide them (step/model_set.h).
 void Trainer::build_models() {
-  be_ = make_backend(c_.backend);
   exec_ = c_.exec();
   if (c_.layer_chunk == 0 || c_.head_chunk == 0) {
     const ResolvedChunks rc = resolve_auto_chunks(c_, cfg_, exec_, comm_.size());

@@ -58,6 +58,7 @@ class Trainer {
   StepBatches next_step_batches();
   StepResult gradients(const StepBatches& step);
   ModelSet& models() { return *models_; }
+  Backend& backend() { return *be_; }
   const ExecConfig& exec() const { return exec_; }
 
  private:
@@ -103,7 +104,7 @@ class Trainer {
   DType save_dtype_ = DType::F32;
   std::unique_ptr<Backend> be_;
   Ledger ledger_;
-  Pool pool_{ledger_};
+  Pool pool_{ledger_, *be_};  // in the backend's memory (be_ is made first)
   ExecConfig exec_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<StepRunner> runner_;

@@ -1,13 +1,16 @@
 #include <gtest/gtest.h>
 
+#include "backend/meta/meta_backend.h"
 #include "core/pool.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
 
 TEST(Ledger, TracksLivePeakAndBreakdownAtPeak) {
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   Buffer w = pool.allocate(Category::weights, DType::F32, {100});
   {
     Buffer a = pool.allocate(Category::layer_workspace, DType::F32, {50});
@@ -26,7 +29,8 @@ TEST(Ledger, TracksLivePeakAndBreakdownAtPeak) {
 
 TEST(Ledger, BudgetGivesOutOfMemoryNamingTheCategory) {
   Ledger ledger(1000);
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   Buffer w = pool.allocate(Category::weights, DType::F32, {200});
   try {
     Buffer big = pool.allocate(Category::logits, DType::F32, {100});
@@ -41,7 +45,8 @@ TEST(Ledger, BudgetGivesOutOfMemoryNamingTheCategory) {
 
 TEST(Pool, MetaPoolRecordsBytesWithoutMemory) {
   Ledger ledger;
-  Pool pool(ledger, PoolOptions{.materialize = false});
+  MetaBackend shape_only;
+  Pool pool(ledger, shape_only);
   Buffer b = pool.allocate(Category::checkpoints, DType::BF16, {1 << 20, 1 << 10});
   EXPECT_EQ(b.view().data, nullptr);
   EXPECT_EQ(ledger.live(), int64_t{2} << 30);
@@ -49,12 +54,14 @@ TEST(Pool, MetaPoolRecordsBytesWithoutMemory) {
 
 TEST(Tensor, SliceRowsIsAView) {
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   Buffer b = pool.zeros(Category::other, DType::F32, {4, 3});
   Tensor r = b.rows(1, 3);
   EXPECT_EQ(r.shape, Shape({2, 3}));
-  r.f32()[0] = 5.0f;
-  EXPECT_EQ(b.f32()[3], 5.0f);
+  upload_f32(r.slice_rows(0, 1), std::vector<float>{5.0f, 6.0f, 7.0f});
+  EXPECT_EQ(download_f32(b.view())[3], 5.0f);  // row 1 of b
+  EXPECT_EQ(download_f32(b.view())[5], 7.0f);
   EXPECT_THROW(b.rows(3, 5), ShapeError);
 }
 

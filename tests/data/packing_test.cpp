@@ -91,8 +91,9 @@ TEST(Packing, PackedExamplesDoNotAttendToEachOther) {
   const ModelConfig cfg =
       ModelConfig::from_file(test::source_dir() + "/examples/tiny-chat/config.json");
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 11, InitStyle::test);
   ExecConfig exec = parse_mode("stream");

@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+  return a.numel() == b.numel() && test::bytes_of(a) == test::bytes_of(b);
 }
 
 TEST(ShardRange, SlicesAreContiguousBalancedAndCoverTheTensor) {
@@ -42,8 +42,9 @@ TEST(ShardRange, SlicesAreContiguousBalancedAndCoverTheTensor) {
 struct Model {
   ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
-  Pool pool{ledger};
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool{ledger, be};
 };
 
 void fill_random(const ParameterSet& p, uint64_t seed, float scale) {

@@ -15,6 +15,7 @@
 #include "model/value_model_io.h"
 #include "objective/ppo.h"
 #include "objective/sft.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -37,7 +38,7 @@ std::vector<std::string> expected_events(int64_t layers, bool tied) {
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+  return a.numel() == b.numel() && test::bytes_of(a) == test::bytes_of(b);
 }
 
 // Binds a group's gradient buffers at "begin" and, at "final", adds them into a persistent
@@ -78,8 +79,9 @@ TEST_F(GradHookEvents, EachGroupOpensAndClosesOncePerCallInEveryModeAndChunking)
     cfg.tie_word_embeddings = tied;
     cfg.num_hidden_layers = 3;
     Ledger ledger;
-    Pool pool(ledger);
-    CpuBackend be;
+    const std::unique_ptr<Backend> backend_ = test::backend();
+    Backend& be = *backend_;
+    Pool pool(ledger, be);
     ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
     init_parameters(w, 3, InitStyle::test, 0.2f);
     const Batch b = cli::random_batch(cfg.vocab_size, 23, 3, 5, true);
@@ -121,8 +123,9 @@ TEST_F(GradHookEvents, ValueHeadsCloseTheEmbeddingAfterItsOwnBackward) {
   ModelConfig cfg = preset_config("tiny-qwen2");  // tied: a value model still has no LM head
   ASSERT_TRUE(cfg.tie_word_embeddings);
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet vm = make_value_parameters(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(vm, 8, InitStyle::test, 0.2f);
   const Batch b = cli::random_objective_batch(ObjectiveKind::ppo, 0, cfg.vocab_size, 20, 2, 4);

@@ -42,7 +42,8 @@ class ModeEquality : public ::testing::TestWithParam<size_t> {};
 TEST_P(ModeEquality, EveryModeMatchesBase) {
   const Case c = cases()[GetParam()];
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   ParameterSet w(c.cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 7, InitStyle::test, 0.2f);
   const int64_t T = 41;
@@ -51,7 +52,7 @@ TEST_P(ModeEquality, EveryModeMatchesBase) {
         cli::random_batch(c.cfg.vocab_size, T, segments, 11 + segments, segments > 1);
     cli::GradcheckOptions opts;
     opts.modes = test::equality_modes(T, {{T - 1, 2}});
-    const cli::GradcheckResult r = cli::run_gradcheck(c.cfg, w, batch, opts);
+    const cli::GradcheckResult r = cli::run_gradcheck(*backend_, c.cfg, w, batch, opts);
     EXPECT_GT(r.base_loss, 0.0);
     for (const cli::ModeResult& m : r.modes) {
       EXPECT_LT(m.max_rel_err, 1e-5)

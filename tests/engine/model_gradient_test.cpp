@@ -20,8 +20,9 @@ namespace {
 struct SmallModel {
   ModelConfig cfg;
   Ledger ledger;
-  Pool pool{ledger};
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool{ledger, be};
   ParameterSet w;
   explicit SmallModel(const std::string& preset) : cfg(preset_config(preset)) {
     w = ParameterSet(cfg, pool, Category::weights, DType::F32, false);
@@ -49,10 +50,9 @@ TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
     Rng rng(99);
     for (size_t i = 0; i < m.w.size(); ++i) {
       const Tensor& p = m.w.tensor(i);
-      const Tensor& gi = g.tensor(i);
+      const std::vector<float> gi = download_f32(g.tensor(i));
       double gnorm = 0;
-      for (int64_t j = 0; j < gi.numel(); ++j)
-        gnorm += static_cast<double>(gi.f32()[j]) * gi.f32()[j];
+      for (float x : gi) gnorm += static_cast<double>(x) * x;
       gnorm = std::sqrt(gnorm);
       ASSERT_GT(gnorm, 0.0) << preset << " " << m.w.name(i) << " has a zero gradient";
       // Two directions: along the analytic gradient, and a random one.
@@ -60,24 +60,27 @@ TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
       for (int dir = 0; dir < 2; ++dir) {
         double unorm = 0;
         for (int64_t j = 0; j < p.numel(); ++j) {
-          u[j] = dir == 0 ? gi.f32()[j] : rng.normal();
+          u[j] = dir == 0 ? gi[j] : rng.normal();
           unorm += u[j] * u[j];
         }
         unorm = std::sqrt(unorm);
         double analytic = 0;
         for (int64_t j = 0; j < p.numel(); ++j) {
           u[j] /= unorm;
-          analytic += u[j] * gi.f32()[j];
+          analytic += u[j] * gi[j];
         }
         const double h = 1e-2;
-        std::vector<float> saved(p.f32(), p.f32() + p.numel());
-        for (int64_t j = 0; j < p.numel(); ++j)
-          p.f32()[j] = saved[j] + static_cast<float>(h * u[j]);
+        const std::vector<float> saved = download_f32(p);
+        std::vector<float> moved(saved.size());
+        for (size_t j = 0; j < saved.size(); ++j)
+          moved[j] = saved[j] + static_cast<float>(h * u[j]);
+        upload_f32(p, moved);
         const double lp = m.loss(b, parse_mode("stream"));
-        for (int64_t j = 0; j < p.numel(); ++j)
-          p.f32()[j] = saved[j] - static_cast<float>(h * u[j]);
+        for (size_t j = 0; j < saved.size(); ++j)
+          moved[j] = saved[j] - static_cast<float>(h * u[j]);
+        upload_f32(p, moved);
         const double lm = m.loss(b, parse_mode("stream"));
-        std::copy(saved.begin(), saved.end(), p.f32());
+        upload_f32(p, saved);
         const double fd = (lp - lm) / (2 * h);
         // fp32 forward: loss rounding ~1e-6 over a step of 1e-2 bounds the FD error ~1e-4
         // absolute, plus O(h^2) curvature; relative to the tensor's gradient norm.
@@ -135,15 +138,15 @@ TEST(ModelGradient, SameInputsSameBits) {
   m.loss(b, exec, &g1);
   m.loss(b, exec, &g2);
   for (size_t i = 0; i < g1.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(g1.tensor(i).data, g2.tensor(i).data, g1.tensor(i).nbytes()))
-        << g1.name(i);
+    EXPECT_EQ(test::bytes_of(g1.tensor(i)), test::bytes_of(g2.tensor(i))) << g1.name(i);
 }
 
 TEST(ModelGradient, BudgetTooSmallGivesOutOfMemoryNotACrash) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 1, InitStyle::hf);
   ParameterSet g(cfg, pool, Category::grads, DType::F32, true);

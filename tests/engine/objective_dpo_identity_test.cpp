@@ -20,8 +20,9 @@ namespace {
 struct Fixture {
   ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
-  Pool pool{ledger};
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool{ledger, be};
   ParameterSet w;
   Batch batch;
   Fixture() {
@@ -75,12 +76,13 @@ TEST(DpoIdentity, PolicyEqualsReferenceGivesLog2AndTheSftGradient) {
     EXPECT_NEAR(m.at("rewards/margins"), 0.0, 1e-6);
     // dL/dz = -beta / 2 per pair, mean over P pairs: grad = (beta / 2P) (g_c - g_r).
     for (size_t i = 0; i < g.size(); ++i) {
-      const Tensor& t = g.tensor(i);
-      std::vector<float> want(static_cast<size_t>(t.numel()));
-      for (int64_t j = 0; j < t.numel(); ++j)
-        want[static_cast<size_t>(j)] = static_cast<float>(
-            beta / (2 * P) * (static_cast<double>(gc.tensor(i).f32()[j]) - gr.tensor(i).f32()[j]));
-      EXPECT_LT(test::rel_err(t.f32(), want.data(), t.numel()), 1e-5) << mode << " " << g.name(i);
+      const std::vector<float> got = download_f32(g.tensor(i));
+      const std::vector<float> c = download_f32(gc.tensor(i)), r = download_f32(gr.tensor(i));
+      std::vector<float> want(got.size());
+      for (size_t j = 0; j < want.size(); ++j)
+        want[j] = static_cast<float>(beta / (2 * P) * (static_cast<double>(c[j]) - r[j]));
+      EXPECT_LT(test::rel_err(got.data(), want.data(), g.tensor(i).numel()), 1e-5)
+          << mode << " " << g.name(i);
     }
   }
 }
@@ -116,21 +118,26 @@ TEST(DpoIdentity, DirectionalFiniteDifferences) {
     double analytic = 0, norm = 0;
     for (size_t i = 0; i < f.w.size(); ++i) {
       const Tensor& p = f.w.tensor(i);
-      saved[i].assign(p.f32(), p.f32() + p.numel());
+      saved[i] = download_f32(p);
       for (int64_t j = 0; j < p.numel(); ++j) u[i].push_back(rng.normal());
     }
     for (auto& v : u)
       for (float x : v) norm += static_cast<double>(x) * x;
     norm = std::sqrt(norm);
-    for (size_t i = 0; i < f.w.size(); ++i)
+    for (size_t i = 0; i < f.w.size(); ++i) {
+      const std::vector<float> gi = download_f32(g.tensor(i));
       for (size_t j = 0; j < u[i].size(); ++j) {
         u[i][j] = static_cast<float>(u[i][j] / norm);
-        analytic += static_cast<double>(u[i][j]) * g.tensor(i).f32()[j];
+        analytic += static_cast<double>(u[i][j]) * gi[j];
       }
+    }
     auto shifted = [&](double h) {
-      for (size_t i = 0; i < f.w.size(); ++i)
+      for (size_t i = 0; i < f.w.size(); ++i) {
+        std::vector<float> moved(saved[i].size());
         for (size_t j = 0; j < u[i].size(); ++j)
-          f.w.tensor(i).f32()[j] = saved[i][j] + static_cast<float>(h * u[i][j]);
+          moved[j] = saved[i][j] + static_cast<float>(h * u[i][j]);
+        upload_f32(f.w.tensor(i), moved);
+      }
       return dpo_loss(f, ref_logp, cfg);
     };
     const double h = 1e-2;

@@ -79,7 +79,8 @@ TEST_P(ObjectiveModeEquality, EveryModeMatchesBase) {
   const Case c = cases()[GetParam()];
   const ModelConfig cfg = preset_config(c.preset);
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 7, InitStyle::test, 0.2f);
   const int64_t T = 41;
@@ -89,7 +90,7 @@ TEST_P(ObjectiveModeEquality, EveryModeMatchesBase) {
     cli::GradcheckOptions opts = c.options;
     opts.modes = test::equality_modes(T);
     opts.seed = 17;
-    const cli::GradcheckResult r = cli::run_gradcheck(cfg, w, batch, opts);
+    const cli::GradcheckResult r = cli::run_gradcheck(*backend_, cfg, w, batch, opts);
     EXPECT_TRUE(std::isfinite(r.base_loss)) << c.name;
     EXPECT_NE(r.base_loss, 0.0) << c.name;
     for (const cli::ModeResult& m : r.modes) {

@@ -41,8 +41,9 @@ std::string root() { return test::source_dir() + "/tests/fixtures/objectives"; }
 struct Models {
   ModelConfig cfg = load_config(root() + "/models/policy");
   Ledger ledger;
-  Pool pool{ledger};
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool{ledger, be};
   ParameterSet policy, reference, value;
   Models() {
     policy = ParameterSet(cfg, pool, Category::weights, DType::F32, false);
@@ -102,7 +103,8 @@ void expect_grads(const ParameterSet& g, const SafetensorsFile& want, const std:
     ASSERT_NE(e, nullptr) << what << ": no expected gradient for " << name;
     std::vector<float> ref(static_cast<size_t>(g.tensor(i).numel()));
     want.read_into(name, Tensor(ref.data(), DType::F32, g.tensor(i).shape));
-    EXPECT_LT(test::rel_err(g.tensor(i).f32(), ref.data(), g.tensor(i).numel()), kTol)
+    EXPECT_LT(test::rel_err(download_f32(g.tensor(i)).data(), ref.data(), g.tensor(i).numel()),
+              kTol)
         << what << " " << name;
   }
 }

@@ -18,8 +18,9 @@ namespace {
 TEST(ReferenceModel, EqualsScoringItsOwnWeights) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet policy(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(policy, 2, InitStyle::test, 0.2f);
   const ParameterSet ref_w = cli::make_reference_weights(cfg, policy, pool, 0.05f, 9);
@@ -71,8 +72,9 @@ TEST(ReferenceModel, EqualsScoringItsOwnWeights) {
 TEST(ReferenceModel, HoldsNoGradientStateAndOneHeadChunk) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 2, InitStyle::test, 0.2f);
   const int64_t T = 96, c = 16, hc = 8, d = cfg.hidden_size, V = cfg.vocab_size;
@@ -103,8 +105,9 @@ TEST(ReferenceModel, HoldsNoGradientStateAndOneHeadChunk) {
 TEST(ReferenceModel, GrpoWithoutKlNeedsNoReference) {
   const ModelConfig cfg = preset_config("tiny-qwen2");
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 2, InitStyle::test, 0.2f);
   ObjectiveSetup s;

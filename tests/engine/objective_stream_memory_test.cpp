@@ -11,6 +11,7 @@
 #include "cli/random_batches.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -23,10 +24,10 @@ struct Step {
 Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const MicroBatch& mb,
              const ExecConfig& exec, bool meta) {
   Ledger ledger;
-  Pool pool(ledger, PoolOptions{.materialize = !meta});
-  CpuBackend cpu;
+  const std::unique_ptr<Backend> cpu = test::backend();
   MetaBackend shapes;
-  Backend& be = meta ? static_cast<Backend&>(shapes) : cpu;
+  Backend& be = meta ? static_cast<Backend&>(shapes) : *cpu;
+  Pool pool(ledger, be);
   ModelSet models(s, cfg, pool, be, ModelSetOptions{});
   if (!meta) {
     init_parameters(models.policy_weights(), 1, InitStyle::test, 0.2f);

@@ -35,8 +35,9 @@ TEST(ValueHead, ParameterLayout) {
 TEST(ValueHead, ValuesEqualTheLmHeadRowOfTheSameVector) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet lm(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(lm, 3, InitStyle::test, 0.2f);
   ParameterSet vm = make_value_parameters(cfg, pool, Category::weights, DType::F32, false);
@@ -45,7 +46,7 @@ TEST(ValueHead, ValuesEqualTheLmHeadRowOfTheSameVector) {
     const Tensor& dst = vm.tensor(i);
     const Tensor src = vm.name(i) == "score.weight" ? lm.get("lm_head.weight").slice_rows(k, k + 1)
                                                     : lm.get(vm.name(i));
-    std::copy(src.f32(), src.f32() + dst.numel(), dst.f32());
+    be.copy(dst, src);
   }
   const Batch batch = cli::random_batch(cfg.vocab_size, 40, 3, 5, false);
   ExecConfig exec = parse_mode("stream");
@@ -84,8 +85,9 @@ double value_loss(const ModelConfig& cfg, const ParameterSet& vm, Backend& be, P
 TEST(ValueHead, GradientsPassDirectionalFiniteDifferences) {
   const ModelConfig cfg = preset_config("tiny-qwen2");
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet vm = make_value_parameters(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(vm, 8, InitStyle::test, 0.2f);
   const Batch b = cli::random_objective_batch(ObjectiveKind::ppo, 0, cfg.vocab_size, 36, 3, 4);
@@ -105,21 +107,23 @@ TEST(ValueHead, GradientsPassDirectionalFiniteDifferences) {
   Engine(cfg, vm, be, pool, parse_mode("stream")).forward_backward(b, obj, g);
   for (size_t i = 0; i < vm.size(); ++i) {
     const Tensor& p = vm.tensor(i);
-    const Tensor& gi = g.tensor(i);
+    const std::vector<float> gi = download_f32(g.tensor(i));
     double gnorm = 0;
-    for (int64_t j = 0; j < gi.numel(); ++j)
-      gnorm += static_cast<double>(gi.f32()[j]) * gi.f32()[j];
+    for (float x : gi) gnorm += static_cast<double>(x) * x;
     gnorm = std::sqrt(gnorm);
     ASSERT_GT(gnorm, 0.0) << vm.name(i);
-    std::vector<float> saved(p.f32(), p.f32() + p.numel());
+    const std::vector<float> saved = download_f32(p);
+    std::vector<float> moved(saved.size());
     const double h = 1e-2;
-    for (int64_t j = 0; j < p.numel(); ++j)
-      p.f32()[j] = saved[j] + static_cast<float>(h * gi.f32()[j] / gnorm);
+    for (size_t j = 0; j < saved.size(); ++j)
+      moved[j] = saved[j] + static_cast<float>(h * gi[j] / gnorm);
+    upload_f32(p, moved);
     const double up = value_loss(cfg, vm, be, pool, b, ret, vold, pc);
-    for (int64_t j = 0; j < p.numel(); ++j)
-      p.f32()[j] = saved[j] - static_cast<float>(h * gi.f32()[j] / gnorm);
+    for (size_t j = 0; j < saved.size(); ++j)
+      moved[j] = saved[j] - static_cast<float>(h * gi[j] / gnorm);
+    upload_f32(p, moved);
     const double down = value_loss(cfg, vm, be, pool, b, ret, vold, pc);
-    std::copy(saved.begin(), saved.end(), p.f32());
+    upload_f32(p, saved);
     EXPECT_NEAR((up - down) / (2 * h), gnorm, 2e-2 * gnorm + 1e-5) << vm.name(i);
   }
 }
@@ -129,12 +133,13 @@ TEST(ValueHead, LoadsAValueCheckpoint) {
   const std::string policy_dir = test::source_dir() + "/tests/fixtures/objectives/models/policy";
   const ModelConfig cfg = load_config(dir);
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   ParameterSet vm = make_value_parameters(cfg, pool, Category::weights, DType::F32, false);
   load_value_weights(dir, cfg, vm);
   const Tensor& score = vm.get("score.weight");
   double ss = 0;
-  for (int64_t j = 0; j < score.numel(); ++j) ss += std::fabs(score.f32()[j]);
+  for (float x : download_f32(score)) ss += std::fabs(x);
   EXPECT_GT(ss, 0.0);
   // A causal-LM checkpoint has no value head: an error naming it, unless asked to draw one.
   try {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/meta/meta_backend.h"
 #include "model/safetensors.h"
 #include "support/test_support.h"
 
@@ -28,8 +29,10 @@ ParameterSet random_params(const ModelConfig& cfg, Pool& pool, uint64_t seed,
   if (dt == DType::F32) return p;
   ParameterSet q(cfg, pool, Category::weights, dt, false);
   for (size_t i = 0; i < p.size(); ++i) {
-    auto* dst = static_cast<uint16_t*>(q.tensor(i).data);
-    for (int64_t j = 0; j < p.tensor(i).numel(); ++j) dst[j] = f32_to_bf16(p.tensor(i).f32()[j]);
+    const std::vector<float> v = download_f32(p.tensor(i));
+    std::vector<uint16_t> bits(v.size());
+    for (size_t j = 0; j < v.size(); ++j) bits[j] = f32_to_bf16(v[j]);
+    q.tensor(i).memory->upload(q.tensor(i), bits.data());
   }
   return q;
 }
@@ -45,7 +48,7 @@ bool bitwise_equal(const ParameterSet& a, const ParameterSet& b) {
   for (size_t i = 0; i < a.size(); ++i) {
     if (a.name(i) != b.name(i) || a.tensor(i).shape != b.tensor(i).shape ||
         a.tensor(i).dtype != b.tensor(i).dtype ||
-        std::memcmp(a.tensor(i).data, b.tensor(i).data, a.tensor(i).nbytes()) != 0)
+        test::bytes_of(a.tensor(i)) != test::bytes_of(b.tensor(i)))
       return false;
   }
   return true;
@@ -63,7 +66,8 @@ void write_model(const std::string& dir, const ModelConfig& cfg,
 void expect_load_error(const std::string& dir, const ModelConfig& cfg,
                        std::initializer_list<std::string> parts) {
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   ParameterSet p(cfg, pool, Category::weights, DType::F32, true);
   try {
     load_weights(dir, cfg, p);
@@ -86,7 +90,8 @@ class ShardedRoundTrip : public ::testing::TestWithParam<const char*> {};
 TEST_P(ShardedRoundTrip, SaveThenLoadIsBitExact) {
   const ModelConfig cfg = preset_config(GetParam());
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   const ParameterSet params = random_params(cfg, pool, 11);
   test::TempDir tmp;
   const std::string dir = tmp.file("model");
@@ -142,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(Presets, ShardedRoundTrip,
 TEST(CheckpointIo, Bf16SingleFileRoundTrip) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   const ParameterSet params = random_params(cfg, pool, 5);
   test::TempDir tmp;
   const std::string dir = tmp.file("m") + "/";  // a trailing slash must not matter
@@ -157,9 +163,8 @@ TEST(CheckpointIo, Bf16SingleFileRoundTrip) {
   load_weights(dir, cfg, f32);
   const ParameterSet want = random_params(cfg, pool, 5, DType::BF16);
   for (size_t i = 0; i < f32.size(); ++i) {
-    const auto* w = static_cast<const uint16_t*>(want.tensor(i).data);
-    for (int64_t j = 0; j < f32.tensor(i).numel(); ++j)
-      ASSERT_EQ(f32.tensor(i).f32()[j], bf16_to_f32(w[j])) << f32.name(i) << " " << j;
+    const std::vector<float> got = download_f32(f32.tensor(i)), w = download_f32(want.tensor(i));
+    for (size_t j = 0; j < got.size(); ++j) ASSERT_EQ(got[j], w[j]) << f32.name(i) << " " << j;
   }
   ParameterSet b16(cfg, pool, Category::weights, DType::BF16, true);
   load_weights(dir, cfg, b16);
@@ -173,11 +178,13 @@ TEST(CheckpointIo, Bf16SingleFileRoundTrip) {
 TEST(CheckpointIo, ShapeOnlyParametersAreValidatedNotRead) {
   const ModelConfig cfg = preset_config("tiny-llama");
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   test::TempDir tmp;
   save_model_dir(tmp.file("m"), cfg, random_params(cfg, pool, 3), DType::BF16);
   Ledger meta_ledger;
-  Pool meta(meta_ledger, PoolOptions{.materialize = false});
+  MetaBackend shape_only;
+  Pool meta(meta_ledger, shape_only);
   ParameterSet shapes(cfg, meta, Category::weights, DType::BF16, false);
   EXPECT_NO_THROW(load_weights(tmp.file("m"), cfg, shapes));
   ModelConfig other = cfg;
@@ -189,7 +196,8 @@ TEST(CheckpointIo, ShapeOnlyParametersAreValidatedNotRead) {
 TEST(CheckpointIo, ReplacesAModelDirectoryButNothingElse) {
   const ModelConfig cfg = preset_config("tiny-qwen2");
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   const ParameterSet a = random_params(cfg, pool, 1);
   const ParameterSet b = random_params(cfg, pool, 2);
   test::TempDir tmp;
@@ -235,8 +243,9 @@ TEST(CheckpointIo, ReplacesAModelDirectoryButNothingElse) {
 
 class CheckpointBad : public ::testing::Test {
  protected:
-  CheckpointBad() : pool(ledger), params(random_params(cfg, pool, 9)) {}
+  CheckpointBad() : pool(ledger, *backend_), params(random_params(cfg, pool, 9)) {}
   ModelConfig cfg = preset_config("tiny-qwen3");
+  const std::unique_ptr<Backend> backend_ = test::backend();
   Ledger ledger;
   Pool pool;
   ParameterSet params;
@@ -342,7 +351,8 @@ TEST(CheckpointIo, TiedModelMayCarryAnIdenticalLmHead) {
   const ModelConfig cfg = preset_config("tiny-qwen2");
   ASSERT_TRUE(cfg.tie_word_embeddings);
   Ledger ledger;
-  Pool pool(ledger);
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
   const ParameterSet params = random_params(cfg, pool, 4);
   test::TempDir tmp;
   const Tensor embed = params.get("model.embed_tokens.weight");
@@ -357,8 +367,9 @@ TEST(CheckpointIo, TiedModelMayCarryAnIdenticalLmHead) {
 
   // One element different: the file is not a tied model, refuse it.
   Buffer head = pool.allocate(Category::other, DType::F32, embed.shape);
-  std::memcpy(head.view().data, embed.data, embed.nbytes());
-  head.f32()[embed.numel() - 1] += 1.0f;
+  std::vector<float> changed = download_f32(embed);
+  changed.back() += 1.0f;
+  upload_f32(head.view(), changed);
   t.back().tensor = head.view();
   write_model(tmp.file("diff"), cfg, t);
   expect_load_error(tmp.file("diff"), cfg,

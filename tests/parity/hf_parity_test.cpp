@@ -132,7 +132,9 @@ struct Fixture {
   }
   std::string dir;
   Ledger ledger;
-  Pool pool{ledger};
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool{ledger, be};
   ModelConfig cfg;
   ParameterSet weights;
   Batch batch;
@@ -229,7 +231,7 @@ TEST_P(HfParity, LogitsMatch) {
     for (const json& v : r["values"]) want.push_back(v.get<float>());
   }
   ASSERT_FALSE(rows.empty());
-  CpuBackend be;
+  Backend& be = f.be;
   const int64_t T = f.batch.size(), V = f.cfg.vocab_size;
   double worst = 0.0;
   for (const ExecConfig& e :
@@ -251,7 +253,7 @@ TEST_P(HfParity, LogitsMatch) {
 TEST_P(HfParity, ScoreLogprobsMatch) {
   Fixture f(GetParam());
   const std::vector<float> want = flatten_logprobs(f.expected["logprobs"]);
-  CpuBackend be;
+  Backend& be = f.be;
   for (const ExecConfig& e : {mode("stream", 1, 1), mode("stream", 7, 5), mode("base")}) {
     Engine engine(f.cfg, f.weights, be, f.pool, e);
     const std::vector<float> got = per_sequence_logp(f.batch, engine.score(f.batch).logp);
@@ -265,7 +267,7 @@ TEST_P(HfParity, LossLogprobsAndGradientsMatchInEveryMode) {
   const auto want_grads = read_grads(f.dir + "/expected_grads.safetensors");
   const std::vector<float> want_logp = flatten_logprobs(f.expected["logprobs"]);
   const double want_loss = f.expected["loss"].get<double>();
-  CpuBackend be;
+  Backend& be = f.be;
   ParameterSet g(f.cfg, f.pool, Category::grads, DType::F32, true);
   double worst_loss = 0.0, worst_logp = 0.0, worst_grad = 0.0;
   std::string worst_name;
@@ -283,7 +285,8 @@ TEST_P(HfParity, LossLogprobsAndGradientsMatchInEveryMode) {
     for (size_t i = 0; i < g.size(); ++i) {
       const std::vector<float>& want = want_grads.at(g.name(i));
       ASSERT_EQ(static_cast<int64_t>(want.size()), g.tensor(i).numel()) << g.name(i);
-      const double err = test::rel_err(g.tensor(i).f32(), want.data(), g.tensor(i).numel());
+      const double err =
+          test::rel_err(download_f32(g.tensor(i)).data(), want.data(), g.tensor(i).numel());
       if (err > worst_grad) {
         worst_grad = err;
         worst_name = g.name(i);
@@ -452,7 +455,7 @@ std::string roundtrip_dir(const RoundtripCase& c) {
 }
 
 void train_and_save(Fixture& f, const RoundtripCase& c, const std::string& out) {
-  CpuBackend be;
+  Backend& be = f.be;
   ParameterSet g(f.cfg, f.pool, Category::grads, DType::F32, true);
   AdamWConfig ac;
   ac.weight_decay = 0.01f;
@@ -498,7 +501,7 @@ TEST_P(HfRoundtrip, CommittedCheckpointGivesTransformersLogits) {
     for (const json& v : r["values"]) want.push_back(v.get<float>());
   }
   ASSERT_EQ(static_cast<int64_t>(want.size()), static_cast<int64_t>(rows.size()) * cfg.vocab_size);
-  CpuBackend be;
+  Backend& be = f.be;
   const std::vector<float> got =
       Engine(cfg, w, be, f.pool, mode("stream", 7)).logits_at(f.batch, rows);
   // Training really moved the model: the untrained fixture's logits are far from these.

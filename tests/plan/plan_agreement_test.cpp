@@ -16,6 +16,7 @@
 #include "plan/planner.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -30,8 +31,9 @@ struct Measured {
 Measured real_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch, bool adamw,
                    int64_t budget = 0) {
   Ledger ledger(budget);
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 3, InitStyle::hf);
   ParameterSet g(cfg, pool, Category::grads, DType::F32, true);
@@ -116,8 +118,9 @@ TEST_F(PlanAgreement, LedgerPeakAndBreakdownEqualARealStepExactly) {
 Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
                              const ExecConfig& exec, const StepBatches& planned, bool adamw) {
   Ledger ledger;
-  Pool pool(ledger);
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool(ledger, be);
   const AdamWConfig optim;
   ModelSet models(s, cfg, pool, be, ModelSetOptions{.optim = adamw ? &optim : nullptr});
   init_parameters(models.policy_weights(), 3, InitStyle::hf);

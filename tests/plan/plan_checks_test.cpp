@@ -11,6 +11,7 @@
 #include "plan/plan_step.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -30,8 +31,9 @@ std::string real_step(const ModelConfig& cfg, const ObjectiveSetup& s, const Exe
                       const StepBatches& step) {
   return shape_error([&] {
     Ledger ledger;
-    Pool pool(ledger);
-    CpuBackend be;
+    const std::unique_ptr<Backend> backend_ = test::backend();
+    Backend& be = *backend_;
+    Pool pool(ledger, be);
     ModelSet models(s, cfg, pool, be, ModelSetOptions{});
     init_parameters(models.policy_weights(), 1, InitStyle::hf);
     if (models.has_reference()) init_parameters(models.reference_weights(), 2, InitStyle::hf);

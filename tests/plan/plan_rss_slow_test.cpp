@@ -31,6 +31,7 @@
 #include "engine/engine.h"
 #include "objective/sft.h"
 #include "plan/plan_step.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -76,8 +77,8 @@ struct RssRun {
 };
 
 void one_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch, Ledger& ledger) {
-  Pool pool(ledger);
-  CpuBackend be;
+  CpuBackend be;  // this measures the CPU backend's own allocations, never the checking one's
+  Pool pool(ledger, be);
   ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
   init_parameters(w, 1, InitStyle::hf);
   ParameterSet g(cfg, pool, Category::grads, DType::F32, true);

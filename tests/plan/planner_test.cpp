@@ -2,6 +2,7 @@
 // in each chunk size (what the searches rely on), the longest T and the auto chunk sizes are
 // exactly what a linear scan finds, and a budget too small for one token says what fails.
 #include "plan/planner.h"
+#include "backend/meta/meta_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -202,7 +203,8 @@ TEST(Planner, Bf16AndOptimizerStateAreCountedInTheirCategories) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   const int64_t n = [&] {
     Ledger l;
-    Pool p(l, PoolOptions{.materialize = false});
+    MetaBackend shape_only;
+    Pool p(l, shape_only);
     return ParameterSet(cfg, p, Category::weights, DType::F32, false).numel();
   }();
   const ExecConfig m = parse_mode("stream");

@@ -1,11 +1,14 @@
 #include "support/test_support.h"
 
+#include "backend/backend_factory.h"
+
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -52,12 +55,26 @@ double rel_err(const float* a, const float* b, int64_t n) {
 
 double rel_err(const Tensor& a, const Tensor& b) {
   if (a.shape != b.shape) throw std::runtime_error("rel_err: shapes differ");
-  return rel_err(a.f32(), b.f32(), a.numel());
+  const std::vector<float> av = download_f32(a), bv = download_f32(b);
+  return rel_err(av.data(), bv.data(), a.numel());
 }
 
 void fill_normal(const Tensor& t, Rng& rng, float scale) {
-  float* p = t.f32();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = scale * rng.normal();
+  std::vector<float> p(static_cast<size_t>(t.numel()));
+  for (float& x : p) x = scale * rng.normal();
+  upload_f32(t, p);
+}
+
+std::unique_ptr<Backend> backend() { return make_backend(BackendSpec{}); }
+
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  std::vector<unsigned char> out(t.nbytes());
+  if (out.empty()) return out;
+  if (t.memory)
+    t.memory->download(out.data(), t);
+  else
+    std::memcpy(out.data(), t.data, out.size());
+  return out;
 }
 
 TempDir::TempDir() {

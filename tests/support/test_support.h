@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "backend/backend.h"
 #include "core/pool.h"
 #include "core/rng.h"
 #include "engine/exec_config.h"
@@ -29,6 +32,14 @@ double rel_err(const float* a, const float* b, int64_t n);
 double rel_err(const Tensor& a, const Tensor& b);
 
 void fill_normal(const Tensor& t, Rng& rng, float scale = 1.0f);
+
+// The CPU backend as the tests use it: with STREAMBP_CHECK_MEMORY=1 in the environment the
+// checking backend (backend/cpu/checked_cpu_backend.h), whose memory no code outside it may
+// touch, so that a second run of the suite shows that nothing does.
+std::unique_ptr<Backend> backend();
+
+// A tensor's bytes, downloaded from its backend (or copied from host memory).
+std::vector<unsigned char> bytes_of(const Tensor& t);
 
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {

@@ -15,6 +15,7 @@
 #include "objective/sequence_rows.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
+#include "support/test_support.h"
 #include "train/train_config.h"
 
 namespace sbp {
@@ -47,8 +48,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() &&
-         std::memcmp(a.data, b.data, static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+  return a.numel() == b.numel() && test::bytes_of(a) == test::bytes_of(b);
 }
 
 TEST(PpoStep, WhiteningOverMicroBatchesEqualsOneBatch) {
@@ -103,8 +103,9 @@ TEST(PpoStep, WhiteningOverMicroBatchesEqualsOneBatch) {
 struct PpoFixture {
   ModelConfig cfg = preset_config("tiny-qwen3");
   Ledger ledger;
-  Pool pool{ledger};
-  CpuBackend be;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Backend& be = *backend_;
+  Pool pool{ledger, be};
   ExecConfig exec = parse_mode("stream");
   TrainConfig c;
   ObjectiveSetup setup;

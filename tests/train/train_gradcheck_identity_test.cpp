@@ -23,7 +23,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.objective; }
 
 bool same_bits(const Tensor& a, const std::vector<float>& b) {
   return a.numel() == static_cast<int64_t>(b.size()) &&
-         std::memcmp(a.data, b.data(), b.size() * sizeof(float)) == 0;
+         std::memcmp(download_f32(a).data(), b.data(), b.size() * sizeof(float)) == 0;
 }
 
 class TrainGradcheckIdentity : public ::testing::TestWithParam<Case> {};
@@ -50,7 +50,8 @@ TEST_P(TrainGradcheckIdentity, OneStepOfEachGivesTheSameBits) {
   cli::GradcheckOptions opts;
   opts.objective = c.objective_setup();
   const cli::ModeGrads check = cli::gradcheck_step(
-      m.policy_config(), m.policy_weights(), m.has_reference() ? &m.reference_weights() : nullptr,
+      trainer.backend(), m.policy_config(), m.policy_weights(),
+      m.has_reference() ? &m.reference_weights() : nullptr,
       m.has_value() ? &m.value_weights() : nullptr, step.micro[0], trainer.exec(), opts);
 
   EXPECT_TRUE(std::isfinite(train.loss));

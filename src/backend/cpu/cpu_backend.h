@@ -6,10 +6,23 @@
 
 namespace sbp {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   bool computes() const override { return true; }
+
+  // Memory: 64-byte aligned host allocations, one per tensor (a large one is its own mapping
+  // and goes back to the system when freed, src/cli/main.cpp).
+  void* allocate_bytes(size_t bytes) override;
+  void release_bytes(void* p, size_t bytes) override;
+  bool holds_data() const override { return true; }
+  bool host_addressable() const override { return true; }
+
+ protected:
+  void upload_impl(void* dst, const void* host, size_t bytes) override;
+  void download_impl(void* host, const void* src, size_t bytes) override;
+  void zero_impl(const Tensor& t) override;
+  void poison_impl(const Tensor& t) override;
 
  private:
   // Called by Backend's public methods with checked arguments (backend.h); BF16 tensors are

@@ -12,7 +12,17 @@ class MetaBackend final : public Backend {
   std::string name() const override { return "meta"; }
   bool computes() const override { return false; }
 
+  // Memory that holds nothing: tensors have shapes and null data; transfers do nothing.
+  void* allocate_bytes(size_t) override { return nullptr; }
+  void release_bytes(void*, size_t) override {}
+  bool holds_data() const override { return false; }
+  bool host_addressable() const override { return false; }
+
  private:
+  void upload_impl(void*, const void*, size_t) override {}
+  void download_impl(void*, const void*, size_t) override {}
+  void zero_impl(const Tensor&) override {}
+  void poison_impl(const Tensor&) override {}
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
                  float, float) override;
   void fill_impl(const Tensor&, float) override {}
