@@ -42,12 +42,14 @@ struct Args {
   uint64_t seed = 0;
   std::string json;
   std::string backend = "cpu";
+  std::string precisions = "fp32";
   ObjectiveArgs objective;
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
 };
 
 struct Run {
   std::string mode;
+  std::string precision;
   int64_t T = 0, layer_chunk = 0, head_chunk = 0;
   double median_s = 0, tokens_per_s = 0, gflops = 0, loss = 0;
   int64_t peak = 0, activation_peak = 0, rss_peak = 0, analytic = 0;
@@ -73,17 +75,24 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
-// What every length and mode of the run shares: the models (the policy's weights, a reference
-// copy, PPO's value model), their gradients, one backend and one ledger.
+// The models of one precision (the policy's weights, a reference copy, PPO's value model) and
+// their gradients, in a ledger of their own, so that each precision's peak counts its own bytes.
+struct Models {
+  Precision precision;
+  Ledger ledger;
+  Pool pool;
+  std::unique_ptr<ModelSet> set;
+  Models(Precision p, Backend& be) : precision(p), pool(ledger, be) {}
+};
+
+// What every length and mode of the run shares: the models per precision, one backend.
 struct Bench {
   const Args& a;
   ModelSource src;
   ObjectiveSetup setup;
   int64_t segments = 1;
   std::unique_ptr<Backend> be;
-  Ledger ledger;
-  Pool pool{ledger, *be};  // after be, which the constructor makes first
-  std::unique_ptr<ModelSet> models;
+  std::vector<std::unique_ptr<Models>> models;  // one per --precision
   std::vector<double> sgemm_probes;
 
   explicit Bench(const Args& args) : a(args), be(backend_from_flag(args.backend)) {
@@ -93,21 +102,38 @@ struct Bench {
                : setup.kind == ObjectiveKind::sft  ? 1
                : setup.kind == ObjectiveKind::grpo ? a.objective.group_size
                                                    : 2;
-    // Weights, then gradients (kept across modes and steps: the ledger holds the same fixed
-    // bytes in every mode), then a reference copy and the value model, as a run holds them.
-    models = std::make_unique<ModelSet>(setup, src.cfg, pool, *be, ModelSetOptions{});
-    fill_weights(src, models->policy_weights(), a.seed, InitStyle::hf);
-    if (models->has_reference()) {  // its own copy of the policy's weights
-      const ParameterSet& ref = models->reference_weights();
-      for (size_t i = 0; i < ref.size(); ++i)
-        be->copy(ref.tensor(i), models->policy_weights().get(ref.name(i)));
+    for (const Precision p : precisions_from_flag(a.precisions)) {
+      models.push_back(std::make_unique<Models>(p, *be));
+      build(*models.back());
     }
-    if (models->has_value()) init_parameters(models->value_weights(), a.seed + 1, InitStyle::hf);
   }
 
-  // The modes' steps at one T, round robin: step i of every mode runs before step i+1 of any,
-  // so a slow spell of a shared machine falls on every mode alike and the ratios of the
-  // medians stay fair. The sgemm probe runs between the rounds.
+  // Weights, then gradients (kept across modes and steps: the ledger holds the same fixed bytes
+  // in every mode), then a reference copy and the value model, as a run holds them. Weights of
+  // another precision are the fp32 draw rounded.
+  void build(Models& m) {
+    const DType dt = storage_dtype(m.precision);
+    m.set = std::make_unique<ModelSet>(setup, src.cfg, m.pool, *be,
+                                       ModelSetOptions{.param_dtype = dt});
+    ParameterSet& w = m.set->policy_weights();
+    if (dt == DType::F32) {
+      fill_weights(src, w, a.seed, InitStyle::hf);
+    } else {
+      Ledger scratch_ledger;
+      Pool scratch(scratch_ledger, *be);
+      const ParameterSet f32 = materialize_weights(src, scratch, a.seed, InitStyle::hf);
+      for (size_t i = 0; i < w.size(); ++i) be->copy(w.tensor(i), f32.tensor(i));
+    }
+    if (m.set->has_reference()) {  // its own copy of the policy's weights
+      const ParameterSet& ref = m.set->reference_weights();
+      for (size_t i = 0; i < ref.size(); ++i) be->copy(ref.tensor(i), w.get(ref.name(i)));
+    }
+    if (m.set->has_value()) init_parameters(m.set->value_weights(), a.seed + 1, InitStyle::hf);
+  }
+
+  // Every (precision, mode) step at one T, round robin: step i of every configuration runs
+  // before step i+1 of any, so a slow spell of a shared machine falls on all alike and the
+  // ratios of the medians stay fair. The sgemm probe runs between the rounds.
   void at_length(int64_t T, std::vector<Run>& runs) {
     const Batch batch = setup.kind == ObjectiveKind::sft
                             ? random_batch(src.cfg.vocab_size, T, segments, a.seed, false)
@@ -115,37 +141,45 @@ struct Bench {
                                                      src.cfg.vocab_size, T, segments, a.seed);
     const StepBatches step =
         StepBatches::whole({random_micro_batch(setup.kind, a.objective.group_size, batch, a.seed)});
-    std::vector<ExecConfig> execs;
-    std::vector<std::vector<double>> times;
+    struct Config {
+      Models* m;
+      ExecConfig exec;
+      std::vector<double> times;
+    };
+    std::vector<Config> configs;
     const size_t first = runs.size();
-    for (ExecConfig exec : parse_modes(a.modes)) {
-      exec.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : std::max<int64_t>(1, (T + 3) / 4);
-      exec.head_chunk = a.head_chunk;
-      Run r;
-      r.mode = mode_name(exec);
-      r.T = T;
-      r.layer_chunk = exec.layer_chunk_for(T);
-      r.head_chunk = exec.head_chunk_for(T);
-      r.head_block = r.head_chunk * src.cfg.vocab_size * 4;
-      execs.push_back(exec);
-      runs.push_back(r);
-      times.emplace_back();
+    for (const std::unique_ptr<Models>& m : models) {
+      for (ExecConfig exec : parse_modes(a.modes)) {
+        exec.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : std::max<int64_t>(1, (T + 3) / 4);
+        exec.head_chunk = a.head_chunk;
+        exec.act_dtype = storage_dtype(m->precision);
+        Run r;
+        r.mode = mode_name(exec);
+        r.precision = enum_name<Precision>(kPrecisionNames, m->precision);
+        r.T = T;
+        r.layer_chunk = exec.layer_chunk_for(T);
+        r.head_chunk = exec.head_chunk_for(T);
+        r.head_block = r.head_chunk * src.cfg.vocab_size * static_cast<int64_t>(dtype_size(exec.act_dtype));
+        configs.push_back({m.get(), exec, {}});
+        runs.push_back(r);
+      }
     }
     for (int i = 0; i < a.warmup + a.repeat; ++i) {
-      for (size_t m = 0; m < execs.size(); ++m) {
-        Run& r = runs[first + m];
-        std::fprintf(stderr, "bench: %s T=%lld step %d/%d ...\n", r.mode.c_str(),
+      for (size_t k = 0; k < configs.size(); ++k) {
+        Run& r = runs[first + k];
+        Config& c = configs[k];
+        std::fprintf(stderr, "bench: %s %s T=%lld step %d/%d ...\n", r.precision.c_str(), r.mode.c_str(),
                      static_cast<long long>(T), i + 1, a.warmup + a.repeat);
         reset_peak_rss();
-        ledger.reset_peak();
+        c.m->ledger.reset_peak();
         be->reset_flops();
         const auto t0 = std::chrono::steady_clock::now();
-        const StepResult out = StepRunner(setup, models->views(), *be, pool, execs[m]).run(step);
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (i >= a.warmup) times[m].push_back(s);
+        const StepResult out = StepRunner(setup, c.m->set->views(), *be, c.m->pool, c.exec).run(step);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (i >= a.warmup) c.times.push_back(s);
         r.gflops = static_cast<double>(be->flops());  // FLOPs of one step (the same every step)
         r.loss = out.loss;
+        const Ledger& ledger = c.m->ledger;
         if (ledger.peak() > r.peak) {
           r.peak = ledger.peak();
           r.breakdown = ledger.peak_breakdown();
@@ -155,7 +189,7 @@ struct Bench {
       }
       sgemm_probes.push_back(measure_sgemm_gflops());
     }
-    for (size_t m = 0; m < execs.size(); ++m) finish(runs[first + m], times[m], execs[m]);
+    for (size_t k = 0; k < configs.size(); ++k) finish(runs[first + k], configs[k].times, configs[k].exec);
   }
 
   void finish(Run& r, std::vector<double>& times, const ExecConfig& exec) const {
@@ -177,7 +211,7 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
   std::sort(probes.begin(), probes.end());
   std::printf(
       "bench: %s (%s, %lld layers), objective %s, %lld segment(s), %d thread(s), "
-      "median of %d step(s), modes interleaved\n",
+      "median of %d step(s), modes and precisions interleaved\n",
       b.a.model.c_str(), model_type_name(b.src.cfg.model_type),
       static_cast<long long>(b.src.cfg.num_hidden_layers), b.a.objective.describe().c_str(),
       static_cast<long long>(b.segments), cpu_threads(), b.a.repeat);
@@ -186,36 +220,36 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
       "%.1f-%.1f)\n\n",
       sgemm, probes.size(), probes.front(), probes.back());
   std::printf(
-      "| mode | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
+      "| mode | precision | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
       "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Run& r : runs) {
     char analytic[32] = "-";
     if (r.analytic > 0) std::snprintf(analytic, sizeof analytic, "%.1f", mib(r.analytic));
     std::printf(
-        "| %s | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.0f%% | %.1f | %.1f | %s | %.1f |\n",
-        r.mode.c_str(), static_cast<long long>(r.T), static_cast<long long>(r.layer_chunk),
+        "| %s | %s | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.0f%% | %.1f | %.1f | %s | %.1f |\n",
+        r.mode.c_str(), r.precision.c_str(), static_cast<long long>(r.T), static_cast<long long>(r.layer_chunk),
         static_cast<long long>(r.head_chunk), r.median_s, r.tokens_per_s, r.gflops,
         100.0 * r.gflops / sgemm, mib(r.peak), mib(r.activation_peak), analytic, mib(r.rss_peak));
   }
-  std::printf("\nLM-head logits: the ledger's peak of `logits` vs one head block (c_h x V fp32)\n");
+  std::printf("\nLM-head logits: the ledger's peak of `logits` vs one head block (c_h x V)\n");
   std::printf(
-      "| mode | T | head chunk | one block MiB | logits peak MiB | blocks live at once |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+      "| mode | precision | T | head chunk | one block MiB | logits peak MiB | blocks live at once |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   for (const Run& r : runs) {
-    std::printf("| %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(),
+    std::printf("| %s | %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(), r.precision.c_str(),
                 static_cast<long long>(r.T), static_cast<long long>(r.head_chunk),
                 mib(r.head_block), mib(r.logits_peak),
                 static_cast<double>(r.logits_peak) / static_cast<double>(r.head_block));
   }
-  std::printf("\nledger breakdown at the peak (MiB)\n| mode | T |");
+  std::printf("\nledger breakdown at the peak (MiB)\n| mode | precision | T |");
   for (int c = 0; c < kNumCategories; ++c)
     std::printf(" %s |", category_name(static_cast<Category>(c)));
-  std::printf("\n|---|---|");
+  std::printf("\n|---|---|---|");
   for (int c = 0; c < kNumCategories; ++c) std::printf("---|");
   std::printf("\n");
   for (const Run& r : runs) {
-    std::printf("| %s | %lld |", r.mode.c_str(), static_cast<long long>(r.T));
+    std::printf("| %s | %s | %lld |", r.mode.c_str(), r.precision.c_str(), static_cast<long long>(r.T));
     for (int c = 0; c < kNumCategories; ++c)
       std::printf(" %.1f |", mib(r.breakdown.bytes[static_cast<size_t>(c)]));
     std::printf("\n");
@@ -233,6 +267,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
   j["runs"] = nlohmann::json::array();
   for (const Run& r : runs) {
     nlohmann::json jr = {{"mode", r.mode},
+                         {"precision", r.precision},
                          {"seq_len", r.T},
                          {"layer_chunk", r.layer_chunk},
                          {"head_chunk", r.head_chunk},
@@ -295,6 +330,8 @@ void register_bench(CLI::App& app) {
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
   c->add_option("--backend", a->backend, "Backend that computes the steps: cpu");
+  c->add_option("--precision", a->precisions,
+                "Comma-separated precisions, interleaved with the modes: fp32, bf16");
   c->add_option("--segments", a->segments,
                 "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)");
   a->objective.add_flags(c);

@@ -31,6 +31,7 @@ struct Args {
   std::string json;
   double tolerance = 1e-4;
   std::string backend = "cpu";
+  std::string precision = "fp32";
   ObjectiveArgs objective;
 };
 
@@ -46,6 +47,7 @@ int run(const Args& a) {
   GradcheckOptions opts;
   opts.objective = a.objective.setup();
   opts.group_size = a.objective.group_size;
+  opts.precision = precision_from_flag(a.precision);
   if (opts.objective.kind != ObjectiveKind::sft && a.seq_len < 4)
     throw InputError(std::string("--seq-len must be at least 4 for ") +
                      objective_name(opts.objective.kind));
@@ -76,11 +78,25 @@ int run(const Args& a) {
   }
   std::printf("\nbase metrics:");
   for (const auto& [k, v] : r.base_metrics) std::printf(" %s=%.6g", k.c_str(), v);
-  std::printf("\n\nper parameter (worst over modes): max |g - g_base| / max |g_base|\n");
-  for (const auto& [name, err] : r.per_param) std::printf("  %-60s %.3e\n", name.c_str(), err);
-  const bool ok = r.max_rel_err <= a.tolerance;
-  std::printf("\nmax_rel_err %.3e  (%s, tolerance %.0e)\n", r.max_rel_err, ok ? "PASS" : "FAIL",
-              a.tolerance);
+  bool ok = r.max_rel_err <= a.tolerance;
+  if (opts.precision == Precision::fp32) {
+    std::printf("\n\nper parameter (worst over modes): max |g - g_base| / max |g_base|\n");
+    for (const auto& [name, err] : r.per_param) std::printf("  %-60s %.3e\n", name.c_str(), err);
+    std::printf("\nmax_rel_err %.3e  (%s, tolerance %.0e)\n", r.max_rel_err, ok ? "PASS" : "FAIL",
+                a.tolerance);
+  } else {
+    // bf16: each mode against base in bf16, next to what bf16 rounding alone does (base in bf16
+    // against base in fp32). A mode passes a parameter when it is no farther from base than that.
+    std::printf("\n\nper parameter: worst mode vs base(bf16), and base(bf16) vs base(fp32)\n");
+    ok = true;
+    for (const auto& [name, err] : r.per_param) {
+      const double rounding = r.rounding.at(name);
+      const bool within = err <= std::max(rounding, a.tolerance);
+      ok = ok && within;
+      std::printf("  %-60s %.3e  %.3e%s\n", name.c_str(), err, rounding, within ? "" : "  FAIL");
+    }
+    std::printf("\nevery mode within bf16 rounding of base: %s\n", ok ? "PASS" : "FAIL");
+  }
 
   if (!a.json.empty()) {
     nlohmann::json j;
@@ -91,6 +107,9 @@ int run(const Args& a) {
     for (const ModeResult& m : r.modes) j["loss"][m.mode] = m.loss;
     j["per_param"] = nlohmann::json::object();
     for (const auto& [name, err] : r.per_param) j["per_param"][name] = err;
+    j["precision"] = enum_name<Precision>(kPrecisionNames, opts.precision);
+    if (!r.rounding.empty()) j["bf16_rounding_per_param"] = r.rounding;
+    j["pass"] = ok;
     std::ofstream out(a.json);
     out << j.dump(2) << "\n";
     if (!out) throw InputError(a.json + ": cannot write");
@@ -118,6 +137,8 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error");
   c->add_option("--json", a->json, "Write the result as JSON");
   c->add_option("--backend", a->backend, "Backend that computes the steps: cpu");
+  c->add_option("--precision", a->precision,
+                "fp32, or bf16: each mode in bf16 against base in bf16, within bf16 rounding");
   a->objective.add_flags(c);
   c->callback([a] {
     const int rc = run(*a);

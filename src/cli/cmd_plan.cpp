@@ -20,7 +20,8 @@ namespace {
 
 struct Args {
   std::string model;
-  std::string dtype = "bf16";
+  std::string dtype = "bf16";       // --precision (--dtype: its older name)
+  std::string grad_dtype = "f32";   // the trainer's grad_dtype
   std::string budget;
   std::string reserve = "2GiB";
   std::string optimizer = "none";
@@ -107,13 +108,13 @@ Request parse_request(const Args& a) {
   setup.objective = a.objective.setup();
   setup.group_size = a.objective.group_size;
   setup.cfg = resolve_model(a.model, a.layers).cfg;
-  if (a.dtype == "bf16") {
-    setup.param_dtype = setup.act_dtype = DType::BF16;
-  } else if (a.dtype == "f32") {
-    setup.param_dtype = setup.act_dtype = DType::F32;
-  } else {
-    throw InputError("--dtype: unknown dtype '" + a.dtype + "' (use bf16 or f32)");
-  }
+  setup.param_dtype = setup.act_dtype = storage_dtype(precision_from_flag(a.dtype));
+  if (a.grad_dtype == "bf16")
+    setup.grad_dtype = DType::BF16;
+  else if (a.grad_dtype == "f32")
+    setup.grad_dtype = DType::F32;
+  else
+    throw InputError("--grad-dtype: unknown dtype '" + a.grad_dtype + "' (use f32 or bf16)");
   if (a.optimizer == "adamw")
     setup.adamw = true;
   else if (a.optimizer != "none")
@@ -178,11 +179,11 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   else
     std::snprintf(params, sizeof params, "%.2f M", n_params / 1e6);
   std::printf(
-      "plan: %s (%s, %lld layers, %s parameters), %s weights, gradients and activations, optimizer "
-      "%s%s, "
-      "objective %s, batch 1\n",
+      "plan: %s (%s, %lld layers, %s parameters), %s weights and activations, %s gradients, "
+      "optimizer %s%s, objective %s, batch 1\n",
       a.model.c_str(), model_type_name(cfg.model_type),
-      static_cast<long long>(cfg.num_hidden_layers), params, a.dtype.c_str(), a.optimizer.c_str(),
+      static_cast<long long>(cfg.num_hidden_layers), params, a.dtype.c_str(), a.grad_dtype.c_str(),
+      a.optimizer.c_str(),
       setup.adamw
           ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
           : "",
@@ -230,6 +231,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
   nlohmann::json j;
   j["model"] = a.model;
   j["dtype"] = a.dtype;
+  j["grad_dtype"] = a.grad_dtype;
   j["optimizer"] = a.optimizer;
   j["objective"] = a.objective.describe();
   j["ranks"] = q.setup.ranks;
@@ -280,7 +282,11 @@ void register_plan(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "plan", "Peak memory of a training step, or the longest trainable sequence under a budget");
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
-  c->add_option("--dtype", a->dtype, "Storage of weights, gradients and activations: bf16 or f32")
+  c->add_option("--precision,--dtype", a->dtype,
+                "bf16 (weights, activations, checkpoints, head blocks in bf16) or fp32")
+      ->capture_default_str();
+  c->add_option("--grad-dtype", a->grad_dtype,
+                "Gradient buffers: f32 (the trainer's default) or bf16 (the paper's setup)")
       ->capture_default_str();
   c->add_option("--budget", a->budget, "Device memory, e.g. 80GiB, 2.5GB, 512MiB, bytes");
   c->add_option("--reserve", a->reserve,

@@ -45,6 +45,7 @@ struct Args {
   int threads = 0;
   uint64_t seed = 0;
   std::string backend = "cpu";
+  std::string precision = "fp32";
 };
 
 std::string where(const std::string& file, const std::string& field, size_t i) {
@@ -177,7 +178,10 @@ int run(const Args& a) {
   const std::unique_ptr<Backend> be = backend_from_flag(a.backend);
   Ledger ledger;
   Pool pool(ledger, *be);
-  const ParameterSet w = materialize_weights(src, pool, a.seed, InitStyle::test);
+  const Precision precision = precision_from_flag(a.precision);
+  exec.act_dtype = storage_dtype(precision);
+  const ParameterSet w =
+      materialize_weights(src, pool, a.seed, InitStyle::test, storage_dtype(precision));
   // The step `train` runs (one SFT micro-batch), recording the log-probs of its own gradient
   // pass; or, without --grads, a forward alone (no gradient memory).
   std::unique_ptr<DataParallel> grads;
@@ -288,6 +292,8 @@ void register_score(CLI::App& app) {
   c->add_option("--threads", a->threads, "Threads (default: all)");
   c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");
   c->add_option("--backend", a->backend, "Backend that computes: cpu");
+  c->add_option("--precision", a->precision,
+                "fp32, or bf16: weights (a bf16 checkpoint as it is), activations and head blocks");
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

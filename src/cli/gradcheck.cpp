@@ -84,6 +84,78 @@ ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet
   return out;
 }
 
+namespace {
+
+// Every mode of opts.modes against `base`, in res.modes and res.per_param.
+void compare_modes(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
+                   const ParameterSet* ref_p, const ParameterSet* value_p, const MicroBatch& mb,
+                   const std::vector<std::string>& names, const ModeGrads& base,
+                   const GradcheckOptions& opts, GradcheckResult& res) {
+  const int64_t T = mb.batch.size();
+  for (const ExecConfig& exec : opts.modes) {
+    const ModeGrads run = gradcheck_step(be, cfg, weights, ref_p, value_p, mb, exec, opts);
+    ModeResult m;
+    m.mode = mode_name(exec);
+    m.layer_chunk = exec.layer_chunk_for(T);
+    m.head_chunk = exec.head_chunk_for(T);
+    m.loss = run.result.loss;
+    m.loss_rel_err = std::fabs(run.result.loss - base.result.loss) /
+                     std::max(std::fabs(base.result.loss), 1e-30);
+    if (std::isnan(run.result.loss)) m.loss_rel_err = INFINITY;
+    m.max_rel_err = m.loss_rel_err;
+    m.peak_bytes = run.peak_bytes;
+    for (size_t i = 0; i < base.grads.size(); ++i) {
+      const double e = rel_err(run.grads[i], base.grads[i]);
+      m.per_param[names[i]] = e;
+      m.max_rel_err = std::max(m.max_rel_err, e);
+      double& worst = res.per_param[names[i]];
+      worst = std::max(worst, e);
+    }
+    res.max_rel_err = std::max(res.max_rel_err, m.max_rel_err);
+    res.modes.push_back(std::move(m));
+  }
+}
+
+// A copy of `w` in bf16 (the fp32 values rounded), in `pool`.
+ParameterSet bf16_copy(Backend& be, const ModelConfig& cfg, const ParameterSet& w, Pool& pool) {
+  ParameterSet out(cfg, pool, Category::weights, DType::BF16, false, w.head());
+  for (size_t i = 0; i < w.size(); ++i) be.copy(out.tensor(i), w.tensor(i));
+  return out;
+}
+
+GradcheckResult run_gradcheck_bf16(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
+                                   const ParameterSet* ref_p, const ParameterSet* value_p,
+                                   const MicroBatch& mb, const std::vector<std::string>& names,
+                                   GradcheckOptions opts) {
+  GradcheckResult res;
+  // The yardstick: base in fp32 on the fp32 weights.
+  opts.precision = Precision::fp32;
+  const ModeGrads f32 = gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
+  // Every model rounded to bf16; each mode in bf16.
+  Ledger ledger;
+  Pool pool(ledger, be);
+  const ParameterSet w16 = bf16_copy(be, cfg, weights, pool);
+  ParameterSet r16, v16;
+  if (ref_p) r16 = bf16_copy(be, cfg, *ref_p, pool);
+  if (value_p) v16 = bf16_copy(be, cfg, *value_p, pool);
+  const ParameterSet* r = ref_p ? &r16 : nullptr;
+  const ParameterSet* v = value_p ? &v16 : nullptr;
+  opts.precision = Precision::bf16;
+  for (ExecConfig& e : opts.modes) e.act_dtype = DType::BF16;
+  ExecConfig base_exec = parse_mode("base");
+  base_exec.act_dtype = DType::BF16;
+  const ModeGrads base = gradcheck_step(be, cfg, w16, r, v, mb, base_exec, opts);
+  res.base_loss = base.result.loss;
+  res.base_metrics = base.result.metrics;
+  res.base_metrics["loss"] = base.result.loss;
+  for (size_t i = 0; i < base.grads.size(); ++i)
+    res.rounding[names[i]] = rel_err(base.grads[i], f32.grads[i]);
+  compare_modes(be, cfg, w16, r, v, mb, names, base, opts, res);
+  return res;
+}
+
+}  // namespace
+
 GradcheckResult run_gradcheck(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                               const Batch& batch, const GradcheckOptions& opts) {
   const ObjectiveSetup& setup = opts.objective;
@@ -104,34 +176,15 @@ GradcheckResult run_gradcheck(Backend& be, const ModelConfig& cfg, const Paramet
   for (size_t i = 0; i < weights.size(); ++i) names.push_back(weights.name(i));
   for (size_t i = 0; i < value.size(); ++i) names.push_back("value:" + value.name(i));
 
+  if (opts.precision == Precision::bf16)
+    return run_gradcheck_bf16(be, cfg, weights, ref_p, value_p, mb, names, opts);
   GradcheckResult res;
   const ModeGrads base =
       gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
   res.base_loss = base.result.loss;
   res.base_metrics = base.result.metrics;
   res.base_metrics["loss"] = base.result.loss;
-  for (const ExecConfig& exec : opts.modes) {
-    const ModeGrads run = gradcheck_step(be, cfg, weights, ref_p, value_p, mb, exec, opts);
-    ModeResult m;
-    m.mode = mode_name(exec);
-    m.layer_chunk = exec.layer_chunk_for(batch.size());
-    m.head_chunk = exec.head_chunk_for(batch.size());
-    m.loss = run.result.loss;
-    m.loss_rel_err = std::fabs(run.result.loss - base.result.loss) /
-                     std::max(std::fabs(base.result.loss), 1e-30);
-    if (std::isnan(run.result.loss)) m.loss_rel_err = INFINITY;
-    m.max_rel_err = m.loss_rel_err;
-    m.peak_bytes = run.peak_bytes;
-    for (size_t i = 0; i < base.grads.size(); ++i) {
-      const double e = rel_err(run.grads[i], base.grads[i]);
-      m.per_param[names[i]] = e;
-      m.max_rel_err = std::max(m.max_rel_err, e);
-      double& worst = res.per_param[names[i]];
-      worst = std::max(worst, e);
-    }
-    res.max_rel_err = std::max(res.max_rel_err, m.max_rel_err);
-    res.modes.push_back(std::move(m));
-  }
+  compare_modes(be, cfg, weights, ref_p, value_p, mb, names, base, opts, res);
   return res;
 }
 

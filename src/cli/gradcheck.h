@@ -25,6 +25,9 @@ struct GradcheckOptions {
   std::vector<ExecConfig> modes;  // compared against base (base itself is always run first)
   uint64_t seed = 0;
   bool poison = true;      // NaN-fill fresh buffers so reads of unwritten memory show up
+  // bf16: every model's weights are the fp32 ones rounded, activations and head blocks bf16,
+  // gradients fp32; base is then also run in fp32, as the yardstick of bf16 rounding.
+  Precision precision = Precision::fp32;
   int64_t group_size = 4;  // GRPO completions per prompt (the batch's groups)
   // GRPO/PPO: the sampling policy's log-probs = the policy's + old_logp_noise * N(0, 1) on
   // completion rows, so that ratios leave the clip range. 0: none given (GRPO: the current
@@ -51,6 +54,9 @@ struct ModeResult {
 };
 
 struct GradcheckResult {
+  // bf16 only: per parameter, base(bf16) against base(fp32) on the same batch: what bf16
+  // rounding alone moves the gradient by. A mode passes when it is no farther from base(bf16).
+  std::map<std::string, double> rounding;
   double base_loss = 0.0;
   std::map<std::string, double> base_metrics;  // the objective's metrics in base mode
   std::vector<ModeResult> modes;

@@ -18,6 +18,25 @@ std::unique_ptr<Backend> backend_from_flag(const std::string& name) {
   }
 }
 
+Precision precision_from_flag(const std::string& name) {
+  Precision p{};
+  if (!try_parse_enum<Precision>(kPrecisionNames, name, &p))
+    throw InputError("--precision: unknown precision '" + name + "' (use " +
+                     enum_choices<Precision>(kPrecisionNames) + ")");
+  return p;
+}
+
+std::vector<Precision> precisions_from_flag(const std::string& list) {
+  std::vector<Precision> out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    out.push_back(precision_from_flag(list.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  return out;
+}
+
 ModelSource resolve_model(const std::string& arg, int64_t layers) {
   ModelSource src;
   src.cfg = resolve_config(arg);
@@ -35,8 +54,8 @@ ModelSource resolve_model(const std::string& arg, int64_t layers) {
 }
 
 ParameterSet materialize_weights(const ModelSource& src, Pool& pool, uint64_t seed,
-                                 InitStyle style) {
-  ParameterSet w(src.cfg, pool, Category::weights, DType::F32, false);
+                                 InitStyle style, DType dtype) {
+  ParameterSet w(src.cfg, pool, Category::weights, dtype, false);
   fill_weights(src, w, seed, style);
   return w;
 }

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace sbp {
 
 enum class DType : uint8_t { F32, BF16, F16, I32 };
@@ -33,5 +35,14 @@ inline uint16_t f32_to_bf16(float f) {
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+
+// The precision of a run (DESIGN §5 "Precision"): fp32 everywhere, or bf16 weights, activations,
+// layer-input checkpoints and head blocks with fp32 accumulation, fp32 master weights and AdamW
+// moments, fp32 dK/dV accumulators, loss, lse and log-probs.
+enum class Precision { fp32, bf16 };
+inline constexpr EnumName<Precision> kPrecisionNames[] = {
+    {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp32, "f32", true}};
+// The storage of weights and activations at a precision: F32 or BF16.
+inline DType storage_dtype(Precision p) { return p == Precision::bf16 ? DType::BF16 : DType::F32; }
 
 }  // namespace sbp

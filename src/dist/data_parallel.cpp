@@ -9,7 +9,8 @@
 namespace sbp {
 
 DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg, ModelHead head,
-                           Pool& pool, Backend& be, const AdamWConfig* optim, DType grad_dtype)
+                           Pool& pool, Backend& be, const AdamWConfig* optim, DType grad_dtype,
+                           bool master)
     : comm_(comm),
       zero_(comm.size() > 1 ? zero : 0),
       pool_(pool),
@@ -22,6 +23,8 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
   SBP_CHECK(zero >= 0 && zero <= 2, "DataParallel: zero stage " + std::to_string(zero));
   SBP_CHECK(!distributed() || grad_dtype == DType::F32 || !pool.materialize(),
             "DataParallel: ranks exchange F32 gradients");
+  SBP_CHECK(!(master && zero_ > 0) || !pool.materialize(),
+            "DataParallel: sharded optimizers all-gather F32 weights (no bf16 weights with zero 1/2)");
   for (size_t i = 0; i < grads_.size(); ++i) {
     const int64_t n = grads_.shape(i).numel();
     ranges_.push_back(shard_range(n, comm.size(), comm.rank()));
@@ -31,9 +34,10 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
   }
   if (optim) {
     if (zero_ == 0)
-      adamw_ = std::make_unique<AdamW>(cfg, pool, *optim, head);
+      adamw_ = std::make_unique<AdamW>(cfg, pool, *optim, head, master);
     else
-      sharded_ = std::make_unique<ShardedAdamW>(cfg, head, comm.size(), comm.rank(), pool, *optim);
+      sharded_ = std::make_unique<ShardedAdamW>(cfg, head, comm.size(), comm.rank(), pool, *optim,
+                                                master);
   }
 }
 
@@ -217,6 +221,8 @@ AdamW& DataParallel::adamw() {
             "DataParallel::adamw: the optimizer is sharded (zero 1/2) or absent");
   return *adamw_;
 }
+
+ParameterSet* DataParallel::master() { return adamw_ ? adamw_->master() : nullptr; }
 
 int64_t DataParallel::optimizer_steps() const {
   return adamw_ ? adamw_->steps() : sharded_ ? sharded_->steps() : 0;

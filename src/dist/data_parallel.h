@@ -42,10 +42,12 @@ namespace sbp {
 
 class DataParallel : private GradHook {
  public:
-  // `optim` null: no optimizer (shape-only planning without one). `grad_dtype`: F32 for
-  // training; the planner may ask for BF16 storage.
+  // `optim` null: no optimizer (shape-only planning without one). `grad_dtype`: F32 (the
+  // default) or BF16 gradient buffers. `master`: the optimizer keeps fp32 master weights (for
+  // bf16 weights; AdamW, ShardedAdamW).
   DataParallel(Communicator& comm, int zero, const ModelConfig& cfg, ModelHead head, Pool& pool,
-               Backend& be, const AdamWConfig* optim, DType grad_dtype = DType::F32);
+               Backend& be, const AdamWConfig* optim, DType grad_dtype = DType::F32,
+               bool master = false);
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
@@ -71,6 +73,8 @@ class DataParallel : private GradHook {
   void save_optimizer(const std::string& dir) const;
   void load_optimizer(const std::string& dir);  // from either form, any saved rank count
   AdamW& adamw();                               // zero 0 only
+  // The fp32 master weights of an optimizer that keeps them (zero 0), else null.
+  ParameterSet* master();
   int64_t optimizer_steps() const;
 
   // Collectives of the current step (metrics and tests: one reduction per tensor per step

@@ -26,7 +26,7 @@ HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const Mode
     return;
   }
   SBP_CHECK(W.lm_head.defined(), "LM-head objective on a model without an LM head");
-  out_ = pool.allocate(Category::logits, DType::F32, {n, cfg.vocab_size});  // (n, V)
+  out_ = pool.allocate(Category::logits, act, {n, cfg.vocab_size});  // (n, V) act dtype
   be.gemm(out_.view(), hf_.view(), false, W.lm_head, true, 1.0f, 0.0f);
   lse_ = pool.allocate(Category::other, DType::F32, {n});   // (n)
   logp_ = pool.allocate(Category::other, DType::F32, {n});  // (n)

@@ -46,7 +46,7 @@ class HeadBlock {
   Tensor hidden_, targets_;
   int64_t row_begin_, n_;
   Buffer hf_;     // (n, d) act   final-normed hidden rows
-  Buffer out_;    // (n, V) F32   logits; (n, 1) values for the value head
+  Buffer out_;    // (n, V) act   logits; (n, 1) F32 values for the value head
   Buffer lse_;    // (n) F32
   Buffer logp_;   // (n) F32
   Buffer ent_;    // (n) F32      softmax entropy (if asked)

@@ -27,7 +27,7 @@ StreamMemoryTerms stream_memory_terms(const ModelConfig& cfg, int64_t T, int64_t
   const int64_t q_terms = cfg.qk_norm() ? 2 * Hh : Hh;
   m.chunk_working_set = c * ((3 * d + q_terms + Hh + 2 * F) * a + H * f + 3 * F * f);
   // Logits block, the normed hidden rows and their gradient, three per-row scalars.
-  m.head_chunk = ch * cfg.vocab_size * f + ch * d * (a + f) + 3 * ch * f;
+  m.head_chunk = ch * cfg.vocab_size * a + ch * d * (a + f) + 3 * ch * f;
   m.step_tables = 4 * T * 4;  // tokens, targets, positions, segment starts (rope table aside)
   return m;
 }

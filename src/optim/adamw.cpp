@@ -4,10 +4,12 @@
 
 namespace sbp {
 
-AdamW::AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c, ModelHead head)
+AdamW::AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c, ModelHead head, bool master)
     : cfg_(c),
       m_(cfg, pool, Category::optimizer, DType::F32, true, head),
-      v_(cfg, pool, Category::optimizer, DType::F32, true, head) {}
+      v_(cfg, pool, Category::optimizer, DType::F32, true, head) {
+  if (master) master_ = ParameterSet(cfg, pool, Category::optimizer, DType::F32, false, head);
+}
 
 void AdamW::step(const ParameterSet& params, const ParameterSet& grads, Backend& be, float lr) {
   ++steps_;
@@ -20,7 +22,12 @@ void AdamW::step(const ParameterSet& params, const ParameterSet& grads, Backend&
     s.eps = cfg_.eps;
     s.weight_decay = is_matrix ? cfg_.weight_decay : 0.0f;
     s.step = steps_;
-    be.adamw_step(params.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
+    if (master_.size() == 0) {
+      be.adamw_step(params.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
+    } else {
+      be.adamw_step(master_.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
+      be.copy(params.tensor(i), master_.tensor(i));  // rounded to the weights' dtype
+    }
   }
 }
 

@@ -21,11 +21,19 @@ struct AdamWConfig {
 class AdamW {
  public:
   // Moments are allocated zeroed in the ledger's `optimizer` category, in the layout of the
-  // parameters they update (`head`: ModelHead::value for a PPO value model).
-  AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c, ModelHead head = ModelHead::lm);
+  // parameters they update (`head`: ModelHead::value for a PPO value model). With `master`, an
+  // fp32 master copy of the weights too (same category), for weights stored in bf16: the update
+  // is applied to the master and rounded into the weights, since an update smaller than 2^-8 of
+  // a bf16 weight would be lost applied to the weight itself.
+  AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c, ModelHead head = ModelHead::lm,
+        bool master = false);
 
   // One update of `params` with `grads` at learning rate lr; increments the step count.
   void step(const ParameterSet& params, const ParameterSet& grads, Backend& be, float lr);
+
+  // The fp32 master weights (null without); set from the weights at the start of a fresh run.
+  const ParameterSet* master() const { return master_.size() ? &master_ : nullptr; }
+  ParameterSet* master() { return master_.size() ? &master_ : nullptr; }
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
@@ -37,6 +45,7 @@ class AdamW {
   AdamWConfig cfg_;
   ParameterSet m_;
   ParameterSet v_;
+  ParameterSet master_;  // fp32 master weights, or empty
   int64_t steps_ = 0;
 };
 

@@ -7,7 +7,7 @@ Tensor flat_slice(const Tensor& t, const ShardRange& r) {
 }
 
 ShardedAdamW::ShardedAdamW(const ModelConfig& cfg, ModelHead head, int ranks, int rank, Pool& pool,
-                           AdamWConfig c)
+                           AdamWConfig c, bool master)
     : cfg_(c), ranks_(ranks), rank_(rank), specs_(parameter_specs(cfg, head)) {
   for (const ParamSpec& s : specs_) {
     const ShardRange r = shard_range(s.shape.numel(), ranks, rank);
@@ -15,6 +15,8 @@ ShardedAdamW::ShardedAdamW(const ModelConfig& cfg, ModelHead head, int ranks, in
     m_.push_back(pool.zeros(Category::optimizer, DType::F32, {r.count}));
     v_.push_back(pool.zeros(Category::optimizer, DType::F32, {r.count}));
   }
+  if (master)
+    for (const ShardRange& r : ranges_) master_.push_back(pool.allocate(Category::optimizer, DType::F32, {r.count}));
 }
 
 void ShardedAdamW::step(const ParameterSet& params, const std::vector<Tensor>& grad_slices,
@@ -32,8 +34,13 @@ void ShardedAdamW::step(const ParameterSet& params, const std::vector<Tensor>& g
     s.weight_decay =
         specs_[i].shape.ndim >= 2 ? cfg_.weight_decay : 0.0f;  // as AdamW: matrices only
     s.step = steps_;
-    be.adamw_step(flat_slice(params.tensor(i), ranges_[i]), grad_slices[i], m_[i].view(),
-                  v_[i].view(), s);
+    const Tensor w = flat_slice(params.tensor(i), ranges_[i]);
+    if (master_.empty()) {
+      be.adamw_step(w, grad_slices[i], m_[i].view(), v_[i].view(), s);
+    } else {
+      be.adamw_step(master_[i].view(), grad_slices[i], m_[i].view(), v_[i].view(), s);
+      be.copy(w, master_[i].view());
+    }
   }
 }
 

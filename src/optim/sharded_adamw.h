@@ -19,8 +19,9 @@ namespace sbp {
 class ShardedAdamW {
  public:
   // Zeroed moments for rank `rank` of `ranks`, in the layout of parameter_specs(cfg, head).
+  // With `master`: fp32 master slices of the weights too (AdamW's master, sliced).
   ShardedAdamW(const ModelConfig& cfg, ModelHead head, int ranks, int rank, Pool& pool,
-               AdamWConfig c);
+               AdamWConfig c, bool master = false);
 
   // Updates this rank's slice of every tensor of `params` with grad_slices[i] (the slice's
   // reduced gradient, range(i).count elements); increments the step count. The rest of
@@ -44,7 +45,7 @@ class ShardedAdamW {
   int ranks_, rank_;
   std::vector<ParamSpec> specs_;
   std::vector<ShardRange> ranges_;
-  std::vector<Buffer> m_, v_;
+  std::vector<Buffer> m_, v_, master_;
   int64_t steps_ = 0;
 };
 

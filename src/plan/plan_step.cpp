@@ -26,16 +26,6 @@ int64_t planning_sequences(ObjectiveKind kind, int64_t group_size) {
   return 1;
 }
 
-// fp32 master copies of a trained model's weights: whole, or with ZeRO-1/2 this rank's slices.
-void add_master_weights(const ParameterSet& weights, const DataParallel& grads, int ranks,
-                        Pool& pool, std::vector<Buffer>& out) {
-  for (size_t i = 0; i < weights.size(); ++i) {
-    const int64_t n = weights.shape(i).numel();
-    const int64_t held = grads.zero() == 0 ? n : shard_range(n, ranks, 0).count;
-    out.push_back(pool.allocate(Category::optimizer, DType::F32, {held}));
-  }
-}
-
 }  // namespace
 
 int64_t min_planning_tokens(ObjectiveKind kind, int64_t group_size) {
@@ -76,15 +66,11 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
   const AdamWConfig optim;
   ModelSet models(objective, cfg, pool, be,
                   ModelSetOptions{.param_dtype = mem.param_dtype,
+                                  .grad_dtype = mem.grad_dtype,
                                   .optim = mem.adamw ? &optim : nullptr,
+                                  .master_weights = mem.master_weights,
                                   .comm = &comm,
                                   .zero = mem.zero});
-  std::vector<Buffer> master;
-  if (mem.adamw && mem.master_weights && mem.param_dtype != DType::F32) {
-    add_master_weights(models.policy_weights(), models.policy(), mem.ranks, pool, master);
-    if (models.has_value())
-      add_master_weights(models.value_weights(), models.value(), mem.ranks, pool, master);
-  }
   StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
   PlannedStep p;
   p.peak_bytes = ledger.peak();
@@ -104,8 +90,11 @@ PlannedStep plan_sft_step(const ModelConfig& cfg, const ExecConfig& exec, const 
                           DType param_dtype, bool adamw, int64_t budget) {
   return plan_sft_step(
       cfg, exec, batch,
-      StepMemoryOptions{
-          .param_dtype = param_dtype, .adamw = adamw, .master_weights = false, .budget = budget});
+      StepMemoryOptions{.param_dtype = param_dtype,
+                        .grad_dtype = param_dtype,
+                        .adamw = adamw,
+                        .master_weights = false,
+                        .budget = budget});
 }
 
 }  // namespace sbp

@@ -21,12 +21,13 @@ struct PlannedStep {
 // What a step holds besides the model and the mode: the storage of weights and gradients and
 // the optimizer state that lives across steps.
 struct StepMemoryOptions {
-  DType param_dtype = DType::F32;  // weights and gradients (the CPU trains in F32; a GPU in BF16)
+  DType param_dtype = DType::F32;  // weights (and activations: the caller's ExecConfig)
+  DType grad_dtype = DType::F32;   // gradient buffers
   bool adamw = false;              // fp32 first and second moments (category `optimizer`)
   // fp32 master copies of the trained weights (category `optimizer`), as mixed-precision AdamW
   // keeps when the weights are stored in bf16: updating bf16 weights directly loses every
   // update smaller than 2^-8 of the weight. Only meaningful with adamw and a non-F32 param_dtype.
-  bool master_weights = false;
+  bool master_weights = true;
   int64_t budget = 0;  // > 0: an allocation past it throws OutOfMemoryError
   // Data parallelism (dist/data_parallel.h): the step of one of `ranks` ranks, with gradients
   // and optimizer state (moments and master weights) divided as ZeRO stage `zero` divides them.

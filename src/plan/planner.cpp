@@ -17,6 +17,7 @@ int64_t min_tokens(const PlanSetup& s) {
 
 StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
   return StepMemoryOptions{.param_dtype = s.param_dtype,
+                           .grad_dtype = s.grad_dtype,
                            .adamw = s.adamw,
                            .master_weights = s.master_weights,
                            .budget = budget,

@@ -24,7 +24,8 @@ struct PlanSetup {
   ModelConfig cfg;
   ObjectiveSetup objective;  // the step planned, with the reference and value models it holds
   int64_t group_size = 8;    // GRPO completions per prompt (planning_step's shape)
-  DType param_dtype = DType::BF16;  // weights and gradients
+  DType param_dtype = DType::BF16;  // weights
+  DType grad_dtype = DType::F32;    // gradient buffers (the trainer's grad_dtype)
   DType act_dtype = DType::BF16;    // activations, checkpoints, K/V (ExecConfig::act_dtype)
   bool adamw = false;               // fp32 moments
   bool master_weights = true;       // with adamw and non-F32 params: an fp32 master copy

@@ -10,15 +10,17 @@ ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cf
       value_cfg_(value_cfg ? *value_cfg : policy_cfg) {
   Communicator& comm = opts.comm ? *opts.comm : single_process();
   policy_w_ = ParameterSet(policy_cfg_, pool, Category::weights, opts.param_dtype, false);
+  // fp32 master weights beside bf16 weights, in the optimizer state (optim/adamw.h).
+  const bool master = opts.optim && opts.master_weights && opts.param_dtype != DType::F32;
   policy_ = std::make_unique<DataParallel>(comm, opts.zero, policy_cfg_, ModelHead::lm, pool, be,
-                                           opts.optim, opts.param_dtype);
+                                           opts.optim, opts.grad_dtype, master);
   if (objective.needs_reference())
     reference_w_ = ParameterSet(reference_cfg_, pool, Category::weights, opts.param_dtype, false);
   if (objective.needs_value_model()) {
     value_w_ = ParameterSet(value_cfg_, pool, Category::weights, opts.param_dtype, false,
                             ModelHead::value);
     value_ = std::make_unique<DataParallel>(comm, opts.zero, value_cfg_, ModelHead::value, pool, be,
-                                            opts.optim, opts.param_dtype);
+                                            opts.optim, opts.grad_dtype, master);
   }
 }
 

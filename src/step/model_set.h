@@ -24,8 +24,11 @@
 namespace sbp {
 
 struct ModelSetOptions {
-  DType param_dtype = DType::F32;      // weights and gradients
+  DType param_dtype = DType::F32;      // weights
+  DType grad_dtype = DType::F32;       // gradient buffers
   const AdamWConfig* optim = nullptr;  // null: no optimizer state
+  // With an optimizer and non-F32 weights: fp32 master weights in the optimizer state.
+  bool master_weights = true;
   Communicator* comm = nullptr;        // null: one process
   int zero = 0;
 };

@@ -158,6 +158,7 @@ Key auto_enum_key(const std::string& name, Ref ref, std::span<const EnumName<E>>
 
 constexpr EnumName<DType> kSaveDtypeNames[] = {
     {DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::F16, "f16"}};
+constexpr EnumName<DType> kGradDtypeNames[] = {{DType::F32, "f32"}, {DType::BF16, "bf16"}};
 constexpr EnumName<bool> kBoolNames[] = {{true, "true"}, {false, "false"}};
 
 // mode: a preset or layers+head (engine/exec_config.h); the chunk sizes are separate keys.
@@ -238,6 +239,8 @@ const std::vector<Key>& keys() {
         KEY(std::string, "ppo.reference", ppo.reference),
         KEY(std::string, "ppo.value_model", ppo.value_model),
         backend_key(),
+        ENUM_KEY(Precision, "precision", precision, kPrecisionNames),
+        ENUM_KEY(DType, "grad_dtype", grad_dtype, kGradDtypeNames),
         mode_key(),
         chunk_key("layer_chunk", &TrainConfig::layer_chunk),
         chunk_key("head_chunk", &TrainConfig::head_chunk),
@@ -503,6 +506,7 @@ ObjectiveSetup TrainConfig::objective_setup() const {
 
 ExecConfig TrainConfig::exec() const {
   ExecConfig e = mode;
+  e.act_dtype = storage_dtype(precision);
   e.layer_chunk = layer_chunk;
   e.head_chunk = head_chunk;
   return e;

@@ -90,6 +90,10 @@ struct TrainConfig {
 
   // Execution.
   BackendSpec backend;  // cpu
+  // fp32, or bf16: weights, activations, checkpoints and head blocks in bf16 with fp32
+  // accumulation, fp32 master weights and AdamW moments (DESIGN §5 "Precision").
+  Precision precision = Precision::fp32;
+  DType grad_dtype = DType::F32;  // f32 (default: fp32 gradient accumulation) or bf16
   ExecConfig mode;      // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>;
                         // its chunk sizes are layer_chunk / head_chunk below
   int64_t layer_chunk = 1024;  // 0: auto, the largest that fits memory_budget

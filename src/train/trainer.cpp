@@ -178,8 +178,15 @@ void Trainer::build_models() {
       throw InputError(ref_dir + ": the reference model's vocab_size differs from the policy's");
   }
   if (setup_.needs_value_model()) value_cfg = value_model_config(c_, cfg_, ckpt_);
-  const ModelSetOptions opts{
-      .param_dtype = DType::F32, .optim = &optim_, .comm = &comm_, .zero = c_.dist.zero};
+  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && comm_.size() > 1)
+    throw InputError(c_.where("dist.zero") + ": dist.zero " + std::to_string(c_.dist.zero) +
+                     " with precision bf16 is not supported yet (the sharded optimizer gathers fp32 "
+                     "weights); use dist.zero 0");
+  const ModelSetOptions opts{.param_dtype = storage_dtype(c_.precision),
+                             .grad_dtype = c_.grad_dtype,
+                             .optim = &optim_,
+                             .comm = &comm_,
+                             .zero = c_.dist.zero};
   models_ =
       std::make_unique<ModelSet>(setup_, cfg_, pool_, *be_, opts, ref_cfg ? &*ref_cfg : nullptr,
                                  value_cfg ? &*value_cfg : nullptr);
@@ -189,10 +196,25 @@ void Trainer::build_models() {
   runner_ = std::make_unique<StepRunner>(setup_, models_->views(), *be_, pool_, exec_, comm_);
 }
 
+// Where a trained model's fp32 values are loaded or drawn: its fp32 master weights when the
+// weights are bf16 (then rounded into them by round_into_weights), else the weights.
+static ParameterSet& fp32_values(ParameterSet& weights, DataParallel& dp) {
+  return dp.master() ? *dp.master() : weights;
+}
+static void round_into_weights(Backend& be, const ParameterSet& weights, DataParallel& dp) {
+  if (!dp.master()) return;
+  for (size_t i = 0; i < weights.size(); ++i) be.copy(weights.tensor(i), dp.master()->tensor(i));
+}
+
 // A fresh run: the starting model's weights (or a draw from the seed) and the data at epoch 0.
 // A resumed one: the checkpoint's fp32 weights, optimizer state and data cursor.
 void Trainer::load_policy() {
-  ParameterSet& w = models_->policy_weights();
+  ParameterSet& w = fp32_values(models_->policy_weights(), models_->policy());
+  load_policy_values(w);
+  round_into_weights(*be_, models_->policy_weights(), models_->policy());
+}
+
+void Trainer::load_policy_values(ParameterSet& w) {
   if (ckpt_.empty()) {
     if (start_dir_.empty()) {
       init_parameters(w, c_.seed, InitStyle::hf);
@@ -239,15 +261,16 @@ void Trainer::load_reference() {
 // checkpoint-N/value_model/ (weights and optimizer) on a resumed one.
 void Trainer::load_value() {
   if (!models_->has_value()) return;
+  ParameterSet& w = fp32_values(models_->value_weights(), models_->value());
   if (ckpt_.empty()) {
-    const std::string from =
-        init_value_weights(c_, start_dir_, models_->value_config(), models_->value_weights());
+    const std::string from = init_value_weights(c_, start_dir_, models_->value_config(), w);
     log_.out("value model: %s\n", from.c_str());
-    return;
+  } else {
+    load_value_checkpoint_weights(ckpt_, models_->value_config(), w);
+    models_->value().load_optimizer(ckpt_ + "/" + kValueModelDir);
+    log_.out("value model: %s/%s\n", ckpt_.c_str(), kValueModelDir);
   }
-  load_value_checkpoint_weights(ckpt_, models_->value_config(), models_->value_weights());
-  models_->value().load_optimizer(ckpt_ + "/" + kValueModelDir);
-  log_.out("value model: %s/%s\n", ckpt_.c_str(), kValueModelDir);
+  round_into_weights(*be_, models_->value_weights(), models_->value());
 }
 
 void Trainer::print_summary() const {

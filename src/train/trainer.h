@@ -68,6 +68,7 @@ class Trainer {
   void plan_schedule();
   void build_models();
   void load_policy();
+  void load_policy_values(ParameterSet& fp32);
   void load_reference();
   void load_value();
   void print_summary() const;

@@ -152,14 +152,18 @@ void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, dou
 }
 
 std::string Trainer::save() {
+  // The fp32 values: the master weights of bf16 weights (whose rounding the export writes).
+  auto fp32 = [](ParameterSet& w, DataParallel& dp) -> const ParameterSet& {
+    return dp.master() ? *dp.master() : w;
+  };
   std::optional<ValueModelContents> value;
   if (models_->has_value())
     value.emplace(
-        ValueModelContents{models_->value_config(), models_->value_weights(),
+        ValueModelContents{models_->value_config(), fp32(models_->value_weights(), models_->value()),
                            [&](const std::string& dir) { models_->value().save_optimizer(dir); }});
   const std::string path = save_checkpoint(
       c_.output_dir,
-      CheckpointContents{cfg_, models_->policy_weights(), save_dtype_,
+      CheckpointContents{cfg_, fp32(models_->policy_weights(), models_->policy()), save_dtype_,
                          [&](const std::string& dir) { models_->policy().save_optimizer(dir); },
                          state_, c_.tokenizer, start_dir_, value ? &*value : nullptr},
       comm_);

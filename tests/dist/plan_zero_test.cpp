@@ -48,7 +48,7 @@ PlanSetup setup(const char* preset, DType dtype, int ranks, int zero) {
   PlanSetup s;
   s.cfg = preset_config(preset);
   s.cfg.num_hidden_layers = 6;
-  s.param_dtype = s.act_dtype = dtype;
+  s.param_dtype = s.act_dtype = s.grad_dtype = dtype;  // the paper: bf16 weights and gradients
   s.adamw = true;
   s.ranks = ranks;
   s.zero = zero;

@@ -17,6 +17,7 @@ TEST(PlanPresets, PaperSettingLongestSequences) {
   for (const char* model : {"qwen3-4b", "qwen3-8b", "qwen3-14b", "llama3.1-8b"}) {
     PlanSetup s;
     s.cfg = preset_config(model);
+    s.grad_dtype = DType::BF16;  // the paper's setting: bf16 gradients too
     s.budget = usable;
     int64_t prev = 0;
     for (const char* name : {"base", "checkpoint", "stream"}) {

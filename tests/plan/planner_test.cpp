@@ -35,7 +35,7 @@ ExecConfig chunked(ExecConfig m, int64_t layer, int64_t head) {
 PlanSetup setup_for(const ModelConfig& cfg, DType dt, bool adamw, int64_t budget) {
   PlanSetup s;
   s.cfg = cfg;
-  s.param_dtype = s.act_dtype = dt;
+  s.param_dtype = s.act_dtype = s.grad_dtype = dt;  // the paper: bf16 weights and gradients
   s.adamw = adamw;
   s.budget = budget;
   return s;
