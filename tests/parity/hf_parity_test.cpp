@@ -42,6 +42,7 @@
 #include "model/safetensors.h"
 #include "objective/sft.h"
 #include "optim/adamw.h"
+#include "parity/hf_fixture.h"
 #include "support/test_support.h"
 
 namespace sbp {
@@ -53,148 +54,7 @@ using json = nlohmann::json;
 // fp32 vs fp32 with another summation order (see the header comment).
 constexpr double kTol = 1e-5;
 
-const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> names = {"qwen3_gqa_qknorm",  "qwen2_bias_tied",
-                                                 "llama_rope_llama3", "qwen3_head_dim_24",
-                                                 "qwen3_bf16",        "qwen2_sharded"};
-  return names;
-}
-
-std::string fixture_dir(const std::string& name) {
-  return test::source_dir() + "/tests/fixtures/hf/" + name;
-}
-
-json read_json(const std::string& path) { return json::parse(test::read_text(path)); }
-
-// tokens.json (the `streambp score` input format) as one packed batch. The test's own minimal
-// reader: the fixtures are well formed; the command's thorough validation is tested below.
-Batch read_batch(const std::string& path) {
-  const json j = read_json(path);
-  Batch b;
-  for (const json& s : j["sequences"]) {
-    for (const json& id : s) b.tokens.push_back(id.get<int32_t>());
-    b.seq_lens.push_back(static_cast<int64_t>(s.size()));
-  }
-  for (const json& m : j["loss_mask"])
-    for (const json& v : m) b.loss_mask.push_back(v.get<float>());
-  return b;
-}
-
-std::vector<int64_t> segment_offsets(const Batch& b) {
-  std::vector<int64_t> off;
-  int64_t row = 0;
-  for (int64_t len : b.seq_lens) {
-    off.push_back(row);
-    row += len;
-  }
-  return off;
-}
-
-// Per-sequence target log-probs (row t of a segment predicts token t+1), concatenated.
-std::vector<float> per_sequence_logp(const Batch& b, const std::vector<float>& row_logp) {
-  std::vector<float> out;
-  int64_t row = 0;
-  for (int64_t len : b.seq_lens) {
-    for (int64_t t = 0; t + 1 < len; ++t) out.push_back(row_logp[static_cast<size_t>(row + t)]);
-    row += len;
-  }
-  return out;
-}
-
-std::vector<float> flatten_logprobs(const json& per_seq) {
-  std::vector<float> out;
-  for (const json& s : per_seq)
-    for (const json& v : s) out.push_back(v.get<float>());
-  return out;
-}
-
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  if (a.size() != b.size()) return INFINITY;
-  return test::rel_err(a.data(), b.data(), static_cast<int64_t>(a.size()));
-}
-
-double scalar_rel_err(double a, double b) { return std::fabs(a - b) / std::fabs(b); }
-
-// One fixture, loaded the way the CLI loads a model directory.
-struct Fixture {
-  explicit Fixture(const std::string& name)
-      : dir(fixture_dir(name)),
-        cfg(load_config(dir + "/model")),
-        weights(cfg, pool, Category::weights, DType::F32, false),
-        batch(read_batch(dir + "/tokens.json")),
-        expected(read_json(dir + "/expected.json")) {
-    // One thread: these models are tiny, so more threads only add OpenMP barriers (seconds on
-    // a loaded 2-core machine) and the result must not depend on them anyway. The score
-    // command test runs the multi-threaded kernels (--threads 2) against one fixture.
-    set_cpu_threads(1);
-    load_weights(dir + "/model", cfg, weights);
-  }
-  std::string dir;
-  Ledger ledger;
-  const std::unique_ptr<Backend> backend_ = test::backend();
-  Backend& be = *backend_;
-  Pool pool{ledger, be};
-  ModelConfig cfg;
-  ParameterSet weights;
-  Batch batch;
-  json expected;
-};
-
-// Reference gradients: every tensor of expected_grads.safetensors, by HF name.
-std::map<std::string, std::vector<float>> read_grads(const std::string& path) {
-  SafetensorsFile f(path);
-  std::map<std::string, std::vector<float>> out;
-  for (const SafetensorsEntry& e : f.entries()) {
-    std::vector<float> v(static_cast<size_t>(e.shape.numel()));
-    f.read_into(e.name, Tensor(v.data(), DType::F32, e.shape));
-    out[e.name] = std::move(v);
-  }
-  return out;
-}
-
-// SFT that also records the log-probs the LM head hands it (the training path's logp).
-class RecordingSft final : public Objective {
- public:
-  RecordingSft(const Batch& batch, double normalizer)
-      : sft_(batch, normalizer), logp_(static_cast<size_t>(batch.size()), 0.0f) {}
-  void token_grads(int64_t row_begin, std::span<const float> logp,
-                   std::span<float> dlogp) override {
-    std::copy(logp.begin(), logp.end(), logp_.begin() + row_begin);
-    sft_.token_grads(row_begin, logp, dlogp);
-  }
-  double loss() const { return sft_.loss(); }
-  const std::vector<float>& logp() const { return logp_; }
-
- private:
-  SftObjective sft_;
-  std::vector<float> logp_;
-};
-
-ExecConfig mode(const char* name, int64_t layer_chunk = 0, int64_t head_chunk = 0) {
-  ExecConfig e = parse_mode(name);
-  if (layer_chunk > 0) e.layer_chunk = layer_chunk;
-  if (head_chunk > 0) e.head_chunk = head_chunk;
-  return e;
-}
-
-// base, checkpoint, and stream with chunk sizes 1, 7 (does not divide T), ~T/3, 16/32 and T;
-// recompute+chunked for the remaining combination of the two knobs.
-std::vector<ExecConfig> modes_for(int64_t T) {
-  return {mode("base"),
-          mode("checkpoint"),
-          mode("stream", 1, 1),
-          mode("stream", 7, 5),
-          mode("stream", T / 3, T / 3 + 1),
-          mode("stream", 16, 32),
-          mode("stream", T, T),
-          mode("recompute+chunked", 0, 9)};
-}
-
-std::string describe(const ExecConfig& e) {
-  return mode_name(e) + " layer_chunk=" + std::to_string(e.layer_chunk) +
-         " head_chunk=" + std::to_string(e.head_chunk);
-}
+using namespace parity;  // NOLINT: the fixtures' helpers
 
 class HfParity : public ::testing::TestWithParam<std::string> {};
 

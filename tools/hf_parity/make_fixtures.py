@@ -14,6 +14,13 @@ Each fixture directory holds
     expected.json                loss, number of loss tokens, per-token target log-probs of every
                                  sequence, and a slice of the logits
     expected_grads.safetensors   d(loss)/d(parameter) for every parameter, F32, HF names
+    expected_bf16.json           the same computation with the model in bfloat16 (transformers'
+                                 mixed precision: bf16 weights and activations, the loss on
+                                 logits upcast to float32), and `hf_bf16_vs_fp32`: how far that
+                                 is from the float32 values above, per quantity and per gradient
+                                 tensor (max |bf16 - fp32| / max |fp32|) — the yardstick the C++
+                                 bf16 parity test derives its tolerance from
+    expected_grads_bf16.safetensors  the bf16 run's gradients (bf16 values, stored as F32)
 
 Everything is float32 on the CPU with the eager attention, one thread, fixed seeds, so the
 same versions on the same machine reproduce the files bit for bit (--check reports the
@@ -199,6 +206,25 @@ def expected_outputs(model, seqs, masks) -> tuple[dict, dict]:
     return expected, grads
 
 
+def _rel(a, b) -> float:
+    """max |a - b| / max |b| over an array (a list of numbers or a tensor), the C++ tests'
+    test::rel_err."""
+    a = torch.as_tensor(a, dtype=torch.float64).flatten()
+    b = torch.as_tensor(b, dtype=torch.float64).flatten()
+    den = float(b.abs().max())
+    return float((a - b).abs().max()) / den if den > 0 else math.inf
+
+
+def bf16_distances(exp32: dict, grads32: dict, exp16: dict, grads16: dict) -> dict:
+    """How far transformers in bf16 is from transformers in fp32, per compared quantity."""
+    flat = lambda per_seq: [x for s in per_seq for x in s]
+    rows = lambda e: [v for r in e["logits"]["rows"] for v in r["values"]]
+    return {"loss": abs(exp16["loss"] - exp32["loss"]) / abs(exp32["loss"]),
+            "logprobs": _rel(flat(exp16["logprobs"]), flat(exp32["logprobs"])),
+            "logits": _rel(rows(exp16), rows(exp32)),
+            "grads": {k: _rel(grads16[k], grads32[k]) for k in sorted(grads32)}}
+
+
 def _compact(x) -> str:
     return json.dumps(x, separators=(",", ":"))
 
@@ -256,6 +282,18 @@ def make_fixture(spec: dict, root: Path) -> None:
     # One metadata key only: safetensors writes the metadata map in hash order, so a second key
     # would make the bytes differ from run to run.
     save_file(grads, str(out / "expected_grads.safetensors"), metadata={"format": "pt"})
+
+    # The same files loaded in bfloat16: what a bf16 run of transformers computes (weights
+    # rounded to nearest-even bf16 on load, bf16 matmuls and activations, the loss and our
+    # recorded log-probs on logits upcast to fp32, bf16 gradients).
+    ref16 = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.bfloat16, attn_implementation="eager")
+    ref16.eval()
+    exp16, grads16 = expected_outputs(ref16, seqs, masks)
+    exp16 = {"fixture": spec["name"], "precision": "bf16",
+             "hf_bf16_vs_fp32": bf16_distances(expected, grads, exp16, grads16), **exp16}
+    write_json(out / "expected_bf16.json", exp16)
+    save_file(grads16, str(out / "expected_grads_bf16.safetensors"), metadata={"format": "pt"})
 
 
 def generate(root: Path) -> None:
