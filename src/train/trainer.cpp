@@ -277,12 +277,13 @@ void Trainer::print_summary() const {
   log_.out(
       "model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, "
       "head "
-      "chunk %lld); %d thread%s; saves %s weights\n",
+      "chunk %lld); precision %s (gradients %s); %d thread%s; saves %s weights\n",
       model_type_name(cfg_.model_type), static_cast<long long>(cfg_.num_hidden_layers),
       static_cast<long long>(cfg_.hidden_size), static_cast<long long>(cfg_.vocab_size),
       static_cast<double>(models_->policy_weights().numel()) / 1e6, mode_name(exec_).c_str(),
       static_cast<long long>(exec_.layer_chunk), static_cast<long long>(exec_.head_chunk),
-      cpu_threads(), cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype_));
+      enum_name<Precision>(kPrecisionNames, c_.precision), dtype_name(c_.grad_dtype), cpu_threads(),
+      cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype_));
   if (comm_.size() > 1)
     log_.out("data parallel: %d ranks, zero %d, %lld micro-batch%s per rank per step\n",
              comm_.size(), models_->policy().zero(), static_cast<long long>(c_.grad_accum),

@@ -115,14 +115,20 @@ TEST_F(PlanAgreement, LedgerPeakAndBreakdownEqualARealStepExactly) {
 // One real fp32 step of any objective through the step runner on the CPU, with every model the
 // run holds (ModelSet: the policy's weights, gradients and optimizer state, the reference, the
 // value model), on the planner's own micro-batch with random token ids and rewards.
+// `mem` as the planner takes it: weights, gradients, AdamW (with fp32 master weights for bf16).
 Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
-                             const ExecConfig& exec, const StepBatches& planned, bool adamw) {
+                             const ExecConfig& exec, const StepBatches& planned,
+                             const StepMemoryOptions& mem) {
   Ledger ledger;
   const std::unique_ptr<Backend> backend_ = test::backend();
   Backend& be = *backend_;
   Pool pool(ledger, be);
   const AdamWConfig optim;
-  ModelSet models(s, cfg, pool, be, ModelSetOptions{.optim = adamw ? &optim : nullptr});
+  ModelSet models(s, cfg, pool, be,
+                  ModelSetOptions{.param_dtype = mem.param_dtype,
+                                  .grad_dtype = mem.grad_dtype,
+                                  .optim = mem.adamw ? &optim : nullptr,
+                                  .master_weights = mem.master_weights});
   init_parameters(models.policy_weights(), 3, InitStyle::hf);
   if (models.has_reference()) init_parameters(models.reference_weights(), 4, InitStyle::hf);
   if (models.has_value()) init_parameters(models.value_weights(), 5, InitStyle::hf);
@@ -154,9 +160,9 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
               mode("stream", 7, 5), mode("stream", T, T), mode("recompute+chunked", 0, 9),
               mode("stream+full", 6, 0)}) {
           const bool adamw = (cases % 2) == 0;
-          const PlannedStep plan = plan_step(
-              models[mi], s, e, step, StepMemoryOptions{.param_dtype = DType::F32, .adamw = adamw});
-          const Measured real = real_objective_step(models[mi], s, e, step, adamw);
+          const StepMemoryOptions mem{.param_dtype = DType::F32, .adamw = adamw};
+          const PlannedStep plan = plan_step(models[mi], s, e, step, mem);
+          const Measured real = real_objective_step(models[mi], s, e, step, mem);
           ASSERT_EQ(plan.peak_bytes, real.peak)
               << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
               << " chunks " << e.layer_chunk << "/" << e.head_chunk;
@@ -169,6 +175,47 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
     }
   }
   EXPECT_EQ(cases, 4 * 2 * 2 * 7);
+}
+
+// Mixed precision (`precision: bf16`): bf16 weights, activations, checkpoints, K/V and head
+// blocks; gradients in fp32 (the trainer's default) or bf16; AdamW with fp32 moments and fp32
+// master weights. The plan `plan --precision bf16` prints is this step, to the byte.
+TEST_F(PlanAgreement, EveryObjectiveInBf16EqualsARealBf16StepExactly) {
+  const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), tied_qwen3_with_bias(),
+                                           mqa_llama()};
+  int cases = 0;
+  for (const ObjectiveKind kind :
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+    ObjectiveSetup s;
+    s.kind = kind;
+    s.grpo.beta = 0.04;
+    s.grpo.entropy_coef = 0.01;
+    for (size_t mi = 0; mi < models.size(); ++mi) {
+      for (int64_t T : {12, 41}) {
+        const StepBatches step = planning_step(kind, 3, T);
+        for (ExecConfig e :
+             {mode("base", 0, 0), mode("checkpoint", 0, 0), mode("stream", 1, 1),
+              mode("stream", 7, 5), mode("stream", T, T), mode("recompute+chunked", 0, 9),
+              mode("stream+full", 6, 0)}) {
+          e.act_dtype = DType::BF16;
+          const StepMemoryOptions mem{
+              .param_dtype = DType::BF16,
+              .grad_dtype = (cases % 2) == 0 ? DType::F32 : DType::BF16,
+              .adamw = (cases % 3) != 2};
+          const PlannedStep plan = plan_step(models[mi], s, e, step, mem);
+          const Measured real = real_objective_step(models[mi], s, e, step, mem);
+          ASSERT_EQ(plan.peak_bytes, real.peak)
+              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
+              << " chunks " << e.layer_chunk << "/" << e.head_chunk;
+          ASSERT_EQ(plan.breakdown.bytes, real.breakdown.bytes)
+              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
+              << "\nplan " << plan.breakdown.str() << "\nreal " << real.breakdown.str();
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 4 * 3 * 2 * 7);
 }
 
 // A mid-sized model where activations dominate (tens of MB), through the planner's own entry

@@ -297,6 +297,36 @@ TEST(TrainCli, Bf16ModelsSaveBf16WithFp32MasterWeightsAndResumeExactly) {
                         split.out("checkpoint-4/master_weights.safetensors")));
 }
 
+// `precision: bf16` (bf16 weights and activations, fp32 master weights and moments): 2N steps
+// equal N + resume + N bit for bit, with fp32 gradients and an fp32 export (the master weights
+// are the saved model) and with bf16 gradients and a bf16 export (master_weights.safetensors).
+TEST(TrainCli, PrecisionBf16ResumesExactly) {
+  for (const std::string extra :
+       {std::string("grad_accum: 2\n"), std::string("grad_dtype: bf16\nsave_dtype: bf16\n")}) {
+    const std::string yaml = "precision: bf16\nmax_steps: 6\noptim:\n  lr: 0.003\n" + extra;
+    TrainRun straight(yaml), split(yaml);
+    auto r = straight.train();
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("bf16"), std::string::npos) << r.output;
+    r = split.train("stop_after_steps=3");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = split.train("--resume " + split.out());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_identical_checkpoints(straight.out("checkpoint-6"), split.out("checkpoint-6"));
+    const bool bf16_export = extra.find("save_dtype") != std::string::npos;
+    EXPECT_EQ(fs::exists(straight.out("checkpoint-6/master_weights.safetensors")), bf16_export)
+        << extra;
+    if (bf16_export)
+      EXPECT_TRUE(same_file(straight.out("checkpoint-6/master_weights.safetensors"),
+                            split.out("checkpoint-6/master_weights.safetensors")));
+    const std::vector<json> a = read_metrics(straight.out("metrics.jsonl"));
+    const std::vector<json> b = read_metrics(split.out("metrics.jsonl"));
+    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(b.size(), 6u);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i]["loss"], a[i]["loss"]) << extra << i;
+  }
+}
+
 // Runs `streambp train` expecting exit 1 and exactly one line that starts with the error.
 std::string one_line_error(const TrainRun& run, const std::string& args = "") {
   const auto r = run.train(args);
