@@ -2,7 +2,8 @@
 // embedding and attention, against float64 references written here, every backward op against
 // central finite differences of its reference (L = sum(forward(x) * R)), and the backward ops
 // that accumulate (+=) from non-zero gradient buffers. (rope_backward is an in-place rotation,
-// not an accumulation.)
+// not an accumulation.) Each also with BF16 operands, in every combination of F32 and BF16
+// (backend_suite.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -50,6 +51,41 @@ TEST_P(BackendOps, RmsNormForwardBackward) {
       numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(xd, v, d, eps), Rd); }, gd);
   EXPECT_LT(rel_err_vec(down(dx), plus(dx0, ndx)), 1e-5);
   EXPECT_LT(rel_err_vec(down(dg), plus(dg0, ndg)), 1e-5);
+}
+
+// Every combination of F32 and BF16 for y, x, g (forward) and dx, dg, dy, x, g (backward, onto
+// non-zero gradients), against the float64 reference on the bf16-rounded inputs.
+TEST_P(BackendOps, RmsNormBf16EveryDtypeCombination) {
+  const int64_t n = 5, d = 24;
+  const double eps = 1e-6;
+  const Vec xd = randb(n * d), gd = randb(d, 0.5f), Rd = randb(n * d);
+  const Vec dx0 = randb(n * d), dg0 = randb(d);
+  const Vec ref_y = ref_rmsnorm(xd, gd, d, eps);
+  const Vec ref_dx = plus(
+      dx0, numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(v, gd, d, eps), Rd); }, xd));
+  const Vec ref_dg = plus(
+      dg0, numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(xd, v, d, eps), Rd); }, gd));
+  for (int combo = 0; combo < 8; ++combo) {
+    SCOPED_TRACE("y x g: " + test::combo_name(combo, 3));
+    Buffer y = zeros({n, d}, test::dtype_combo(combo, 0));
+    Buffer x = up(xd, {n, d}, test::dtype_combo(combo, 1)),
+           g = up(gd, {d}, test::dtype_combo(combo, 2));
+    be.rmsnorm_forward(y.view(), x.view(), g.view(), static_cast<float>(eps));
+    if (computes()) test::expect_close(down(y), ref_y, test::dtype_combo(combo, 0), 1e-6, "y");
+  }
+  for (int combo = 0; combo < 32; ++combo) {
+    SCOPED_TRACE("dx dg dy x g: " + test::combo_name(combo, 5));
+    Buffer dx = up(dx0, {n, d}, test::dtype_combo(combo, 0));
+    Buffer dg = up(dg0, {d}, test::dtype_combo(combo, 1));
+    Buffer R = up(Rd, {n, d}, test::dtype_combo(combo, 2));
+    Buffer x = up(xd, {n, d}, test::dtype_combo(combo, 3));
+    Buffer g = up(gd, {d}, test::dtype_combo(combo, 4));
+    be.rmsnorm_backward(dx.view(), dg.view(), R.view(), x.view(), g.view(),
+                        static_cast<float>(eps));
+    if (!computes()) continue;
+    test::expect_close(down(dx), ref_dx, test::dtype_combo(combo, 0), 1e-5, "dx");
+    test::expect_close(down(dg), ref_dg, test::dtype_combo(combo, 1), 1e-5, "dg");
+  }
 }
 
 // Per head, as q/k-norm uses it: x (n, heads * h) normalised over each head's h values.
@@ -123,6 +159,25 @@ TEST_P(BackendOps, RopeForwardBackward) {
   EXPECT_THROW(be.rope_backward(x.view(), negative.view(), table.view()), ShapeError);
 }
 
+// A BF16 x is rotated in fp32 and rounded once, forward and backward.
+TEST_P(BackendOps, RopeForwardBackwardBf16) {
+  const int64_t heads = 3, h = 8, P = 40;
+  std::vector<int32_t> pos = {0, 1, 7, 39, 3};
+  std::vector<float> inv = {1.0f, 0.3f, 0.05f, 0.001f};
+  Buffer table = zeros({P, h});
+  be.rope_table(table.view(), inv);
+  Buffer p = ids(pos);
+  const Vec xd = randb(5 * heads * h), Rd = randb(5 * heads * h);
+  Buffer x = up(xd, {5, heads * h}, DType::BF16), R = up(Rd, {5, heads * h}, DType::BF16);
+  be.rope_forward(x.view(), p.view(), table.view());
+  be.rope_backward(R.view(), p.view(), table.view());
+  if (!computes()) return;
+  test::expect_close(down(x), ref_rope(xd, pos, inv, heads, h), DType::BF16, 1e-6, "x");
+  const Vec nd =
+      numeric_grad([&](const Vec& v) { return dot(ref_rope(v, pos, inv, heads, h), Rd); }, xd);
+  test::expect_close(down(R), nd, DType::BF16, 1e-6, "dx");
+}
+
 // ---- SwiGLU ----
 
 TEST_P(BackendOps, SwigluForwardBackward) {
@@ -150,6 +205,41 @@ TEST_P(BackendOps, SwigluForwardBackward) {
             1e-5);
   EXPECT_EQ(down(dg), plus(dg1, dg1));
   EXPECT_EQ(down(du), plus(du1, du1));
+}
+
+// Every combination of F32 and BF16 for out, gate, up (forward) and dgate, dup, dout, gate, up
+// (backward, onto non-zero gradients).
+TEST_P(BackendOps, SwigluBf16EveryDtypeCombination) {
+  const int64_t n = 7, F = 13;
+  const Vec gd = randb(n * F, 3.0f), ud = randb(n * F), Rd = randb(n * F);
+  const Vec dg0 = randb(n * F), du0 = randb(n * F);
+  auto ref = [&](const Vec& g, const Vec& u) {
+    Vec o(g.size());
+    for (size_t i = 0; i < g.size(); ++i) o[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    return o;
+  };
+  const Vec ref_dg = plus(dg0, numeric_grad([&](const Vec& v) { return dot(ref(v, ud), Rd); }, gd));
+  const Vec ref_du = plus(du0, numeric_grad([&](const Vec& v) { return dot(ref(gd, v), Rd); }, ud));
+  for (int combo = 0; combo < 8; ++combo) {
+    SCOPED_TRACE("out gate up: " + test::combo_name(combo, 3));
+    Buffer out = zeros({n, F}, test::dtype_combo(combo, 0));
+    Buffer gate = up(gd, {n, F}, test::dtype_combo(combo, 1));
+    Buffer upb = up(ud, {n, F}, test::dtype_combo(combo, 2));
+    be.swiglu_forward(out.view(), gate.view(), upb.view());
+    if (computes()) test::expect_close(down(out), ref(gd, ud), test::dtype_combo(combo, 0), 1e-6);
+  }
+  for (int combo = 0; combo < 32; ++combo) {
+    SCOPED_TRACE("dgate dup dout gate up: " + test::combo_name(combo, 5));
+    Buffer dg = up(dg0, {n, F}, test::dtype_combo(combo, 0));
+    Buffer du = up(du0, {n, F}, test::dtype_combo(combo, 1));
+    Buffer R = up(Rd, {n, F}, test::dtype_combo(combo, 2));
+    Buffer gate = up(gd, {n, F}, test::dtype_combo(combo, 3));
+    Buffer upb = up(ud, {n, F}, test::dtype_combo(combo, 4));
+    be.swiglu_backward(dg.view(), du.view(), R.view(), gate.view(), upb.view());
+    if (!computes()) continue;
+    test::expect_close(down(dg), ref_dg, test::dtype_combo(combo, 0), 1e-5, "dgate");
+    test::expect_close(down(du), ref_du, test::dtype_combo(combo, 1), 1e-5, "dup");
+  }
 }
 
 // ---- embedding ----
@@ -184,6 +274,40 @@ TEST_P(BackendOps, EmbeddingForwardBackwardWithRepeatedIds) {
   EXPECT_THROW(be.embedding_forward(x.view(), bad.view(), table.view()), ShapeError);
   Buffer negative = ids({0, -1, 2, 3, 4});
   EXPECT_THROW(be.embedding_backward(dt.view(), dx.view(), negative.view()), ShapeError);
+}
+
+// Every combination of F32 and BF16 for x, table (forward: exact, a copy of bf16 values) and
+// dtable, dx (backward, repeated ids, onto a non-zero dtable). A BF16 dtable sums each element's
+// terms in fp32 and rounds once: id 1 below gets 4 terms of 2^-9 onto 1, under half a bf16 ulp
+// each (2^-8) but one ulp (2^-7) together.
+TEST_P(BackendOps, EmbeddingBf16EveryDtypeCombination) {
+  const int64_t V = 6, d = 5, n = 9;
+  const std::vector<int32_t> idv = {3, 0, 3, 5, 3, 1, 1, 1, 1};
+  Vec td = randb(V * d), dxd = randb(n * d), dt0 = randb(V * d);
+  for (int64_t j = 0; j < d; ++j) {
+    dt0[1 * d + j] = 1.0;
+    for (int64_t i = 5; i < 9; ++i) dxd[i * d + j] = std::ldexp(1.0, -9);
+  }
+  Vec expect_x(static_cast<size_t>(n * d)), expect_dt = dt0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      expect_x[i * d + j] = td[idv[i] * d + j];
+      expect_dt[idv[i] * d + j] += dxd[i * d + j];
+    }
+  Buffer id = ids(idv);
+  for (int combo = 0; combo < 4; ++combo) {
+    SCOPED_TRACE(test::combo_name(combo, 2));
+    const DType d0 = test::dtype_combo(combo, 0), d1 = test::dtype_combo(combo, 1);
+    Buffer x = zeros({n, d}, d0), table = up(td, {V, d}, d1);
+    be.embedding_forward(x.view(), id.view(), table.view());
+    Buffer dt = up(dt0, {V, d}, d0), dx = up(dxd, {n, d}, d1);
+    be.embedding_backward(dt.view(), dx.view(), id.view());
+    if (!computes()) continue;
+    EXPECT_EQ(down(x), expect_x);
+    const Vec dtg = down(dt);
+    test::expect_close(dtg, expect_dt, d0, 1e-7, "dtable");
+    for (int64_t j = 0; j < d; ++j) EXPECT_EQ(dtg[1 * d + j], 1.0 + std::ldexp(1.0, -7));
+  }
 }
 
 // ---- attention ----
