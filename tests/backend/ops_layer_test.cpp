@@ -414,6 +414,112 @@ TEST_P(BackendOps, AttentionMatchesFloat64AndFiniteDifferences) {
   }
 }
 
+// dq, dk, dv of L = sum(out * dout) from the forward's out and lse as the backward reads them:
+// P = exp(scale q.k - lse), D = rowsum(dout * out), dS = P (dout.v - D).
+void ref_attention_backward(const AttentionCase& c, const std::vector<int32_t>& seg, const Vec& q,
+                            const Vec& k, const Vec& v, const Vec& out, const Vec& lse,
+                            const Vec& dout, Vec* dq, Vec* dk, Vec* dv) {
+  const int64_t H = c.H, G = c.G, h = c.h, group = H / G;
+  const double scale = c.dims().scale;
+  dq->assign(q.size(), 0.0);
+  dk->assign(k.size(), 0.0);
+  dv->assign(v.size(), 0.0);
+  for (int64_t i = 0; i < c.n; ++i) {
+    const int64_t row = c.q_offset + i;
+    for (int64_t hq = 0; hq < H; ++hq) {
+      const int64_t g = hq / group, qo = (i * H + hq) * h;
+      double D = 0;
+      for (int64_t e = 0; e < h; ++e) D += dout[qo + e] * out[qo + e];
+      for (int64_t j = seg[row]; j <= row; ++j) {
+        const int64_t ko = (j * G + g) * h;
+        double s = 0, dp = 0;
+        for (int64_t e = 0; e < h; ++e) {
+          s += q[qo + e] * k[ko + e];
+          dp += dout[qo + e] * v[ko + e];
+        }
+        const double p = std::exp(scale * s - lse[i * H + hq]), ds = p * (dp - D) * scale;
+        for (int64_t e = 0; e < h; ++e) {
+          (*dq)[qo + e] += ds * k[ko + e];
+          (*dk)[ko + e] += ds * q[qo + e];
+          (*dv)[ko + e] += p * dout[qo + e];
+        }
+      }
+    }
+  }
+}
+
+// Forward: every combination of F32 and BF16 for out, q, k, v. Backward: every combination for
+// dq, dk, dv, dout, q, k, v, out (out holding the forward's fp32 output, or it rounded to bf16),
+// onto non-zero gradients. Keys that no query sees keep their gradient exactly in every dtype.
+TEST_P(BackendOps, AttentionBf16EveryDtypeCombination) {
+  const std::vector<AttentionCase> cases = {
+      {"gqa_chunk", 4, 2, 8, {5, 7, 4}, 6, 8, 16},
+      {"mha_whole", 2, 2, 4, {9}, 0, 9, 9},
+      {"mqa_one_row", 3, 1, 6, {4, 6}, 7, 1, 8},
+  };
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t Hh = c.H * c.h, Gh = c.G * c.h;
+    const std::vector<int32_t> seg = c.seg_start();
+    Buffer seg_start = ids(seg);
+    const Vec qd = randb(c.n * Hh, 2.0f), kd = randb(c.tk * Gh), vd = randb(c.tk * Gh);
+    const Vec dod = randb(c.n * Hh), dq0 = randb(c.n * Hh), dk0 = randb(c.tk * Gh),
+              dv0 = randb(c.tk * Gh);
+    Vec ref_out, ref_lse;
+    if (computes()) ref_attention(c, seg, qd, kd, vd, &ref_out, &ref_lse);
+    Vec out32(static_cast<size_t>(c.n * Hh), 0.0), lse32(static_cast<size_t>(c.n * c.H), 0.0);
+    for (int combo = 0; combo < 16; ++combo) {
+      SCOPED_TRACE("out q k v: " + test::combo_name(combo, 4));
+      const DType dout_t = test::dtype_combo(combo, 0);
+      Buffer out = zeros({c.n, Hh}, dout_t), lse = zeros({c.n, c.H});
+      Buffer q = up(qd, {c.n, Hh}, test::dtype_combo(combo, 1));
+      Buffer k = up(kd, {c.tk, Gh}, test::dtype_combo(combo, 2));
+      Buffer v = up(vd, {c.tk, Gh}, test::dtype_combo(combo, 3));
+      be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
+                           c.q_offset, c.dims());
+      if (!computes()) continue;
+      test::expect_close(down(out), ref_out, dout_t, 1e-5, "out");
+      test::expect_close(down(lse), ref_lse, DType::F32, 1e-5, "lse");
+      if (combo == 0) {
+        out32 = down(out);
+        lse32 = down(lse);
+      }
+    }
+    Buffer lse = up(lse32, {c.n, c.H});
+    Vec ref[2][3];  // [out F32 / BF16][dq, dk, dv]
+    for (int o = 0; o < 2 && computes(); ++o) {
+      ref_attention_backward(c, seg, qd, kd, vd, o ? test::round_bf16(out32) : out32, lse32, dod,
+                             &ref[o][0], &ref[o][1], &ref[o][2]);
+      ref[o][0] = plus(dq0, ref[o][0]);
+      ref[o][1] = plus(dk0, ref[o][1]);
+      ref[o][2] = plus(dv0, ref[o][2]);
+    }
+    for (int combo = 0; combo < 256; ++combo) {
+      SCOPED_TRACE("dq dk dv dout q k v out: " + test::combo_name(combo, 8));
+      DType dt[8];
+      for (int i = 0; i < 8; ++i) dt[i] = test::dtype_combo(combo, i);
+      Buffer dq = up(dq0, {c.n, Hh}, dt[0]), dk = up(dk0, {c.tk, Gh}, dt[1]);
+      Buffer dv = up(dv0, {c.tk, Gh}, dt[2]), dout = up(dod, {c.n, Hh}, dt[3]);
+      Buffer q = up(qd, {c.n, Hh}, dt[4]), k = up(kd, {c.tk, Gh}, dt[5]);
+      Buffer v = up(vd, {c.tk, Gh}, dt[6]), out = up(out32, {c.n, Hh}, dt[7]);
+      be.attention_backward(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(),
+                            v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset,
+                            c.dims());
+      if (!computes()) continue;
+      const int o = dt[7] == DType::BF16 ? 1 : 0;
+      const Vec dqg = down(dq), dkg = down(dk), dvg = down(dv);
+      test::expect_close(dqg, ref[o][0], dt[0], 1e-5, "dq");
+      test::expect_close(dkg, ref[o][1], dt[1], 1e-5, "dk");
+      test::expect_close(dvg, ref[o][2], dt[2], 1e-5, "dv");
+      for (int64_t j = c.q_offset + c.n; j < c.tk; ++j)
+        for (int64_t e = 0; e < Gh; ++e) {
+          ASSERT_EQ(dkg[j * Gh + e], dk0[j * Gh + e]) << "key " << j;
+          ASSERT_EQ(dvg[j * Gh + e], dv0[j * Gh + e]) << "key " << j;
+        }
+    }
+  }
+}
+
 TEST_P(BackendOps, AttentionRejectsBadSegmentStarts) {
   const AttentionCase c{"bad_seg", 2, 1, 4, {6}, 0, 6, 6};
   Buffer q = rand({6, 8}), k = rand({6, 4}), v = rand({6, 4});
