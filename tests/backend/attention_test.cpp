@@ -1,4 +1,5 @@
-// CPU attention kernels against a float64 reference that materialises the scores.
+// CPU attention kernels against a float64 reference that materialises the scores, and with BF16
+// operands against the F32 kernel's bits.
 #include "backend/cpu/attention.h"
 
 #include <gtest/gtest.h>
@@ -485,6 +486,97 @@ TEST(Attention, RejectsBadShapes) {
                                        Problem::view(g, p.tk + 1, p.G * p.h), p.doutt(), p.qt(),
                                        p.kt(), p.vt(), o, l, p.segt(), 0, p.dims(), nullptr),
                ShapeError);
+}
+
+// ---- BF16 operands ----
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> b(x.size());
+  for (size_t i = 0; i < x.size(); ++i) b[i] = f32_to_bf16(x[i]);
+  return b;
+}
+std::vector<float> rounded(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  return r;
+}
+Tensor bview(const std::vector<uint16_t>& x, int64_t rows, int64_t cols) {
+  return Tensor(const_cast<uint16_t*>(x.data()), DType::BF16, Shape{rows, cols});
+}
+std::vector<float> widened(const std::vector<uint16_t>& x) {
+  std::vector<float> f(x.size());
+  for (size_t i = 0; i < x.size(); ++i) f[i] = bf16_to_f32(x[i]);
+  return f;
+}
+
+// BF16 inputs are widened exactly when packed and BF16 outputs rounded once when stored, so on
+// bf16-representable values: F32 outputs from BF16 inputs have the F32 kernel's bits, and BF16
+// outputs (accumulated onto BF16 gradients) are those bits rounded to nearest even. Whatever
+// the thread count and backward path (a BF16 dk or dv takes the two passes).
+TEST(Attention, Bf16OperandsGiveTheF32BitsRoundedOnce) {
+  Problem p(Case{"bf16", 4, 2, 24, {100, 3, 90}, 40, 150, 193});
+  p.q = rounded(p.q);
+  p.k = rounded(p.k);
+  p.v = rounded(p.v);
+  p.dout = rounded(p.dout);
+  const std::vector<uint16_t> q16 = to_bf16(p.q), k16 = to_bf16(p.k), v16 = to_bf16(p.v),
+                              do16 = to_bf16(p.dout);
+  const int64_t Hh = p.H * p.h, Gh = p.G * p.h;
+  // Non-zero starting gradients, bf16-representable.
+  Rng rng(5, "bf16 gradients");
+  auto start = [&](int64_t count) {
+    std::vector<float> x(static_cast<size_t>(count));
+    for (float& e : x) e = bf16_to_f32(f32_to_bf16(rng.normal()));
+    return x;
+  };
+  const std::vector<float> dq0 = start(p.n * Hh), dk0 = start(p.tk * Gh), dv0 = start(p.tk * Gh);
+
+  // The F32 kernel, one thread (per-kv-head backward).
+  std::vector<float> out(static_cast<size_t>(p.n * Hh)), lse(static_cast<size_t>(p.n * p.H));
+  std::vector<float> dq = dq0, dk = dk0, dv = dv0;
+  {
+    ThreadCount tc(1);
+    cpu::attention_forward(Problem::view(out, p.n, Hh), Problem::view(lse, p.n, p.H), p.qt(),
+                           p.kt(), p.vt(), p.segt(), p.q_offset, p.dims(), nullptr);
+    cpu::attention_backward(Problem::view(dq, p.n, Hh), Problem::view(dk, p.tk, Gh),
+                            Problem::view(dv, p.tk, Gh), p.doutt(), p.qt(), p.kt(), p.vt(),
+                            Problem::view(out, p.n, Hh), Problem::view(lse, p.n, p.H), p.segt(),
+                            p.q_offset, p.dims(), nullptr);
+  }
+  for (int threads : {1, 2, 4}) {  // G = 2: 1 and 2 threads one pass, 4 threads two passes
+    SCOPED_TRACE(threads);
+    ThreadCount tc(threads);
+    // Forward: BF16 q, k, v into an F32 out, then into a BF16 out.
+    std::vector<float> o32(out.size()), l32(lse.size()), l16(lse.size());
+    std::vector<uint16_t> o16(out.size());
+    cpu::attention_forward(Problem::view(o32, p.n, Hh), Problem::view(l32, p.n, p.H),
+                           bview(q16, p.n, Hh), bview(k16, p.tk, Gh), bview(v16, p.tk, Gh),
+                           p.segt(), p.q_offset, p.dims(), nullptr);
+    cpu::attention_forward(bview(o16, p.n, Hh), Problem::view(l16, p.n, p.H), bview(q16, p.n, Hh),
+                           bview(k16, p.tk, Gh), bview(v16, p.tk, Gh), p.segt(), p.q_offset,
+                           p.dims(), nullptr);
+    EXPECT_TRUE(bit_equal(o32, out));
+    EXPECT_TRUE(bit_equal(l32, lse));
+    EXPECT_TRUE(bit_equal(l16, lse));
+    EXPECT_TRUE(bit_equal(widened(o16), rounded(out)));
+    // Backward: BF16 inputs into F32 gradients, then into BF16 gradients.
+    std::vector<float> gq = dq0, gk = dk0, gv = dv0;
+    cpu::attention_backward(Problem::view(gq, p.n, Hh), Problem::view(gk, p.tk, Gh),
+                            Problem::view(gv, p.tk, Gh), bview(do16, p.n, Hh), bview(q16, p.n, Hh),
+                            bview(k16, p.tk, Gh), bview(v16, p.tk, Gh), Problem::view(out, p.n, Hh),
+                            Problem::view(lse, p.n, p.H), p.segt(), p.q_offset, p.dims(), nullptr);
+    EXPECT_TRUE(bit_equal(gq, dq));
+    EXPECT_TRUE(bit_equal(gk, dk));
+    EXPECT_TRUE(bit_equal(gv, dv));
+    std::vector<uint16_t> bq = to_bf16(dq0), bk = to_bf16(dk0), bv = to_bf16(dv0);
+    cpu::attention_backward(bview(bq, p.n, Hh), bview(bk, p.tk, Gh), bview(bv, p.tk, Gh),
+                            bview(do16, p.n, Hh), bview(q16, p.n, Hh), bview(k16, p.tk, Gh),
+                            bview(v16, p.tk, Gh), Problem::view(out, p.n, Hh),
+                            Problem::view(lse, p.n, p.H), p.segt(), p.q_offset, p.dims(), nullptr);
+    EXPECT_TRUE(bit_equal(widened(bq), rounded(dq)));
+    EXPECT_TRUE(bit_equal(widened(bk), rounded(dk)));
+    EXPECT_TRUE(bit_equal(widened(bv), rounded(dv)));
+  }
 }
 
 TEST(VecMath, ExpMatchesStdExp) {

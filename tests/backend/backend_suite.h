@@ -8,8 +8,16 @@
 // Backends that do not compute (the shape-only planner) run every test body too: every valid
 // call of the suite must be accepted by them exactly as by the CPU. Only the comparison of
 // numbers is skipped for them (`if (!computes()) return;` before the first download).
+//
+// BF16: every op is also run with BF16 operands, in every combination of F32 and BF16 float
+// tensors the contract allows (dtype_combo). Their inputs are bf16-representable values
+// (randb), held exactly by an F32 tensor as by a BF16 one, so one float64 reference, evaluated
+// on the rounded inputs, serves every combination. Tolerances: an F32 output is computed in
+// fp32 from exact inputs, so it keeps the op's fp32 tolerance; a BF16 output is that fp32 value
+// rounded once to nearest even, within 2^-8 of it relative (expect_close).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -89,6 +97,58 @@ inline Vec download(Backend& be, const Tensor& t) {
 
 // ---- the fixture ----
 
+// ---- BF16 ----
+
+// Unit roundoff of bf16 (8 significant bits): one rounding to nearest even moves a value by at
+// most 2^-8 = 3.9e-3 of itself.
+constexpr double kBf16Rel = 1.0 / 256.0;
+
+// x rounded to the nearest bf16 (ties to even), as a BF16 tensor would hold it.
+inline double round_bf16(double x) { return bf16_to_f32(f32_to_bf16(static_cast<float>(x))); }
+inline Vec round_bf16(Vec v) {
+  for (double& x : v) x = round_bf16(x);
+  return v;
+}
+
+// The dtype of float tensor i of a call in combination `combo` (bit i set: BF16), for loops
+// over all 2^k combinations of k float tensors.
+inline DType dtype_combo(int combo, int i) { return (combo >> i) & 1 ? DType::BF16 : DType::F32; }
+// "F32 BF16 ..." for SCOPED_TRACE.
+inline std::string combo_name(int combo, int k) {
+  std::string s;
+  for (int i = 0; i < k; ++i) s += std::string(i ? " " : "") + dtype_name(dtype_combo(combo, i));
+  return s;
+}
+
+// Checks an op's output `got`, held in `dtype`, against its float64 reference `ref`:
+//  - F32: rel_err_vec(got, ref) < fp32_tol (the op's fp32 tolerance);
+//  - BF16: per element, |got - ref| <= 2^-8 |ref| + fp32_tol * max|ref|: the fp32 result (within
+//    fp32_tol) rounded once to nearest even (within 2^-8 of itself).
+inline void expect_close(const Vec& got, const Vec& ref, DType dtype, double fp32_tol,
+                         const char* what = "") {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  if (dtype != DType::BF16) {
+    const std::vector<float> a(got.begin(), got.end()), b(ref.begin(), ref.end());
+    EXPECT_LT(rel_err(a.data(), b.data(), static_cast<int64_t>(a.size())), fp32_tol) << what;
+    return;
+  }
+  double scale = 0;
+  for (double x : ref) scale = std::max(scale, std::fabs(x));
+  size_t worst = 0;
+  double worst_ratio = 0;  // error / allowance
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double allowed = kBf16Rel * std::fabs(ref[i]) + fp32_tol * scale;
+    const double err = std::fabs(got[i] - ref[i]);
+    const double ratio = err == 0 ? 0 : (allowed > 0 ? err / allowed : INFINITY);
+    if (!(ratio <= worst_ratio)) {  // NaN counts as the worst
+      worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
+      worst = i;
+    }
+  }
+  EXPECT_LE(worst_ratio, 1.0) << what << ": element " << worst << " is " << got[worst]
+                              << ", reference " << ref[worst];
+}
+
 class BackendOps : public ::testing::TestWithParam<BackendCase> {
  protected:
   std::unique_ptr<Backend> backend = GetParam().make();
@@ -114,7 +174,11 @@ class BackendOps : public ::testing::TestWithParam<BackendCase> {
     if (host) *host = v;
     return up(v, s);
   }
-  Buffer zeros(Shape s) { return up(Vec(static_cast<size_t>(s.numel()), 0.0), s); }
+  // n values scale * N(0, 1) rounded to bf16: held exactly by F32 and BF16 tensors alike.
+  Vec randb(int64_t n, float scale = 1.0f) { return round_bf16(randn(n, scale)); }
+  Buffer zeros(Shape s, DType dt = DType::F32) {
+    return up(Vec(static_cast<size_t>(s.numel()), 0.0), s, dt);
+  }
   Buffer ids(const std::vector<int32_t>& v) {
     return up(Vec(v.begin(), v.end()), {static_cast<int64_t>(v.size())}, DType::I32);
   }

@@ -1,6 +1,7 @@
 // The dense and elementwise ops of every backend (backend_suite.h): gemm, fill, copy,
 // add_inplace, scale_inplace, sum_squares, add_bias / bias_backward, adamw_step, against float64
-// references written here; bias_backward also against central finite differences.
+// references written here; bias_backward also against central finite differences. Each also
+// with BF16 operands, in every combination of F32 and BF16 (backend_suite.h).
 #include <cmath>
 #include <vector>
 
@@ -168,6 +169,107 @@ TEST_P(BackendOps, AdamWMatchesTorchFormula) {
     EXPECT_NEAR(pg[i], pp, 1e-6 * std::max(1.0, std::fabs(pp)));
     EXPECT_NEAR(mg[i], mm, 1e-6);
     EXPECT_NEAR(vg[i], vv, 1e-7);
+  }
+}
+
+// ---- BF16 operands (backend_suite.h: bf16-representable inputs, tolerances by output dtype) ----
+
+// fill, add_inplace and scale_inplace on BF16: one fp32 operation per element, rounded once.
+TEST_P(BackendOps, FillAddScaleBf16) {
+  const int64_t n = 3, m = 7;
+  Buffer f = zeros({n, m}, DType::BF16);
+  be.fill(f.view(), 0.1f);
+  const Vec y0 = randb(n * m), x = randn(n * m);  // x: fp32 values, rounded where BF16
+  std::vector<Buffer> ys;
+  for (int combo = 0; combo < 4; ++combo) {
+    ys.push_back(up(y0, {n, m}, test::dtype_combo(combo, 0)));
+    Buffer xb = up(x, {n * m}, test::dtype_combo(combo, 1));
+    be.add_inplace(ys.back().view(), xb.view());
+    be.scale_inplace(ys.back().view(), 0.3f);
+  }
+  if (!computes()) return;
+  EXPECT_EQ(down(f), Vec(static_cast<size_t>(n * m), test::round_bf16(0.1f)));
+  for (int combo = 0; combo < 4; ++combo) {
+    SCOPED_TRACE(test::combo_name(combo, 2));
+    const bool y16 = test::dtype_combo(combo, 0) == DType::BF16;
+    const bool x16 = test::dtype_combo(combo, 1) == DType::BF16;
+    Vec expect(y0.size());
+    for (size_t i = 0; i < y0.size(); ++i) {
+      const float xi = static_cast<float>(x16 ? test::round_bf16(x[i]) : x[i]);
+      double v = static_cast<float>(y0[i]) + xi;  // fp32 add
+      if (y16) v = test::round_bf16(v);
+      v = static_cast<float>(v) * 0.3f;  // fp32 scale
+      expect[i] = y16 ? test::round_bf16(v) : v;
+    }
+    EXPECT_EQ(down(ys[static_cast<size_t>(combo)]), expect);
+  }
+}
+
+TEST_P(BackendOps, SumSquaresOfBf16InFloat64) {
+  const int64_t n = 1000;
+  const Vec x = randb(n, 3.0f);
+  Buffer t = up(x, {n}, DType::BF16);
+  const double got = be.sum_squares(t.view());
+  if (!computes()) return;
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  EXPECT_NEAR(got, ss, 1e-12 * ss);
+}
+
+// add_bias and bias_backward in every dtype combination; bias_backward's sum over rows is
+// rounded once into a BF16 db.
+TEST_P(BackendOps, BiasBf16EveryDtypeCombination) {
+  const int64_t n = 9, m = 4;
+  const Vec yd = randb(n * m), bd = randb(m), dbd = randb(m);
+  Vec expect_y = yd, expect_db = dbd;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      expect_db[j] += yd[i * m + j];
+      expect_y[i * m + j] += bd[j];
+    }
+  for (int combo = 0; combo < 4; ++combo) {
+    SCOPED_TRACE(test::combo_name(combo, 2));
+    const DType d0 = test::dtype_combo(combo, 0), d1 = test::dtype_combo(combo, 1);
+    Buffer db = up(dbd, {m}, d0), dy = up(yd, {n, m}, d1);
+    be.bias_backward(db.view(), dy.view());
+    Buffer y = up(yd, {n, m}, d0), b = up(bd, {m}, d1);
+    be.add_bias(y.view(), b.view());
+    if (!computes()) continue;
+    test::expect_close(down(db), expect_db, d0, 1e-6, "db");
+    test::expect_close(down(y), expect_y, d0, 1e-7, "y");
+  }
+  // 64 rows of 2^-9 into db = 1: 2^-3 in all, but each row alone is under half a bf16 ulp of 1.
+  Buffer db = up({1.0}, {1}, DType::BF16), dy = up(Vec(64, std::ldexp(1.0, -9)), {64, 1});
+  be.bias_backward(db.view(), dy.view());
+  if (!computes()) return;
+  EXPECT_EQ(down(db)[0], 1.125);
+}
+
+// AdamW with a BF16 param (updated in fp32, rounded once) and/or a BF16 grad; m, v F32.
+TEST_P(BackendOps, AdamWBf16ParamAndGrad) {
+  const int64_t n = 64;
+  const Vec p0 = randb(n), g0 = randb(n), m0 = randb(n, 0.1f);
+  Vec v0(n);
+  for (int64_t i = 0; i < n; ++i) v0[i] = test::round_bf16(0.01 * static_cast<double>(i + 1));
+  const AdamWStep s{
+      .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 3};
+  Vec pp(n), mm(n), vv(n);
+  for (int64_t i = 0; i < n; ++i) {
+    pp[i] = p0[i] * (1 - 1e-2 * 0.1);
+    mm[i] = 0.9 * m0[i] + 0.1 * g0[i];
+    vv[i] = 0.95 * v0[i] + 0.05 * g0[i] * g0[i];
+    const double mhat = mm[i] / (1 - std::pow(0.9, 3)), vhat = vv[i] / (1 - std::pow(0.95, 3));
+    pp[i] -= 1e-2 * mhat / (std::sqrt(vhat) + 1e-8);
+  }
+  for (int combo = 0; combo < 4; ++combo) {
+    SCOPED_TRACE(test::combo_name(combo, 2));
+    const DType dp = test::dtype_combo(combo, 0), dg = test::dtype_combo(combo, 1);
+    Buffer p = up(p0, {n}, dp), g = up(g0, {n}, dg), m = up(m0, {n}), v = up(v0, {n});
+    be.adamw_step(p.view(), g.view(), m.view(), v.view(), s);
+    if (!computes()) continue;
+    test::expect_close(down(p), pp, dp, 1e-6, "param");
+    test::expect_close(down(m), mm, DType::F32, 1e-6, "m");
+    test::expect_close(down(v), vv, DType::F32, 1e-6, "v");
   }
 }
 

@@ -2,7 +2,8 @@
 // argmax_rows, softmax_entropy and dlogits_entropy_inplace, against float64 references written
 // here, the logits gradients against central finite differences of L = sum_i a_i logp_i
 // (+ b_i H_i). The gradients are written over the logits (documented: they overwrite, they do
-// not accumulate), so there is no accumulation to check.
+// not accumulate), so there is no accumulation to check. The logits may also be BF16
+// (backend_suite.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -175,6 +176,58 @@ TEST_P(BackendOps, EntropyGradientMatchesFiniteDifferences) {
   EXPECT_THROW(be.dlogits_entropy_inplace(g1.view(), tlse.view(), bad.view(), av.view(), tH.view(),
                                           bv.view()),
                ShapeError);
+}
+
+// ---- BF16 logits (a bf16 step's LM-head block) ----
+
+// logsoftmax_target, softmax_entropy and argmax_rows read BF16 logits (lse, logp, entropy stay
+// F32 and fp32-accurate on the rounded logits); dlogits_inplace and dlogits_entropy_inplace
+// write the gradient over them, rounded once per element (the target's included).
+TEST_P(BackendOps, LmHeadOpsOnBf16Logits) {
+  const int64_t n = 4, V = 37;
+  const Rows r0 = make_rows(n, V, 3);
+  const Vec z = test::round_bf16(r0.logits);
+  Rows r = r0;
+  r.logits = z;
+  const Vec a = {0.7f, -0.4f, 1.3f, -2.0f};  // dL/dlogp (row 1 has no target)
+  const Vec b = {0.5f, 1.5f, -0.8f, 0.25f};  // dL/dH
+  Buffer tl = up(z, {n, V}, DType::BF16), tt = ids(r.targets);
+  Buffer tlse = zeros({n}), tlogp = zeros({n}), tH = zeros({n}), am = ids({-7, -7, -7, -7});
+  Buffer av = up(a, {n}), bv = up(b, {n}), zero = zeros({n});
+  be.logsoftmax_target(tlse.view(), tlogp.view(), tl.view(), tt.view());
+  be.softmax_entropy(tH.view(), tl.view(), tlse.view());
+  be.argmax_rows(am.view(), tl.view());
+  Buffer g1 = up(z, {n, V}, DType::BF16), g2 = up(z, {n, V}, DType::BF16);
+  be.dlogits_inplace(g1.view(), tlse.view(), tt.view(), av.view());
+  be.dlogits_entropy_inplace(g2.view(), tlse.view(), tt.view(), av.view(), tH.view(), bv.view());
+  // With dL/dH = 0 the entropy kernel equals the plain one bit for bit, in BF16 too.
+  Buffer g3 = up(z, {n, V}, DType::BF16);
+  be.dlogits_entropy_inplace(g3.view(), tlse.view(), tt.view(), av.view(), tH.view(), zero.view());
+  if (!computes()) return;
+  Vec l64, lp64, H64;
+  reference(r, z, &l64, &lp64, &H64);
+  test::expect_close(down(tlse), l64, DType::F32, 1e-6, "lse");
+  test::expect_close(down(tlogp), lp64, DType::F32, 1e-5, "logp");
+  test::expect_close(down(tH), H64, DType::F32, 1e-5, "entropy");
+  Vec expect_am(n);
+  for (int64_t i = 0; i < n; ++i)
+    expect_am[i] = static_cast<double>(
+        std::max_element(z.begin() + i * V, z.begin() + (i + 1) * V) - (z.begin() + i * V));
+  EXPECT_EQ(down(am), expect_am);
+  auto loss = [&](const Vec& zz, bool entropy) {
+    Vec l, lp, H;
+    reference(r, zz, &l, &lp, &H);
+    double L = 0;
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i)
+      L += (r.targets[i] >= 0 ? a[i] * lp[i] : 0.0) + (entropy ? b[i] * H[i] : 0.0);
+    return L;
+  };
+  const Vec fd1 = numeric_grad([&](const Vec& zz) { return loss(zz, false); }, z);
+  const Vec fd2 = numeric_grad([&](const Vec& zz) { return loss(zz, true); }, z);
+  test::expect_close(down(g1), fd1, DType::BF16, 1e-5, "dlogits");
+  test::expect_close(down(g2), fd2, DType::BF16, 1e-5, "dlogits with entropy");
+  EXPECT_EQ(down(g3), down(g1));
+  for (int64_t j = 0; j < V; ++j) EXPECT_EQ(down(g1)[1 * V + j], 0.0);  // no target
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),

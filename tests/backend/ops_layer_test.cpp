@@ -2,7 +2,8 @@
 // embedding and attention, against float64 references written here, every backward op against
 // central finite differences of its reference (L = sum(forward(x) * R)), and the backward ops
 // that accumulate (+=) from non-zero gradient buffers. (rope_backward is an in-place rotation,
-// not an accumulation.)
+// not an accumulation.) Each also with BF16 operands, in every combination of F32 and BF16
+// (backend_suite.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -50,6 +51,41 @@ TEST_P(BackendOps, RmsNormForwardBackward) {
       numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(xd, v, d, eps), Rd); }, gd);
   EXPECT_LT(rel_err_vec(down(dx), plus(dx0, ndx)), 1e-5);
   EXPECT_LT(rel_err_vec(down(dg), plus(dg0, ndg)), 1e-5);
+}
+
+// Every combination of F32 and BF16 for y, x, g (forward) and dx, dg, dy, x, g (backward, onto
+// non-zero gradients), against the float64 reference on the bf16-rounded inputs.
+TEST_P(BackendOps, RmsNormBf16EveryDtypeCombination) {
+  const int64_t n = 5, d = 24;
+  const double eps = 1e-6;
+  const Vec xd = randb(n * d), gd = randb(d, 0.5f), Rd = randb(n * d);
+  const Vec dx0 = randb(n * d), dg0 = randb(d);
+  const Vec ref_y = ref_rmsnorm(xd, gd, d, eps);
+  const Vec ref_dx = plus(
+      dx0, numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(v, gd, d, eps), Rd); }, xd));
+  const Vec ref_dg = plus(
+      dg0, numeric_grad([&](const Vec& v) { return dot(ref_rmsnorm(xd, v, d, eps), Rd); }, gd));
+  for (int combo = 0; combo < 8; ++combo) {
+    SCOPED_TRACE("y x g: " + test::combo_name(combo, 3));
+    Buffer y = zeros({n, d}, test::dtype_combo(combo, 0));
+    Buffer x = up(xd, {n, d}, test::dtype_combo(combo, 1)),
+           g = up(gd, {d}, test::dtype_combo(combo, 2));
+    be.rmsnorm_forward(y.view(), x.view(), g.view(), static_cast<float>(eps));
+    if (computes()) test::expect_close(down(y), ref_y, test::dtype_combo(combo, 0), 1e-6, "y");
+  }
+  for (int combo = 0; combo < 32; ++combo) {
+    SCOPED_TRACE("dx dg dy x g: " + test::combo_name(combo, 5));
+    Buffer dx = up(dx0, {n, d}, test::dtype_combo(combo, 0));
+    Buffer dg = up(dg0, {d}, test::dtype_combo(combo, 1));
+    Buffer R = up(Rd, {n, d}, test::dtype_combo(combo, 2));
+    Buffer x = up(xd, {n, d}, test::dtype_combo(combo, 3));
+    Buffer g = up(gd, {d}, test::dtype_combo(combo, 4));
+    be.rmsnorm_backward(dx.view(), dg.view(), R.view(), x.view(), g.view(),
+                        static_cast<float>(eps));
+    if (!computes()) continue;
+    test::expect_close(down(dx), ref_dx, test::dtype_combo(combo, 0), 1e-5, "dx");
+    test::expect_close(down(dg), ref_dg, test::dtype_combo(combo, 1), 1e-5, "dg");
+  }
 }
 
 // Per head, as q/k-norm uses it: x (n, heads * h) normalised over each head's h values.
@@ -123,6 +159,25 @@ TEST_P(BackendOps, RopeForwardBackward) {
   EXPECT_THROW(be.rope_backward(x.view(), negative.view(), table.view()), ShapeError);
 }
 
+// A BF16 x is rotated in fp32 and rounded once, forward and backward.
+TEST_P(BackendOps, RopeForwardBackwardBf16) {
+  const int64_t heads = 3, h = 8, P = 40;
+  std::vector<int32_t> pos = {0, 1, 7, 39, 3};
+  std::vector<float> inv = {1.0f, 0.3f, 0.05f, 0.001f};
+  Buffer table = zeros({P, h});
+  be.rope_table(table.view(), inv);
+  Buffer p = ids(pos);
+  const Vec xd = randb(5 * heads * h), Rd = randb(5 * heads * h);
+  Buffer x = up(xd, {5, heads * h}, DType::BF16), R = up(Rd, {5, heads * h}, DType::BF16);
+  be.rope_forward(x.view(), p.view(), table.view());
+  be.rope_backward(R.view(), p.view(), table.view());
+  if (!computes()) return;
+  test::expect_close(down(x), ref_rope(xd, pos, inv, heads, h), DType::BF16, 1e-6, "x");
+  const Vec nd =
+      numeric_grad([&](const Vec& v) { return dot(ref_rope(v, pos, inv, heads, h), Rd); }, xd);
+  test::expect_close(down(R), nd, DType::BF16, 1e-6, "dx");
+}
+
 // ---- SwiGLU ----
 
 TEST_P(BackendOps, SwigluForwardBackward) {
@@ -150,6 +205,41 @@ TEST_P(BackendOps, SwigluForwardBackward) {
             1e-5);
   EXPECT_EQ(down(dg), plus(dg1, dg1));
   EXPECT_EQ(down(du), plus(du1, du1));
+}
+
+// Every combination of F32 and BF16 for out, gate, up (forward) and dgate, dup, dout, gate, up
+// (backward, onto non-zero gradients).
+TEST_P(BackendOps, SwigluBf16EveryDtypeCombination) {
+  const int64_t n = 7, F = 13;
+  const Vec gd = randb(n * F, 3.0f), ud = randb(n * F), Rd = randb(n * F);
+  const Vec dg0 = randb(n * F), du0 = randb(n * F);
+  auto ref = [&](const Vec& g, const Vec& u) {
+    Vec o(g.size());
+    for (size_t i = 0; i < g.size(); ++i) o[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    return o;
+  };
+  const Vec ref_dg = plus(dg0, numeric_grad([&](const Vec& v) { return dot(ref(v, ud), Rd); }, gd));
+  const Vec ref_du = plus(du0, numeric_grad([&](const Vec& v) { return dot(ref(gd, v), Rd); }, ud));
+  for (int combo = 0; combo < 8; ++combo) {
+    SCOPED_TRACE("out gate up: " + test::combo_name(combo, 3));
+    Buffer out = zeros({n, F}, test::dtype_combo(combo, 0));
+    Buffer gate = up(gd, {n, F}, test::dtype_combo(combo, 1));
+    Buffer upb = up(ud, {n, F}, test::dtype_combo(combo, 2));
+    be.swiglu_forward(out.view(), gate.view(), upb.view());
+    if (computes()) test::expect_close(down(out), ref(gd, ud), test::dtype_combo(combo, 0), 1e-6);
+  }
+  for (int combo = 0; combo < 32; ++combo) {
+    SCOPED_TRACE("dgate dup dout gate up: " + test::combo_name(combo, 5));
+    Buffer dg = up(dg0, {n, F}, test::dtype_combo(combo, 0));
+    Buffer du = up(du0, {n, F}, test::dtype_combo(combo, 1));
+    Buffer R = up(Rd, {n, F}, test::dtype_combo(combo, 2));
+    Buffer gate = up(gd, {n, F}, test::dtype_combo(combo, 3));
+    Buffer upb = up(ud, {n, F}, test::dtype_combo(combo, 4));
+    be.swiglu_backward(dg.view(), du.view(), R.view(), gate.view(), upb.view());
+    if (!computes()) continue;
+    test::expect_close(down(dg), ref_dg, test::dtype_combo(combo, 0), 1e-5, "dgate");
+    test::expect_close(down(du), ref_du, test::dtype_combo(combo, 1), 1e-5, "dup");
+  }
 }
 
 // ---- embedding ----
@@ -184,6 +274,40 @@ TEST_P(BackendOps, EmbeddingForwardBackwardWithRepeatedIds) {
   EXPECT_THROW(be.embedding_forward(x.view(), bad.view(), table.view()), ShapeError);
   Buffer negative = ids({0, -1, 2, 3, 4});
   EXPECT_THROW(be.embedding_backward(dt.view(), dx.view(), negative.view()), ShapeError);
+}
+
+// Every combination of F32 and BF16 for x, table (forward: exact, a copy of bf16 values) and
+// dtable, dx (backward, repeated ids, onto a non-zero dtable). A BF16 dtable sums each element's
+// terms in fp32 and rounds once: id 1 below gets 4 terms of 2^-9 onto 1, under half a bf16 ulp
+// each (2^-8) but one ulp (2^-7) together.
+TEST_P(BackendOps, EmbeddingBf16EveryDtypeCombination) {
+  const int64_t V = 6, d = 5, n = 9;
+  const std::vector<int32_t> idv = {3, 0, 3, 5, 3, 1, 1, 1, 1};
+  Vec td = randb(V * d), dxd = randb(n * d), dt0 = randb(V * d);
+  for (int64_t j = 0; j < d; ++j) {
+    dt0[1 * d + j] = 1.0;
+    for (int64_t i = 5; i < 9; ++i) dxd[i * d + j] = std::ldexp(1.0, -9);
+  }
+  Vec expect_x(static_cast<size_t>(n * d)), expect_dt = dt0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      expect_x[i * d + j] = td[idv[i] * d + j];
+      expect_dt[idv[i] * d + j] += dxd[i * d + j];
+    }
+  Buffer id = ids(idv);
+  for (int combo = 0; combo < 4; ++combo) {
+    SCOPED_TRACE(test::combo_name(combo, 2));
+    const DType d0 = test::dtype_combo(combo, 0), d1 = test::dtype_combo(combo, 1);
+    Buffer x = zeros({n, d}, d0), table = up(td, {V, d}, d1);
+    be.embedding_forward(x.view(), id.view(), table.view());
+    Buffer dt = up(dt0, {V, d}, d0), dx = up(dxd, {n, d}, d1);
+    be.embedding_backward(dt.view(), dx.view(), id.view());
+    if (!computes()) continue;
+    EXPECT_EQ(down(x), expect_x);
+    const Vec dtg = down(dt);
+    test::expect_close(dtg, expect_dt, d0, 1e-7, "dtable");
+    for (int64_t j = 0; j < d; ++j) EXPECT_EQ(dtg[1 * d + j], 1.0 + std::ldexp(1.0, -7));
+  }
 }
 
 // ---- attention ----
@@ -287,6 +411,112 @@ TEST_P(BackendOps, AttentionMatchesFloat64AndFiniteDifferences) {
         EXPECT_EQ(dkg[j * Gh + e], dk0[j * Gh + e]) << "key " << j;
         EXPECT_EQ(dvg[j * Gh + e], dv0[j * Gh + e]) << "key " << j;
       }
+  }
+}
+
+// dq, dk, dv of L = sum(out * dout) from the forward's out and lse as the backward reads them:
+// P = exp(scale q.k - lse), D = rowsum(dout * out), dS = P (dout.v - D).
+void ref_attention_backward(const AttentionCase& c, const std::vector<int32_t>& seg, const Vec& q,
+                            const Vec& k, const Vec& v, const Vec& out, const Vec& lse,
+                            const Vec& dout, Vec* dq, Vec* dk, Vec* dv) {
+  const int64_t H = c.H, G = c.G, h = c.h, group = H / G;
+  const double scale = c.dims().scale;
+  dq->assign(q.size(), 0.0);
+  dk->assign(k.size(), 0.0);
+  dv->assign(v.size(), 0.0);
+  for (int64_t i = 0; i < c.n; ++i) {
+    const int64_t row = c.q_offset + i;
+    for (int64_t hq = 0; hq < H; ++hq) {
+      const int64_t g = hq / group, qo = (i * H + hq) * h;
+      double D = 0;
+      for (int64_t e = 0; e < h; ++e) D += dout[qo + e] * out[qo + e];
+      for (int64_t j = seg[row]; j <= row; ++j) {
+        const int64_t ko = (j * G + g) * h;
+        double s = 0, dp = 0;
+        for (int64_t e = 0; e < h; ++e) {
+          s += q[qo + e] * k[ko + e];
+          dp += dout[qo + e] * v[ko + e];
+        }
+        const double p = std::exp(scale * s - lse[i * H + hq]), ds = p * (dp - D) * scale;
+        for (int64_t e = 0; e < h; ++e) {
+          (*dq)[qo + e] += ds * k[ko + e];
+          (*dk)[ko + e] += ds * q[qo + e];
+          (*dv)[ko + e] += p * dout[qo + e];
+        }
+      }
+    }
+  }
+}
+
+// Forward: every combination of F32 and BF16 for out, q, k, v. Backward: every combination for
+// dq, dk, dv, dout, q, k, v, out (out holding the forward's fp32 output, or it rounded to bf16),
+// onto non-zero gradients. Keys that no query sees keep their gradient exactly in every dtype.
+TEST_P(BackendOps, AttentionBf16EveryDtypeCombination) {
+  const std::vector<AttentionCase> cases = {
+      {"gqa_chunk", 4, 2, 8, {5, 7, 4}, 6, 8, 16},
+      {"mha_whole", 2, 2, 4, {9}, 0, 9, 9},
+      {"mqa_one_row", 3, 1, 6, {4, 6}, 7, 1, 8},
+  };
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t Hh = c.H * c.h, Gh = c.G * c.h;
+    const std::vector<int32_t> seg = c.seg_start();
+    Buffer seg_start = ids(seg);
+    const Vec qd = randb(c.n * Hh, 2.0f), kd = randb(c.tk * Gh), vd = randb(c.tk * Gh);
+    const Vec dod = randb(c.n * Hh), dq0 = randb(c.n * Hh), dk0 = randb(c.tk * Gh),
+              dv0 = randb(c.tk * Gh);
+    Vec ref_out, ref_lse;
+    if (computes()) ref_attention(c, seg, qd, kd, vd, &ref_out, &ref_lse);
+    Vec out32(static_cast<size_t>(c.n * Hh), 0.0), lse32(static_cast<size_t>(c.n * c.H), 0.0);
+    for (int combo = 0; combo < 16; ++combo) {
+      SCOPED_TRACE("out q k v: " + test::combo_name(combo, 4));
+      const DType dout_t = test::dtype_combo(combo, 0);
+      Buffer out = zeros({c.n, Hh}, dout_t), lse = zeros({c.n, c.H});
+      Buffer q = up(qd, {c.n, Hh}, test::dtype_combo(combo, 1));
+      Buffer k = up(kd, {c.tk, Gh}, test::dtype_combo(combo, 2));
+      Buffer v = up(vd, {c.tk, Gh}, test::dtype_combo(combo, 3));
+      be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
+                           c.q_offset, c.dims());
+      if (!computes()) continue;
+      test::expect_close(down(out), ref_out, dout_t, 1e-5, "out");
+      test::expect_close(down(lse), ref_lse, DType::F32, 1e-5, "lse");
+      if (combo == 0) {
+        out32 = down(out);
+        lse32 = down(lse);
+      }
+    }
+    Buffer lse = up(lse32, {c.n, c.H});
+    Vec ref[2][3];  // [out F32 / BF16][dq, dk, dv]
+    for (int o = 0; o < 2 && computes(); ++o) {
+      ref_attention_backward(c, seg, qd, kd, vd, o ? test::round_bf16(out32) : out32, lse32, dod,
+                             &ref[o][0], &ref[o][1], &ref[o][2]);
+      ref[o][0] = plus(dq0, ref[o][0]);
+      ref[o][1] = plus(dk0, ref[o][1]);
+      ref[o][2] = plus(dv0, ref[o][2]);
+    }
+    for (int combo = 0; combo < 256; ++combo) {
+      SCOPED_TRACE("dq dk dv dout q k v out: " + test::combo_name(combo, 8));
+      DType dt[8];
+      for (int i = 0; i < 8; ++i) dt[i] = test::dtype_combo(combo, i);
+      Buffer dq = up(dq0, {c.n, Hh}, dt[0]), dk = up(dk0, {c.tk, Gh}, dt[1]);
+      Buffer dv = up(dv0, {c.tk, Gh}, dt[2]), dout = up(dod, {c.n, Hh}, dt[3]);
+      Buffer q = up(qd, {c.n, Hh}, dt[4]), k = up(kd, {c.tk, Gh}, dt[5]);
+      Buffer v = up(vd, {c.tk, Gh}, dt[6]), out = up(out32, {c.n, Hh}, dt[7]);
+      be.attention_backward(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(),
+                            v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset,
+                            c.dims());
+      if (!computes()) continue;
+      const int o = dt[7] == DType::BF16 ? 1 : 0;
+      const Vec dqg = down(dq), dkg = down(dk), dvg = down(dv);
+      test::expect_close(dqg, ref[o][0], dt[0], 1e-5, "dq");
+      test::expect_close(dkg, ref[o][1], dt[1], 1e-5, "dk");
+      test::expect_close(dvg, ref[o][2], dt[2], 1e-5, "dv");
+      for (int64_t j = c.q_offset + c.n; j < c.tk; ++j)
+        for (int64_t e = 0; e < Gh; ++e) {
+          ASSERT_EQ(dkg[j * Gh + e], dk0[j * Gh + e]) << "key " << j;
+          ASSERT_EQ(dvg[j * Gh + e], dv0[j * Gh + e]) << "key " << j;
+        }
+    }
   }
 }
 

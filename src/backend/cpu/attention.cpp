@@ -1,4 +1,4 @@
-// Flash-style attention on the CPU (fp32), forward and backward.
+// Flash-style attention on the CPU (fp32 arithmetic), forward and backward.
 //
 // Work is cut into query blocks of kBq rows and key tiles of kBk keys. Key tiles sit at
 // absolute multiples of kBk (not relative to the query chunk) and each tile is trimmed to the
@@ -26,6 +26,15 @@
 //  - two passes, for when there are fewer kv heads than threads: pass A over (query head,
 //    query block) owns dq; pass B over (kv head, key tile) owns dk/dv and revisits the query
 //    blocks that see the tile. Seven tile products per pair in total.
+//
+// BF16 tensors (any of q, k, v, out, dout, dq, dk, dv; storage.h): every tile product already
+// runs on fp32 copies in per-thread scratch, so a BF16 input is widened while it is packed (an
+// exact conversion: the products see the values an F32 tensor of the same values would give,
+// bit for bit) and a BF16 output is rounded to nearest even when stored, once per element and
+// call: out after the row's last tile, dq when its block's accumulator is flushed. dk and dv
+// sum over every query block that sees a key, so a BF16 dk or dv takes the two-pass backward,
+// whose pass B owns a key tile of one kv head at a time: its rows are summed in fp32 tiles
+// (kBk x h) and rounded once. Nothing of length n or Tk is converted.
 #include "backend/cpu/attention.h"
 
 #include <omp.h>
@@ -41,6 +50,7 @@
 #include <vector>
 
 #include "backend/backend_checks.h"
+#include "backend/cpu/storage.h"
 #include "backend/cpu/vec_math.h"
 #include "core/error.h"
 
@@ -315,6 +325,47 @@ float dot_fixed(const float* __restrict a, const float* __restrict b, int64_t le
 }
 
 // ---------------------------------------------------------------------------------------------
+// Float tensor data: F32 or BF16
+
+// A float tensor's data as the kernels see it: F32, read and written in place, or BF16, widened
+// to fp32 when packed into scratch and rounded when results are stored. Offsets in elements.
+struct FloatData {
+  void* p = nullptr;
+  bool bf16 = false;
+
+  static FloatData of(const Tensor& t) { return {t.data, t.dtype == DType::BF16}; }
+  FloatData operator+(int64_t off) const {
+    return {static_cast<char*>(p) + off * (bf16 ? 2 : 4), bf16};
+  }
+  float* f32() const { return static_cast<float*>(p); }  // only where F32 is known
+};
+
+// f(ptr) with ptr the data as const float* or const bf16*.
+template <class F>
+void with_data(const FloatData& x, F&& f) {
+  if (x.bf16) {
+    f(static_cast<const bf16*>(x.p));
+  } else {
+    f(static_cast<const float*>(x.p));
+  }
+}
+
+// dst[0, h) (F32 or BF16) = src[0, h) * s (or += when add), rounded once per element.
+void store_row(FloatData dst, const float* __restrict src, int64_t h, float s, bool add) {
+  if (dst.bf16) {
+    bf16* d = static_cast<bf16*>(dst.p);
+    for (int64_t e = 0; e < h; ++e) store(d[e], add ? load(d[e]) + src[e] : src[e] * s);
+  } else {
+    float* d = dst.f32();
+    if (add) {
+      for (int64_t e = 0; e < h; ++e) d[e] += src[e];
+    } else {
+      for (int64_t e = 0; e < h; ++e) d[e] = src[e] * s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Problem description
 
 struct Problem {
@@ -396,17 +447,21 @@ struct Scratch {
   float* rowsum = nullptr;  // (kLdq) tile max, then tile sum of p
   float* lse = nullptr;     // (kLdq) backward: lse of the block's rows
   float* dd = nullptr;      // (kLdq) backward: D = rowsum(dout * out)
+  float* ra = nullptr;      // (ldh) backward: a BF16 dout row widened, for D
+  float* rb = nullptr;      // (ldh) backward: a BF16 out row widened, for D
+  float* dka = nullptr;     // (kBk, ldh) pass B, BF16 dk: fp32 sums of the tile's dk rows
+  float* dva = nullptr;     // (kBk, ldh) pass B, BF16 dv: the same for dv
   int32_t* seg = nullptr;   // (kLdq) segment start of each query row; INT32_MAX on padding
   int32_t* gi = nullptr;    // (kLdq) global row of each query row; -1 on padding
 
   Scratch(int64_t h, int64_t ldh) {
     const int64_t tile = std::max(kBk * kLdq, kBq * kLdk);
-    const int64_t sizes[] = {h * kLdq,  kBq * ldh, kBq * ldh, h * kLdq, kBq * ldh,
-                             kBq * ldh, kBk * ldh, kBk * ldh, h * kLdk, h * kLdk,
-                             tile,      tile,      kLdq,      kLdq,     kLdq,
-                             kLdq,      kLdq,      kLdq,      kLdq};
-    float** slots[] = {&qt, &qs, &qn, &dot, &don,   &acc,  &kn,     &vn,  &kt, &vt,
-                       &s,  &ds, &m,  &l,   &alpha, &base, &rowsum, &lse, &dd};
+    const int64_t sizes[] = {h * kLdq,  kBq * ldh, kBq * ldh, h * kLdq,  kBq * ldh, kBq * ldh,
+                             kBk * ldh, kBk * ldh, h * kLdk,  h * kLdk,  tile,      tile,
+                             kLdq,      kLdq,      kLdq,      kLdq,      kLdq,      kLdq,
+                             kLdq,      ldh,       ldh,       kBk * ldh, kBk * ldh};
+    float** slots[] = {&qt, &qs, &qn,    &dot,  &don,    &acc, &kn, &vn, &kt, &vt,  &s,  &ds,
+                       &m,  &l,  &alpha, &base, &rowsum, &lse, &dd, &ra, &rb, &dka, &dva};
     static_assert(std::size(sizes) == std::size(slots));
     int64_t total = 0;
     for (int64_t size : sizes) total += round_up(size, 16);  // 64-byte aligned pieces
@@ -438,39 +493,49 @@ void load_row_info(const Problem& p, const BlockRange& b, Scratch& w) {
 
 // dst (h, kLdq) = s * src^T for the rows of a block; src rows (nr, >= h) with stride ld.
 // Columns [nr, ncp) are zeroed so padded queries compute harmless zeros.
-void pack_transposed(float* __restrict dst, const float* __restrict src, int64_t ld,
+template <class T>
+void pack_transposed(float* __restrict dst, const T* __restrict src, int64_t ld,
                      const BlockRange& b, int64_t h, float s) {
   for (int64_t i = 0; i < b.nr; ++i) {
-    const float* row = src + i * ld;
-    for (int64_t d = 0; d < h; ++d) dst[d * kLdq + i] = s * row[d];
+    const T* row = src + i * ld;
+    for (int64_t d = 0; d < h; ++d) dst[d * kLdq + i] = s * load(row[d]);
   }
   for (int64_t d = 0; d < h; ++d)
     for (int64_t i = b.nr; i < b.ncp; ++i) dst[d * kLdq + i] = 0.0f;
 }
+void pack_transposed(float* dst, FloatData src, int64_t ld, const BlockRange& b, int64_t h,
+                     float s) {
+  with_data(src, [&](const auto* x) { pack_transposed(dst, x, ld, b, h, s); });
+}
 
 // dst (rows, ldh) = s * src rows (stride ld); s == 1 copies.
-void pack_rows(float* __restrict dst, int64_t ldh, const float* __restrict src, int64_t ld,
+template <class T>
+void pack_rows(float* __restrict dst, int64_t ldh, const T* __restrict src, int64_t ld,
                int64_t rows, int64_t h, float s) {
   for (int64_t i = 0; i < rows; ++i) {
-    const float* row = src + i * ld;
+    const T* row = src + i * ld;
     float* out = dst + i * ldh;
-    if (s == 1.0f) {
+    if (s == 1.0f && !is_bf16<T>) {
       std::memcpy(out, row, static_cast<size_t>(h) * sizeof(float));
     } else {
-      for (int64_t d = 0; d < h; ++d) out[d] = s * row[d];
+      for (int64_t d = 0; d < h; ++d) out[d] = s * load(row[d]);
     }
   }
+}
+void pack_rows(float* dst, int64_t ldh, FloatData src, int64_t ld, int64_t rows, int64_t h,
+               float s) {
+  with_data(src, [&](const auto* x) { pack_rows(dst, ldh, x, ld, rows, h, s); });
 }
 
 // ---------------------------------------------------------------------------------------------
 // Forward
 
 struct FwdTensors {
-  float* out;      // (n, H*h)
-  float* lse;      // (n, H)
-  const float* q;  // (n, H*h)
-  const float* k;  // (Tk, G*h)
-  const float* v;  // (Tk, G*h)
+  FloatData out;  // (n, H*h)
+  float* lse;     // (n, H)
+  FloatData q;    // (n, H*h)
+  FloatData k;    // (Tk, G*h)
+  FloatData v;    // (Tk, G*h)
 };
 
 // Online softmax over one key-major score tile (nk, ncp) in w.s; leaves p in w.s.
@@ -562,9 +627,7 @@ int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t
   for (int64_t i = 0; i < b.nr; ++i) {
     // Every row sees at least its own key, so l >= 1.
     const float inv = 1.0f / w.l[i];
-    float* orow = t.out + (b.r0 + i) * p.ldq_g + hq * h;
-    const float* arow = w.acc + i * ldh;
-    for (int64_t d = 0; d < h; ++d) orow[d] = arow[d] * inv;
+    store_row(t.out + (b.r0 + i) * p.ldq_g + hq * h, w.acc + i * ldh, h, inv, /*add=*/false);
     t.lse[(b.r0 + i) * p.H + hq] = w.m[i] + std::log(w.l[i]);
   }
   return flops;
@@ -574,22 +637,28 @@ int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t
 // Backward
 
 struct BwdTensors {
-  float* dq;                 // (n, H*h)
-  float* dk;                 // (Tk, G*h)
-  float* dv;                 // (Tk, G*h)
-  const float* dout;         // (n, H*h)
-  const float* q;            // (n, H*h)
-  const float* k;            // (Tk, G*h)
-  const float* v;            // (Tk, G*h)
-  const float* out;          // (n, H*h)
+  FloatData dq;              // (n, H*h)
+  FloatData dk;              // (Tk, G*h)
+  FloatData dv;              // (Tk, G*h)
+  FloatData dout;            // (n, H*h)
+  FloatData q;               // (n, H*h)
+  FloatData k;               // (Tk, G*h)
+  FloatData v;               // (Tk, G*h)
+  FloatData out;             // (n, H*h)
   const float* lse;          // (n, H)
   const float* d = nullptr;  // (n, H) D = rowsum(dout * out) if precomputed, else null
 };
 
-// D = rowsum(dout * out) of local row `row` and head hq.
-float row_d(const Problem& p, const BwdTensors& t, int64_t row, int64_t hq) {
+// D = rowsum(dout * out) of local row `row` and head hq. BF16 rows are widened into w.ra, w.rb
+// first, so the sum is the same fixed-order fp32 sum.
+float row_d(const Problem& p, const BwdTensors& t, int64_t row, int64_t hq, Scratch& w) {
   const int64_t off = row * p.ldq_g + hq * p.h;
-  return dot_fixed(t.dout + off, t.out + off, p.h);
+  auto widened = [&](FloatData x, float* buf) -> const float* {
+    if (!x.bf16) return x.f32() + off;
+    pack_rows(buf, p.ldh, x + off, p.ldq_g, 1, p.h, 1.0f);
+    return buf;
+  };
+  return dot_fixed(widened(t.dout, w.ra), widened(t.out, w.rb), p.h);
 }
 
 // lse and D of the block's rows (0 on padding).
@@ -599,7 +668,7 @@ void load_row_stats(const Problem& p, const BwdTensors& t, int64_t hq, const Blo
     if (i < b.nr) {
       const int64_t row = b.r0 + i;
       w.lse[i] = t.lse[row * p.H + hq];
-      w.dd[i] = t.d ? t.d[row * p.H + hq] : row_d(p, t, row, hq);
+      w.dd[i] = t.d ? t.d[row * p.H + hq] : row_d(p, t, row, hq, w);
     } else {
       w.lse[i] = 0.0f;
       w.dd[i] = 0.0f;
@@ -698,14 +767,14 @@ int64_t backward_pair(const Problem& p, const BwdTensors& t, int64_t g, const Bl
   flops += tile_gemm<Store::kSet>(nk, b.ncp, h, w.vn, ldh, 1, w.dot, kLdq, w.ds, kLdq, nullptr,
                                   score_terms);
   ds_key_major(w, p, nk, b.ncp, kr.js, kr.full);
-  if (need_dkdv) {
+  if (need_dkdv) {  // the per-kv-head path: dk and dv are F32 (see attention_backward)
     const int64_t off = kr.js * p.ldkv_g + g * h;
     const KeyRowsQuerySteps terms{{}, mg};
     // (nk, h) dV += P^T dO and dK += dS^T Q; A(j, i) = s[j, i]
-    flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, kLdq, 1, w.don, ldh, t.dv + off, p.ldkv_g,
-                                    nullptr, terms);
-    flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, kLdq, 1, w.qn, ldh, t.dk + off, p.ldkv_g,
-                                    nullptr, terms);
+    flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, kLdq, 1, w.don, ldh, t.dv.f32() + off,
+                                    p.ldkv_g, nullptr, terms);
+    flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, kLdq, 1, w.qn, ldh, t.dk.f32() + off,
+                                    p.ldkv_g, nullptr, terms);
   }
   // (nr, h) dQ += dS K; A(i, j) = ds[j, i]
   flops += tile_gemm<Store::kAdd>(b.nr, h, nk, w.ds, 1, kLdq, w.kn, ldh, w.acc, ldh, nullptr,
@@ -715,11 +784,8 @@ int64_t backward_pair(const Problem& p, const BwdTensors& t, int64_t g, const Bl
 
 void flush_dq(const Problem& p, const BwdTensors& t, int64_t hq, const BlockRange& b,
               const Scratch& w) {
-  for (int64_t i = 0; i < b.nr; ++i) {
-    float* drow = t.dq + (b.r0 + i) * p.ldq_g + hq * p.h;
-    const float* arow = w.acc + i * p.ldh;
-    for (int64_t d = 0; d < p.h; ++d) drow[d] += arow[d];
-  }
+  for (int64_t i = 0; i < b.nr; ++i)
+    store_row(t.dq + (b.r0 + i) * p.ldq_g + hq * p.h, w.acc + i * p.ldh, p.h, 1.0f, /*add=*/true);
 }
 
 // All key tiles of query block ib of head hq (dq; and dk/dv when need_dkdv).
@@ -754,14 +820,26 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
       w.vt[d * kLdk + j] = 0.0f;
     }
   }
-  for (int64_t j = 0; j < j1 - j0; ++j) {
-    const float* krow = t.k + (j0 + j) * p.ldkv_g + g * h;
-    const float* vrow = t.v + (j0 + j) * p.ldkv_g + g * h;
-    for (int64_t d = 0; d < h; ++d) {
-      w.kt[d * kLdk + j] = krow[d];
-      w.vt[d * kLdk + j] = vrow[d];
-    }
-  }
+  auto transpose_rows = [&](float* dst, FloatData src) {
+    with_data(src + j0 * p.ldkv_g + g * h, [&](const auto* x) {
+      for (int64_t j = 0; j < j1 - j0; ++j)
+        for (int64_t d = 0; d < h; ++d) dst[d * kLdk + j] = load(x[j * p.ldkv_g + d]);
+    });
+  };
+  transpose_rows(w.kt, t.k);
+  transpose_rows(w.vt, t.v);
+  // Where rows [j0, j1) of dk and dv (kv head g) accumulate: in place when F32; when BF16, in
+  // fp32 tiles that start from their widened values and are rounded once at the end.
+  struct Rows {
+    float* p;    // row j0
+    int64_t ld;  // row stride
+  };
+  auto accumulator = [&](FloatData x, float* tile) {
+    if (!x.bf16) return Rows{x.f32() + j0 * p.ldkv_g + g * h, p.ldkv_g};
+    pack_rows(tile, ldh, x + j0 * p.ldkv_g + g * h, p.ldkv_g, j1 - j0, h, 1.0f);
+    return Rows{tile, ldh};
+  };
+  const Rows dk = accumulator(t.dk, w.dka), dv = accumulator(t.dv, w.dva);
   // First query block whose last row reaches the tile.
   const int64_t ib_first = std::max<int64_t>(0, (j0 - p.q_offset) / kBq);
   for (int64_t hq = g * p.group; hq < (g + 1) * p.group; ++hq) {
@@ -790,13 +868,17 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
                                       nullptr, score_terms);
       ds_query_major(w, p, b.nr, nkp, kr.js, kr.full);
       // (nk, h) dV += P^T dO and dK += dS^T Q; A(j, i) = s[i, j]
-      const int64_t koff = kr.js * p.ldkv_g + g * h;
       const KeyRowsQuerySteps terms{{}, mg};
-      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, 1, kLdk, w.don, ldh, t.dv + koff, p.ldkv_g,
-                                      nullptr, terms);
-      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, 1, kLdk, w.qn, ldh, t.dk + koff, p.ldkv_g,
-                                      nullptr, terms);
+      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, 1, kLdk, w.don, ldh, dv.p + joff * dv.ld,
+                                      dv.ld, nullptr, terms);
+      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, 1, kLdk, w.qn, ldh, dk.p + joff * dk.ld,
+                                      dk.ld, nullptr, terms);
     }
+  }
+  for (int64_t j = 0; j < j1 - j0; ++j) {
+    const int64_t off = (j0 + j) * p.ldkv_g + g * h;
+    if (t.dk.bf16) store_row(t.dk + off, dk.p + j * ldh, h, 1.0f, /*add=*/false);
+    if (t.dv.bf16) store_row(t.dv + off, dv.p + j * ldh, h, 1.0f, /*add=*/false);
   }
   return flops;
 }
@@ -855,7 +937,8 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
   check_attention_forward(out, lse, q, k, v, seg_start, q_offset, dims);
   const Problem p = make_problem("attention_forward", q, k, v, seg_start, q_offset, dims);
   if (p.n == 0) return;
-  const FwdTensors t{out.f32(), lse.f32(), q.f32(), k.f32(), v.f32()};
+  const FwdTensors t{FloatData::of(out), lse.f32(), FloatData::of(q), FloatData::of(k),
+                     FloatData::of(v)};
 
   const int threads = omp_get_max_threads();
   std::vector<Scratch> scratch = make_scratch(p, threads);
@@ -882,8 +965,9 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   check_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
   const Problem p = make_problem("attention_backward", q, k, v, seg_start, q_offset, dims);
   if (p.n == 0) return;
-  const BwdTensors t{dq.f32(), dk.f32(), dv.f32(),  dout.f32(), q.f32(),
-                     k.f32(),  v.f32(),  out.f32(), lse.f32()};
+  const BwdTensors t{FloatData::of(dq),   FloatData::of(dk),  FloatData::of(dv),
+                     FloatData::of(dout), FloatData::of(q),   FloatData::of(k),
+                     FloatData::of(v),    FloatData::of(out), lse.f32()};
 
   const int threads = omp_get_max_threads();
   std::vector<Scratch> scratch = make_scratch(p, threads);
@@ -891,8 +975,9 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   // One pass costs 5 tile products per pair but only G tasks; two passes cost 7 but split
   // finely. Take the one pass unless too few kv heads leave threads idle: its time goes as
   // 5 * ceil(G / threads) / G against 7 / threads.
+  // A BF16 dk or dv needs the two passes (see the top of the file).
   const int64_t rounds = (p.G + threads - 1) / threads;
-  const bool per_kv_head = 5 * rounds * threads <= 7 * p.G;
+  const bool per_kv_head = 5 * rounds * threads <= 7 * p.G && !t.dk.bf16 && !t.dv.bf16;
   // Both paths add the same terms in the same order into every dq, dk and dv element (the
   // per-element arithmetic is identical; see backward_key_tile), so the result does not
   // depend on the thread count.
@@ -927,7 +1012,7 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
       Scratch& w = scratch[static_cast<size_t>(omp_get_thread_num())];
 #pragma omp for schedule(static)
       for (int64_t row = 0; row < p.n; ++row)
-        for (int64_t hq = 0; hq < p.H; ++hq) d_rows[row * p.H + hq] = row_d(p, t, row, hq);
+        for (int64_t hq = 0; hq < p.H; ++hq) d_rows[row * p.H + hq] = row_d(p, t, row, hq, w);
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < q_tasks; ++task) {
         const int64_t ib = p.n_blocks - 1 - task / p.H;

@@ -1,9 +1,11 @@
 // Rotary position embedding, Hugging Face "rotate_half" layout: the first and second halves
-// of each head are the two coordinates of each rotated pair.
+// of each head are the two coordinates of each rotated pair. x may be F32 or BF16 (rotated in
+// fp32, rounded once when stored); the table is F32.
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/reduce.h"
+#include "backend/cpu/storage.h"
 
 namespace sbp {
 
@@ -23,32 +25,38 @@ void CpuBackend::rope_table_impl(const Tensor& table, std::span<const float> inv
 
 namespace {
 // sign = +1: forward rotation; -1: inverse (transpose) rotation.
+template <class TX>
+void rope_apply(TX* px, int64_t n, int64_t cols, const int32_t* pos, const float* pt, int64_t h,
+                float sign) {
+  // px (n, heads*h) with cols = heads*h; pos (n); pt (P, h)
+  const int64_t half = h / 2, heads = cols / h;
+#pragma omp parallel for schedule(static) if (n * cols > cpu::kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* c = pt + static_cast<int64_t>(pos[i]) * h;
+    const float* s = c + half;
+    for (int64_t hd = 0; hd < heads; ++hd) {
+      TX* x1 = px + i * cols + hd * h;
+      TX* x2 = x1 + half;
+      for (int64_t j = 0; j < half; ++j) {
+        const float a = cpu::load(x1[j]), b = cpu::load(x2[j]), sj = sign * s[j];
+        cpu::store(x1[j], a * c[j] - b * sj);
+        cpu::store(x2[j], b * c[j] + a * sj);
+      }
+    }
+  }
+}
+
 void rope_apply(const Tensor& x, const Tensor& positions, const Tensor& table, float sign) {
-  const int64_t n = x.rows(), h = table.cols(), half = h / 2, P = table.rows();
-  const int64_t heads = x.cols() / h;
-  float* px = x.f32();                   // (n, heads*h)
+  const int64_t n = x.rows(), P = table.rows();
   const int32_t* pos = positions.i32();  // (n)
-  const float* pt = table.f32();         // (P, h)
   // The positions index the table: checked here, where the data is, and before the parallel
   // loop (no throws inside it).
   for (int64_t i = 0; i < n; ++i) {
     SBP_CHECK(pos[i] >= 0 && pos[i] < P, "rope: position " + std::to_string(pos[i]) +
                                              " outside the table of " + std::to_string(P));
   }
-#pragma omp parallel for schedule(static) if (n * x.cols() > cpu::kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) {
-    const float* c = pt + static_cast<int64_t>(pos[i]) * h;
-    const float* s = c + half;
-    for (int64_t hd = 0; hd < heads; ++hd) {
-      float* x1 = px + i * x.cols() + hd * h;
-      float* x2 = x1 + half;
-      for (int64_t j = 0; j < half; ++j) {
-        const float a = x1[j], b = x2[j], sj = sign * s[j];
-        x1[j] = a * c[j] - b * sj;
-        x2[j] = b * c[j] + a * sj;
-      }
-    }
-  }
+  cpu::with_float_data(
+      [&](auto* px) { rope_apply(px, n, x.cols(), pos, table.f32(), table.cols(), sign); }, x);
 }
 }  // namespace
 
