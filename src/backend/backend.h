@@ -17,10 +17,14 @@
 // dtypes and the scalar arguments, i.e. everything that is a property of the call itself.
 // Dtypes:
 //  - index tensors (token ids, targets, positions, segment starts, argmax output) are I32;
-//  - "float" tensors (activations, weights, weight gradients, logits) are F32 or BF16: the
-//    planner runs bf16 models through the meta backend. A backend may compute in fewer dtypes
-//    than the contract allows (the CPU backend computes in F32 only and rejects BF16 in its
-//    kernels): that is a capability of one backend, not misuse of the interface;
+//  - "float" tensors (activations, weights, weight gradients, logits) are F32 or BF16, in any
+//    combination within a call (mixed precision: e.g. an F32 gradient times a BF16 weight into
+//    an F32 gradient). BF16 is storage only: kernels compute and accumulate in fp32 (or fp64),
+//    read BF16 exactly, and round a BF16 output to nearest even once per element and call (an
+//    accumulating output, += or beta = 1, is read, added to in fp32 and rounded once). The
+//    planner runs bf16 models through the meta backend; the CPU backend computes them. A
+//    backend may compute in fewer dtypes than the contract allows: that is a capability of one
+//    backend, not misuse of the interface;
 //  - per-row statistics and accumulators are F32: attention lse, logsoftmax lse and logp,
 //    dlogp, entropy, dentropy, AdamW m and v, the rope table.
 // What it does not cover: the CONTENTS of index tensors (token ids < V, positions < P,

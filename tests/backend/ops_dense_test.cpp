@@ -174,6 +174,76 @@ TEST_P(BackendOps, AdamWMatchesTorchFormula) {
 
 // ---- BF16 operands (backend_suite.h: bf16-representable inputs, tolerances by output dtype) ----
 
+// Every combination of F32 and BF16 for C, A, B, every transpose, beta = 0 (over NaN), 0.5 and
+// 1 (accumulation). The shapes cross the CPU's GEMM blocks (1024 rows or columns of C, 512 of
+// the inner dimension: gemm_bf16.cpp) in M, in N and in K.
+TEST_P(BackendOps, GemmBf16EveryDtypeCombination) {
+  struct Dims {
+    int64_t M, N, K;
+  };
+  for (const Dims& dm : {Dims{1030, 9, 520}, Dims{7, 1030, 520}, Dims{5, 4, 3}}) {
+    const int64_t M = dm.M, N = dm.N, K = dm.K;
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        const Vec a = randb(M * K), b = randb(K * N), c0 = randb(M * N);
+        Vec prod(static_cast<size_t>(M * N));  // op(A) op(B) in float64
+        if (computes()) {
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double s = 0;
+              for (int64_t k = 0; k < K; ++k)
+                s += (ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
+              prod[i * N + j] = s;
+            }
+        }
+        const Shape sa = ta ? Shape{K, M} : Shape{M, K}, sb = tb ? Shape{N, K} : Shape{K, N};
+        for (int combo = 0; combo < 8; ++combo) {
+          const DType dc = test::dtype_combo(combo, 0), da = test::dtype_combo(combo, 1),
+                      db = test::dtype_combo(combo, 2);
+          SCOPED_TRACE(::testing::Message()
+                       << "M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb
+                       << " C A B " << test::combo_name(combo, 3));
+          Buffer A = up(a, sa, da), B = up(b, sb, db);
+          Buffer C = up(c0, {M, N}, dc), D = up(c0, {M, N}, dc);
+          Buffer E = up(Vec(static_cast<size_t>(M * N), NAN), {M, N}, dc);
+          be.reset_flops();
+          be.gemm(C.view(), A.view(), ta, B.view(), tb, 2.0f, 0.5f);
+          EXPECT_EQ(be.flops(), 2 * M * N * K);
+          be.gemm(D.view(), A.view(), ta, B.view(), tb, 1.0f, 1.0f);
+          be.gemm(E.view(), A.view(), ta, B.view(), tb, -1.0f, 0.0f);
+          if (!computes()) continue;
+          Vec ec(c0.size()), ed(c0.size()), ee(c0.size());
+          for (size_t i = 0; i < c0.size(); ++i) {
+            ec[i] = 0.5 * c0[i] + 2.0 * prod[i];
+            ed[i] = c0[i] + prod[i];
+            ee[i] = -prod[i];
+          }
+          // fp32 sums of K = 520 terms: 1e-5 of the largest element, as for fp32 inputs.
+          test::expect_close(down(C), ec, dc, 1e-5, "beta 0.5");
+          test::expect_close(down(D), ed, dc, 1e-5, "beta 1");
+          test::expect_close(down(E), ee, dc, 1e-5, "beta 0 over NaN");
+        }
+      }
+  }
+}
+
+// C += A B with a BF16 C is summed in fp32 over the whole inner dimension and rounded once: K
+// terms of 2^-18 each add up to one bf16 ulp of 1 (2^-7), while any 512 of them (2^-9) are
+// less than half an ulp and would be lost by a rounding per block of the inner dimension.
+TEST_P(BackendOps, GemmIntoBf16RoundsOncePerCall) {
+  const int64_t K = 2048;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Buffer A = up(Vec(K, 1.0), {1, K}, dt), B = up(Vec(K, std::ldexp(1.0, -18)), {K, 1}, dt);
+    Buffer C = up({1.0}, {1, 1}, DType::BF16), F = up({1.0}, {1, 1});
+    be.gemm(C.view(), A.view(), false, B.view(), false, 1.0f, 1.0f);
+    be.gemm(F.view(), A.view(), false, B.view(), false, 1.0f, 1.0f);
+    if (!computes()) continue;
+    EXPECT_EQ(down(C)[0], 1.0 + std::ldexp(1.0, -7));
+    EXPECT_EQ(down(F)[0], 1.0 + std::ldexp(1.0, -7));
+  }
+}
+
 // fill, add_inplace and scale_inplace on BF16: one fp32 operation per element, rounded once.
 TEST_P(BackendOps, FillAddScaleBf16) {
   const int64_t n = 3, m = 7;

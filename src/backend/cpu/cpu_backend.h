@@ -1,7 +1,8 @@
 #pragma once
-// The CPU backend: fp32 compute, OpenBLAS sgemm, OpenMP-parallel kernels written here.
-// Kernel families live in separate files (gemm.cpp, elementwise.cpp, norm.cpp, rope.cpp,
-// swiglu.cpp, embedding.cpp, lm_head.cpp, adamw.cpp, attention.cpp).
+// The CPU backend: fp32 compute on F32 or BF16 storage (storage.h), OpenBLAS sgemm, OpenMP-parallel
+// kernels written here. Kernel families live in separate files (gemm.cpp and gemm_bf16.cpp,
+// elementwise.cpp, norm.cpp, rope.cpp, swiglu.cpp, embedding.cpp, lm_head.cpp, entropy.cpp,
+// adamw.cpp, attention.cpp).
 #include "backend/backend.h"
 
 namespace sbp {
@@ -25,8 +26,8 @@ class CpuBackend : public Backend {
   void poison_impl(const Tensor& t) override;
 
  private:
-  // Called by Backend's public methods with checked arguments (backend.h); BF16 tensors are
-  // rejected here (Tensor::f32()): this backend computes in F32 only.
+  // Called by Backend's public methods with checked arguments (backend.h); every float tensor
+  // may be F32 or BF16, in any combination (computed in fp32, see storage.h).
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
                  float alpha, float beta) override;
 

@@ -1,8 +1,10 @@
-// Dense products through OpenBLAS sgemm (row-major).
+// Dense products through OpenBLAS sgemm (row-major). All-F32 calls go to sgemm directly; calls
+// with a BF16 operand to gemm_mixed (gemm_bf16.cpp: widened panels, sgemm, measured there).
 #include <cblas.h>
 #include <omp.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_bf16.h"
 
 namespace sbp {
 
@@ -19,6 +21,10 @@ void CpuBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const
       fill(C, 0.0f);
     else if (beta != 1.0f)
       scale_inplace(C, beta);
+    return;
+  }
+  if (A.dtype != DType::F32 || B.dtype != DType::F32 || C.dtype != DType::F32) {
+    cpu::gemm_mixed(C, A, trans_a, B, trans_b, alpha, beta);
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
