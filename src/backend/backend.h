@@ -134,6 +134,9 @@ class Backend : public MemorySpace {
                          const Tensor& v, const Tensor& seg_start, int64_t q_offset,
                          const AttentionDims& dims);
   // dq (n, H*h) +=, dk, dv (Tk, G*h) +=; recomputes the probabilities from q, k, lse.
+  // D_i = sum_j P_ij dP_ij may be taken as rowsum(dout * out) when out is the forward's F32
+  // output; a BF16 out is rounded, and D from it would break sum_j dS_ij = 0 by 2^-9, so with
+  // a BF16 out a backend computes D from P and dP (the result is that of the unrounded out).
   // Checks: as attention_forward, and dq, dout of q's shape, dk, dv of k's shape, all float.
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -576,6 +578,64 @@ TEST(Attention, Bf16OperandsGiveTheF32BitsRoundedOnce) {
     EXPECT_TRUE(bit_equal(widened(bq), rounded(dq)));
     EXPECT_TRUE(bit_equal(widened(bk), rounded(dk)));
     EXPECT_TRUE(bit_equal(widened(bv), rounded(dv)));
+  }
+}
+
+// With a BF16 out, D = rowsum(dout * out) would carry out's bf16 rounding (relative 2^-9) and
+// break the cancellation sum_j dS_ij = 0; the kernel sums D = sum_j P_ij dP_ij in fp32 instead
+// (attention.cpp, "D with a BF16 out"). So F32 gradients from a BF16 out match the float64
+// reference on the same (bf16) inputs to fp32 accuracy, and the key-bias gradient sum_j dk_j,
+// exactly 0, stays at fp32 rounding. Handing the kernel the same rounded out as F32 (D from it)
+// shows what the rounding would cost: that is the yardstick that proves the check can fail.
+TEST(Attention, Bf16OutKeepsTheSoftmaxBackwardExact) {
+  Problem p(Case{"bf16_out", 4, 2, 24, {100, 3, 90}});
+  p.q = rounded(p.q);
+  p.k = rounded(p.k);
+  p.v = rounded(p.v);
+  p.dout = rounded(p.dout);
+  const RefResult ref = reference(p);
+  const int64_t Hh = p.H * p.h, Gh = p.G * p.h;
+  // max_c |sum_j dk[j, c]| / max |dk|
+  auto key_bias_grad = [&](const std::vector<float>& dk) {
+    double worst = 0.0, scale = 0.0;
+    for (int64_t c = 0; c < Gh; ++c) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < p.tk; ++j) sum += dk[static_cast<size_t>(j * Gh + c)];
+      worst = std::max(worst, std::fabs(sum));
+    }
+    for (float x : dk) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+    return worst / scale;
+  };
+  for (int threads : {1, 4}) {
+    SCOPED_TRACE(threads);
+    ThreadCount tc(threads);
+    std::vector<uint16_t> o16(static_cast<size_t>(p.n * Hh));
+    std::vector<float> lse(static_cast<size_t>(p.n * p.H));
+    cpu::attention_forward(bview(o16, p.n, Hh), Problem::view(lse, p.n, p.H), p.qt(), p.kt(),
+                           p.vt(), p.segt(), p.q_offset, p.dims(), nullptr);
+    auto backward = [&](const Tensor& out) {
+      Grads g;
+      g.dq.assign(static_cast<size_t>(p.n * Hh), 0.0f);
+      g.dk.assign(static_cast<size_t>(p.tk * Gh), 0.0f);
+      g.dv.assign(g.dk.size(), 0.0f);
+      cpu::attention_backward(Problem::view(g.dq, p.n, Hh), Problem::view(g.dk, p.tk, Gh),
+                              Problem::view(g.dv, p.tk, Gh), p.doutt(), p.qt(), p.kt(), p.vt(),
+                              out, Problem::view(lse, p.n, p.H), p.segt(), p.q_offset, p.dims(),
+                              nullptr);
+      return g;
+    };
+    const Grads exact = backward(bview(o16, p.n, Hh));
+    const std::vector<float> o_rounded = widened(o16);
+    const Grads from_out = backward(Problem::view(o_rounded, p.n, Hh));
+    EXPECT_LT(err(exact.dq, ref.dq), kTol);
+    EXPECT_LT(err(exact.dk, ref.dk), kTol);
+    EXPECT_LT(err(exact.dv, ref.dv), kTol);
+    EXPECT_LT(key_bias_grad(exact.dk), kTol);
+    std::printf("[bf16-out] threads %d: dq %.2e dk %.2e, key bias %.2e; with D from the rounded "
+                "out: dq %.2e dk %.2e, key bias %.2e\n",
+                threads, err(exact.dq, ref.dq), err(exact.dk, ref.dk), key_bias_grad(exact.dk),
+                err(from_out.dq, ref.dq), err(from_out.dk, ref.dk), key_bias_grad(from_out.dk));
+    EXPECT_GT(key_bias_grad(from_out.dk), 10 * kTol);
   }
 }
 

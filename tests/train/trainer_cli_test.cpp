@@ -301,7 +301,7 @@ TEST(TrainCli, Bf16ModelsSaveBf16WithFp32MasterWeightsAndResumeExactly) {
 // equal N + resume + N bit for bit, with fp32 gradients and an fp32 export (the master weights
 // are the saved model) and with bf16 gradients and a bf16 export (master_weights.safetensors).
 TEST(TrainCli, PrecisionBf16ResumesExactly) {
-  for (const std::string extra :
+  for (const std::string& extra :
        {std::string("grad_accum: 2\n"), std::string("grad_dtype: bf16\nsave_dtype: bf16\n")}) {
     const std::string yaml = "precision: bf16\nmax_steps: 6\noptim:\n  lr: 0.003\n" + extra;
     TrainRun straight(yaml), split(yaml);
@@ -316,9 +316,10 @@ TEST(TrainCli, PrecisionBf16ResumesExactly) {
     const bool bf16_export = extra.find("save_dtype") != std::string::npos;
     EXPECT_EQ(fs::exists(straight.out("checkpoint-6/master_weights.safetensors")), bf16_export)
         << extra;
-    if (bf16_export)
+    if (bf16_export) {
       EXPECT_TRUE(same_file(straight.out("checkpoint-6/master_weights.safetensors"),
                             split.out("checkpoint-6/master_weights.safetensors")));
+    }
     const std::vector<json> a = read_metrics(straight.out("metrics.jsonl"));
     const std::vector<json> b = read_metrics(split.out("metrics.jsonl"));
     ASSERT_EQ(a.size(), 6u);

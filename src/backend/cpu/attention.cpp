@@ -35,6 +35,17 @@
 // sum over every query block that sees a key, so a BF16 dk or dv takes the two-pass backward,
 // whose pass B owns a key tile of one kv head at a time: its rows are summed in fp32 tiles
 // (kBk x h) and rounded once. Nothing of length n or Tk is converted.
+//
+// D with a BF16 out. dS = P (dP - D) relies on D_i = sum_j P_ij dP_ij, which makes every row of
+// dS sum to zero: that cancellation is what keeps, e.g., the gradient of a key bias small and
+// exact. The usual D = rowsum(dout * out) equals it only for the unrounded out; with out
+// rounded to bf16 it is off by dout . (out - bf16(out)), relative 2^-9, and the error adds up
+// over the rows instead of cancelling (a Qwen2 k_proj bias gradient came out 2.4x further from
+// fp32 than transformers' bf16 eager attention, whose softmax backward sums P dP in fp32). So
+// when out is BF16, pass A sums D_i = sum_j P_ij dP_ij itself, in fp32, from the tiles it
+// computes anyway, and forms dq without knowing D in advance:
+//     dq_i = scale (sum_j P_ij dP_ij k_j - D_i sum_j P_ij k_j)
+// (one extra tile product, P K, per pair: eight instead of seven); pass B then uses that D.
 #include "backend/cpu/attention.h"
 
 #include <omp.h>
@@ -451,6 +462,8 @@ struct Scratch {
   float* rb = nullptr;      // (ldh) backward: a BF16 out row widened, for D
   float* dka = nullptr;     // (kBk, ldh) pass B, BF16 dk: fp32 sums of the tile's dk rows
   float* dva = nullptr;     // (kBk, ldh) pass B, BF16 dv: the same for dv
+  float* pk = nullptr;      // (kBq, ldh) pass A with exact D: sum_j P_ij k_j
+  float* dsum = nullptr;    // (kLdq) pass A with exact D: sum_j P_ij dP_ij
   int32_t* seg = nullptr;   // (kLdq) segment start of each query row; INT32_MAX on padding
   int32_t* gi = nullptr;    // (kLdq) global row of each query row; -1 on padding
 
@@ -459,9 +472,11 @@ struct Scratch {
     const int64_t sizes[] = {h * kLdq,  kBq * ldh, kBq * ldh, h * kLdq,  kBq * ldh, kBq * ldh,
                              kBk * ldh, kBk * ldh, h * kLdk,  h * kLdk,  tile,      tile,
                              kLdq,      kLdq,      kLdq,      kLdq,      kLdq,      kLdq,
-                             kLdq,      ldh,       ldh,       kBk * ldh, kBk * ldh};
+                             kLdq,      ldh,       ldh,       kBk * ldh, kBk * ldh, kBq * ldh,
+                             kLdq};
     float** slots[] = {&qt, &qs, &qn,    &dot,  &don,    &acc, &kn, &vn, &kt, &vt,  &s,  &ds,
-                       &m,  &l,  &alpha, &base, &rowsum, &lse, &dd, &ra, &rb, &dka, &dva};
+                       &m,  &l,  &alpha, &base, &rowsum, &lse, &dd, &ra, &rb, &dka, &dva,
+                       &pk, &dsum};
     static_assert(std::size(sizes) == std::size(slots));
     int64_t total = 0;
     for (int64_t size : sizes) total += round_up(size, 16);  // 64-byte aligned pieces
@@ -647,6 +662,7 @@ struct BwdTensors {
   FloatData out;             // (n, H*h)
   const float* lse;          // (n, H)
   const float* d = nullptr;  // (n, H) D = rowsum(dout * out) if precomputed, else null
+  float* d_exact = nullptr;  // (n, H) pass A with a BF16 out: sums D = sum_j P dP here
 };
 
 // D = rowsum(dout * out) of local row `row` and head hq. BF16 rows are widened into w.ra, w.rb
@@ -668,7 +684,8 @@ void load_row_stats(const Problem& p, const BwdTensors& t, int64_t hq, const Blo
     if (i < b.nr) {
       const int64_t row = b.r0 + i;
       w.lse[i] = t.lse[row * p.H + hq];
-      w.dd[i] = t.d ? t.d[row * p.H + hq] : row_d(p, t, row, hq, w);
+      // Pass A with exact D: dS is formed without D (see the top of the file).
+      w.dd[i] = t.d_exact ? 0.0f : t.d ? t.d[row * p.H + hq] : row_d(p, t, row, hq, w);
     } else {
       w.lse[i] = 0.0f;
       w.dd[i] = 0.0f;
@@ -676,9 +693,11 @@ void load_row_stats(const Problem& p, const BwdTensors& t, int64_t hq, const Blo
   }
 }
 
-// P = exp(S - lse) (masked), dS = scale * P * (dP - D), on key-major tiles (nk, ncp).
+// P = exp(S - lse) (masked), dS = scale * P * (dP - D), on key-major tiles (nk, ncp). With
+// dsum (exact D, pass A; D = 0 in w.dd then) also dsum[i] += P dP over the tile's keys.
 // The expression is the same as in ds_query_major, element by element.
-void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t js, bool full) {
+void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t js, bool full,
+                  float* __restrict dsum) {
   const float* __restrict lse = w.lse;
   const float* __restrict dd = w.dd;
   const int32_t* __restrict seg = w.seg;
@@ -692,6 +711,7 @@ void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t
       for (int64_t i = 0; i < ncp; ++i) {
         const float pv = exp_f32(sj[i] - lse[i]);
         sj[i] = pv;
+        if (dsum) dsum[i] += pv * dj[i];
         dj[i] = scale * pv * (dj[i] - dd[i]);
       }
     } else {
@@ -700,6 +720,7 @@ void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t
         const float pv = keep_if(allowed, exp_f32(sj[i] - lse[i]));
         sj[i] = pv;
         // dP of a masked pair may be unwritten (skipped micro-tile): mask dS too.
+        if (dsum) dsum[i] += keep_if(allowed, pv * dj[i]);
         dj[i] = keep_if(allowed, scale * pv * (dj[i] - dd[i]));
       }
     }
@@ -747,6 +768,10 @@ void prepare_query_block(const Problem& p, const BwdTensors& t, int64_t hq, cons
     pack_rows(w.don, ldh, t.dout + off, p.ldq_g, b.nr, h, 1.0f);
   }
   for (int64_t i = 0; i < b.nr; ++i) std::memset(w.acc + i * ldh, 0, sizeof(float) * h);
+  if (t.d_exact) {
+    for (int64_t i = 0; i < b.nr; ++i) std::memset(w.pk + i * ldh, 0, sizeof(float) * h);
+    std::fill(w.dsum, w.dsum + kLdq, 0.0f);
+  }
 }
 
 // One (query block, key range) pair, key-major: dq accumulates in w.acc; dk/dv rows
@@ -766,7 +791,11 @@ int64_t backward_pair(const Problem& p, const BwdTensors& t, int64_t g, const Bl
                                   score_terms);
   flops += tile_gemm<Store::kSet>(nk, b.ncp, h, w.vn, ldh, 1, w.dot, kLdq, w.ds, kLdq, nullptr,
                                   score_terms);
-  ds_key_major(w, p, nk, b.ncp, kr.js, kr.full);
+  ds_key_major(w, p, nk, b.ncp, kr.js, kr.full, t.d_exact ? w.dsum : nullptr);
+  if (t.d_exact) {  // (nr, h) sum_j P_ij k_j; A(i, j) = s[j, i]
+    flops += tile_gemm<Store::kAdd>(b.nr, h, nk, w.s, 1, kLdq, w.kn, ldh, w.pk, ldh, nullptr,
+                                    QueryRowsKeySteps{{}, mg});
+  }
   if (need_dkdv) {  // the per-kv-head path: dk and dv are F32 (see attention_backward)
     const int64_t off = kr.js * p.ldkv_g + g * h;
     const KeyRowsQuerySteps terms{{}, mg};
@@ -784,6 +813,15 @@ int64_t backward_pair(const Problem& p, const BwdTensors& t, int64_t g, const Bl
 
 void flush_dq(const Problem& p, const BwdTensors& t, int64_t hq, const BlockRange& b,
               const Scratch& w) {
+  if (t.d_exact) {  // dq_i = acc_i - scale D_i pk_i, and D for pass B
+    for (int64_t i = 0; i < b.nr; ++i) {
+      float* __restrict acc = w.acc + i * p.ldh;
+      const float* __restrict pk = w.pk + i * p.ldh;
+      const float c = p.scale * w.dsum[i];
+      for (int64_t d = 0; d < p.h; ++d) acc[d] -= c * pk[d];
+      t.d_exact[(b.r0 + i) * p.H + hq] = w.dsum[i];
+    }
+  }
   for (int64_t i = 0; i < b.nr; ++i)
     store_row(t.dq + (b.r0 + i) * p.ldq_g + hq * p.h, w.acc + i * p.ldh, p.h, 1.0f, /*add=*/true);
 }
@@ -975,9 +1013,10 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   // One pass costs 5 tile products per pair but only G tasks; two passes cost 7 but split
   // finely. Take the one pass unless too few kv heads leave threads idle: its time goes as
   // 5 * ceil(G / threads) / G against 7 / threads.
-  // A BF16 dk or dv needs the two passes (see the top of the file).
+  // A BF16 dk or dv, or a BF16 out (exact D), needs the two passes (see the top of the file).
   const int64_t rounds = (p.G + threads - 1) / threads;
-  const bool per_kv_head = 5 * rounds * threads <= 7 * p.G && !t.dk.bf16 && !t.dv.bf16;
+  const bool per_kv_head =
+      5 * rounds * threads <= 7 * p.G && !t.dk.bf16 && !t.dv.bf16 && !t.out.bf16;
   // Both paths add the same terms in the same order into every dq, dk and dv element (the
   // per-element arithmetic is identical; see backward_key_tile), so the result does not
   // depend on the thread count.
@@ -1000,8 +1039,12 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     std::unique_ptr<float[]> d_store =
         std::make_unique_for_overwrite<float[]>(static_cast<size_t>(p.n * p.H));
     float* d_rows = d_store.get();
-    BwdTensors t2 = t;
-    t2.d = d_rows;
+    BwdTensors ta = t, tb = t;  // pass A, pass B
+    if (t.out.bf16)
+      ta.d_exact = d_rows;  // pass A sums D (see the top of the file)
+    else
+      ta.d = d_rows;
+    tb.d = d_rows;
     const int64_t q_tasks = p.H * p.n_blocks;
     // Key tiles that any query can see: from the first segment start to the last query.
     const int64_t tile_lo = p.seg[p.q_offset] / kBk;
@@ -1010,21 +1053,23 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
 #pragma omp parallel num_threads(threads) reduction(+ : total)
     {
       Scratch& w = scratch[static_cast<size_t>(omp_get_thread_num())];
+      if (!t.out.bf16) {  // the same branch in every thread
 #pragma omp for schedule(static)
-      for (int64_t row = 0; row < p.n; ++row)
-        for (int64_t hq = 0; hq < p.H; ++hq) d_rows[row * p.H + hq] = row_d(p, t, row, hq, w);
+        for (int64_t row = 0; row < p.n; ++row)
+          for (int64_t hq = 0; hq < p.H; ++hq) d_rows[row * p.H + hq] = row_d(p, t, row, hq, w);
+      }
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < q_tasks; ++task) {
         const int64_t ib = p.n_blocks - 1 - task / p.H;
         const int64_t hq = task % p.H;
-        total += backward_query_block(p, t2, hq, ib, w, /*need_dkdv=*/false);
+        total += backward_query_block(p, ta, hq, ib, w, /*need_dkdv=*/false);
       }
       // Early key tiles are seen by the most queries: first.
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < k_tasks; ++task) {
         const int64_t tile = tile_lo + task / p.G;
         const int64_t g = task % p.G;
-        total += backward_key_tile(p, t2, g, tile, w);
+        total += backward_key_tile(p, tb, g, tile, w);
       }
     }
   }
