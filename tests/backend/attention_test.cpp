@@ -619,8 +619,8 @@ TEST(Attention, Bf16OutKeepsTheSoftmaxBackwardExact) {
       g.dk.assign(static_cast<size_t>(p.tk * Gh), 0.0f);
       g.dv.assign(g.dk.size(), 0.0f);
       cpu::attention_backward(Problem::view(g.dq, p.n, Hh), Problem::view(g.dk, p.tk, Gh),
-                              Problem::view(g.dv, p.tk, Gh), p.doutt(), p.qt(), p.kt(), p.vt(),
-                              out, Problem::view(lse, p.n, p.H), p.segt(), p.q_offset, p.dims(),
+                              Problem::view(g.dv, p.tk, Gh), p.doutt(), p.qt(), p.kt(), p.vt(), out,
+                              Problem::view(lse, p.n, p.H), p.segt(), p.q_offset, p.dims(),
                               nullptr);
       return g;
     };
@@ -631,10 +631,11 @@ TEST(Attention, Bf16OutKeepsTheSoftmaxBackwardExact) {
     EXPECT_LT(err(exact.dk, ref.dk), kTol);
     EXPECT_LT(err(exact.dv, ref.dv), kTol);
     EXPECT_LT(key_bias_grad(exact.dk), kTol);
-    std::printf("[bf16-out] threads %d: dq %.2e dk %.2e, key bias %.2e; with D from the rounded "
-                "out: dq %.2e dk %.2e, key bias %.2e\n",
-                threads, err(exact.dq, ref.dq), err(exact.dk, ref.dk), key_bias_grad(exact.dk),
-                err(from_out.dq, ref.dq), err(from_out.dk, ref.dk), key_bias_grad(from_out.dk));
+    std::printf(
+        "[bf16-out] threads %d: dq %.2e dk %.2e, key bias %.2e; with D from the rounded "
+        "out: dq %.2e dk %.2e, key bias %.2e\n",
+        threads, err(exact.dq, ref.dq), err(exact.dk, ref.dk), key_bias_grad(exact.dk),
+        err(from_out.dq, ref.dq), err(from_out.dk, ref.dk), key_bias_grad(from_out.dk));
     EXPECT_GT(key_bias_grad(from_out.dk), 10 * kTol);
   }
 }

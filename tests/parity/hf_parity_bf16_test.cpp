@@ -59,8 +59,8 @@ double loss_yardstick(const Bf16Reference& r, const json& expected_fp32) {
   const std::vector<float> logp = flatten_logprobs(expected_fp32["logprobs"]);
   double max_abs = 0.0;
   for (float v : logp) max_abs = std::max(max_abs, std::fabs(static_cast<double>(v)));
-  const double via_logp =
-      r.yardstick["logprobs"].get<double>() * max_abs / std::fabs(expected_fp32["loss"].get<double>());
+  const double via_logp = r.yardstick["logprobs"].get<double>() * max_abs /
+                          std::fabs(expected_fp32["loss"].get<double>());
   return std::max(r.yardstick["loss"].get<double>(), via_logp);
 }
 
@@ -119,10 +119,11 @@ TEST_P(HfParityBf16, LogitsMatch) {
         got.push_back(logits[i * static_cast<size_t>(V) + static_cast<size_t>(c)]);
     const double err = rel_err(got, want);
     EXPECT_LE(err, tol) << GetParam() << " " << describe(e);
-    std::printf("[parity-bf16] %-18s %-40s logits: vs hf bf16 %.2e (tol %.2e), vs hf fp32 %.2e "
-                "(hf's own %.2e)\n",
-                GetParam().c_str(), describe(e).c_str(), err, tol, rel_err(got, want32),
-                r.yardstick["logits"].get<double>());
+    std::printf(
+        "[parity-bf16] %-18s %-40s logits: vs hf bf16 %.2e (tol %.2e), vs hf fp32 %.2e "
+        "(hf's own %.2e)\n",
+        GetParam().c_str(), describe(e).c_str(), err, tol, rel_err(got, want32),
+        r.yardstick["logits"].get<double>());
   }
 }
 
@@ -142,14 +143,11 @@ TEST_P(HfParityBf16, LossLogprobsAndGradientsMatchInEveryMode) {
     ExecConfig exec;
     DType grad_dtype;
   };
-  const std::vector<Case> cases = {{mode("base"), DType::F32},
-                                   {mode("checkpoint"), DType::F32},
-                                   {mode("stream", 7, 5), DType::F32},
-                                   {mode("stream", T / 3, T / 3 + 1), DType::F32},
-                                   {mode("stream", 16, 32), DType::F32},
-                                   {mode("recompute+chunked", 0, 9), DType::F32},
-                                   {mode("base"), DType::BF16},
-                                   {mode("stream", 7, 5), DType::BF16}};
+  const std::vector<Case> cases = {
+      {mode("base"), DType::F32},           {mode("checkpoint"), DType::F32},
+      {mode("stream", 7, 5), DType::F32},   {mode("stream", T / 3, T / 3 + 1), DType::F32},
+      {mode("stream", 16, 32), DType::F32}, {mode("recompute+chunked", 0, 9), DType::F32},
+      {mode("base"), DType::BF16},          {mode("stream", 7, 5), DType::BF16}};
   for (const Case& c : cases) {
     ParameterSet g(f.cfg, f.pool, Category::grads, c.grad_dtype, true);
     Engine engine(f.cfg, f.weights, f.be, f.pool, bf16(c.exec));
@@ -174,10 +172,11 @@ TEST_P(HfParityBf16, LossLogprobsAndGradientsMatchInEveryMode) {
       }
       worst_vs32 = std::max(worst_vs32, rel_err(got, grads32.at(g.name(i))));
     }
-    std::printf("[parity-bf16] %-18s %-52s loss %.2e/%.2e logp %.2e/%.2e grads worst %.2f of "
-                "tol (%s), vs hf fp32 %.2e\n",
-                GetParam().c_str(), what.substr(GetParam().size() + 1).c_str(), loss_err,
-                loss_tol, logp_err, logp_tol, worst_ratio, worst_name.c_str(), worst_vs32);
+    std::printf(
+        "[parity-bf16] %-18s %-52s loss %.2e/%.2e logp %.2e/%.2e grads worst %.2f of "
+        "tol (%s), vs hf fp32 %.2e\n",
+        GetParam().c_str(), what.substr(GetParam().size() + 1).c_str(), loss_err, loss_tol,
+        logp_err, logp_tol, worst_ratio, worst_name.c_str(), worst_vs32);
   }
 }
 

@@ -91,9 +91,10 @@ struct Matrix {
       f32[i] = sbp::bf16_to_f32(b16[i]);
     }
   }
-  Tensor view(DType dt) {
+  // The CPU backend's memory is host memory: the vectors stand in for its allocations.
+  Tensor view(DType dt, sbp::MemorySpace* space) {
     void* p = dt == DType::BF16 ? static_cast<void*>(b16.data()) : static_cast<void*>(f32.data());
-    return Tensor(p, dt, Shape{rows, cols});
+    return Tensor(p, dt, Shape{rows, cols}, space);
   }
 };
 
@@ -206,8 +207,12 @@ int main(int argc, char** argv) {
     const float beta = c.accumulate ? 1.0f : 0.0f;
     const double flop = 2.0 * static_cast<double>(c.M) * c.N * c.K;
     Row row{c};
-    auto fp32 = [&] { be.gemm(C.view(F32), A.view(F32), c.ta, B.view(F32), c.tb, 1.0f, beta); };
-    auto mixed = [&] { be.gemm(C.view(c.c), A.view(c.a), c.ta, B.view(c.b), c.tb, 1.0f, beta); };
+    auto fp32 = [&] {
+      be.gemm(C.view(F32, &be), A.view(F32, &be), c.ta, B.view(F32, &be), c.tb, 1.0f, beta);
+    };
+    auto mixed = [&] {
+      be.gemm(C.view(c.c, &be), A.view(c.a, &be), c.ta, B.view(c.b, &be), c.tb, 1.0f, beta);
+    };
     if (sbgemm && c.a == B16 && c.b == B16) {
       std::vector<float> cf(c.c == B16 ? static_cast<size_t>(c.M * c.N) : 0);
       auto sb = [&] {

@@ -469,14 +469,13 @@ struct Scratch {
 
   Scratch(int64_t h, int64_t ldh) {
     const int64_t tile = std::max(kBk * kLdq, kBq * kLdk);
-    const int64_t sizes[] = {h * kLdq,  kBq * ldh, kBq * ldh, h * kLdq,  kBq * ldh, kBq * ldh,
-                             kBk * ldh, kBk * ldh, h * kLdk,  h * kLdk,  tile,      tile,
-                             kLdq,      kLdq,      kLdq,      kLdq,      kLdq,      kLdq,
-                             kLdq,      ldh,       ldh,       kBk * ldh, kBk * ldh, kBq * ldh,
-                             kLdq};
-    float** slots[] = {&qt, &qs, &qn,    &dot,  &don,    &acc, &kn, &vn, &kt, &vt,  &s,  &ds,
-                       &m,  &l,  &alpha, &base, &rowsum, &lse, &dd, &ra, &rb, &dka, &dva,
-                       &pk, &dsum};
+    const int64_t sizes[] = {h * kLdq,  kBq * ldh, kBq * ldh, h * kLdq,  kBq * ldh,
+                             kBq * ldh, kBk * ldh, kBk * ldh, h * kLdk,  h * kLdk,
+                             tile,      tile,      kLdq,      kLdq,      kLdq,
+                             kLdq,      kLdq,      kLdq,      kLdq,      ldh,
+                             ldh,       kBk * ldh, kBk * ldh, kBq * ldh, kLdq};
+    float** slots[] = {&qt, &qs,    &qn,   &dot,    &don, &acc, &kn, &vn, &kt,  &vt,  &s,  &ds,  &m,
+                       &l,  &alpha, &base, &rowsum, &lse, &dd,  &ra, &rb, &dka, &dva, &pk, &dsum};
     static_assert(std::size(sizes) == std::size(slots));
     int64_t total = 0;
     for (int64_t size : sizes) total += round_up(size, 16);  // 64-byte aligned pieces
