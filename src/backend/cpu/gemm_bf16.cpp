@@ -7,9 +7,9 @@
 // 8% against fp32 sgemm (median) on the shapes of a real model. `build/tools/bench/gemm_bench
 // --reps 5` (qwen3-0.6b's 39 layer, gradient and LM-head products at 256, 1024 and 4096 rows; 2
 // threads, AMD EPYC, median of 5 interleaved runs): mixed/fp32 GFLOP/s median 0.92, range
-// 0.84 .. 1.03 (the LM head's 512 x 151936 x 1024
-// products 0.92 .. 0.94). A hand-written bf16 kernel would have to beat OpenBLAS's fp32 kernel
-// by more than that to pay for itself; the widening is bandwidth on panels reused ~1000 times.
+// 0.84 .. 1.03 (the LM head's 512 x 151936 x 1024 products 0.92 .. 0.94). A hand-written bf16
+// kernel would have to beat OpenBLAS's fp32 kernel by more than that to pay for itself; the
+// widening is bandwidth on panels that sgemm then reuses ~1000 times.
 //
 // The product is cut into blocks so that the fp32 copies stay bounded whatever the shapes:
 // C in tiles of (kMB, kNB), the inner dimension in steps of kKB. Only the dimensions that some
