@@ -143,6 +143,20 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
   return Measured{ledger.peak(), ledger.peak_breakdown()};
 }
 
+// The planned peak and breakdown of one objective step equal the real CPU step's, to the byte.
+void expect_plan_is_the_step(const ModelConfig& model, const ObjectiveSetup& s, const ExecConfig& e,
+                             const StepBatches& step, const StepMemoryOptions& mem, size_t mi,
+                             int64_t T) {
+  const PlannedStep plan = plan_step(model, s, e, step, mem);
+  const Measured real = real_objective_step(model, s, e, step, mem);
+  const std::string what = std::string(objective_name(s.kind)) + " model " + std::to_string(mi) +
+                           " " + mode_name(e) + " T=" + std::to_string(T);
+  ASSERT_EQ(plan.peak_bytes, real.peak)
+      << what << " chunks " << e.layer_chunk << "/" << e.head_chunk;
+  ASSERT_EQ(plan.breakdown.bytes, real.breakdown.bytes)
+      << what << "\nplan " << plan.breakdown.str() << "\nreal " << real.breakdown.str();
+}
+
 TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
   const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), tied_qwen3_with_bias()};
   int cases = 0;
@@ -161,14 +175,7 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
               mode("stream+full", 6, 0)}) {
           const bool adamw = (cases % 2) == 0;
           const StepMemoryOptions mem{.param_dtype = DType::F32, .adamw = adamw};
-          const PlannedStep plan = plan_step(models[mi], s, e, step, mem);
-          const Measured real = real_objective_step(models[mi], s, e, step, mem);
-          ASSERT_EQ(plan.peak_bytes, real.peak)
-              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
-              << " chunks " << e.layer_chunk << "/" << e.head_chunk;
-          ASSERT_EQ(plan.breakdown.bytes, real.breakdown.bytes)
-              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
-              << "\nplan " << plan.breakdown.str() << "\nreal " << real.breakdown.str();
+          ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(models[mi], s, e, step, mem, mi, T));
           ++cases;
         }
       }
@@ -193,23 +200,14 @@ TEST_F(PlanAgreement, EveryObjectiveInBf16EqualsARealBf16StepExactly) {
     for (size_t mi = 0; mi < models.size(); ++mi) {
       for (int64_t T : {12, 41}) {
         const StepBatches step = planning_step(kind, 3, T);
-        for (ExecConfig e :
-             {mode("base", 0, 0), mode("checkpoint", 0, 0), mode("stream", 1, 1),
-              mode("stream", 7, 5), mode("stream", T, T), mode("recompute+chunked", 0, 9),
-              mode("stream+full", 6, 0)}) {
+        for (ExecConfig e : {mode("base", 0, 0), mode("checkpoint", 0, 0), mode("stream", 1, 1),
+                             mode("stream", 7, 5), mode("stream", T, T),
+                             mode("recompute+chunked", 0, 9), mode("stream+full", 6, 0)}) {
           e.act_dtype = DType::BF16;
-          const StepMemoryOptions mem{
-              .param_dtype = DType::BF16,
-              .grad_dtype = (cases % 2) == 0 ? DType::F32 : DType::BF16,
-              .adamw = (cases % 3) != 2};
-          const PlannedStep plan = plan_step(models[mi], s, e, step, mem);
-          const Measured real = real_objective_step(models[mi], s, e, step, mem);
-          ASSERT_EQ(plan.peak_bytes, real.peak)
-              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
-              << " chunks " << e.layer_chunk << "/" << e.head_chunk;
-          ASSERT_EQ(plan.breakdown.bytes, real.breakdown.bytes)
-              << objective_name(kind) << " model " << mi << " " << mode_name(e) << " T=" << T
-              << "\nplan " << plan.breakdown.str() << "\nreal " << real.breakdown.str();
+          const StepMemoryOptions mem{.param_dtype = DType::BF16,
+                                      .grad_dtype = (cases % 2) == 0 ? DType::F32 : DType::BF16,
+                                      .adamw = (cases % 3) != 2};
+          ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(models[mi], s, e, step, mem, mi, T));
           ++cases;
         }
       }

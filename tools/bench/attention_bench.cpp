@@ -29,21 +29,11 @@
 #include "backend/cpu/attention.h"
 #include "core/rng.h"
 
+#include "bench_clock.h"
+
 namespace {
 
-struct Clock {
-  bool cpu = false;
-  int threads = 1;
-  double now() const {
-    if (!cpu) {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-          .count();
-    }
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec)) / threads;
-  }
-};
+using sbp::bench::Clock;
 
 // Best-of-reps seconds of fn().
 template <class F>

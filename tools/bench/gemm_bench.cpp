@@ -35,25 +35,15 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 
+#include "bench_clock.h"
+
 namespace {
 
 using sbp::DType;
 using sbp::Shape;
 using sbp::Tensor;
 
-struct Clock {
-  bool cpu = false;
-  int threads = 1;
-  double now() const {
-    if (!cpu) {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-          .count();
-    }
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec)) / threads;
-  }
-};
+using sbp::bench::Clock;
 
 // Median seconds of each of fns over reps rounds, after one warm-up run of each. The variants
 // take turns within a round, so that a change of load on a shared machine hits them alike.
