@@ -17,6 +17,12 @@ class InputError : public Error {
   explicit InputError(const std::string& what) : Error(what) {}
 };
 
+// Training cannot go on (a non-finite loss or gradient norm): the message names the step.
+class TrainingStopped : public Error {
+ public:
+  using Error::Error;
+};
+
 // Internal contract violated (a bug): shapes that cannot match, wrong dtype, ...
 class ShapeError : public Error {
  public:

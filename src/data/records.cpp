@@ -1,6 +1,7 @@
 #include "data/records.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -160,6 +161,9 @@ Record parse_record(const json& row, DataFormat format, const std::string& where
           fail(where, std::string("\"reward\" must be a number, got ") + json_kind(reward));
         r.reward = reward.get<double>();
         if (!std::isfinite(r.reward)) fail(where, "\"reward\" is not finite");
+        // Rewards are normalised and used in fp32: one past float's range would be inf there.
+        if (std::fabs(r.reward) > std::numeric_limits<float>::max())
+          fail(where, "\"reward\" " + reward.dump() + " is outside fp32 range (|x| <= 3.4e38)");
         r.group_key = row["prompt"].dump();
       }
       break;

@@ -1,12 +1,14 @@
 #include "optim/optimizer_files.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "model/safetensors.h"
 
 namespace sbp {
@@ -92,6 +94,26 @@ void read_shards(const fs::path& dir, int ranks, const std::vector<MomentSlice>&
   }
 }
 
+// AdamW divides by sqrt(v) + eps: a NaN or infinite moment, or a negative second moment (whose
+// square root is NaN), would turn every later update into NaN. A file that holds one is not
+// state this optimizer could have written, so it is refused before the first step.
+void check_moments(const std::string& where, const std::vector<MomentSlice>& slices) {
+  for (const MomentSlice& s : slices) {
+    for (const auto& [prefix, t] : {std::pair{"m.", s.m}, std::pair{"v.", s.v}}) {
+      const std::vector<float> x = download_f32(t);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const bool ok = std::isfinite(x[i]) && (prefix[0] == 'm' || x[i] >= 0.0f);
+        if (ok) continue;
+        throw InputError(where + ": tensor '" + prefix + s.name + "' element " +
+                         std::to_string(s.range.offset + static_cast<int64_t>(i)) + " is " +
+                         std::to_string(x[i]) +
+                         (prefix[0] == 'm' ? " (a first moment must be finite)"
+                                           : " (a second moment must be finite and >= 0)"));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<MomentSlice> moment_slices(const AdamW& opt) {
@@ -147,6 +169,7 @@ int64_t read_optimizer_state(const std::string& dir_name, const std::vector<Mome
   int64_t steps = 0;
   if (fs::exists(dir / kOptimizerFile)) {
     read_whole(dir / kOptimizerFile, into, &steps);
+    check_moments((dir / kOptimizerFile).string(), into);
     return steps;
   }
   // Shard files: one complete set, of one rank count.
@@ -165,6 +188,7 @@ int64_t read_optimizer_state(const std::string& dir_name, const std::vector<Mome
   if (ranks == 0)
     throw InputError((dir / kOptimizerFile).string() + ": missing (not a training checkpoint?)");
   read_shards(dir, ranks, into, &steps);
+  check_moments(dir_name + " (optimizer shards of " + std::to_string(ranks) + " ranks)", into);
   return steps;
 }
 

@@ -159,6 +159,7 @@ nlohmann::json TrainerState::to_json() const {
           {"micro_batches_done", micro_batches_done},
           {"epoch_rng_state", epoch_rng},
           {"tokens_seen", tokens_seen},
+          {"skipped_steps", skipped_steps},
           {"ranks", ranks},
           {"config_hash", config_hash},
           {"data_files", data_files},
@@ -181,12 +182,27 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
     s.tokens_seen = j.at("tokens_seen").get<int64_t>();
     s.ranks =
         j.value("ranks", int64_t{1});  // absent in single-process checkpoints of older versions
+    s.skipped_steps = j.value("skipped_steps", int64_t{0});  // absent before on_nonfinite
     s.config_hash = j.at("config_hash").get<std::string>();
     s.data_files = j.at("data_files");
     s.config = j.at("config");
   } catch (const nlohmann::json::exception& e) {
     throw InputError(where + ": malformed trainer state: " + e.what());
   }
+  // Counters index the packing plan and size the schedule: trust none that is out of range.
+  auto in_range = [&](const char* field, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+      throw InputError(where + ": \"" + field + "\" is " + std::to_string(v) + ", outside [" +
+                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  };
+  constexpr int64_t kMax = int64_t{1} << 53;  // what a JSON number holds exactly
+  in_range("total_steps", s.total_steps, 1, kMax);
+  in_range("step", s.step, 0, kMax);
+  in_range("epoch", s.epoch, 0, kMax);
+  in_range("micro_batches_done", s.micro_batches_done, 0, kMax);
+  in_range("tokens_seen", s.tokens_seen, 0, kMax);
+  in_range("skipped_steps", s.skipped_steps, 0, s.step);
+  in_range("ranks", s.ranks, 1, 1 << 20);
   return s;
 }
 

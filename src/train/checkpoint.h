@@ -43,6 +43,8 @@ struct TrainerState {
   int64_t micro_batches_done = 0;       // of that epoch's packing plan
   std::array<uint64_t, 4> epoch_rng{};  // data-order RNG state at the start of `epoch`
   int64_t tokens_seen = 0;
+  int64_t skipped_steps = 0;  // steps of `step` skipped for a non-finite loss or gradient norm
+                              // (on_nonfinite: skip): the optimizer made step - skipped updates
   int64_t ranks = 1;          // processes of the run that wrote it (data parallel)
   nlohmann::json config;      // TrainConfig::to_json() of the run that wrote it
   std::string config_hash;    // FNV-1a of config.dump(), for a quick look

@@ -39,6 +39,9 @@ double as_number(const YAML::Node& n, const std::string& key, const std::string&
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
     bad_value(where, key, "a number", n);
+  // The engine computes in fp32: a number past float's range would become inf there.
+  if (std::fabs(v) > std::numeric_limits<float>::max())
+    bad_value(where, key, "a number within fp32 range (|x| <= 3.4e38)", n);
   return v;
 }
 
@@ -263,6 +266,7 @@ const std::vector<Key>& keys() {
         KEY(int64_t, "eval_every", eval_every),
         KEY(int64_t, "save_every", save_every),
         KEY(int64_t, "keep_last", keep_last),
+        ENUM_KEY(NonFinitePolicy, "on_nonfinite", on_nonfinite, kNonFiniteNames),
         KEY(int, "dist.zero", dist.zero),
         KEY(int64_t, "demo.seq_len", demo_options.seq_len),
         KEY(int64_t, "demo.steps", demo_options.steps),

@@ -57,6 +57,10 @@ struct DistSettings {
   int zero = 0;  // 0: replicated optimizer; 1: AdamW moments sharded; 2: gradients sharded too
 };
 
+enum class NonFinitePolicy { stop, skip };
+inline constexpr EnumName<NonFinitePolicy> kNonFiniteNames[] = {{NonFinitePolicy::stop, "stop"},
+                                                                {NonFinitePolicy::skip, "skip"}};
+
 // Every closed set is parsed into its type when the config is loaded: nothing downstream
 // compares strings. `auto` settings are empty optionals.
 struct TrainConfig {
@@ -94,8 +98,8 @@ struct TrainConfig {
   // accumulation, fp32 master weights and AdamW moments (DESIGN §5 "Precision").
   Precision precision = Precision::fp32;
   DType grad_dtype = DType::F32;  // f32 (default: fp32 gradient accumulation) or bf16
-  ExecConfig mode;      // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>;
-                        // its chunk sizes are layer_chunk / head_chunk below
+  ExecConfig mode;  // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>;
+                    // its chunk sizes are layer_chunk / head_chunk below
   int64_t layer_chunk = 1024;  // 0: auto, the largest that fits memory_budget
   int64_t head_chunk = 512;    // 0: auto
   std::string
@@ -124,6 +128,9 @@ struct TrainConfig {
   int64_t eval_every = 0;  // steps; 0: only at the end (when there is eval data)
   int64_t save_every = 0;  // steps; 0: only at the end
   int64_t keep_last = 3;   // checkpoints kept in output_dir; 0: all
+  // A step whose loss or gradient norm is not finite: stop the run with an error (nothing is
+  // updated or saved), or skip it (no update; counted in trainer_state.json and the metrics).
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
 
   // The built-in demo (a `demo:` section instead of model/data).
   bool demo = false;

@@ -179,9 +179,10 @@ void Trainer::build_models() {
   }
   if (setup_.needs_value_model()) value_cfg = value_model_config(c_, cfg_, ckpt_);
   if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && comm_.size() > 1)
-    throw InputError(c_.where("dist.zero") + ": dist.zero " + std::to_string(c_.dist.zero) +
-                     " with precision bf16 is not supported yet (the sharded optimizer gathers fp32 "
-                     "weights); use dist.zero 0");
+    throw InputError(
+        c_.where("dist.zero") + ": dist.zero " + std::to_string(c_.dist.zero) +
+        " with precision bf16 is not supported yet (the sharded optimizer gathers fp32 "
+        "weights); use dist.zero 0");
   const ModelSetOptions opts{.param_dtype = storage_dtype(c_.precision),
                              .grad_dtype = c_.grad_dtype,
                              .optim = &optim_,
@@ -204,6 +205,19 @@ static ParameterSet& fp32_values(ParameterSet& weights, DataParallel& dp) {
 static void round_into_weights(Backend& be, const ParameterSet& weights, DataParallel& dp) {
   if (!dp.master()) return;
   for (size_t i = 0; i < weights.size(); ++i) be.copy(weights.tensor(i), dp.master()->tensor(i));
+}
+
+// The optimizer files count the updates they have made: step - skipped_steps of trainer_state.json
+// (every step updates once, unless on_nonfinite skipped it). Files from two different
+// checkpoints disagree here.
+void Trainer::check_optimizer_steps(const DataParallel& dp, const std::string& dir) const {
+  const int64_t want = resumed_.step - resumed_.skipped_steps;
+  if (dp.optimizer_steps() == want) return;
+  throw InputError(dir + ": the optimizer state has made " + std::to_string(dp.optimizer_steps()) +
+                   " updates, but " + ckpt_ + "/trainer_state.json says " + std::to_string(want) +
+                   " (step " + std::to_string(resumed_.step) + " minus " +
+                   std::to_string(resumed_.skipped_steps) +
+                   " skipped): the files are not from one checkpoint");
 }
 
 // A fresh run: the starting model's weights (or a draw from the seed) and the data at epoch 0.
@@ -229,10 +243,12 @@ void Trainer::load_policy_values(ParameterSet& w) {
   }
   load_checkpoint_weights(ckpt_, cfg_, w);
   models_->policy().load_optimizer(ckpt_);
+  check_optimizer_steps(models_->policy(), ckpt_);
   batches_->resume(DataCursor{resumed_.epoch, resumed_.micro_batches_done, resumed_.epoch_rng},
                    ckpt_ + "/trainer_state.json");
   state_.step = resumed_.step;
   state_.tokens_seen = resumed_.tokens_seen;
+  state_.skipped_steps = resumed_.skipped_steps;
   log_.out("resuming from %s: step %lld of %lld, epoch %lld\n", ckpt_.c_str(),
            static_cast<long long>(state_.step), static_cast<long long>(state_.total_steps),
            static_cast<long long>(resumed_.epoch));
@@ -268,6 +284,7 @@ void Trainer::load_value() {
   } else {
     load_value_checkpoint_weights(ckpt_, models_->value_config(), w);
     models_->value().load_optimizer(ckpt_ + "/" + kValueModelDir);
+    check_optimizer_steps(models_->value(), ckpt_ + "/" + kValueModelDir);
     log_.out("value model: %s/%s\n", ckpt_.c_str(), kValueModelDir);
   }
   round_into_weights(*be_, models_->value_weights(), models_->value());

@@ -75,6 +75,10 @@ class Trainer {
   // The loop.
   // One step: gradients, clipping, update, evaluation when due, metrics; true to save now.
   void train_step(int64_t stop_at, bool* save_now, bool* stop);
+  void check_optimizer_steps(const DataParallel& dp, const std::string& dir) const;
+  // False (on every rank alike) when the step's loss or a gradient norm is not finite; then
+  // on_nonfinite: stop throws, skip returns false and nothing is updated.
+  bool finite_step(double loss, double grad_norm, double value_grad_norm);
   void write_step_metrics(const StepResult& r, int64_t micro_batches, double lr, double grad_norm,
                           double value_grad_norm, double step_s, bool evaluated);
   std::string save();

@@ -81,11 +81,16 @@ void Trainer::train_step(int64_t stop_at, bool* save_now, bool* stop) {
   ledger_.reset_peak();
   const StepResult r = gradients(step);
   const double grad_norm = models_->policy().clip(c_.max_grad_norm);
-  models_->policy().update(models_->policy_weights(), static_cast<float>(lr));
-  double value_grad_norm = 0.0;  // PPO: the value model is clipped and stepped on its own
-  if (models_->has_value()) {
-    value_grad_norm = models_->value().clip(c_.max_grad_norm);
-    models_->value().update(models_->value_weights(), static_cast<float>(lr));
+  // PPO: the value model is clipped and stepped on its own.
+  const double value_grad_norm =
+      models_->has_value() ? models_->value().clip(c_.max_grad_norm) : 0.0;
+  const bool update = finite_step(r.loss, grad_norm, value_grad_norm);
+  if (update) {
+    models_->policy().update(models_->policy_weights(), static_cast<float>(lr));
+    if (models_->has_value())
+      models_->value().update(models_->value_weights(), static_cast<float>(lr));
+  } else {
+    ++state_.skipped_steps;
   }
   const DataCursor& cursor = batches_->cursor();
   state_.epoch = cursor.epoch;
@@ -113,6 +118,32 @@ void Trainer::train_step(int64_t stop_at, bool* save_now, bool* stop) {
   if (log_.lead) progress_->update(state_.step, fields, eval_now || *save_now);
 }
 
+bool Trainer::finite_step(double loss, double grad_norm, double value_grad_norm) {
+  const bool finite =
+      std::isfinite(loss) && std::isfinite(grad_norm) && std::isfinite(value_grad_norm);
+  if (comm_.max(int64_t{finite ? 0 : 1}) == 0) return true;
+  const int64_t step = state_.step + 1;
+  auto number = [](double x) {  // "nan", not the "-nan" printf may write
+    if (std::isnan(x)) return std::string("nan");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return std::string(buf);
+  };
+  std::string what = "loss " + number(loss) + ", gradient norm " + number(grad_norm);
+  if (models_->has_value()) what += ", value gradient norm " + number(value_grad_norm);
+  if (c_.on_nonfinite == NonFinitePolicy::skip) {
+    log_.err("streambp: step %lld skipped (on_nonfinite: skip): %s; %lld skipped so far\n",
+             static_cast<long long>(step), what.c_str(),
+             static_cast<long long>(state_.skipped_steps + 1));
+    return false;
+  }
+  if (log_.lead && progress_) progress_->finish();
+  throw TrainingStopped("step " + std::to_string(step) + ": not finite (" + what +
+                        "); stopped before updating the weights, nothing saved after step " +
+                        std::to_string(state_.step) +
+                        " (on_nonfinite: stop; lower optim.lr, or set on_nonfinite: skip)");
+}
+
 void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, double lr,
                                  double grad_norm, double value_grad_norm, double step_s,
                                  bool evaluated) {
@@ -133,6 +164,7 @@ void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, dou
       {"peak_memory_bytes", memory_json(ledger_.peak_breakdown())},
       {"peak_rss_bytes", peak_rss_bytes()}};
   if (models_->has_value()) line["value_grad_norm"] = value_grad_norm;
+  if (state_.skipped_steps > 0) line["skipped_steps"] = state_.skipped_steps;
   for (const auto& [name, x] : r.metrics) line[name] = x;
   if (evaluated) line["eval_loss"] = last_eval_;
   if (comm_.size() > 1) {
@@ -158,9 +190,9 @@ std::string Trainer::save() {
   };
   std::optional<ValueModelContents> value;
   if (models_->has_value())
-    value.emplace(
-        ValueModelContents{models_->value_config(), fp32(models_->value_weights(), models_->value()),
-                           [&](const std::string& dir) { models_->value().save_optimizer(dir); }});
+    value.emplace(ValueModelContents{
+        models_->value_config(), fp32(models_->value_weights(), models_->value()),
+        [&](const std::string& dir) { models_->value().save_optimizer(dir); }});
   const std::string path = save_checkpoint(
       c_.output_dir,
       CheckpointContents{cfg_, fp32(models_->policy_weights(), models_->policy()), save_dtype_,

@@ -3,6 +3,8 @@
 // any other layout (another rank count, one process) exactly; bad shard sets are one-line errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstring>
 #include <filesystem>
 
@@ -103,13 +105,19 @@ TEST(ShardedAdamW, EachRankUpdatesItsSliceExactlyAsAdamWUpdatesTheWhole) {
   }
 }
 
-// A whole AdamW with random moments and a step count, and sharded copies of it.
+// A whole AdamW with random moments and a step count, and sharded copies of it. Second moments
+// are |normal| (a file with a negative one is refused on reading).
 struct SavedState {
   Model m;
   AdamW full{m.cfg, m.pool, AdamWConfig{}};
   SavedState() {
     fill_random(full.m(), 3, 1.0f);
     fill_random(full.v(), 4, 1.0f);
+    for (size_t i = 0; i < full.v().size(); ++i) {
+      std::vector<float> v = download_f32(full.v().tensor(i));
+      for (float& x : v) x = std::fabs(x);
+      upload_f32(full.v().tensor(i), v);
+    }
     full.set_steps(7);
   }
   std::unique_ptr<ShardedAdamW> shard(int ranks, int rank) {

@@ -20,6 +20,7 @@
 #include "model/checkpoint_io.h"
 #include "model/value_model_io.h"
 #include "support/test_support.h"
+#include "train/train_run.h"
 
 extern char** environ;
 
@@ -30,42 +31,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test::run_command;
 
-std::string bin() { return test::streambp_binary(); }
-std::string src() { return test::source_dir(); }
-
-const char* const kTinyModel = test::kTinyChatModelJson;
-
-// A run directory: the model config, a config.yaml training it on the tiny-chat data.
-struct TrainRun {
-  test::TempDir dir;
-  std::string config;
-  // `extra_yaml` is appended at the top level (from line 9 on), `data_yaml` under data:.
-  explicit TrainRun(const std::string& extra_yaml = "", const std::string& data_yaml = "") {
-    test::write_text(dir.file("model.json"), kTinyModel);
-    config = dir.file("config.yaml");
-    test::write_text(
-        config, "model: " + dir.file("model.json") + "\ntokenizer: " + src() +
-                    "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
-                    "\nthreads: 1\nlayer_chunk: 64\nhead_chunk: 32\nmax_tokens: 256\n" +
-                    extra_yaml + "data:\n  train: " + src() + "/examples/tiny-chat/train.jsonl\n" +
-                    data_yaml);
-  }
-  std::string out(const std::string& rel = "") const {
-    return dir.file("out") + (rel.empty() ? "" : "/" + rel);
-  }
-  test::CommandResult train(const std::string& args = "") const {
-    return run_command(bin() + " train " + config + " " + args);
-  }
-};
-
-std::vector<json> read_metrics(const std::string& path) {
-  std::vector<json> out;
-  std::istringstream in(test::read_text(path));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
+using test::bin;
+using test::read_metrics;
+using test::src;
+using test::TrainRun;
 
 bool same_file(const std::string& a, const std::string& b) {
   return test::read_text(a) == test::read_text(b);
@@ -373,7 +342,7 @@ TEST(TrainCli, MalformedInputGivesOneLineErrorWithFileAndLine) {
   // A tokenizer whose ids the model cannot embed.
   TrainRun small;
   test::write_text(small.dir.file("model.json"),
-                   std::string(kTinyModel).replace(std::string(kTinyModel).find("512"), 3, "300"));
+                   std::string(test::kTinyModel).replace(std::string(test::kTinyModel).find("512"), 3, "300"));
   EXPECT_NE(one_line_error(small).find("the model's vocab_size is 300"), std::string::npos);
 }
 
