@@ -63,7 +63,8 @@ std::string read_all(const std::string& path) {
 // checkpoint-<digits> -> step, else -1.
 int64_t checkpoint_step(const std::string& name) {
   const std::string p = kStatePrefix;
-  if (name.rfind(p, 0) != 0 || name.size() == p.size()) return -1;
+  // At most 18 digits: the step fits int64 (a longer name is not one of ours).
+  if (name.rfind(p, 0) != 0 || name.size() == p.size() || name.size() > p.size() + 18) return -1;
   int64_t step = 0;
   for (size_t i = p.size(); i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
@@ -270,12 +271,59 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointConte
   return final_dir.string();
 }
 
+// Deleting a directory is not atomic: it is first renamed out of the checkpoint namespace, so
+// that an interrupted deletion leaves a .old-checkpoint-<step> (removed at the next start), not
+// a half-deleted checkpoint-<step>.
+void delete_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path doomed = dir.parent_path() / (".old-" + dir.filename().string());
+  fs::remove_all(doomed, ec);
+  fs::rename(dir, doomed, ec);
+  fs::remove_all(ec ? dir : doomed, ec);
+}
+
 void rotate_checkpoints(const std::string& output_dir, int64_t keep_last) {
   if (keep_last <= 0) return;
   auto all = list_checkpoints(output_dir);
-  std::error_code ec;
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
-    fs::remove_all(all[i].second, ec);
+    delete_checkpoint(all[i].second);
+}
+
+void claim_output_dir(const std::string& output_dir, const std::string& metrics,
+                      const std::string& resumed_from, bool overwrite, bool lead) {
+  std::error_code ec;
+  const bool fresh = resumed_from.empty();
+  const bool same_dir =
+      !fresh && fs::equivalent(fs::path(resumed_from).parent_path(), output_dir, ec);
+  const int64_t from_step =
+      fresh ? -1 : checkpoint_step(fs::path(resumed_from).filename().string());
+  std::vector<fs::path> theirs;
+  for (const auto& [step, path] : list_checkpoints(output_dir)) {
+    if (!same_dir || step > from_step) theirs.push_back(path);
+  }
+  const bool metrics_taken =
+      !same_dir && fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0;
+  if (theirs.empty() && !metrics_taken) return;
+  if (!overwrite) {
+    std::string what;
+    for (size_t i = 0; i < theirs.size() && i < 3; ++i)
+      what += (i ? ", " : "") + theirs[i].filename().string();
+    if (theirs.size() > 3) what += ", ...";
+    if (metrics_taken) what += (what.empty() ? "" : ", ") + metrics;
+    const std::string why =
+        fresh ? "a previous run's files (" + what + "); resume it with --resume " + output_dir +
+                    ", or choose another output_dir"
+        : same_dir
+            ? "checkpoints newer than " + fs::path(resumed_from).filename().string() + " (" + what +
+                  "), from a run that continued past it; resume from the newest with "
+                  "--resume " +
+                  output_dir + ", or choose another output_dir"
+            : "another run's files (" + what + "); choose another output_dir";
+    throw InputError(output_dir + ": output_dir holds " + why +
+                     ", or set overwrite_output_dir: true to delete them");
+  }
+  if (lead)
+    for (const fs::path& p : theirs) delete_checkpoint(p);
 }
 
 void remove_stale_staging(const std::string& output_dir) {
@@ -284,8 +332,10 @@ void remove_stale_staging(const std::string& output_dir) {
   std::vector<fs::path> stale;
   for (const auto& e : fs::directory_iterator(output_dir, ec)) {
     const std::string name = e.path().filename().string();
+    const bool incomplete = checkpoint_step(name) >= 0 && e.is_directory() &&
+                            !fs::exists(e.path() / "trainer_state.json");
     if (name.rfind(kStagingPrefix, 0) == 0 ||
-        name.rfind(std::string(".old-") + kStatePrefix, 0) == 0)
+        name.rfind(std::string(".old-") + kStatePrefix, 0) == 0 || incomplete)
       stale.push_back(e.path());
   }
   for (const fs::path& p : stale) fs::remove_all(p, ec);

@@ -88,8 +88,19 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointConte
 // Deletes the oldest checkpoint-<step> directories beyond the newest `keep_last` (0: keep all).
 void rotate_checkpoints(const std::string& output_dir, int64_t keep_last);
 
-// Removes staging directories a killed run left behind in output_dir.
+// Removes what a killed run left behind in output_dir: staging directories, checkpoints being
+// deleted by a rotation, and checkpoint-<step> directories without trainer_state.json (a save
+// renames a complete staging directory into place, so only an interrupted deletion leaves one).
 void remove_stale_staging(const std::string& output_dir);
+
+// What a run would overwrite in output_dir, before anything is written: for a fresh run
+// (resumed_from empty) every checkpoint there and a non-empty metrics file; for a resumed one
+// the checkpoints newer than the one it resumes from (an abandoned continuation) and, in an
+// output_dir other than the checkpoint's own, every checkpoint and the metrics file. Without
+// `overwrite` any of these is an InputError naming them and the way out; with it, the
+// checkpoints are deleted (the metrics file is restarted or cut back as usual).
+void claim_output_dir(const std::string& output_dir, const std::string& metrics,
+                      const std::string& resumed_from, bool overwrite, bool lead);
 
 // `dir` is a checkpoint (it has trainer_state.json) or an output directory, whose newest
 // complete checkpoint is returned. Throws InputError when there is none.

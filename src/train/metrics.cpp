@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -30,6 +32,7 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(pat
     {
       std::ofstream out(tmp, std::ios::trunc);
       out << kept.str();
+      out.close();
       if (!out) throw InputError(tmp + ": cannot write");
     }
     fs::rename(tmp, p, ec);
@@ -46,8 +49,9 @@ MetricsLog::~MetricsLog() {
 void MetricsLog::write(const nlohmann::ordered_json& line) {
   const std::string s =
       line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
-  std::fwrite(s.data(), 1, s.size(), f_);
-  std::fflush(f_);
+  // A full disk shows at the flush: the run stops rather than lose its history silently.
+  if (std::fwrite(s.data(), 1, s.size(), f_) != s.size() || std::fflush(f_) != 0)
+    throw InputError(path_ + ": cannot write metrics: " + std::strerror(errno));
 }
 
 }  // namespace sbp

@@ -209,6 +209,7 @@ const std::vector<Key>& keys() {
         KEY(std::string, "tokenizer", tokenizer),
         KEY(std::string, "output_dir", output_dir),
         KEY(std::string, "metrics", metrics),
+        KEY(bool, "overwrite_output_dir", overwrite_output_dir),
         AUTO_KEY(DType, "save_dtype", save_dtype, kSaveDtypeNames),
         KEY(std::string, "data.train", data_train),
         KEY(std::string, "data.eval", data_eval),

@@ -71,8 +71,9 @@ struct TrainConfig {
   std::string tokenizer;  // directory with tokenizer.json (+ tokenizer_config.json); "" = the
                           // model directory (the directory of a model config.json)
   std::string output_dir;
-  std::string metrics;              // "" = <output_dir>/metrics.jsonl
-  std::optional<DType> save_dtype;  // f32 | bf16 | f16; empty (auto): the input checkpoint's
+  std::string metrics;                // "" = <output_dir>/metrics.jsonl
+  bool overwrite_output_dir = false;  // a fresh run may replace a previous run's checkpoints
+  std::optional<DType> save_dtype;    // f32 | bf16 | f16; empty (auto): the input checkpoint's
 
   // Data.
   std::string data_train, data_eval;

@@ -91,6 +91,8 @@ Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& 
   load_inputs(resume);
   plan_schedule();
   build_models();
+  // Every input is valid: now what the run would overwrite (nothing is written before this).
+  claim_output_dir(c_.output_dir, c_.metrics, ckpt_, c_.overwrite_output_dir, log_.lead);
   print_summary();
 }
 
