@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "model/safetensors.h"
 #include "step/step_runner.h"
 
@@ -59,6 +60,7 @@ std::string where(const std::string& file, const std::string& field, size_t i, s
 // Reads and validates tokens.json into one packed batch. Every error names the file, the
 // field, the sequence index and the position.
 Batch read_tokens_file(const std::string& path, int64_t vocab) {
+  check_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot read the input file");
   json j;

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/tokenizer.h"
 
 namespace sbp::cli {
@@ -90,6 +91,7 @@ void run_lines(const TokenizeOptions& opt) {
   std::istream* in = &std::cin;
   const std::string name = opt.input.empty() ? "<stdin>" : opt.input;
   if (!opt.input.empty()) {
+    check_input_file(opt.input);
     file.open(opt.input, std::ios::binary);
     if (!file) throw InputError(opt.input + ": cannot open input file");
     in = &file;
@@ -110,6 +112,7 @@ void run_bench(const TokenizeOptions& opt) {
   auto t0 = clock::now();
   const Tokenizer tok = load_tokenizer(opt.tokenizer);
   auto t1 = clock::now();
+  check_input_file(opt.bench);
   std::ifstream in(opt.bench, std::ios::binary);
   if (!in) throw InputError(opt.bench + ": cannot open benchmark file");
   std::ostringstream ss;

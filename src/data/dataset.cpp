@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace sbp {
 
@@ -79,6 +80,7 @@ std::string Dataset::summary() const {
 
 Dataset load_dataset(const std::string& path, const ExampleEncoder& encoder,
                      const DatasetOptions& opts) {
+  check_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open data file");
   Dataset ds;

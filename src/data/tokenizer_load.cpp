@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_impl.h"
 
@@ -20,6 +21,7 @@ namespace {
 constexpr int64_t kMaxTokenId = (int64_t{1} << 26) - 1;
 
 std::string read_file(const std::string& path) {
+  check_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot read tokenizer file");
   std::ostringstream ss;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "model/safetensors.h"
 
 namespace sbp {
@@ -42,6 +43,7 @@ bool plain_file_name(const std::string& s) {
 }
 
 json read_json_file(const std::string& path) {
+  check_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open");
   try {

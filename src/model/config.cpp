@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace sbp {
 
@@ -171,6 +172,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) {
+  check_input_file(path);
   std::ifstream in(path);
   if (!in) throw InputError(path + ": cannot open config file");
   json j;

@@ -1,5 +1,6 @@
 #include "model/safetensors.h"
 
+#include "core/input_file.h"
 #include "core/memory.h"
 
 #include <fcntl.h>
@@ -177,6 +178,7 @@ ojson parse_header(const char* begin, const char* end, const std::string& path) 
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   FdGuard fd;
+  check_input_file(path);
   fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd.fd < 0) throw InputError(path + ": cannot open safetensors file: " + errno_text());
   struct stat st;

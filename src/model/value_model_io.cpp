@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/rng.h"
 #include "model/safetensors.h"
 
@@ -41,6 +42,7 @@ ValueCheckpoint open_value_checkpoint(const std::string& dir, const ModelConfig&
   } else if (fs::exists(index)) {
     nlohmann::json j;
     try {
+      check_input_file(index);
       std::ifstream in(index);
       j = nlohmann::json::parse(in);
     } catch (const std::exception& e) {

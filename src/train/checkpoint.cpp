@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
 #include "model/value_model_io.h"
@@ -53,6 +54,7 @@ void write_synced(const fs::path& path, const std::string& text) {
 }
 
 std::string read_all(const std::string& path) {
+  check_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open");
   std::ostringstream ss;
@@ -422,6 +424,7 @@ DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) 
 }
 
 nlohmann::json file_fingerprint(const std::string& path) {
+  check_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open");
   uint64_t h = 0xcbf29ce484222325ull;

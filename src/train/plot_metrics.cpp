@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace sbp {
 
@@ -60,6 +61,7 @@ int run_gnuplot(const std::string& program, const std::string& script, std::stri
 }  // namespace
 
 void plot_metrics(const PlotOptions& o) {
+  check_input_file(o.metrics);
   std::ifstream in(o.metrics);
   if (!in) throw InputError(o.metrics + ": cannot open metrics file");
   std::ostringstream loss, eval, lr;

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "engine/exec_config.h"
 
 namespace sbp {
@@ -543,6 +544,7 @@ TrainConfig load_train_config(const std::string& yaml_path,
   if (!yaml_path.empty()) {
     YAML::Node root;
     try {
+      check_input_file(yaml_path);
       root = YAML::LoadFile(yaml_path);
     } catch (const YAML::BadFile&) {
       throw InputError(yaml_path + ": cannot open config file");

@@ -1,6 +1,8 @@
 // End-to-end checks of the `streambp` program on tiny models.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -53,6 +55,33 @@ TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {
   r = run_command(bin() + " gradcheck --model tiny-qwen3 --modes fancy");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("unknown mode 'fancy'"), std::string::npos) << r.output;
+}
+
+// A directory or a FIFO named where a file is read: one line naming it, promptly (a FIFO would
+// block open() for ever; a directory used to end in "internal error: basic_filebuf").
+TEST(Cli, DirectoriesAndFifosAreNotReadAsFiles) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("a-dir"), fifo = tmp.file("a-fifo");
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string chat = test::source_dir() + "/examples/tiny-chat";
+  for (const std::string& path : {dir, fifo}) {
+    SCOPED_TRACE(path);
+    const std::string want =
+        path == dir ? path + ": is a directory, not a file" : path + ": is not a regular file";
+    for (const std::string& cmd :
+         {bin() + " score --model tiny-qwen3 --input " + path,
+          bin() + " train examples/tiny-chat/sft.yaml data.train=" + path +
+              " output_dir=" + tmp.file("out"),
+          bin() + " train " + path, bin() + " tokenize --tokenizer " + chat + " --input " + path,
+          bin() + " plot " + path + " -o " + tmp.file("x.png")}) {
+      // From the source directory: the example config's paths are relative to it.
+      const auto r = run_command("cd " + test::source_dir() + " && timeout 20 " + cmd);
+      EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.output;
+      EXPECT_NE(r.output.find(want), std::string::npos) << cmd << "\n" << r.output;
+      EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+    }
+  }
 }
 
 TEST(Cli, BenchWritesTheDocumentedJson) {
