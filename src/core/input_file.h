@@ -5,9 +5,9 @@
 
 namespace sbp {
 
-// Throws InputError "PATH: is a directory, not a file" / "PATH: is not a regular file (...)"
-// when `path` exists and is not a regular file (symlinks are followed). A missing path is left
-// to the caller, whose message says which file it wanted.
+// Throws InputError "PATH: is a directory, not a regular file" / "PATH: is not a regular file
+// (...)" when `path` exists and is not a regular file (symlinks are followed). A missing path is
+// left to the caller, whose message says which file it wanted.
 void check_input_file(const std::string& path);
 
 }  // namespace sbp

@@ -67,8 +67,8 @@ TEST(Cli, DirectoriesAndFifosAreNotReadAsFiles) {
   const std::string chat = test::source_dir() + "/examples/tiny-chat";
   for (const std::string& path : {dir, fifo}) {
     SCOPED_TRACE(path);
-    const std::string want =
-        path == dir ? path + ": is a directory, not a file" : path + ": is not a regular file";
+    const std::string want = path == dir ? path + ": is a directory, not a regular file"
+                                         : path + ": is not a regular file";
     for (const std::string& cmd :
          {bin() + " score --model tiny-qwen3 --input " + path,
           bin() + " train examples/tiny-chat/sft.yaml data.train=" + path +
