@@ -37,7 +37,10 @@ void register_init(CLI::App& app) {
       throw InputError("init: give exactly one of --preset or --config");
     ModelConfig cfg =
         a->preset.empty() ? ModelConfig::from_file(a->config) : preset_config(a->preset);
-    if (a->layers > 0) cfg.num_hidden_layers = a->layers;
+    if (a->layers > 0) {
+      cfg.num_hidden_layers = a->layers;
+      cfg.validate("--layers");  // the override is bounded like the config's own value
+    }
     DType dt;
     parse_dtype(a->dtype, &dt);
     const std::unique_ptr<Backend> be = make_backend(BackendSpec{});

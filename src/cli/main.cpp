@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -31,6 +32,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const sbp::Error& e) {
     std::fprintf(stderr, "streambp: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // A host-side allocation outside the Pool (a vector, a parsed file): the machine is out of
+    // memory, which is not a bug; the Pool's own failures are OutOfMemoryError (sbp::Error).
+    std::fprintf(stderr, "streambp: error: out of memory: a host allocation failed\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "streambp: internal error: %s\n", e.what());

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "core/checked_math.h"
+
 namespace sbp {
 
 namespace {
@@ -44,22 +46,43 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
-OutOfMemoryError::OutOfMemoryError(Category cat, int64_t req, int64_t bud, MemoryBreakdown lv)
-    : Error("out of memory: allocating " + format_bytes(req) + " for '" + category_name(cat) +
-            "' would exceed the budget of " + format_bytes(bud) + "; allocated now: " + lv.str()),
+namespace {
+
+std::string oom_message(Category cat, int64_t req, int64_t bud, const MemoryBreakdown& lv,
+                        OomCause cause) {
+  const std::string what =
+      format_bytes(req) + " (" + std::to_string(req) + " bytes) for '" + category_name(cat) + "'";
+  if (cause == OomCause::allocator)
+    return "out of memory: the allocator could not provide " + what +
+           "; allocated now: " + lv.str();
+  return "out of memory: allocating " + what + " would exceed the budget of " + format_bytes(bud) +
+         "; allocated now: " + lv.str();
+}
+
+}  // namespace
+
+OutOfMemoryError::OutOfMemoryError(Category cat, int64_t req, int64_t bud, MemoryBreakdown lv,
+                                   OomCause why)
+    : Error(oom_message(cat, req, bud, lv, why)),
       category(cat),
       requested(req),
       budget(bud),
-      live(lv) {}
+      live(lv),
+      cause(why) {}
 
 void Ledger::allocate(Category c, int64_t bytes) {
   SBP_CHECK(bytes >= 0, "negative allocation");
-  if (budget_ > 0 && live_total_ + bytes > budget_) {
+  // Compared as a difference: live + bytes may not fit int64 when bytes comes from absurd shapes.
+  if (budget_ > 0 && bytes > budget_ - live_total_) {
     throw OutOfMemoryError(c, bytes, budget_, live_);
   }
   const size_t i = static_cast<size_t>(c);
-  live_.bytes[i] += bytes;
-  live_total_ += bytes;
+  // Both sums are checked before either is stored, so a failed request records nothing.
+  const int64_t total = checked_add(live_total_, bytes, "the memory ledger's live total");
+  const int64_t in_category =
+      checked_add(live_.bytes[i], bytes, "the memory ledger's live bytes of one category");
+  live_.bytes[i] = in_category;
+  live_total_ = total;
   if (live_.bytes[i] > category_peak_[i]) category_peak_[i] = live_.bytes[i];
   if (live_total_ > peak_total_) {
     peak_total_ = live_total_;

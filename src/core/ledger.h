@@ -32,13 +32,19 @@ struct MemoryBreakdown {
 
 std::string format_bytes(int64_t bytes);  // "1.50 GiB", "12.0 MiB", "512 B"
 
+// Why a request failed: past the ledger's budget, or refused by the memory space itself (its
+// allocator returned null or threw std::bad_alloc: the machine, not the budget, ran out).
+enum class OomCause : uint8_t { budget, allocator };
+
 class OutOfMemoryError : public Error {
  public:
-  OutOfMemoryError(Category category, int64_t requested, int64_t budget, MemoryBreakdown live);
+  OutOfMemoryError(Category category, int64_t requested, int64_t budget, MemoryBreakdown live,
+                   OomCause cause = OomCause::budget);
   Category category;
   int64_t requested;
   int64_t budget;
   MemoryBreakdown live;  // what was allocated when the request failed
+  OomCause cause;
 };
 
 class Ledger {
@@ -51,7 +57,8 @@ class Ledger {
   void set_budget(int64_t bytes) { budget_ = bytes; }
   int64_t budget() const { return budget_; }
 
-  // Records an allocation; throws OutOfMemoryError (recording nothing) past the budget.
+  // Records an allocation; throws OutOfMemoryError (recording nothing) past the budget, and
+  // InputError (recording nothing) if a total would overflow int64 (absurd shapes).
   void allocate(Category c, int64_t bytes);
   void release(Category c, int64_t bytes);
 

@@ -4,18 +4,50 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
+
+#include "core/checked_math.h"
 
 namespace sbp {
 
+namespace {
+
+// Bytes of a (dt, shape) buffer. Shapes derive from configs and files: the element count and
+// the byte count are both checked, so an absurd shape is an error naming it, never a wrapped
+// (small or negative) request.
+int64_t buffer_bytes(Category c, DType dt, const Shape& shape) {
+  const int64_t numel = shape.numel();  // throws naming the dims if they overflow
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(dt)), &bytes)) {
+    throw_size_overflow(std::string("the bytes of a '") + category_name(c) + "' buffer of shape " +
+                            shape.str() + " " + dtype_name(dt),
+                        std::to_string(numel) + " * " + std::to_string(dtype_size(dt)));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void* Pool::allocate_bytes_or_null(int64_t bytes) {
+  // A space may report exhaustion either way: a null (the CPU's aligned_alloc) or
+  // std::bad_alloc (an allocator that throws). Both become the Pool's OutOfMemoryError.
+  try {
+    return memory_.allocate_bytes(static_cast<size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+
 Buffer Pool::allocate(Category c, DType dt, Shape shape) {
-  const int64_t bytes = shape.numel() * static_cast<int64_t>(dtype_size(dt));
+  const int64_t bytes = buffer_bytes(c, dt, shape);
   ledger_.allocate(c, bytes);  // throws past the budget, before anything is allocated
   void* data = nullptr;
   if (memory_.holds_data() && bytes > 0) {
-    data = memory_.allocate_bytes(static_cast<size_t>(bytes));
+    data = allocate_bytes_or_null(bytes);
     if (!data) {
       ledger_.release(c, bytes);
-      throw OutOfMemoryError(c, bytes, ledger_.budget(), ledger_.live_breakdown());
+      throw OutOfMemoryError(c, bytes, ledger_.budget(), ledger_.live_breakdown(),
+                             OomCause::allocator);
     }
   }
   Buffer b;

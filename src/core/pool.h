@@ -24,6 +24,9 @@ class Pool {
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
+  // Throws OutOfMemoryError past the ledger's budget or when the memory space cannot provide the
+  // bytes (the error names the category and the bytes), InputError if the shape's size
+  // overflows int64.
   Buffer allocate(Category c, DType dt, Shape shape);
   // Same, with the memory zeroed (for accumulators).
   Buffer zeros(Category c, DType dt, Shape shape);
@@ -34,6 +37,7 @@ class Pool {
 
  private:
   friend class Buffer;
+  void* allocate_bytes_or_null(int64_t bytes);  // null when the space is out of memory
   void release(Category c, void* data, int64_t bytes);
   Ledger& ledger_;
   MemorySpace& memory_;

@@ -1,5 +1,9 @@
 #include "core/tensor.h"
 
+#include <span>
+
+#include "core/checked_math.h"
+
 namespace sbp {
 
 Shape::Shape(std::initializer_list<int64_t> d) {
@@ -12,9 +16,9 @@ Shape::Shape(std::initializer_list<int64_t> d) {
 
 int64_t Shape::numel() const {
   if (ndim == 0) return 0;
-  int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= dims[static_cast<size_t>(i)];
-  return n;
+  // Dimensions come from files and configs: a product past int64 is an error, not a wrap.
+  return checked_product(std::span<const int64_t>(dims.data(), static_cast<size_t>(ndim)),
+                         "the element count of a tensor shape");
 }
 
 bool Shape::operator==(const Shape& o) const {
@@ -34,9 +38,15 @@ std::string Shape::str() const {
 }
 
 int64_t Tensor::cols() const {
-  int64_t c = 1;
-  for (int i = 1; i < shape.ndim; ++i) c *= shape[i];
-  return c;
+  if (shape.ndim <= 1) return 1;
+  return checked_product(
+      std::span<const int64_t>(shape.dims.data() + 1, static_cast<size_t>(shape.ndim - 1)),
+      "the row length of a tensor shape");
+}
+
+size_t Tensor::nbytes() const {
+  return static_cast<size_t>(
+      checked_mul(numel(), static_cast<int64_t>(dtype_size(dtype)), "the byte size of a tensor"));
 }
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {

@@ -23,7 +23,7 @@ struct Shape {
   Shape(std::initializer_list<int64_t> d);
 
   int64_t operator[](int i) const { return dims[static_cast<size_t>(i)]; }
-  int64_t numel() const;
+  int64_t numel() const;  // throws InputError if the product of dims does not fit int64
   bool operator==(const Shape& o) const;
   bool operator!=(const Shape& o) const { return !(*this == o); }
   std::string str() const;  // "(4, 16)"
@@ -43,7 +43,7 @@ struct Tensor {
 
   bool defined() const { return shape.ndim > 0; }
   int64_t numel() const { return shape.numel(); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const;  // numel * dtype size; both checked against int64 overflow
   int64_t rows() const { return shape.ndim == 0 ? 0 : shape[0]; }
   int64_t cols() const;  // product of all dims but the first
 

@@ -1,11 +1,14 @@
 #include "model/config.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/input_file.h"
 
@@ -178,40 +181,85 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number past double's range (1e999) is out_of_range.
     throw InputError(path + ": invalid JSON: " + e.what());
   }
   return from_json(j, path);
 }
 
+namespace {
+
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// A dimension in [1, max]; the message names the field, its value and the limit.
+void check_dim(const std::string& src, const char* name, int64_t v, int64_t max) {
+  if (v <= 0)
+    throw InputError(src + ": field '" + name + "' must be positive, got " + std::to_string(v));
+  if (v > max)
+    throw InputError(src + ": field '" + name + "' is " + std::to_string(v) +
+                     ", above the limit of " + std::to_string(max) + " (docs/MODELS.md, Limits)");
+}
+
+// A finite number in (lo, hi) (NaN fails every comparison, so it is rejected too).
+void check_open_range(const std::string& src, const char* name, double v, double lo, double hi,
+                      const char* range) {
+  if (!std::isfinite(v) || !(v > lo) || !(v < hi))
+    throw InputError(src + ": field '" + name + "' must be a finite number " + range + ", got " +
+                     fmt_double(v));
+}
+
+}  // namespace
+
 void ModelConfig::validate(const std::string& src) const {
-  auto positive = [&](int64_t v, const char* name) {
-    if (v <= 0)
-      throw InputError(src + ": field '" + name + "' must be positive, got " + std::to_string(v));
-  };
-  positive(hidden_size, "hidden_size");
-  positive(intermediate_size, "intermediate_size");
-  positive(num_hidden_layers, "num_hidden_layers");
-  positive(num_attention_heads, "num_attention_heads");
-  positive(num_key_value_heads, "num_key_value_heads");
-  positive(head_dim, "head_dim");
-  positive(vocab_size, "vocab_size");
+  // Each dimension on its own, before any product of them is formed.
+  check_dim(src, "hidden_size", hidden_size, kMaxHiddenSize);
+  check_dim(src, "intermediate_size", intermediate_size, kMaxIntermediateSize);
+  check_dim(src, "num_hidden_layers", num_hidden_layers, kMaxLayers);
+  check_dim(src, "num_attention_heads", num_attention_heads, kMaxHeads);
+  check_dim(src, "num_key_value_heads", num_key_value_heads, kMaxHeads);
+  check_dim(src, "head_dim", head_dim, kMaxHeadDim);
+  check_dim(src, "vocab_size", vocab_size, kMaxVocabSize);
+  check_dim(src, "max_position_embeddings", max_position_embeddings, kMaxPositionEmbeddings);
   if (num_attention_heads % num_key_value_heads != 0)
     throw InputError(src + ": num_attention_heads (" + std::to_string(num_attention_heads) +
                      ") must be a multiple of num_key_value_heads (" +
                      std::to_string(num_key_value_heads) + ")");
   if (head_dim % 2 != 0) throw InputError(src + ": head_dim must be even for rotary embeddings");
-  if (vocab_size > (int64_t{1} << 30)) throw InputError(src + ": vocab_size is implausibly large");
-  if (!(rms_norm_eps > 0)) throw InputError(src + ": rms_norm_eps must be positive");
-  if (!(rope_theta > 0)) throw InputError(src + ": rope_theta must be positive");
+  // The projections' widths: bounded fields cannot overflow here, the limit keeps q_proj sane.
+  const int64_t attn_width = checked_mul(num_attention_heads, head_dim, src + ": heads * head_dim");
+  if (attn_width > kMaxAttentionWidth)
+    throw InputError(src + ": num_attention_heads * head_dim (" + std::to_string(attn_width) +
+                     ") is above the limit of " + std::to_string(kMaxAttentionWidth) +
+                     " (docs/MODELS.md, Limits)");
+  const int64_t params = num_parameters();  // checked
+  if (params > kMaxParameters)
+    throw InputError(src + ": the model has " + std::to_string(params) +
+                     " parameters, above the limit of " + std::to_string(kMaxParameters) +
+                     " (docs/MODELS.md, Limits)");
+  check_open_range(src, "rms_norm_eps", rms_norm_eps, 0.0, 1.0, "in (0, 1)");
+  // Hugging Face computes the rotary frequencies from theta in float32, so theta must be finite
+  // there too; theta <= 1 would turn the frequencies upside down (or make them all 1).
+  check_open_range(src, "rope_theta", rope_theta, 1.0, static_cast<double>(FLT_MAX),
+                   "in (1, 3.4e38)");
   if (rope_scaling.type == RopeScalingType::llama3) {
     // Values the llama3 formula cannot use (it divides by factor and by high - low).
     const RopeScaling& r = rope_scaling;
-    if (!(r.factor > 0)) throw InputError(src + ": rope_scaling 'factor' must be positive");
-    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor))
+    if (!std::isfinite(r.factor) || !(r.factor > 0))
+      throw InputError(src + ": rope_scaling 'factor' must be positive and finite, got " +
+                       fmt_double(r.factor));
+    if (!std::isfinite(r.high_freq_factor) || !(r.low_freq_factor > 0) ||
+        !(r.high_freq_factor > r.low_freq_factor))
       throw InputError(src + ": rope_scaling needs 0 < 'low_freq_factor' < 'high_freq_factor'");
-    if (r.original_max_position_embeddings <= 0)
-      throw InputError(src + ": rope_scaling 'original_max_position_embeddings' must be positive");
+    if (r.original_max_position_embeddings <= 0 ||
+        r.original_max_position_embeddings > kMaxPositionEmbeddings)
+      throw InputError(src + ": rope_scaling 'original_max_position_embeddings' must be in [1, " +
+                       std::to_string(kMaxPositionEmbeddings) + "], got " +
+                       std::to_string(r.original_max_position_embeddings));
   }
 }
 
@@ -277,16 +325,23 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
 }
 
 int64_t ModelConfig::num_parameters() const {
-  const int64_t d = hidden_size, h = head_dim, H = num_attention_heads, G = num_key_value_heads;
-  int64_t per_layer = 2 * d                         // two norms
-                      + d * H * h + 2 * d * G * h   // q, k, v
-                      + H * h * d                   // o
-                      + 3 * d * intermediate_size;  // gate, up, down
-  if (qkv_bias()) per_layer += H * h + 2 * G * h;
-  if (o_bias()) per_layer += d;
-  if (qk_norm()) per_layer += 2 * h;
-  int64_t n = num_hidden_layers * per_layer + vocab_size * d + d;
-  if (!tie_word_embeddings) n += vocab_size * d;
+  // Checked throughout: called by validate() on dimensions that are each bounded, but also on
+  // configs built in code; a count past int64 is an error naming the term.
+  const int64_t d = hidden_size, h = head_dim, F = intermediate_size;
+  const int64_t Hh = checked_mul(num_attention_heads, h, "num_attention_heads * head_dim");
+  const int64_t Gh = checked_mul(num_key_value_heads, h, "num_key_value_heads * head_dim");
+  auto mul = [](int64_t a, int64_t b) { return checked_mul(a, b, "the parameter count"); };
+  auto add = [](int64_t a, int64_t b) { return checked_add(a, b, "the parameter count"); };
+  int64_t per_layer = mul(2, d);                   // two norms
+  per_layer = add(per_layer, mul(2, mul(d, Hh)));  // q, o
+  per_layer = add(per_layer, mul(2, mul(d, Gh)));  // k, v
+  per_layer = add(per_layer, mul(3, mul(d, F)));   // gate, up, down
+  if (qkv_bias()) per_layer = add(per_layer, add(Hh, mul(2, Gh)));
+  if (o_bias()) per_layer = add(per_layer, d);
+  if (qk_norm()) per_layer = add(per_layer, mul(2, h));
+  const int64_t embed = checked_mul(vocab_size, d, "vocab_size * hidden_size");
+  int64_t n = add(add(mul(num_hidden_layers, per_layer), embed), d);  // layers, embedding, norm
+  if (!tie_word_embeddings) n = add(n, embed);                        // lm_head
   return n;
 }
 

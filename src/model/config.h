@@ -29,6 +29,26 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// Upper bounds of a model's dimensions (docs/MODELS.md, "Limits"). config.json is untrusted
+// input: without bounds its sizes multiply past int64 (undefined behaviour, then a wrapped size
+// that a kernel or the allocator trusts). Each bound is 16x-200x the largest published model's
+// value, and together they keep every size the engine forms from them (a weight's bytes, one
+// layer's (T, d) activations at T < 2^31) far inside int64.
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;        // largest published: 18432
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;  // 53248 (Llama 3.1 405B)
+inline constexpr int64_t kMaxLayers = 4096;                        // 126 (Llama 3.1 405B)
+inline constexpr int64_t kMaxHeads = 4096;                         // 128; also key/value heads
+inline constexpr int64_t kMaxHeadDim = 4096;                       // 256 (Gemma)
+// num_attention_heads * head_dim and num_key_value_heads * head_dim: q_proj is (H*h, d).
+inline constexpr int64_t kMaxAttentionWidth = int64_t{1} << 20;
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;  // 262144 (Gemma 3)
+// Positions are int32 in the kernels: 2^31 positions are 0 .. 2^31 - 1.
+inline constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 31;
+// All parameters together (~140x the largest published models, 1 PiB in fp32): every
+// parameter-sized buffer set (weights, gradients, two moments, master weights, a reference
+// model) stays below 2^53 bytes.
+inline constexpr int64_t kMaxParameters = int64_t{1} << 48;
+
 struct ModelConfig {
   ModelType model_type = ModelType::qwen3;
   int64_t hidden_size = 0;          // d
@@ -57,12 +77,15 @@ struct ModelConfig {
   static ModelConfig from_file(const std::string& path);
   nlohmann::json to_json() const;
 
-  // Throws InputError naming the field if the shapes are inconsistent.
+  // Throws InputError naming `source` and the field if a value is out of its range (the limits
+  // above, finite positive norm epsilon and rope theta) or the shapes are inconsistent. Every
+  // config is validated before anything is sized from it.
   void validate(const std::string& source) const;
 
   // Rotary inverse frequencies (h/2), after rope scaling, as Hugging Face computes them.
   std::vector<float> rope_inv_freq() const;
 
+  // Checked: throws InputError if the count does not fit int64 (validate bounds it first).
   int64_t num_parameters() const;
 };
 

@@ -1,12 +1,15 @@
 #include "model/parameters.h"
 
+#include "core/checked_math.h"
 #include "core/rng.h"
 
 namespace sbp {
 
 std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
   const int64_t d = c.hidden_size, F = c.intermediate_size, h = c.head_dim;
-  const int64_t Hh = c.num_attention_heads * h, Gh = c.num_key_value_heads * h;
+  // Checked: specs are also built for configs made in code, which validate() has not seen.
+  const int64_t Hh = checked_mul(c.num_attention_heads, h, "num_attention_heads * head_dim");
+  const int64_t Gh = checked_mul(c.num_key_value_heads, h, "num_key_value_heads * head_dim");
   std::vector<ParamSpec> s;
   s.push_back({"model.embed_tokens.weight", {c.vocab_size, d}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -93,7 +96,7 @@ const Tensor& ParameterSet::get(const std::string& name) const {
 
 int64_t ParameterSet::numel() const {
   int64_t n = 0;
-  for (const auto& b : buffers_) n += b.view().numel();
+  for (const auto& b : buffers_) n = checked_add(n, b.view().numel(), "a parameter set's size");
   return n;
 }
 

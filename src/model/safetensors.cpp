@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace sbp {
@@ -434,7 +435,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   for (const auto& [k, v] : metadata) meta[k] = v;
   header["__metadata__"] = meta;
   std::set<std::string> names;
-  uint64_t offset = 0;
+  int64_t offset = 0;
   for (const NamedTensor& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__")
       throw InputError(path + ": invalid tensor name '" + t.name + "'");
@@ -444,13 +445,15 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
                   (t.tensor.data != nullptr || t.tensor.numel() == 0),
               "write_safetensors: tensor '" + t.name + "' is " + t.tensor.describe() +
                   (t.tensor.data ? "" : " without data"));
-    const uint64_t nbytes = static_cast<uint64_t>(t.tensor.numel()) * dtype_size(dtype);
+    // The file's dtype may be wider than the tensor's, and offsets add up over every tensor.
+    const int64_t nbytes = checked_mul(t.tensor.numel(), static_cast<int64_t>(dtype_size(dtype)),
+                                       "the bytes of tensor '" + t.name + "'");
+    const int64_t end = checked_add(offset, nbytes, "the data region of " + path);
     ojson shape = ojson::array();
     for (int i = 0; i < t.tensor.shape.ndim; ++i) shape.push_back(t.tensor.shape[i]);
-    header[t.name] = {{"dtype", dtype_name(dtype)},
-                      {"shape", shape},
-                      {"data_offsets", {offset, offset + nbytes}}};
-    offset += nbytes;
+    header[t.name] = {
+        {"dtype", dtype_name(dtype)}, {"shape", shape}, {"data_offsets", {offset, end}}};
+    offset = end;
   }
   std::string hs = header.dump();
   // Pad with spaces so the data region starts 8-byte aligned (8 + N is a multiple of 8).

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -82,6 +83,100 @@ TEST(Cli, DirectoriesAndFifosAreNotReadAsFiles) {
       EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
     }
   }
+}
+
+// A config.json of a tiny Llama with the fields of `patch` (a JSON object) replaced.
+std::string config_with(const std::string& patch) {
+  nlohmann::json j = {{"model_type", "llama"},    {"hidden_size", 64},
+                      {"intermediate_size", 160}, {"num_hidden_layers", 2},
+                      {"num_attention_heads", 8}, {"head_dim", 8},
+                      {"vocab_size", 101}};
+  j.update(nlohmann::json::parse(patch));
+  return j.dump();
+}
+
+size_t count_lines(const std::string& s) {
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+TEST(Cli, HostileConfigsFailInOneLineNamingFileAndField) {
+  test::TempDir tmp;
+  const std::string cfg = tmp.file("config.json"), tokens = tmp.file("tokens.json");
+  test::write_text(tokens, R"({"sequences": [[1, 2, 3, 4]]})");
+  struct Hostile {
+    const char* patch;
+    const char* says;
+  };
+  for (const Hostile& h :
+       {Hostile{R"({"hidden_size": 1099511627776})",
+                "field 'hidden_size' is 1099511627776, above the limit"},
+        Hostile{R"({"vocab_size": 9223372036854775807})",
+                "field 'vocab_size' is 9223372036854775807, above the limit"},
+        Hostile{R"({"num_hidden_layers": 4097})", "field 'num_hidden_layers' is 4097, above"},
+        // Each within its limit, their product (the query width) is not.
+        Hostile{R"({"num_attention_heads": 512, "head_dim": 4096})",
+                "num_attention_heads * head_dim (2097152) is above the limit"},
+        Hostile{R"({"rope_theta": 0})", "field 'rope_theta' must be a finite number"},
+        Hostile{R"({"rms_norm_eps": 10})",
+                "field 'rms_norm_eps' must be a finite number in (0, 1)"}}) {
+    test::write_text(cfg, config_with(h.patch));
+    for (const std::string& cmd : {bin() + " score --model " + cfg + " --input " + tokens,
+                                   bin() + " plan --model " + cfg + " --seq-len 64",
+                                   bin() + " gradcheck --model " + cfg + " --seq-len 8"}) {
+      const auto r = run_command(cmd);
+      EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.output;
+      EXPECT_EQ(count_lines(r.output), 1u) << cmd << "\n" << r.output;
+      EXPECT_NE(r.output.find("streambp: error: " + cfg + ": "), std::string::npos) << cmd << "\n"
+                                                                                    << r.output;
+      EXPECT_NE(r.output.find(h.says), std::string::npos) << cmd << "\n" << r.output;
+    }
+  }
+  // --layers overrides are bounded like the config's own value, before anything is written.
+  const auto r =
+      run_command(bin() + " init --preset tiny-qwen3 --layers 5000 --out " + tmp.file("too-deep"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("field 'num_hidden_layers' is 5000, above the limit of 4096"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("too-deep")));
+}
+
+// A config inside every limit whose embedding alone is 2^44 fp32 values (64 TiB).
+std::string huge_valid_config() {
+  return R"({"model_type": "llama", "hidden_size": 1048576, "intermediate_size": 8,
+    "num_hidden_layers": 1, "num_attention_heads": 8, "head_dim": 8, "vocab_size": 16777216})";
+}
+
+TEST(Cli, AValidModelTooLargeForTheMachineIsOutOfMemoryNotACrash) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow memory: no address-space limit";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow memory: no address-space limit";
+#endif
+#endif
+  test::TempDir tmp;
+  const std::string cfg = tmp.file("config.json"), tokens = tmp.file("tokens.json");
+  test::write_text(cfg, huge_valid_config());
+  test::write_text(tokens, R"({"sequences": [[1, 2, 3, 4]]})");
+  // The address space is capped (16 GiB), so the 64 TiB request fails whatever the kernel's
+  // overcommit policy: the allocator's null becomes an error naming the category and the bytes.
+  const auto r = run_command("ulimit -v 16777216; " + bin() + " score --model " + cfg +
+                             " --input " + tokens + " --threads 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find("out of memory: the allocator could not provide"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("(70368744177664 bytes) for 'weights'"), std::string::npos) << r.output;
+}
+
+TEST(Cli, PlanOfAValidHugeModelSaysTheWeightsDoNotFit) {
+  test::TempDir tmp;
+  const std::string cfg = tmp.file("config.json");
+  test::write_text(cfg, huge_valid_config());
+  const auto r = run_command(bin() + " plan --model " + cfg + " --budget 80GiB");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("of 'weights'"), std::string::npos) << r.output;
 }
 
 TEST(Cli, BenchWritesTheDocumentedJson) {

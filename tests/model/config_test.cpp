@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "core/error.h"
 #include "model/parameters.h"
@@ -206,6 +208,150 @@ TEST(ModelConfig, RejectsBadConfigsNamingFileAndField) {
   j["use_sliding_window"] = true;
   expect_config_error(j, {"use_sliding_window"});
   expect_config_error(json::array(), {"must be a JSON object"});
+}
+
+// A base config with head_dim explicit, so that heads can move to their limit on their own.
+json limits_config() {
+  json j = base_config();
+  j["head_dim"] = 8;
+  return j;
+}
+
+TEST(ModelConfigLimits, EveryDimensionAtItsLimitIsAccepted) {
+  const std::pair<const char*, int64_t> at_limit[] = {
+      {"hidden_size", kMaxHiddenSize},
+      {"intermediate_size", kMaxIntermediateSize},
+      {"num_hidden_layers", kMaxLayers},
+      {"num_attention_heads", kMaxHeads},
+      {"head_dim", kMaxHeadDim},
+      {"vocab_size", kMaxVocabSize},
+      {"max_position_embeddings", kMaxPositionEmbeddings}};
+  for (const auto& [field, limit] : at_limit) {
+    json j = limits_config();
+    j[field] = limit;
+    EXPECT_NO_THROW(ModelConfig::from_json(j, "c")) << field << " = " << limit;
+  }
+  json j = limits_config();  // kv heads at the limit need as many query heads
+  j["num_attention_heads"] = kMaxHeads;
+  j["num_key_value_heads"] = kMaxHeads;
+  EXPECT_NO_THROW(ModelConfig::from_json(j, "c"));
+  // The real models are far inside every limit.
+  for (const std::string& name : preset_names())
+    EXPECT_NO_THROW(preset_config(name).validate(name));
+}
+
+TEST(ModelConfigLimits, EachDimensionPastItsLimitIsRefusedNamingTheField) {
+  const std::pair<const char*, int64_t> limits[] = {
+      {"hidden_size", kMaxHiddenSize},    {"intermediate_size", kMaxIntermediateSize},
+      {"num_hidden_layers", kMaxLayers},  {"num_attention_heads", kMaxHeads},
+      {"num_key_value_heads", kMaxHeads}, {"head_dim", kMaxHeadDim},
+      {"vocab_size", kMaxVocabSize},      {"max_position_embeddings", kMaxPositionEmbeddings}};
+  for (const auto& [field, limit] : limits) {
+    // One past the limit, and values whose products with the other fields overflow int64.
+    for (int64_t v : {limit + 1, int64_t{1} << 40, int64_t{1} << 62, INT64_MAX}) {
+      json j = limits_config();
+      j[field] = v;
+      expect_config_error(j, {std::string("field '") + field + "' is " + std::to_string(v),
+                              "above the limit of " + std::to_string(limit)});
+    }
+  }
+  json j = limits_config();
+  j["max_position_embeddings"] = -1;
+  expect_config_error(j, {"field 'max_position_embeddings' must be positive, got -1"});
+}
+
+TEST(ModelConfigLimits, ProductsOfBoundedFieldsAreBoundedToo) {
+  // Heads and head_dim each at their limit: the query width (2^24) is past 2^20.
+  json j = limits_config();
+  j["num_attention_heads"] = kMaxHeads;
+  j["head_dim"] = kMaxHeadDim;
+  expect_config_error(j, {"num_attention_heads * head_dim (16777216)", "above the limit"});
+  // Every matrix dimension at its limit: about 1.4e16 parameters, past 2^48 (~2.8e14), each
+  // dimension fine on its own.
+  j = limits_config();
+  j["hidden_size"] = kMaxHiddenSize;
+  j["intermediate_size"] = kMaxIntermediateSize;
+  j["num_hidden_layers"] = kMaxLayers;
+  j["vocab_size"] = kMaxVocabSize;
+  expect_config_error(j, {"parameters, above the limit of 281474976710656"});
+}
+
+TEST(ModelConfigLimits, NonFiniteOrAbsurdFloatsAreRefusedNamingTheField) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (double theta : {0.0, -10000.0, 0.5, 1.0, 1e39, inf, -inf, nan}) {
+    json j = base_config();
+    j["rope_theta"] = theta;
+    expect_config_error(j, {"field 'rope_theta' must be a finite number in (1, 3.4e38)"});
+    // transformers 5 spelling: the same check.
+    j = base_config();
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    expect_config_error(j, {"field 'rope_theta'"});
+  }
+  for (double eps : {0.0, -1e-6, 1.0, 10.0, inf, nan}) {
+    json j = base_config();
+    j["rms_norm_eps"] = eps;
+    expect_config_error(j, {"field 'rms_norm_eps' must be a finite number in (0, 1)"});
+  }
+  json j = base_config();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", inf}};
+  expect_config_error(j, {"rope_scaling 'factor' must be positive and finite"});
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"high_freq_factor", inf}};
+  expect_config_error(j, {"'high_freq_factor'"});
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"original_max_position_embeddings", 1LL << 40}};
+  expect_config_error(j, {"'original_max_position_embeddings' must be in [1, 2147483648]"});
+  // Sane values at the edges are fine.
+  j = base_config();
+  j["rope_theta"] = 1.0000001;
+  j["rms_norm_eps"] = 0.5;
+  EXPECT_NO_THROW(ModelConfig::from_json(j, "c"));
+}
+
+TEST(ModelConfigLimits, HostileConfigFileFailsInOneLineNamingFileAndField) {
+  test::TempDir dir;
+  const std::string p = dir.file("config.json");
+  // A literal beyond double's range is an out_of_range error of the JSON parser (not a
+  // parse_error): refused as invalid JSON, in one line, not an internal error.
+  test::write_text(p, R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 160,
+    "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 101, "rope_theta": 1e999})");
+  try {
+    ModelConfig::from_file(p);
+    FAIL();
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(p + ": invalid JSON", 0), 0u) << msg;
+    EXPECT_NE(msg.find("1e999"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  json j = base_config();
+  j["vocab_size"] = 1LL << 40;
+  test::write_text(p, j.dump());
+  try {
+    resolve_config(dir.path());
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              p + ": field 'vocab_size' is 1099511627776, above the limit of 16777216 "
+                  "(docs/MODELS.md, Limits)");
+  }
+}
+
+TEST(ModelConfigLimits, ConfigsBuiltInCodeGetCheckedArithmetic) {
+  // validate() is the gate, but sizes computed from a config it has not seen are checked too.
+  ModelConfig c = preset_config("tiny-qwen3");
+  c.hidden_size = int64_t{1} << 40;
+  c.vocab_size = int64_t{1} << 40;
+  EXPECT_THROW(c.num_parameters(), InputError);
+  c = preset_config("tiny-qwen3");
+  c.num_attention_heads = int64_t{1} << 32;
+  c.head_dim = int64_t{1} << 32;
+  try {
+    parameter_specs(c);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_attention_heads * head_dim"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ModelConfig, FromFileNamesTheFile) {
