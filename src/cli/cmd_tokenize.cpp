@@ -52,7 +52,7 @@ void process_line(const Tokenizer& tok, const TokenizeOptions& opt, const std::s
   nlohmann::json row;
   try {
     row = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
     throw InputError(where + ": not valid JSON: " + e.what());
   }
   try {

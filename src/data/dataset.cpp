@@ -28,7 +28,7 @@ std::string where(const std::string& path, int64_t line) {
 nlohmann::json parse_line(const std::string& line, const std::string& at) {
   try {
     return nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
     // nlohmann's message starts with "[json.exception.parse_error.101] parse error at ...".
     std::string msg = e.what();
     if (const size_t p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);

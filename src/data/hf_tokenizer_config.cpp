@@ -49,7 +49,7 @@ HfTokenizerConfig HfTokenizerConfig::load_dir(const std::string& dir) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(read_file(config_path));
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
       throw InputError(config_path + ": not valid JSON: " + e.what());
     }
     if (!j.is_object()) throw InputError(config_path + ": expected a JSON object");

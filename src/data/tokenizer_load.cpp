@@ -44,7 +44,7 @@ class JsonLoader {
   json parse(const std::string& text) const {
     try {
       return json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // also out_of_range: 1e999
       throw InputError(path_ + ": not valid JSON: " + e.what());
     }
   }

@@ -359,7 +359,7 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_all(path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
     throw InputError(path + ": not valid JSON: " + e.what());
   }
   return TrainerState::from_json(j, path);

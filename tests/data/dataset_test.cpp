@@ -186,6 +186,10 @@ TEST(Dataset, EveryMalformedInputNamesFileAndLine) {
   EXPECT_NE(error_of(R"({"prompt": "a", "completion": "b", "reward": "high"})")
                 .find(":1: \"reward\" must be a number, got a string"),
             std::string::npos);
+  // A number past double's range is an out_of_range error of the JSON parser, not a parse error.
+  EXPECT_NE(error_of(R"({"prompt": "a", "completion": "b", "reward": 1e999})")
+                .find(":1: not valid JSON: "),
+            std::string::npos);
   // Finite as a double but not as the float it is used as.
   EXPECT_NE(error_of(R"({"prompt": "a", "completion": "b", "reward": 1e300})")
                 .find(":1: \"reward\" 1e+300 is outside fp32 range"),
