@@ -20,6 +20,7 @@
 #include "cli/objective_args.h"
 #include "cli/random_batches.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/process_memory.h"
 #include "engine/memory_model.h"
 #include "step/model_set.h"
@@ -286,9 +287,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
           r.breakdown.bytes[static_cast<size_t>(c)];
     j["runs"].push_back(jr);
   }
-  std::ofstream out(b.a.json);
-  out << j.dump(2) << "\n";
-  if (!out) throw InputError(b.a.json + ": cannot write");
+  write_file_atomically(b.a.json, j.dump(2) + "\n");
 }
 
 int run(const Args& a) {

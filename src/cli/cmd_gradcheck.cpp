@@ -12,6 +12,7 @@
 #include "cli/objective_args.h"
 #include "cli/random_batches.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace sbp::cli {
 
@@ -110,9 +111,7 @@ int run(const Args& a) {
     j["precision"] = enum_name<Precision>(kPrecisionNames, opts.precision);
     if (!r.rounding.empty()) j["bf16_rounding_per_param"] = r.rounding;
     j["pass"] = ok;
-    std::ofstream out(a.json);
-    out << j.dump(2) << "\n";
-    if (!out) throw InputError(a.json + ": cannot write");
+    write_file_atomically(a.json, j.dump(2) + "\n");
   }
   return ok ? 0 : 1;
 }

@@ -11,6 +11,7 @@
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "plan/planner.h"
 #include "plan/size_arg.h"
 
@@ -260,9 +261,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
           r.plan.step.breakdown.bytes[static_cast<size_t>(c)];
     j["modes"][r.mode] = m;
   }
-  std::ofstream out(a.json);
-  out << j.dump(2) << "\n";
-  if (!out) throw InputError("--json: cannot write " + a.json);
+  write_file_atomically(a.json, j.dump(2) + "\n");
 }
 
 int run(const Args& a) {

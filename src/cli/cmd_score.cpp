@@ -25,6 +25,7 @@
 #include "cli/model_source.h"
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/output_file.h"
 #include "model/safetensors.h"
 #include "step/step_runner.h"
 
@@ -137,28 +138,6 @@ Batch read_tokens_file(const std::string& path, int64_t vocab) {
   }
   b.validate(vocab, path);  // the batch's own invariants (belt and braces)
   return b;
-}
-
-// Writes text to `path` through a temporary sibling and a rename: never half a file.
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const fs::path target(path);
-  const fs::path tmp = target.parent_path() / (target.filename().string() + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw InputError(path + ": cannot write");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw InputError(path + ": cannot write (rename failed)");
-  }
 }
 
 int run(const Args& a) {

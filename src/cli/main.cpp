@@ -1,7 +1,9 @@
 // The `streambp` program: dispatches to the subcommands in cli/cmd_*.cpp.
 #include <malloc.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 
@@ -41,6 +43,13 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "streambp: internal error: %s\n", e.what());
     return 3;
+  }
+  // What a command printed (tokenize's ids, plan's table) counts only if it got out: a full disk
+  // or a closed pipe behind standard output must not end in exit 0.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "streambp: error: cannot write standard output: %s\n",
+                 std::strerror(errno));
+    return 1;
   }
   return 0;
 }

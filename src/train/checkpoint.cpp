@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/output_file.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
 #include "model/value_model_io.h"
@@ -36,21 +37,15 @@ std::string hex64(uint64_t x) {
   return buf;
 }
 
-// Writes and fsyncs a small file (the caller renames the directory it is in).
+// Writes and fsyncs a small file (the caller renames the directory it is in). A failed write,
+// fsync or close is an error: the checkpoint must not be renamed into place without it.
 void write_synced(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw InputError(path.string() + ": cannot write");
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      throw InputError(path.string() + ": write failed");
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::fsync(fd);
-  ::close(fd);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(path.string() + ": cannot write: " + errno_message());
+  const bool ok = write_all(fd, text) && ::fsync(fd) == 0;
+  const std::string why = errno_message();
+  if (::close(fd) != 0 || !ok)
+    throw InputError(path.string() + ": write failed: " + (ok ? errno_message() : why));
 }
 
 std::string read_all(const std::string& path) {
@@ -60,6 +55,12 @@ std::string read_all(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A copy that is on disk before the checkpoint is renamed into place (fs::copy_file does not
+// fsync): tokenizer files are small.
+void copy_synced(const fs::path& from, const fs::path& to) {
+  write_synced(to, read_all(from.string()));
 }
 
 // checkpoint-<digits> -> step, else -1.
@@ -229,13 +230,11 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointConte
       save_model_dir(staging.string(), c.cfg, c.weights, c.export_dtype);
       for (const char* name : kTokenizerFiles) {
         const fs::path src = fs::path(c.tokenizer_dir) / name;
-        if (fs::exists(src))
-          fs::copy_file(src, staging / name, fs::copy_options::overwrite_existing);
+        if (fs::exists(src)) copy_synced(src, staging / name);
       }
-      if (!c.model_dir.empty() && fs::exists(fs::path(c.model_dir) / "generation_config.json")) {
-        fs::copy_file(fs::path(c.model_dir) / "generation_config.json",
-                      staging / "generation_config.json", fs::copy_options::overwrite_existing);
-      }
+      if (!c.model_dir.empty() && fs::exists(fs::path(c.model_dir) / "generation_config.json"))
+        copy_synced(fs::path(c.model_dir) / "generation_config.json",
+                    staging / "generation_config.json");
       if (c.export_dtype != DType::F32) write_master_weights(staging, c.weights);
       if (c.value_model)
         write_value_model(staging / kValueModelDir, *c.value_model, c.export_dtype);

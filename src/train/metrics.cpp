@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace sbp {
 
@@ -28,15 +29,7 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(pat
       if (j["step"].get<int64_t>() <= resume_step) kept << line << '\n';
     }
     in.close();
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << kept.str();
-      out.close();
-      if (!out) throw InputError(tmp + ": cannot write");
-    }
-    fs::rename(tmp, p, ec);
-    if (ec) throw InputError(path + ": cannot replace: " + ec.message());
+    write_file_atomically(path, kept.str());
   }
   f_ = std::fopen(path.c_str(), resume_step >= 0 ? "a" : "w");
   if (!f_) throw InputError(path + ": cannot open metrics file for writing");

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/output_file.h"
 
 namespace sbp {
 
@@ -99,8 +100,7 @@ void plot_metrics(const PlotOptions& o) {
   if (!mkdtemp(tmpl.data())) throw InputError("plot: cannot create a temporary directory");
   const fs::path tmp(tmpl);
   auto write = [&](const char* name, const std::string& text) {
-    std::ofstream f(tmp / name);
-    f << text;
+    write_file_atomically((tmp / name).string(), text);
   };
   write("loss.dat", loss.str());
   write("eval.dat", eval.str());

@@ -85,6 +85,38 @@ TEST(Cli, DirectoriesAndFifosAreNotReadAsFiles) {
   }
 }
 
+// Outputs are written whole or not at all, and a failed write is an error: a full disk behind
+// standard output, a --json path that is a directory or in a missing directory.
+TEST(Cli, FailedWritesAreErrorsAndLeaveNothingBehind) {
+  test::TempDir tmp;
+  // 2>&1 first: the error still reaches the captured output while stdout goes to /dev/full.
+  auto r = run_command(bin() + " plan --model tiny-qwen3 --seq-len 64 2>&1 >/dev/full");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("streambp: error: cannot write standard output: No space left on "
+                          "device"),
+            std::string::npos)
+      << r.output;
+  const std::string dir = tmp.file("a-dir");
+  std::filesystem::create_directories(dir);
+  r = run_command(bin() + " plan --model tiny-qwen3 --seq-len 64 --json " + dir);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(dir + ": is a directory, cannot write it"), std::string::npos)
+      << r.output;
+  const std::string missing = tmp.file("no-such-dir/plan.json");
+  r = run_command(bin() + " plan --model tiny-qwen3 --seq-len 64 --json " + missing);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(missing + ": cannot write: No such file or directory"),
+            std::string::npos)
+      << r.output;
+  r = run_command(bin() + " plan --model tiny-qwen3 --seq-len 64 --json " + tmp.file("p.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(nlohmann::json::parse(test::read_text(tmp.file("p.json"))).is_object());
+  // Only the result: no temporary sibling is left.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(tmp.path()),
+                          std::filesystem::directory_iterator()),
+            2);
+}
+
 // A config.json of a tiny Llama with the fields of `patch` (a JSON object) replaced.
 std::string config_with(const std::string& patch) {
   nlohmann::json j = {{"model_type", "llama"},    {"hidden_size", 64},
