@@ -399,6 +399,56 @@ void require(bool ok, const TrainConfig& c, const std::string& key, const std::s
   if (!ok) throw InputError(c.where(key) + ": " + key + " " + what);
 }
 
+// Integer settings are bounded above as well as below: a count nobody means (2^62 epochs, a
+// micro-batch of 2^40 tokens) must fail here, in one line naming the key, not overflow an int64
+// product or size an allocation later.
+void require_range(const TrainConfig& c, const std::string& key, int64_t v, int64_t lo,
+                   int64_t hi) {
+  if (v < lo || v > hi)
+    throw InputError(c.where(key) + ": " + key + " is " + std::to_string(v) +
+                     ", outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// Step counts share the trainer state's bound (what a JSON number holds exactly); tokens per
+// micro-batch are bounded by the attention kernels' int32 positions.
+constexpr int64_t kMaxStepCount = int64_t{1} << 53;
+constexpr int64_t kMaxTokensPerBatch = int64_t{1} << 31;
+
+void check_integer_ranges(const TrainConfig& c) {
+  require_range(c, "max_tokens", c.max_tokens, 2, kMaxTokensPerBatch);
+  require_range(c, "layer_chunk", c.layer_chunk, 0, kMaxTokensPerBatch);
+  require_range(c, "head_chunk", c.head_chunk, 0, kMaxTokensPerBatch);
+  require_range(c, "grad_accum", c.grad_accum, 1, int64_t{1} << 20);
+  require_range(c, "epochs", c.epochs, 1, int64_t{1} << 40);
+  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"max_steps", c.max_steps},
+                               {"stop_after_steps", c.stop_after_steps},
+                               {"schedule.warmup_steps", c.warmup_steps},
+                               {"eval_every", c.eval_every},
+                               {"save_every", c.save_every},
+                               {"keep_last", c.keep_last}})
+    require_range(c, key, v, 0, kMaxStepCount);
+  require_range(c, "threads", c.threads, 0, 4096);
+}
+
+void check_demo_ranges(const TrainConfig& c) {
+  const DemoOptions& d = c.demo_options;
+  require(d.steps >= 1 && d.seq_len >= 16, c, "demo", "needs steps >= 1 and seq_len >= 16");
+  require_range(c, "demo.seq_len", d.seq_len, 16, int64_t{1} << 20);
+  require_range(c, "demo.steps", d.steps, 1, kMaxStepCount);
+  require_range(c, "demo.eval_every", d.eval_every, 0, kMaxStepCount);
+  require_range(c, "demo.eval_sequences", d.eval_sequences, 0, int64_t{1} << 20);
+  require_range(c, "demo.warmup", d.warmup, 0, kMaxStepCount);
+  require_range(c, "demo.layer_chunk", d.layer_chunk, 0, int64_t{1} << 20);
+  require_range(c, "demo.head_chunk", d.head_chunk, 0, int64_t{1} << 20);
+  require_range(c, "demo.hidden", d.hidden, 1, int64_t{1} << 16);
+  require_range(c, "demo.layers", d.layers, 1, 4096);
+  require_range(c, "demo.heads", d.heads, 1, 4096);
+  require_range(c, "demo.pairs", d.num_pairs, 1, int64_t{1} << 20);
+  require_range(c, "demo.queries", d.num_queries, 1, int64_t{1} << 20);
+  require_range(c, "demo.filler", d.num_filler, 0, int64_t{1} << 20);
+  require_range(c, "demo.threads", d.threads, 0, 4096);
+}
+
 void fill_defaults_and_validate(TrainConfig& c) {
   if (c.demo) {
     for (const char* k : {"model", "data.train", "data.eval", "objective"}) {
@@ -407,8 +457,7 @@ void fill_defaults_and_validate(TrainConfig& c) {
                          " cannot be combined with the demo section (the demo "
                          "trains its own model on its own task)");
     }
-    require(c.demo_options.steps >= 1 && c.demo_options.seq_len >= 16, c, "demo",
-            "needs steps >= 1 and seq_len >= 16");
+    check_demo_ranges(c);
     return;
   }
   require(!c.model.empty(), c, "model", "is required (a Hugging Face model directory)");
@@ -470,6 +519,7 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.ppo.vf_coef >= 0.0, c, "ppo.vf_coef", "must be >= 0");
   require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0, c, "ppo.gamma", "must be in [0, 1]");
   require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
+  check_integer_ranges(c);
 }
 
 }  // namespace

@@ -105,6 +105,22 @@ TEST(TrainConfig, UnknownKeysAndBadValuesNameTheLine) {
   EXPECT_EQ(error_of(kMinimal, {"lr"}), "override 'lr': expected key=value (e.g. optim.lr=1e-4)");
   EXPECT_EQ(error_of(kMinimal, {"optim.lr=-1"}),
             "override 'optim.lr=-1': optim.lr must be positive");
+  // Counts are bounded above too, before anything sizes a buffer or multiplies them.
+  EXPECT_EQ(error_of(kMinimal, {"max_tokens=1099511627776"}),
+            "override 'max_tokens=1099511627776': max_tokens is 1099511627776, outside [2, "
+            "2147483648]");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "epochs: 4611686018427387904\n"),
+            "cfg.yaml:4: epochs is 4611686018427387904, outside [1, 1099511627776]");
+  EXPECT_EQ(error_of(kMinimal, {"grad_accum=9999999999"}),
+            "override 'grad_accum=9999999999': grad_accum is 9999999999, outside [1, 1048576]");
+  EXPECT_EQ(error_of(kMinimal, {"save_every=9007199254740993"}),
+            "override 'save_every=9007199254740993': save_every is 9007199254740993, outside [0, "
+            "9007199254740992]");
+  EXPECT_EQ(error_of(kMinimal, {"layer_chunk=4294967296"}),
+            "override 'layer_chunk=4294967296': layer_chunk is 4294967296, outside [0, "
+            "2147483648]");
+  EXPECT_EQ(error_of("demo:\n  hidden: 100000000\n"),
+            "cfg.yaml:2: demo.hidden is 100000000, outside [1, 65536]");
   EXPECT_EQ(error_of(std::string(kMinimal) + "demo:\n  steps: 3\n"),
             "cfg.yaml:1: model cannot be combined with the demo section (the demo trains its own "
             "model on its own task)");
