@@ -40,12 +40,16 @@ class TrainBatches {
   TrainBatches(const std::vector<Example>& examples, int64_t max_tokens, bool shuffle,
                uint64_t seed, ObjectiveKind kind);
 
-  // Optimizer steps of `per_step` micro-batches in `epochs` epochs (each epoch's packing depends
-  // on its order, so it is simulated with a copy of the RNG).
-  int64_t steps_in_epochs(int64_t epochs, int64_t per_step) const;
+  // Optimizer steps of `per_step` micro-batches in `epochs` epochs. When every order packs into
+  // the same number of micro-batches (no shuffle, or examples that all fit one micro-batch, or
+  // no two of which fit together) one epoch is counted and multiplied; otherwise each epoch's
+  // order is drawn and packed, and that work is bounded: more than kMaxPlannedExamples example
+  // placements is an InputError naming `where` (the `epochs` key) that asks for max_steps.
+  int64_t steps_in_epochs(int64_t epochs, int64_t per_step, const std::string& where) const;
 
   // A fresh run starts at epoch 0; a resumed one at the checkpoint's cursor. InputError (naming
-  // `where`) when the cursor is past its epoch.
+  // `where`) when the cursor is past its epoch, or when its RNG state is not the one the seed
+  // gives at the start of its epoch (checked when that costs at most kMaxRngAdvance draws).
   void start();
   void resume(const DataCursor& cursor, const std::string& where);
 
@@ -57,7 +61,13 @@ class TrainBatches {
   // Epochs done, with the fraction of the current one (for the metrics).
   double epoch_progress() const;
 
+  // Example placements (epochs x examples) steps_in_epochs may simulate: about a second.
+  static constexpr int64_t kMaxPlannedExamples = int64_t{1} << 25;
+  // RNG draws resume() may replay to check a cursor's RNG state: a few seconds at most.
+  static constexpr int64_t kMaxRngAdvance = int64_t{1} << 32;
+
  private:
+  bool packing_is_order_independent() const;
   void plan_epoch();
   const std::vector<Example>& examples_;
   int64_t max_tokens_;

@@ -133,7 +133,7 @@ void Trainer::plan_schedule() {
   batches_ = std::make_unique<TrainBatches>(data_.train.examples, c_.max_tokens, c_.shuffle,
                                             c_.seed, c_.objective);
   const int64_t total =
-      c_.max_steps > 0 ? c_.max_steps : batches_->steps_in_epochs(c_.epochs, per_step_);
+      c_.max_steps > 0 ? c_.max_steps : batches_->steps_in_epochs(c_.epochs, per_step_, c_.where("epochs"));
   const int64_t warmup =
       c_.warmup_steps > 0
           ? c_.warmup_steps

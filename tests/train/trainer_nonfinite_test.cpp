@@ -106,6 +106,20 @@ TEST_F(TrainResumeState, RefusesAnOptimizerThatMadeADifferentNumberOfUpdates) {
   EXPECT_NE(out.find("says 1 (step 1 minus 0 skipped)"), std::string::npos) << out;
 }
 
+// The data-order RNG state is replayed from the seed: an edited state (or another run's) would
+// silently change the order of the rest of the run.
+TEST_F(TrainResumeState, RefusesAnRngStateTheSeedDoesNotGive) {
+  std::string out = resume_after([](json& s) {
+    s["epoch_rng_state"][0] = s["epoch_rng_state"][0].get<uint64_t>() ^ 1;
+  });
+  EXPECT_NE(out.find("trainer_state.json: epoch_rng_state is not the data-order state that seed "
+                     "42 gives at the start of epoch 0"),
+            std::string::npos)
+      << out;
+  out = resume_after([](json& s) { s["epoch"] = 1; });
+  EXPECT_NE(out.find("gives at the start of epoch 1"), std::string::npos) << out;
+}
+
 // Overwrites the first element of tensor `name` in a safetensors file with `value`.
 void poke_f32(const std::string& path, const std::string& name, float value) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -151,6 +165,34 @@ TEST(TrainConfigNumbers, RefusesNumbersPastFp32Range) {
   EXPECT_NE(r.output.find("optim.lr: expected a number within fp32 range"), std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(run.out()));
+}
+
+}  // namespace
+}  // namespace sbp
+
+namespace sbp {
+namespace {
+
+// The run's length is counted without packing every epoch when no order changes the packing;
+// a shuffled count that would have to pack too many epochs is refused at once, naming the key.
+TEST(TrainEpochs, ManyEpochsAreCountedWithoutPackingEachOne) {
+  TrainRun run("stop_after_steps: 1\n");
+  auto r = run.train("epochs=1000000000 data.shuffle=false");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json state = read_json(run.out("checkpoint-1/trainer_state.json"));
+  // 1e9 epochs of the one-epoch count (every epoch packs the same way in file order).
+  const int64_t total = state["total_steps"].get<int64_t>();
+  EXPECT_EQ(total % 1000000000, 0) << total;
+  EXPECT_GT(total, 0);
+
+  TrainRun shuffled;
+  r = shuffled.train("epochs=1000000000");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("override 'epochs=1000000000': epochs 1000000000 of "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("set max_steps instead"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(shuffled.out("checkpoint-1")));
 }
 
 }  // namespace
