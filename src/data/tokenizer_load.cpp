@@ -17,8 +17,27 @@ using nlohmann::json;
 
 namespace {
 
-// Ids above this are refused: no real vocabulary is near it, and the per-id tables are dense.
-constexpr int64_t kMaxTokenId = (int64_t{1} << 26) - 1;
+// Ids above this are refused: it is the largest vocab_size a model may declare (docs/MODELS.md).
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
+// The per-id tables (id -> token, decoded bytes, flags) are dense, sized by the highest id, so a
+// file of a few tokens with one id near kMaxTokenId would cost a gigabyte. Real vocabularies are
+// dense (reserved ids leave small gaps), so ids may leave at most as many gaps as there are
+// tokens, plus kIdSlack: the work stays proportional to the file.
+constexpr int64_t kIdSlack = 1024;
+
+void check_dense_ids(const TokenizerImpl& t, const std::string& path) {
+  int64_t highest = -1;
+  for (const auto& [token, id] : t.model.vocab) highest = std::max<int64_t>(highest, id);
+  for (const AddedToken& a : t.added_tokens) highest = std::max<int64_t>(highest, a.id);
+  const int64_t tokens =
+      static_cast<int64_t>(t.model.vocab.size()) + static_cast<int64_t>(t.added_tokens.size());
+  if (highest >= 2 * tokens + kIdSlack)
+    throw InputError(path + ": token ids are sparse: the highest is " + std::to_string(highest) +
+                     " but the file has only " + std::to_string(tokens) +
+                     " tokens (ids must be dense: below 2 x tokens + " +
+                     std::to_string(kIdSlack) + ")");
+}
 
 std::string read_file(const std::string& path) {
   check_input_file(path);
@@ -310,6 +329,7 @@ Tokenizer Tokenizer::from_file(const std::string& tokenizer_json_path) {
     // A field of the wrong JSON type that no check above anticipated.
     throw InputError(tokenizer_json_path + ": unexpected JSON structure: " + e.what());
   }
+  check_dense_ids(*impl, tokenizer_json_path);
   impl->finish();
   return Tokenizer(std::move(impl));
 }
@@ -353,6 +373,7 @@ Tokenizer Tokenizer::from_gpt2_files(const std::string& encoder_json_path,
   eot.id =
       it != impl->model.vocab.end() ? it->second : static_cast<int32_t>(impl->model.vocab.size());
   impl->added_tokens.push_back(eot);
+  check_dense_ids(*impl, encoder_json_path);
   impl->finish();
   return Tokenizer(std::move(impl));
 }

@@ -275,6 +275,24 @@ TEST(TokenizerLoad, RejectsMalformedFiles) {
   j["model"]["vocab"]["c"] = -4;
   expect_load_error(j.dump(), {"model.vocab['c']", "-4", "out of range"});
 
+  // One id near the top of the range in a file of four tokens: the dense per-id tables would
+  // cost gigabytes, so sparse ids are refused (a real vocabulary leaves small gaps at most).
+  j = minimal_tokenizer();
+  j["model"]["vocab"]["c"] = 16000000;
+  expect_load_error(j.dump(), {"token ids are sparse", "the highest is 16000000", "only 4 tokens"});
+  j = minimal_tokenizer();  // 4 vocab tokens + 1 added: ids below 2 x 5 + 1024 = 1034
+  j["added_tokens"] = json::array({{{"id", 1034}, {"content", "<x>"}, {"special", true}}});
+  expect_load_error(j.dump(), {"token ids are sparse", "the highest is 1034", "only 5 tokens"});
+  {
+    j["added_tokens"][0]["id"] = 1033;
+    TempDir dir;
+    write_text(dir.file("tokenizer.json"), j.dump());
+    EXPECT_EQ(Tokenizer::from_file(dir.file("tokenizer.json")).vocab_size(), 1034);
+  }
+  j = minimal_tokenizer();
+  j["model"]["vocab"]["c"] = 16777216;  // above the largest vocab_size a model may declare
+  expect_load_error(j.dump(), {"model.vocab['c']", "16777216", "out of range"});
+
   j = minimal_tokenizer();
   j["model"]["vocab"]["c"] = "three";
   expect_load_error(j.dump(), {"model.vocab['c']", "integer"});
