@@ -7,9 +7,16 @@ jobs="$(nproc)"
 case "$kind" in
   release)  dir=build;          flags=(-DCMAKE_BUILD_TYPE=Release) ;;
   # -g1: line tables are all ASan/UBSan reports need; full debug info cost a quarter of the build.
+  # clang, so that the same tree also builds the libFuzzer harnesses (fuzz/, scripts/fuzz.sh).
   sanitize) dir=build-sanitize; flags=(-DCMAKE_BUILD_TYPE=Debug -DSTREAMBP_SANITIZE=ON
+                                        -DSTREAMBP_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++
                                         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1") ;;
   *) echo "usage: scripts/build.sh [release|sanitize]" >&2; exit 2 ;;
 esac
+# A tree configured with another compiler (an older gcc sanitizer tree) is configured afresh.
+if [ "$kind" = sanitize ] && [ -f "$dir/CMakeCache.txt" ] &&
+   ! grep -q '^CMAKE_CXX_COMPILER:.*clang++' "$dir/CMakeCache.txt"; then
+  rm -rf "$dir"
+fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
 cmake --build "$dir" -j "$jobs"

@@ -1,0 +1,39 @@
+// libFuzzer harness: a JSONL data file read and tokenized as `train` does (records of every
+// schema, chat-template rendering, masked tokenization, truncation), with the tiny-chat
+// tokenizer. The first input byte picks the chat template and the truncation rule; the rest is
+// the file.
+#include "data/dataset.h"
+#include "data/example_encoder.h"
+#include "fuzz/fuzz_support.h"
+
+namespace {
+
+const sbp::Tokenizer& tokenizer() {
+  static const sbp::Tokenizer tok =
+      sbp::Tokenizer::from_file(STREAMBP_SOURCE_DIR "/examples/tiny-chat/tokenizer.json");
+  return tok;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t pick = data[0];
+  const std::string path = sbp::fuzz::write_input("train.jsonl", data + 1, size - 1);
+  static constexpr sbp::ChatTemplateName kTemplates[] = {
+      sbp::ChatTemplateName::chatml, sbp::ChatTemplateName::qwen3, sbp::ChatTemplateName::llama3,
+      sbp::ChatTemplateName::llama3_0};
+  sbp::fuzz::expect_clean([&] {
+    sbp::PlainTextTokens plain;
+    plain.eos = tokenizer().token_to_id("<|im_end|>");
+    if (pick & 0x10) plain.bos = plain.eos;
+    const sbp::ExampleEncoder encoder(sbp::MaskedEncoder(tokenizer()),
+                                      sbp::chat_template_for(kTemplates[pick & 3]), plain);
+    sbp::DatasetOptions opts;
+    opts.max_seq_len = 48;
+    opts.max_tokens = 96;
+    opts.truncation = static_cast<sbp::Truncation>((pick >> 2) % 3);
+    (void)sbp::load_dataset(path, encoder, opts);
+  });
+  return 0;
+}

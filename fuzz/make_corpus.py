@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Writes the libFuzzer seed corpus (fuzz/corpus/<harness>/) from the repository's own examples
+and fixtures, plus a few hand-made valid files. Run from the repository root; the output is
+committed, so CI does not need this script (it is kept to say where each seed came from)."""
+import json
+import os
+import struct
+
+ROOT = os.getcwd()
+OUT = os.path.join(ROOT, "fuzz", "corpus")
+
+
+def put(harness, name, data):
+    d = os.path.join(OUT, harness)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def read(path):
+    with open(os.path.join(ROOT, path), "rb") as f:
+        return f.read()
+
+
+def safetensors(tensors, metadata=None):
+    """tensors: list of (name, dtype, shape, raw bytes)."""
+    header, offset, blob = {}, 0, b""
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blob += raw
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + blob
+
+
+def f32(values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+# safetensors: F32, BF16, F16 tensors, a scalar, metadata.
+put("safetensors", "f32_pair", safetensors(
+    [("a", "F32", [2, 3], f32(range(6))), ("b", "F32", [4], f32([1, 2, 3, 4]))],
+    {"format": "pt"}))
+put("safetensors", "bf16_f16", safetensors(
+    [("w", "BF16", [2, 2], b"\x80\x3f" * 4), ("h", "F16", [3], b"\x00\x3c" * 3)]))
+put("safetensors", "scalar", safetensors([("s", "F32", [], f32([7]))]))
+
+# config.json: the example models and a Llama 3.1 shape with rope_scaling.
+put("model_config", "tiny_chat", read("examples/tiny-chat/config.json"))
+put("model_config", "llama31", json.dumps({
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 101,
+    "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}))
+put("model_config", "qwen2", json.dumps({
+    "model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
+    "max_position_embeddings": 512, "torch_dtype": "bfloat16"}))
+
+# tokenizer.json + text to encode.
+texts = ["Hello world! <sep> café 123\n\tword  x", "日本語のテキスト 🙂 emoji\r\n  spaces   end",
+         "def f(x):\n    return x ** 2  # [MASK] word"]
+for fixture in ["tests/fixtures/tokenizer/tiny_bytelevel.json",
+                "tests/fixtures/tokenizer/tiny_split.json", "examples/tiny-chat/tokenizer.json"]:
+    base = os.path.splitext(os.path.basename(os.path.dirname(fixture) if fixture.startswith("examples") else fixture))[0]
+    for i, t in enumerate(texts):
+        put("tokenizer", "%s_%d" % (base, i), read(fixture) + b"\n#TEXT#\n" + t.encode())
+
+# tokenizer_config.json of every chat family the trainer recognises.
+for family in ["chatml", "llama3_0", "llama3_1", "qwen2_5", "qwen3"]:
+    put("tokenizer_config", family, read("tests/fixtures/chat/%s/tokenizer_config.json" % family))
+put("tokenizer_config", "tiny_chat", read("examples/tiny-chat/tokenizer_config.json"))
+
+# JSONL data of every schema; the first byte picks the chat template and truncation.
+for i, name in enumerate(["sft_messages", "sft_prompt_completion", "sft_text", "dpo", "grpo"]):
+    lines = read("examples/data/%s.jsonl" % name).splitlines(keepends=True)[:4]
+    put("dataset", name, bytes([i * 5 % 256]) + b"".join(lines))
+
+# Trainer YAML + overrides.
+for name in ["sft", "dpo", "grpo", "ppo", "demo"]:
+    put("train_config", name, read("examples/%s.yaml" % name))
+put("train_config", "tiny_chat_overrides",
+    read("examples/tiny-chat/sft.yaml") +
+    b"\n#OVERRIDES#\nepochs=2\noptim.lr=3e-4\nlayer_chunk=auto\ndata.shuffle=false")
+
+# trainer_state.json as the trainer writes it (train/checkpoint.cpp TrainerState::to_json).
+state = {"format": "streambp-trainer-state", "version": 1, "step": 2, "total_steps": 6,
+         "epoch": 0, "micro_batches_done": 2,
+         "epoch_rng_state": [11400714819323198485, 7, 42, 3], "tokens_seen": 700,
+         "skipped_steps": 0, "ranks": 1, "config_hash": "0123456789abcdef",
+         "data_files": {"train": {"path": "train.jsonl", "bytes": 14365,
+                                  "fnv1a64": "0123456789abcdef"}},
+         "config": {"objective": "sft", "seed": 42}}
+put("trainer_state", "step2", json.dumps(state, indent=2))
+
+# optimizer.safetensors for the harness's two parameters a (6) and b (4).
+put("optimizer_state", "whole", safetensors(
+    [("m.a", "F32", [2, 3], f32([0.1] * 6)), ("m.b", "F32", [4], f32([0.2] * 4)),
+     ("v.a", "F32", [2, 3], f32([0.01] * 6)), ("v.b", "F32", [4], f32([0.02] * 4))],
+    {"step": "3"}))
