@@ -293,6 +293,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
 }
 
 int run(const Args& a) {
+  check_output_dir("--json", a.json);
   set_cpu_threads(a.threads);
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);

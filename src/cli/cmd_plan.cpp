@@ -267,6 +267,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
 }
 
 int run(const Args& a) {
+  check_output_dir("--json", a.json);
   const auto t0 = std::chrono::steady_clock::now();
   const Request q = parse_request(a);
   const std::vector<Row> rows = plan_rows(q, a.seq_len);

@@ -163,6 +163,8 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 }
 
 int run(const Args& a) {
+  check_output_dir("--json", a.json_out);
+  check_output_dir("--grads", a.grads);
   set_cpu_threads(a.threads);
   const ModelSource src = resolve_model(a.model);
   if (!src.dir.empty() && !src.has_weights)

@@ -7,9 +7,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "core/error.h"
 
 namespace sbp::cli {
 
@@ -42,6 +45,16 @@ inline CLI::Validator positive_finite(double hi) {
         return "";
       },
       "FLOAT");
+}
+
+// An output file's directory must exist before the work starts: a bench or gradcheck of minutes
+// used to run to the end and only then fail to write its --json.
+inline void check_output_dir(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent))
+    throw InputError(std::string(flag) + " " + path + ": " + parent.string() +
+                     " is not a directory");
 }
 
 constexpr int64_t kMaxFlagInt = 2147483647;  // 2^31-1: tokens, chunks, layers, repeats
