@@ -10,15 +10,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
+#include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -77,7 +76,10 @@ size_t count_lines(const std::string& s) {
 // Runs one case from `cwd` and checks the six promises of the suite.
 void expect_clean_error(const Case& c, const std::string& cwd) {
   SCOPED_TRACE(c.name + ": streambp " + c.args);
-  const std::string cmd = memory_cap() + "timeout 30 " + bin() + " " + c.args;
+  // Two threads: OpenBLAS and OpenMP reserve address space per thread, which on a many-core CI
+  // machine would eat the 4 GB cap before any input is read.
+  const std::string cmd =
+      memory_cap() + "OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 timeout 30 " + bin() + " " + c.args;
   const auto r = run_command("cd " + cwd + " && " +
                              (c.stderr_only ? "{ " + cmd + " 2>&1 >/dev/null; }" : cmd));
   if (std::getenv("HOSTILE_VERBOSE")) std::printf("%-40s %s", c.name.c_str(), r.output.c_str());
@@ -123,7 +125,8 @@ struct Safetensors {
   explicit Safetensors(const std::string& path) {
     const std::string b = read_bytes(path);
     uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
+    for (int i = 7; i >= 0; --i)
+      n = (n << 8) | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
     header = json::parse(b.substr(8, n));
     data = b.substr(8 + n);
   }
@@ -158,21 +161,27 @@ struct KnownFailing {
 };
 const KnownFailing kKnownFailing[] = {
     {"YAML duplicate key", "exit 0: yaml-cpp keeps one of two 'epochs' keys without a word"},
-    {"step a string", "malformed trainer state: [json.exception.type_error.302] type must be "
-                      "number, but is string (no field named)"},
-    {"rng state of 3 numbers", "malformed trainer state: [json.exception.out_of_range.401] array "
-                               "index 3 is out of range (no field named)"},
-    {"rng state a string", "malformed trainer state: [json.exception.type_error.302] type must "
-                           "be array, but is string (no field named)"},
+    {"step a string",
+     "malformed trainer state: [json.exception.type_error.302] type must be "
+     "number, but is string (no field named)"},
+    {"rng state of 3 numbers",
+     "malformed trainer state: [json.exception.out_of_range.401] array "
+     "index 3 is out of range (no field named)"},
+    {"rng state a string",
+     "malformed trainer state: [json.exception.type_error.302] type must "
+     "be array, but is string (no field named)"},
     {"rng state negative", "accepted: -4 read as 2^64-4; the resume goes on"},
-    {"trainer state an array", "malformed trainer state: [json.exception.type_error.306] cannot "
-                               "use value() with array"},
-    {"micro_batches_done past the epoch", "data cursor 99999 is outside the epoch's 21 "
-                                          "micro-batches (the field is not named)"},
+    {"trainer state an array",
+     "malformed trainer state: [json.exception.type_error.306] cannot "
+     "use value() with array"},
+    {"micro_batches_done past the epoch",
+     "data cursor 99999 is outside the epoch's 21 "
+     "micro-batches (the field is not named)"},
     // tokenizer_load.cpp: one id of 2^26-1 sizes the id tables (~2 GB) instead of being bounded
     // by the number of tokens or the model's vocab_size (issue 17, cost proportional to data).
-    {"huge id", "out of memory: a host allocation failed (4 GB cap); without the cap ~2.2 GB "
-                "resident for a 457-token vocabulary"},
+    {"huge id",
+     "out of memory: a host allocation failed (4 GB cap); without the cap ~2.2 GB "
+     "resident for a 457-token vocabulary"},
 };
 bool known_failing(const std::string& name) {
   for (const KnownFailing& k : kKnownFailing)
@@ -209,47 +218,92 @@ TEST(Hostile, SafetensorsWeights) {
   const std::string h = st.header.dump();
   bad.push_back({"empty file", "", "model.safetensors"});
   bad.push_back({"shorter than the length prefix", "abc", "model.safetensors"});
-  bad.push_back({"header length past the file", safetensors_bytes(h.size() + data_size + 100, h, st.data),
-                 "model.safetensors"});
+  bad.push_back({"header length past the file",
+                 safetensors_bytes(h.size() + data_size + 100, h, st.data), "model.safetensors"});
   bad.push_back({"header length 2^63", safetensors_bytes(uint64_t{1} << 63, h, st.data),
                  "model.safetensors"});
   bad.push_back({"header length 0", safetensors_bytes(0, "", st.data), "model.safetensors"});
-  bad.push_back({"header not JSON", safetensors_bytes(9, "not json{", st.data), "model.safetensors"});
+  bad.push_back(
+      {"header not JSON", safetensors_bytes(9, "not json{", st.data), "model.safetensors"});
   bad.push_back({"header an array", safetensors_bytes(5, "[1,2]", st.data), "model.safetensors"});
   bad.push_back({"header a number", safetensors_bytes(2, "42", st.data), "model.safetensors"});
   bad.push_back({"header with NUL", safetensors_bytes(3, std::string("{\0}", 3), st.data),
                  "model.safetensors"});
-  bad.push_back({"truncated data", st.bytes().substr(0, st.bytes().size() - 10), "model.safetensors"});
-  with("dtype unknown", [&](json& j) { j[norm]["dtype"] = "F99"; }, norm);
-  with("dtype not a string", [&](json& j) { j[norm]["dtype"] = 7; }, norm);
-  with("shape negative", [&](json& j) { j[norm]["shape"] = {-1, 32}; }, norm);
-  with("shape huge", [&](json& j) { j[norm]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; }, norm);
-  with("shape product past int64",
-       [&](json& j) { j[norm]["shape"] = {int64_t{1} << 62, 4, 4}; }, norm);
-  with("shape not an array", [&](json& j) { j[norm]["shape"] = "32"; }, norm);
-  with("shape of floats", [&](json& j) { j[norm]["shape"] = {1.5}; }, norm);
-  with("offsets past the data",
-       [&](json& j) { j[norm]["data_offsets"] = {data_size - 4, data_size + 124}; }, norm);
-  with("offsets reversed", [&](json& j) {
-    const auto b = j[norm]["data_offsets"][0].get<uint64_t>(), e = j[norm]["data_offsets"][1].get<uint64_t>();
-    j[norm]["data_offsets"] = {e, b};
-  }, norm);
-  with("offsets not 2 numbers", [&](json& j) { j[norm]["data_offsets"] = {0}; }, norm);
-  with("offsets strings", [&](json& j) { j[norm]["data_offsets"] = {"0", "128"}; }, norm);
-  with("offsets negative", [&](json& j) { j[norm]["data_offsets"] = {-128, 0}; }, norm);
-  with("offsets missing", [&](json& j) { j[norm].erase("data_offsets"); }, norm);
-  with("entry not an object", [&](json& j) { j[norm] = 5; }, norm);
-  with("offsets overlapping another tensor", [&](json& j) {
-    for (const auto& [k, v] : j.items())
-      if (k != norm && k != "__metadata__" && v["data_offsets"][1].get<uint64_t>() -
-                                                      v["data_offsets"][0].get<uint64_t>() ==
-                                                  j[norm]["data_offsets"][1].get<uint64_t>() -
-                                                      j[norm]["data_offsets"][0].get<uint64_t>()) {
-        j[norm]["data_offsets"] = v["data_offsets"];
-        return;
-      }
-  }, "overlap");
-  with("metadata not an object", [&](json& j) { j["__metadata__"] = 3; }, "__metadata__");
+  bad.push_back(
+      {"truncated data", st.bytes().substr(0, st.bytes().size() - 10), "model.safetensors"});
+  with(
+      "dtype unknown", [&](json& j) { j[norm]["dtype"] = "F99"; }, norm);
+  with(
+      "dtype not a string", [&](json& j) { j[norm]["dtype"] = 7; }, norm);
+  with(
+      "shape negative",
+      [&](json& j) {
+        j[norm]["shape"] = {-1, 32};
+      },
+      norm);
+  with(
+      "shape huge",
+      [&](json& j) {
+        j[norm]["shape"] = {int64_t{1} << 40, int64_t{1} << 40};
+      },
+      norm);
+  with(
+      "shape product past int64",
+      [&](json& j) {
+        j[norm]["shape"] = {int64_t{1} << 62, 4, 4};
+      },
+      norm);
+  with(
+      "shape not an array", [&](json& j) { j[norm]["shape"] = "32"; }, norm);
+  with(
+      "shape of floats", [&](json& j) { j[norm]["shape"] = {1.5}; }, norm);
+  with(
+      "offsets past the data",
+      [&](json& j) {
+        j[norm]["data_offsets"] = {data_size - 4, data_size + 124};
+      },
+      norm);
+  with(
+      "offsets reversed",
+      [&](json& j) {
+        const auto b = j[norm]["data_offsets"][0].get<uint64_t>(),
+                   e = j[norm]["data_offsets"][1].get<uint64_t>();
+        j[norm]["data_offsets"] = {e, b};
+      },
+      norm);
+  with(
+      "offsets not 2 numbers", [&](json& j) { j[norm]["data_offsets"] = {0}; }, norm);
+  with(
+      "offsets strings",
+      [&](json& j) {
+        j[norm]["data_offsets"] = {"0", "128"};
+      },
+      norm);
+  with(
+      "offsets negative",
+      [&](json& j) {
+        j[norm]["data_offsets"] = {-128, 0};
+      },
+      norm);
+  with(
+      "offsets missing", [&](json& j) { j[norm].erase("data_offsets"); }, norm);
+  with(
+      "entry not an object", [&](json& j) { j[norm] = 5; }, norm);
+  with(
+      "offsets overlapping another tensor",
+      [&](json& j) {
+        for (const auto& [k, v] : j.items())
+          if (k != norm && k != "__metadata__" &&
+              v["data_offsets"][1].get<uint64_t>() - v["data_offsets"][0].get<uint64_t>() ==
+                  j[norm]["data_offsets"][1].get<uint64_t>() -
+                      j[norm]["data_offsets"][0].get<uint64_t>()) {
+            j[norm]["data_offsets"] = v["data_offsets"];
+            return;
+          }
+      },
+      "overlap");
+  with(
+      "metadata not an object", [&](json& j) { j["__metadata__"] = 3; }, "__metadata__");
   {
     // A hole: every tensor moved 16 bytes on, the first 16 bytes of the data unused.
     Safetensors s = st;
@@ -297,8 +351,10 @@ TEST(Hostile, SafetensorsWeights) {
     write_bytes(dir + "/model.safetensors", b.bytes);
     const std::string out = tmp.file("out" + std::to_string(i) + ".json");
     // The message names the file, and the tensor or field where the table says one.
-    expect_clean_error({b.name, "score --model " + dir + " --input " + tokens + " --json " + out,
-                        {dir + "/model.safetensors", b.says}, {out}},
+    expect_clean_error({b.name,
+                        "score --model " + dir + " --input " + tokens + " --json " + out,
+                        {dir + "/model.safetensors", b.says},
+                        {out}},
                        tmp.path());
   }
 }
@@ -355,8 +411,9 @@ TEST(Hostile, ModelConfig) {
   without("model_type");
   without("hidden_size");
   without("vocab_size");
-  bad.push_back({"rope_theta 1e999", cfg.dump().substr(0, cfg.dump().size() - 1) +
-                                         ", \"rope_theta\": 1e999}", "config.json"});
+  bad.push_back({"rope_theta 1e999",
+                 cfg.dump().substr(0, cfg.dump().size() - 1) + ", \"rope_theta\": 1e999}",
+                 "config.json"});
   bad.push_back({"truncated JSON", cfg.dump().substr(0, 40), "config.json"});
   bad.push_back({"an array", "[" + cfg.dump() + "]", "config.json"});
   bad.push_back({"empty", "", "config.json"});
@@ -367,8 +424,10 @@ TEST(Hostile, ModelConfig) {
     fs::copy_file(base + "/model.safetensors", dir + "/model.safetensors");
     test::write_text(dir + "/config.json", b.text);
     const std::string out = tmp.file("out" + std::to_string(i) + ".json");
-    expect_clean_error({b.name, "score --model " + dir + " --input " + tokens + " --json " + out,
-                        {dir + "/config.json", b.says}, {out}},
+    expect_clean_error({b.name,
+                        "score --model " + dir + " --input " + tokens + " --json " + out,
+                        {dir + "/config.json", b.says},
+                        {out}},
                        tmp.path());
   }
 }
@@ -385,7 +444,7 @@ TEST(Hostile, Tokenizer) {
   test::write_text(input, "{\"text\": \"What is 2 plus 2?\"}\n");
   struct Bad {
     std::string name, tokenizer, config, says;  // says: beyond the file name
-    std::string file = "tokenizer.json";         // the file the message must name
+    std::string file = "tokenizer.json";        // the file the message must name
   };
   std::vector<Bad> bad;
   auto tok_with = [&](const std::string& name, const std::function<void(json&)>& patch,
@@ -400,34 +459,52 @@ TEST(Hostile, Tokenizer) {
     patch(j);
     bad.push_back({name, tok.dump(), j.dump(), says, "tokenizer_config.json"});
   };
-  tok_with("merge of unknown tokens",
-           [](json& j) { j["model"]["merges"].push_back({"\u00e9\u00e9", "qq"}); }, "merge");
-  tok_with("merge not a pair", [](json& j) { j["model"]["merges"].push_back({"a"}); }, "merge");
-  tok_with("duplicate id", [](json& j) { j["model"]["vocab"]["zzzz"] = 5; }, "5");
-  tok_with("negative id", [](json& j) { j["model"]["vocab"]["zzzz"] = -1; }, "-1");
-  tok_with("huge id", [](json& j) { j["model"]["vocab"]["zzzz"] = 67108863; }, "67108863");
-  tok_with("fractional id", [](json& j) { j["model"]["vocab"]["zzzz"] = 1.5; }, "zzzz");
-  tok_with("id a string", [](json& j) { j["model"]["vocab"]["zzzz"] = "7"; }, "zzzz");
-  tok_with("vocab an array", [](json& j) { j["model"]["vocab"] = json::array(); }, "vocab");
-  tok_with("unknown model type", [](json& j) { j["model"]["type"] = "WordPiece"; }, "WordPiece");
-  tok_with("unknown pre-tokenizer",
-           [](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["type"] = "Fancy"; }, "Fancy");
-  tok_with("bad regex in Split",
-           [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a|"; },
-           "regex");
-  tok_with("added_tokens not an array", [](json& j) { j["added_tokens"] = 5; }, "added_tokens");
-  tok_with("added token without content",
-           [](json& j) { j["added_tokens"][0].erase("content"); }, "added_tokens");
-  tok_with("added token id a string", [](json& j) { j["added_tokens"][0]["id"] = "x"; },
-           "added_tokens");
-  tok_with("added token id negative", [](json& j) { j["added_tokens"][0]["id"] = -5; },
-           "added_tokens");
-  tok_with("model missing", [](json& j) { j.erase("model"); }, "model");
+  tok_with(
+      "merge of unknown tokens",
+      [](json& j) {
+        j["model"]["merges"].push_back({"\u00e9\u00e9", "qq"});
+      },
+      "merge");
+  tok_with(
+      "merge not a pair", [](json& j) { j["model"]["merges"].push_back({"a"}); }, "merge");
+  tok_with(
+      "duplicate id", [](json& j) { j["model"]["vocab"]["zzzz"] = 5; }, "5");
+  tok_with(
+      "negative id", [](json& j) { j["model"]["vocab"]["zzzz"] = -1; }, "-1");
+  tok_with(
+      "huge id", [](json& j) { j["model"]["vocab"]["zzzz"] = 67108863; }, "67108863");
+  tok_with(
+      "fractional id", [](json& j) { j["model"]["vocab"]["zzzz"] = 1.5; }, "zzzz");
+  tok_with(
+      "id a string", [](json& j) { j["model"]["vocab"]["zzzz"] = "7"; }, "zzzz");
+  tok_with(
+      "vocab an array", [](json& j) { j["model"]["vocab"] = json::array(); }, "vocab");
+  tok_with(
+      "unknown model type", [](json& j) { j["model"]["type"] = "WordPiece"; }, "WordPiece");
+  tok_with(
+      "unknown pre-tokenizer",
+      [](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["type"] = "Fancy"; }, "Fancy");
+  tok_with(
+      "bad regex in Split",
+      [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a|"; }, "regex");
+  tok_with(
+      "added_tokens not an array", [](json& j) { j["added_tokens"] = 5; }, "added_tokens");
+  tok_with(
+      "added token without content", [](json& j) { j["added_tokens"][0].erase("content"); },
+      "added_tokens");
+  tok_with(
+      "added token id a string", [](json& j) { j["added_tokens"][0]["id"] = "x"; }, "added_tokens");
+  tok_with(
+      "added token id negative", [](json& j) { j["added_tokens"][0]["id"] = -5; }, "added_tokens");
+  tok_with(
+      "model missing", [](json& j) { j.erase("model"); }, "model");
   bad.push_back({"tokenizer.json not JSON", "{\"model\": ", tcfg.dump(), "JSON"});
   bad.push_back({"tokenizer.json an array", "[]", tcfg.dump(), "object"});
-  cfg_with("tokenizer_config not JSON", [](json&) {}, "JSON");
+  cfg_with(
+      "tokenizer_config not JSON", [](json&) {}, "JSON");
   bad.back().config = "{,";
-  cfg_with("eos_token a number", [](json& j) { j["eos_token"] = 12; }, "eos_token");
+  cfg_with(
+      "eos_token a number", [](json& j) { j["eos_token"] = 12; }, "eos_token");
   int i = 0;
   for (const Bad& b : bad) {
     if (known_failing(b.name)) continue;
@@ -438,12 +515,14 @@ TEST(Hostile, Tokenizer) {
     const std::string out = tmp.file("out" + std::to_string(i));
     // `tokenize` reads tokenizer_config.json only for what it needs; train reads both.
     if (b.file == "tokenizer.json")
-      expect_clean_error({b.name, "tokenize --tokenizer " + dir + " --input " + input,
+      expect_clean_error({b.name,
+                          "tokenize --tokenizer " + dir + " --input " + input,
                           {dir + "/" + b.file, b.says}},
                          tmp.path());
     expect_clean_error({b.name + " (train)",
                         "train examples/tiny-chat/sft.yaml tokenizer=" + dir + " output_dir=" + out,
-                        {dir + "/" + b.file, b.says}, {out}},
+                        {dir + "/" + b.file, b.says},
+                        {out}},
                        src());
   }
   // An eos_token outside the vocabulary matters (only) for plain-text data, which appends it.
@@ -456,9 +535,10 @@ TEST(Hostile, Tokenizer) {
     test::write_text(dir + "/tokenizer_config.json", j.dump());
     test::write_text(text, "{\"text\": \"What is 2 plus 2?\"}\n");
     expect_clean_error({"eos_token not in the vocabulary, text data",
-                        "train examples/tiny-chat/sft.yaml tokenizer=" + dir + " data.train=" +
-                            text + " output_dir=" + tmp.file("out-eos"),
-                        {"eos_token '<|nope|>' is not in the vocabulary"}, {tmp.file("out-eos")}},
+                        "train examples/tiny-chat/sft.yaml tokenizer=" + dir +
+                            " data.train=" + text + " output_dir=" + tmp.file("out-eos"),
+                        {"eos_token '<|nope|>' is not in the vocabulary"},
+                        {tmp.file("out-eos")}},
                        src());
   }
   // A chat template of no known family: `auto` cannot pick one, so training messages data stops.
@@ -469,9 +549,10 @@ TEST(Hostile, Tokenizer) {
   test::write_text(dir + "/tokenizer.json", tok.dump());
   test::write_text(dir + "/tokenizer_config.json", j.dump());
   expect_clean_error({"chat template of no known family",
-                      "train examples/tiny-chat/sft.yaml tokenizer=" + dir + " output_dir=" +
-                          tmp.file("out-template"),
-                      {"chat_template"}, {tmp.file("out-template")}},
+                      "train examples/tiny-chat/sft.yaml tokenizer=" + dir +
+                          " output_dir=" + tmp.file("out-template"),
+                      {"chat_template"},
+                      {tmp.file("out-template")}},
                      src());
 }
 
@@ -487,7 +568,8 @@ TEST(Hostile, TrainingData) {
     std::string extra = "";        // more overrides
   };
   const std::string grpo = " objective=grpo data.eval_fraction=0 grpo.reference=";
-  const std::string ok_rollout = R"({"prompt": "What is 1 plus 1?", "completion": "2.", "reward": 1.0})";
+  const std::string ok_rollout =
+      R"({"prompt": "What is 1 plus 1?", "completion": "2.", "reward": 1.0})";
   std::vector<Bad> bad = {
       {"not JSON", "hello\n", ":1"},
       {"JSON not an object", "[1, 2]\n", ":1"},
@@ -505,7 +587,10 @@ TEST(Hostile, TrainingData) {
        R"({"messages": [{"role": "wizard", "content": "hi"}, {"role": "assistant", "content": "x"}]})"
        "\n",
        ":1"},
-      {"message without role", R"({"messages": [{"content": "hi"}]})" "\n", ":1"},
+      {"message without role",
+       R"({"messages": [{"content": "hi"}]})"
+       "\n",
+       ":1"},
       {"number past double", "{\"text\": \"a\", \"x\": 1e999}\n", ":1"},
       {"record longer than max_seq_len", ok_msg + "\n", ":1", " data.max_seq_len=8"},
       {"empty file", "", ""},
@@ -514,12 +599,24 @@ TEST(Hostile, TrainingData) {
       {"NUL byte", std::string("{\"text\": \"a\0b\"}\n", 15), ":1"},
       {"text not a string", "{\"text\": [1, 2]}\n", ":1"},
       {"prompt without completion", "{\"prompt\": \"a\"}\n", ":1"},
-      {"reward past float", R"({"prompt": "What is 1 plus 1?", "completion": "2.", "reward": 1e39})" "\n" + ok_rollout + "\n", ":1", grpo},
-      {"reward a string", R"({"prompt": "What is 1 plus 1?", "completion": "2.", "reward": "high"})" "\n", ":1", grpo},
-      {"reward past float (ppo)", R"({"prompt": "What is 1 plus 1?", "completion": "2.", "reward": -1e39})" "\n" + ok_rollout + "\n", ":1",
-       " objective=ppo data.eval_fraction=0"},
-      {"preference without rejected", R"({"prompt": "a", "chosen": "b"})" "\n", ":1",
-       " objective=dpo data.eval_fraction=0"},
+      {"reward past float",
+       R"({"prompt": "What is 1 plus 1?", "completion": "2.", "reward": 1e39})"
+       "\n" +
+           ok_rollout + "\n",
+       ":1", grpo},
+      {"reward a string",
+       R"({"prompt": "What is 1 plus 1?", "completion": "2.", "reward": "high"})"
+       "\n",
+       ":1", grpo},
+      {"reward past float (ppo)",
+       R"({"prompt": "What is 1 plus 1?", "completion": "2.", "reward": -1e39})"
+       "\n" +
+           ok_rollout + "\n",
+       ":1", " objective=ppo data.eval_fraction=0"},
+      {"preference without rejected",
+       R"({"prompt": "a", "chosen": "b"})"
+       "\n",
+       ":1", " objective=dpo data.eval_fraction=0"},
       {"messages data for dpo", ok_msg + "\n", "", " objective=dpo data.eval_fraction=0"},
   };
   int i = 0;
@@ -527,11 +624,12 @@ TEST(Hostile, TrainingData) {
     const std::string file = tmp.file("data" + std::to_string(i++) + ".jsonl");
     test::write_text(file, b.text);
     const std::string out = tmp.file("out" + std::to_string(i));
-    expect_clean_error({b.name,
-                        "train examples/tiny-chat/sft.yaml data.train=" + file + " output_dir=" +
-                            out + b.extra,
-                        {file + b.says}, {out}},
-                       src());
+    expect_clean_error(
+        {b.name,
+         "train examples/tiny-chat/sft.yaml data.train=" + file + " output_dir=" + out + b.extra,
+         {file + b.says},
+         {out}},
+        src());
   }
 }
 
@@ -587,8 +685,10 @@ TEST(Hostile, TrainerConfig) {
   for (const Bad& b : bad) {
     // Each case its own output_dir: one that trained by mistake must not fail the next ones.
     const std::string o = out + std::to_string(n++);
-    expect_clean_error({b.name, "train examples/tiny-chat/sft.yaml output_dir=" + o + " " + b.overrides,
-                        {b.says}, {o}},
+    expect_clean_error({b.name,
+                        "train examples/tiny-chat/sft.yaml output_dir=" + o + " " + b.overrides,
+                        {b.says},
+                        {o}},
                        src());
   }
 
@@ -639,34 +739,72 @@ TEST(Hostile, CommandLineNumbers) {
       {"bench warmup negative", "bench" + m + "--seq-len 8 --warmup -1", {"--warmup"}},
       {"bench warmup huge", "bench" + m + "--seq-len 8 --warmup 99999999999", {"--warmup"}},
       {"bench layers negative", "bench" + m + "--seq-len 8 --layers -3", {"--layers"}},
-      {"bench layer-chunk negative", "bench" + m + "--seq-len 8 --layer-chunk -1", {"--layer-chunk"}},
+      {"bench layer-chunk negative",
+       "bench" + m + "--seq-len 8 --layer-chunk -1",
+       {"--layer-chunk"}},
       {"bench head-chunk zero", "bench" + m + "--seq-len 8 --head-chunk 0", {"--head-chunk"}},
       {"bench segments zero", "bench" + m + "--seq-len 8 --segments 0", {"--segments"}},
       {"bench threads negative", "bench" + m + "--seq-len 8 --threads -2", {"--threads"}},
       {"plan seq-len negative", "plan" + m + "--seq-len -64", {"--seq-len"}},
       {"plan layers zero", "plan" + m + "--seq-len 64 --layers 0", {"--layers"}},
-      {"plan layer-chunk negative", "plan" + m + "--seq-len 64 --layer-chunk -1", {"--layer-chunk"}},
+      {"plan layer-chunk negative",
+       "plan" + m + "--seq-len 64 --layer-chunk -1",
+       {"--layer-chunk"}},
       {"plan head-chunk zero", "plan" + m + "--seq-len 64 --head-chunk 0", {"--head-chunk"}},
       {"plan ranks zero", "plan" + m + "--seq-len 64 --ranks 0", {"--ranks"}},
-      {"plan ranks past int64", "plan" + m + "--seq-len 64 --ranks 99999999999999999999", {"--ranks"}},
+      {"plan ranks past int64",
+       "plan" + m + "--seq-len 64 --ranks 99999999999999999999",
+       {"--ranks"}},
       {"plan budget negative", "plan" + m + "--budget -5GiB", {"--budget"}},
       {"plan budget huge", "plan" + m + "--budget 1e30GiB", {"--budget"}},
       {"gradcheck seq-len 1", "gradcheck" + m + "--seq-len 1", {"--seq-len"}},
-      {"gradcheck seq-len past int64", "gradcheck" + m + "--seq-len 99999999999999999999", {"--seq-len"}},
-      {"gradcheck segments negative", "gradcheck" + m + "--seq-len 8 --segments -1", {"--segments"}},
-      {"gradcheck segments past T/2", "gradcheck" + m + "--seq-len 8 --segments 100", {"--segments"}},
+      {"gradcheck seq-len past int64",
+       "gradcheck" + m + "--seq-len 99999999999999999999",
+       {"--seq-len"}},
+      {"gradcheck segments negative",
+       "gradcheck" + m + "--seq-len 8 --segments -1",
+       {"--segments"}},
+      {"gradcheck segments past T/2",
+       "gradcheck" + m + "--seq-len 8 --segments 100",
+       {"--segments"}},
       {"gradcheck layers negative", "gradcheck" + m + "--seq-len 8 --layers -2", {"--layers"}},
-      {"gradcheck layer-chunk negative", "gradcheck" + m + "--seq-len 8 --layer-chunk -1", {"--layer-chunk"}},
-      {"gradcheck head-chunk negative", "gradcheck" + m + "--seq-len 8 --head-chunk -5", {"--head-chunk"}},
-      {"score layer-chunk negative", "score" + m + "--input " + tokens + " --layer-chunk -1", {"--layer-chunk"}},
-      {"score threads negative", "score" + m + "--input " + tokens + " --threads -3", {"--threads"}},
+      {"gradcheck layer-chunk negative",
+       "gradcheck" + m + "--seq-len 8 --layer-chunk -1",
+       {"--layer-chunk"}},
+      {"gradcheck head-chunk negative",
+       "gradcheck" + m + "--seq-len 8 --head-chunk -5",
+       {"--head-chunk"}},
+      {"score layer-chunk negative",
+       "score" + m + "--input " + tokens + " --layer-chunk -1",
+       {"--layer-chunk"}},
+      {"score threads negative",
+       "score" + m + "--input " + tokens + " --threads -3",
+       {"--threads"}},
       {"score input missing", "score" + m, {"--input"}},
-      {"init layers zero", "init --preset tiny-qwen3 --layers 0 --out " + made, {"--layers"}, {made}},
-      {"init layers negative", "init --preset tiny-qwen3 --layers -1 --out " + made, {"--layers"}, {made}},
-      {"init layers past the limit", "init --preset tiny-qwen3 --layers 99999 --out " + made, {"num_hidden_layers"}, {made}},
-      {"init std nan", "init --preset tiny-qwen3 --init-std nan --out " + made, {"--init-std"}, {made}},
-      {"init std negative", "init --preset tiny-qwen3 --init-std -1 --out " + made, {"--init-std"}, {made}},
-      {"init seed not a number", "init --preset tiny-qwen3 --seed abc --out " + made, {"--seed"}, {made}},
+      {"init layers zero",
+       "init --preset tiny-qwen3 --layers 0 --out " + made,
+       {"--layers"},
+       {made}},
+      {"init layers negative",
+       "init --preset tiny-qwen3 --layers -1 --out " + made,
+       {"--layers"},
+       {made}},
+      {"init layers past the limit",
+       "init --preset tiny-qwen3 --layers 99999 --out " + made,
+       {"num_hidden_layers"},
+       {made}},
+      {"init std nan",
+       "init --preset tiny-qwen3 --init-std nan --out " + made,
+       {"--init-std"},
+       {made}},
+      {"init std negative",
+       "init --preset tiny-qwen3 --init-std -1 --out " + made,
+       {"--init-std"},
+       {made}},
+      {"init seed not a number",
+       "init --preset tiny-qwen3 --seed abc --out " + made,
+       {"--seed"},
+       {made}},
   };
   for (const Case& c : cases) expect_clean_error(c, tmp.path());
 }
@@ -690,7 +828,8 @@ TEST(Hostile, ResumeState) {
                    "model: " + tmp.file("model.json") + "\ntokenizer: " + chat +
                        "\noutput_dir: " + tmp.file("out") +
                        "\nthreads: 1\nlayer_chunk: 64\nhead_chunk: 32\nmax_tokens: 256\n"
-                       "max_steps: 2\ndata:\n  train: " + chat + "/train.jsonl\n");
+                       "max_steps: 2\ndata:\n  train: " +
+                       chat + "/train.jsonl\n");
   const auto r = run_command(bin() + " train " + tmp.file("config.yaml"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string good = tmp.file("out/checkpoint-2");
@@ -705,7 +844,7 @@ TEST(Hostile, ResumeState) {
     std::string name;
     std::string file;  // relative to the checkpoint
     std::string bytes;
-    std::string says;  // besides the file's name
+    std::string says;        // besides the file's name
     std::string names = "";  // the file the message names, when not `file`
   };
   std::vector<Bad> bad;
@@ -715,36 +854,62 @@ TEST(Hostile, ResumeState) {
     patch(j);
     bad.push_back({name, "trainer_state.json", j.dump(2), says});
   };
-  state_with("step negative", [](json& j) { j["step"] = -1; }, "step");
-  state_with("step huge", [](json& j) { j["step"] = int64_t{1} << 62; }, "step");
-  state_with("step a string", [](json& j) { j["step"] = "2"; }, "step");
-  state_with("step missing", [](json& j) { j.erase("step"); }, "step");
-  state_with("step below skipped_steps", [](json& j) { j["skipped_steps"] = 3; }, "skipped_steps");
-  state_with("skipped_steps negative", [](json& j) { j["skipped_steps"] = -1; }, "skipped_steps");
-  state_with("total_steps zero", [](json& j) { j["total_steps"] = 0; }, "total_steps");
-  state_with("epoch negative", [](json& j) { j["epoch"] = -1; }, "epoch");
-  state_with("epoch huge", [](json& j) { j["epoch"] = int64_t{1} << 62; }, "epoch");
-  state_with("micro_batches_done negative", [](json& j) { j["micro_batches_done"] = -1; },
-             "micro_batches_done");
-  state_with("micro_batches_done past the epoch", [](json& j) { j["micro_batches_done"] = 99999; },
-             "micro_batches_done");
-  state_with("tokens_seen negative", [](json& j) { j["tokens_seen"] = -5; }, "tokens_seen");
-  state_with("rng state of 3 numbers", [](json& j) { j["epoch_rng_state"] = {1, 2, 3}; },
-             "epoch_rng_state");
-  state_with("rng state a string", [](json& j) { j["epoch_rng_state"] = "abc"; },
-             "epoch_rng_state");
-  state_with("rng state negative", [](json& j) { j["epoch_rng_state"] = {1, 2, 3, -4}; },
-             "epoch_rng_state");
-  state_with("rng state missing", [](json& j) { j.erase("epoch_rng_state"); }, "epoch_rng_state");
-  state_with("ranks zero", [](json& j) { j["ranks"] = 0; }, "ranks");
-  state_with("unknown format", [](json& j) { j["format"] = "something-else"; },
-             "not a streambp trainer_state.json");
-  state_with("future version", [](json& j) { j["version"] = 99; }, "version");
-  state_with("data file hash changed",
-             [](json& j) { j["data_files"]["train"]["fnv1a64"] = "0000000000000000"; },
-             "the file changed since the checkpoint was written");
+  state_with(
+      "step negative", [](json& j) { j["step"] = -1; }, "step");
+  state_with(
+      "step huge", [](json& j) { j["step"] = int64_t{1} << 62; }, "step");
+  state_with(
+      "step a string", [](json& j) { j["step"] = "2"; }, "step");
+  state_with(
+      "step missing", [](json& j) { j.erase("step"); }, "step");
+  state_with(
+      "step below skipped_steps", [](json& j) { j["skipped_steps"] = 3; }, "skipped_steps");
+  state_with(
+      "skipped_steps negative", [](json& j) { j["skipped_steps"] = -1; }, "skipped_steps");
+  state_with(
+      "total_steps zero", [](json& j) { j["total_steps"] = 0; }, "total_steps");
+  state_with(
+      "epoch negative", [](json& j) { j["epoch"] = -1; }, "epoch");
+  state_with(
+      "epoch huge", [](json& j) { j["epoch"] = int64_t{1} << 62; }, "epoch");
+  state_with(
+      "micro_batches_done negative", [](json& j) { j["micro_batches_done"] = -1; },
+      "micro_batches_done");
+  state_with(
+      "micro_batches_done past the epoch", [](json& j) { j["micro_batches_done"] = 99999; },
+      "micro_batches_done");
+  state_with(
+      "tokens_seen negative", [](json& j) { j["tokens_seen"] = -5; }, "tokens_seen");
+  state_with(
+      "rng state of 3 numbers",
+      [](json& j) {
+        j["epoch_rng_state"] = {1, 2, 3};
+      },
+      "epoch_rng_state");
+  state_with(
+      "rng state a string", [](json& j) { j["epoch_rng_state"] = "abc"; }, "epoch_rng_state");
+  state_with(
+      "rng state negative",
+      [](json& j) {
+        j["epoch_rng_state"] = {1, 2, 3, -4};
+      },
+      "epoch_rng_state");
+  state_with(
+      "rng state missing", [](json& j) { j.erase("epoch_rng_state"); }, "epoch_rng_state");
+  state_with(
+      "ranks zero", [](json& j) { j["ranks"] = 0; }, "ranks");
+  state_with(
+      "unknown format", [](json& j) { j["format"] = "something-else"; },
+      "not a streambp trainer_state.json");
+  state_with(
+      "future version", [](json& j) { j["version"] = 99; }, "version");
+  state_with(
+      "data file hash changed",
+      [](json& j) { j["data_files"]["train"]["fnv1a64"] = "0000000000000000"; },
+      "the file changed since the checkpoint was written");
   bad.back().names = chat + "/train.jsonl";
-  state_with("config missing", [](json& j) { j.erase("config"); }, "config");
+  state_with(
+      "config missing", [](json& j) { j.erase("config"); }, "config");
   bad.push_back({"trainer state not JSON", "trainer_state.json", "{\"step\": ", "JSON"});
   bad.push_back({"trainer state an array", "trainer_state.json", "[]", "object"});
 
@@ -791,8 +956,11 @@ TEST(Hostile, ResumeState) {
     write_bytes(ckpt + "/" + b.file, b.bytes);
     const auto before = snapshot(ckpt);
     const std::string out = tmp.file("resumed" + std::to_string(i));
-    expect_clean_error({b.name, "train --resume " + ckpt + " output_dir=" + out + " max_steps=4",
-                        {b.names.empty() ? ckpt + "/" + b.file : b.names, b.says}, {out}, true},
+    expect_clean_error({b.name,
+                        "train --resume " + ckpt + " output_dir=" + out + " max_steps=4",
+                        {b.names.empty() ? ckpt + "/" + b.file : b.names, b.says},
+                        {out},
+                        true},
                        tmp.path());
     EXPECT_TRUE(snapshot(ckpt) == before) << b.name << ": the resumed-from checkpoint changed";
   }
@@ -800,11 +968,13 @@ TEST(Hostile, ResumeState) {
   const std::string ckpt = tmp.file("no-optimizer");
   fs::copy(good, ckpt, fs::copy_options::recursive);
   fs::remove(ckpt + "/optimizer.safetensors");
-  expect_clean_error({"optimizer file missing",
-                      "train --resume " + ckpt + " output_dir=" + tmp.file("r-no-opt") +
-                          " max_steps=4",
-                      {ckpt, "optimizer"}, {tmp.file("r-no-opt")}, true},
-                     tmp.path());
+  expect_clean_error(
+      {"optimizer file missing",
+       "train --resume " + ckpt + " output_dir=" + tmp.file("r-no-opt") + " max_steps=4",
+       {ckpt, "optimizer"},
+       {tmp.file("r-no-opt")},
+       true},
+      tmp.path());
   EXPECT_TRUE(snapshot(tmp.file("out")) == good_files) << "the original run changed";
 }
 
@@ -833,8 +1003,10 @@ TEST(Hostile, OtherInputsAndOutputs) {
            {"[1, 2]", "expected an object"},
            {"nope", "invalid JSON"}}) {
     const std::string f = file_with(text), out = tmp.file("score" + std::to_string(n) + ".json");
-    cases.push_back({"score input " + text, "score --model tiny-qwen3 --input " + f + " --json " + out,
-                     {f + ": " + says}, {out}});
+    cases.push_back({"score input " + text,
+                     "score --model tiny-qwen3 --input " + f + " --json " + out,
+                     {f + ": " + says},
+                     {out}});
   }
   for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
            {R"({"ids": [999999]})", ":1: tokenizer: token id 999999 is out of range"},
@@ -843,12 +1015,13 @@ TEST(Hostile, OtherInputsAndOutputs) {
            {R"({"ids": "x"})", ":1: expected an object with a list field \"ids\""},
            {R"({"ids": [1e999]})", ":1: not valid JSON"}}) {
     const std::string f = file_with(text);
-    cases.push_back({"decode " + text, "tokenize --decode --tokenizer " + chat + " --input " + f,
-                     {f + says}});
+    cases.push_back(
+        {"decode " + text, "tokenize --decode --tokenizer " + chat + " --input " + f, {f + says}});
   }
   {
     const std::string f = file_with("{\"text\": 5}\n");
-    cases.push_back({"tokenize text a number", "tokenize --tokenizer " + chat + " --input " + f,
+    cases.push_back({"tokenize text a number",
+                     "tokenize --tokenizer " + chat + " --input " + f,
                      {f + ":1: expected an object with a string field \"text\""}});
   }
   // plot: the image must not appear after a failure.
@@ -863,11 +1036,14 @@ TEST(Hostile, OtherInputsAndOutputs) {
     const std::string f = file_with(text);
     cases.push_back({"plot metrics " + text, "plot " + f + " -o " + png, {f + says}, {png}});
   }
-  cases.push_back({"plot to an unknown image type", "plot " + metrics + " -o " + tmp.file("p.bmp"),
-                   {"p.bmp: the image must be a .png or .svg file"}, {tmp.file("p.bmp")}});
+  cases.push_back({"plot to an unknown image type",
+                   "plot " + metrics + " -o " + tmp.file("p.bmp"),
+                   {"p.bmp: the image must be a .png or .svg file"},
+                   {tmp.file("p.bmp")}});
   cases.push_back({"plot into a missing directory",
                    "plot " + metrics + " -o " + tmp.file("none/p.png"),
-                   {"none is not a directory"}, {tmp.file("none")}});
+                   {"none is not a directory"},
+                   {tmp.file("none")}});
   // Results that cannot be written: refused before the work (a bench of minutes used to run to
   // its end and only then fail to write its --json).
   const std::string tokens = file_with(R"({"sequences": [[1, 2, 3, 4]]})");
@@ -886,7 +1062,8 @@ TEST(Hostile, OtherInputsAndOutputs) {
   // init onto a file: refused, the file as it was.
   const std::string afile = tmp.file("a-file");
   test::write_text(afile, "precious\n");
-  cases.push_back({"init --out onto a file", "init --preset tiny-qwen3 --out " + afile,
+  cases.push_back({"init --out onto a file",
+                   "init --preset tiny-qwen3 --out " + afile,
                    {afile + ": exists and is not a directory"}});
   for (const Case& c : cases) expect_clean_error(c, tmp.path());
   EXPECT_EQ(test::read_text(afile), "precious\n");
