@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/sgemm_probe.h"
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
 #include "cli/random_batches.h"
@@ -291,6 +292,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
 }
 
 int run(const Args& a) {
+  check_output_dir("--json", a.json);
   set_cpu_threads(a.threads);
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
@@ -319,20 +321,26 @@ void register_bench(CLI::App& app) {
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
   c->add_option("--seq-len", a->seq_lens, "Comma-separated sequence lengths");
   c->add_option("--modes", a->modes, "Comma-separated modes");
-  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk (default T/4)");
-  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk in chunked modes");
-  c->add_option("--layers", a->layers, "Override the number of layers (random weights)");
+  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk (default T/4)")
+      ->check(int_in(1, kMaxFlagInt));
+  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk in chunked modes")
+      ->check(int_in(1, kMaxFlagInt));
+  c->add_option("--layers", a->layers, "Override the number of layers (random weights)")
+      ->check(int_in(1, kMaxFlagInt));
+  // CLI::PositiveNumber accepted 0 and named the range as 0 to 1.8e308.
   c->add_option("--repeat", a->repeat, "Timed steps per run (median reported)")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--warmup", a->warmup, "Untimed steps before the timed ones");
-  c->add_option("--threads", a->threads, "Threads (default: all)");
+      ->check(int_in(1, 1000000));
+  c->add_option("--warmup", a->warmup, "Untimed steps before the timed ones")
+      ->check(int_in(0, 1000000));
+  c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
   c->add_option("--backend", a->backend, "Backend that computes the steps: cpu");
   c->add_option("--precision", a->precisions,
                 "Comma-separated precisions, interleaved with the modes: fp32, bf16");
   c->add_option("--segments", a->segments,
-                "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)");
+                "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)")
+      ->check(int_in(1, kMaxFlagInt));
   a->objective.add_flags(c);
   c->callback([a] { run(*a); });
 }

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/gradcheck.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
@@ -37,6 +38,7 @@ struct Args {
 };
 
 int run(const Args& a) {
+  check_output_dir("--json", a.json);
   set_cpu_threads(a.threads);
   if (a.seq_len < 2) throw InputError("--seq-len must be at least 2");
   const ModelSource src = resolve_model(a.model, a.layers);
@@ -124,15 +126,19 @@ void register_gradcheck(CLI::App& app) {
       "gradcheck",
       "Run one step of an objective in each mode on a random batch and compare gradients to base");
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
-  c->add_option("--seq-len", a->seq_len, "Tokens in the batch");
-  c->add_option("--segments", a->segments, "Number of packed sequences");
-  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens");
-  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens");
+  c->add_option("--seq-len", a->seq_len, "Tokens in the batch")->check(int_in(2, kMaxFlagInt));
+  c->add_option("--segments", a->segments, "Number of packed sequences")
+      ->check(int_in(1, kMaxFlagInt));
+  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens")
+      ->check(int_in(1, kMaxFlagInt));
+  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens")
+      ->check(int_in(1, kMaxFlagInt));
   c->add_option("--modes", a->modes, "Comma-separated modes compared against base");
-  c->add_option("--layers", a->layers, "Override the number of layers (random weights)");
+  c->add_option("--layers", a->layers, "Override the number of layers (random weights)")
+      ->check(int_in(1, kMaxFlagInt));
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_flag("--mask", a->mask, "Mask about a third of the targets at random");
-  c->add_option("--threads", a->threads, "Threads (default: all)");
+  c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error");
   c->add_option("--json", a->json, "Write the result as JSON");
   c->add_option("--backend", a->backend, "Backend that computes the steps: cpu");

@@ -3,6 +3,7 @@
 
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "core/error.h"
 #include "model/checkpoint_io.h"
 #include "model/parameters.h"
@@ -27,10 +28,12 @@ void register_init(CLI::App& app) {
   p->excludes(f);
   c->add_option("--out", a->out, "Output directory")->required();
   c->add_option("--seed", a->seed, "Random seed");
-  c->add_option("--layers", a->layers, "Override the number of layers");
+  c->add_option("--layers", a->layers, "Override the number of layers")
+      ->check(int_in(1, kMaxFlagInt));
   c->add_option("--dtype", a->dtype, "Weights dtype on disk: f32, bf16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
-  c->add_option("--init-std", a->std, "Standard deviation of matrix weights");
+  c->add_option("--init-std", a->std, "Standard deviation of matrix weights")
+      ->check(positive_finite(1e6));
   c->add_flag("--test-init", a->test_init, "Also randomise norms and biases (for tests)");
   c->callback([a] {
     if (a->preset.empty() == a->config.empty())

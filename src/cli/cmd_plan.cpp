@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
 #include "core/error.h"
@@ -265,6 +266,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
 }
 
 int run(const Args& a) {
+  check_output_dir("--json", a.json);
   const auto t0 = std::chrono::steady_clock::now();
   const Request q = parse_request(a);
   const std::vector<Row> rows = plan_rows(q, a.seq_len);
@@ -303,7 +305,8 @@ void register_plan(CLI::App& app) {
   c->add_option("--head-chunk", a->head_chunk,
                 "LM-head rows per block (chunked head), or auto: the largest that fits")
       ->capture_default_str();
-  c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)");
+  c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)")
+      ->check(int_in(1, kMaxFlagInt));
   c->add_option("--ranks", a->ranks, "Data parallel: plan the memory of one of this many ranks")
       ->capture_default_str();
   c->add_option(

@@ -22,6 +22,7 @@
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "core/error.h"
 #include "core/input_file.h"
@@ -141,6 +142,8 @@ Batch read_tokens_file(const std::string& path, int64_t vocab) {
 }
 
 int run(const Args& a) {
+  check_output_dir("--json", a.json_out);
+  check_output_dir("--grads", a.grads);
   set_cpu_threads(a.threads);
   const ModelSource src = resolve_model(a.model);
   if (!src.dir.empty() && !src.has_weights)
@@ -270,7 +273,7 @@ void register_score(CLI::App& app) {
   c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens");
   c->add_option("--grads", a->grads, "Write every parameter's gradient (F32 safetensors)");
   c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON");
-  c->add_option("--threads", a->threads, "Threads (default: all)");
+  c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");
   c->add_option("--backend", a->backend, "Backend that computes: cpu");
   c->add_option("--precision", a->precision,

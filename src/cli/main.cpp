@@ -28,10 +28,19 @@ int main(int argc, char** argv) {
   sbp::cli::register_plot(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // Also a command's own non-zero exit (CLI::RuntimeError, e.g. a failed gradcheck), which
-    // app.exit turns into its exit code without printing anything.
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {
+    // A command's own non-zero exit (e.g. a failed gradcheck): app.exit turns it into its exit
+    // code without printing anything.
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // A malformed command line (a flag that is not a number, out of its range, missing): one line
+    // and exit 1 like every other input error, not CLI11's two lines and codes 101-115.
+    std::fprintf(stderr, "streambp: error: %s (see streambp --help)\n", e.what());
+    return 1;
   } catch (const sbp::Error& e) {
     std::fprintf(stderr, "streambp: error: %s\n", e.what());
     return 1;

@@ -1,6 +1,7 @@
 #include "cli/random_batches.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -8,7 +9,19 @@
 
 namespace sbp::cli {
 
+namespace {
+// More sequences than T/2 leave sequences of one token, which have no target: gradcheck then
+// compared losses of 0 and passed, so the flag is refused instead of clamped.
+void check_segments(int64_t T, int64_t segments) {
+  if (segments > T / 2)
+    throw InputError("--segments: " + std::to_string(segments) + " sequences in " +
+                     std::to_string(T) + " tokens (--seq-len) is more than T/2 = " +
+                     std::to_string(T / 2) + "; each sequence needs 2 tokens to have a target");
+}
+}  // namespace
+
 Batch random_batch(int64_t vocab, int64_t T, int64_t segments, uint64_t seed, bool random_mask) {
+  check_segments(T, segments);
   Rng rng(seed, "batch");
   segments = std::clamp<int64_t>(segments, 1, T);
   Batch b;
@@ -40,6 +53,7 @@ Batch random_objective_batch(ObjectiveKind kind, int64_t group_size, int64_t voc
   if (T < 4)
     throw InputError("a random " + std::string(objective_name(kind)) +
                      " batch needs at least 4 tokens");
+  check_segments(T, segments);
   Rng rng(seed, "objective-batch");
   int64_t S = std::clamp<int64_t>(segments, 1, T / 2);
   const int64_t G = objective_group(kind, group_size, S);

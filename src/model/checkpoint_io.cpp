@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -190,6 +191,28 @@ std::string shard_name(int64_t i, int64_t n) {
 
 }  // namespace
 
+namespace {
+
+// A NaN or infinite weight makes every loss NaN: `score` printed "loss nan" with exit 0, and
+// `train` ran until its non-finite guard stopped the first step. Checked from the file in
+// bounded pieces (read as F32, which keeps BF16/F16 values exactly), before anything is copied.
+void check_weights_finite(const SafetensorsFile& file, const std::string& name, int64_t numel) {
+  const int64_t piece = std::min<int64_t>(numel, int64_t{1} << 20);
+  std::vector<float> buf(static_cast<size_t>(piece));
+  for (int64_t i = 0; i < numel; i += piece) {
+    const int64_t m = std::min(piece, numel - i);
+    file.read_range_into(name, i, Tensor(buf.data(), DType::F32, Shape{m}));
+    for (int64_t j = 0; j < m; ++j) {
+      const float x = buf[static_cast<size_t>(j)];
+      if (std::isfinite(x)) continue;
+      throw InputError(file.path() + ": tensor '" + name + "' element " + std::to_string(i + j) +
+                       " is " + (std::isnan(x) ? "nan" : "infinite") + " (weights must be finite)");
+    }
+  }
+}
+
+}  // namespace
+
 void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params) {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::string source;
@@ -260,6 +283,11 @@ void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& 
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& t = params.tensor(i);
     if (!t.data) continue;  // shape-only parameter set: validation is all there is to do
+    check_weights_finite(*where.at(params.name(i)).file, params.name(i), t.numel());
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& t = params.tensor(i);
+    if (!t.data) continue;
     where.at(params.name(i)).file->read_into(params.name(i), t);
   }
 }

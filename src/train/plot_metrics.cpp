@@ -62,11 +62,18 @@ int run_gnuplot(const std::string& program, const std::string& script, std::stri
 }  // namespace
 
 void plot_metrics(const PlotOptions& o) {
+  // The terminal follows the extension; another one got a PNG under its name without a word.
+  const std::string ext = fs::path(o.out).extension().string();
+  if (ext != ".png" && ext != ".svg")
+    throw InputError("-o " + o.out + ": the image must be a .png or .svg file");
+  const fs::path parent = fs::path(o.out).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent))
+    throw InputError("-o " + o.out + ": " + parent.string() + " is not a directory");
   check_input_file(o.metrics);
   std::ifstream in(o.metrics);
   if (!in) throw InputError(o.metrics + ": cannot open metrics file");
   std::ostringstream loss, eval, lr;
-  int64_t n_loss = 0, n_eval = 0, line_no = 0;
+  int64_t n_loss = 0, n_eval = 0, n_lr = 0, line_no = 0;
   std::string line;
   while (std::getline(in, line)) {
     ++line_no;
@@ -80,7 +87,10 @@ void plot_metrics(const PlotOptions& o) {
       loss << step << ' ' << j["loss"].get<double>() << '\n';
       ++n_loss;
     }
-    if (j.contains("lr") && j["lr"].is_number()) lr << step << ' ' << j["lr"].get<double>() << '\n';
+    if (j.contains("lr") && j["lr"].is_number()) {
+      lr << step << ' ' << j["lr"].get<double>() << '\n';
+      ++n_lr;
+    }
     if (j.contains("eval_loss") && j["eval_loss"].is_number()) {
       eval << step << ' ' << j["eval_loss"].get<double>() << '\n';
       ++n_eval;
@@ -106,11 +116,14 @@ void plot_metrics(const PlotOptions& o) {
   write("eval.dat", eval.str());
   write("lr.dat", lr.str());
   const std::string title = o.title.empty() ? fs::path(o.metrics).filename().string() : o.title;
-  const bool svg = fs::path(o.out).extension() == ".svg";
+  const bool svg = ext == ".svg";
+  // gnuplot writes next to the image and the result is renamed into place: a failed or
+  // interrupted gnuplot leaves no truncated image under the name asked for.
+  const std::string partial = o.out + ".partial-" + std::to_string(getpid()) + ext;
   auto script_for = [&](const std::string& terminal) {
     std::ostringstream s;
     s << "set terminal " << terminal << " size 1000,750\n"
-      << "set output " << quoted(o.out) << "\n"
+      << "set output " << quoted(partial) << "\n"
       << "set multiplot layout 2,1 title " << quoted(title) << "\n"
       << "set grid\nset key top right\nset xlabel 'step'\nset ylabel 'loss'\n"
       << "set lmargin 12\nset size 1,0.62\nset origin 0,0.35\n";
@@ -124,7 +137,9 @@ void plot_metrics(const PlotOptions& o) {
     s << "plot ";
     for (size_t i = 0; i < series.size(); ++i) s << (i ? ", " : "") << series[i];
     s << "\nset size 1,0.33\nset origin 0,0\nset ylabel 'learning rate'\nset format y '%.1e'\n";
-    if (n_loss)
+    // Without learning rates (metrics lines written by hand, or eval-only lines) gnuplot fails
+    // on an empty lr.dat with "x range is invalid": the panel is left out instead.
+    if (n_lr)
       s << "plot " << quoted((tmp / "lr.dat").string())
         << " using 1:2 with lines lw 1.5 title 'lr'\n";
     s << "unset multiplot\nset output\n";
@@ -142,6 +157,15 @@ void plot_metrics(const PlotOptions& o) {
   }
   std::error_code ec;
   fs::remove_all(tmp, ec);
+  if (rc == 0) {
+    fs::rename(partial, o.out, ec);
+    if (ec) {
+      fs::remove(partial, ec);
+      throw InputError(o.out + ": cannot write the image");
+    }
+  } else {
+    fs::remove(partial, ec);
+  }
   if (rc != 0) {
     while (!output.empty() && (output.back() == '\n' || output.back() == '\r')) output.pop_back();
     for (char& ch : output)

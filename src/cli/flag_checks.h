@@ -1,0 +1,62 @@
+#pragma once
+// Range checks for numeric command-line flags, attached with CLI11's ->check(): they run only
+// when the flag is given, so a default of 0 can still mean "not set" while an explicit
+// `--layers 0` or `--layer-chunk -1` is an error instead of being silently ignored. Their
+// messages become "streambp: error: --flag: ..." (one line, exit 1) in main().
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+
+namespace sbp::cli {
+
+// An integer in [lo, hi]; the text is parsed here too, so that a number past int64 is named as
+// out of range rather than "could not convert".
+inline CLI::Validator int_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        const auto range = "must be an integer from " + std::to_string(lo) + " to " +
+                           std::to_string(hi) + ", got '" + s + "'";
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        if (s.empty() || end != s.c_str() + s.size()) return range;
+        if (errno == ERANGE || v < lo || v > hi) return range;
+        return "";
+      },
+      "INT");
+}
+
+// A finite number in (0, hi]: a NaN would pass an ordinary range check (its comparisons are false).
+inline CLI::Validator positive_finite(double hi) {
+  return CLI::Validator(
+      [hi](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || !(v > 0) || v > hi)
+          return "must be a finite number above 0 and at most " + CLI::detail::to_string(hi) +
+                 ", got '" + s + "'";
+        return "";
+      },
+      "FLOAT");
+}
+
+// An output file's directory must exist before the work starts: a bench or gradcheck of minutes
+// used to run to the end and only then fail to write its --json.
+inline void check_output_dir(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent))
+    throw InputError(std::string(flag) + " " + path + ": " + parent.string() +
+                     " is not a directory");
+}
+
+constexpr int64_t kMaxFlagInt = 2147483647;  // 2^31-1: tokens, chunks, layers, repeats
+
+}  // namespace sbp::cli
