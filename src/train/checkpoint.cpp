@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -170,43 +172,89 @@ nlohmann::json TrainerState::to_json() const {
           {"config", config}};
 }
 
-TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string& where) {
-  TrainerState s;
-  try {
-    if (j.value("format", "") != "streambp-trainer-state")
-      throw InputError(where + ": not a streambp trainer_state.json");
-    if (j.at("version").get<int>() != 1)
-      throw InputError(where + ": trainer state version " + j.at("version").dump() +
-                       " is not supported");
-    s.step = j.at("step").get<int64_t>();
-    s.total_steps = j.at("total_steps").get<int64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.micro_batches_done = j.at("micro_batches_done").get<int64_t>();
-    s.epoch_rng = j.at("epoch_rng_state").get<std::array<uint64_t, 4>>();
-    s.tokens_seen = j.at("tokens_seen").get<int64_t>();
-    s.ranks =
-        j.value("ranks", int64_t{1});  // absent in single-process checkpoints of older versions
-    s.skipped_steps = j.value("skipped_steps", int64_t{0});  // absent before on_nonfinite
-    s.config_hash = j.at("config_hash").get<std::string>();
-    s.data_files = j.at("data_files");
-    s.config = j.at("config");
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(where + ": malformed trainer state: " + e.what());
+namespace {
+
+// trainer_state.json's fields, each read with its type and range checked and named in the error.
+class StateReader {
+ public:
+  StateReader(const nlohmann::json& j, const std::string& where) : j_(j), where_(where) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw InputError(where_ + ": \"" + field + "\" " + what);
   }
+  const nlohmann::json& at(const char* field) const {
+    auto it = j_.find(field);
+    if (it == j_.end()) fail(field, "is missing");
+    return *it;
+  }
+  // An integer in [lo, hi]; `fallback` when absent and given (fields older versions lack).
+  int64_t integer(const char* field, int64_t lo, int64_t hi,
+                  std::optional<int64_t> fallback = std::nullopt) const {
+    if (fallback && !j_.contains(field)) return *fallback;
+    const nlohmann::json& v = at(field);
+    if (!v.is_number_integer()) fail(field, "must be an integer, not " + v.dump());
+    // A value past int64 parses as unsigned: compare before converting.
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(field, "is " + v.dump() + ", outside [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "]");
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi)
+      fail(field, "is " + std::to_string(x) + ", outside [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "]");
+    return x;
+  }
+  std::array<uint64_t, 4> rng_state(const char* field) const {
+    const nlohmann::json& v = at(field);
+    if (!v.is_array() || v.size() != 4)
+      fail(field, "must be a list of 4 unsigned 64-bit integers, not " + v.dump());
+    std::array<uint64_t, 4> out{};
+    for (size_t i = 0; i < 4; ++i) {
+      if (!v[i].is_number_unsigned())  // nlohmann reads a non-negative integer as unsigned
+        fail(field, "must be a list of 4 unsigned 64-bit integers, not " + v.dump());
+      out[i] = v[i].get<uint64_t>();
+    }
+    return out;
+  }
+  std::string string(const char* field) const {
+    const nlohmann::json& v = at(field);
+    if (!v.is_string()) fail(field, "must be a string, not " + v.dump());
+    return v.get<std::string>();
+  }
+  const nlohmann::json& object(const char* field) const {
+    const nlohmann::json& v = at(field);
+    if (!v.is_object()) fail(field, "must be an object");
+    return v;
+  }
+
+ private:
+  const nlohmann::json& j_;
+  const std::string& where_;
+};
+
+}  // namespace
+
+TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw InputError(where + ": a trainer state must be a JSON object");
+  if (j.value("format", nlohmann::json()) != "streambp-trainer-state")
+    throw InputError(where + ": not a streambp trainer_state.json");
+  const StateReader r(j, where);
+  if (r.integer("version", INT64_MIN, INT64_MAX) != 1)
+    throw InputError(where + ": trainer state version " + j.at("version").dump() +
+                     " is not supported");
   // Counters index the packing plan and size the schedule: trust none that is out of range.
-  auto in_range = [&](const char* field, int64_t v, int64_t lo, int64_t hi) {
-    if (v < lo || v > hi)
-      throw InputError(where + ": \"" + field + "\" is " + std::to_string(v) + ", outside [" +
-                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  };
   constexpr int64_t kMax = int64_t{1} << 53;  // what a JSON number holds exactly
-  in_range("total_steps", s.total_steps, 1, kMax);
-  in_range("step", s.step, 0, kMax);
-  in_range("epoch", s.epoch, 0, kMax);
-  in_range("micro_batches_done", s.micro_batches_done, 0, kMax);
-  in_range("tokens_seen", s.tokens_seen, 0, kMax);
-  in_range("skipped_steps", s.skipped_steps, 0, s.step);
-  in_range("ranks", s.ranks, 1, 1 << 20);
+  TrainerState s;
+  s.total_steps = r.integer("total_steps", 1, kMax);
+  s.step = r.integer("step", 0, kMax);
+  s.epoch = r.integer("epoch", 0, kMax);
+  s.micro_batches_done = r.integer("micro_batches_done", 0, kMax);
+  s.epoch_rng = r.rng_state("epoch_rng_state");
+  s.tokens_seen = r.integer("tokens_seen", 0, kMax);
+  s.ranks = r.integer("ranks", 1, 1 << 20, 1);  // absent in older single-process checkpoints
+  s.skipped_steps = r.integer("skipped_steps", 0, s.step, 0);  // absent before on_nonfinite
+  s.config_hash = r.string("config_hash");
+  s.data_files = r.object("data_files");
+  s.config = r.object("config");
   return s;
 }
 

@@ -122,8 +122,10 @@ void TrainBatches::resume(const DataCursor& cursor, const std::string& where) {
   cursor_ = cursor;
   if (cursor_.micro_batches_done < 0 ||
       cursor_.micro_batches_done > static_cast<int64_t>(plans_.size()))
-    throw InputError(where + ": data cursor " + std::to_string(cursor_.micro_batches_done) +
-                     " is outside the epoch's " + std::to_string(plans_.size()) + " micro-batches");
+    throw InputError(where + ": \"micro_batches_done\" is " +
+                     std::to_string(cursor_.micro_batches_done) + ", past the " +
+                     std::to_string(plans_.size()) + " micro-batches of epoch " +
+                     std::to_string(cursor_.epoch));
 }
 
 StepBatches TrainBatches::next(int64_t per_step, const Communicator& comm) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -348,10 +349,17 @@ void apply(TrainConfig& c, const std::string& name, const YAML::Node& value,
 
 void walk(TrainConfig& c, const YAML::Node& map, const std::string& prefix,
           const std::string& file) {
+  // yaml-cpp keeps one of two equal keys without a word: a second `epochs:` further down would
+  // silently win or lose, so a repeated key is an error naming both lines.
+  std::map<std::string, int> first_line;
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string where = mark(file, it->first);
     if (!it->first.IsScalar()) throw InputError(where + ": keys must be names");
     const std::string name = prefix + it->first.Scalar();
+    const int line = it->first.Mark().line + 1;
+    if (auto [seen, fresh] = first_line.emplace(name, line); !fresh)
+      throw InputError(where + ": duplicate key '" + name + "' (first on line " +
+                       std::to_string(seen->second) + ")");
     if (find_key(name)) {
       apply(c, name, it->second, mark(file, it->second.IsNull() ? it->first : it->second));
     } else if (is_section(name)) {
@@ -380,8 +388,10 @@ void apply_override(TrainConfig& c, const std::string& arg) {
     throw InputError(where + ": expected key=value (e.g. optim.lr=1e-4)");
   const std::string name = arg.substr(0, eq);
   if (!find_key(name)) {
+    // The known keys of its section, or of the top level when the section is unknown too.
     const size_t dot = name.rfind('.');
-    const std::string prefix = dot == std::string::npos ? "" : name.substr(0, dot + 1);
+    std::string prefix = dot == std::string::npos ? "" : name.substr(0, dot + 1);
+    if (!prefix.empty() && !is_section(prefix.substr(0, prefix.size() - 1))) prefix.clear();
     throw InputError(where + ": unknown key '" + name + "' (known keys" +
                      (prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1)) +
                      ": " + known_keys(prefix) + ")");
@@ -625,11 +635,24 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
     }
     const Key* k = find_key(it.key());
     if (!k) throw InputError(where + ": unknown key '" + it.key() + "' in the stored config");
-    const YAML::Node value = YAML::Load(it.value().dump());
+    YAML::Node value;
+    try {
+      value = YAML::Load(it.value().dump());
+    } catch (const YAML::Exception& e) {
+      throw InputError(where + ": stored config key '" + it.key() + "': " + e.msg);
+    }
     k->set(c, value, where);
     c.origin[it.key()] = where;
   }
+  const std::string stored_output_dir = c.output_dir;
   for (const std::string& o : overrides) apply_override(c, o);
+  // The stored metrics path was derived from the stored output_dir: a resume into another
+  // output_dir writes its metrics there too, unless the metrics path itself is overridden.
+  const auto metrics_origin = c.origin.find("metrics");
+  if (c.output_dir != stored_output_dir && metrics_origin != c.origin.end() &&
+      metrics_origin->second == where &&
+      c.metrics == stored_output_dir + "/metrics.jsonl")
+    c.metrics.clear();
   fill_defaults_and_validate(c);
   return c;
 }

@@ -5,7 +5,6 @@
 // AddressSanitizer) 4 GB of address space, and without creating or changing any output.
 //
 // One TEST per input class, so that ctest runs the classes in parallel; each loops over a table.
-// A case whose fix belongs to code being changed elsewhere goes into kKnownFailing (not run).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,43 +150,6 @@ struct Safetensors {
     return s;
   }
 };
-
-// Cases that fail today because of code another change owns (src/train/checkpoint.cpp,
-// src/train/train_batches.cpp and src/train/train_config.cpp are being reworked): they stay in
-// their tables but are not run until that lands. Each: the case name, what it does today.
-struct KnownFailing {
-  const char* name;
-  const char* today;
-};
-const KnownFailing kKnownFailing[] = {
-    {"YAML duplicate key", "exit 0: yaml-cpp keeps one of two 'epochs' keys without a word"},
-    {"step a string",
-     "malformed trainer state: [json.exception.type_error.302] type must be "
-     "number, but is string (no field named)"},
-    {"rng state of 3 numbers",
-     "malformed trainer state: [json.exception.out_of_range.401] array "
-     "index 3 is out of range (no field named)"},
-    {"rng state a string",
-     "malformed trainer state: [json.exception.type_error.302] type must "
-     "be array, but is string (no field named)"},
-    {"rng state negative", "accepted: -4 read as 2^64-4; the resume goes on"},
-    {"trainer state an array",
-     "malformed trainer state: [json.exception.type_error.306] cannot "
-     "use value() with array"},
-    {"micro_batches_done past the epoch",
-     "data cursor 99999 is outside the epoch's 21 "
-     "micro-batches (the field is not named)"},
-    // tokenizer_load.cpp: one id of 2^26-1 sizes the id tables (~2 GB) instead of being bounded
-    // by the number of tokens or the model's vocab_size (issue 17, cost proportional to data).
-    {"huge id",
-     "out of memory: a host allocation failed (4 GB cap); without the cap ~2.2 GB "
-     "resident for a 457-token vocabulary"},
-};
-bool known_failing(const std::string& name) {
-  for (const KnownFailing& k : kKnownFailing)
-    if (name == k.name) return true;
-  return false;
-}
 
 // ---------------------------------------------------------------------------------------------
 // safetensors given as model weights: `score --model DIR` with a valid config.json.
@@ -507,7 +469,6 @@ TEST(Hostile, Tokenizer) {
       "eos_token a number", [](json& j) { j["eos_token"] = 12; }, "eos_token");
   int i = 0;
   for (const Bad& b : bad) {
-    if (known_failing(b.name)) continue;
     const std::string dir = tmp.file("tok" + std::to_string(i++));
     fs::create_directories(dir);
     test::write_text(dir + "/tokenizer.json", b.tokenizer);
@@ -715,7 +676,6 @@ TEST(Hostile, TrainerConfig) {
   };
   int i = 0;
   for (const BadYaml& y : yamls) {
-    if (known_failing("YAML " + y.name)) continue;
     const std::string file = tmp.file("cfg" + std::to_string(i++) + ".yaml");
     test::write_text(file, y.text);
     expect_clean_error({"YAML " + y.name, "train " + file, {file + y.says}, {out}}, tmp.path());
@@ -950,7 +910,6 @@ TEST(Hostile, ResumeState) {
 
   int i = 0;
   for (const Bad& b : bad) {
-    if (known_failing(b.name)) continue;
     const std::string ckpt = tmp.file("case" + std::to_string(i++));
     fs::copy(good, ckpt, fs::copy_options::recursive);
     write_bytes(ckpt + "/" + b.file, b.bytes);
