@@ -347,20 +347,20 @@ void apply(TrainConfig& c, const std::string& name, const YAML::Node& value,
   if (name.rfind("demo.", 0) == 0) c.demo = true;
 }
 
+// `first_line`: the line each setting was first given on. yaml-cpp hands over both of two equal
+// keys without a word, so a second `epochs:` further down would silently win: a setting given
+// twice is an error naming both lines. (A section may appear twice; its keys are merged.)
 void walk(TrainConfig& c, const YAML::Node& map, const std::string& prefix,
-          const std::string& file) {
-  // yaml-cpp keeps one of two equal keys without a word: a second `epochs:` further down would
-  // silently win or lose, so a repeated key is an error naming both lines.
-  std::map<std::string, int> first_line;
+          const std::string& file, std::map<std::string, int>& first_line) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string where = mark(file, it->first);
     if (!it->first.IsScalar()) throw InputError(where + ": keys must be names");
     const std::string name = prefix + it->first.Scalar();
-    const int line = it->first.Mark().line + 1;
-    if (auto [seen, fresh] = first_line.emplace(name, line); !fresh)
-      throw InputError(where + ": duplicate key '" + name + "' (first on line " +
-                       std::to_string(seen->second) + ")");
     if (find_key(name)) {
+      const int line = it->first.Mark().line + 1;
+      if (auto [seen, fresh] = first_line.emplace(name, line); !fresh)
+        throw InputError(where + ": duplicate key '" + name + "' (first on line " +
+                         std::to_string(seen->second) + ")");
       apply(c, name, it->second, mark(file, it->second.IsNull() ? it->first : it->second));
     } else if (is_section(name)) {
       if (name == "demo") {
@@ -371,7 +371,7 @@ void walk(TrainConfig& c, const YAML::Node& map, const std::string& prefix,
       if (!it->second.IsMap())
         throw InputError(where + ": " + name + " must be a mapping of keys (" +
                          known_keys(name + ".") + ")");
-      walk(c, it->second, name + ".", file);
+      walk(c, it->second, name + ".", file, first_line);
     } else {
       const std::string section =
           prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1);
@@ -615,7 +615,8 @@ TrainConfig load_train_config(const std::string& yaml_path,
     if (!root.IsNull()) {
       if (!root.IsMap())
         throw InputError(yaml_path + ": expected a mapping of keys at the top level");
-      walk(c, root, "", yaml_path);
+      std::map<std::string, int> first_line;
+      walk(c, root, "", yaml_path, first_line);
     }
   }
   for (const std::string& o : overrides) apply_override(c, o);

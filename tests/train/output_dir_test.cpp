@@ -84,6 +84,22 @@ TEST(OutputDir, AResumeIntoAnotherRunsDirectoryIsRefused) {
   EXPECT_EQ(snapshot(b.out()), before);
 }
 
+// A run continued in a fresh directory: its checkpoints and its metrics go there (the stored
+// metrics path was derived from the old output_dir), and the old directory is left as it was.
+TEST(OutputDir, AResumeIntoAFreshDirectoryWritesEverythingThere) {
+  TrainRun run("max_steps: 2\n");
+  ASSERT_EQ(run.train().exit_code, 0);
+  const auto before = snapshot(run.out());
+  const std::string fresh = run.dir.file("continued");
+  const auto r = run.train("--resume " + run.out() + " max_steps=3 output_dir=" + fresh);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(fresh + "/checkpoint-3/trainer_state.json"));
+  const auto m = read_metrics(fresh + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0]["step"], 3);
+  EXPECT_EQ(snapshot(run.out()), before);
+}
+
 TEST(OutputDir, DebrisOfInterruptedSavesAndRotationsIsRemoved) {
   TrainRun run("max_steps: 2\n");
   ASSERT_EQ(run.train().exit_code, 0);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/test_support.h"
@@ -19,14 +20,24 @@ inline const char* const kTinyModel = kTinyChatModelJson;
 struct TrainRun {
   TempDir dir;
   std::string config;
-  // `extra_yaml` is appended at the top level (from line 9 on), `data_yaml` under data:.
+  // `extra_yaml` is added at the top level, `data_yaml` under data:. A top-level key of
+  // `extra_yaml` replaces the default below (a key given twice is an error).
   explicit TrainRun(const std::string& extra_yaml = "", const std::string& data_yaml = "") {
     write_text(dir.file("model.json"), kTinyModel);
     config = dir.file("config.yaml");
+    std::string defaults;
+    for (const auto& [key, value] :
+         {std::pair<std::string, std::string>{"threads", "1"},
+          {"layer_chunk", "64"},
+          {"head_chunk", "32"},
+          {"max_tokens", "256"}}) {
+      const std::string line = key + ": ";
+      if (extra_yaml.rfind(line, 0) != 0 && extra_yaml.find("\n" + line) == std::string::npos)
+        defaults += line + value + "\n";
+    }
     write_text(config, "model: " + dir.file("model.json") + "\ntokenizer: " + src() +
-                           "/examples/tiny-chat\noutput_dir: " + dir.file("out") +
-                           "\nthreads: 1\nlayer_chunk: 64\nhead_chunk: 32\nmax_tokens: 256\n" +
-                           extra_yaml + "data:\n  train: " + src() +
+                           "/examples/tiny-chat\noutput_dir: " + dir.file("out") + "\n" +
+                           defaults + extra_yaml + "data:\n  train: " + src() +
                            "/examples/tiny-chat/train.jsonl\n" + data_yaml);
   }
   std::string out(const std::string& rel = "") const {
