@@ -137,6 +137,7 @@ struct Bench {
   // before step i+1 of any, so a slow spell of a shared machine falls on all alike and the
   // ratios of the medians stay fair. The sgemm probe runs between the rounds.
   void at_length(int64_t T, std::vector<Run>& runs) {
+    check_segments(T, segments);
     const Batch batch = setup.kind == ObjectiveKind::sft
                             ? random_batch(src.cfg.vocab_size, T, segments, a.seed, false)
                             : random_objective_batch(setup.kind, a.objective.group_size,

@@ -54,6 +54,7 @@ int run(const Args& a) {
   if (opts.objective.kind != ObjectiveKind::sft && a.seq_len < 4)
     throw InputError(std::string("--seq-len must be at least 4 for ") +
                      objective_name(opts.objective.kind));
+  check_segments(a.seq_len, a.segments);
   const Batch batch =
       opts.objective.kind == ObjectiveKind::sft
           ? random_batch(src.cfg.vocab_size, a.seq_len, a.segments, a.seed, a.mask)

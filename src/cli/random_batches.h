@@ -16,6 +16,11 @@ namespace sbp::cli {
 
 // T tokens split into `segments` sequences of unequal lengths (deterministic from the seed),
 // random ids; with `random_mask`, about a third of the targets are masked out.
+// InputError unless every one of `segments` sequences of a T-token batch can have >= 2 tokens:
+// more sequences than T/2 leave sequences of one token, which have no target (gradcheck then
+// compared losses of 0 and passed), so the --segments flag is refused instead of clamped.
+void check_segments(int64_t T, int64_t segments);
+
 Batch random_batch(int64_t vocab, int64_t T, int64_t segments, uint64_t seed, bool random_mask);
 
 // A random batch of the objective's shape: SFT as random_batch; DPO (chosen, rejected) pairs
