@@ -120,6 +120,8 @@ void check_dims(const char* op, const AttentionDims& dims) {
                 " query heads is not a multiple of G=" + num(dims.n_kv_heads) + " kv heads");
   SBP_CHECK(std::isfinite(dims.scale),
             std::string(op) + ": softmax scale " + num(dims.scale) + " is not finite");
+  SBP_CHECK(dims.window >= 0, std::string(op) + ": sliding window " + num(dims.window) +
+                                  " must be >= 0 (0: no window)");
 }
 
 // What forward and backward share: q, k, v, out, lse, seg_start, q_offset, dims.

@@ -47,6 +47,7 @@ struct AttentionDims {
   int64_t n_kv_heads = 0;  // G key/value heads; query head j reads kv head j / (H / G)
   int64_t head_dim = 0;    // h
   float scale = 0.0f;      // softmax scale, usually 1/sqrt(h)
+  int64_t window = 0;      // sliding window: a row sees its last `window` keys; 0 = no window
 };
 
 struct AdamWStep {
@@ -125,11 +126,18 @@ class Backend : public MemorySpace {
   // k, v (Tk, G*h): keys/values of global rows [0, Tk), Tk >= q_offset + n.
   // seg_start (>= q_offset + n) I32, indexed by global row: the first row of that row's
   // segment. Query row i attends to keys j with seg_start[i] <= j <= i.
+  // Sliding window (dims.window = w > 0, Hugging Face's sliding-window layers: Gemma 2/3,
+  // Mistral, Qwen2 use_sliding_window): row i attends to keys j with
+  // max(seg_start[i], i - w + 1) <= j <= i, i.e. itself and at most w - 1 keys before it. w = 0
+  // is no window; w >= i + 1 for every row is no window either (the same keys, and with the CPU
+  // backend the same bits). Keys outside every row's window are not computed with, not merely
+  // masked: the work, and the FLOPs counted, go as n * w, not n * Tk.
   // out (n, H*h); lse (n, H) F32: log-sum-exp of the scaled scores per row and head.
-  // Checks: H, G, h > 0; H % G == 0; scale finite; q, k, v, out float; q.cols() == H*h;
-  // k (Tk, G*h) and v of k's shape; out of q's shape; lse (n, H) F32; 0 <= q_offset and
-  // q_offset + n <= Tk; Tk < 2^31 (segment starts are I32); seg_start I32 with at least
-  // q_offset + n entries. (Segment starts monotone and <= their row: the computing backend.)
+  // Checks: H, G, h > 0; H % G == 0; scale finite; window >= 0; q, k, v, out float;
+  // q.cols() == H*h; k (Tk, G*h) and v of k's shape; out of q's shape; lse (n, H) F32;
+  // 0 <= q_offset and q_offset + n <= Tk; Tk < 2^31 (segment starts are I32); seg_start I32
+  // with at least q_offset + n entries. (Segment starts monotone and <= their row: the
+  // computing backend.)
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& seg_start, int64_t q_offset,
                          const AttentionDims& dims);

@@ -31,20 +31,21 @@ struct Case {
   int64_t H, G, h;
   std::vector<int64_t> segments;  // lengths, summing to T
   int64_t q_offset = 0;
-  int64_t n = -1;   // -1: T - q_offset
-  int64_t tk = -1;  // -1: T
+  int64_t n = -1;      // -1: T - q_offset
+  int64_t tk = -1;     // -1: T
+  int64_t window = 0;  // sliding window; 0: none
 };
 
 std::string describe(const Case& c) {
   std::string s = c.name + " H=" + std::to_string(c.H) + " G=" + std::to_string(c.G) +
                   " h=" + std::to_string(c.h) + " segs=";
   for (int64_t l : c.segments) s += std::to_string(l) + ",";
-  return s + " q_offset=" + std::to_string(c.q_offset);
+  return s + " q_offset=" + std::to_string(c.q_offset) + " window=" + std::to_string(c.window);
 }
 
 // Owns the data of one problem; tensors are views into it.
 struct Problem {
-  int64_t H, G, h, T, q_offset, n, tk;
+  int64_t H, G, h, T, q_offset, n, tk, window;
   float scale;
   std::vector<int32_t> seg;             // (T) segment start per global row
   std::vector<float> q, k, v, dout, w;  // q, dout (n, H*h); k, v (tk, G*h); w (n, H*h)
@@ -54,7 +55,8 @@ struct Problem {
         G(c.G),
         h(c.h),
         T(std::accumulate(c.segments.begin(), c.segments.end(), int64_t{0})),
-        q_offset(c.q_offset) {
+        q_offset(c.q_offset),
+        window(c.window) {
     n = c.n >= 0 ? c.n : T - q_offset;
     tk = c.tk >= 0 ? c.tk : T;
     scale = 1.0f / std::sqrt(static_cast<float>(h));
@@ -77,7 +79,13 @@ struct Problem {
     w = normal(n * H * h, 1.0f);
   }
 
-  AttentionDims dims() const { return {H, G, h, scale}; }
+  AttentionDims dims() const { return {H, G, h, scale, window}; }
+  // The first key global row r sees, written directly from the rule of backend.h:
+  // max(seg_start[r], r - window + 1) with a window, seg_start[r] without.
+  int64_t first_key(int64_t r) const {
+    const int64_t s = seg[static_cast<size_t>(r)];
+    return window > 0 ? std::max(s, r - window + 1) : s;
+  }
   Tensor qt() const { return view(q, n, H * h); }
   Tensor kt() const { return view(k, tk, G * h); }
   Tensor vt() const { return view(v, tk, G * h); }
@@ -132,7 +140,7 @@ void ref_forward(const Problem& p, const std::vector<double>& q, const std::vect
   std::vector<double> s;
   for (int64_t i = 0; i < p.n; ++i) {
     const int64_t gi = p.q_offset + i;
-    const int64_t j0 = p.seg[static_cast<size_t>(gi)];
+    const int64_t j0 = p.first_key(gi);
     for (int64_t hq = 0; hq < H; ++hq) {
       const int64_t g = hq / group;
       const double* qi = &q[static_cast<size_t>(i * H * h + hq * h)];
@@ -172,7 +180,7 @@ RefResult reference(const Problem& p) {
   r.dv.assign(v.size(), 0.0);
   for (int64_t i = 0; i < p.n; ++i) {
     const int64_t gi = p.q_offset + i;
-    const int64_t j0 = p.seg[static_cast<size_t>(gi)];
+    const int64_t j0 = p.first_key(gi);
     for (int64_t hq = 0; hq < H; ++hq) {
       const int64_t g = hq / group;
       const size_t qo = static_cast<size_t>(i * H * h + hq * h);
@@ -241,8 +249,10 @@ std::vector<Case> reference_cases() {
   };
 }
 
-TEST(Attention, MatchesFloat64ReferenceOnBothBackwardPaths) {
-  for (const Case& c : reference_cases()) {
+// Forward and backward against the float64 reference, on the per-kv-head and the two-pass
+// backward; the two paths give the same bits.
+void check_against_reference(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
     const Problem p(c);
     const RefResult ref = reference(p);
@@ -269,7 +279,7 @@ TEST(Attention, MatchesFloat64ReferenceOnBothBackwardPaths) {
     EXPECT_TRUE(bit_equal(one.g.dv, two.g.dv));
     // Keys no query of this call sees get exactly zero gradient.
     for (int64_t j = 0; j < p.tk; ++j) {
-      const bool seen = j < p.q_offset + p.n && j >= p.seg[static_cast<size_t>(p.q_offset)];
+      const bool seen = j < p.q_offset + p.n && j >= p.first_key(p.q_offset);
       if (seen) continue;
       for (int64_t c2 = 0; c2 < p.G * p.h; ++c2) {
         ASSERT_EQ(one.g.dk[static_cast<size_t>(j * p.G * p.h + c2)], 0.0f) << "key " << j;
@@ -277,6 +287,10 @@ TEST(Attention, MatchesFloat64ReferenceOnBothBackwardPaths) {
       }
     }
   }
+}
+
+TEST(Attention, MatchesFloat64ReferenceOnBothBackwardPaths) {
+  check_against_reference(reference_cases());
 }
 
 TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
@@ -298,33 +312,35 @@ TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
 }
 
 TEST(Attention, BackwardAccumulates) {
-  for (int threads : {1, 4}) {  // G = 2: per-kv-head path, then two passes
-    ThreadCount tc(threads);
-    const Problem p(Case{"acc", 4, 2, 16, {30, 47}});
-    Result r = run_kernel(p);
-    const Grads once = r.g;
-    const Tensor out = Problem::view(r.out, p.n, p.H * p.h);
-    const Tensor lse = Problem::view(r.lse, p.n, p.H);
-    cpu::attention_backward(Problem::view(r.g.dq, p.n, p.H * p.h),
-                            Problem::view(r.g.dk, p.tk, p.G * p.h),
-                            Problem::view(r.g.dv, p.tk, p.G * p.h), p.doutt(), p.qt(), p.kt(),
-                            p.vt(), out, lse, p.segt(), p.q_offset, p.dims(), nullptr);
-    auto twice = [](std::vector<float> x) {
-      for (float& e : x) e *= 2.0f;
-      return x;
-    };
-    const std::vector<float> dq2 = twice(once.dq), dk2 = twice(once.dk), dv2 = twice(once.dv);
-    EXPECT_LT(rel_err(r.g.dq.data(), dq2.data(), static_cast<int64_t>(dq2.size())), 1e-6);
-    EXPECT_LT(rel_err(r.g.dk.data(), dk2.data(), static_cast<int64_t>(dk2.size())), 1e-6);
-    EXPECT_LT(rel_err(r.g.dv.data(), dv2.data(), static_cast<int64_t>(dv2.size())), 1e-6);
-  }
+  for (int threads : {1, 4})          // G = 2: per-kv-head path, then two passes
+    for (int64_t window : {0, 20}) {  // without and with a sliding window
+      SCOPED_TRACE("threads " + std::to_string(threads) + " window " + std::to_string(window));
+      ThreadCount tc(threads);
+      const Problem p(Case{"acc", 4, 2, 16, {30, 47}, 0, -1, -1, window});
+      Result r = run_kernel(p);
+      const Grads once = r.g;
+      const Tensor out = Problem::view(r.out, p.n, p.H * p.h);
+      const Tensor lse = Problem::view(r.lse, p.n, p.H);
+      cpu::attention_backward(Problem::view(r.g.dq, p.n, p.H * p.h),
+                              Problem::view(r.g.dk, p.tk, p.G * p.h),
+                              Problem::view(r.g.dv, p.tk, p.G * p.h), p.doutt(), p.qt(), p.kt(),
+                              p.vt(), out, lse, p.segt(), p.q_offset, p.dims(), nullptr);
+      auto twice = [](std::vector<float> x) {
+        for (float& e : x) e *= 2.0f;
+        return x;
+      };
+      const std::vector<float> dq2 = twice(once.dq), dk2 = twice(once.dk), dv2 = twice(once.dv);
+      EXPECT_LT(rel_err(r.g.dq.data(), dq2.data(), static_cast<int64_t>(dq2.size())), 1e-6);
+      EXPECT_LT(rel_err(r.g.dk.data(), dk2.data(), static_cast<int64_t>(dk2.size())), 1e-6);
+      EXPECT_LT(rel_err(r.g.dv.data(), dv2.data(), static_cast<int64_t>(dv2.size())), 1e-6);
+    }
 }
 
 // L = sum(out * W). The kernel's fp32 gradient is checked against central differences of the
 // float64 reference forward (accurate to ~1e-9), and the float64 reference gradient is checked
 // against the same differences, so a wrong reference cannot hide a wrong kernel.
-TEST(Attention, GradientMatchesFiniteDifferences) {
-  Case c{"fd", 2, 1, 8, {5, 7}, 2, 10};
+void check_finite_differences(const Case& c) {
+  SCOPED_TRACE(describe(c));
   Problem p(c);
   // The upstream gradient of L = sum(out * W) is W.
   p.dout = p.w;
@@ -373,10 +389,14 @@ TEST(Attention, GradientMatchesFiniteDifferences) {
   EXPECT_LT(err(kernel.g.dv, gv), kTol);
 }
 
+TEST(Attention, GradientMatchesFiniteDifferences) {
+  check_finite_differences(Case{"fd", 2, 1, 8, {5, 7}, 2, 10});
+}
+
 // StreamBP's use: forward per row chunk [s, e) with q_offset = s against keys [0, e), and the
 // backward of the chunks summed into the same dk, dv.
-TEST(Attention, ChunksEqualFullRange) {
-  const Case c{"chunks", 4, 2, 16, {37, 1, 90, 2, 70}};
+void check_chunks_equal_full_range(const Case& c, const std::vector<int64_t>& bounds) {
+  SCOPED_TRACE(describe(c));
   const Problem full(c);
   Result whole;
   {
@@ -386,7 +406,6 @@ TEST(Attention, ChunksEqualFullRange) {
   const int64_t H = full.H, h = full.h, Gh = full.G * full.h;
   std::vector<float> out(whole.out.size()), lse(whole.lse.size()), dq(whole.g.dq.size()),
       dk(whole.g.dk.size(), 0.0f), dv(whole.g.dv.size(), 0.0f);
-  const std::vector<int64_t> bounds = {0, 37, 38, 100, 129, 150, 200};
   ThreadCount tc(2);
   for (size_t ci = 0; ci + 1 < bounds.size(); ++ci) {
     const int64_t s = bounds[ci], e = bounds[ci + 1];
@@ -412,6 +431,200 @@ TEST(Attention, ChunksEqualFullRange) {
   EXPECT_TRUE(bit_equal(dq, whole.g.dq));
   EXPECT_LT(rel_err(dk.data(), whole.g.dk.data(), static_cast<int64_t>(dk.size())), 1e-5);
   EXPECT_LT(rel_err(dv.data(), whole.g.dv.data(), static_cast<int64_t>(dv.size())), 1e-5);
+}
+
+TEST(Attention, ChunksEqualFullRange) {
+  check_chunks_equal_full_range(Case{"chunks", 4, 2, 16, {37, 1, 90, 2, 70}},
+                                {0, 37, 38, 100, 129, 150, 200});
+}
+
+// ---- sliding window ----
+
+// Windows shorter than, equal to and longer than the query chunk (n) and the segments, window 2,
+// chunks in the middle of the sequence (q_offset > 0, keys past the queries), several segments,
+// GQA, MQA, a head dim with a scalar tail, windows that end inside and on key tiles (64) and
+// query blocks (128).
+std::vector<Case> window_cases() {
+  return {
+      {"w2", 2, 1, 8, {3, 1, 80}, 0, -1, -1, 2},
+      {"w_shorter_than_segments", 4, 2, 16, {70, 1, 1, 150, 78}, 0, -1, -1, 40},
+      {"w_longer_than_some_segments", 4, 2, 16, {30, 50, 20, 200}, 0, -1, -1, 64},
+      {"w_shorter_than_chunk", 4, 2, 24, {300}, 140, 90, 230, 50},
+      {"w_equal_to_chunk", 4, 2, 16, {100, 200}, 130, 70, 250, 70},
+      {"w_longer_than_chunk", 4, 2, 16, {100, 260}, 150, 60, 300, 200},
+      {"w_longer_than_chunk_and_segment", 4, 2, 16, {100, 60, 200}, 130, 90, 330, 150},
+      {"w_query_block", 2, 1, 32, {384}, 0, -1, -1, 128},
+      {"w_tile_plus_one_mqa", 4, 1, 8, {33, 300}, 0, -1, -1, 65},
+      {"w_head_dim_12_tail", 4, 2, 12, {200, 57}, 0, -1, -1, 37},
+      {"w_one_row_in_middle", 4, 2, 8, {40, 200}, 170, 1, 230, 30},
+      {"w_past_every_row", 4, 2, 16, {60, 90}, 20, 100, 150, 1000},
+  };
+}
+
+TEST(Attention, SlidingWindowMatchesFloat64ReferenceOnBothBackwardPaths) {
+  check_against_reference(window_cases());
+}
+
+// Window 1: every row attends to its own key only, so p = 1 exactly: out is the row's value,
+// bit for bit, and lse its scaled score; dv_j is the sum of dout over the query heads of kv
+// head g at row j; dq and dk vanish. The relative checks of check_against_reference cannot
+// take an exact-zero reference (the kernel's dP - D is two orderings of one dot product, a
+// rounding apart), so dq and dk are bounded against the size of dv.
+TEST(Attention, WindowOneAttendsToItsOwnKeyOnly) {
+  const std::vector<Case> cases = {
+      {"w1_every_row_sees_itself", 4, 2, 16, {150}, 0, -1, -1, 1},
+      {"w1_chunk_segments", 4, 2, 16, {20, 1, 129}, 30, 100, 140, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(describe(c));
+    const Problem p(c);
+    const RefResult ref = reference(p);
+    for (int threads : {1, 4}) {  // per kv head, two passes
+      SCOPED_TRACE(threads);
+      ThreadCount tc(threads);
+      const Result r = run_kernel(p);
+      const int64_t group = p.H / p.G;
+      for (int64_t i = 0; i < p.n; ++i)
+        for (int64_t hq = 0; hq < p.H; ++hq)
+          for (int64_t d = 0; d < p.h; ++d) {
+            const float o = r.out[static_cast<size_t>((i * p.H + hq) * p.h + d)];
+            const int64_t kv = ((p.q_offset + i) * p.G + hq / group) * p.h + d;
+            ASSERT_EQ(o, p.v[static_cast<size_t>(kv)]) << "row " << i << " head " << hq;
+          }
+      EXPECT_LT(err(r.lse, ref.lse), kTol);
+      EXPECT_LT(err(r.g.dv, ref.dv), kTol);
+      double dv_max = 0.0, dq_max = 0.0, dk_max = 0.0;
+      for (float x : r.g.dv) dv_max = std::max(dv_max, std::fabs(static_cast<double>(x)));
+      for (float x : r.g.dq) dq_max = std::max(dq_max, std::fabs(static_cast<double>(x)));
+      for (float x : r.g.dk) dk_max = std::max(dk_max, std::fabs(static_cast<double>(x)));
+      EXPECT_GT(dv_max, 1.0);
+      EXPECT_LT(dq_max, kTol * dv_max);
+      EXPECT_LT(dk_max, kTol * dv_max);
+    }
+  }
+}
+
+TEST(Attention, SlidingWindowGradientMatchesFiniteDifferences) {
+  // GQA; queries [3, 14) of two segments against 16 keys, window 4 (shorter than a segment)
+  check_finite_differences(Case{"fd_window", 4, 2, 8, {9, 7}, 3, 11, 16, 4});
+  // window 2: a row and the one key before it
+  check_finite_differences(Case{"fd_window2", 2, 1, 8, {6, 6}, 2, 8, 12, 2});
+}
+
+// Stream mode's chunks with a window: chunk boundaries that cut windows, segments and query
+// blocks. Bitwise for out, lse and dq for the reason given in check_chunks_equal_full_range: a
+// row's key tiles sit at absolute positions, and a block that starts earlier only adds tiles
+// and keys that are masked for this row (exact zeros). dk and dv to fp32 tolerance: chunking
+// changes the order in which query rows add into them.
+TEST(Attention, SlidingWindowChunksEqualFullRange) {
+  check_chunks_equal_full_range(Case{"chunks_window", 4, 2, 16, {37, 1, 250, 2, 70}, 0, -1, -1, 45},
+                                {0, 37, 38, 100, 129, 200, 300, 360});
+  check_chunks_equal_full_range(Case{"chunks_window_long", 4, 2, 16, {360}, 0, -1, -1, 150},
+                                {0, 64, 200, 201, 330, 360});
+}
+
+// window = 0, and any window at least as long as every row's index + 1, give the same keys, so
+// the same bits: the windowless kernel (first_key = seg_start) on both backward paths.
+TEST(Attention, WindowPastEveryRowIsNoWindowBitwise) {
+  // queries [70, 200) against 251 keys; segments start at 0, 60, 61
+  const Case base{"no_window", 4, 2, 16, {60, 1, 190}, 70, 130, 251};
+  Result none[2];
+  {
+    ThreadCount tc(1);
+    none[0] = run_kernel(Problem(base));
+  }
+  {
+    ThreadCount tc(4);
+    none[1] = run_kernel(Problem(base));
+  }
+  // Row 199 sees the most keys, [61, 199]: a window of 139 or more changes no row; 251 = Tk.
+  for (int64_t window : {int64_t{139}, int64_t{200}, int64_t{251}, int64_t{1} << 40}) {
+    Case c = base;
+    c.window = window;
+    for (int path = 0; path < 2; ++path) {
+      SCOPED_TRACE("window " + std::to_string(window) + " path " + std::to_string(path));
+      ThreadCount tc(path == 0 ? 1 : 4);
+      const Result r = run_kernel(Problem(c));
+      EXPECT_TRUE(bit_equal(r.out, none[path].out));
+      EXPECT_TRUE(bit_equal(r.lse, none[path].lse));
+      EXPECT_TRUE(bit_equal(r.g.dq, none[path].g.dq));
+      EXPECT_TRUE(bit_equal(r.g.dk, none[path].g.dk));
+      EXPECT_TRUE(bit_equal(r.g.dv, none[path].g.dv));
+      EXPECT_EQ(r.fwd_flops, none[path].fwd_flops);
+      EXPECT_EQ(r.bwd_flops, none[path].bwd_flops);
+    }
+  }
+  // One key less (window 138): row 199 loses key 61, and the result changes.
+  Case c = base;
+  c.window = 138;
+  ThreadCount tc(1);
+  EXPECT_FALSE(bit_equal(run_kernel(Problem(c)).out, none[0].out));
+}
+
+// Keys outside every row's window are skipped, not masked. The last row of a 128-row segment,
+// window 64, sees keys [64, 127]: exactly key tile 1, unmasked; tile 0 is never touched, so the
+// count is that of CountsTheTileProducts' single tile pair, half the windowless one. Window 65
+// adds key 63, the last key of tile 0, trimmed to a 1-key tile. On a long sequence the count
+// goes as n * window.
+TEST(Attention, SlidingWindowCountsOnlyTheTilesInTheWindow) {
+  const int64_t h = 16, H = 2;
+  // The products of one query (score tiles padded to 8 query columns) against nk keys that it
+  // all sees: forward S^T and P V; per-kv-head backward S^T, dP^T, dV, dK, dQ; two passes:
+  // pass A S^T, dP^T, dQ, pass B S and dP (nk padded to 8 key columns), dV and dK.
+  auto fwd = [&](int64_t nk) { return H * (2 * nk * 8 * h + 2 * h * nk); };
+  auto bwd_one = [&](int64_t nk) { return H * (2 * (2 * nk * 8 * h) + 3 * (2 * h * nk)); };
+  auto bwd_two = [&](int64_t nk) {
+    const int64_t nkp = (nk + 7) / 8 * 8;
+    return H * (2 * (2 * nk * 8 * h) + 2 * h * nk + 2 * (2 * nkp * h) + 2 * (2 * h * nk));
+  };
+  struct Expect {
+    int64_t window, fwd, bwd_one, bwd_two;
+  };
+  const Expect expects[] = {
+      {0, 2 * fwd(64), 2 * bwd_one(64), 2 * bwd_two(64)},  // both tiles
+      {64, fwd(64), bwd_one(64), bwd_two(64)},             // tile 1 only
+      {65, fwd(64) + fwd(1), bwd_one(64) + bwd_one(1), bwd_two(64) + bwd_two(1)},
+      {1, fwd(1), bwd_one(1), bwd_two(1)},  // key 127 alone
+  };
+  for (const Expect& e : expects) {
+    SCOPED_TRACE("window " + std::to_string(e.window));
+    const Problem p(Case{"flops_window", H, 1, h, {128}, 127, 1, 128, e.window});
+    {
+      ThreadCount tc(1);  // per kv head
+      const Result r = run_kernel(p);
+      EXPECT_EQ(r.fwd_flops, e.fwd);
+      EXPECT_EQ(r.bwd_flops, e.bwd_one);
+    }
+    {
+      ThreadCount tc(2);  // two passes
+      const Result r = run_kernel(p);
+      EXPECT_EQ(r.fwd_flops, e.fwd);
+      EXPECT_EQ(r.bwd_flops, e.bwd_two);
+    }
+  }
+  // 2048 rows, window 128: query block b > 0 (rows [128b, 128b + 127]) sees keys
+  // [128b - 127, 128b + 127], 4 key tiles, where the causal block sees 2b + 2 tiles (62 tile
+  // pairs against 272 over the 16 blocks). The count lies between the pairs the window allows
+  // and the dense tiles visited, and far below the causal count.
+  {
+    const Case causal{"flops_long", 2, 1, 16, {2048}};
+    Case windowed = causal;
+    windowed.window = 128;
+    ThreadCount tc(1);
+    const Result rc = run_kernel(Problem(causal)), rw = run_kernel(Problem(windowed));
+    const int64_t T = 2048, w = 128, hH = 16 * 2;
+    const int64_t allowed = (w * (w + 1) / 2 + (T - w) * w) * hH * 2;   // 2 h FLOPs per pair
+    const int64_t tiles = (2 + (T / 128 - 1) * 4) * 128 * 64 * hH * 2;  // dense tile pairs
+    EXPECT_GT(rw.fwd_flops, 2 * allowed);
+    EXPECT_LE(rw.fwd_flops, 2 * tiles);
+    EXPECT_GT(rw.bwd_flops, 5 * allowed);
+    EXPECT_LE(rw.bwd_flops, 5 * tiles);
+    EXPECT_LT(3 * rw.fwd_flops, rc.fwd_flops);
+    EXPECT_LT(3 * rw.bwd_flops, rc.bwd_flops);
+    std::printf("[window flops] T=2048 w=128: forward %lld vs causal %lld, backward %lld vs %lld\n",
+                static_cast<long long>(rw.fwd_flops), static_cast<long long>(rc.fwd_flops),
+                static_cast<long long>(rw.bwd_flops), static_cast<long long>(rc.bwd_flops));
+  }
 }
 
 TEST(Attention, CountsTheTileProducts) {
@@ -515,8 +728,9 @@ std::vector<float> widened(const std::vector<uint16_t>& x) {
 // bf16-representable values: F32 outputs from BF16 inputs have the F32 kernel's bits, and BF16
 // outputs (accumulated onto BF16 gradients) are those bits rounded to nearest even. Whatever
 // the thread count and backward path (a BF16 dk or dv takes the two passes).
-TEST(Attention, Bf16OperandsGiveTheF32BitsRoundedOnce) {
-  Problem p(Case{"bf16", 4, 2, 24, {100, 3, 90}, 40, 150, 193});
+void check_bf16_operands(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  Problem p(c);
   p.q = rounded(p.q);
   p.k = rounded(p.k);
   p.v = rounded(p.v);
@@ -581,14 +795,20 @@ TEST(Attention, Bf16OperandsGiveTheF32BitsRoundedOnce) {
   }
 }
 
+TEST(Attention, Bf16OperandsGiveTheF32BitsRoundedOnce) {
+  check_bf16_operands(Case{"bf16", 4, 2, 24, {100, 3, 90}, 40, 150, 193});
+  check_bf16_operands(Case{"bf16_window", 4, 2, 24, {100, 3, 90}, 40, 150, 193, 37});
+}
+
 // With a BF16 out, D = rowsum(dout * out) would carry out's bf16 rounding (relative 2^-9) and
 // break the cancellation sum_j dS_ij = 0; the kernel sums D = sum_j P_ij dP_ij in fp32 instead
 // (attention.cpp, "D with a BF16 out"). So F32 gradients from a BF16 out match the float64
 // reference on the same (bf16) inputs to fp32 accuracy, and the key-bias gradient sum_j dk_j,
 // exactly 0, stays at fp32 rounding. Handing the kernel the same rounded out as F32 (D from it)
 // shows what the rounding would cost: that is the yardstick that proves the check can fail.
-TEST(Attention, Bf16OutKeepsTheSoftmaxBackwardExact) {
-  Problem p(Case{"bf16_out", 4, 2, 24, {100, 3, 90}});
+void check_bf16_out(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  Problem p(c);
   p.q = rounded(p.q);
   p.k = rounded(p.k);
   p.v = rounded(p.v);
@@ -638,6 +858,11 @@ TEST(Attention, Bf16OutKeepsTheSoftmaxBackwardExact) {
         err(from_out.dq, ref.dq), err(from_out.dk, ref.dk), key_bias_grad(from_out.dk));
     EXPECT_GT(key_bias_grad(from_out.dk), 10 * kTol);
   }
+}
+
+TEST(Attention, Bf16OutKeepsTheSoftmaxBackwardExact) {
+  check_bf16_out(Case{"bf16_out", 4, 2, 24, {100, 3, 90}});
+  check_bf16_out(Case{"bf16_out_window", 4, 2, 24, {100, 3, 90}, 0, -1, -1, 50});
 }
 
 TEST(VecMath, ExpMatchesStdExp) {

@@ -191,6 +191,10 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
        [&] {
          be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, G, 0, 0.5f});
        }},
+      {"attention_forward", "sliding window -1 must be >= 0",
+       [&] {
+         be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, G, h, 0.5f, -1});
+       }},
       {"attention_forward", "queries [3, 7)",
        [&] { be.attention_forward(out, lse_a, q, k, v, seg, 3, dims); }},
       {"attention_forward", "queries [-1, 3)",
@@ -244,6 +248,10 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
       {"attention_backward", "not a multiple of G=3",
        [&] {
          be.attention_backward(dq, dk, dv, dout, q, k, v, out, lse_a, seg, 0, {H, 3, h, 0.5f});
+       }},
+      {"attention_backward", "sliding window -2 must be >= 0",
+       [&] {
+         be.attention_backward(dq, dk, dv, dout, q, k, v, out, lse_a, seg, 0, {H, G, h, 0.5f, -2});
        }},
       {"attention_backward", "lse F32(4)",
        [&] { be.attention_backward(dq, dk, dv, dout, q, k, v, out, t({n}), seg, 0, dims); }},

@@ -313,12 +313,13 @@ TEST_P(BackendOps, EmbeddingBf16EveryDtypeCombination) {
 // ---- attention ----
 
 // Queries [q_offset, q_offset + n) of a packed stream with segment starts `seg` attend to keys
-// [0, tk), causally within their segment, GQA.
+// [0, tk), causally within their segment and, with a window w > 0, to their last w keys only; GQA.
 struct AttentionCase {
   const char* name;
   int64_t H, G, h;
   std::vector<int64_t> segments;  // lengths; T = their sum
   int64_t q_offset, n, tk;
+  int64_t window = 0;
 
   std::vector<int32_t> seg_start() const {
     std::vector<int32_t> s;
@@ -329,7 +330,11 @@ struct AttentionCase {
     }
     return s;
   }
-  AttentionDims dims() const { return {H, G, h, 1.0f / std::sqrt(static_cast<float>(h))}; }
+  AttentionDims dims() const { return {H, G, h, 1.0f / std::sqrt(static_cast<float>(h)), window}; }
+  // First key of global row `row`: max(seg_start, row - window + 1) (backend.h).
+  int64_t first_key(const std::vector<int32_t>& seg, int64_t row) const {
+    return window > 0 ? std::max<int64_t>(seg[row], row - window + 1) : seg[row];
+  }
 };
 
 // out (n, H*h) and lse (n, H), materialising the scores of each row.
@@ -343,8 +348,9 @@ void ref_attention(const AttentionCase& c, const std::vector<int32_t>& seg, cons
     const int64_t row = c.q_offset + i;
     for (int64_t hq = 0; hq < H; ++hq) {
       const int64_t g = hq / group;
+      const int64_t j0 = c.first_key(seg, row);
       Vec s;
-      for (int64_t j = seg[row]; j <= row; ++j) {
+      for (int64_t j = j0; j <= row; ++j) {
         double sc = 0;
         for (int64_t e = 0; e < h; ++e) sc += q[(i * H + hq) * h + e] * k[(j * G + g) * h + e];
         s.push_back(scale * sc);
@@ -354,8 +360,8 @@ void ref_attention(const AttentionCase& c, const std::vector<int32_t>& seg, cons
       for (double x : s) sum += std::exp(x - mx);
       const double l = mx + std::log(sum);
       (*lse)[i * H + hq] = l;
-      for (int64_t j = seg[row]; j <= row; ++j) {
-        const double p = std::exp(s[j - seg[row]] - l);
+      for (int64_t j = j0; j <= row; ++j) {
+        const double p = std::exp(s[j - j0] - l);
         for (int64_t e = 0; e < h; ++e) (*out)[(i * H + hq) * h + e] += p * v[(j * G + g) * h + e];
       }
     }
@@ -368,6 +374,11 @@ TEST_P(BackendOps, AttentionMatchesFloat64AndFiniteDifferences) {
       {"gqa_chunk", 4, 2, 8, {5, 7, 4}, 6, 8, 16},
       {"mha_whole", 2, 2, 4, {9}, 0, 9, 9},
       {"mqa_one_row", 3, 1, 6, {4, 6}, 7, 1, 8},
+      // sliding windows: shorter than the chunk and a segment, a row and its predecessor,
+      // longer than the chunk but cut by a segment start
+      {"gqa_window3", 4, 2, 8, {5, 11, 4}, 6, 10, 20, 3},
+      {"mha_window2", 2, 2, 4, {12}, 0, 12, 12, 2},
+      {"mqa_window_past_chunk", 3, 1, 6, {3, 15}, 8, 6, 16, 9},
   };
   for (const AttentionCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -430,7 +441,7 @@ void ref_attention_backward(const AttentionCase& c, const std::vector<int32_t>& 
       const int64_t g = hq / group, qo = (i * H + hq) * h;
       double D = 0;
       for (int64_t e = 0; e < h; ++e) D += dout[qo + e] * out[qo + e];
-      for (int64_t j = seg[row]; j <= row; ++j) {
+      for (int64_t j = c.first_key(seg, row); j <= row; ++j) {
         const int64_t ko = (j * G + g) * h;
         double s = 0, dp = 0;
         for (int64_t e = 0; e < h; ++e) {
@@ -458,6 +469,7 @@ TEST_P(BackendOps, AttentionBf16EveryDtypeCombination) {
       {"gqa_chunk", 4, 2, 8, {5, 7, 4}, 6, 8, 16},
       {"mha_whole", 2, 2, 4, {9}, 0, 9, 9},
       {"mqa_one_row", 3, 1, 6, {4, 6}, 7, 1, 8},
+      {"gqa_window3", 4, 2, 8, {5, 11, 4}, 6, 10, 20, 3},
   };
   for (const AttentionCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -516,6 +528,47 @@ TEST_P(BackendOps, AttentionBf16EveryDtypeCombination) {
           ASSERT_EQ(dkg[j * Gh + e], dk0[j * Gh + e]) << "key " << j;
           ASSERT_EQ(dvg[j * Gh + e], dv0[j * Gh + e]) << "key " << j;
         }
+    }
+  }
+}
+
+// A sliding window cuts the work on every backend: the computing ones count the tile products
+// they skip, the planner (meta) counts the (query, key) pairs the window allows,
+// 4 h H per pair forward and 10 h H backward, exactly.
+TEST_P(BackendOps, AttentionWindowCountsOnlyTheWindow) {
+  // queries [100, 300) of one 300-row sequence: rows below and past the window of 150
+  int64_t fwd_no_window = 0, bwd_no_window = 0;
+  for (const int64_t window : {int64_t{0}, int64_t{150}, int64_t{16}}) {
+    SCOPED_TRACE(window);
+    const AttentionCase c{"window_flops", 2, 1, 8, {300}, 100, 200, 300, window};
+    const int64_t Hh = c.H * c.h, Gh = c.G * c.h;
+    Buffer q = rand({c.n, Hh}), k = rand({c.tk, Gh}), v = rand({c.tk, Gh});
+    Buffer out = zeros({c.n, Hh}), lse = zeros({c.n, c.H}), seg_start = ids(c.seg_start());
+    Buffer dq = zeros({c.n, Hh}), dk = zeros({c.tk, Gh}), dv = zeros({c.tk, Gh});
+    be.reset_flops();
+    be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
+                         c.q_offset, c.dims());
+    const int64_t fwd = be.flops();
+    be.reset_flops();
+    be.attention_backward(dq.view(), dk.view(), dv.view(), out.view(), q.view(), k.view(), v.view(),
+                          out.view(), lse.view(), seg_start.view(), c.q_offset, c.dims());
+    const int64_t bwd = be.flops();
+    int64_t pairs = 0;
+    for (int64_t row = c.q_offset; row < c.q_offset + c.n; ++row)
+      pairs += row - c.first_key(c.seg_start(), row) + 1;
+    // computed pairs >= allowed ones; the planner counts exactly the allowed ones
+    EXPECT_GE(fwd, 4 * c.h * c.H * pairs);
+    EXPECT_GE(bwd, 10 * c.h * c.H * pairs);
+    if (!computes()) {
+      EXPECT_EQ(fwd, 4 * c.h * c.H * pairs);
+      EXPECT_EQ(bwd, 10 * c.h * c.H * pairs);
+    }
+    if (window == 0) {
+      fwd_no_window = fwd;
+      bwd_no_window = bwd;
+    } else {
+      EXPECT_LT(fwd, fwd_no_window);
+      EXPECT_LT(bwd, bwd_no_window);
     }
   }
 }

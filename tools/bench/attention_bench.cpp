@@ -1,16 +1,19 @@
 // attention_bench: achieved GFLOP/s of the CPU attention kernels against the machine's sgemm,
 // measured in the same run with the same thread count.
 //
-//   attention_bench [--T 4096] [--H 16] [--G 8] [--h 128] [--segments 1] [--reps 3]
-//                   [--threads N] [--clock wall|cpu] [--json FILE]
+//   attention_bench [--T 4096] [--H 16] [--G 8] [--h 128] [--segments 1] [--window 0]
+//                   [--reps 3] [--threads N] [--clock wall|cpu] [--json FILE]
+//
+// --window W > 0 runs sliding-window attention (each row sees its last W keys).
 //
 // --clock cpu times with the process CPU clock divided by the thread count instead of the wall
 // clock: on a machine shared with other work it estimates what an idle machine would show
 // (it counts OpenMP spin-waiting as work, so it errs on the slow side).
 //
 // GFLOP/s use the FLOPs the kernels count (multiply-adds x 2 of every tile product they
-// compute, masked waste included); "useful" is the exact causal count (forward 4*h per allowed
-// (query, key) pair and head, backward 10*h), so useful/counted is the tiling efficiency.
+// compute, masked waste included); "useful" is the exact causal (or windowed) count (forward
+// 4*h per allowed (query, key) pair and head, backward 10*h), so useful/counted is the tiling
+// efficiency.
 #include <cblas.h>
 #include <omp.h>
 #include <time.h>
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
   const int64_t G = arg(argc, argv, "--G", 8);
   const int64_t h = arg(argc, argv, "--h", 128);
   const int64_t n_seg = std::max<int64_t>(1, arg(argc, argv, "--segments", 1));
+  const int64_t window = std::max<int64_t>(0, arg(argc, argv, "--window", 0));
   const int reps = static_cast<int>(arg(argc, argv, "--reps", 3));
   const int64_t threads = arg(argc, argv, "--threads", 0);
   const std::string json = sarg(argc, argv, "--json");
@@ -108,7 +112,9 @@ int main(int argc, char** argv) {
   double pairs = 0.0;  // allowed (query, key) pairs per head
   for (int64_t i = 0; i < T; ++i) {
     seg[static_cast<size_t>(i)] = static_cast<int32_t>(i / seg_len * seg_len);
-    pairs += static_cast<double>(i - seg[static_cast<size_t>(i)] + 1);
+    const int64_t first =
+        std::max<int64_t>(seg[static_cast<size_t>(i)], window > 0 ? i - window + 1 : 0);
+    pairs += static_cast<double>(i - first + 1);
   }
   auto view = [](std::vector<float>& x, int64_t r, int64_t c) {
     return Tensor(x.data(), DType::F32, Shape{r, c});
@@ -117,7 +123,7 @@ int main(int argc, char** argv) {
                tdout = view(dout, T, H * h), tout = view(out, T, H * h), tlse = view(lse, T, H),
                tdq = view(dq, T, H * h), tdk = view(dk, T, G * h), tdv = view(dv, T, G * h);
   const Tensor tseg(seg.data(), DType::I32, Shape{T});
-  const sbp::AttentionDims dims{H, G, h, 1.0f / std::sqrt(static_cast<float>(h))};
+  const sbp::AttentionDims dims{H, G, h, 1.0f / std::sqrt(static_cast<float>(h)), window};
 
   const double sgemm = sgemm_gflops(clock, 1024, reps);
 
@@ -139,10 +145,11 @@ int main(int argc, char** argv) {
   const double useful_fwd = 4.0 * h * H * pairs, useful_bwd = 10.0 * h * H * pairs;
   const double g_fwd = fwd_flops / t_fwd * 1e-9, g_bwd = bwd_flops / t_bwd * 1e-9;
   std::printf(
-      "attention T=%lld H=%lld G=%lld h=%lld segments=%lld threads=%d (best of %d, %s clock)\n",
+      "attention T=%lld H=%lld G=%lld h=%lld segments=%lld window=%lld threads=%d (best of %d, %s "
+      "clock)\n",
       static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(G),
-      static_cast<long long>(h), static_cast<long long>(n_seg), nthreads, reps,
-      clock.cpu ? "cpu" : "wall");
+      static_cast<long long>(h), static_cast<long long>(n_seg), static_cast<long long>(window),
+      nthreads, reps, clock.cpu ? "cpu" : "wall");
   std::printf("  sgemm 1024^3        %8.1f GFLOP/s\n", sgemm);
   std::printf("  forward   %8.3f s %8.1f GFLOP/s  %5.1f%% of sgemm  (useful/counted %.3f)\n", t_fwd,
               g_fwd, 100.0 * g_fwd / sgemm, useful_fwd / static_cast<double>(fwd_flops));
@@ -151,8 +158,8 @@ int main(int argc, char** argv) {
   if (!json.empty()) {
     std::ofstream f(json);
     f << "{\"T\": " << T << ", \"H\": " << H << ", \"G\": " << G << ", \"h\": " << h
-      << ", \"segments\": " << n_seg << ", \"threads\": " << nthreads << ", \"clock\": \""
-      << (clock.cpu ? "cpu" : "wall") << "\""
+      << ", \"segments\": " << n_seg << ", \"window\": " << window << ", \"threads\": " << nthreads
+      << ", \"clock\": \"" << (clock.cpu ? "cpu" : "wall") << "\""
       << ", \"sgemm_gflops\": " << sgemm << ", \"forward_s\": " << t_fwd
       << ", \"forward_gflops\": " << g_fwd << ", \"forward_flops\": " << fwd_flops
       << ", \"backward_s\": " << t_bwd << ", \"backward_gflops\": " << g_bwd

@@ -20,6 +20,18 @@
 // segment start, the products leave out 6 x 16 micro-tiles and k-steps that hold only masked
 // pairs (see MaskGeometry): for packed short sequences that is most of the work.
 //
+// Sliding window (AttentionDims::window = w > 0). A row i sees keys [lo_i, i] with
+// lo_i = max(seg_start[i], i - w + 1). Both terms are non-decreasing in i, so lo is too, and
+// lo_i <= i: lo has exactly the two properties of seg_start that the tiling relies on. So the
+// kernels work with lo wherever they would use the segment start (Problem::first_key), and the
+// window reuses every skip the segments already have: a query block visits only the key tiles
+// from its first row's lo to its last row (w + kBq - 1 keys, so at most
+// ceil((w + kBq - 1) / kBk) + 1 tiles) instead of every tile up to the diagonal; pass B visits
+// only the query blocks that reach a key tile; the edge of the band is trimmed, and skipped by
+// micro-tile, like a segment start. Work and counted FLOPs go as n * (w + kBq), not n * Tk.
+// With w = 0, or w at least every row's span i - seg_start[i] + 1, lo = seg_start and the
+// arithmetic is that of the windowless kernel, bit for bit.
+//
 // Backward paths (both give bit-identical results, see attention_backward):
 //  - per kv head: one task per kv head g owns dk/dv of head g and dq of its query heads;
 //    one pass over (query head, query block, key tile), five tile products per pair;
@@ -191,28 +203,28 @@ struct AllTerms {
 };
 
 // The allowed pairs of a query block and a key range: local query i (global row gi0 + i,
-// segment start seg[i], i < nr) and local key j (global js + j, j < nk) when
-// seg[i] <= js + j <= gi0 + i.
+// first key lo[i], i < nr) and local key j (global js + j, j < nk) when
+// lo[i] <= js + j <= gi0 + i.
 struct MaskGeometry {
-  const int32_t* seg = nullptr;  // (nr) non-decreasing
+  const int32_t* lo = nullptr;  // (nr) non-decreasing: segment start, or window start
   int64_t gi0 = 0, nr = 0, js = 0, nk = 0;
 
   // True when no pair of queries [i0, i1] x keys [j0, j1] is allowed. Ranges that reach into
   // padding (i1 >= nr or j1 >= nk) count as allowed: padding is computed, never left unwritten.
   bool none_allowed(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     if (i1 >= nr || j1 >= nk) return false;
-    return js + j0 > gi0 + i1 || js + j1 < seg[i0];
+    return js + j0 > gi0 + i1 || js + j1 < lo[i0];
   }
-  // Keys [*lo, *hi) that some query of [i0, i1] may see.
-  void keys_of(int64_t i0, int64_t i1, int64_t* lo, int64_t* hi) const {
-    *lo = std::clamp<int64_t>(seg[i0] - js, 0, nk);
-    *hi = std::clamp<int64_t>(gi0 + std::min(i1, nr - 1) - js + 1, *lo, nk);
+  // Keys [*klo, *khi) that some query of [i0, i1] may see.
+  void keys_of(int64_t i0, int64_t i1, int64_t* klo, int64_t* khi) const {
+    *klo = std::clamp<int64_t>(lo[i0] - js, 0, nk);
+    *khi = std::clamp<int64_t>(gi0 + std::min(i1, nr - 1) - js + 1, *klo, nk);
   }
-  // Queries [*lo, *hi) that may see some key of [j0, j1].
-  void queries_of(int64_t j0, int64_t j1, int64_t* lo, int64_t* hi) const {
-    *lo = std::clamp<int64_t>(js + j0 - gi0, 0, nr);
+  // Queries [*qlo, *qhi) that may see some key of [j0, j1].
+  void queries_of(int64_t j0, int64_t j1, int64_t* qlo, int64_t* qhi) const {
+    *qlo = std::clamp<int64_t>(js + j0 - gi0, 0, nr);
     const int64_t last = js + std::min(j1, nk - 1);
-    *hi = std::max(*lo, static_cast<int64_t>(std::upper_bound(seg, seg + nr, last) - seg));
+    *qhi = std::max(*qlo, static_cast<int64_t>(std::upper_bound(lo, lo + nr, last) - lo));
   }
 };
 
@@ -390,8 +402,14 @@ struct Problem {
   int64_t ldh = 0;     // row length of (rows, h) scratch tiles
   int64_t n_blocks = 0;
   const int32_t* seg = nullptr;  // (>= q_offset + n) first row of each global row's segment
+  int64_t window = 0;            // sliding window; 0 = none
 
   int64_t kv_head(int64_t hq) const { return hq / group; }
+  // First key global row r sees: its segment start, or its window's start if later.
+  // Non-decreasing in r and <= r (see the top of the file).
+  int64_t first_key(int64_t r) const {
+    return window > 0 ? std::max<int64_t>(seg[r], r - window + 1) : seg[r];
+  }
 };
 
 // The rows of query block ib and the keys they can see.
@@ -401,7 +419,7 @@ struct BlockRange {
   int64_t ncp = 0;   // nr rounded up to 8: width of the score tiles
   int64_t gi0 = 0;   // global row of the first query
   int64_t gi1 = 0;   // global row of the last query
-  int64_t kmin = 0;  // first key any row of the block sees (segments are non-decreasing)
+  int64_t kmin = 0;  // first key any row of the block sees (first keys are non-decreasing)
   int64_t kmax = 0;  // last key any row sees (causal)
 };
 
@@ -412,7 +430,7 @@ BlockRange block_range(const Problem& p, int64_t ib) {
   b.ncp = round_up(b.nr, 8);
   b.gi0 = p.q_offset + b.r0;
   b.gi1 = b.gi0 + b.nr - 1;
-  b.kmin = p.seg[b.gi0];
+  b.kmin = p.first_key(b.gi0);
   b.kmax = b.gi1;
   return b;
 }
@@ -427,7 +445,7 @@ KeyRange key_range(const Problem& p, const BlockRange& b, int64_t t) {
   KeyRange r;
   r.js = std::max(t * kBk, b.kmin);
   r.je = std::min((t + 1) * kBk, b.kmax + 1);
-  r.full = p.seg[b.gi1] <= r.js && r.je - 1 <= b.gi0;
+  r.full = p.first_key(b.gi1) <= r.js && r.je - 1 <= b.gi0;
   return r;
 }
 
@@ -464,7 +482,7 @@ struct Scratch {
   float* dva = nullptr;     // (kBk, ldh) pass B, BF16 dv: the same for dv
   float* pk = nullptr;      // (kBq, ldh) pass A with exact D: sum_j P_ij k_j
   float* dsum = nullptr;    // (kLdq) pass A with exact D: sum_j P_ij dP_ij
-  int32_t* seg = nullptr;   // (kLdq) segment start of each query row; INT32_MAX on padding
+  int32_t* lo = nullptr;    // (kLdq) first key of each query row; INT32_MAX on padding
   int32_t* gi = nullptr;    // (kLdq) global row of each query row; -1 on padding
 
   Scratch(int64_t h, int64_t ldh) {
@@ -487,7 +505,7 @@ struct Scratch {
       p += round_up(sizes[i], 16);
     }
     istorage = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(2 * kLdq));
-    seg = istorage.get();
+    lo = istorage.get();
     gi = istorage.get() + kLdq;
   }
 };
@@ -496,10 +514,10 @@ struct Scratch {
 void load_row_info(const Problem& p, const BlockRange& b, Scratch& w) {
   for (int64_t i = 0; i < kLdq; ++i) {
     if (i < b.nr) {
-      w.seg[i] = p.seg[b.gi0 + i];
+      w.lo[i] = static_cast<int32_t>(p.first_key(b.gi0 + i));
       w.gi[i] = static_cast<int32_t>(b.gi0 + i);
     } else {
-      w.seg[i] = std::numeric_limits<int32_t>::max();
+      w.lo[i] = std::numeric_limits<int32_t>::max();
       w.gi[i] = -1;
     }
   }
@@ -557,7 +575,7 @@ struct FwdTensors {
 void softmax_tile_forward(Scratch& w, int64_t nk, int64_t ncp, int64_t js, bool full) {
   float* __restrict s = w.s;
   float* __restrict mt = w.rowsum;  // reused: tile max first, then tile sum
-  const int32_t* __restrict seg = w.seg;
+  const int32_t* __restrict lo = w.lo;
   const int32_t* __restrict gi = w.gi;
   for (int64_t i = 0; i < ncp; ++i) mt[i] = kNegInf;
   for (int64_t j = 0; j < nk; ++j) {
@@ -567,7 +585,7 @@ void softmax_tile_forward(Scratch& w, int64_t nk, int64_t ncp, int64_t js, bool 
       for (int64_t i = 0; i < ncp; ++i) mt[i] = sj[i] > mt[i] ? sj[i] : mt[i];
     } else {
       for (int64_t i = 0; i < ncp; ++i) {
-        const float x = select(mask_of((seg[i] <= kj) & (kj <= gi[i])), sj[i], kNegInf);
+        const float x = select(mask_of((lo[i] <= kj) & (kj <= gi[i])), sj[i], kNegInf);
         mt[i] = x > mt[i] ? x : mt[i];
       }
     }
@@ -595,7 +613,7 @@ void softmax_tile_forward(Scratch& w, int64_t nk, int64_t ncp, int64_t js, bool 
       }
     } else {
       for (int64_t i = 0; i < ncp; ++i) {
-        const uint32_t allowed = mask_of((seg[i] <= kj) & (kj <= gi[i]));
+        const uint32_t allowed = mask_of((lo[i] <= kj) & (kj <= gi[i]));
         const float pv = keep_if(allowed, exp_f32(sj[i] - base[i]));
         sj[i] = pv;
         mt[i] += pv;
@@ -628,7 +646,7 @@ int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t
     // (nk, h) key and value rows of kv head g
     pack_rows(w.kn, ldh, t.k + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
     pack_rows(w.vn, ldh, t.v + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
-    const MaskGeometry mg{w.seg, b.gi0, b.nr, kr.js, nk};
+    const MaskGeometry mg{w.lo, b.gi0, b.nr, kr.js, nk};
     // (nk, ncp) S^T = K Qs^T
     flops += tile_gemm<Store::kSet>(nk, b.ncp, h, w.kn, ldh, 1, w.qt, kLdq, w.s, kLdq, nullptr,
                                     KeyRowsQueryCols{{}, mg});
@@ -699,7 +717,7 @@ void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t
                   float* __restrict dsum) {
   const float* __restrict lse = w.lse;
   const float* __restrict dd = w.dd;
-  const int32_t* __restrict seg = w.seg;
+  const int32_t* __restrict lo = w.lo;
   const int32_t* __restrict gi = w.gi;
   const float scale = p.scale;
   for (int64_t j = 0; j < nk; ++j) {
@@ -715,7 +733,7 @@ void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t
       }
     } else {
       for (int64_t i = 0; i < ncp; ++i) {
-        const uint32_t allowed = mask_of((seg[i] <= kj) & (kj <= gi[i]));
+        const uint32_t allowed = mask_of((lo[i] <= kj) & (kj <= gi[i]));
         const float pv = keep_if(allowed, exp_f32(sj[i] - lse[i]));
         sj[i] = pv;
         // dP of a masked pair may be unwritten (skipped micro-tile): mask dS too.
@@ -733,7 +751,7 @@ void ds_query_major(Scratch& w, const Problem& p, int64_t nr, int64_t nkp, int64
     float* __restrict si = w.s + i * kLdk;
     float* __restrict di = w.ds + i * kLdk;
     const float lse = w.lse[i], dd = w.dd[i];
-    const int32_t seg = w.seg[i], gi = w.gi[i];
+    const int32_t lo = w.lo[i], gi = w.gi[i];
     if (full) {
       for (int64_t j = 0; j < nkp; ++j) {
         const float pv = exp_f32(si[j] - lse);
@@ -743,7 +761,7 @@ void ds_query_major(Scratch& w, const Problem& p, int64_t nr, int64_t nkp, int64
     } else {
       for (int64_t j = 0; j < nkp; ++j) {
         const int32_t kj = static_cast<int32_t>(js + j);
-        const uint32_t allowed = mask_of((seg <= kj) & (kj <= gi));
+        const uint32_t allowed = mask_of((lo <= kj) & (kj <= gi));
         const float pv = keep_if(allowed, exp_f32(si[j] - lse));
         si[j] = pv;
         di[j] = keep_if(allowed, scale * pv * (di[j] - dd));
@@ -783,7 +801,7 @@ int64_t backward_pair(const Problem& p, const BwdTensors& t, int64_t g, const Bl
   // (nk, h) key and value rows of kv head g
   pack_rows(w.kn, ldh, t.k + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
   pack_rows(w.vn, ldh, t.v + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
-  const MaskGeometry mg{w.seg, b.gi0, b.nr, kr.js, nk};
+  const MaskGeometry mg{w.lo, b.gi0, b.nr, kr.js, nk};
   const KeyRowsQueryCols score_terms{{}, mg};
   // (nk, ncp) S^T = K Qs^T and dP^T = V dO^T
   flops += tile_gemm<Store::kSet>(nk, b.ncp, h, w.kn, ldh, 1, w.qt, kLdq, w.s, kLdq, nullptr,
@@ -882,7 +900,7 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
   for (int64_t hq = g * p.group; hq < (g + 1) * p.group; ++hq) {
     for (int64_t ib = ib_first; ib < p.n_blocks; ++ib) {
       const BlockRange b = block_range(p, ib);
-      if (b.kmin > j1 - 1) break;  // segments only move forward: later blocks see even less
+      if (b.kmin > j1 - 1) break;  // first keys only move forward: later blocks see even less
       if (b.kmax < j0 || b.kmin / kBk > tile) continue;
       const KeyRange kr = key_range(p, b, tile);
       const int64_t nk = kr.je - kr.js;
@@ -896,7 +914,7 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
       pack_rows(w.qs, ldh, t.q + off, p.ldq_g, b.nr, h, p.scale);
       pack_rows(w.qn, ldh, t.q + off, p.ldq_g, b.nr, h, 1.0f);
       pack_rows(w.don, ldh, t.dout + off, p.ldq_g, b.nr, h, 1.0f);
-      const MaskGeometry mg{w.seg, b.gi0, b.nr, kr.js, nk};
+      const MaskGeometry mg{w.lo, b.gi0, b.nr, kr.js, nk};
       const QueryRowsKeyCols score_terms{{}, mg};
       // (nr, nkp) S = Qs K^T and dP = dO V^T
       flops += tile_gemm<Store::kSet>(b.nr, nkp, h, w.qs, ldh, 1, w.kt + joff, kLdk, w.s, kLdk,
@@ -941,6 +959,7 @@ Problem make_problem(const char* fn, const Tensor& q, const Tensor& k, const Ten
   p.q_offset = q_offset;
   p.n_blocks = (p.n + kBq - 1) / kBq;
   p.seg = seg_start.i32();
+  p.window = dims.window;
   if (p.n > 0) {
     SBP_CHECK(q.data && k.data && v.data && p.seg, where + "tensors have no data");
   }
@@ -1045,8 +1064,9 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
       ta.d = d_rows;
     tb.d = d_rows;
     const int64_t q_tasks = p.H * p.n_blocks;
-    // Key tiles that any query can see: from the first segment start to the last query.
-    const int64_t tile_lo = p.seg[p.q_offset] / kBk;
+    // Key tiles that any query can see: from the first row's first key to the last query
+    // (every row sees its own key, so the tiles in between are all seen).
+    const int64_t tile_lo = p.first_key(p.q_offset) / kBk;
     const int64_t tile_hi = (p.q_offset + p.n - 1) / kBk;
     const int64_t k_tasks = p.G * (tile_hi - tile_lo + 1);
 #pragma omp parallel num_threads(threads) reduction(+ : total)

@@ -1,9 +1,9 @@
 #pragma once
 // Flash-style attention on the CPU (fp32): tiled, online softmax, never a T x T buffer.
 // Semantics are those of Backend::attention_forward / attention_backward (backend/backend.h):
-// causal within segments, GQA, query offset. Both functions check their arguments as the
-// Backend does (backend_checks.h), since they are called directly too (tests, tools/bench),
-// and add the FLOPs they perform to *flops (multiply-adds count 2).
+// causal within segments, optional sliding window, GQA, query offset. Both functions check
+// their arguments as the Backend does (backend_checks.h), since they are called directly too
+// (tests, tools/bench), and add the FLOPs they perform to *flops (multiply-adds count 2).
 #include <cstdint>
 
 #include "backend/backend.h"
