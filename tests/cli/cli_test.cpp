@@ -182,13 +182,8 @@ std::string huge_valid_config() {
 }
 
 TEST(Cli, AValidModelTooLargeForTheMachineIsOutOfMemoryNotACrash) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow memory: no address-space limit";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow memory: no address-space limit";
-#endif
-#endif
+  if (test::kAddressSanitizer)
+    GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow memory: no address-space limit";
   test::TempDir tmp;
   const std::string cfg = tmp.file("config.json"), tokens = tmp.file("tokens.json");
   test::write_text(cfg, huge_valid_config());

@@ -32,17 +32,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test::run_command;
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
+constexpr bool kAsan = test::kAddressSanitizer;
 
 std::string bin() { return test::streambp_binary(); }
 std::string src() { return test::source_dir(); }

@@ -22,15 +22,12 @@ namespace sbp::dist_test {
 // lsan_openmpi.supp can name the libraries those allocations come from; leaks elsewhere are
 // still reported.
 inline std::string sanitizer_env() {
-#if defined(__SANITIZE_ADDRESS__)
+  if (!test::kAddressSanitizer) return "";
   return "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0\" "
          "LSAN_OPTIONS=suppressions=" +
          test::source_dir() +
          "/tests/dist/lsan_openmpi.supp OMPI_MCA_mca_base_component_disable_dlclose=1 "
          "PMIX_MCA_mca_base_component_disable_dlclose=1 ";
-#else
-  return "";
-#endif
 }
 
 // OpenMPI as root in a container, offline, on a shared 2-core machine: shared memory between

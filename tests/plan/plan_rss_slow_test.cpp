@@ -115,9 +115,7 @@ struct Case {
 class PlanRss : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PlanRss, PeakRssIsBaselinePlusPlannedLedgerPeak) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "resident sizes are meaningless under AddressSanitizer";
-#endif
+  if (test::kAddressSanitizer) GTEST_SKIP() << "resident sizes are meaningless under AddressSanitizer";
   const Case c = GetParam();
   const Config cfg = configs()[c.config];
   set_cpu_threads(c.threads);
