@@ -18,5 +18,11 @@ if [ "$kind" = sanitize ] && [ -f "$dir/CMakeCache.txt" ] &&
    ! grep -q '^CMAKE_CXX_COMPILER:.*clang++' "$dir/CMakeCache.txt"; then
   rm -rf "$dir"
 fi
+# ccache, where installed (developer machines; CI builds a clean clone once and does without):
+# worktrees of one repository share compiled objects when CCACHE_BASEDIR is their parent.
+if command -v ccache >/dev/null; then
+  flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
+fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
 cmake --build "$dir" -j "$jobs"
