@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <string_view>
 
@@ -22,9 +23,10 @@ namespace sbp::fuzz {
 // The input as a file at a fixed per-process path (most loaders take paths, as the CLI does).
 inline std::string write_input(std::string_view name, const uint8_t* data, size_t size) {
   static const std::string dir = [] {
-    std::string d = "/tmp/streambp-fuzz-" + std::to_string(::getpid());
-    std::string cmd = "mkdir -p " + d;
-    if (std::system(cmd.c_str()) != 0) std::abort();
+    const std::string d = "/tmp/streambp-fuzz-" + std::to_string(::getpid());
+    std::error_code ec;
+    std::filesystem::create_directories(d, ec);
+    if (ec) std::abort();
     return d;
   }();
   const std::string path = dir + "/" + std::string(name);

@@ -13,10 +13,13 @@ namespace sbp {
 
 std::string errno_message() { return std::strerror(errno); }
 
-bool write_all(int fd, const std::string& text) {
+bool write_all(int fd, const std::string& text) { return write_all(fd, text.data(), text.size()); }
+
+bool write_all(int fd, const void* data, size_t size) {
+  const auto* p = static_cast<const char*>(data);
   size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, p + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (n == 0) errno = EIO;

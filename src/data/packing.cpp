@@ -6,9 +6,14 @@
 
 namespace sbp {
 
-std::vector<int64_t> epoch_order(int64_t n, bool shuffle, Rng& rng) {
+std::vector<int64_t> identity_order(int64_t n) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
+  return order;
+}
+
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, Rng& rng) {
+  std::vector<int64_t> order = identity_order(n);
   if (shuffle) {
     for (int64_t i = n - 1; i > 0; --i) {
       const int64_t j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i + 1)));

@@ -18,6 +18,8 @@ struct MicroBatchPlan {
   int64_t tokens = 0;
 };
 
+// 0, 1, ..., n-1: the order of an unshuffled epoch.
+std::vector<int64_t> identity_order(int64_t n);
 // The order examples are visited in one epoch: 0..n-1, or a Fisher-Yates shuffle drawn from rng.
 std::vector<int64_t> epoch_order(int64_t n, bool shuffle, Rng& rng);
 

@@ -1,6 +1,7 @@
 #include "model/safetensors.h"
 
 #include "core/input_file.h"
+#include "core/output_file.h"
 #include "core/memory.h"
 
 #include <fcntl.h>
@@ -41,7 +42,6 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // Conversions over this many elements are split across OpenMP threads.
 constexpr int64_t kParallelElems = int64_t{1} << 20;
 
-std::string errno_text() { return std::strerror(errno); }
 
 // dtype spellings of the safetensors format that we recognise but do not read.
 bool is_known_unsupported_dtype(const std::string& s) {
@@ -181,9 +181,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   FdGuard fd;
   check_input_file(path);
   fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd.fd < 0) throw InputError(path + ": cannot open safetensors file: " + errno_text());
+  if (fd.fd < 0) throw InputError(path + ": cannot open safetensors file: " + errno_message());
   struct stat st;
-  if (::fstat(fd.fd, &st) != 0) throw InputError(path + ": cannot stat: " + errno_text());
+  if (::fstat(fd.fd, &st) != 0) throw InputError(path + ": cannot stat: " + errno_message());
   if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file");
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {
@@ -192,7 +192,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   }
   // The mapping outlives the descriptor; pages are read lazily as tensors are copied out.
   void* m = ::mmap(nullptr, static_cast<size_t>(file_size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
-  if (m == MAP_FAILED) throw InputError(path + ": cannot mmap: " + errno_text());
+  if (m == MAP_FAILED) throw InputError(path + ": cannot mmap: " + errno_message());
   map_ = m;
   map_size_ = static_cast<size_t>(file_size);
   try {
@@ -398,18 +398,9 @@ void SafetensorsFile::read_range_into(const std::string& name, int64_t first,
 
 namespace {
 
-// Writes all of buf or throws; write(2) may write less than asked.
-void write_all(int fd, const void* buf, size_t n, const std::string& path) {
-  const auto* p = static_cast<const unsigned char*>(buf);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw InputError(path + ": write failed: " + errno_text());
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
+// Writes all of buf or throws naming `path`.
+void write_or_throw(int fd, const void* buf, size_t n, const std::string& path) {
+  if (!write_all(fd, buf, n)) throw InputError(path + ": write failed: " + errno_message());
 }
 
 }  // namespace
@@ -462,10 +453,10 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(path + ": cannot create " + tmp + ": " + errno_text());
+  if (fd < 0) throw InputError(path + ": cannot create " + tmp + ": " + errno_message());
   try {
-    write_all(fd, &n, 8, tmp);
-    write_all(fd, hs.data(), hs.size(), tmp);
+    write_or_throw(fd, &n, 8, tmp);
+    write_or_throw(fd, hs.data(), hs.size(), tmp);
     // Convert through bounded staging buffers so writing never doubles the memory use; a
     // backend's tensors are downloaded a piece at a time.
     std::vector<unsigned char> raw, stage;
@@ -480,25 +471,25 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
           src = raw.data();
         }
         if (piece.dtype == dtype) {
-          write_all(fd, src, piece.nbytes(), tmp);
+          write_or_throw(fd, src, piece.nbytes(), tmp);
           return;
         }
         stage.resize(static_cast<size_t>(i1 - i0) * dtype_size(dtype));
         convert(src, piece.dtype, stage.data(), dtype, i1 - i0);
-        write_all(fd, stage.data(), stage.size(), tmp);
+        write_or_throw(fd, stage.data(), stage.size(), tmp);
       });
     }
-    if (::fsync(fd) != 0) throw InputError(tmp + ": fsync failed: " + errno_text());
+    if (::fsync(fd) != 0) throw InputError(tmp + ": fsync failed: " + errno_message());
     const int rc = ::close(fd);
     fd = -1;  // closed even when close() reports an error: never close it twice
-    if (rc != 0) throw InputError(tmp + ": close failed: " + errno_text());
+    if (rc != 0) throw InputError(tmp + ": close failed: " + errno_message());
   } catch (...) {
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
     throw;
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
+    const std::string why = errno_message();
     ::unlink(tmp.c_str());
     throw InputError(path + ": cannot rename " + tmp + " into place: " + why);
   }

@@ -22,9 +22,8 @@ MicroBatch to_micro_batch(PackedBatch p, ObjectiveKind kind) {
 
 std::vector<MicroBatch> pack_in_order(const std::vector<Example>& examples, int64_t max_tokens,
                                       ObjectiveKind kind) {
-  std::vector<int64_t> order(examples.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   std::vector<MicroBatch> out;
+  const std::vector<int64_t> order = identity_order(static_cast<int64_t>(examples.size()));
   for (const MicroBatchPlan& p : pack_examples(examples, order, max_tokens))
     out.push_back(to_micro_batch(assemble_batch(examples, p), kind));
   return out;
@@ -61,8 +60,7 @@ int64_t TrainBatches::steps_in_epochs(int64_t epochs, int64_t per_step,
   const int64_t n_examples = static_cast<int64_t>(examples_.size());
   constexpr int64_t kMaxSteps = int64_t{1} << 53;  // the trainer state's bound
   if (packing_is_order_independent()) {
-    std::vector<int64_t> order(examples_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    const std::vector<int64_t> order = identity_order(n_examples);
     const int64_t n = static_cast<int64_t>(pack_examples(examples_, order, max_tokens_).size());
     const int64_t per_epoch = (n + per_step - 1) / per_step;
     if (per_epoch > 0 && epochs > kMaxSteps / per_epoch)
