@@ -37,7 +37,9 @@ ObjectiveSetup ObjectiveArgs::setup() const {
   s.dpo.label_smoothing = label_smoothing;
   s.grpo.loss_type = flag("--grpo-loss", [&] { return parse_grpo_loss(grpo_loss); });
   s.scale_rewards = flag("--scale-rewards", [&] { return parse_scale_rewards(scale_rewards); });
-  if (group_size < 1) throw InputError("--group-size must be >= 1");
+  // A group of one has no spread to compare with: its advantage is 0/0 under group scaling.
+  if (group_size < 2)
+    throw InputError("--group-size must be >= 2 (GRPO compares the completions of one prompt)");
   if (label_smoothing < 0.0 || label_smoothing >= 0.5)
     throw InputError("--label-smoothing must be in [0, 0.5)");
   s.grpo.entropy_coef = entropy_coef;

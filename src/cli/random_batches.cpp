@@ -51,6 +51,9 @@ Batch random_objective_batch(ObjectiveKind kind, int64_t group_size, int64_t voc
   check_segments(T, segments);
   Rng rng(seed, "objective-batch");
   int64_t S = std::clamp<int64_t>(segments, 1, T / 2);
+  // GRPO needs whole groups: at least one, even when --segments asks for fewer sequences (a
+  // single sequence would be a group of one, whose advantage is 0/0).
+  if (kind == ObjectiveKind::grpo) S = std::max(S, std::min(group_size, T / 2));
   const int64_t G = objective_group(kind, group_size, S);
   S = std::max(G, S - S % G);
   // Every segment >= 2 tokens; the rest spread at random, so lengths differ.

@@ -26,8 +26,9 @@ Batch random_batch(int64_t vocab, int64_t T, int64_t segments, uint64_t seed, bo
 // A random batch of the objective's shape: SFT as random_batch; DPO (chosen, rejected) pairs
 // that share a prompt; GRPO groups of `group_size` completions that share a prompt; PPO prompt +
 // completion sequences. Loss masks mark the completions; every segment has >= 2 tokens and at
-// least one scored row. `segments` is rounded to what the shape needs (even for DPO, a multiple
-// of the group size for GRPO, at most T / 2). InputError if T < 4 (every objective but SFT).
+// least one scored row. `segments` is rounded to what the shape needs (even for DPO; for GRPO a
+// multiple of the group size, at least one group; at most T / 2). InputError if T < 4 (every
+// objective but SFT).
 Batch random_objective_batch(ObjectiveKind kind, int64_t group_size, int64_t vocab, int64_t T,
                              int64_t segments, uint64_t seed);
 

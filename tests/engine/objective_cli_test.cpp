@@ -30,6 +30,18 @@ TEST(ObjectiveCli, GradcheckEveryObjective) {
       EXPECT_TRUE(j["per_param"].contains("value:score.weight"));
     }
   }
+  // GRPO with the default --segments 1: the batch still holds one whole group (a group of one
+  // has no spread, and its loss used to be NaN); a group of one is refused.
+  const auto one = test::run_command(bin() +
+                                     " gradcheck --model tiny-qwen3 --seq-len 8 --objective grpo"
+                                     " --modes stream --json " + tmp.file("g.json"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("T=8 in 4 segment(s)"), std::string::npos) << one.output;
+  EXPECT_LT(nlohmann::json::parse(test::read_text(tmp.file("g.json")))["max_rel_err"].get<double>(),
+            1e-5);
+  const auto lone = test::run_command(bin() + " gradcheck --model tiny-qwen3 --objective grpo"
+                                              " --group-size 1 2>&1");
+  EXPECT_NE(lone.output.find("--group-size must be >= 2"), std::string::npos) << lone.output;
   const auto bad = test::run_command(bin() + " gradcheck --model tiny-qwen3 --objective kto");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("unknown objective"), std::string::npos) << bad.output;
