@@ -7,6 +7,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox
+  python3   # the `command` reward's protocol tests run small Python reward programs
   clang libclang-rt-14-dev libomp-dev   # the sanitizer build and its libFuzzer harnesses (fuzz/)
   libopenmpi-dev openmpi-bin   # data-parallel training across processes (mpirun), docs/DISTRIBUTED.md
 )

@@ -1,0 +1,221 @@
+// Built-in rewards and the weighted RewardSet (reward/reward.h), and the `command` reward's
+// protocol with small Python programs (tests/fixtures/reward/), its crash, timeout and garbage
+// paths included.
+#include "reward/reward.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+
+#include "support/test_support.h"
+
+namespace sbp {
+namespace {
+
+RewardRequest request(std::string completion, const nlohmann::json* fields = nullptr,
+                      int64_t tokens = 0, bool truncated = false) {
+  RewardRequest r;
+  r.prompt = "What is 6 * 7?";
+  r.completion = std::move(completion);
+  r.fields = fields;
+  r.completion_tokens = tokens;
+  r.truncated = truncated;
+  return r;
+}
+
+std::vector<double> score_one(const RewardSpec& spec, const std::vector<RewardRequest>& reqs) {
+  return make_reward(spec, "test")->score(reqs);
+}
+
+// A spec of `type` with the given fields set (designated initializers would warn under -Wextra
+// for every field left at its default).
+RewardSpec spec_of(std::string type, std::function<void(RewardSpec&)> set = {}) {
+  RewardSpec s;
+  s.type = std::move(type);
+  if (set) set(s);
+  return s;
+}
+
+TEST(Rewards, AccuracyReadsTheRecordsAnswer) {
+  const nlohmann::json fields = {{"answer", "42"}};
+  const nlohmann::json numeric = {{"answer", 42}};
+  const nlohmann::json other = {{"solution", "42"}};
+  RewardSpec spec = spec_of("accuracy");
+  EXPECT_EQ(score_one(spec, {request("6*7 = \\boxed{42}", &fields),
+                             request("it is 41", &fields), request("#### 42.0", &numeric),
+                             request("42", &other), request("42")}),
+            (std::vector<double>{1, 0, 1, 0, 0}));
+  spec.answer_field = "solution";
+  EXPECT_EQ(score_one(spec, {request("42", &other)}), std::vector<double>{1});
+}
+
+TEST(Rewards, FormatSearchesWithDotAll) {
+  RewardSpec spec = spec_of("format", [](RewardSpec& s) {
+    s.pattern = "^<think>.*?</think>\\s*<answer>.*?</answer>$";
+  });
+  // Invalid UTF-8 (a cut sequence) is searched without error; no pattern matches across it.
+  const std::string cut = "<think>\xE4\xBD</think><answer>1</answer>";
+  EXPECT_EQ(score_one(spec, {request("<think>a\nb</think>\n<answer>42</answer>"),
+                             request("<think>a</think> 42"),
+                             request("x <think>a</think><answer>1</answer>"), request(cut)}),
+            (std::vector<double>{1, 0, 0, 0}));
+  spec.pattern = "answer";  // unanchored: anywhere, also beside invalid bytes
+  EXPECT_EQ(score_one(spec, {request("the answer is"), request(cut)}),
+            (std::vector<double>{1, 1}));
+  spec.pattern = "(unclosed";
+  EXPECT_THROW(
+      {
+        try {
+          make_reward(spec, "config.yaml: rewards[0]");
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("config.yaml: rewards[0].pattern"),
+                    std::string::npos);
+          throw;
+        }
+      },
+      InputError);
+}
+
+TEST(Rewards, LengthIsDaposSoftOverlongPenalty) {
+  RewardSpec spec = spec_of("length", [](RewardSpec& s) {
+    s.max_length = 100;
+    s.cache_length = 20;
+  });
+  EXPECT_EQ(score_one(spec, {request("", nullptr, 50), request("", nullptr, 80),
+                             request("", nullptr, 90), request("", nullptr, 100),
+                             request("", nullptr, 101), request("", nullptr, 60, true)}),
+            (std::vector<double>{0, 0, -0.5, -1, -1, -1}));
+  spec.cache_length = 0;
+  EXPECT_THROW(make_reward(spec, "r"), InputError);
+  spec.cache_length = 101;
+  EXPECT_THROW(make_reward(spec, "r"), InputError);
+}
+
+TEST(Rewards, SetWeightsAndKeepsEachFunction) {
+  const nlohmann::json fields = {{"answer", "42"}};
+  RewardSet set({spec_of("accuracy", [](RewardSpec& s) { s.weight = 2.0; }),
+                 spec_of("format",
+                         [](RewardSpec& s) {
+                           s.name = "tags";
+                           s.weight = 0.5;
+                           s.pattern = "^#";
+                         })},
+                "config.yaml: rewards");
+  const RewardSet::Scores s =
+      set.score(std::vector<RewardRequest>{request("#### 42", &fields), request("42?", &fields),
+                                           request("# 7", &fields)});
+  EXPECT_EQ(s.total, (std::vector<double>{2.5, 2.0, 0.5}));
+  ASSERT_EQ(s.per_reward.size(), 2u);
+  EXPECT_EQ(set.name(1), "tags");
+  EXPECT_EQ(s.per_reward[1], (std::vector<double>{1, 0, 1}));
+}
+
+TEST(Rewards, BadSpecsNameTheirPlace) {
+  auto message = [](std::vector<RewardSpec> specs) {
+    try {
+      RewardSet set(std::move(specs), "config.yaml: rewards");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(message({spec_of("accuracy"), spec_of("accuracy")}),
+            "config.yaml: rewards[1]: a second reward named 'accuracy' (give each reward of the "
+            "same type its own `name`)");
+  EXPECT_EQ(message({spec_of("bleu")}),
+            "config.yaml: rewards[0]: unknown reward type 'bleu' (known: accuracy, format, "
+            "length, command)");
+  EXPECT_EQ(message({spec_of("command")}),
+            "config.yaml: rewards[0]: a command reward needs a command (program and arguments)");
+  EXPECT_EQ(message({spec_of("accuracy", [](RewardSpec& s) { s.weight = NAN; })}),
+            "config.yaml: rewards[0]: weight must be a finite number");
+  EXPECT_EQ(message({}), "config.yaml: rewards: at least one reward is needed");
+}
+
+// ---- the command reward ----
+
+bool have_python() { return std::system("python3 -c 'import json' >/dev/null 2>&1") == 0; }
+
+std::string fixture(const std::string& name) {
+  return test::source_dir() + "/tests/fixtures/reward/" + name;
+}
+
+RewardSpec command(std::vector<std::string> argv, double timeout_s = 20.0) {
+  RewardSpec s = spec_of("command");
+  s.command = std::move(argv);
+  s.timeout_s = timeout_s;
+  return s;
+}
+
+TEST(CommandReward, AnswersEachRequestWithTheRecordsFields) {
+  if (!have_python()) GTEST_SKIP() << "python3 is not installed (scripts/setup.sh installs it)";
+  const nlohmann::json fields = {{"answer", "42"}, {"completion", "not this one"}};
+  auto reward = make_reward(command({"python3", fixture("answer_reward.py")}), "r");
+  // The request's own completion wins over a record field of the same name.
+  const std::vector<double> r = reward->score(
+      std::vector<RewardRequest>{request("it is 42", &fields, 3), request("it is 41", &fields, 5)});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_NEAR(r[0], 1.03, 1e-12);
+  EXPECT_NEAR(r[1], 0.05, 1e-12);
+  // The same program answers the next batch (started once per run).
+  EXPECT_EQ(reward->score(std::vector<RewardRequest>{request("42!", &fields, 0)}),
+            std::vector<double>{1.0});
+}
+
+std::string failure(const std::string& mode, double timeout_s = 20.0) {
+  auto reward =
+      make_reward(command({"python3", fixture("misbehaving_reward.py"), mode}, timeout_s), "r");
+  const std::vector<RewardRequest> two = {request("a"), request("b")};
+  try {
+    reward->score(two);
+  } catch (const RewardError& e) {
+    // Once failed, it stays failed: no silent restart.
+    try {
+      reward->score(two);
+      return "<second call succeeded>";
+    } catch (const RewardError& again) {
+      if (std::string(again.what()).find("failed earlier") == std::string::npos)
+        return "<second call: " + std::string(again.what()) + ">";
+    }
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(CommandReward, FailuresStopWithTheirCause) {
+  if (!have_python()) GTEST_SKIP() << "python3 is not installed (scripts/setup.sh installs it)";
+  const std::string label = "reward command 'python3 " + fixture("misbehaving_reward.py");
+  EXPECT_EQ(failure("crash"),
+            label + " crash' closed its output without answering: it exited with status 3");
+  EXPECT_EQ(failure("garbage"), label + " garbage' answered a line that is not JSON: 'reward = 1'");
+  EXPECT_EQ(failure("noreward"),
+            label + " noreward' answered without a numeric \"reward\": '{\"score\": 1}'");
+  // A number past double's range is no JSON number to the parser: refused like any garbage.
+  EXPECT_EQ(failure("inf"), label + " inf' answered a line that is not JSON: '{\"reward\": 1e999}'");
+  EXPECT_NE(failure("huge").find("answered a line longer than 1 MiB"), std::string::npos);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(failure("hang", 1.0),
+            label + " hang' did not answer within reward_timeout (1 s)");
+  // Its stdin and stdout are one socket: closing stdout alone looks like a hang.
+  EXPECT_EQ(failure("close", 1.0),
+            label + " close' did not answer within reward_timeout (1 s)");
+  // Both timeouts were honoured and the hung programs killed, not waited for (600 s sleeps).
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+}
+
+TEST(CommandReward, AProgramThatCannotStart) {
+  auto reward = make_reward(command({"/nonexistent/reward-program"}), "r");
+  try {
+    reward->score(std::vector<RewardRequest>{request("a")});
+    FAIL() << "no error";
+  } catch (const RewardError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "reward command '/nonexistent/reward-program' cannot be started: No such file or "
+              "directory");
+  }
+}
+
+}  // namespace
+}  // namespace sbp
