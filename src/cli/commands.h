@@ -12,6 +12,7 @@ void register_bench(CLI::App& app);
 void register_train(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_score(CLI::App& app);
+void register_generate(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_plot(CLI::App& app);
 

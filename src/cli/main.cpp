@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   sbp::cli::register_train(app);
   sbp::cli::register_tokenize(app);
   sbp::cli::register_score(app);
+  sbp::cli::register_generate(app);
   sbp::cli::register_plan(app);
   sbp::cli::register_plot(app);
   try {

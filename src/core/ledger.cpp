@@ -9,7 +9,8 @@ namespace sbp {
 namespace {
 constexpr const char* kCategoryNames[kNumCategories] = {
     "weights",         "grads",  "optimizer",    "checkpoints",
-    "layer_workspace", "logits", "grad_buffers", "other"};
+    "layer_workspace", "logits", "grad_buffers", "other",
+    "kv_cache"};
 }
 
 const char* category_name(Category c) { return kCategoryNames[static_cast<size_t>(c)]; }

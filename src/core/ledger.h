@@ -19,8 +19,9 @@ enum class Category : uint8_t {
   logits,           // LM-head logits / dlogits blocks
   grad_buffers,     // the running activation gradient (T, d)
   other,            // token ids, positions, per-token objective data, rope tables
+  kv_cache,         // generation: every layer's keys/values of the sequences being sampled
 };
-constexpr int kNumCategories = 8;
+constexpr int kNumCategories = 9;
 const char* category_name(Category c);
 
 struct MemoryBreakdown {

@@ -113,6 +113,13 @@ void check_completion(const TextOrChat& prompt, const TextOrChat& c, const std::
 
 }  // namespace
 
+TextOrChat parse_generation_prompt(const json& row, const std::string& where) {
+  if (!row.is_object()) fail(where, std::string("a prompt record must be an object, got ") + json_kind(row));
+  if (has(row, "prompt")) return parse_text_or_chat(row["prompt"], "prompt", where);
+  if (has(row, "messages")) return parse_text_or_chat(row["messages"], "messages", where);
+  fail(where, "a prompt record needs \"prompt\" (a string or a list of messages) or \"messages\"");
+}
+
 const char* data_format_name(DataFormat f) { return enum_name<DataFormat>(kDataFormatNames, f); }
 
 DataFormat detect_data_format(const json& row, const std::string& where) {

@@ -58,4 +58,9 @@ DataFormat detect_data_format(const nlohmann::json& row, const std::string& wher
 Record parse_record(const nlohmann::json& row, DataFormat format, const std::string& where,
                     const std::string& detected_from);
 
+// The prompt of a prompt record for generation (online GRPO/PPO, `streambp generate`): its
+// "prompt" (a string or a list of messages) or else its "messages". Throws InputError prefixed by
+// `where` naming the field.
+TextOrChat parse_generation_prompt(const nlohmann::json& row, const std::string& where);
+
 }  // namespace sbp

@@ -2,19 +2,13 @@
 
 #include <algorithm>
 
+#include "engine/engine_step.h"
 #include "engine/head_block.h"
 #include "model/decoder_layer.h"
 
 namespace sbp {
 
 namespace {
-
-// A (n) I32 index table in the backend's memory.
-Buffer upload_table(Pool& pool, const std::vector<int32_t>& v) {
-  Buffer b = pool.allocate(Category::other, DType::I32, {static_cast<int64_t>(v.size())});
-  upload_i32(b.view(), v);
-  return b;
-}
 
 // Calls fn(begin, end) for consecutive chunks of `chunk` rows covering [0, T).
 template <class Fn>
@@ -30,30 +24,6 @@ void for_chunks_reversed(int64_t T, int64_t chunk, Fn fn) {
 }
 
 }  // namespace
-
-// Tensors that live for one call: index tables and the rope table.
-struct Engine::Step {
-  Buffer tokens;     // (T) I32
-  Buffer targets;    // (T) I32, -1 = no target
-  Buffer positions;  // (T) I32
-  Buffer seg_start;  // (T) I32
-  Buffer rope;       // (P, h) F32
-  StepTables tables;
-
-  Step(const ModelConfig& cfg, Backend& be, Pool& pool, const Batch& batch) {
-    batch.validate(cfg.vocab_size);
-    tokens = upload_table(pool, batch.tokens);
-    targets = upload_table(pool, batch.targets());
-    const std::vector<int32_t> pos = batch.positions();
-    positions = upload_table(pool, pos);
-    seg_start = upload_table(pool, batch.segment_starts());
-    const int64_t max_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
-    rope = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
-    const std::vector<float> inv_freq = cfg.rope_inv_freq();
-    be.rope_table(rope.view(), inv_freq);
-    tables = StepTables{positions.view(), seg_start.view(), rope.view()};
-  }
-};
 
 struct Engine::Kept {
   std::vector<Buffer> inputs;   // (T, d) x_l of every layer l < L
@@ -169,6 +139,10 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
   }
 }
 
+void Engine::embed(const Tensor& x, const Tensor& ids) {
+  be_.embedding_forward(x, ids, weights_.views().embed);
+}
+
 Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
   const int64_t d = cfg_.hidden_size;
   const DType act = exec_.act_dtype;
@@ -178,7 +152,7 @@ Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
   const bool store = kept != nullptr && exec_.layers == LayerMode::store;
 
   Buffer x = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) x_0
-  be_.embedding_forward(x.view(), step.tokens.view(), W.embed);
+  embed(x.view(), step.tokens.view());
   for (const LayerTensors& w : W.layers) {
     Buffer y = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) layer output
     if (store) {

@@ -8,7 +8,9 @@
 #include "backend/backend.h"
 #include "core/batch.h"
 #include "core/pool.h"
+#include "core/rng.h"
 #include "engine/exec_config.h"
+#include "engine/generation.h"
 #include "engine/grad_hook.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -51,6 +53,15 @@ class Engine {
   // K/V and chunk working set, and the (rows, V) result.
   std::vector<float> logits_at(const Batch& batch, std::span<const int64_t> rows);
 
+  // Samples one completion of `prompt` (generation.h), one token at a time with a KV cache:
+  // every layer's K/V for prompt + max_new_tokens rows (ledger category kv_cache) is filled by
+  // the prompt's forward (one chunk of rows, or layer_chunk rows at a time in stream mode), then
+  // one row per new token, through the very layer and head code of the training step. The
+  // draws come from `rng` only (sampling.h), so a completion depends on the weights, the prompt,
+  // the config and the rng state, and on nothing else.
+  // Peak: the cache, one layer's working set for the prompt chunk, one (1, V) logits row.
+  Generated generate(std::span<const int32_t> prompt, const GenerationConfig& g, Rng& rng);
+
   const ExecConfig& exec() const { return exec_; }
 
  private:
@@ -70,6 +81,9 @@ class Engine {
   // Layers L-1 .. 0 in the exec mode; gy (T, d): in dL/d(final hidden), out dL/d(x_0).
   void layers_backward(const Step& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
                        GradHook* hook);
+  // x (n, d) = the embeddings of ids (n).
+  void embed(const Tensor& x, const Tensor& ids);
+
   const ModelConfig& cfg_;
   const ParameterSet& weights_;
   Backend& be_;

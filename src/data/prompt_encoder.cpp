@@ -1,0 +1,67 @@
+#include "data/prompt_encoder.h"
+
+#include <algorithm>
+
+#include "data/hf_tokenizer_config.h"
+
+namespace sbp {
+
+namespace {
+
+// The token that ends an assistant turn in each family's rendering (chat_template.h).
+const char* end_of_turn(ChatFamily f) {
+  switch (f) {
+    case ChatFamily::llama3:
+    case ChatFamily::llama3_0: return "<|eot_id|>";
+    default: return "<|im_end|>";
+  }
+}
+
+}  // namespace
+
+PromptEncoder PromptEncoder::from_dir(const std::string& dir, std::optional<ChatTemplate> chat) {
+  PromptEncoder p(Tokenizer::from_dir(dir));
+  p.source_ = dir;
+  const HfTokenizerConfig hf = HfTokenizerConfig::load_dir(dir);
+  if (chat) {
+    p.chat_ = chat;
+  } else if (!hf.chat_template.empty()) {
+    p.chat_ = detect_chat_template(hf.chat_template, hf.source.empty() ? dir : hf.source);
+  }
+  if (p.chat_ && hf.bos_token) p.chat_->bos_token = *hf.bos_token;
+  const bool llama = p.chat_ && (p.chat_->family == ChatFamily::llama3 ||
+                                 p.chat_->family == ChatFamily::llama3_0);
+  if (hf.add_bos_token.value_or(llama) && hf.bos_token) p.bos_ = p.tok_.token_to_id(*hf.bos_token);
+  const auto add_stop = [&](const std::optional<std::string>& token) {
+    if (!token) return;
+    const std::optional<int32_t> id = p.tok_.token_to_id(*token);
+    if (id && std::find(p.stop_ids_.begin(), p.stop_ids_.end(), *id) == p.stop_ids_.end())
+      p.stop_ids_.push_back(*id);
+  };
+  add_stop(hf.eos_token);
+  if (p.chat_) add_stop(std::string(end_of_turn(p.chat_->family)));
+  return p;
+}
+
+std::vector<int32_t> PromptEncoder::encode(const TextOrChat& prompt,
+                                           const std::string& where) const {
+  if (prompt.is_chat) {
+    if (!chat_)
+      throw InputError(where + ": a conversation prompt needs a chat template, but " + source_ +
+                       " has none (no chat_template in tokenizer_config.json)");
+    RenderOptions opts;
+    opts.add_generation_prompt = true;
+    return tok_.encode(render_chat(*chat_, prompt.messages, opts).text);
+  }
+  std::vector<int32_t> ids;
+  if (bos_) ids.push_back(*bos_);
+  const std::vector<int32_t> text = tok_.encode(prompt.text);
+  ids.insert(ids.end(), text.begin(), text.end());
+  return ids;
+}
+
+std::string PromptEncoder::decode(const std::vector<int32_t>& ids) const {
+  return tok_.decode(ids, /*skip_special=*/true);
+}
+
+}  // namespace sbp

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Greedy-generation fixtures: transformers' generate(do_sample=False) on the committed parity
+models (tests/fixtures/hf/<name>/model), for `streambp generate --greedy` to match token for token.
+
+    /work/.venv-hf/bin/python tools/hf_parity/make_generate_fixtures.py
+
+For each model: prompts of different lengths (random ids from a fixed seed), each generated on its
+own (no padding: the batch of prompts is streambp's input, transformers runs them one by one so
+that no pad or attention-mask arithmetic enters the reference), 64 new tokens with eos disabled,
+float32, eager attention. Writes tests/fixtures/hf/<name>/generate.json:
+  {"max_new_tokens": 64, "prompts": [[ids]...], "completions": [[ids]...],
+   "logprobs": [[...]...], "versions": {...}}
+logprobs: the model's log-softmax of each chosen token, from generate's output scores.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_fixtures import FIXTURES, versions  # noqa: E402
+
+MODELS = ["qwen3_gqa_qknorm", "llama_rope_llama3", "qwen2_bias_tied"]
+PROMPT_LENGTHS = [1, 5, 17, 40]
+MAX_NEW_TOKENS = 64
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    for name in MODELS:
+        model_dir = FIXTURES / name / "model"
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                     attn_implementation="eager")
+        model.eval()
+        vocab = model.config.vocab_size
+        g = torch.Generator().manual_seed(1234)
+        prompts, completions, logprobs = [], [], []
+        for n in PROMPT_LENGTHS:
+            ids = torch.randint(0, vocab, (1, n), generator=g)
+            with torch.no_grad():
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                     max_new_tokens=MAX_NEW_TOKENS, min_new_tokens=MAX_NEW_TOKENS,
+                                     eos_token_id=None, pad_token_id=0, output_scores=True,
+                                     output_logits=True, return_dict_in_generate=True)
+            new = out.sequences[0, n:].tolist()
+            assert len(new) == MAX_NEW_TOKENS, (name, n, len(new))
+            lp = [torch.log_softmax(out.logits[t][0].double(), -1)[new[t]].item()
+                  for t in range(len(new))]
+            prompts.append(ids[0].tolist())
+            completions.append(new)
+            logprobs.append(lp)
+        path = FIXTURES / name / "generate.json"
+        path.write_text(json.dumps({"max_new_tokens": MAX_NEW_TOKENS, "prompts": prompts,
+                                    "completions": completions, "logprobs": logprobs,
+                                    "versions": versions()}) + "\n")
+        print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
