@@ -53,6 +53,14 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;  // throws InputError for an id without a token
   bool is_special(int32_t id) const;
 
+  // For every id, how many bytes of the text given to encode() the token covers, when a token
+  // says so on its own: SentencePiece-style tokenizers whose only normalizer is
+  // Replace(" " -> one character) (Gemma) or that have none, with no ByteLevel and no Metaspace
+  // that prepends. There a "▁" stands for one space, <0xNN> for one byte, an added token for its
+  // content, anything else for its own UTF-8. -1 for ids whose cover varies (<unk>, a byte token
+  // some merge also builds, gaps). nullopt for other tokenizers (byte-level ones included).
+  std::optional<std::vector<int32_t>> sentencepiece_text_lengths() const;
+
  private:
   explicit Tokenizer(std::shared_ptr<const tokenizer_detail::TokenizerImpl> impl);
   std::shared_ptr<const tokenizer_detail::TokenizerImpl> impl_;
