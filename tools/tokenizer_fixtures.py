@@ -27,6 +27,10 @@ Outputs (all small; the 11 MB Qwen3 tokenizer.json is read from the shared folde
   tiny_metaspace_always.json  Metaspace (prepend_scheme "always", split true) pre-tokenizer and
                            decoder, ignore_merges, unfused <unk>
   (each with its *_cases.jsonl)
+  tiny_gemma_variants.jsonl  tiny_gemma.json's vocabulary behind six other layouts (SPM_VARIANTS:
+                           Split + Replace, Metaspace first+split / never / add_prefix_space,
+                           Split then Metaspace, a normalizer Sequence, Strip after Fuse): the
+                           changed fields, then 100 texts each with ids and decode
   VERSIONS.json            the tokenizers version that wrote them
 
 Each *_cases.jsonl line is one of
@@ -344,6 +348,61 @@ def write_versions():
         f.write("\n")
 
 
+def metaspace(scheme, split):
+    return {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+
+
+# Other component layouts on tiny_gemma.json's vocabulary: each replaces these top-level fields.
+SPM_VARIANTS = {
+    # Gemma with a Split on " " as well (a no-op after the Replace; some Gemma files carry it).
+    "split_space": {"pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+                                      "invert": False}},
+    "metaspace_first_split": {"normalizer": None, "pre_tokenizer": metaspace("first", True),
+                              "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"},
+                                                                           metaspace("first", True)]}},
+    "metaspace_never": {"normalizer": None, "pre_tokenizer": metaspace("never", True),
+                        "decoder": metaspace("never", True)},
+    # The older spelling: add_prefix_space instead of prepend_scheme.
+    "metaspace_add_prefix_space": {
+        "normalizer": None, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True},
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}},
+    "split_then_metaspace": {
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated", "invert": False},
+            metaspace("first", False)]},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, metaspace("first", True), {"type": "Fuse"},
+                                                     {"type": "Strip", "content": " ", "start": 0, "stop": 2}]}},
+    "normalizer_sequence": {
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, replace(" ", "\u2581"),
+                                                           {"type": "Prepend", "prepend": "\u2581"}, replace("ab", "b")]},
+        "decoder": {"type": "Sequence", "decoders": [replace("\u2581", " "), {"type": "ByteFallback"}, {"type": "Fuse"},
+                                                     {"type": "Strip", "content": " ", "start": 3, "stop": 0}]}},
+}
+
+
+def write_spm_variants(seed):
+    """tiny_gemma_variants.jsonl: {"variant", "changes"} once per variant, then its cases; "decoded"
+    is null where the library's Strip panics (its start and stop cuts overlap)."""
+    base = json.load(open(os.path.join(OUT, "tiny_gemma.json"), encoding="utf-8"))
+    items = spm_texts(seed)[:100]
+    path = os.path.join(OUT, "tiny_gemma_variants.jsonl")
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for name, changes in SPM_VARIANTS.items():
+            doc = dict(base, **changes)
+            tok = Tokenizer.from_str(json.dumps(doc))
+            f.write(json.dumps({"variant": name, "changes": changes}, ensure_ascii=False) + "\n")
+            for text in items:
+                ids = tok.encode(text, add_special_tokens=False).ids
+                try:
+                    decoded = tok.decode(ids, skip_special_tokens=False)
+                except BaseException:  # pyo3's PanicException
+                    decoded = None
+                f.write(json.dumps({"variant": name, "text": text, "ids": ids, "decoded": decoded},
+                                   ensure_ascii=False) + "\n")
+    print(f"wrote {path}: {len(SPM_VARIANTS)} variants x {len(items)} texts, {os.path.getsize(path)} bytes")
+
+
 def write_spm_fixtures():
     write_versions()
     corpus = texts(3, 400, 0)
@@ -354,6 +413,7 @@ def write_spm_fixtures():
         print(f"wrote {path}: {os.path.getsize(path)} bytes")
         tok = Tokenizer.from_file(path)  # the cases come from the file as written
         write_cases(tok, os.path.join(OUT, name + "_cases.jsonl"), spm_texts(5), 20, with_special=True)
+    write_spm_variants(6)
 
 
 def main():
