@@ -51,6 +51,11 @@ std::string read_file(const std::string& path) {
 
 std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 
+// Replace and Prepend strings longer than this are refused: each match of a Replace (every space,
+// in Gemma's) grows the text by its content, so a hostile file with a long one would turn a
+// training set into terabytes. SentencePiece conversions use one character.
+constexpr size_t kMaxInsertBytes = 256;
+
 // Reads the parts of a tokenizer.json, turning every problem into an InputError that names the
 // file and the field.
 class JsonLoader {
@@ -124,6 +129,16 @@ class JsonLoader {
     return scheme;
   }
 
+  // A Replace content or Prepend string: at most kMaxInsertBytes.
+  std::string insert_string(const json& obj, const char* key, const std::string& field) const {
+    std::string s = get_string(obj, key, field);
+    if (s.size() > kMaxInsertBytes) {
+      fail(field + "." + key, std::to_string(s.size()) + " bytes long (at most " +
+                                  std::to_string(kMaxInsertBytes) + " are accepted)");
+    }
+    return s;
+  }
+
   size_t count(const json& obj, const char* key, const std::string& field) const {
     auto it = obj.find(key);
     if (it == obj.end() || !it->is_number_unsigned())
@@ -154,11 +169,11 @@ class JsonLoader {
     } else if (type == "Replace") {
       step.kind = NormalizerStep::Kind::Replace;
       step.pattern = string_pattern(n, field);
-      step.content = get_string(n, "content", field);
+      step.content = insert_string(n, "content", field);
       out.steps.push_back(step);
     } else if (type == "Prepend") {
       step.kind = NormalizerStep::Kind::Prepend;
-      step.content = get_string(n, "prepend", field);
+      step.content = insert_string(n, "prepend", field);
       out.steps.push_back(step);
     } else if (type == "Sequence") {
       const json& list = n.value("normalizers", json());
@@ -262,7 +277,7 @@ class JsonLoader {
     if (type == "Replace") {
       step.kind = DecoderStep::Kind::Replace;
       step.pattern = string_pattern(d, field);
-      step.content = get_string(d, "content", field);
+      step.content = insert_string(d, "content", field);
     } else if (type == "ByteFallback") {
       step.kind = DecoderStep::Kind::ByteFallback;
     } else if (type == "Fuse") {

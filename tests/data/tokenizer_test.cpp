@@ -410,6 +410,13 @@ TEST(TokenizerLoad, RejectsBadSentencePieceParts) {
       with("normalizer", {{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", "_"}}),
       {"normalizer.pattern.String", "empty"});
   expect_load_error(with("normalizer", {{"type", "Prepend"}}), {"normalizer.prepend", "missing"});
+  // A long insert would multiply the text (every space of it, in Gemma's Replace).
+  expect_load_error(with("normalizer", {{"type", "Prepend"}, {"prepend", std::string(257, 'x')}}),
+                    {"normalizer.prepend", "257 bytes long"});
+  expect_load_error(with("decoder", {{"type", "Replace"},
+                                     {"pattern", {{"String", "_"}}},
+                                     {"content", std::string(300, 'x')}}),
+                    {"decoder.content", "300 bytes long"});
   {
     json j = minimal_tokenizer();
     j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", ""}};
