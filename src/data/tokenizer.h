@@ -1,12 +1,14 @@
 #pragma once
-// A Hugging Face `tokenizer.json` tokenizer (byte-level BPE as used by Qwen, GPT-2, Llama 3, ...),
-// matching the `tokenizers` library id for id: encode(text) here equals
+// A Hugging Face `tokenizer.json` tokenizer (byte-level BPE as used by Qwen, GPT-2, Llama 3, ...;
+// SentencePiece-style BPE with byte fallback as used by Gemma, Llama 2, Mistral), matching the
+// `tokenizers` library id for id: encode(text) here equals
 // `Tokenizer.encode(text, add_special_tokens=False).ids` there, and decode equals its decode.
 //
 // The pipeline, as in the library: added tokens are cut out of the raw text first; the pieces in
-// between are normalized (NFC), split into pre-tokens (Split regex, ByteLevel) and each pre-token
-// is run through BPE. Supported parts and their limits are listed in docs/TOKENIZER.md; anything
-// else in a tokenizer.json is rejected with an InputError naming the file and the field.
+// between are normalized (NFC, Replace " " -> U+2581, Prepend), split into pre-tokens (Split
+// regex, ByteLevel, Metaspace) and each pre-token is run through BPE. Supported parts and their
+// limits are listed in docs/TOKENIZER.md; anything else in a tokenizer.json is rejected with an
+// InputError naming the file and the field.
 //
 // A Tokenizer is immutable after loading; copies share the loaded tables, and every const method
 // may be called from several threads at once.
