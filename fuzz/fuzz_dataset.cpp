@@ -1,7 +1,7 @@
 // libFuzzer harness: a JSONL data file read and tokenized as `train` does (records of every
 // schema, chat-template rendering, masked tokenization, truncation), with the tiny-chat
-// tokenizer. The first input byte picks the chat template and the truncation rule; the rest is
-// the file.
+// tokenizer. The first input byte picks the chat template (bit 0x20: gemma, else bits 0-1) and
+// the truncation rule; the rest is the file.
 #include "data/dataset.h"
 #include "data/example_encoder.h"
 #include "fuzz/fuzz_support.h"
@@ -27,8 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sbp::PlainTextTokens plain;
     plain.eos = tokenizer().token_to_id("<|im_end|>");
     if (pick & 0x10) plain.bos = plain.eos;
-    const sbp::ExampleEncoder encoder(sbp::MaskedEncoder(tokenizer()),
-                                      sbp::chat_template_for(kTemplates[pick & 3]), plain);
+    const sbp::ChatTemplateName name =
+        (pick & 0x20) ? sbp::ChatTemplateName::gemma : kTemplates[pick & 3];
+    const sbp::ExampleEncoder encoder(sbp::MaskedEncoder(tokenizer()), sbp::chat_template_for(name),
+                                      plain);
     sbp::DatasetOptions opts;
     opts.max_seq_len = 48;
     opts.max_tokens = 96;

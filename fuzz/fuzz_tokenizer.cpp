@@ -18,6 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::vector<int32_t> ids = tok.encode(sample, special);
       (void)tok.decode(ids);
     }
+    (void)tok.sentencepiece_text_lengths();
   });
   return 0;
 }

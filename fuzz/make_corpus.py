@@ -69,8 +69,55 @@ for fixture in ["tests/fixtures/tokenizer/tiny_bytelevel.json",
     for i, t in enumerate(texts):
         put("tokenizer", "%s_%d" % (base, i), read(fixture) + b"\n#TEXT#\n" + t.encode())
 
+# SentencePiece-style tokenizer.json (byte_fallback), one per layout the loader accepts, kept
+# small: a few pieces, every <0xNN> byte token (some missing in the Metaspace ones, so <unk> is
+# reached), merges as pairs and as "a b" strings.
+def spm_tokenizer(normalizer, pre_tokenizer, decoder, missing=(), legacy=False):
+    vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<start_of_turn>": 4, "<end_of_turn>": 5}
+    for b in range(256):
+        if b not in missing:
+            vocab["<0x%02X>" % b] = len(vocab)
+    pieces = ["\u2581", "h", "e", "l", "o", "w", "r", "d", "\n", "he", "ll", "\u2581w", "hell", "hello",
+              "\u2581wo", "\u2581\u2581"]
+    merges = [["h", "e"], ["l", "l"], ["\u2581", "w"], ["he", "ll"], ["hell", "o"], ["\u2581w", "o"],
+              ["\u2581", "\u2581"]]
+    for p in pieces:
+        vocab.setdefault(p, len(vocab))
+    model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+             "vocab": vocab, "merges": [" ".join(m) for m in merges] if legacy else merges}
+    added = [{"id": vocab[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for t in list(vocab)[:6]]
+    return json.dumps({"version": "1.0", "added_tokens": added, "normalizer": normalizer,
+                       "pre_tokenizer": pre_tokenizer, "post_processor": None, "decoder": decoder,
+                       "model": model}, ensure_ascii=False)
+
+
+replace_space = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+spm_decode = [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+              {"type": "Fuse"}]
+spm_seeds = {
+    "spm_gemma": spm_tokenizer(replace_space, None, {"type": "Sequence", "decoders": spm_decode}),
+    "spm_llama2": spm_tokenizer(
+        {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, replace_space]}, None,
+        {"type": "Sequence", "decoders": spm_decode + [{"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        legacy=True),
+    "spm_metaspace_first": spm_tokenizer(
+        None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+        {"type": "Sequence", "decoders": spm_decode}, missing=range(0x80, 0x90)),
+    "spm_metaspace_always": spm_tokenizer(
+        None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+        {"type": "Sequence", "decoders": [{"type": "ByteFallback"},
+                                          {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                                           "split": True}]}, missing=range(0xE0, 0xF0)),
+}
+spm_texts = ["hello  world\n<start_of_turn>user\nhi<end_of_turn>", "\u65e5\u672c \U0001F642 <0x41> \u2581x  "]
+for name, doc in spm_seeds.items():
+    for i, t in enumerate(spm_texts):
+        put("tokenizer", "%s_%d" % (name, i), doc.encode() + b"\n#TEXT#\n" + t.encode())
+
 # tokenizer_config.json of every chat family the trainer recognises.
-for family in ["chatml", "llama3_0", "llama3_1", "qwen2_5", "qwen3"]:
+for family in ["chatml", "llama3_0", "llama3_1", "qwen2_5", "qwen3", "gemma3"]:
     put("tokenizer_config", family, read("tests/fixtures/chat/%s/tokenizer_config.json" % family))
 put("tokenizer_config", "tiny_chat", read("examples/tiny-chat/tokenizer_config.json"))
 
@@ -78,6 +125,9 @@ put("tokenizer_config", "tiny_chat", read("examples/tiny-chat/tokenizer_config.j
 for i, name in enumerate(["sft_messages", "sft_prompt_completion", "sft_text", "dpo", "grpo"]):
     lines = read("examples/data/%s.jsonl" % name).splitlines(keepends=True)[:4]
     put("dataset", name, bytes([i * 5 % 256]) + b"".join(lines))
+# Bit 0x20 of the first byte picks Gemma's template.
+put("dataset", "sft_messages_gemma",
+    bytes([0x20]) + b"".join(read("examples/data/sft_messages.jsonl").splitlines(keepends=True)[:4]))
 
 # Trainer YAML + overrides.
 for name in ["sft", "dpo", "grpo", "ppo", "demo"]:

@@ -4,7 +4,7 @@
 src/data/chat_template.cpp can be checked string for string and id for id without Python in CI.
 
     python3 -m venv /tmp/chat && /tmp/chat/bin/pip install -r tools/requirements-chat.txt
-    /tmp/chat/bin/python tools/chat_template_fixtures.py [--shared ../shared/tokenizers]
+    /tmp/chat/bin/python tools/chat_template_fixtures.py [--shared ../shared/tokenizers] [--only gemma3]
 
 Writes (all small; the 11 MB Qwen3 tokenizer.json is read from the shared folder, never copied):
 
@@ -20,11 +20,15 @@ Writes (all small; the 11 MB Qwen3 tokenizer.json is read from the shared folder
       chatml    the plain ChatML template many fine-tunes ship
       llama3_1  Llama-3.1-Instruct's template (system header with the knowledge/today dates)
       llama3_0  Llama-3-Instruct's original template
+      gemma3    Gemma 3 instruction-tuned models' template, with tests/fixtures/tokenizer/tiny_gemma.json
+                (a SentencePiece-style BPE with Gemma's special tokens; tools/tokenizer_fixtures.py)
   tests/fixtures/chat/cases.jsonl        one line per (template, conversation, options):
-      {"config": NAME, "tokenizer": "shared:qwen3" | "fixture:llama3" | "example:tiny-chat",
+      {"config": NAME, "tokenizer": "shared:qwen3" | "fixture:llama3" | "example:tiny-chat" | "fixture:gemma",
        "case": ..., "messages": [...], "add_generation_prompt": bool,
        "enable_thinking": bool (only when passed), "text": ..., "ids": [...],
        "assistant_masks": [...]}
+      or, where the template raises (Gemma's alternation check), the same without text/ids/masks
+      and with "error": the exception's message
   tests/fixtures/chat/VERSIONS.json
 
 `assistant_masks` come from transformers' return_assistant_tokens_mask with a copy of each
@@ -237,6 +241,51 @@ LLAMA3_0_TEMPLATE = ("{% set loop_messages = messages %}{% for message in loop_m
                      "{{ content }}{% endfor %}{% if add_generation_prompt %}"
                      "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
 
+# Gemma 3 instruction-tuned models' template (google/gemma-3-*-it tokenizer_config.json): <bos>,
+# the system message folded into the first user turn, user/assistant strictly alternating,
+# "assistant" written as "model", contents trimmed, images as <start_of_image>.
+GEMMA3_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\\n\\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\\n'}}
+{%- endif -%}
+"""
+
 
 def replace_once(text, old, new):
     assert text.count(old) == 1, f"expected exactly one occurrence of {old!r}"
@@ -301,6 +350,18 @@ def tag_llama3_0(t):
         "{{ message['content'] | trim + '<|eot_id|>' }}{% endgeneration %}{% else %}"
         "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}"
         "{% endif %}")
+
+
+def tag_gemma3(t):
+    """A model turn's trimmed content and its <end_of_turn> (not the newline after it)."""
+    t = replace_once(
+        t, "{{ message['content'] | trim }}",
+        "{%- if role == 'model' -%}{%- generation -%}{{ message['content'] | trim }}{%- endgeneration -%}"
+        "{%- else -%}{{ message['content'] | trim }}{%- endif -%}")
+    return replace_once(
+        t, "{{ '<end_of_turn>\\n' }}",
+        "{%- if role == 'model' -%}{%- generation -%}{{ '<end_of_turn>' }}{%- endgeneration -%}"
+        "{%- else -%}{{ '<end_of_turn>' }}{%- endif -%}{{ '\\n' }}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,6 +476,17 @@ CASES = [
                          {"role": "assistant", "content": "Done."}], {}),
 ]
 
+# Conversations only Gemma's template is asked about: a lone system message, a tool turn where the
+# alternation check lets one through, a system message followed by an assistant.
+GEMMA_CASES = [
+    ("system_only", [{"role": "system", "content": "Alone."}], {"add_generation_prompt": True}),
+    ("tool_at_odd_index", [{"role": "user", "content": "Ping?"}, {"role": "tool", "content": " pong "}],
+     {"add_generation_prompt": True}),
+    ("system_then_assistant", [{"role": "system", "content": "S"}, {"role": "assistant", "content": "A"}], {}),
+    ("system_user_only", [{"role": "system", "content": "Be kind.\n"}, {"role": "user", "content": "  Hi  "}],
+     {"add_generation_prompt": True}),
+]
+
 # Cases a family cannot express are still rendered: the real templates ignore fields they do not
 # know (reasoning_content, enable_thinking), and so must the C++ renderer.
 
@@ -475,32 +547,35 @@ def render(tok, template, tagged, messages, opts):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared", "tokenizers"))
+    ap.add_argument("--only", help="re-record one template's cases (e.g. gemma3), keeping the other rows "
+                                   "and the trained tokenizers as they are")
     args = ap.parse_args()
 
-    # The end-to-end example's data and tokenizer.
-    os.makedirs(TINY_CHAT, exist_ok=True)
     records = tiny_chat_records()
-    write_jsonl(os.path.join(TINY_CHAT, "train.jsonl"), records)
     qwen3_config = json.load(open(os.path.join(args.shared, "qwen3", "tokenizer_config.json"), encoding="utf-8"))
     qwen3_template = qwen3_config["chat_template"]
-    corpus = list(message_texts(records)) * 3 + EXTRA_TEXT * 3
-    chatml_added = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
-                    ("<tool_call>", False), ("</tool_call>", False), ("<tool_response>", False),
-                    ("</tool_response>", False), ("<think>", False), ("</think>", False)]
-    tiny = train_bytelevel(corpus, QWEN_REGEX, 448, chatml_added)
-    tiny.save(os.path.join(TINY_CHAT, "tokenizer.json"))
     tiny_config = {"add_bos_token": False, "bos_token": None, "eos_token": "<|im_end|>",
                    "pad_token": "<|endoftext|>", "model_max_length": 4096,
                    "tokenizer_class": "Qwen2Tokenizer", "chat_template": qwen3_template}
-    write_json(os.path.join(TINY_CHAT, "tokenizer_config.json"), tiny_config)
+    if not args.only:
+        # The end-to-end example's data and tokenizer.
+        os.makedirs(TINY_CHAT, exist_ok=True)
+        write_jsonl(os.path.join(TINY_CHAT, "train.jsonl"), records)
+        corpus = list(message_texts(records)) * 3 + EXTRA_TEXT * 3
+        chatml_added = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
+                        ("<tool_call>", False), ("</tool_call>", False), ("<tool_response>", False),
+                        ("</tool_response>", False), ("<think>", False), ("</think>", False)]
+        tiny = train_bytelevel(corpus, QWEN_REGEX, 448, chatml_added)
+        tiny.save(os.path.join(TINY_CHAT, "tokenizer.json"))
+        write_json(os.path.join(TINY_CHAT, "tokenizer_config.json"), tiny_config)
 
-    # A Llama-3-style tokenizer: Meta's regex and special tokens around a small trained vocab.
-    llama_added = [("<|begin_of_text|>", True), ("<|end_of_text|>", True), ("<|start_header_id|>", True),
-                   ("<|end_header_id|>", True), ("<|eom_id|>", True), ("<|eot_id|>", True),
-                   ("<|python_tag|>", True)]
-    llama_tok = train_bytelevel(corpus, LLAMA3_REGEX, 448, llama_added)
-    os.makedirs(os.path.join(FIXTURES, "llama3"), exist_ok=True)
-    llama_tok.save(os.path.join(FIXTURES, "llama3", "tokenizer.json"))
+        # A Llama-3-style tokenizer: Meta's regex and special tokens around a small trained vocab.
+        llama_added = [("<|begin_of_text|>", True), ("<|end_of_text|>", True), ("<|start_header_id|>", True),
+                       ("<|end_header_id|>", True), ("<|eom_id|>", True), ("<|eot_id|>", True),
+                       ("<|python_tag|>", True)]
+        llama_tok = train_bytelevel(corpus, LLAMA3_REGEX, 448, llama_added)
+        os.makedirs(os.path.join(FIXTURES, "llama3"), exist_ok=True)
+        llama_tok.save(os.path.join(FIXTURES, "llama3", "tokenizer.json"))
 
     configs = {
         "qwen3": ({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
@@ -513,26 +588,43 @@ def main():
                       "chat_template": LLAMA3_1_TEMPLATE}, tag_llama3_1, "fixture:llama3"),
         "llama3_0": ({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
                       "chat_template": LLAMA3_0_TEMPLATE}, tag_llama3_0, "fixture:llama3"),
+        "gemma3": ({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "add_bos_token": True,
+                    "add_eos_token": False, "chat_template": GEMMA3_TEMPLATE}, tag_gemma3, "fixture:gemma"),
     }
     tokenizer_files = {"shared:qwen3": os.path.join(args.shared, "qwen3", "tokenizer.json"),
                        "fixture:llama3": os.path.join(FIXTURES, "llama3", "tokenizer.json"),
-                       "example:tiny-chat": os.path.join(TINY_CHAT, "tokenizer.json")}
+                       "example:tiny-chat": os.path.join(TINY_CHAT, "tokenizer.json"),
+                       # written by tools/tokenizer_fixtures.py (run that first)
+                       "fixture:gemma": os.path.join(ROOT, "tests", "fixtures", "tokenizer", "tiny_gemma.json")}
     rows = []
+    if args.only:
+        assert args.only in configs, f"--only: expected one of {sorted(configs)}"
+        with open(os.path.join(FIXTURES, "cases.jsonl"), encoding="utf-8") as f:
+            rows = [r for r in map(json.loads, f) if r["config"] != args.only]
+        configs = {args.only: configs[args.only]}
     for name, (config, tag, tokenizer_name) in configs.items():
         write_json(os.path.join(FIXTURES, name, "tokenizer_config.json"), config)
         tok = hf_tokenizer(tokenizer_files[tokenizer_name], config)
         tagged = tag(config["chat_template"])
-        for case, messages, opts in CASES:
-            text, ids, masks = render(tok, config["chat_template"], tagged, messages, opts)
+        for case, messages, opts in CASES + (GEMMA_CASES if name == "gemma3" else []):
             row = {"config": name, "tokenizer": tokenizer_name, "case": case, "messages": messages,
                    "add_generation_prompt": opts.get("add_generation_prompt", False)}
             if "enable_thinking" in opts:
                 row["enable_thinking"] = opts["enable_thinking"]
+            try:
+                text, ids, masks = render(tok, config["chat_template"], tagged, messages, opts)
+            except jinja2.exceptions.TemplateError as e:
+                # Gemma's template refuses conversations that do not alternate user/assistant;
+                # the C++ renderer must refuse the same ones.
+                assert name == "gemma3", f"{name}/{case}: {e}"
+                row["error"] = str(e)
+                rows.append(row)
+                continue
             row.update(text=text, ids=ids, assistant_masks=masks)
             rows.append(row)
     # The example tokenizer with the Qwen3 template: what the end-to-end example trains on.
     tok = hf_tokenizer(tokenizer_files["example:tiny-chat"], tiny_config)
-    for i, rec in enumerate(records[:6]):
+    for i, rec in enumerate(records[:6] if not args.only else []):
         text, ids, masks = render(tok, qwen3_template, tag_qwen3(qwen3_template), rec["messages"], {})
         rows.append({"config": "qwen3", "tokenizer": "example:tiny-chat", "case": f"tiny_chat_{i}",
                      "messages": rec["messages"], "add_generation_prompt": False, "text": text,
@@ -540,8 +632,10 @@ def main():
     write_jsonl(os.path.join(FIXTURES, "cases.jsonl"), rows)
     write_json(os.path.join(FIXTURES, "VERSIONS.json"),
                {"transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
-                "jinja2": jinja2.__version__, "qwen3_template_from": "shared/tokenizers/qwen3/tokenizer_config.json"})
-    print(f"wrote {len(rows)} cases; tiny-chat vocab {tiny.get_vocab_size()}, llama3 vocab {llama_tok.get_vocab_size()}")
+                "jinja2": jinja2.__version__, "qwen3_template_from": "shared/tokenizers/qwen3/tokenizer_config.json",
+                "gemma3_template": "written from google/gemma-3-*-it tokenizer_config.json (GEMMA3_TEMPLATE)",
+                "gemma3_tokenizer": "tests/fixtures/tokenizer/tiny_gemma.json (tools/tokenizer_fixtures.py)"})
+    print(f"wrote {len(rows)} cases")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 library, so the C++ tokenizer can be checked id for id without Python in CI.
 
     pip install -r tools/requirements-tokenizer.txt
-    python3 tools/tokenizer_fixtures.py [--shared ../shared/tokenizers]
+    python3 tools/tokenizer_fixtures.py [--shared ../shared/tokenizers] [--only spm]
 
 Outputs (all small; the 11 MB Qwen3 tokenizer.json is read from the shared folder, never copied):
   qwen3_cases.jsonl        cases for shared/tokenizers/qwen3/tokenizer.json
@@ -16,11 +16,30 @@ Outputs (all small; the 11 MB Qwen3 tokenizer.json is read from the shared folde
   tiny_split.json          a small trained char-level tokenizer: Split pre-tokenizers with every
                            behaviour, String and Regex patterns, invert; no decoder
   tiny_split_cases.jsonl
+  tiny_gemma.json          SentencePiece-style BPE as Gemma ships it: byte_fallback, fuse_unk, unk_token,
+                           Replace(" " -> "▁") normalizer, no pre-tokenizer, decoder
+                           Sequence[Replace, ByteFallback, Fuse], <bos>/<eos>/<start_of_turn>/... specials
+  tiny_llama2.json         Llama 2 (legacy) style: Sequence[Prepend("▁"), Replace] normalizer, decoder
+                           Sequence[Replace, ByteFallback, Fuse, Strip(" ", 1, 0)], merges as "a b"
+  tiny_metaspace.json      transformers' newer Llama/Mistral conversion: Metaspace pre-tokenizer
+                           (prepend_scheme "first", split false), some <0xNN> tokens missing so
+                           unknown bytes become a fused <unk>
+  tiny_metaspace_always.json  Metaspace (prepend_scheme "always", split true) pre-tokenizer and
+                           decoder, ignore_merges, unfused <unk>
+  (each with its *_cases.jsonl)
+  tiny_gemma_variants.jsonl  tiny_gemma.json's vocabulary behind six other layouts (SPM_VARIANTS:
+                           Split + Replace, Metaspace first+split / never / add_prefix_space,
+                           Split then Metaspace, a normalizer Sequence, Strip after Fuse): the
+                           changed fields, then 100 texts each with ids and decode
+  VERSIONS.json            the tokenizers version that wrote them
 
 Each *_cases.jsonl line is one of
   {"text": T, "ids": [...], "decoded": D, "decoded_skip": S [, "ids_plain": [...]]}
       ids = encode(T, add_special_tokens=False).ids; D/S = decode(ids, skip_special_tokens=F/T);
       ids_plain (present only when it differs from ids) = the same with encode_special_tokens=True
+      ids_special (SentencePiece-style fixtures only) = encode(T, add_special_tokens=True).ids:
+      what the TemplateProcessing post-processor adds (<bos> in front), which the C++ side
+      leaves to its callers (the example encoder's add_bos_token)
   {"decode_ids": [...], "decoded": D, "decoded_skip": S}
       arbitrary id sequences (cut multi-byte characters), checking the lossy UTF-8 repair.
 """
@@ -29,7 +48,9 @@ import json
 import os
 import random
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+import tokenizers
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
+                        trainers)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "tokenizer")
@@ -161,7 +182,7 @@ def decode_cases(tok, seed, n):
              "decoded_skip": tok.decode(c, skip_special_tokens=True)} for c in cases]
 
 
-def write_cases(tok, path, items, n_decode):
+def write_cases(tok, path, items, n_decode, with_special=False):
     plain = Tokenizer.from_str(tok.to_str())
     plain.encode_special_tokens = True
     with open(path, "w", encoding="utf-8", newline="\n") as f:
@@ -173,6 +194,8 @@ def write_cases(tok, path, items, n_decode):
             ids_plain = plain.encode(text, add_special_tokens=False).ids
             if ids_plain != ids:
                 row["ids_plain"] = ids_plain
+            if with_special:
+                row["ids_special"] = tok.encode(text, add_special_tokens=True).ids
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
         for row in decode_cases(tok, 7, n_decode):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -229,11 +252,179 @@ def tiny_split(corpus):
     return tok
 
 
+# ---- SentencePiece-style BPE (Gemma, Llama 2, Mistral) -------------------------------------
+
+SPM_SPECIAL = [
+    "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>", "<pad>", "<unk>", "<s>", "</s>", "<h1>",
+    "<bos>hello", "<bos> hello", "<bos>  two spaces", "hi<bos>there", " <bos> ", "<bos><bos>",
+    "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n4<end_of_turn>\n",
+    "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
+    "<start_of_turn", "<<end_of_turn>>", "text<eos>more", "<s>[INST] hi [/INST]", "<h1>Title</h1>",
+    "<0x41>", "<0xE4><0xB8>", "\u2581", "\u2581\u2581word", "a\u2581b c",
+]
+# Characters the tiny vocabularies do not have: byte fallback (or <unk>) must handle them.
+SPM_RARE = [
+    "\u0100\u0101\u0102", "\U0001F9EA test tube", "\u4e42\u4e43\u4e44", "\u00ff\u00fe", "\U0001D11E music",
+    "tab\there", "\u0000\u0001\u0002", "\u00e9t\u00e9 \u00e0 Paris", "\u00f1and\u00fa", "\u0416\u0436",
+]
+
+
+def spm_texts(seed):
+    out = texts(seed, 80, 3000)
+    return out[:1] + SPM_SPECIAL + SPM_RARE + out[1:]
+
+
+def spm_tokenizer(corpus, specials, normalizer, pre_tokenizer, decoder,
+                  missing_bytes=(), fuse_unk=True, ignore_merges=False, bos="<bos>", extra_added=()):
+    """Trains a small BPE and lays its vocab out as SentencePiece conversions do: the special
+    tokens first, then <0x00>..<0xFF> (less `missing_bytes`), then the learned pieces."""
+    trainer_tok = Tokenizer(models.BPE())
+    trainer_tok.normalizer = normalizers.Replace(" ", "\u2581")
+    # Words with their leading "\u2581", and runs of "\u2581" on their own, as SentencePiece pieces.
+    trainer_tok.pre_tokenizer = pre_tokenizers.Split(Regex("\u2581?[^\u2581]+|\u2581+"), behavior="isolated")
+    trainer = trainers.BpeTrainer(vocab_size=1200, limit_alphabet=120, show_progress=False)
+    trainer_tok.train_from_iterator(corpus, trainer)
+    learned = json.loads(trainer_tok.to_str())["model"]
+    vocab = {}
+    for t in specials:
+        vocab[t] = len(vocab)
+    for b in range(256):
+        if b not in missing_bytes:
+            vocab[f"<0x{b:02X}>"] = len(vocab)
+    for t, _ in sorted(learned["vocab"].items(), key=lambda kv: kv[1]):
+        if t not in vocab:
+            vocab[t] = len(vocab)
+    doc = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": normalizer, "pre_tokenizer": pre_tokenizer, "post_processor": None,
+        "decoder": decoder,
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": fuse_unk, "byte_fallback": True,
+                  "ignore_merges": ignore_merges, "vocab": vocab, "merges": learned["merges"]},
+    }
+    tok = Tokenizer.from_str(json.dumps(doc))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in extra_added])
+    tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, vocab[bos])])
+    return tok
+
+
+def replace(pattern, content):
+    return {"type": "Replace", "pattern": {"String": pattern}, "content": content}
+
+
+SPM_DECODE = [replace("\u2581", " "), {"type": "ByteFallback"}, {"type": "Fuse"}]
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+LLAMA_SPECIALS = ["<unk>", "<s>", "</s>"]
+
+
+def spm_fixtures(corpus):
+    strip = {"type": "Strip", "content": " ", "start": 1, "stop": 0}
+    return [
+        ("tiny_gemma", spm_tokenizer(corpus, GEMMA_SPECIALS, replace(" ", "\u2581"), None,
+                                     {"type": "Sequence", "decoders": SPM_DECODE}, extra_added=["<h1>"])),
+        ("tiny_llama2", spm_tokenizer(  # written with "a b" merges, as Llama 2's file has them
+            corpus, LLAMA_SPECIALS,
+            {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, replace(" ", "\u2581")]},
+            None, {"type": "Sequence", "decoders": SPM_DECODE + [strip]}, bos="<s>")),
+        ("tiny_metaspace", spm_tokenizer(
+            corpus, LLAMA_SPECIALS, None,
+            {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+            {"type": "Sequence", "decoders": SPM_DECODE + [strip]}, bos="<s>",
+            missing_bytes=set(range(0x80, 0x90)) | {0xF0})),
+        ("tiny_metaspace_always", spm_tokenizer(
+            corpus, GEMMA_SPECIALS, None,
+            {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+            {"type": "Sequence", "decoders": [{"type": "ByteFallback"},
+                                              {"type": "Metaspace", "replacement": "\u2581",
+                                               "prepend_scheme": "always", "split": True}]},
+            missing_bytes=set(range(0xE0, 0xF0)), fuse_unk=False, ignore_merges=True)),
+    ]
+
+
+def write_versions():
+    with open(os.path.join(OUT, "VERSIONS.json"), "w", encoding="utf-8", newline="\n") as f:
+        json.dump({"tokenizers": tokenizers.__version__, "written_by": "tools/tokenizer_fixtures.py"}, f, indent=2)
+        f.write("\n")
+
+
+def metaspace(scheme, split):
+    return {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+
+
+# Other component layouts on tiny_gemma.json's vocabulary: each replaces these top-level fields.
+SPM_VARIANTS = {
+    # Gemma with a Split on " " as well (a no-op after the Replace; some Gemma files carry it).
+    "split_space": {"pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+                                      "invert": False}},
+    "metaspace_first_split": {"normalizer": None, "pre_tokenizer": metaspace("first", True),
+                              "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"},
+                                                                           metaspace("first", True)]}},
+    "metaspace_never": {"normalizer": None, "pre_tokenizer": metaspace("never", True),
+                        "decoder": metaspace("never", True)},
+    # The older spelling: add_prefix_space instead of prepend_scheme.
+    "metaspace_add_prefix_space": {
+        "normalizer": None, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True},
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}},
+    "split_then_metaspace": {
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated", "invert": False},
+            metaspace("first", False)]},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, metaspace("first", True), {"type": "Fuse"},
+                                                     {"type": "Strip", "content": " ", "start": 0, "stop": 2}]}},
+    "normalizer_sequence": {
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, replace(" ", "\u2581"),
+                                                           {"type": "Prepend", "prepend": "\u2581"}, replace("ab", "b")]},
+        "decoder": {"type": "Sequence", "decoders": [replace("\u2581", " "), {"type": "ByteFallback"}, {"type": "Fuse"},
+                                                     {"type": "Strip", "content": " ", "start": 3, "stop": 0}]}},
+}
+
+
+def write_spm_variants(seed):
+    """tiny_gemma_variants.jsonl: {"variant", "changes"} once per variant, then its cases; "decoded"
+    is null where the library's Strip panics (its start and stop cuts overlap)."""
+    base = json.load(open(os.path.join(OUT, "tiny_gemma.json"), encoding="utf-8"))
+    items = spm_texts(seed)[:100]
+    path = os.path.join(OUT, "tiny_gemma_variants.jsonl")
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for name, changes in SPM_VARIANTS.items():
+            doc = dict(base, **changes)
+            tok = Tokenizer.from_str(json.dumps(doc))
+            f.write(json.dumps({"variant": name, "changes": changes}, ensure_ascii=False) + "\n")
+            for text in items:
+                ids = tok.encode(text, add_special_tokens=False).ids
+                try:
+                    decoded = tok.decode(ids, skip_special_tokens=False)
+                except BaseException:  # pyo3's PanicException
+                    decoded = None
+                f.write(json.dumps({"variant": name, "text": text, "ids": ids, "decoded": decoded},
+                                   ensure_ascii=False) + "\n")
+    print(f"wrote {path}: {len(SPM_VARIANTS)} variants x {len(items)} texts, {os.path.getsize(path)} bytes")
+
+
+def write_spm_fixtures():
+    write_versions()
+    corpus = texts(3, 400, 0)
+    for name, tok in spm_fixtures(corpus):
+        path = os.path.join(OUT, name + ".json")
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(legacy_merges(tok.to_str()) if name == "tiny_llama2" else tok.to_str())
+        print(f"wrote {path}: {os.path.getsize(path)} bytes")
+        tok = Tokenizer.from_file(path)  # the cases come from the file as written
+        write_cases(tok, os.path.join(OUT, name + "_cases.jsonl"), spm_texts(5), 20, with_special=True)
+    write_spm_variants(6)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(HERE, "..", "..", "shared", "tokenizers"))
+    ap.add_argument("--only", choices=["spm"], help="write only the SentencePiece-style fixtures")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
+    if args.only == "spm":
+        write_spm_fixtures()
+        return
 
     qwen = Tokenizer.from_file(os.path.join(args.shared, "qwen3", "tokenizer.json"))
     write_cases(qwen, os.path.join(OUT, "qwen3_cases.jsonl"), texts(1, 220, 20000), 40)
@@ -246,6 +437,7 @@ def main():
             f.write(legacy_merges(tok.to_str()) if name == "tiny_bytelevel" else tok.to_str(pretty=True))
         print(f"wrote {path}: {os.path.getsize(path)} bytes")
         write_cases(tok, os.path.join(OUT, name + "_cases.jsonl"), texts(4, 80, 3000), 20)
+    write_spm_fixtures()
 
 
 if __name__ == "__main__":

@@ -185,6 +185,42 @@ void render_llama3_0(Renderer& r, const ChatTemplate& t, std::span<const ChatMes
   if (opts.add_generation_prompt) r.add("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+// Gemma 3's template: the system message (verbatim, not trimmed) + "\n\n" opens the first user
+// turn; then turn i must be a user message exactly when i is even, or the template raises.
+void render_gemma(Renderer& r, const ChatTemplate& t, std::span<const ChatMessage> msgs,
+                  const RenderOptions& opts) {
+  // The template reads messages[0] first: with no messages, Jinja fails on the undefined item.
+  if (msgs.empty()) throw InputError("gemma chat template: the conversation has no messages");
+  r.add(t.bos_token);
+  std::string first_user_prefix;
+  size_t first = 0;
+  if (msgs[0].role == "system") {
+    if (!t.system_in_first_user) {
+      throw InputError(
+          "gemma chat template: this template (Gemma 1/2) has no system role; "
+          "drop the system message or use Gemma 3's template");
+    }
+    first_user_prefix = msgs[0].content + "\n\n";
+    first = 1;
+  }
+  for (size_t i = first; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    const size_t turn = i - first;
+    if ((m.role == "user") != (turn % 2 == 0)) {
+      throw InputError(
+          "gemma chat template: roles must alternate user/assistant/... after an "
+          "optional system message, but message " +
+          std::to_string(i) + " is '" + m.role + "'");
+    }
+    const bool model = m.role == "assistant";
+    r.add("<start_of_turn>" + (model ? std::string("model") : m.role) + "\n" +
+          (turn == 0 ? first_user_prefix : std::string()));
+    r.add(python_strip(m.content) + "<end_of_turn>", model && i >= opts.train_from);
+    r.add("\n");
+  }
+  if (opts.add_generation_prompt) r.add("<start_of_turn>model\n");
+}
+
 // Undoes the escapes of a Jinja string literal (\n, \t, \', \", \\).
 std::string jinja_unescape(const std::string& s) {
   std::string out;
@@ -267,6 +303,7 @@ std::string ChatTemplate::name() const {
     case ChatFamily::qwen3: return "qwen3";
     case ChatFamily::llama3: return "llama3";
     case ChatFamily::llama3_0: return "llama3.0";
+    case ChatFamily::gemma: return system_in_first_user ? "gemma" : "gemma (no system role)";
     case ChatFamily::chatml:
       if (default_system == kQwenDefaultSystem && tool_responses_in_user) return "qwen2.5";
       if (default_system.empty() && !tool_responses_in_user) return "chatml";
@@ -290,6 +327,10 @@ ChatTemplate chat_template_for(ChatTemplateName name) {
     case ChatTemplateName::qwen3: t.family = ChatFamily::qwen3; break;
     case ChatTemplateName::llama3: t.family = ChatFamily::llama3; break;
     case ChatTemplateName::llama3_0: t.family = ChatFamily::llama3_0; break;
+    case ChatTemplateName::gemma:
+      t.family = ChatFamily::gemma;
+      t.bos_token = "<bos>";
+      break;
   }
   return t;
 }
@@ -307,8 +348,16 @@ ChatTemplate chat_template_by_name(const std::string& name, const std::string& w
 //   chatml    <|im_start|>; a default system turn is a literal '<|im_start|>system\n...<|im_end|>'
 //             string in the template; <tool_response> means Qwen-style tool turns
 //   llama3    <|start_header_id|> + <|eot_id|> + "Cutting Knowledge Date"; llama3.0 without it
+//   gemma     <start_of_turn> + <end_of_turn> + the "model" role; Gemma 3's folds the system
+//             message in with first_user_prefix, older ones have no system role
 ChatTemplate detect_chat_template(const std::string& src, const std::string& where) {
   ChatTemplate t;
+  if (contains(src, "<start_of_turn>") && contains(src, "<end_of_turn>") &&
+      contains(src, "model")) {
+    t = chat_template_for(ChatTemplateName::gemma);
+    t.system_in_first_user = contains(src, "first_user_prefix");
+    return t;
+  }
   if (contains(src, "<|im_start|>")) {
     if (contains(src, "<think>") && contains(src, "reasoning_content") &&
         contains(src, "last_query_index")) {
@@ -324,9 +373,9 @@ ChatTemplate detect_chat_template(const std::string& src, const std::string& whe
     return t;
   }
   throw InputError(where +
-                   ": chat template not recognised (no ChatML <|im_start|> or Llama 3 "
-                   "<|start_header_id|> markers); set data.chat_template to one of chatml, "
-                   "qwen2.5, qwen3, llama3, llama3.0");
+                   ": chat template not recognised (no ChatML <|im_start|>, Llama 3 "
+                   "<|start_header_id|> or Gemma <start_of_turn> markers); set "
+                   "data.chat_template to one of chatml, qwen2.5, qwen3, llama3, llama3.0, gemma");
 }
 
 RenderedChat render_chat(const ChatTemplate& tmpl, std::span<const ChatMessage> messages,
@@ -337,6 +386,7 @@ RenderedChat render_chat(const ChatTemplate& tmpl, std::span<const ChatMessage> 
     case ChatFamily::chatml: render_chatml(r, tmpl, messages, opts); break;
     case ChatFamily::llama3: render_llama3(r, tmpl, messages, opts); break;
     case ChatFamily::llama3_0: render_llama3_0(r, tmpl, messages, opts); break;
+    case ChatFamily::gemma: render_gemma(r, tmpl, messages, opts); break;
   }
   return r.take();
 }

@@ -37,6 +37,11 @@ int32_t token_byte_length(const std::string& token) {
 }  // namespace
 
 MaskedEncoder::MaskedEncoder(Tokenizer tok) : tok_(std::move(tok)) {
+  // SentencePiece-style tokenizers (Gemma) know their own token lengths ("▁" is one space).
+  if (std::optional<std::vector<int32_t>> lengths = tok_.sentencepiece_text_lengths()) {
+    byte_len_ = std::move(*lengths);
+    return;
+  }
   const int64_t vocab = tok_.vocab_size();
   byte_len_.assign(static_cast<size_t>(vocab), -1);
   for (int64_t id = 0; id < vocab; ++id) {

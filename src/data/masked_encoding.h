@@ -3,9 +3,11 @@
 // so token boundaries never depend on how the text was assembled) while learning which tokens
 // cover trained bytes.
 //
-// A byte-level BPE token stands for a known byte string, so walking the ids of the whole text
-// gives every token's byte span; a token is trained if its span touches a trained byte range —
-// the rule transformers' return_assistant_tokens_mask applies to characters. (A token that
+// A byte-level BPE token stands for a known byte string (and so does a SentencePiece-style one
+// when spaces only become "▁": Tokenizer::sentencepiece_text_lengths), so walking the ids of
+// the whole text gives every token's byte span; a token is trained if its span touches a
+// trained byte range — the rule transformers' return_assistant_tokens_mask applies to
+// characters. (A token that
 // straddles the header and the content, e.g. "\n\n\n" when an assistant message starts with
 // newlines, is trained.)
 //

@@ -105,8 +105,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
     }
     const std::string_view piece =
         t.normalizer.apply(text.substr(raw.begin, raw.end - raw.begin), buffer);
+    // Metaspace's "first" scheme needs to know which piece starts the original text. (The
+    // loader refuses normalizers that could delete leading text, which would move that start.)
+    const bool starts_text = raw.begin == 0;
     if (t.normalized_matcher.empty()) {
-      t.pre_tokenizer.run(piece, emit);
+      t.pre_tokenizer.run(piece, starts_text, emit);
       continue;
     }
     normalized_segments.clear();
@@ -115,7 +118,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
       if (s.token_id >= 0) {
         ids.push_back(s.token_id);
       } else {
-        t.pre_tokenizer.run(piece.substr(s.begin, s.end - s.begin), emit);
+        t.pre_tokenizer.run(piece.substr(s.begin, s.end - s.begin), starts_text && s.begin == 0,
+                            emit);
       }
     }
   }
@@ -125,6 +129,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   const TokenizerImpl& t = *impl_;
   std::string out;
+  std::vector<std::string> tokens;  // DecoderKind::Chain
   bool first = true;
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size() || !t.has_token[id]) {
@@ -136,6 +141,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     if (skip_special && t.special[id]) continue;
     if (t.decoder == DecoderKind::ByteLevel) {
       out += t.decoded_bytes[id];
+    } else if (t.decoder == DecoderKind::Chain) {
+      tokens.push_back(t.id_to_token[id]);
     } else {
       // Without a decoder the library joins the tokens with spaces.
       if (!first) out += ' ';
@@ -143,6 +150,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     }
     first = false;
   }
+  if (t.decoder == DecoderKind::Chain) return decode_chain(t.decoder_steps, tokens);
   return t.decoder == DecoderKind::ByteLevel ? utf8_repair(out) : out;
 }
 
@@ -160,6 +168,55 @@ std::string Tokenizer::id_to_token(int32_t id) const {
                      std::to_string(vocab_size()) + ")");
   }
   return impl_->id_to_token[id];
+}
+
+std::optional<std::vector<int32_t>> Tokenizer::sentencepiece_text_lengths() const {
+  const TokenizerImpl& t = *impl_;
+  if (!t.model.byte_fallback || t.decoder != DecoderKind::Chain) return std::nullopt;
+  // The one character that stands for a space in tokens; "" while none is known.
+  std::string space;
+  for (const NormalizerStep& n : t.normalizer.steps) {
+    if (n.kind != NormalizerStep::Kind::Replace || n.pattern != " " || !space.empty())
+      return std::nullopt;
+    space = n.content;
+  }
+  for (const PreTokenizerStep& p : t.pre_tokenizer.steps) {
+    if (p.kind == PreTokenizerStep::Kind::Split) continue;  // splitting keeps every byte
+    if (p.kind != PreTokenizerStep::Kind::Metaspace || p.prepend != PrependScheme::Never ||
+        (!space.empty() && space != p.replacement))
+      return std::nullopt;
+    space = p.replacement;
+  }
+  size_t space_chars = 0;
+  if (!space.empty()) {
+    size_t i = 0;
+    utf8_next(space, i);
+    if (i != space.size()) return std::nullopt;  // a multi-character replacement
+    space_chars = 1;
+  }
+  std::vector<int32_t> out(t.id_to_token.size(), -1);
+  for (const auto& [token, id] : t.model.vocab) {
+    int64_t n = 0;
+    for (size_t i = 0; i < token.size();) {
+      const size_t at = i;
+      utf8_next(token, i);
+      const bool is_space = space_chars && token.compare(at, i - at, space) == 0;
+      n += is_space ? 1 : static_cast<int64_t>(i - at);
+    }
+    out[static_cast<size_t>(id)] = static_cast<int32_t>(n);
+  }
+  for (int b = 0; b < 256; ++b)
+    if (t.model.byte_id[static_cast<size_t>(b)] >= 0)
+      out[static_cast<size_t>(t.model.byte_id[static_cast<size_t>(b)])] = 1;
+  // A byte token that a merge can also build (from the text "<0x41>") covers 6 bytes there.
+  for (const int32_t merged : t.model.merges.merged_ids()) {
+    for (int b = 0; b < 256; ++b)
+      if (t.model.byte_id[static_cast<size_t>(b)] == merged) out[static_cast<size_t>(merged)] = -1;
+  }
+  if (t.model.unk_id) out[static_cast<size_t>(*t.model.unk_id)] = -1;
+  for (const AddedToken& a : t.added_tokens)
+    out[static_cast<size_t>(a.id)] = static_cast<int32_t>(a.content.size());
+  return out;
 }
 
 bool Tokenizer::is_special(int32_t id) const {

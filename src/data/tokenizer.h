@@ -1,12 +1,14 @@
 #pragma once
-// A Hugging Face `tokenizer.json` tokenizer (byte-level BPE as used by Qwen, GPT-2, Llama 3, ...),
-// matching the `tokenizers` library id for id: encode(text) here equals
+// A Hugging Face `tokenizer.json` tokenizer (byte-level BPE as used by Qwen, GPT-2, Llama 3, ...;
+// SentencePiece-style BPE with byte fallback as used by Gemma, Llama 2, Mistral), matching the
+// `tokenizers` library id for id: encode(text) here equals
 // `Tokenizer.encode(text, add_special_tokens=False).ids` there, and decode equals its decode.
 //
 // The pipeline, as in the library: added tokens are cut out of the raw text first; the pieces in
-// between are normalized (NFC), split into pre-tokens (Split regex, ByteLevel) and each pre-token
-// is run through BPE. Supported parts and their limits are listed in docs/TOKENIZER.md; anything
-// else in a tokenizer.json is rejected with an InputError naming the file and the field.
+// between are normalized (NFC, Replace " " -> U+2581, Prepend), split into pre-tokens (Split
+// regex, ByteLevel, Metaspace) and each pre-token is run through BPE. Supported parts and their
+// limits are listed in docs/TOKENIZER.md; anything else in a tokenizer.json is rejected with an
+// InputError naming the file and the field.
 //
 // A Tokenizer is immutable after loading; copies share the loaded tables, and every const method
 // may be called from several threads at once.
@@ -52,6 +54,14 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // throws InputError for an id without a token
   bool is_special(int32_t id) const;
+
+  // For every id, how many bytes of the text given to encode() the token covers, when a token
+  // says so on its own: SentencePiece-style tokenizers whose only normalizer is
+  // Replace(" " -> one character) (Gemma) or that have none, with no ByteLevel and no Metaspace
+  // that prepends. There a "▁" stands for one space, <0xNN> for one byte, an added token for its
+  // content, anything else for its own UTF-8. -1 for ids whose cover varies (<unk>, a byte token
+  // some merge also builds, gaps). nullopt for other tokenizers (byte-level ones included).
+  std::optional<std::vector<int32_t>> sentencepiece_text_lengths() const;
 
  private:
   explicit Tokenizer(std::shared_ptr<const tokenizer_detail::TokenizerImpl> impl);

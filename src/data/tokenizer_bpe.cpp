@@ -61,6 +61,14 @@ const MergeTable::Merge* MergeTable::find(int32_t left, int32_t right) const {
   return keys_[s] == kEmpty ? nullptr : &values_[s];
 }
 
+std::vector<int32_t> MergeTable::merged_ids() const {
+  std::vector<int32_t> out;
+  out.reserve(count_);
+  for (size_t i = 0; i < keys_.size(); ++i)
+    if (keys_[i] != kEmpty) out.push_back(values_[i].merged_id);
+  return out;
+}
+
 void BpeModel::build_char_table() {
   small_char_id.assign(ByteLevelAlphabet::kMaxCodePoint, -1);
   for (char32_t cp = 0; cp < ByteLevelAlphabet::kMaxCodePoint; ++cp) {
@@ -69,6 +77,22 @@ void BpeModel::build_char_table() {
     auto it = vocab.find(ch);
     if (it != vocab.end()) small_char_id[cp] = it->second;
   }
+  byte_id.assign(256, -1);
+  if (!byte_fallback) return;
+  static const char kHex[] = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    // The library looks up format!("<{b:#04X}>"): "<0x" then two upper-case hex digits.
+    const std::string name = std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+    auto it = vocab.find(name);
+    if (it != vocab.end()) byte_id[static_cast<size_t>(b)] = it->second;
+  }
+}
+
+bool BpeModel::push_fallback_bytes(std::string_view ch, std::vector<int32_t>& symbols) const {
+  for (char c : ch)
+    if (byte_id[static_cast<unsigned char>(c)] < 0) return false;
+  for (char c : ch) symbols.push_back(byte_id[static_cast<unsigned char>(c)]);
+  return true;
 }
 
 int32_t BpeModel::char_id(std::string_view ch, char32_t cp) const {
@@ -84,11 +108,15 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symb
   while (i < word.size()) {
     const size_t begin = i;
     const char32_t cp = utf8_next(word, i);
-    const int32_t id = char_id(word.substr(begin, i - begin), cp);
+    const std::string_view ch = word.substr(begin, i - begin);
+    const int32_t id = char_id(ch, cp);
     if (id >= 0) {
       if (pending_unk) symbols.push_back(*unk_id);
       pending_unk = false;
       symbols.push_back(id);
+    } else if (byte_fallback && push_fallback_bytes(ch, symbols)) {
+      // As in the library, a pending <unk> is not written before the bytes: it follows them
+      // (only possible when some <0xNN> tokens are missing).
     } else if (unk_id) {
       if (pending_unk && !fuse_unk) symbols.push_back(*unk_id);
       pending_unk = true;

@@ -31,6 +31,7 @@ class MergeTable {
   void insert(int32_t left, int32_t right, Merge merge);
   const Merge* find(int32_t left, int32_t right) const;
   size_t size() const { return count_; }
+  std::vector<int32_t> merged_ids() const;  // the merged token of every merge
 
  private:
   static constexpr uint64_t kEmpty = ~uint64_t{0};
@@ -57,10 +58,14 @@ struct BpeModel {
   bool ignore_merges = false;  // a pre-token that is itself in the vocab is emitted whole
   std::optional<int32_t> unk_id;
   bool fuse_unk = false;
+  // byte_fallback: a character missing from the vocab becomes the tokens <0xNN> of its UTF-8
+  // bytes when all of them exist (else unk_id, as without fallback).
+  bool byte_fallback = false;
+  std::vector<int32_t> byte_id;  // byte_fallback: id of <0xNN> for each byte, -1 if absent
   // Single-character tokens below U+0144 (all byte-level characters), looked up without hashing.
   std::vector<int32_t> small_char_id;
 
-  void build_char_table();
+  void build_char_table();  // also fills byte_id
   // Appends the ids of one pre-token. Characters missing from the vocab become unk_id, or are
   // dropped when there is none, as in the library.
   void encode_word(std::string_view word, BpeScratch& scratch, std::vector<int32_t>& out) const;
@@ -69,6 +74,8 @@ struct BpeModel {
   // -1 when the character is not a token.
   int32_t char_id(std::string_view ch, char32_t cp) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
+  // Appends the <0xNN> ids of the character's bytes; false (nothing appended) if one is missing.
+  bool push_fallback_bytes(std::string_view ch, std::vector<int32_t>& symbols) const;
   // Two strategies with the same result: rescanning a rank array is fastest for the short words
   // that make up almost all text; a heap over a linked list keeps long runs O(n log n).
   void merge_short(BpeScratch& scratch) const;

@@ -8,17 +8,21 @@
 
 #include "data/tokenizer_added.h"
 #include "data/tokenizer_bpe.h"
+#include "data/tokenizer_decoder.h"
 #include "data/tokenizer_pretokenize.h"
 
 namespace sbp::tokenizer_detail {
 
-enum class DecoderKind { None, ByteLevel };
+// None: tokens joined by spaces. ByteLevel: bytes back from the byte-level alphabet. Chain: the
+// SentencePiece-style steps in decoder_steps (a Sequence, or a single one of them).
+enum class DecoderKind { None, ByteLevel, Chain };
 
 struct TokenizerImpl {
   Normalizer normalizer;
   PreTokenizer pre_tokenizer;
   BpeModel model;
   DecoderKind decoder = DecoderKind::None;
+  std::vector<DecoderStep> decoder_steps;  // DecoderKind::Chain
 
   std::vector<AddedToken> added_tokens;
   AddedTokenMatcher raw_matcher;         // added tokens with normalized=false, found in raw text

@@ -9,6 +9,7 @@
 #include "core/input_file.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_impl.h"
+#include "data/tokenizer_utf8.h"
 
 namespace sbp {
 
@@ -50,6 +51,11 @@ std::string read_file(const std::string& path) {
 
 std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 
+// Replace and Prepend strings longer than this are refused: each match of a Replace (every space,
+// in Gemma's) grows the text by its content, so a hostile file with a long one would turn a
+// training set into terabytes. SentencePiece conversions use one character.
+constexpr size_t kMaxInsertBytes = 256;
+
 // Reads the parts of a tokenizer.json, turning every problem into an InputError that names the
 // file and the field.
 class JsonLoader {
@@ -81,6 +87,65 @@ class JsonLoader {
     return it->get<std::string>();
   }
 
+  // A Replace's {"String": "..."} pattern. Regex patterns are not supported here (no
+  // SentencePiece conversion writes one); an empty string would match everywhere.
+  std::string string_pattern(const json& obj, const std::string& field) const {
+    const json& pattern = obj.value("pattern", json());
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string()) {
+      fail(field + ".pattern", "expected {\"String\": ...} (Regex patterns are not supported)");
+    }
+    std::string s = pattern["String"].get<std::string>();
+    if (s.empty()) fail(field + ".pattern.String", "must not be empty");
+    if (utf8_find_invalid(s) != std::string::npos) fail(field + ".pattern.String", "not UTF-8");
+    return s;
+  }
+
+  // A field that the library reads as one `char`: exactly one code point.
+  std::string one_char(const json& obj, const char* key, const std::string& field) const {
+    std::string s = get_string(obj, key, field);
+    size_t i = 0;
+    if (s.empty() || utf8_find_invalid(s) != std::string::npos || (utf8_next(s, i), i != s.size()))
+      fail(field + "." + key, "expected exactly one character, got " + in_quotes(s));
+    return s;
+  }
+
+  // Metaspace's prepend_scheme ("always" when absent); an older add_prefix_space must agree.
+  PrependScheme prepend_scheme(const json& obj, const std::string& field) const {
+    PrependScheme scheme = PrependScheme::Always;
+    if (obj.contains("prepend_scheme") && !obj["prepend_scheme"].is_null()) {
+      const std::string s = get_string(obj, "prepend_scheme", field);
+      if (s == "always") {
+        scheme = PrependScheme::Always;
+      } else if (s == "first") {
+        scheme = PrependScheme::First;
+      } else if (s == "never") {
+        scheme = PrependScheme::Never;
+      } else {
+        fail(field + ".prepend_scheme", "expected always, first or never, got " + in_quotes(s));
+      }
+    }
+    if (!get_bool(obj, "add_prefix_space", true, field) && scheme != PrependScheme::Never)
+      fail(field + ".add_prefix_space", "false contradicts prepend_scheme (not \"never\")");
+    return scheme;
+  }
+
+  // A Replace content or Prepend string: at most kMaxInsertBytes.
+  std::string insert_string(const json& obj, const char* key, const std::string& field) const {
+    std::string s = get_string(obj, key, field);
+    if (s.size() > kMaxInsertBytes) {
+      fail(field + "." + key, std::to_string(s.size()) + " bytes long (at most " +
+                                  std::to_string(kMaxInsertBytes) + " are accepted)");
+    }
+    return s;
+  }
+
+  size_t count(const json& obj, const char* key, const std::string& field) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || !it->is_number_unsigned())
+      fail(field + "." + key, "missing or not a non-negative integer");
+    return it->get<size_t>();
+  }
+
   int32_t token_id(const json& value, const std::string& field) const {
     if (!value.is_number_integer()) fail(field, "token id must be an integer");
     const int64_t id = value.get<int64_t>();
@@ -94,14 +159,22 @@ class JsonLoader {
   void normalizer(const json& n, const std::string& field, Normalizer& out) const {
     if (n.is_null()) return;
     const std::string type = get_string(n, "type", field);
-    if (type == "NFC") {
-      out.steps.push_back(NormalForm::NFC);
-    } else if (type == "NFD") {
-      out.steps.push_back(NormalForm::NFD);
-    } else if (type == "NFKC") {
-      out.steps.push_back(NormalForm::NFKC);
-    } else if (type == "NFKD") {
-      out.steps.push_back(NormalForm::NFKD);
+    NormalizerStep step;
+    if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+      step.form = type == "NFC"    ? NormalForm::NFC
+                  : type == "NFD"  ? NormalForm::NFD
+                  : type == "NFKC" ? NormalForm::NFKC
+                                   : NormalForm::NFKD;
+      out.steps.push_back(step);
+    } else if (type == "Replace") {
+      step.kind = NormalizerStep::Kind::Replace;
+      step.pattern = string_pattern(n, field);
+      step.content = insert_string(n, "content", field);
+      out.steps.push_back(step);
+    } else if (type == "Prepend") {
+      step.kind = NormalizerStep::Kind::Prepend;
+      step.content = insert_string(n, "prepend", field);
+      out.steps.push_back(step);
     } else if (type == "Sequence") {
       const json& list = n.value("normalizers", json());
       if (!list.is_array()) fail(field + ".normalizers", "expected a list");
@@ -159,17 +232,72 @@ class JsonLoader {
         fail(field + ".behavior", "unsupported split behavior " + behavior);
       }
       step.invert = get_bool(p, "invert", false, field);
+    } else if (type == "Metaspace") {
+      step.kind = PreTokenizerStep::Kind::Metaspace;
+      step.replacement = one_char(p, "replacement", field);
+      step.prepend = prepend_scheme(p, field);
+      if (get_bool(p, "split", true, field)) {
+        step.regex = std::make_shared<const Regex>(step.replacement, true,
+                                                   path_ + ": " + field + ".replacement");
+      }
+      for (const PreTokenizerStep& before : out.steps) {
+        // ByteLevel maps ' ' away, and we do not track where its pieces began.
+        if (before.kind == PreTokenizerStep::Kind::ByteLevel)
+          fail(field, "Metaspace after ByteLevel is not supported");
+      }
     } else {
       fail(field, "unsupported pre_tokenizer " + type);
     }
     out.steps.push_back(std::move(step));
   }
 
-  DecoderKind decoder(const json& d, const std::string& field) const {
+  DecoderKind decoder(const json& d, const std::string& field,
+                      std::vector<DecoderStep>& steps) const {
     if (d.is_null()) return DecoderKind::None;
     const std::string type = get_string(d, "type", field);
     if (type == "ByteLevel") return DecoderKind::ByteLevel;
-    fail(field, "unsupported decoder " + type);
+    if (type == "Sequence") {
+      const json& list = d.value("decoders", json());
+      if (!list.is_array()) fail(field + ".decoders", "expected a list");
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string item = field + ".decoders[" + std::to_string(i) + "]";
+        if (!list[i].is_object()) fail(item, "expected an object");
+        steps.push_back(decoder_step(list[i], item));
+      }
+    } else {
+      steps.push_back(decoder_step(d, field));
+    }
+    return DecoderKind::Chain;
+  }
+
+  // One SentencePiece-style decoder (alone or in a Sequence; ByteLevel only alone).
+  DecoderStep decoder_step(const json& d, const std::string& field) const {
+    const std::string type = get_string(d, "type", field);
+    DecoderStep step;
+    if (type == "Replace") {
+      step.kind = DecoderStep::Kind::Replace;
+      step.pattern = string_pattern(d, field);
+      step.content = insert_string(d, "content", field);
+    } else if (type == "ByteFallback") {
+      step.kind = DecoderStep::Kind::ByteFallback;
+    } else if (type == "Fuse") {
+      step.kind = DecoderStep::Kind::Fuse;
+    } else if (type == "Strip") {
+      step.kind = DecoderStep::Kind::Strip;
+      step.content = one_char(d, "content", field);
+      step.start = count(d, "start", field);
+      step.stop = count(d, "stop", field);
+    } else if (type == "ByteLevel") {
+      fail(field, "ByteLevel is only supported as the whole decoder, not in a Sequence");
+    } else if (type == "Metaspace") {
+      step.kind = DecoderStep::Kind::Metaspace;
+      step.replacement = one_char(d, "replacement", field);
+      step.drop_first = prepend_scheme(d, field) != PrependScheme::Never;
+      get_bool(d, "split", true, field);  // checked, but decoding does not use it
+    } else {
+      fail(field, "unsupported decoder " + type);
+    }
+    return step;
   }
 
   void vocab(const json& v, BpeModel& model) const {
@@ -241,7 +369,7 @@ class JsonLoader {
         !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0)) {
       fail("model.dropout", "BPE dropout is not supported (it makes encoding random)");
     }
-    if (get_bool(m, "byte_fallback", false, "model")) fail("model.byte_fallback", "not supported");
+    out.byte_fallback = get_bool(m, "byte_fallback", false, "model");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       if (m.contains(key) && !m[key].is_null() && m[key] != "") {
         fail(std::string("model.") + key, "only null or \"\" is supported");
@@ -307,6 +435,22 @@ class JsonLoader {
     }
   }
 
+  // Metaspace's "first" scheme asks whether a piece starts the original text; we answer from
+  // where the piece starts in the normalized text, which is only the same answer when the
+  // normalizer cannot delete leading text (a Replace with empty content could).
+  void check_metaspace_start(const TokenizerImpl& t) const {
+    bool first = false;
+    for (const PreTokenizerStep& s : t.pre_tokenizer.steps)
+      first |= s.kind == PreTokenizerStep::Kind::Metaspace && s.prepend == PrependScheme::First;
+    if (!first) return;
+    for (const NormalizerStep& n : t.normalizer.steps) {
+      if (n.kind == NormalizerStep::Kind::Replace && n.content.empty())
+        fail("normalizer",
+             "a Replace with empty content together with a Metaspace "
+             "pre_tokenizer whose prepend_scheme is \"first\" is not supported");
+    }
+  }
+
  private:
   std::string path_;
 };
@@ -323,7 +467,8 @@ Tokenizer Tokenizer::from_file(const std::string& tokenizer_json_path) {
     loader.model(doc["model"], impl->model);
     loader.normalizer(doc.value("normalizer", json()), "normalizer", impl->normalizer);
     loader.pre_tokenizer(doc.value("pre_tokenizer", json()), "pre_tokenizer", impl->pre_tokenizer);
-    impl->decoder = loader.decoder(doc.value("decoder", json()), "decoder");
+    impl->decoder = loader.decoder(doc.value("decoder", json()), "decoder", impl->decoder_steps);
+    loader.check_metaspace_start(*impl);
     loader.added_tokens(doc.value("added_tokens", json()), *impl);
   } catch (const json::exception& e) {
     // A field of the wrong JSON type that no check above anticipated.

@@ -108,16 +108,48 @@ std::vector<Span> apply_behavior(const std::vector<Piece>& pieces, SplitBehavior
 }  // namespace
 
 std::string_view Normalizer::apply(std::string_view text, std::string& buffer) const {
-  // Every normal form leaves ASCII unchanged; most training text is mostly ASCII.
-  if (steps.empty() || is_ascii(text)) return text;
   std::string_view current = text;
   std::string next;
-  for (NormalForm form : steps) {
-    normalize_runs(current, form, next);
+  for (const NormalizerStep& step : steps) {
+    // `current` may point into `buffer`, so the step writes elsewhere and the two swap.
+    if (!apply_step(step, current, next)) continue;
     buffer.swap(next);
     current = buffer;
   }
   return current;
+}
+
+bool Normalizer::apply_step(const NormalizerStep& step, std::string_view text, std::string& out) {
+  switch (step.kind) {
+    case NormalizerStep::Kind::Form:
+      // Every normal form leaves ASCII unchanged; most training text is mostly ASCII.
+      if (is_ascii(text)) return false;
+      normalize_runs(text, step.form, out);
+      return true;
+    case NormalizerStep::Kind::Replace: {
+      // Leftmost non-overlapping occurrences, as the library's String pattern. Both strings are
+      // valid UTF-8, so a byte match always starts on a character boundary.
+      size_t at = text.find(step.pattern);
+      if (at == std::string_view::npos) return false;
+      out.clear();
+      out.reserve(text.size() + text.size() / 2);
+      size_t done = 0;
+      for (; at != std::string_view::npos; at = text.find(step.pattern, done)) {
+        out.append(text.substr(done, at - done));
+        out += step.content;
+        done = at + step.pattern.size();
+      }
+      out.append(text.substr(done));
+      return true;
+    }
+    case NormalizerStep::Kind::Prepend:
+      if (text.empty()) return false;  // the library leaves an empty piece empty
+      out.clear();
+      out += step.content;
+      out += text;
+      return true;
+  }
+  return false;
 }
 
 void Normalizer::normalize_runs(std::string_view text, NormalForm form, std::string& out) {
@@ -156,12 +188,12 @@ const std::string& gpt2_split_pattern() {
   return pattern;
 }
 
-void PreTokenizer::run(std::string_view text,
+void PreTokenizer::run(std::string_view text, bool starts_text,
                        const std::function<void(std::string_view)>& emit) const {
-  if (!text.empty()) run_from(0, text, emit);
+  if (!text.empty()) run_from(0, text, starts_text, emit);
 }
 
-void PreTokenizer::run_from(size_t step, std::string_view piece,
+void PreTokenizer::run_from(size_t step, std::string_view piece, bool starts_text,
                             const std::function<void(std::string_view)>& emit) const {
   if (step == steps.size()) {
     emit(piece);
@@ -174,9 +206,15 @@ void PreTokenizer::run_from(size_t step, std::string_view piece,
     if (s.invert)
       for (Piece& p : pieces) p.is_match = !p.is_match;
     for (const Span& span : apply_behavior(pieces, s.behavior)) {
-      if (span.end > span.begin)
-        run_from(step + 1, piece.substr(span.begin, span.end - span.begin), emit);
+      if (span.end > span.begin) {
+        run_from(step + 1, piece.substr(span.begin, span.end - span.begin),
+                 starts_text && span.begin == 0, emit);
+      }
     }
+    return;
+  }
+  if (s.kind == PreTokenizerStep::Kind::Metaspace) {
+    run_metaspace(step, piece, starts_text, emit);
     return;
   }
   // ByteLevel: optional leading space, optional GPT-2 split, then every byte becomes its
@@ -194,7 +232,8 @@ void PreTokenizer::run_from(size_t step, std::string_view piece,
   auto map_and_continue = [&](std::string_view part) {
     mapped.clear();
     for (char c : part) mapped += alphabet.byte_to_utf8[static_cast<unsigned char>(c)];
-    run_from(step + 1, mapped, emit);
+    // After ByteLevel no step asks for the text start (Metaspace after ByteLevel is refused).
+    run_from(step + 1, mapped, false, emit);
   };
   if (!s.regex) {
     map_and_continue(text);
@@ -205,6 +244,40 @@ void PreTokenizer::run_from(size_t step, std::string_view piece,
   for (const Piece& p : pieces) {
     if (p.span.end > p.span.begin)
       map_and_continue(text.substr(p.span.begin, p.span.end - p.span.begin));
+  }
+}
+
+void PreTokenizer::run_metaspace(size_t step, std::string_view piece, bool starts_text,
+                                 const std::function<void(std::string_view)>& emit) const {
+  // The library's Metaspace: every ' ' becomes the replacement, the replacement goes in front
+  // (per the prepend scheme) unless the piece already starts with it, then optionally a split
+  // before each replacement (MergedWithNext).
+  const PreTokenizerStep& s = steps[step];
+  std::string text;
+  text.reserve(piece.size() + s.replacement.size());
+  const bool starts_with_space = piece.front() == ' ';
+  const bool prepend =
+      !starts_with_space && piece.substr(0, s.replacement.size()) != s.replacement &&
+      (s.prepend == PrependScheme::Always || (s.prepend == PrependScheme::First && starts_text));
+  if (prepend) text += s.replacement;
+  for (char c : piece) {
+    if (c == ' ') {
+      text += s.replacement;
+    } else {
+      text += c;
+    }
+  }
+  if (!s.regex) {
+    run_from(step + 1, text, starts_text, emit);
+    return;
+  }
+  std::vector<Piece> pieces;
+  matches_and_gaps(*s.regex, text, pieces);
+  for (const Span& span : apply_behavior(pieces, SplitBehavior::MergedWithNext)) {
+    if (span.end > span.begin) {
+      run_from(step + 1, std::string_view(text).substr(span.begin, span.end - span.begin),
+               starts_text && span.begin == 0, emit);
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // The chat-template renderer and the assistant-only mask against fixtures recorded with
 // transformers' apply_chat_template on the real Jinja templates (tools/chat_template_fixtures.py):
 // rendered text, token ids and assistant masks, for Qwen3 (the real template and tokenizer from
-// ../shared/tokenizers/qwen3), Qwen2.5, plain ChatML, Llama 3.1 and Llama 3.0.
+// ../shared/tokenizers/qwen3), Qwen2.5, plain ChatML, Llama 3.1, Llama 3.0 and Gemma 3 (on the
+// SentencePiece-style tests/fixtures/tokenizer/tiny_gemma.json).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -43,7 +44,12 @@ std::string tokenizer_dir(const std::string& name) {
 const MaskedEncoder& encoder(const std::string& name) {
   static std::map<std::string, std::unique_ptr<MaskedEncoder>> cache;
   auto& slot = cache[name];
-  if (!slot) slot = std::make_unique<MaskedEncoder>(Tokenizer::from_dir(tokenizer_dir(name)));
+  if (!slot) {
+    slot = std::make_unique<MaskedEncoder>(
+        name == "fixture:gemma"
+            ? Tokenizer::from_file(test::source_dir() + "/tests/fixtures/tokenizer/tiny_gemma.json")
+            : Tokenizer::from_dir(tokenizer_dir(name)));
+  }
   return *slot;
 }
 
@@ -77,6 +83,14 @@ TEST(ChatTemplate, MatchesTransformersTextIdsAndAssistantMasks) {
     RenderOptions opts;
     opts.add_generation_prompt = row["add_generation_prompt"].get<bool>();
     if (row.contains("enable_thinking")) opts.enable_thinking = row["enable_thinking"].get<bool>();
+    ++checked[row["config"].get<std::string>()];
+    if (row.contains("error")) {
+      // The template raised (Gemma's user/assistant alternation); so must the renderer.
+      EXPECT_THROW(render_chat(template_of(row["config"]), messages_of(row["messages"]), opts),
+                   InputError)
+          << what;
+      continue;
+    }
     const RenderedChat r =
         render_chat(template_of(row["config"]), messages_of(row["messages"]), opts);
     EXPECT_EQ(r.text, row["text"].get<std::string>()) << what;
@@ -87,9 +101,8 @@ TEST(ChatTemplate, MatchesTransformersTextIdsAndAssistantMasks) {
     for (int m : row["assistant_masks"].get<std::vector<int>>())
       expected.push_back(static_cast<float>(m));
     EXPECT_EQ(t.mask, expected) << what;
-    ++checked[row["config"].get<std::string>()];
   }
-  for (const char* config : {"qwen3", "qwen2_5", "chatml", "llama3_1", "llama3_0"})
+  for (const char* config : {"qwen3", "qwen2_5", "chatml", "llama3_1", "llama3_0", "gemma3"})
     EXPECT_GE(checked[config], 20) << config;
 }
 
@@ -99,6 +112,8 @@ TEST(ChatTemplate, DetectsTheFamilyFromTokenizerConfig) {
   EXPECT_EQ(template_of("chatml").name(), "chatml");
   EXPECT_EQ(template_of("llama3_1").name(), "llama3");
   EXPECT_EQ(template_of("llama3_0").name(), "llama3.0");
+  EXPECT_EQ(template_of("gemma3").name(), "gemma");
+  EXPECT_EQ(template_of("gemma3").bos_token, "<bos>");
   // The real Qwen3 file, as shipped.
   const HfTokenizerConfig hf = HfTokenizerConfig::load_dir(tokenizer_dir("shared:qwen3"));
   EXPECT_EQ(detect_chat_template(hf.chat_template, hf.source).name(), "qwen3");
@@ -114,6 +129,32 @@ TEST(ChatTemplate, DetectsTheFamilyFromTokenizerConfig) {
   }
   EXPECT_THROW(chat_template_by_name("vicuna", "cfg.yaml:3"), InputError);
   EXPECT_EQ(chat_template_by_name("llama3.1", "cfg").name(), "llama3");
+  EXPECT_EQ(chat_template_by_name("gemma3", "cfg").name(), "gemma");
+  EXPECT_EQ(chat_template_by_name("gemma", "cfg").bos_token, "<bos>");
+}
+
+TEST(ChatTemplate, GemmaRefusesWhatItsTemplatesRefuse) {
+  const std::vector<ChatMessage> with_system = {{"system", "S", std::nullopt},
+                                                {"user", "hi", std::nullopt}};
+  const ChatTemplate gemma3 = chat_template_by_name("gemma", "");
+  EXPECT_EQ(render_chat(gemma3, with_system).text,
+            "<bos><start_of_turn>user\nS\n\nhi<end_of_turn>\n");
+  // transformers refuses an empty conversation before rendering; so do we.
+  EXPECT_THROW(render_chat(gemma3, std::vector<ChatMessage>{}), InputError);
+  // Gemma 1/2 templates raise on a system message (no first_user_prefix in them).
+  const ChatTemplate gemma2 = detect_chat_template(
+      "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+      "supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == "
+      "'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif "
+      "%}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' "
+      "}}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}",
+      "gemma2.json");
+  EXPECT_EQ(gemma2.name(), "gemma (no system role)");
+  EXPECT_THROW(render_chat(gemma2, with_system), InputError);
+  RenderOptions opts;
+  opts.add_generation_prompt = true;
+  EXPECT_EQ(render_chat(gemma2, std::span(with_system).subspan(1), opts).text,
+            "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
 }
 
 TEST(ChatTemplate, TrainFromMarksOnlyLaterAssistantTurns) {
@@ -132,6 +173,12 @@ TEST(ChatTemplate, TrainFromMarksOnlyLaterAssistantTurns) {
   ASSERT_EQ(all.trained.size(), 2u);
   EXPECT_EQ(all.text.substr(all.trained[1].first, all.trained[1].second - all.trained[1].first),
             "d<|eot_id|>");
+  opts.train_from = 2;
+  const RenderedChat gemma = render_chat(chat_template_by_name("gemma", ""), msgs, opts);
+  ASSERT_EQ(gemma.trained.size(), 1u);
+  EXPECT_EQ(
+      gemma.text.substr(gemma.trained[0].first, gemma.trained[0].second - gemma.trained[0].first),
+      "d<end_of_turn>");
 }
 
 TEST(ChatTemplate, PythonStripAndJson) {
