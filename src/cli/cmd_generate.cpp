@@ -211,7 +211,7 @@ void register_generate(CLI::App& app) {
   c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json (default: --model)");
   c->add_option("--chat-template", a->chat_template,
                 "Chat template instead of the tokenizer config's: chatml, qwen2, qwen2.5, qwen3, "
-                "llama3, llama3.0");
+                "llama3, llama3.0, gemma3");
   c->add_option("--num-return-sequences", a->num_return_sequences, "Samples per prompt")
       ->check(int_in(1, 65536));
   c->add_option("--max-new-tokens", a->max_new_tokens, "Most tokens per completion")

@@ -13,6 +13,7 @@ const char* end_of_turn(ChatFamily f) {
   switch (f) {
     case ChatFamily::llama3:
     case ChatFamily::llama3_0: return "<|eot_id|>";
+    case ChatFamily::gemma: return "<end_of_turn>";
     default: return "<|im_end|>";
   }
 }
