@@ -53,7 +53,7 @@ stage() {
   ((limit > left)) && limit=$left
   local status rc t0 t1
   if ((limit < 5)); then
-    status=skipped rc=-1 t0=0 t1=0
+    status=skipped rc=-1 t0=0 t1=0 limit=0
     echo "budget spent" >"$WORK/$name.log"
   else
     echo "gpu-check: $name (at most ${limit}s)" >&2
@@ -81,13 +81,17 @@ ops() {
   "$BIN/backend_factory_test" --gtest_brief=1 || rc=1
   return $rc
 }
-stage op_suite_cuda 90 "" ops
+# timeout runs programs, not shell functions: the stage functions run in a child bash.
+export BIN SB ROOT WORK
+export -f ops
+stage op_suite_cuda 90 "" bash -c ops
 
 parity() {
   STREAMBP_TEST_BACKEND=cuda "$BIN/hf_parity_test" --gtest_brief=1 &&
     STREAMBP_TEST_BACKEND=cuda "$BIN/hf_parity_bf16_test" --gtest_brief=1
 }
-stage hf_parity_cuda 60 "" parity
+export -f parity
+stage hf_parity_cuda 60 "" bash -c parity
 
 score_fixtures() {
   local rc=0
@@ -110,7 +114,8 @@ PY
   done
   return $rc
 }
-stage score_hf_fixtures_cuda 40 "" score_fixtures
+export -f score_fixtures
+stage score_hf_fixtures_cuda 40 "" bash -c score_fixtures
 
 gradchecks() {
   local rc=0 model=$ROOT/tests/fixtures/hf/qwen3_gqa_qknorm/model
@@ -121,7 +126,8 @@ gradchecks() {
   done
   return $rc
 }
-stage gradcheck_cuda 90 "" gradchecks
+export -f gradchecks
+stage gradcheck_cuda 90 "" bash -c gradchecks
 
 # ---- memory and speed ----
 stage plan_qwen3_0.6b_8k 20 plan-0.6b.json "$SB" plan --model qwen3-0.6b --dtype bf16 \
