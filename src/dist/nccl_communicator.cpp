@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -67,6 +68,7 @@ class NcclCommunicator final : public Communicator {
     if (comm_) ncclCommAbort(comm_);
     comm_ = nullptr;
     host_.abort(exit_code);
+    std::abort();  // not reached: the host communicator's abort ends the process
   }
 
   Request iallreduce_sum(float* x, int64_t n) override {

@@ -126,6 +126,30 @@ TEST(CudaMath, SwigluAndItsGradientMatchFloat64) {
   }
 }
 
+// Gemma's GeGLU and soft-capping (gemma_ops.cu) against float64 and central differences.
+TEST(CudaMath, GegluAndSoftcapMatchFloat64) {
+  Rng rng(9);
+  auto gelu64 = [](double z) {
+    return 0.5 * z * (1 + std::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
+  };
+  for (int i = 0; i < 1000; ++i) {
+    const double z = static_cast<float>(3 * rng.normal()), u = static_cast<float>(rng.normal());
+    const double dout = static_cast<float>(rng.normal());
+    EXPECT_NEAR(gelu_tanh(static_cast<float>(z)), gelu64(z), 2e-6 * (1 + std::fabs(gelu64(z))));
+    const Pair g = geglu_grad(static_cast<float>(dout), static_cast<float>(z), static_cast<float>(u));
+    const double h = 1e-6;
+    const double dz = dout * u * (gelu64(z + h) - gelu64(z - h)) / (2 * h);
+    EXPECT_NEAR(g.a, dz, 1e-5 * (1 + std::fabs(dz)));
+    EXPECT_NEAR(g.b, dout * gelu64(z), 1e-5 * (1 + std::fabs(dout * gelu64(z))));
+    const double cap = 30.0, x = static_cast<float>(50 * rng.normal());
+    const float y = softcap(static_cast<float>(x), static_cast<float>(cap));
+    EXPECT_NEAR(y, cap * std::tanh(x / cap), 1e-5 * cap);
+    const double dx = dout * (std::tanh((x + h) / cap) - std::tanh((x - h) / cap)) * cap / (2 * h);
+    EXPECT_NEAR(softcap_grad_from_y(static_cast<float>(dout), y, static_cast<float>(cap)), dx,
+                1e-5 * (1 + std::fabs(dx)));
+  }
+}
+
 // Five AdamW steps against torch.optim.AdamW's formula in float64.
 TEST(CudaMath, AdamWMatchesFloat64) {
   Rng rng(5);

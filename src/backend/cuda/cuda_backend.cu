@@ -88,6 +88,8 @@ void* CudaBackend::scratch(Slot slot, size_t bytes) {
   return p;
 }
 
+void CudaBackend::open_memory() { SBP_CUDA(cudaSetDevice(device_)); }
+
 void CudaBackend::upload_impl(void* dst, const void* host, size_t bytes) {
   SBP_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
   SBP_CUDA(cudaStreamSynchronize(stream_));

@@ -65,6 +65,10 @@ class CudaBackend : public Backend {
   void download_impl(void* host, const void* src, size_t bytes) override;
   void zero_impl(const Tensor& t) override;
   void poison_impl(const Tensor& t) override;
+  // Every operation and transfer runs in an Access scope (core/memory.h): the first one makes
+  // this backend's GPU the current device, so two backends on two GPUs in one process (policy
+  // and reference, say) each launch on their own.
+  void open_memory() override;
 
  private:
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,

@@ -75,6 +75,28 @@ SBP_HD Pair swiglu_grad(float dout, float gate, float up) {
   return Pair{dout * up * sig * (1.0f + gate * (1.0f - sig)), dout * gate * sig};
 }
 
+// ---- Gemma's ops (backend.h after the Gemma branch merges: geglu, softcap) ----
+// gelu_tanh(z) = 0.5 z (1 + tanh(c (z + 0.044715 z^3))), c = sqrt(2 / pi): PyTorch's
+// gelu(approximate="tanh").
+constexpr float kGeluC = 0.7978845608028654f;
+SBP_HD float gelu_tanh(float z) {
+  return 0.5f * z * (1.0f + tanhf(kGeluC * (z + 0.044715f * z * z * z)));
+}
+SBP_HD float gelu_tanh_grad(float z) {
+  const float t = tanhf(kGeluC * (z + 0.044715f * z * z * z));
+  return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * 0.044715f * z * z);
+}
+// d/dgate and d/dup of gelu_tanh(gate) * up, times dout.
+SBP_HD Pair geglu_grad(float dout, float gate, float up) {
+  return Pair{dout * up * gelu_tanh_grad(gate), dout * gelu_tanh(gate)};
+}
+// Logit soft-capping y = cap tanh(x / cap); its backward from y: dx = dy (1 - (y / cap)^2).
+SBP_HD float softcap(float x, float cap) { return cap * tanhf(x / cap); }
+SBP_HD float softcap_grad_from_y(float dy, float y, float cap) {
+  const float r = y / cap;
+  return dy * (1.0f - r * r);
+}
+
 // ---- AdamW (cpu/adamw.cpp: torch.optim.AdamW's order) ----
 struct AdamWScalars {
   float step_size;  // lr / (1 - beta1^t)

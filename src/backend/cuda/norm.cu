@@ -18,7 +18,8 @@ int row_threads(int64_t d) {
 }
 
 // y, x (rows, d); g (d)
-__global__ void rmsnorm_forward_kernel(FPtr y, FPtr x, FPtr g, int64_t d, float eps) {
+// w_off: the weight offset of Gemma's norms ((w_off + g) scales; 0 for Llama/Qwen).
+__global__ void rmsnorm_forward_kernel(FPtr y, FPtr x, FPtr g, int64_t d, float eps, float w_off) {
   __shared__ float sh[32];
   const int64_t base = blockIdx.x * d;
   float ss = 0.0f;
@@ -28,12 +29,12 @@ __global__ void rmsnorm_forward_kernel(FPtr y, FPtr x, FPtr g, int64_t d, float 
   }
   const float r = cuda::rms_rstd(cuda::block_sum(ss, sh), d, eps);
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-    y.st(base + j, g.ld(j) * (x.ld(base + j) * r));
+    y.st(base + j, (w_off + g.ld(j)) * (x.ld(base + j) * r));
 }
 
 // dx += r (dy g - xh mean); rstd[row] = r for the dg pass.
 __global__ void rmsnorm_backward_rows_kernel(FPtr dx, float* rstd, FPtr dy, FPtr x, FPtr g,
-                                             int64_t d, float eps) {
+                                             int64_t d, float eps, float w_off) {
   __shared__ float sh[32];
   const int64_t base = blockIdx.x * d;
   float ss = 0.0f;
@@ -44,10 +45,10 @@ __global__ void rmsnorm_backward_rows_kernel(FPtr dx, float* rstd, FPtr dy, FPtr
   const float r = cuda::rms_rstd(cuda::block_sum(ss, sh), d, eps);
   float dot = 0.0f;  // sum_j dy_j g_j xh_j
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-    dot += dy.ld(base + j) * g.ld(j) * (x.ld(base + j) * r);
+    dot += dy.ld(base + j) * (w_off + g.ld(j)) * (x.ld(base + j) * r);
   const float mean = cuda::block_sum(dot, sh) / static_cast<float>(d);
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-    dx.add(base + j, cuda::rms_dx(r, dy.ld(base + j), g.ld(j), x.ld(base + j) * r, mean));
+    dx.add(base + j, cuda::rms_dx(r, dy.ld(base + j), w_off + g.ld(j), x.ld(base + j) * r, mean));
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 
@@ -68,7 +69,7 @@ void CudaBackend::rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const T
   if (rows == 0) return;
   // Rows go on grid x (up to 2^31 - 1 blocks): T * heads for q/k-norm fits.
   rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads(d), 0, stream_>>>(
-      fptr(y), fptr(x), fptr(g), d, eps);
+      fptr(y), fptr(x), fptr(g), d, eps, 0.0f);  // TODO(gemma merge): pass weight_offset
   SBP_CUDA_LAUNCHED();
 }
 
@@ -78,7 +79,7 @@ void CudaBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, cons
   if (rows == 0) return;
   auto* rstd = static_cast<float*>(scratch(kScratchA, sizeof(float) * rows));
   rmsnorm_backward_rows_kernel<<<static_cast<unsigned>(rows), row_threads(d), 0, stream_>>>(
-      fptr(dx), rstd, fptr(dy), fptr(x), fptr(g), d, eps);
+      fptr(dx), rstd, fptr(dy), fptr(x), fptr(g), d, eps, 0.0f);  // TODO(gemma merge): weight_offset
   SBP_CUDA_LAUNCHED();
   const int blocks = static_cast<int>(std::min<int64_t>(cuda::kRowBlocks, rows));
   auto* partial = static_cast<double*>(scratch(kScratchRows, sizeof(double) * blocks * d));
