@@ -34,11 +34,12 @@ __global__ void gather_kernel(FPtr x, FPtr table, const int32_t* ids, int64_t n,
   }
 }
 
-// runs: [u ids | u + 1 offsets | n rows]; grid (ceil(d / 256), u)
+// runs: [u ids | u + 1 offsets | n rows]; grid (u, ceil(d / 256)): the runs go on grid x, whose
+// limit is 2^31 - 1 (a long sequence has far more than grid y's 65535 distinct ids).
 __global__ void scatter_runs_kernel(FPtr dtable, FPtr dx, const int32_t* runs, int64_t u,
                                     int64_t d) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t r = blockIdx.y;
+  const int64_t j = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t r = blockIdx.x;
   if (j >= d) return;
   const int32_t* offsets = runs + u;
   const int32_t* rows = runs + 2 * u + 1;
@@ -88,7 +89,7 @@ void CudaBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dx
   runs.insert(runs.end(), order.begin(), order.end());
   auto* dev = static_cast<int32_t*>(scratch(kScratchB, sizeof(int32_t) * runs.size()));
   upload_impl(dev, runs.data(), sizeof(int32_t) * runs.size());  // synchronous: runs is local
-  const dim3 grid(static_cast<unsigned>((d + 255) / 256), static_cast<unsigned>(u));
+  const dim3 grid(static_cast<unsigned>(u), static_cast<unsigned>((d + 255) / 256));
   scatter_runs_kernel<<<grid, 256, 0, stream_>>>(fptr(dtable), fptr(dx), dev, u, d);
   SBP_CUDA_LAUNCHED();
 }
