@@ -79,6 +79,12 @@ void CudaBackend::gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, 
                                          sizeof c32);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c32,
                                          sizeof c32);
+    // Split-K only with fp32 partials reduced in a separate pass (COMPUTE_TYPE): reducing "in
+    // place" or in the output type would round a BF16 C more than once, and in-place reduction
+    // orders its additions by arrival (not reproducible).
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                         sizeof schemes);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
