@@ -143,7 +143,7 @@ torch_ckpt() {  # torch_ckpt NAME T LIMIT
   stage "$1" "$3" "$1.json" python3 "$ROOT/tools/gpu_check/hf_checkpoint_step.py" \
     --seq-len "$2" --repeat 1 --json "$WORK/$1.json"
 }
-bench bench_qwen3_0.6b_8k qwen3-0.6b 8192 70
+bench bench_qwen3_0.6b_8k qwen3-0.6b 8192 90
 torch_ckpt torch_ckpt_qwen3_0.6b_8k 8192 60
 bench bench_qwen3_0.6b_32k qwen3-0.6b 32768 90
 torch_ckpt torch_ckpt_qwen3_0.6b_32k 32768 40
