@@ -33,7 +33,7 @@ tar -C "$WORK/bundle" -xJf "$BUNDLE"
 BIN=$WORK/bundle/bin
 # The bundle's libraries first, then CUDA's: the toolkit's, or the pip wheels' beside PyTorch.
 cuda_libs=/usr/local/cuda/lib64
-for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, d, "lib") for d in os.listdir(p)))' 2>/dev/null); do
+for d in $(python3 -c 'import nvidia, os; p = list(nvidia.__path__)[0]; print(" ".join(os.path.join(p, d, "lib") for d in os.listdir(p)))' 2>/dev/null); do
   cuda_libs=$cuda_libs:$d
 done
 export LD_LIBRARY_PATH=$WORK/bundle/lib:$cuda_libs:${LD_LIBRARY_PATH:-}
