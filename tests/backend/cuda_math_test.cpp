@@ -347,6 +347,44 @@ TEST(CudaMath, LmHeadRowGradientsMatchFloat64) {
   }
 }
 
+// The row-major -> column-major mapping of gemm.cu, checked by evaluating cuBLASLt's
+// column-major semantics (D = op1(X) op2(Y), X and Y as the layouts describe the memory) on
+// row-major data for every transpose pair, against the row-major product.
+TEST(CudaMath, GemmRowMajorMapsToCublasLtColumnMajor) {
+  Rng rng(10);
+  const int64_t M = 5, N = 3, K = 4;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
+      const std::vector<double> A = randn(rng, static_cast<int>(M * K));
+      const std::vector<double> B = randn(rng, static_cast<int>(K * N));
+      std::vector<double> ref(M * N, 0.0);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j)
+          for (int64_t k = 0; k < K; ++k)
+            ref[i * N + j] += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+      const LtProblem p = lt_problem(ta, tb, M, N, K, lda, ldb, ldc);
+      // column-major element (r, c) of a layout over memory `mem`: mem[c * ld + r]
+      auto at = [](const std::vector<double>& mem, const LtLayout& l, int64_t r, int64_t c) {
+        EXPECT_LT(r, l.rows);
+        EXPECT_LT(c, l.cols);
+        return mem[c * l.ld + r];
+      };
+      std::vector<double> C(M * N, 0.0);
+      for (int64_t r = 0; r < p.m; ++r)
+        for (int64_t c = 0; c < p.n; ++c) {
+          double s = 0;
+          for (int64_t k = 0; k < p.k; ++k) {
+            const double x = p.trans1 ? at(B, p.first, k, r) : at(B, p.first, r, k);
+            const double y = p.trans2 ? at(A, p.second, c, k) : at(A, p.second, k, c);
+            s += x * y;
+          }
+          C[c * p.c.ld + r] = s;  // column-major (m, n) with ld: row-major (M, N) of C
+        }
+      EXPECT_LT(max_rel(C, ref), 1e-12) << "trans_a " << ta << " trans_b " << tb;
+    }
+}
+
 TEST(CudaMath, GemmPlansWidenNeverNarrow) {
   const DType F = DType::F32, B = DType::BF16;
   struct Row {

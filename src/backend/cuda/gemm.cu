@@ -48,16 +48,15 @@ void CudaBackend::gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, 
   LtCall call;
   SBP_CUBLAS(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // cuBLASLt's first operand is B's memory, its second A's (see the top of this file).
-  const cublasOperation_t op1 = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op2 = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op1 = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // = lt_problem's trans1
+  const cublasOperation_t op2 = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // = trans2
   SBP_CUBLAS(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1));
   SBP_CUBLAS(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2));
-  // Column-major layouts (rows, cols, ld) of the memory as stored.
-  const uint64_t b_rows = trans_b ? K : N, b_cols = trans_b ? N : K;
-  const uint64_t a_rows = trans_a ? M : K, a_cols = trans_a ? K : M;
-  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.a, tab, b_rows, b_cols, ldb));
-  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.b, tab, a_rows, a_cols, lda));
-  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.c, tc, N, M, ldc));
+  // Column-major layouts of the memory as stored (gemm_plan.h, tested on the CPU).
+  const cuda::LtProblem lp = cuda::lt_problem(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.a, tab, lp.first.rows, lp.first.cols, lp.first.ld));
+  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.b, tab, lp.second.rows, lp.second.cols, lp.second.ld));
+  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.c, tc, lp.c.rows, lp.c.cols, lp.c.ld));
 
   const unsigned al_a = cuda::alignment_of(B), al_b = cuda::alignment_of(A),
                  al_c = cuda::alignment_of(C);

@@ -8,6 +8,8 @@
 //  - A and B F32 with a BF16 C: C is widened to F32 (exact), the product is accumulated there
 //    and rounded back once (beta * C + alpha * AB in fp32, one rounding, as the contract asks).
 // Nothing is ever narrowed before the product: narrowing an F32 operand would lose bits.
+#include <cstdint>
+
 #include "core/dtype.h"
 
 namespace sbp::cuda {
@@ -27,6 +29,32 @@ inline GemmPlan plan_gemm(DType a, DType b, DType c) {
   }
   p.operands_bf16 = a == DType::BF16 && b == DType::BF16;
   p.widen_c = !p.operands_bf16 && c == DType::BF16;
+  return p;
+}
+
+// A row-major product C (M, N) = op(A) op(B) as cuBLASLt's column-major one. A row-major (r, c)
+// matrix with leading dimension ld is the column-major (c, r) matrix of its transpose, so
+// C^T = op(B)^T op(A)^T: cuBLASLt's first operand is B's memory, its second A's, m = N, n = M.
+struct LtLayout {
+  int64_t rows, cols, ld;  // column-major, as stored
+};
+struct LtProblem {
+  bool trans1, trans2;      // cuBLASLt's op on its first (B's memory) and second (A's) operand
+  LtLayout first, second, c;
+  int64_t m, n, k;
+};
+inline LtProblem lt_problem(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                            int64_t lda, int64_t ldb, int64_t ldc) {
+  LtProblem p;
+  p.trans1 = trans_b;
+  p.trans2 = trans_a;
+  // B is stored (K, N) row-major, or (N, K) when transposed: column-major (N, K) or (K, N).
+  p.first = trans_b ? LtLayout{K, N, ldb} : LtLayout{N, K, ldb};
+  p.second = trans_a ? LtLayout{M, K, lda} : LtLayout{K, M, lda};
+  p.c = LtLayout{N, M, ldc};
+  p.m = N;
+  p.n = M;
+  p.k = K;
   return p;
 }
 
