@@ -29,7 +29,7 @@ stage=$OUT/stage
 rm -rf "$stage" "$OUT/bundle.tar.xz"
 mkdir -p "$stage/bin" "$stage/lib"
 for t in "${TARGETS[@]}"; do
-  cp "$BUILD/$t" "$stage/bin/"
+  if [[ -f $BUILD/$t ]]; then cp "$BUILD/$t" "$stage/bin/"; else cp "$BUILD/tests/$t" "$stage/bin/"; fi
   strip --strip-unneeded "$stage/bin/$t"
 done
 # Every library the programs load, except the C library's own (the GPU machine's is newer) and

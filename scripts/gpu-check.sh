@@ -74,9 +74,15 @@ stage() {
 
 # ---- correctness ----
 ops() {
-  local rc=0
+  local rc=0 out
   for t in ops_dense_test ops_layer_test ops_head_test misuse_test; do
-    "$BIN/$t" --gtest_filter='*/cuda' --gtest_brief=1 || rc=1
+    out=$("$BIN/$t" --gtest_filter='*/cuda' --gtest_brief=1 2>&1) || rc=1
+    echo "$out"
+    # Skipped cuda cases (no usable GPU) are a failure of this check, not a pass.
+    if grep -q "SKIPPED" <<<"$out"; then
+      echo "$t: the cuda cases were skipped: no usable GPU"
+      rc=1
+    fi
   done
   "$BIN/backend_factory_test" --gtest_brief=1 || rc=1
   return $rc

@@ -151,7 +151,9 @@ TEST(CudaArena, ManyRandomAllocationsNeverOverlap) {
       const auto p = reinterpret_cast<uintptr_t>(a.allocate(bytes));
       ASSERT_NE(p, 0u);
       auto after = held.lower_bound(p);
-      if (after != held.end()) EXPECT_LE(p + bytes, after->first);
+      if (after != held.end()) {
+        EXPECT_LE(p + bytes, after->first);
+      }
       if (after != held.begin()) {
         --after;
         EXPECT_LE(after->first + after->second, p);
