@@ -2,9 +2,10 @@
 // Which backend a run uses, by name: a config key or command-line flag that chooses the backend
 // parses its value with parse_backend and builds the backend with make_backend.
 //
-// Names: "cpu". Room is left for "cuda" / "cuda:N" (BackendKind::cuda with device N), which a
-// CUDA build will add; the shape-only planner's MetaBackend is not a choice for a run and is
-// built by the planner itself.
+// Names: "cpu", "cpu-checked", and "cuda" / "cuda:N" (BackendKind::cuda with device N; "cuda"
+// is device 0). A build without the CUDA backend (STREAMBP_CUDA=OFF, or no nvcc where it was
+// configured) rejects the cuda names with a message saying so. The shape-only planner's
+// MetaBackend is not a choice for a run and is built by the planner itself.
 #include <memory>
 #include <string>
 
@@ -14,22 +15,29 @@ namespace sbp {
 
 // cpu_checked: the CPU backend with its memory out of reach outside its own operations
 // (backend/cpu/checked_cpu_backend.h), for tests.
-enum class BackendKind { cpu, cpu_checked };
+enum class BackendKind { cpu, cpu_checked, cuda };
 
 struct BackendSpec {
   BackendKind kind = BackendKind::cpu;
   int device = 0;  // device index of a GPU backend ("cuda:N"); 0 for the CPU
 };
 
-// "cpu" or "cpu-checked". Throws InputError("unknown backend '<name>' (known backends: cpu,
-// cpu-checked)"); the caller prefixes the config key or flag the name came from.
+// True when this build has the CUDA backend (configured with STREAMBP_CUDA=ON).
+bool have_cuda_backend();
+
+// "cpu", "cpu-checked", "cuda" or "cuda:N". Throws InputError("unknown backend '<name>' (known
+// backends: cpu, cpu-checked, cuda, cuda:N)"), or, for a cuda name in a build without CUDA,
+// InputError("backend '<name>': this build has no CUDA backend (...)"); the caller prefixes the
+// config key or flag the name came from.
 BackendSpec parse_backend(const std::string& name);
 
-// "cpu"
+// "cpu", "cpu-checked", "cuda"
 const char* backend_name(BackendKind kind);
 
 // With the environment variable STREAMBP_CHECK_MEMORY=1, a "cpu" spec builds the checking
 // backend: how the test suite runs its engine, trainer and command tests a second time.
+// A cuda spec on a machine without a usable GPU or driver throws a one-line InputError with
+// CUDA's error string.
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
 
 }  // namespace sbp

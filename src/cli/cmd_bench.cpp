@@ -15,6 +15,9 @@
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/sgemm_probe.h"
+#if defined(STREAMBP_HAVE_CUDA)
+#include "backend/cuda/cuda_factory.h"
+#endif
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/model_source.h"
@@ -56,6 +59,8 @@ struct Run {
   double median_s = 0, tokens_per_s = 0, gflops = 0, loss = 0;
   int64_t peak = 0, activation_peak = 0, rss_peak = 0, analytic = 0;
   int64_t logits_peak = 0, head_block = 0;  // ledger peak of `logits`; one head block's logits
+  // CUDA backend: device memory its arena took at most / handed out at most (-1: not a GPU).
+  int64_t device_reserved_peak = -1, device_in_use_peak = -1;
   MemoryBreakdown breakdown;
 };
 
@@ -76,6 +81,24 @@ std::vector<int64_t> parse_list(const std::string& s) {
 }
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+// The GPU backend's hooks (no-ops elsewhere): a step is timed to the end of its last kernel, the
+// yardstick on a GPU is a bf16 GEMM (cuBLASLt, 8192^3) instead of the CPU's sgemm.
+bool on_gpu(const Backend& be) { return be.name().rfind("cuda", 0) == 0; }
+void device_sync(Backend& be) {
+#if defined(STREAMBP_HAVE_CUDA)
+  cuda_synchronize(be);
+#endif
+}
+double gemm_probe(Backend& be) {
+#if defined(STREAMBP_HAVE_CUDA)
+  if (on_gpu(be)) return cuda_bf16_gemm_gflops(be, 8192);
+#endif
+  return measure_sgemm_gflops();
+}
+const char* gemm_probe_name(const Backend& be) {
+  return on_gpu(be) ? "bf16 gemm (cuBLASLt, 8192^3)" : "sgemm (2048^3)";
+}
 
 // The models of one precision (the policy's weights, a reference copy, PPO's value model) and
 // their gradients, in a ledger of their own, so that each precision's peak counts its own bytes.
@@ -175,9 +198,14 @@ struct Bench {
                      static_cast<long long>(T), i + 1, a.warmup + a.repeat);
         reset_peak_rss();
         c.m->ledger.reset_peak();
+#if defined(STREAMBP_HAVE_CUDA)
+        cuda_reset_device_peaks(*be);
+#endif
         be->reset_flops();
+        device_sync(*be);
         const auto t0 = std::chrono::steady_clock::now();
         const StepResult out = StepRunner(setup, c.m->set->views(), *be, c.m->pool, c.exec).run(step);
+        device_sync(*be);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (i >= a.warmup) c.times.push_back(s);
         r.gflops = static_cast<double>(be->flops());  // FLOPs of one step (the same every step)
@@ -189,8 +217,12 @@ struct Bench {
         }
         r.logits_peak = std::max(r.logits_peak, ledger.category_peak(Category::logits));
         r.rss_peak = std::max(r.rss_peak, peak_rss_bytes());
+#if defined(STREAMBP_HAVE_CUDA)
+        r.device_reserved_peak = std::max(r.device_reserved_peak, cuda_device_peak_reserved(*be));
+        r.device_in_use_peak = std::max(r.device_in_use_peak, cuda_device_peak_in_use(*be));
+#endif
       }
-      sgemm_probes.push_back(measure_sgemm_gflops());
+      sgemm_probes.push_back(gemm_probe(*be));
     }
     for (size_t k = 0; k < configs.size(); ++k) finish(runs[first + k], configs[k].times, configs[k].exec);
   }
@@ -219,9 +251,9 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
       static_cast<long long>(b.src.cfg.num_hidden_layers), b.a.objective.describe().c_str(),
       static_cast<long long>(b.segments), cpu_threads(), b.a.repeat);
   std::printf(
-      "sgemm: %.1f GFLOP/s (2048^3, median of %zu probes between the rounds of steps, range "
+      "%s: %.1f GFLOP/s (median of %zu probes between the rounds of steps, range "
       "%.1f-%.1f)\n\n",
-      sgemm, probes.size(), probes.front(), probes.back());
+      gemm_probe_name(*b.be), sgemm, probes.size(), probes.front(), probes.back());
   std::printf(
       "| mode | precision | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
       "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
@@ -245,6 +277,15 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
                 mib(r.head_block), mib(r.logits_peak),
                 static_cast<double>(r.logits_peak) / static_cast<double>(r.head_block));
   }
+  if (on_gpu(*b.be)) {
+    std::printf("\nDevice memory (the CUDA backend's arena) vs the ledger's peak\n");
+    std::printf("| mode | precision | T | ledger peak MiB | device in use peak MiB | device reserved peak MiB |\n");
+    std::printf("|---|---|---|---|---|---|\n");
+    for (const Run& r : runs)
+      std::printf("| %s | %s | %lld | %.1f | %.1f | %.1f |\n", r.mode.c_str(), r.precision.c_str(),
+                  static_cast<long long>(r.T), mib(r.peak), mib(r.device_in_use_peak),
+                  mib(r.device_reserved_peak));
+  }
   std::printf("\nledger breakdown at the peak (MiB)\n| mode | precision | T |");
   for (int c = 0; c < kNumCategories; ++c)
     std::printf(" %s |", category_name(static_cast<Category>(c)));
@@ -264,6 +305,8 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
   nlohmann::json j;
   j["sgemm_gflops"] = sgemm;
   j["sgemm_gflops_probes"] = probes;
+  j["gemm_probe"] = gemm_probe_name(*b.be);  // what sgemm_gflops measured
+  j["backend"] = b.be->name();
   j["model"] = b.a.model;
   j["objective"] = b.a.objective.describe();
   j["threads"] = cpu_threads();
@@ -284,6 +327,10 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
                          {"logits_peak_bytes", r.logits_peak},
                          {"head_block_logits_bytes", r.head_block}};
     if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
+    if (r.device_reserved_peak >= 0) {
+      jr["device_reserved_peak_bytes"] = r.device_reserved_peak;
+      jr["device_in_use_peak_bytes"] = r.device_in_use_peak;
+    }
     for (int c = 0; c < kNumCategories; ++c)
       jr["breakdown"][category_name(static_cast<Category>(c))] =
           r.breakdown.bytes[static_cast<size_t>(c)];
@@ -298,11 +345,19 @@ int run(const Args& a) {
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
   parse_modes(a.modes);  // a bad mode fails before any work
-  std::fprintf(stderr, "bench: measuring sgemm...\n");
   // Probed again after every round of steps: the median is the yardstick of the same moments
-  // the steps ran in (a shared machine's speed drifts).
-  const double first_probe = measure_sgemm_gflops();
+  // the steps ran in (a shared machine's speed drifts). On the CPU the first probe runs before
+  // the models exist (as it always did); a GPU's needs the backend.
+  double first_probe = -1;
+  if (a.backend.rfind("cuda", 0) != 0) {
+    std::fprintf(stderr, "bench: measuring sgemm...\n");
+    first_probe = measure_sgemm_gflops();
+  }
   Bench b(a);
+  if (first_probe < 0) {
+    std::fprintf(stderr, "bench: measuring %s...\n", gemm_probe_name(*b.be));
+    first_probe = gemm_probe(*b.be);
+  }
   b.sgemm_probes.push_back(first_probe);
   std::vector<Run> runs;
   for (int64_t T : lens) b.at_length(T, runs);
@@ -336,7 +391,7 @@ void register_bench(CLI::App& app) {
   c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
-  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu");
+  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");
   c->add_option("--precision", a->precisions,
                 "Comma-separated precisions, interleaved with the modes: fp32, bf16");
   c->add_option("--segments", a->segments,

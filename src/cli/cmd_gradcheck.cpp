@@ -142,7 +142,7 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error");
   c->add_option("--json", a->json, "Write the result as JSON");
-  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu");
+  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");
   c->add_option("--precision", a->precision,
                 "fp32, or bf16: each mode in bf16 against base in bf16, within bf16 rounding");
   a->objective.add_flags(c);

@@ -275,7 +275,7 @@ void register_score(CLI::App& app) {
   c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON");
   c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");
-  c->add_option("--backend", a->backend, "Backend that computes: cpu");
+  c->add_option("--backend", a->backend, "Backend that computes: cpu, cuda or cuda:N (CUDA builds)");
   c->add_option("--precision", a->precision,
                 "fp32, or bf16: weights (a bf16 checkpoint as it is), activations and head blocks");
   c->callback([a] {

@@ -47,6 +47,9 @@ class Communicator {
   virtual Request iallgather(float* x, std::span<const int64_t> counts) = 0;
   virtual bool test(Request& r) = 0;  // true (and r no longer pending) when complete
   virtual void wait(Request& r) = 0;
+  // True when the fp32 collectives take pointers into GPU memory (NCCL: nccl_communicator.h)
+  // instead of host memory, so that GPU tensors need no host copy.
+  virtual bool device_collectives() const { return false; }
 
   // Convenience: sum of one value; maximum of one value.
   double sum(double x);

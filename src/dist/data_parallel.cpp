@@ -82,10 +82,13 @@ void DataParallel::grads_begin(GradGroup group, int64_t layer) {
 namespace {
 
 // The floats a collective on t works on: t's own bytes where other code may address them (or
-// where there are none: a shape-only run moves nothing), else a host copy in `staged`.
-float* collective_data(const Tensor& t, std::vector<float>& staged) {
+// where there are none: a shape-only run moves nothing), or where the communicator works on GPU
+// memory (`on_device`: F32 tensors; the caller leaves zero 1, which moves the reduced slice
+// with a host memmove, to the host copy), else a host copy in `staged`.
+float* collective_data(const Tensor& t, std::vector<float>& staged, bool on_device = false) {
   if (!t.memory || t.memory->host_addressable() || !t.memory->holds_data())
     return static_cast<float*>(t.data);
+  if (on_device && t.dtype == DType::F32) return static_cast<float*>(t.data);
   staged = download_f32(t);
   return staged.data();
 }
@@ -97,7 +100,7 @@ void DataParallel::grads_final(GradGroup group, int64_t layer) {
   for (size_t i : groups_.of(group, layer)) {
     const Tensor& g = grads_.tensor(i);
     Pending p;
-    float* data = collective_data(g, p.staged);
+    float* data = collective_data(g, p.staged, comm_.device_collectives() && zero_ != 1);
     p.tensor = i;
     p.request = zero_ == 0 ? comm_.iallreduce_sum(data, g.numel())
                            : comm_.ireduce_scatter_sum(data, counts_[i]);
@@ -192,7 +195,8 @@ void DataParallel::update(const ParameterSet& weights, float lr) {
   std::vector<Request> gathers;
   std::vector<std::vector<float>> staged(weights.size());
   for (size_t i = 0; i < weights.size(); ++i) {
-    gathers.push_back(comm_.iallgather(collective_data(weights.tensor(i), staged[i]), counts_[i]));
+    gathers.push_back(comm_.iallgather(
+        collective_data(weights.tensor(i), staged[i], comm_.device_collectives()), counts_[i]));
     ++counters_.gathers;
   }
   for (size_t i = 0; i < gathers.size(); ++i) {

@@ -4,6 +4,9 @@
 
 #include "core/error.h"
 #include "dist/mpi_communicator.h"
+#if defined(STREAMBP_HAVE_NCCL)
+#include "dist/nccl_communicator.h"
+#endif
 
 namespace sbp {
 
@@ -19,6 +22,29 @@ bool built_with_mpi() {
 #else
   return false;
 #endif
+}
+
+bool built_with_nccl() {
+#ifdef STREAMBP_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+int local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
+    const char* s = std::getenv(v);
+    if (s && *s) return std::atoi(s);
+  }
+  return 0;
+}
+
+std::unique_ptr<Communicator> make_gpu_collectives(Communicator& world, Backend& be) {
+#if defined(STREAMBP_HAVE_NCCL)
+  if (world.size() > 1 && be.name().rfind("cuda", 0) == 0) return make_nccl_communicator(world, be);
+#endif
+  return nullptr;
 }
 
 std::unique_ptr<Communicator> make_world_communicator() {

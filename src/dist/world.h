@@ -4,6 +4,7 @@
 // mpirun never initialises MPI and behaves exactly as a single-process program.
 #include <memory>
 
+#include "backend/backend.h"
 #include "dist/communicator.h"
 
 namespace sbp {
@@ -14,6 +15,17 @@ bool launched_by_mpi();
 
 // Whether this build has MPI (CMake found it).
 bool built_with_mpi();
+// Whether this build has NCCL next to the CUDA backend (dist/nccl_communicator.h).
+bool built_with_nccl();
+
+// This process's rank among those of its node (OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's
+// SLURM_LOCALID, MPICH's MPI_LOCALRANKID); 0 when none is set.
+int local_rank();
+
+// The communicator a GPU rank's fp32 collectives should use: NCCL over `world` when the build
+// has it, `world` has more than one rank and `be` is a CUDA backend; nullptr otherwise (then
+// `world` itself, which stages GPU tensors through host copies).
+std::unique_ptr<Communicator> make_gpu_collectives(Communicator& world, Backend& be);
 
 // MPI_Init + the world communicator (finalised when the object is destroyed) when launched by
 // MPI; otherwise a SingleProcess. Throws InputError when launched by MPI in a build without it.

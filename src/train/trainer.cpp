@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "dist/world.h"
 #include "model/checkpoint_io.h"
 #include "train/auto_chunks.h"
 #include "train/demo.h"
@@ -77,17 +78,27 @@ int run_training(const TrainConfig& c, const std::string& resume, Communicator& 
   }
   StopSignalScope stop_scope;
   set_cpu_threads(c.threads);
-  Trainer trainer(c, resume, comm);
+  // A GPU rank of a data-parallel run: its node-local GPU, and NCCL for the gradient and weight
+  // collectives where the build has it (else the host communicator, through host copies).
+  BackendSpec spec = c.backend;
+  if (spec.kind == BackendKind::cuda && comm.size() > 1) spec.device += local_rank();
+  std::unique_ptr<Backend> be = make_backend(spec);
+  const std::unique_ptr<Communicator> gpu = make_gpu_collectives(comm, *be);  // outlives trainer
+  Trainer trainer(c, resume, gpu ? *gpu : comm, std::move(be));
   return trainer.run();
 }
 
 Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm)
+    : Trainer(c, resume, comm, make_backend(c.backend)) {}
+
+Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm,
+                 std::unique_ptr<Backend> backend)
     : c_(c),
       comm_(comm),
       log_{comm.rank() == 0},
       t_start_(Clock::now()),
       setup_(c.objective_setup()),
-      be_(make_backend(c.backend)) {
+      be_(std::move(backend)) {
   load_inputs(resume);
   plan_schedule();
   build_models();

@@ -47,6 +47,9 @@ class Trainer {
   // Sets up everything (model, data, optimizer, reference and value models, resume state) and
   // prints the run's summary. InputError on bad input, before anything is written.
   Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm);
+  // With the backend made already (run_training: a GPU rank's collectives need it first).
+  Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm,
+          std::unique_ptr<Backend> backend);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 

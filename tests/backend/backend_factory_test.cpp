@@ -46,17 +46,53 @@ TEST(BackendFactory, ParsesCpu) {
 }
 
 TEST(BackendFactory, UnknownNamesAreInputErrorsListingTheKnownOnes) {
-  EXPECT_EQ(parse_error("gpu"), "unknown backend 'gpu' (known backends: cpu, cpu-checked)");
-  // Not yet: a CUDA build adds these.
-  EXPECT_EQ(parse_error("cuda"), "unknown backend 'cuda' (known backends: cpu, cpu-checked)");
-  EXPECT_EQ(parse_error("cuda:1"), "unknown backend 'cuda:1' (known backends: cpu, cpu-checked)");
+  const std::string known = " (known backends: cpu, cpu-checked, cuda, cuda:N)";
+  EXPECT_EQ(parse_error("gpu"), "unknown backend 'gpu'" + known);
   // Exact names only: no case folding, no whitespace, no device index on the CPU, and the
   // planner's shape-only backend is not a choice for a run.
-  EXPECT_EQ(parse_error("CPU"), "unknown backend 'CPU' (known backends: cpu, cpu-checked)");
-  EXPECT_EQ(parse_error(" cpu"), "unknown backend ' cpu' (known backends: cpu, cpu-checked)");
-  EXPECT_EQ(parse_error("cpu:0"), "unknown backend 'cpu:0' (known backends: cpu, cpu-checked)");
-  EXPECT_EQ(parse_error("meta"), "unknown backend 'meta' (known backends: cpu, cpu-checked)");
-  EXPECT_EQ(parse_error(""), "unknown backend '' (known backends: cpu, cpu-checked)");
+  EXPECT_EQ(parse_error("CPU"), "unknown backend 'CPU'" + known);
+  EXPECT_EQ(parse_error(" cpu"), "unknown backend ' cpu'" + known);
+  EXPECT_EQ(parse_error("cpu:0"), "unknown backend 'cpu:0'" + known);
+  EXPECT_EQ(parse_error("meta"), "unknown backend 'meta'" + known);
+  EXPECT_EQ(parse_error(""), "unknown backend ''" + known);
+  EXPECT_EQ(parse_error("CUDA"), "unknown backend 'CUDA'" + known);
+  // A device index is plain decimal digits, in every build.
+  for (const char* bad : {"cuda:", "cuda:x", "cuda:-1", "cuda: 1", "cuda:1.0", "cuda:99999999"})
+    EXPECT_EQ(parse_error(bad), std::string("unknown backend '") + bad +
+                                    "': the device of cuda:N must be a number (cuda:0, cuda:1, ...)");
+}
+
+// "cuda" and "cuda:N": a BackendKind::cuda spec in a CUDA build; in a build without it, an
+// error that says so and how to get one.
+TEST(BackendFactory, CudaNames) {
+  if (have_cuda_backend()) {
+    EXPECT_EQ(parse_backend("cuda").kind, BackendKind::cuda);
+    EXPECT_EQ(parse_backend("cuda").device, 0);
+    EXPECT_EQ(parse_backend("cuda:0").device, 0);
+    EXPECT_EQ(parse_backend("cuda:3").device, 3);
+    EXPECT_EQ(parse_backend("cuda:12").device, 12);
+    EXPECT_STREQ(backend_name(BackendKind::cuda), "cuda");
+  } else {
+    const std::string no_cuda =
+        "': this build has no CUDA backend (configure with -DSTREAMBP_CUDA=ON on a machine with "
+        "nvcc)";
+    EXPECT_EQ(parse_error("cuda"), "backend 'cuda" + no_cuda);
+    EXPECT_EQ(parse_error("cuda:1"), "backend 'cuda:1" + no_cuda);
+  }
+}
+
+// Building a cuda backend where there is no GPU (this test's usual machine) or no such device:
+// one line, an InputError, with CUDA's own reason. On a GPU machine, device 0 builds.
+TEST(BackendFactory, CudaWithoutDeviceIsAOneLineInputError) {
+  if (!have_cuda_backend()) GTEST_SKIP() << "this build has no CUDA backend";
+  try {
+    const std::unique_ptr<Backend> be = make_backend(parse_backend("cuda:999"));
+    ADD_FAILURE() << "cuda:999 built a backend";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_EQ(m.rfind("cuda: ", 0), 0u) << m;
+  }
 }
 
 TEST(BackendFactory, CpuHasNoDeviceIndex) {

@@ -29,6 +29,9 @@
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
 #include "backend/meta/meta_backend.h"
+#if defined(STREAMBP_HAVE_CUDA)
+#include "backend/cuda/cuda_factory.h"
+#endif
 #include "core/dtype.h"
 #include "core/pool.h"
 #include "core/rng.h"
@@ -41,7 +44,21 @@ using Vec = std::vector<double>;
 struct BackendCase {
   std::string name;  // the suffix of the test names: All/BackendOps.Gemm/cpu
   std::function<std::unique_ptr<Backend>()> make;
+  // Empty when the backend can run on this machine; else why not: its tests are then skipped,
+  // visibly (gtest and ctest report them as skipped), never left out.
+  std::function<std::string()> unavailable = [] { return std::string(); };
 };
+
+// Why the CUDA backend cannot run here ("" when it can): no CUDA build, or no GPU/driver.
+inline std::string cuda_unavailable() {
+#if defined(STREAMBP_HAVE_CUDA)
+  std::string why;
+  if (cuda_device_count(&why) > 0) return "";
+  return "no CUDA device (" + why + "): the GPU checks did not run";
+#else
+  return "this build has no CUDA backend (configure with -DSTREAMBP_CUDA=ON)";
+#endif
+}
 
 // Every backend the suite runs on.
 inline std::vector<BackendCase> all_backends() {
@@ -51,6 +68,9 @@ inline std::vector<BackendCase> all_backends() {
       // only access to data is upload()/download(), as for a GPU.
       {"cpu_checked", [] { return make_backend(BackendSpec{BackendKind::cpu_checked}); }},
       {"meta", []() -> std::unique_ptr<Backend> { return std::make_unique<MetaBackend>(); }},
+      // The whole suite on GPU 0 against the same float64 references (label `gpu` in ctest:
+      // `ctest -L gpu`); skipped where there is no GPU.
+      {"cuda", [] { return make_backend(BackendSpec{BackendKind::cuda, 0}); }, cuda_unavailable},
   };
 }
 
@@ -151,11 +171,20 @@ inline void expect_close(const Vec& got, const Vec& ref, DType dtype, double fp3
 
 class BackendOps : public ::testing::TestWithParam<BackendCase> {
  protected:
-  std::unique_ptr<Backend> backend = GetParam().make();
+  // A backend that cannot run here is replaced by the shape-only one, so that the members
+  // below can be built; SetUp then skips the test before its body runs.
+  const std::string skip_reason = GetParam().unavailable();
+  std::unique_ptr<Backend> backend = skip_reason.empty()
+                                         ? GetParam().make()
+                                         : std::unique_ptr<Backend>(std::make_unique<MetaBackend>());
   Backend& be = *backend;
   Ledger ledger;
   Pool pool{ledger, be};
   Rng rng{1234};
+
+  void SetUp() override {
+    if (!skip_reason.empty()) GTEST_SKIP() << GetParam().name << ": " << skip_reason;
+  }
 
   bool computes() const { return be.computes(); }
 

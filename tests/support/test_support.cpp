@@ -65,7 +65,12 @@ void fill_normal(const Tensor& t, Rng& rng, float scale) {
   upload_f32(t, p);
 }
 
-std::unique_ptr<Backend> backend() { return make_backend(BackendSpec{}); }
+std::unique_ptr<Backend> backend() {
+  // STREAMBP_TEST_BACKEND=cuda runs the tests that use this backend (the Hugging Face parity
+  // fixtures among them) on the GPU: scripts/gpu-check.sh.
+  const char* name = std::getenv("STREAMBP_TEST_BACKEND");
+  return make_backend(name && *name ? parse_backend(name) : BackendSpec{});
+}
 
 std::vector<unsigned char> bytes_of(const Tensor& t) {
   std::vector<unsigned char> out(t.nbytes());
@@ -102,8 +107,16 @@ CommandResult run_command(const std::string& cmd) {
   return r;
 }
 
-std::string streambp_binary() { return STREAMBP_BINARY; }
-std::string source_dir() { return STREAMBP_SOURCE_DIR; }
+// The environment may override where the build put them: a build carried to another machine
+// (scripts/gpu-check.sh) runs its tests from another directory.
+std::string streambp_binary() {
+  const char* env = std::getenv("STREAMBP_TEST_BINARY");
+  return env && *env ? env : STREAMBP_BINARY;
+}
+std::string source_dir() {
+  const char* env = std::getenv("STREAMBP_TEST_SOURCE_DIR");
+  return env && *env ? env : STREAMBP_SOURCE_DIR;
+}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

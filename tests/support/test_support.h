@@ -50,7 +50,8 @@ void fill_normal(const Tensor& t, Rng& rng, float scale = 1.0f);
 
 // The CPU backend as the tests use it: with STREAMBP_CHECK_MEMORY=1 in the environment the
 // checking backend (backend/cpu/checked_cpu_backend.h), whose memory no code outside it may
-// touch, so that a second run of the suite shows that nothing does.
+// touch, so that a second run of the suite shows that nothing does. With
+// STREAMBP_TEST_BACKEND=<name> (e.g. cuda) in the environment, that backend instead.
 std::unique_ptr<Backend> backend();
 
 // A tensor's bytes, downloaded from its backend (or copied from host memory).

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Step 1 of the GPU check (README "CUDA backend"), on a machine with nvcc: builds what
+# scripts/gpu-check.sh runs and packs it, with the shared libraries a GPU machine that has only
+# CUDA/cuDNN/NCCL/PyTorch may lack (OpenBLAS, yaml-cpp, PCRE2, utf8proc, libgomp, libstdc++),
+# into gpu-bundle/bundle.tar.xz (ignored by git; carry the gpu-bundle folder to the GPU machine).
+#
+# The build is its own tree (build-gpu/): portable x86-64-v3 code instead of -march=native (the
+# GPU machine's processor is another one), no MPI (the check runs one process per GPU, and
+# OpenMPI's libraries would have to travel too). CUDA's own libraries (cudart, cuBLASLt, NCCL)
+# do not travel: the GPU machine has a CUDA 13 runtime that matches its driver.
+#
+#   scripts/gpu-bundle.sh            # JOBS=N to set the build's parallelism
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+OUT=gpu-bundle
+TARGETS=(streambp ops_dense_test ops_layer_test ops_head_test misuse_test backend_factory_test
+         cuda_math_test cuda_arena_test hf_parity_test hf_parity_bf16_test)
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTREAMBP_CUDA=ON \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O3 -march=x86-64-v3 -DNDEBUG" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON "${launcher[@]}" >/dev/null
+cmake --build "$BUILD" -j"${JOBS:-$(nproc)}" --target "${TARGETS[@]}"
+
+stage=$OUT/stage
+rm -rf "$stage" "$OUT/bundle.tar.xz"
+mkdir -p "$stage/bin" "$stage/lib"
+for t in "${TARGETS[@]}"; do
+  if [[ -f $BUILD/$t ]]; then cp "$BUILD/$t" "$stage/bin/"; else cp "$BUILD/tests/$t" "$stage/bin/"; fi
+  strip --strip-unneeded "$stage/bin/$t"
+done
+# Every library the programs load, except the C library's own (the GPU machine's is newer) and
+# CUDA's (see above). gpu-check.sh puts lib/ first on LD_LIBRARY_PATH.
+ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcudart*|\
+    libcublas*|libnccl*|libnvidia*) continue ;;
+  esac
+  cp -L "$lib" "$stage/lib/"
+done
+tar -C "$stage" -cJf "$OUT/bundle.tar.xz" .
+rm -rf "$stage"
+ls -la "$OUT/bundle.tar.xz"
+echo "gpu-bundle.sh: carry gpu-bundle/ to the GPU machine and run scripts/gpu-check.sh there"

@@ -1,0 +1,141 @@
+// CudaBackend: construction, memory (the arena), transfers, scratch, and the factory functions
+// of cuda_factory.h.
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_factory.h"
+#include "backend/cuda/device_ptr.cuh"
+
+namespace sbp {
+
+namespace {
+// cuBLASLt's workspace: 32 MiB is what NVIDIA recommends for Hopper; taken once, so no GEMM
+// allocates.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// New arena segments: 1 GiB, or the request when larger. Big enough that a training step takes
+// a handful of cudaMallocs, small enough that the last segment wastes little.
+constexpr size_t kSegmentBytes = size_t{1} << 30;
+
+__global__ void fill_nan_kernel(cuda::FPtr x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    x.st(i, NAN);
+}
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+    throw InputError(std::string("cuda: no usable CUDA driver or device (") +
+                     cudaGetErrorString(e) + ")");
+  if (device < 0 || device >= count)
+    throw InputError("cuda: no device " + std::to_string(device) + " (this machine has " +
+                     std::to_string(count) + ")");
+  SBP_CUDA(cudaSetDevice(device_));
+  SBP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  SBP_CUBLAS(cublasLtCreate(&lt_));
+  const int dev = device_;
+  arena_ = std::make_unique<cuda::DeviceArena>(
+      [dev](size_t bytes) -> void* {
+        void* p = nullptr;
+        cudaSetDevice(dev);
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+          cudaGetLastError();  // clear the sticky-free out-of-memory error
+          return nullptr;
+        }
+        return p;
+      },
+      [dev](void* p, size_t) {
+        cudaSetDevice(dev);
+        cudaFree(p);
+      },
+      kSegmentBytes);
+  workspace_ = arena_->allocate(kWorkspaceBytes);
+  SBP_CHECK(workspace_, "cuda: cannot allocate the 32 MiB cuBLASLt workspace");
+  SBP_CUDA(cudaMallocHost(&pinned_, 64));
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (stream_) cudaStreamDestroy(stream_);
+  if (pinned_) cudaFreeHost(pinned_);
+  arena_.reset();  // gives every segment back
+}
+
+void* CudaBackend::allocate_bytes(size_t bytes) {
+  SBP_CUDA(cudaSetDevice(device_));
+  return arena_->allocate(bytes);
+}
+
+void CudaBackend::release_bytes(void* p, size_t) {
+  // No synchronisation: every access to the arena's memory (kernels, cuBLASLt, transfers) is
+  // on stream_, so the block's next owner is ordered after the kernels still queued on it.
+  arena_->release(p);
+}
+
+void* CudaBackend::scratch(Slot slot, size_t bytes) {
+  ScratchBuf& s = scratch_[slot];
+  if (s.bytes >= bytes && s.p) return s.p;
+  arena_->release(s.p);  // queued kernels that use it are ordered before its next owner
+  s = ScratchBuf{};
+  void* p = arena_->allocate(bytes);
+  if (!p)
+    throw Error("cuda: no device memory for " + std::to_string(bytes) +
+                           " bytes of kernel scratch");
+  s = ScratchBuf{p, bytes};
+  return p;
+}
+
+void CudaBackend::open_memory() { SBP_CUDA(cudaSetDevice(device_)); }
+
+void CudaBackend::upload_impl(void* dst, const void* host, size_t bytes) {
+  SBP_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  SBP_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::download_impl(void* host, const void* src, size_t bytes) {
+  SBP_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  SBP_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::zero_impl(const Tensor& t) {
+  SBP_CUDA(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_));
+}
+
+void CudaBackend::poison_impl(const Tensor& t) {
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16) return;
+  fill_nan_kernel<<<cuda::grid_for(t.numel(), 256), 256, 0, stream_>>>(cuda::fptr(t), t.numel());
+  SBP_CUDA_LAUNCHED();
+}
+
+// ---- factory (cuda_factory.h) ----
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
+
+int cuda_device_count(std::string* why) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = cudaGetErrorString(e);
+    return 0;
+  }
+  if (count == 0 && why) *why = "no CUDA device";
+  return count;
+}
+
+int64_t cuda_device_peak_reserved(const Backend& be) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&be);
+  return c ? static_cast<int64_t>(c->arena().peak_reserved()) : -1;
+}
+
+int64_t cuda_device_peak_in_use(const Backend& be) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&be);
+  return c ? static_cast<int64_t>(c->arena().peak_in_use()) : -1;
+}
+
+}  // namespace sbp

@@ -1,0 +1,145 @@
+#pragma once
+// The CUDA backend: BF16 or F32 storage with fp32 accumulation, on one GPU.
+//  - memory: a DeviceArena of cudaMalloc'd segments (arena.h), one per backend;
+//  - GEMMs through cuBLASLt (gemm.cu), fp32 compute, a preallocated workspace;
+//  - attention: our own kernels (attention.cu);
+//  - the rest: small kernels, one file per family (elementwise.cu, norm.cu, rope_swiglu.cu,
+//    embedding.cu, lm_head.cu, adamw.cu), whose arithmetic lives in kernel_math.h.
+// Every operation runs on the backend's own stream. Operations that return a host value
+// (sum_squares) or read index contents (checks.cu) synchronise it; transfers do too.
+//
+// Only the streambp_cuda library includes this header (it needs the CUDA headers); the rest of
+// the program uses cuda_factory.h.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "backend/backend.h"
+#include "backend/cuda/arena.h"
+
+namespace sbp {
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  bool computes() const override { return true; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  const cuda::DeviceArena& arena() const { return *arena_; }
+  cuda::DeviceArena& arena() { return *arena_; }
+
+  void* allocate_bytes(size_t bytes) override;
+  void release_bytes(void* p, size_t bytes) override;
+  bool holds_data() const override { return true; }
+  bool host_addressable() const override { return false; }
+
+  // ---- for the kernels' host code (launch helpers) ----
+  // Device scratch of at least `bytes`, kept and grown on demand (from the arena, so it shows
+  // in the device peak; not in the ledger, like any framework's workspace). `slot` tells apart
+  // scratch that one operation needs at the same time. Valid until the next call with the same
+  // slot.
+  enum Slot { kScratchA, kScratchB, kScratchC, kScratchRows, kScratchIndex, kSlots };
+  void* scratch(Slot slot, size_t bytes);
+  // Index contents checks (checks.cu): throw the CPU backend's messages for bad values.
+  // Every entry of t (I32) in [lo, hi); else throws ShapeError(message(index, value)) for the
+  // first bad entry, as the CPU backend's checks do.
+  void check_index_range(const Tensor& t, int64_t lo, int64_t hi,
+                         const std::function<std::string(int64_t, int64_t)>& message);
+  // seg_start rows [q_offset, q_offset + n): 0 <= s <= r, non-decreasing. Returns the number of
+  // visible (query, key) pairs per head, for the FLOP count.
+  int64_t check_segments(const char* op, const Tensor& seg_start, int64_t q_offset, int64_t n,
+                         int64_t window);
+
+ protected:
+  void upload_impl(void* dst, const void* host, size_t bytes) override;
+  void download_impl(void* host, const void* src, size_t bytes) override;
+  void zero_impl(const Tensor& t) override;
+  void poison_impl(const Tensor& t) override;
+  // Every operation and transfer runs in an Access scope (core/memory.h): the first one makes
+  // this backend's GPU the current device, so two backends on two GPUs in one process (policy
+  // and reference, say) each launch on their own.
+  void open_memory() override;
+
+ private:
+  void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
+                 float alpha, float beta) override;
+  void gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, cudaDataType tab,
+               int64_t lda, bool trans_a, const void* B, int64_t ldb, bool trans_b, int64_t M,
+               int64_t N, int64_t K, float alpha, float beta);
+
+  void fill_impl(const Tensor& x, float value) override;
+  void copy_impl(const Tensor& dst, const Tensor& src) override;
+  void add_inplace_impl(const Tensor& y, const Tensor& x) override;
+  void scale_inplace_impl(const Tensor& x, float s) override;
+  double sum_squares_impl(const Tensor& x) override;
+  void add_bias_impl(const Tensor& y, const Tensor& b) override;
+  void bias_backward_impl(const Tensor& db, const Tensor& dy) override;
+
+  void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g, float eps) override;
+  void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy, const Tensor& x,
+                             const Tensor& g, float eps) override;
+
+  void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) override;
+  void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) override;
+  void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& table) override;
+
+  void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                            const Tensor& gate, const Tensor& up) override;
+
+  void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q,
+                              const Tensor& k, const Tensor& v, const Tensor& seg_start,
+                              int64_t q_offset, const AttentionDims& dims) override;
+  void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                               const Tensor& dout, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const Tensor& out, const Tensor& lse,
+                               const Tensor& seg_start, int64_t q_offset,
+                               const AttentionDims& dims) override;
+
+  void embedding_forward_impl(const Tensor& x, const Tensor& ids, const Tensor& table) override;
+  void embedding_backward_impl(const Tensor& dtable, const Tensor& dx, const Tensor& ids) override;
+
+  void logsoftmax_target_impl(const Tensor& lse, const Tensor& logp, const Tensor& logits,
+                              const Tensor& targets) override;
+  void dlogits_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                            const Tensor& dlogp) override;
+  void argmax_rows_impl(const Tensor& out, const Tensor& logits) override;
+  void softmax_entropy_impl(const Tensor& entropy, const Tensor& logits,
+                            const Tensor& lse) override;
+  void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                                    const Tensor& dlogp, const Tensor& entropy,
+                                    const Tensor& dentropy) override;
+
+  void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamWStep& s) override;
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  std::unique_ptr<cuda::DeviceArena> arena_;
+  void* workspace_ = nullptr;  // cuBLASLt's, kWorkspaceBytes
+  struct ScratchBuf {
+    void* p = nullptr;
+    size_t bytes = 0;
+  };
+  ScratchBuf scratch_[kSlots];
+  // Pinned host words the check kernels report through (checks.cu).
+  void* pinned_ = nullptr;
+  // cuBLASLt's heuristic pick per problem (types, transposes, sizes, leading dims, alignment):
+  // asking costs tens of microseconds, and the engine repeats the same few shapes.
+  using GemmKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, int, bool>;
+  std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;
+};
+
+}  // namespace sbp

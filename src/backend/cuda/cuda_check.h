@@ -1,0 +1,38 @@
+#pragma once
+// CUDA and cuBLASLt status checks: a failed call becomes an sbp::Error naming the call and
+// CUDA's own error string (no abort, so the trainer can report it like any other failure).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace sbp::cuda {
+
+[[noreturn]] inline void fail_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + call + ": " +
+              cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+[[noreturn]] inline void fail_cublas(cublasStatus_t s, const char* call, const char* file,
+                                     int line) {
+  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + call + ": cuBLAS status " +
+              std::to_string(static_cast<int>(s)));
+}
+
+}  // namespace sbp::cuda
+
+#define SBP_CUDA(call)                                                            \
+  do {                                                                            \
+    const cudaError_t sbp_e_ = (call);                                            \
+    if (sbp_e_ != cudaSuccess) ::sbp::cuda::fail_cuda(sbp_e_, #call, __FILE__, __LINE__); \
+  } while (0)
+#define SBP_CUBLAS(call)                                                                \
+  do {                                                                                  \
+    const cublasStatus_t sbp_s_ = (call);                                               \
+    if (sbp_s_ != CUBLAS_STATUS_SUCCESS)                                                \
+      ::sbp::cuda::fail_cublas(sbp_s_, #call, __FILE__, __LINE__);                      \
+  } while (0)
+// After a kernel launch: launch configuration errors show here, execution errors at the next
+// synchronisation.
+#define SBP_CUDA_LAUNCHED() SBP_CUDA(cudaGetLastError())

@@ -1,0 +1,140 @@
+// Dense products through cuBLASLt, fp32 compute and accumulation (CUBLAS_COMPUTE_32F: no
+// TF32), alpha and beta in fp32, a workspace taken once (cuda_backend.cu); the conversions that
+// mixed dtypes need are planned in gemm_plan.h.
+//
+// Row-major to cuBLASLt's column-major: a row-major (r, c) matrix is the column-major (c, r)
+// matrix of its transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with B's
+// memory as cuBLASLt's first operand: m = N, n = M, k = K.
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/gemm_plan.h"
+
+namespace sbp {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // as allocated in cuda_backend.cu
+
+__global__ void widen_kernel(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = cuda::bf16_to_float(src[i]);
+}
+__global__ void narrow_kernel(uint16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = cuda::float_to_bf16(src[i]);
+}
+
+// Owns the four cuBLASLt descriptors of one call.
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  ~LtCall() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace
+
+// Row-major C (M, N) (ldc) = alpha op(A) op(B) + beta C; A (lda), B (ldb) row-major of type tab.
+void CudaBackend::gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, cudaDataType tab,
+                          int64_t lda, bool trans_a, const void* B, int64_t ldb, bool trans_b,
+                          int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+  LtCall call;
+  SBP_CUBLAS(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // cuBLASLt's first operand is B's memory, its second A's (see the top of this file).
+  const cublasOperation_t op1 = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // = lt_problem's trans1
+  const cublasOperation_t op2 = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // = trans2
+  SBP_CUBLAS(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1));
+  SBP_CUBLAS(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2));
+  // Column-major layouts of the memory as stored (gemm_plan.h, tested on the CPU).
+  const cuda::LtProblem lp = cuda::lt_problem(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.a, tab, lp.first.rows, lp.first.cols, lp.first.ld));
+  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.b, tab, lp.second.rows, lp.second.cols, lp.second.ld));
+  SBP_CUBLAS(cublasLtMatrixLayoutCreate(&call.c, tc, lp.c.rows, lp.c.cols, lp.c.ld));
+
+  const unsigned al_a = cuda::alignment_of(B), al_b = cuda::alignment_of(A),
+                 al_c = cuda::alignment_of(C);
+  const GemmKey key{static_cast<int>(tc), static_cast<int>(tab), trans_a, trans_b, M, N, K, lda, ldb,
+                    ldc, static_cast<int>(al_a * 1000000 + al_b * 1000 + al_c), beta != 0.0f};
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    SBP_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = kWorkspaceBytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    const uint32_t a32 = al_a, b32 = al_b, c32 = al_c;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32,
+                                         sizeof a32);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32,
+                                         sizeof b32);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c32,
+                                         sizeof c32);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c32,
+                                         sizeof c32);
+    // Split-K only with fp32 partials reduced in a separate pass (COMPUTE_TYPE): reducing "in
+    // place" or in the output type would round a BF16 C more than once, and in-place reduction
+    // orders its additions by arrival (not reproducible).
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                         sizeof schemes);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+        lt_, call.op, call.a, call.b, call.c, call.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    SBP_CUBLAS(st);
+    SBP_CHECK(found > 0, "gemm: cuBLASLt has no algorithm for C (" + std::to_string(M) + ", " +
+                             std::to_string(N) + "), K = " + std::to_string(K));
+    it = algos_.emplace(key, result.algo).first;
+  }
+  SBP_CUBLAS(cublasLtMatmul(lt_, call.op, &alpha, B, call.a, A, call.b, &beta, C, call.c, C,
+                            call.c, &it->second, workspace_, kWorkspaceBytes, stream_));
+}
+
+void CudaBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
+                            bool trans_b, float alpha, float beta) {
+  // A viewed as (rows, cols); op(A) is (M, K), op(B) is (K, N), C is (M, N).
+  const int64_t M = trans_a ? A.cols() : A.rows();
+  const int64_t K = trans_a ? A.rows() : A.cols();
+  const int64_t N = trans_b ? B.rows() : B.cols();
+  flops_ += 2 * M * N * K;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // C = beta C, no product; beta = 0 overwrites (NaN included)
+    if (beta == 0.0f)
+      fill_impl(C, 0.0f);
+    else if (beta != 1.0f)
+      scale_inplace_impl(C, beta);
+    return;
+  }
+  const cuda::GemmPlan plan = cuda::plan_gemm(A.dtype, B.dtype, C.dtype);
+  const void* a = A.data;
+  const void* b = B.data;
+  void* c = C.data;
+  auto widen = [&](Slot slot, const Tensor& t) -> float* {
+    auto* dst = static_cast<float*>(scratch(slot, sizeof(float) * t.numel()));
+    widen_kernel<<<cuda::grid_for(t.numel(), 256), 256, 0, stream_>>>(
+        dst, static_cast<const uint16_t*>(t.data), t.numel());
+    SBP_CUDA_LAUNCHED();
+    return dst;
+  };
+  if (plan.widen_a) a = widen(kScratchA, A);
+  if (plan.widen_b) b = widen(kScratchB, B);
+  if (plan.widen_c) c = widen(kScratchC, C);
+  const cudaDataType tab = plan.operands_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType tc = (plan.operands_bf16 && C.dtype == DType::BF16) ? CUDA_R_16BF : CUDA_R_32F;
+  gemm_lt(c, tc, N, a, tab, A.cols(), trans_a, b, B.cols(), trans_b, M, N, K, alpha, beta);
+  if (plan.widen_c) {
+    narrow_kernel<<<cuda::grid_for(C.numel(), 256), 256, 0, stream_>>>(
+        static_cast<uint16_t*>(C.data), static_cast<const float*>(c), C.numel());
+    SBP_CUDA_LAUNCHED();
+  }
+}
+
+}  // namespace sbp
