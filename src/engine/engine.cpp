@@ -29,6 +29,13 @@ void for_chunks_reversed(int64_t T, int64_t chunk, Fn fn) {
   for (int64_t c = count - 1; c >= 0; --c) fn(c * chunk, std::min(T, (c + 1) * chunk));
 }
 
+// The embedding multiplier in the activation dtype: transformers multiplies Gemma's embeddings
+// by sqrt(hidden_size) cast to the weights' dtype (in bf16, sqrt(3072) = 55.43 becomes 55.5).
+float embed_scale_in(const ModelConfig& cfg, DType act) {
+  const float s = cfg.embed_scale();
+  return act == DType::BF16 ? bf16_to_f32(f32_to_bf16(s)) : s;
+}
+
 }  // namespace
 
 // Tensors that live for one call: index tables and the rope table.
@@ -38,6 +45,7 @@ struct Engine::Step {
   Buffer positions;  // (T) I32
   Buffer seg_start;  // (T) I32
   Buffer rope;       // (P, h) F32
+  Buffer rope_local;  // (P, h) F32, Gemma's sliding layers only
   StepTables tables;
 
   Step(const ModelConfig& cfg, Backend& be, Pool& pool, const Batch& batch) {
@@ -51,7 +59,13 @@ struct Engine::Step {
     rope = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
     const std::vector<float> inv_freq = cfg.rope_inv_freq();
     be.rope_table(rope.view(), inv_freq);
-    tables = StepTables{positions.view(), seg_start.view(), rope.view()};
+    if (cfg.has_sliding_layers()) {
+      rope_local = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
+      const std::vector<float> local_inv_freq = cfg.rope_inv_freq(/*local=*/true);
+      be.rope_table(rope_local.view(), local_inv_freq);
+    }
+    tables = StepTables{positions.view(), seg_start.view(), rope.view(),
+                        rope_local.defined() ? rope_local.view() : Tensor()};
   }
 };
 
@@ -91,6 +105,9 @@ void Engine::forward_backward(const Batch& batch, Objective& objective, const Pa
   // Layers last to first; gy becomes each layer's input gradient in place.
   layers_backward(step, kept, grads.views(), gy.view(), hook);
   if (hook && !head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
+  // x0 = embed[tokens] * s (Gemma), so d(embed row) = s * dL/dx0.
+  const float es = embed_scale_in(cfg_, exec_.act_dtype);
+  if (es != 1.0f) be_.scale_inplace(gy.view(), es);
   be_.embedding_backward(grads.views().embed, gy.view(), step.tokens.view());
   if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
@@ -135,9 +152,9 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = exec_.layers == LayerMode::store;
   const bool stream = exec_.layers == LayerMode::stream;
-  DecoderLayerOps ops(cfg_, be_, pool_, step.tables, exec_.act_dtype);
   for (int64_t l = L - 1; l >= 0; --l) {
     const size_t li = static_cast<size_t>(l);
+    DecoderLayerOps ops(cfg_, be_, pool_, step.tables, exec_.act_dtype, l);
     if (hook) hook->grads_begin(GradGroup::layer, l);
     const LayerTensors& w = weights_.views().layers[li];
     const LayerTensors& gw = G.layers[li];
@@ -173,13 +190,16 @@ Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
   const int64_t d = cfg_.hidden_size;
   const DType act = exec_.act_dtype;
   const ModelTensors& W = weights_.views();
-  DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act);
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = kept != nullptr && exec_.layers == LayerMode::store;
 
   Buffer x = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) x_0
   be_.embedding_forward(x.view(), step.tokens.view(), W.embed);
-  for (const LayerTensors& w : W.layers) {
+  const float es = embed_scale_in(cfg_, act);
+  if (es != 1.0f) be_.scale_inplace(x.view(), es);
+  for (size_t li = 0; li < W.layers.size(); ++li) {
+    const LayerTensors& w = W.layers[li];
+    DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act, static_cast<int64_t>(li));
     Buffer y = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) layer output
     if (store) {
       // Every activation stays for the backward, as plain backprop keeps it.
@@ -264,9 +284,11 @@ std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t
   x.reset();
   Buffer hf = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
   be_.rmsnorm_forward(hf.view(), picked.view(), weights_.views().final_norm,
-                      static_cast<float>(cfg_.rms_norm_eps));
+                      static_cast<float>(cfg_.rms_norm_eps), cfg_.norm_weight_offset());
   Buffer logits = pool_.allocate(Category::logits, DType::F32, {n, V});  // (n, V)
   be_.gemm(logits.view(), hf.view(), false, weights_.views().lm_head, true, 1.0f, 0.0f);
+  if (cfg_.final_logit_softcapping > 0)
+    be_.softcap_forward(logits.view(), static_cast<float>(cfg_.final_logit_softcapping));
   return download_f32(logits.view());
 }
 
