@@ -434,7 +434,10 @@ json ModelConfig::to_json() const {
         {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", rope_local_base_freq}}}};
     j["rope_local_base_freq"] = rope_local_base_freq;
     j.erase("rope_scaling");
-    j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+    // transformers' Gemma3TextConfig declares it int and rejects 24.0 on load.
+    const double qpas = query_pre_attn_scalar;
+    j["query_pre_attn_scalar"] =
+        std::floor(qpas) == qpas && qpas < 9e15 ? json(static_cast<int64_t>(qpas)) : json(qpas);
     j["sliding_window"] = sliding_window;
     json types = json::array();
     for (bool sl : layer_sliding) types.push_back(sl ? "sliding_attention" : "full_attention");

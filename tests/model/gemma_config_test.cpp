@@ -185,6 +185,9 @@ TEST(GemmaConfig, WrittenBackConfigReadsTheSame) {
   EXPECT_FALSE(j.contains("sliding_window_pattern"));  // layer_types is written instead
   EXPECT_EQ(j.at("rope_parameters").at("full_attention").at("rope_type"), "linear");
   EXPECT_EQ(j.at("bos_token_id"), 2);  // uninterpreted fields survive
+  // An int, as transformers' strict config class requires (it refuses 256.0).
+  EXPECT_TRUE(j.at("query_pre_attn_scalar").is_number_integer());
+  EXPECT_TRUE(j.at("sliding_window").is_number_integer());
   const ModelConfig b = ModelConfig::from_json(j, "written");
   EXPECT_EQ(b.to_json(), j);
   EXPECT_EQ(b.layer_sliding, c.layer_sliding);
