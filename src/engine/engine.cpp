@@ -29,12 +29,8 @@ void for_chunks_reversed(int64_t T, int64_t chunk, Fn fn) {
   for (int64_t c = count - 1; c >= 0; --c) fn(c * chunk, std::min(T, (c + 1) * chunk));
 }
 
-// The embedding multiplier in the activation dtype: transformers multiplies Gemma's embeddings
-// by sqrt(hidden_size) cast to the weights' dtype (in bf16, sqrt(3072) = 55.43 becomes 55.5).
-float embed_scale_in(const ModelConfig& cfg, DType act) {
-  const float s = cfg.embed_scale();
-  return act == DType::BF16 ? bf16_to_f32(f32_to_bf16(s)) : s;
-}
+// The embedding multiplier in the activation dtype (ModelConfig::embed_scale).
+float embed_scale_in(const ModelConfig& cfg, DType act) { return cfg.embed_scale(act == DType::BF16); }
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "core/checked_math.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/input_file.h"
 
@@ -512,6 +513,11 @@ float ModelConfig::attention_scale() const {
 float ModelConfig::embed_scale() const {
   // transformers: torch.tensor(hidden_size ** 0.5), a float32 scalar.
   return gemma() ? static_cast<float>(std::sqrt(static_cast<double>(hidden_size))) : 1.0f;
+}
+
+float ModelConfig::embed_scale(bool bf16_activations) const {
+  const float s = embed_scale();
+  return bf16_activations ? bf16_to_f32(f32_to_bf16(s)) : s;
 }
 
 bool ModelConfig::layer_is_sliding(int64_t l) const {

@@ -92,9 +92,11 @@ struct ModelConfig {
   bool gelu_mlp() const { return gemma(); }
   // Softmax scale of the attention scores.
   float attention_scale() const;
-  // Embedding output multiplier: Gemma's sqrt(hidden_size) (as float32), 1 otherwise. A bf16
-  // run rounds it to bf16 first, as transformers does (engine).
+  // Embedding output multiplier: Gemma's sqrt(hidden_size) (as float32), 1 otherwise.
   float embed_scale() const;
+  // The same as the engine applies it: transformers casts it to the weights' dtype, so a bf16
+  // run multiplies by bf16(sqrt(d)) (sqrt(3072) = 55.43 becomes 55.5).
+  float embed_scale(bool bf16_activations) const;
   bool layer_is_sliding(int64_t l) const;
   // The attention window of layer l (AttentionDims::window): sliding_window or 0.
   int64_t layer_window(int64_t l) const { return layer_is_sliding(l) ? sliding_window : 0; }

@@ -217,6 +217,16 @@ TEST(GemmaConfig, ParameterNamesAndCounts) {
   EXPECT_EQ(preset_config("gemma3-1b").num_parameters(), 999885952);
 }
 
+// transformers: embed_scale = torch.tensor(hidden_size ** 0.5).to(weight dtype).
+TEST(GemmaConfig, EmbedScaleIsRoundedToTheActivationDtype) {
+  ModelConfig c = preset_config("gemma3-1b");
+  EXPECT_EQ(c.embed_scale(false), static_cast<float>(std::sqrt(1152.0)));  // 33.941...
+  EXPECT_EQ(c.embed_scale(true), 34.0f);
+  c.hidden_size = 3072;  // the example in transformers' comment: 55.4256 becomes 55.5
+  EXPECT_EQ(c.embed_scale(true), 55.5f);
+  EXPECT_EQ(preset_config("tiny-qwen3").embed_scale(true), 1.0f);  // other families: none
+}
+
 TEST(GemmaConfig, PresetsMatchThePublishedTextConfigs) {
   const ModelConfig a = preset_config("gemma3-1b");
   EXPECT_EQ(a.hidden_size, 1152);
