@@ -288,20 +288,25 @@ void Backend::bias_backward(const Tensor& db, const Tensor& dy) {
 
 // ---- RMSNorm ----
 
-void Backend::rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g, float eps) {
+void Backend::rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g, float eps,
+                              float weight_offset) {
   const char* op = "rmsnorm_forward";
   check_float(op, "x", x);
   check_float(op, "g", g);
   check_same_numel(op, "y", y, "x", x);
   check_rmsnorm(op, x, g, eps);
+  SBP_CHECK(std::isfinite(weight_offset),
+            std::string(op) + ": weight_offset = " + num(weight_offset) + " is not finite");
   owns("rmsnorm_forward", {&y, &x, &g});
   const Access access(*this);
-  rmsnorm_forward_impl(y, x, g, eps);
+  rmsnorm_forward_impl(y, x, g, eps, weight_offset);
 }
 
 void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor& dy,
-                               const Tensor& x, const Tensor& g, float eps) {
+                               const Tensor& x, const Tensor& g, float eps, float weight_offset) {
   const char* op = "rmsnorm_backward";
+  SBP_CHECK(std::isfinite(weight_offset),
+            std::string(op) + ": weight_offset = " + num(weight_offset) + " is not finite");
   check_float(op, "x", x);
   check_float(op, "g", g);
   check_same_numel(op, "dx", dx, "x", x);
@@ -310,7 +315,7 @@ void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor&
   check_rmsnorm(op, x, g, eps);
   owns("rmsnorm_backward", {&dx, &dg, &dy, &x, &g});
   const Access access(*this);
-  rmsnorm_backward_impl(dx, dg, dy, x, g, eps);
+  rmsnorm_backward_impl(dx, dg, dy, x, g, eps, weight_offset);
 }
 
 // ---- rotary embedding ----
@@ -368,6 +373,59 @@ void Backend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tens
   owns("swiglu_backward", {&dgate, &dup, &dout, &gate, &up});
   const Access access(*this);
   swiglu_backward_impl(dgate, dup, dout, gate, up);
+}
+
+// ---- GeGLU ----
+
+void Backend::geglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  const char* op = "geglu_forward";
+  check_float(op, "gate", gate);
+  check_same_numel(op, "up", up, "gate", gate);
+  check_same_numel(op, "out", out, "gate", gate);
+  owns(op, {&out, &gate, &up});
+  const Access access(*this);
+  geglu_forward_impl(out, gate, up);
+}
+
+void Backend::geglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                             const Tensor& gate, const Tensor& up) {
+  const char* op = "geglu_backward";
+  check_float(op, "gate", gate);
+  check_same_numel(op, "up", up, "gate", gate);
+  check_same_numel(op, "dout", dout, "gate", gate);
+  check_same_numel(op, "dgate", dgate, "gate", gate);
+  check_same_numel(op, "dup", dup, "gate", gate);
+  owns(op, {&dgate, &dup, &dout, &gate, &up});
+  const Access access(*this);
+  geglu_backward_impl(dgate, dup, dout, gate, up);
+}
+
+// ---- logit soft-capping ----
+
+namespace {
+void check_softcap(const char* op, float cap) {
+  SBP_CHECK(std::isfinite(cap) && cap > 0.0f,
+            std::string(op) + ": cap = " + num(cap) + " must be finite and > 0");
+}
+}  // namespace
+
+void Backend::softcap_forward(const Tensor& x, float cap) {
+  const char* op = "softcap_forward";
+  check_float(op, "x", x);
+  check_softcap(op, cap);
+  owns(op, {&x});
+  const Access access(*this);
+  softcap_forward_impl(x, cap);
+}
+
+void Backend::softcap_backward(const Tensor& dx, const Tensor& y, float cap) {
+  const char* op = "softcap_backward";
+  check_float(op, "y", y);
+  check_same_numel(op, "dx", dx, "y", y);
+  check_softcap(op, cap);
+  owns(op, {&dx, &y});
+  const Access access(*this);
+  softcap_backward_impl(dx, y, cap);
 }
 
 // ---- attention ----

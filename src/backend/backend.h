@@ -93,15 +93,19 @@ class Backend : public MemorySpace {
   void bias_backward(const Tensor& db, const Tensor& dy);
 
   // ---- RMSNorm over the last dimension: x viewed as (rows, d), g (d) ----
-  // y = x / sqrt(mean(x^2) + eps) * g
+  // y = x / sqrt(mean(x^2) + eps) * (weight_offset + g), in fp32.
+  // weight_offset is 0 for Llama/Qwen; Gemma stores its norm weights centred on zero and
+  // scales by (1 + g), computed in fp32 as transformers does (offset 1).
   // Checks: y, x, g float; d = g.numel() > 0 divides x.numel(); y.numel() == x.numel();
-  // eps finite and >= 0.
-  void rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g, float eps);
-  // dx += ..., dg += ... (recomputes the row statistics from x)
+  // eps finite and >= 0; weight_offset finite.
+  void rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g, float eps,
+                       float weight_offset = 0.0f);
+  // dx += ..., dg += ... (recomputes the row statistics from x); dg does not depend on the
+  // offset, dx sees the weight (weight_offset + g).
   // Checks: all float; d = g.numel() > 0 divides x.numel(); dx, dy have x's numel;
-  // dg.numel() == d; eps finite and >= 0.
+  // dg.numel() == d; eps finite and >= 0; weight_offset finite.
   void rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor& dy, const Tensor& x,
-                        const Tensor& g, float eps);
+                        const Tensor& g, float eps, float weight_offset = 0.0f);
 
   // ---- rotary embedding (Hugging Face "rotate_half" layout) ----
   // table (P, h): row p holds cos(p * inv_freq) in [0, h/2) and sin(p * inv_freq) in [h/2, h).
@@ -120,6 +124,22 @@ class Backend : public MemorySpace {
   // dgate +=, dup +=. Checks: all float with equal numel.
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                        const Tensor& gate, const Tensor& up);
+
+  // ---- GeGLU (Gemma): out = gelu_tanh(gate) * up, all (n, F) ----
+  // gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), PyTorch's
+  // gelu(approximate="tanh") = transformers' "gelu_pytorch_tanh".
+  // Checks: all float with equal numel.
+  void geglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up);
+  // dgate +=, dup +=. Checks: all float with equal numel.
+  void geglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                      const Tensor& gate, const Tensor& up);
+
+  // ---- logit soft-capping (Gemma's final_logit_softcapping): y = cap * tanh(x / cap) ----
+  // In place over x (any shape). Checks: x float; cap finite and > 0.
+  void softcap_forward(const Tensor& x, float cap);
+  // dx *= 1 - (y / cap)^2, in place: turns dL/dy into dL/dx, from the capped values y
+  // (the forward's output). Checks: dx, y float with equal numel; cap finite and > 0.
+  void softcap_backward(const Tensor& dx, const Tensor& y, float cap);
 
   // ---- attention: causal within segments, GQA, query offset; never a T x T buffer ----
   // q (n, H*h): queries of global rows [q_offset, q_offset + n).
@@ -214,10 +234,11 @@ class Backend : public MemorySpace {
   virtual double sum_squares_impl(const Tensor& x) = 0;
   virtual void add_bias_impl(const Tensor& y, const Tensor& b) = 0;
   virtual void bias_backward_impl(const Tensor& db, const Tensor& dy) = 0;
-  virtual void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g,
-                                    float eps) = 0;
+  virtual void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g, float eps,
+                                    float weight_offset) = 0;
   virtual void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy,
-                                     const Tensor& x, const Tensor& g, float eps) = 0;
+                                     const Tensor& x, const Tensor& g, float eps,
+                                     float weight_offset) = 0;
   virtual void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) = 0;
   virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) = 0;
   virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions,
@@ -225,6 +246,11 @@ class Backend : public MemorySpace {
   virtual void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   virtual void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                                     const Tensor& gate, const Tensor& up) = 0;
+  virtual void geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                                   const Tensor& gate, const Tensor& up) = 0;
+  virtual void softcap_forward_impl(const Tensor& x, float cap) = 0;
+  virtual void softcap_backward_impl(const Tensor& dx, const Tensor& y, float cap) = 0;
   virtual void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q,
                                       const Tensor& k, const Tensor& v, const Tensor& seg_start,
                                       int64_t q_offset, const AttentionDims& dims) = 0;

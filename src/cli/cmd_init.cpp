@@ -41,7 +41,7 @@ void register_init(CLI::App& app) {
     ModelConfig cfg =
         a->preset.empty() ? ModelConfig::from_file(a->config) : preset_config(a->preset);
     if (a->layers > 0) {
-      cfg.num_hidden_layers = a->layers;
+      cfg.set_num_layers(a->layers);
       cfg.validate("--layers");  // the override is bounded like the config's own value
     }
     DType dt;

@@ -48,7 +48,7 @@ ModelSource resolve_model(const std::string& arg, int64_t layers) {
   if (layers > 0) {
     if (src.has_weights)
       throw InputError("--layers cannot change a checkpoint with weights (" + arg + ")");
-    src.cfg.num_hidden_layers = layers;
+    src.cfg.set_num_layers(layers);
     src.cfg.validate("--layers");  // the override is bounded like the config's own value
   }
   return src;

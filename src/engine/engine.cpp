@@ -23,6 +23,9 @@ void for_chunks_reversed(int64_t T, int64_t chunk, Fn fn) {
   for (int64_t c = count - 1; c >= 0; --c) fn(c * chunk, std::min(T, (c + 1) * chunk));
 }
 
+// The embedding multiplier in the activation dtype (ModelConfig::embed_scale).
+float embed_scale_in(const ModelConfig& cfg, DType act) { return cfg.embed_scale(act == DType::BF16); }
+
 }  // namespace
 
 struct Engine::Kept {
@@ -61,6 +64,9 @@ void Engine::forward_backward(const Batch& batch, Objective& objective, const Pa
   // Layers last to first; gy becomes each layer's input gradient in place.
   layers_backward(step, kept, grads.views(), gy.view(), hook);
   if (hook && !head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
+  // x0 = embed[tokens] * s (Gemma), so d(embed row) = s * dL/dx0.
+  const float es = embed_scale_in(cfg_, exec_.act_dtype);
+  if (es != 1.0f) be_.scale_inplace(gy.view(), es);
   be_.embedding_backward(grads.views().embed, gy.view(), step.tokens.view());
   if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
@@ -105,9 +111,9 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = exec_.layers == LayerMode::store;
   const bool stream = exec_.layers == LayerMode::stream;
-  DecoderLayerOps ops(cfg_, be_, pool_, step.tables, exec_.act_dtype);
   for (int64_t l = L - 1; l >= 0; --l) {
     const size_t li = static_cast<size_t>(l);
+    DecoderLayerOps ops(cfg_, be_, pool_, step.tables, exec_.act_dtype, l);
     if (hook) hook->grads_begin(GradGroup::layer, l);
     const LayerTensors& w = weights_.views().layers[li];
     const LayerTensors& gw = G.layers[li];
@@ -141,19 +147,23 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
 
 void Engine::embed(const Tensor& x, const Tensor& ids) {
   be_.embedding_forward(x, ids, weights_.views().embed);
+  // Gemma multiplies the embeddings by sqrt(d), rounded to the activation dtype (1 elsewhere).
+  const float es = embed_scale_in(cfg_, exec_.act_dtype);
+  if (es != 1.0f) be_.scale_inplace(x, es);
 }
 
 Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
   const int64_t d = cfg_.hidden_size;
   const DType act = exec_.act_dtype;
   const ModelTensors& W = weights_.views();
-  DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act);
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = kept != nullptr && exec_.layers == LayerMode::store;
 
   Buffer x = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) x_0
   embed(x.view(), step.tokens.view());
-  for (const LayerTensors& w : W.layers) {
+  for (size_t li = 0; li < W.layers.size(); ++li) {
+    const LayerTensors& w = W.layers[li];
+    DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act, static_cast<int64_t>(li));
     Buffer y = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) layer output
     if (store) {
       // Every activation stays for the backward, as plain backprop keeps it.
@@ -238,9 +248,11 @@ std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t
   x.reset();
   Buffer hf = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
   be_.rmsnorm_forward(hf.view(), picked.view(), weights_.views().final_norm,
-                      static_cast<float>(cfg_.rms_norm_eps));
+                      static_cast<float>(cfg_.rms_norm_eps), cfg_.norm_weight_offset());
   Buffer logits = pool_.allocate(Category::logits, DType::F32, {n, V});  // (n, V)
   be_.gemm(logits.view(), hf.view(), false, weights_.views().lm_head, true, 1.0f, 0.0f);
+  if (cfg_.final_logit_softcapping > 0)
+    be_.softcap_forward(logits.view(), static_cast<float>(cfg_.final_logit_softcapping));
   return download_f32(logits.view());
 }
 

@@ -26,6 +26,7 @@ struct Engine::Step {
   Buffer positions;  // (T) I32
   Buffer seg_start;  // (T) I32
   Buffer rope;       // (P, h) F32
+  Buffer rope_local;  // (P, h) F32, Gemma's sliding layers only
   StepTables tables;
 
   Step(const ModelConfig& cfg, Backend& be, Pool& pool, const Batch& batch) {
@@ -39,7 +40,13 @@ struct Engine::Step {
     rope = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
     const std::vector<float> inv_freq = cfg.rope_inv_freq();
     be.rope_table(rope.view(), inv_freq);
-    tables = StepTables{positions.view(), seg_start.view(), rope.view()};
+    if (cfg.has_sliding_layers()) {
+      rope_local = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
+      const std::vector<float> local_inv_freq = cfg.rope_inv_freq(/*local=*/true);
+      be.rope_table(rope_local.view(), local_inv_freq);
+    }
+    tables = StepTables{positions.view(), seg_start.view(), rope.view(),
+                        rope_local.defined() ? rope_local.view() : Tensor()};
   }
 };
 

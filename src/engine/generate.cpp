@@ -40,10 +40,14 @@ Generated Engine::generate(std::span<const int32_t> prompt, const GenerationConf
   const Step step(cfg_, be_, pool_, whole);
   const int64_t d = cfg_.hidden_size, V = cfg_.vocab_size;
   const DType act = exec_.act_dtype;
-  DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act);
+  // One set of ops per layer: a layer's ops know its attention kind (Gemma: sliding or full).
+  std::vector<DecoderLayerOps> ops;
   std::vector<LayerKV> cache;
-  for (size_t l = 0; l < weights_.views().layers.size(); ++l)
-    cache.push_back(ops.alloc_kv(T, Category::kv_cache, false));
+  ops.reserve(weights_.views().layers.size());
+  for (size_t l = 0; l < weights_.views().layers.size(); ++l) {
+    ops.emplace_back(cfg_, be_, pool_, step.tables, act, static_cast<int64_t>(l));
+    cache.push_back(ops.back().alloc_kv(T, Category::kv_cache, false));
+  }
   const Buffer no_target = upload_table(pool_, {-1});
 
   // Rows [s, e) through every layer, their ids already in step.tokens; returns the (1, V)
@@ -58,8 +62,9 @@ Generated Engine::generate(std::span<const int32_t> prompt, const GenerationConf
       for (size_t l = 0; l < cache.size(); ++l) {
         const LayerTensors& w = weights_.views().layers[l];
         Buffer y = pool_.allocate(Category::layer_workspace, act, {ce - cs, d});  // (n, d)
-        ops.kv_forward(w, x.view(), cs, cache[l]);
-        ops.rows_forward(w, x.view(), cs, cache[l], y.view(), nullptr, Category::layer_workspace);
+        ops[l].kv_forward(w, x.view(), cs, cache[l]);
+        ops[l].rows_forward(w, x.view(), cs, cache[l], y.view(), nullptr,
+                            Category::layer_workspace);
         x = std::move(y);
       }
       if (ce == e) be_.copy(last.view(), x.rows(ce - cs - 1, ce - cs));

@@ -17,7 +17,8 @@ HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const Mode
       n_(hidden.rows()) {
   const int64_t n = n_, d = cfg.hidden_size;
   hf_ = pool.allocate(Category::layer_workspace, act, {n, d});
-  be.rmsnorm_forward(hf_.view(), hidden, W.final_norm, static_cast<float>(cfg.rms_norm_eps));
+  be.rmsnorm_forward(hf_.view(), hidden, W.final_norm, static_cast<float>(cfg.rms_norm_eps),
+                     cfg.norm_weight_offset());
   if (kind == HeadKind::value) {
     SBP_CHECK(W.score.defined(), "value objective on a model without a value head (score.weight)");
     out_ = pool.allocate(Category::logits, DType::F32, {n, 1});  // (n, 1)
@@ -28,6 +29,13 @@ HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const Mode
   SBP_CHECK(W.lm_head.defined(), "LM-head objective on a model without an LM head");
   out_ = pool.allocate(Category::logits, act, {n, cfg.vocab_size});  // (n, V) act dtype
   be.gemm(out_.view(), hf_.view(), false, W.lm_head, true, 1.0f, 0.0f);
+  if (cfg.final_logit_softcapping > 0) {
+    // Gemma: logits = c tanh(z / c). The backward needs the capped values after dlogits has
+    // overwritten them, so they are kept: a second (n, V) block, for soft-capped models only.
+    be.softcap_forward(out_.view(), static_cast<float>(cfg.final_logit_softcapping));
+    capped_ = pool.allocate(Category::logits, act, {n, cfg.vocab_size});  // (n, V)
+    be.copy(capped_.view(), out_.view());
+  }
   lse_ = pool.allocate(Category::other, DType::F32, {n});   // (n)
   logp_ = pool.allocate(Category::other, DType::F32, {n});  // (n)
   be.logsoftmax_target(lse_.view(), logp_.view(), out_.view(), targets);
@@ -91,13 +99,18 @@ void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
     } else {
       be_.dlogits_inplace(out_.view(), lse_.view(), targets_, dlogp_.view());
     }
+    if (capped_.defined()) {  // dL/dz = dL/dlogits * (1 - (logits / c)^2)
+      be_.softcap_backward(out_.view(), capped_.view(),
+                           static_cast<float>(cfg_.final_logit_softcapping));
+      capped_.reset();
+    }
   }
   be_.gemm(dW, dout, true, hf_.view(), false, 1.0f, 1.0f);  // dW (V or 1, d) += dout^T hf
   Buffer dhf = pool_.allocate(Category::layer_workspace, DType::F32, {n, d});  // (n, d)
   be_.gemm(dhf.view(), dout, false, W, false, 1.0f, 0.0f);
   out_.reset();
   be_.rmsnorm_backward(gy, G.final_norm, dhf.view(), hidden_, W_.final_norm,
-                       static_cast<float>(cfg_.rms_norm_eps));
+                       static_cast<float>(cfg_.rms_norm_eps), cfg_.norm_weight_offset());
 }
 
 }  // namespace sbp

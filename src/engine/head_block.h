@@ -5,7 +5,8 @@
 // (or one for all T rows in `head: full` mode), shows its outputs to the objective, and calls
 // backward() with the objective's gradients. Memory: hf (n, d) act, the (n, V) logits block
 // (category `logits`; (n, 1) for a value head), a few (n) vectors, and dhf (n, d) fp32 during
-// the backward: exactly one head chunk, never (T, V) in chunked mode.
+// the backward: exactly one head chunk, never (T, V) in chunked mode. With final-logit
+// soft-capping (Gemma) a second (n, V) block keeps the capped logits for the backward.
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +48,7 @@ class HeadBlock {
   int64_t row_begin_, n_;
   Buffer hf_;     // (n, d) act   final-normed hidden rows
   Buffer out_;    // (n, V) act   logits; (n, 1) F32 values for the value head
+  Buffer capped_;  // (n, V) act  soft-capped logits, kept for the backward (Gemma soft-capping)
   Buffer lse_;    // (n) F32
   Buffer logp_;   // (n) F32
   Buffer ent_;    // (n) F32      softmax entropy (if asked)

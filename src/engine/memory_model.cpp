@@ -40,11 +40,16 @@ StreamMemoryTerms stream_memory_terms(const ModelConfig& cfg, int64_t T, int64_t
   // pre-norm queries for qk-norm models), the attention output (Hh) and its log-sum-exp (H),
   // the residual after attention and its norm (2d), gate and up (2F); the MLP backward's
   // peak adds the fp32 gradients of the product, of gate and of up (3F).
+  // Gemma's sandwich norms keep the attention projection and the MLP output (2d more).
   const int64_t q_terms = cfg.qk_norm() ? 2 * Hh : Hh;
-  const int64_t per_row_act = sum({3 * d, q_terms, Hh, 2 * F});
+  const int64_t sandwich = cfg.sandwich_norms() ? 2 * d : 0;
+  const int64_t per_row_act = sum({3 * d, q_terms, Hh, 2 * F, sandwich});
   m.chunk_working_set = prod({c, sum({prod({per_row_act, a}), H * f, 3 * F * f})});
   // Logits block, the normed hidden rows and their gradient, three per-row scalars.
-  m.head_chunk = sum({prod({ch, cfg.vocab_size, a}), prod({ch, d, a + f}), prod({3, ch, f})});
+  // Soft-capped logits (Gemma) keep a second logits block for the backward.
+  const int64_t logit_blocks = cfg.final_logit_softcapping > 0 ? 2 : 1;
+  m.head_chunk = sum({prod({logit_blocks, ch, cfg.vocab_size, a}), prod({ch, d, a + f}),
+                      prod({3, ch, f})});
   m.step_tables = prod({4, T, 4});  // tokens, targets, positions, segment starts (rope table aside)
   return m;
 }

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <map>
 
 #include "core/checked_math.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/input_file.h"
 
@@ -75,6 +77,15 @@ const char* const kKnownFields[] = {"model_type",
                                     "dtype",
                                     "rope_parameters"};
 
+// Gemma 3 fields, interpreted (and so rewritten by to_json) only for gemma3_text configs: a Qwen2
+// config's unused sliding_window must still be written back as it was.
+const char* const kGemmaFields[] = {"query_pre_attn_scalar",   "sliding_window",
+                                    "sliding_window_pattern",  "layer_types",
+                                    "rope_local_base_freq",    "final_logit_softcapping",
+                                    "attn_logit_softcapping",  "hidden_activation",
+                                    "hidden_act",              "_sliding_window_pattern",
+                                    "use_bidirectional_attention"};
+
 // Parses a rope_scaling (transformers <= 4.x) or rope_parameters (transformers 5) object.
 void parse_rope(const json& r, const std::string& src, const char* field, RopeScaling* out) {
   if (!r.is_object()) throw InputError(src + ": field '" + field + "' must be an object");
@@ -84,10 +95,18 @@ void parse_rope(const json& r, const std::string& src, const char* field, RopeSc
   else if (auto t2 = r.find("type"); t2 != r.end() && t2->is_string())
     type = *t2;
   if (type == "default") type.clear();
-  if (!type.empty() && type != "llama3") {
-    throw InputError(src + ": " + field + " type '" + type + "' is not supported (only llama3)");
+  if (!type.empty() && type != "llama3" && type != "linear") {
+    throw InputError(src + ": " + field + " type '" + type +
+                     "' is not supported (only llama3 and linear)");
   }
-  out->type = type.empty() ? RopeScalingType::none : RopeScalingType::llama3;
+  out->type = type.empty()       ? RopeScalingType::none
+              : type == "linear" ? RopeScalingType::linear
+                                 : RopeScalingType::llama3;
+  if (out->type == RopeScalingType::linear) {
+    const std::string where = src + " " + field;
+    if (!r.contains("factor")) throw InputError(where + ": linear scaling needs a 'factor'");
+    out->factor = get_num(r, "factor", where, 1.0);
+  }
   if (out->type == RopeScalingType::llama3) {
     const std::string where = src + " " + field;
     out->factor = get_num(r, "factor", where, 8.0);
@@ -95,6 +114,98 @@ void parse_rope(const json& r, const std::string& src, const char* field, RopeSc
     out->high_freq_factor = get_num(r, "high_freq_factor", where, 4.0);
     out->original_max_position_embeddings =
         get_int(r, "original_max_position_embeddings", where, false, 8192);
+  }
+}
+
+// A string field: absent or null gives `fallback`.
+std::string get_string(const json& j, const char* key, const std::string& src,
+                       const std::string& fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) throw InputError(src + ": field '" + key + "' must be a string");
+  return it->get<std::string>();
+}
+
+// The Gemma 3 (gemma3_text) fields. c already holds the common ones (num_hidden_layers, the
+// top-level rope_theta and rope_scaling, which transformers reads as the full-attention layers'
+// rope, as do we).
+void parse_gemma3(const json& j, const std::string& src, ModelConfig* c) {
+  const std::string act = get_string(
+      j, "hidden_activation", src, get_string(j, "hidden_act", src, "gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
+    throw InputError(src + ": field 'hidden_activation' is '" + act +
+                     "'; Gemma 3 support implements gelu_pytorch_tanh only");
+  c->query_pre_attn_scalar = get_num(j, "query_pre_attn_scalar", src, 256.0);
+  c->sliding_window = get_int(j, "sliding_window", src, false, 4096);
+  c->rope_local_base_freq = get_num(j, "rope_local_base_freq", src, 10000.0);
+  if (auto it = j.find("final_logit_softcapping"); it != j.end() && !it->is_null()) {
+    if (!it->is_number())
+      throw InputError(src + ": field 'final_logit_softcapping' must be a number or null");
+    c->final_logit_softcapping = it->get<double>();
+    if (!std::isfinite(c->final_logit_softcapping) || !(c->final_logit_softcapping > 0))
+      throw InputError(src + ": field 'final_logit_softcapping' must be a finite number > 0 " +
+                       "(or null), got " + it->dump());
+  }
+  // transformers' Gemma3Attention never passes attn_logit_softcapping to its attention
+  // functions, and the published Gemma 3 configs set it to null: a value here would mean two
+  // different models depending on who reads it, so it is refused rather than guessed.
+  if (auto it = j.find("attn_logit_softcapping"); it != j.end() && !it->is_null())
+    throw InputError(src + ": field 'attn_logit_softcapping' = " + it->dump() +
+                     " is not supported (Gemma 3 checkpoints set it to null, and transformers' "
+                     "Gemma3 attention does not apply it)");
+  if (get_bool(j, "use_bidirectional_attention", src, false))
+    throw InputError(src + ": 'use_bidirectional_attention': true is not supported (causal LM)");
+
+  const int64_t L = c->num_hidden_layers;
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array())
+      throw InputError(src + ": field 'layer_types' must be an array of \"sliding_attention\" / "
+                             "\"full_attention\"");
+    if (static_cast<int64_t>(it->size()) != L)
+      throw InputError(src + ": field 'layer_types' has " + std::to_string(it->size()) +
+                       " entries but num_hidden_layers is " + std::to_string(L));
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& e = (*it)[i];
+      if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
+        throw InputError(src + ": field 'layer_types'[" + std::to_string(i) + "] is " + e.dump() +
+                         " (expected \"sliding_attention\" or \"full_attention\")");
+      c->layer_sliding.push_back(e == "sliding_attention");
+    }
+  } else {
+    // The older spelling: every `pattern`-th layer is a full-attention layer.
+    const int64_t pattern = get_int(j, "sliding_window_pattern", src, false, 6);
+    if (pattern < 1)
+      throw InputError(src + ": field 'sliding_window_pattern' must be >= 1, got " +
+                       std::to_string(pattern));
+    for (int64_t i = 0; i < std::max<int64_t>(L, 0) && i < kMaxLayers; ++i)
+      c->layer_sliding.push_back((i + 1) % pattern != 0);
+  }
+
+  // transformers 5: rope_parameters = {"full_attention": {...}, "sliding_attention": {...}},
+  // each with rope_theta and rope_type. It wins over the top-level fields, as in transformers.
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) throw InputError(src + ": field 'rope_parameters' must be an object");
+    for (auto f = it->begin(); f != it->end(); ++f) {
+      if (f.key() != "full_attention" && f.key() != "sliding_attention")
+        throw InputError(src + ": rope_parameters has an entry '" + f.key() +
+                         "' (a Gemma 3 config has 'full_attention' and 'sliding_attention')");
+    }
+    if (auto f = it->find("full_attention"); f != it->end() && !f->is_null()) {
+      const std::string where = src + " rope_parameters.full_attention";
+      if (!f->is_object()) throw InputError(where + ": must be an object");
+      c->rope_theta = get_num(*f, "rope_theta", where, c->rope_theta);
+      c->rope_scaling = RopeScaling();
+      parse_rope(*f, src, "rope_parameters.full_attention", &c->rope_scaling);
+    }
+    if (auto f = it->find("sliding_attention"); f != it->end() && !f->is_null()) {
+      const std::string where = src + " rope_parameters.sliding_attention";
+      if (!f->is_object()) throw InputError(where + ": must be an object");
+      c->rope_local_base_freq = get_num(*f, "rope_theta", where, c->rope_local_base_freq);
+      RopeScaling local;
+      parse_rope(*f, src, "rope_parameters.sliding_attention", &local);
+      if (local.type != RopeScalingType::none)
+        throw InputError(where + ": only the default rope is supported on sliding layers");
+    }
   }
 }
 
@@ -107,6 +218,7 @@ const char* model_class_prefix(ModelType t) {
     case ModelType::llama: return "Llama";
     case ModelType::qwen2: return "Qwen2";
     case ModelType::qwen3: return "Qwen3";
+    case ModelType::gemma3_text: return "Gemma3";
   }
   return "?";
 }
@@ -118,6 +230,11 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   if (mt == j.end() || !mt->is_string())
     throw InputError(src + ": missing string field 'model_type'");
   const std::string type = mt->get<std::string>();
+  if (type == "gemma3")
+    throw InputError(src + ": model_type 'gemma3' is the multimodal Gemma3ForConditionalGeneration "
+                           "(vision tower + language model); streambp trains the text model only: "
+                           "use a Gemma3ForCausalLM checkpoint (model_type 'gemma3_text', e.g. "
+                           "gemma-3-1b) or save the language model on its own with transformers");
   if (!try_parse_enum<ModelType>(kModelTypeNames, type, &c.model_type)) {
     throw InputError(src + ": unsupported model_type '" + type +
                      "' (supported: " + enum_choices<ModelType>(kModelTypeNames) + ")");
@@ -130,10 +247,13 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   c.head_dim = get_int(j, "head_dim", src, false,
                        c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
   c.vocab_size = get_int(j, "vocab_size", src, true, 0);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 32768);
+  const bool gemma = c.gemma();
+  if (gemma && !j.contains("head_dim")) c.head_dim = 256;  // Gemma3TextConfig's default
+  c.max_position_embeddings =
+      get_int(j, "max_position_embeddings", src, false, gemma ? 131072 : 32768);
   c.rms_norm_eps = get_num(j, "rms_norm_eps", src, 1e-6);
-  c.rope_theta = get_num(j, "rope_theta", src, 10000.0);
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, false);
+  c.rope_theta = get_num(j, "rope_theta", src, gemma ? 1e6 : 10000.0);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, gemma);
   c.attention_bias = get_bool(j, "attention_bias", src, false);
   // transformers >= 4.56 writes "dtype" instead of "torch_dtype".
   if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string())
@@ -144,9 +264,11 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     parse_rope(*it, src, "rope_scaling", &c.rope_scaling);
   }
-  // transformers 5 moves rope_theta and the scaling into "rope_parameters"; without reading
-  // it a Qwen3 config would silently get theta = 10000 instead of 1e6.
-  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+  if (gemma) {
+    parse_gemma3(j, src, &c);
+  } else if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    // transformers 5 moves rope_theta and the scaling into "rope_parameters"; without reading
+    // it a Qwen3 config would silently get theta = 10000 instead of 1e6.
     if (!it->is_object()) throw InputError(src + ": field 'rope_parameters' must be an object");
     if (!j.contains("rope_theta") || j["rope_theta"].is_null())
       c.rope_theta = get_num(*it, "rope_theta", src + " rope_parameters", c.rope_theta);
@@ -158,7 +280,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     throw InputError(src + ": 'mlp_bias': true is not supported");
   if (get_bool(j, "use_sliding_window", src, false))
     throw InputError(src + ": 'use_sliding_window': true is not supported");
-  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu")
+  if (auto it = j.find("hidden_act"); !gemma && it != j.end() && it->is_string() && *it != "silu")
     throw InputError(src + ": hidden_act '" + it->get<std::string>() + "' is not supported (silu)");
   if (auto it = j.find("partial_rotary_factor");
       it != j.end() && it->is_number() && it->get<double>() != 1.0)
@@ -168,6 +290,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* k : kKnownFields) known = known || it.key() == k;
+    for (const char* k : kGemmaFields) known = known || (gemma && it.key() == k);
     if (!known) c.extra[it.key()] = it.value();
   }
   c.validate(src);
@@ -246,6 +369,28 @@ void ModelConfig::validate(const std::string& src) const {
   // there too; theta <= 1 would turn the frequencies upside down (or make them all 1).
   check_open_range(src, "rope_theta", rope_theta, 1.0, static_cast<double>(FLT_MAX),
                    "in (1, 3.4e38)");
+  if (rope_scaling.type == RopeScalingType::linear &&
+      (!std::isfinite(rope_scaling.factor) || !(rope_scaling.factor > 0)))
+    throw InputError(src + ": rope_scaling 'factor' must be positive and finite, got " +
+                     fmt_double(rope_scaling.factor));
+  if (gemma()) {
+    check_open_range(src, "query_pre_attn_scalar", query_pre_attn_scalar, 0.0,
+                     static_cast<double>(FLT_MAX), "> 0");
+    check_dim(src, "sliding_window", sliding_window, kMaxPositionEmbeddings);
+    check_open_range(src, "rope_local_base_freq", rope_local_base_freq, 1.0,
+                     static_cast<double>(FLT_MAX), "in (1, 3.4e38)");
+    if (static_cast<int64_t>(layer_sliding.size()) != num_hidden_layers)
+      throw InputError(src + ": 'layer_types' has " + std::to_string(layer_sliding.size()) +
+                       " entries for " + std::to_string(num_hidden_layers) + " layers");
+    if (final_logit_softcapping != 0.0)
+      check_open_range(src, "final_logit_softcapping", final_logit_softcapping, 0.0,
+                       static_cast<double>(FLT_MAX), "> 0");
+  } else if (sliding_window != 0 || !layer_sliding.empty() || final_logit_softcapping != 0.0 ||
+             query_pre_attn_scalar != 0.0) {
+    throw InputError(src + ": sliding windows, logit soft-capping and query_pre_attn_scalar "
+                           "are Gemma 3 fields; " + model_type_name(model_type) +
+                           " does not use them");
+  }
   if (rope_scaling.type == RopeScalingType::llama3) {
     // Values the llama3 formula cannot use (it divides by factor and by high - low).
     const RopeScaling& r = rope_scaling;
@@ -278,8 +423,36 @@ json ModelConfig::to_json() const {
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
-  if (rope_scaling.type == RopeScalingType::none) {
+  if (gemma()) {
+    // transformers 5 spelling: one rope per layer type (read back by from_json above).
+    json full = {{"rope_type", "default"}, {"rope_theta", rope_theta}};
+    if (rope_scaling.type == RopeScalingType::linear) {
+      full["rope_type"] = "linear";
+      full["factor"] = rope_scaling.factor;
+    }
+    j["rope_parameters"] = {
+        {"full_attention", full},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", rope_local_base_freq}}}};
+    j["rope_local_base_freq"] = rope_local_base_freq;
+    j.erase("rope_scaling");
+    // transformers' Gemma3TextConfig declares it int and rejects 24.0 on load.
+    const double qpas = query_pre_attn_scalar;
+    j["query_pre_attn_scalar"] =
+        std::floor(qpas) == qpas && qpas < 9e15 ? json(static_cast<int64_t>(qpas)) : json(qpas);
+    j["sliding_window"] = sliding_window;
+    json types = json::array();
+    for (bool sl : layer_sliding) types.push_back(sl ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    j.erase("sliding_window_pattern");  // layer_types says it all (and wins in transformers)
+    j["final_logit_softcapping"] =
+        final_logit_softcapping > 0 ? json(final_logit_softcapping) : json(nullptr);
+    j["attn_logit_softcapping"] = nullptr;
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["use_bidirectional_attention"] = false;
+  } else if (rope_scaling.type == RopeScalingType::none) {
     j["rope_scaling"] = nullptr;
+  } else if (rope_scaling.type == RopeScalingType::linear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
   } else {
     j["rope_scaling"] = {
         {"rope_type", "llama3"},
@@ -291,17 +464,23 @@ json ModelConfig::to_json() const {
   j["tie_word_embeddings"] = tie_word_embeddings;
   if (model_type != ModelType::qwen2) j["attention_bias"] = attention_bias;
   j["torch_dtype"] = torch_dtype;
-  if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
+  if (!gemma() && !j.contains("hidden_act")) j["hidden_act"] = "silu";
   return j;
 }
 
-std::vector<float> ModelConfig::rope_inv_freq() const {
+std::vector<float> ModelConfig::rope_inv_freq(bool local) const {
   // inv_freq[i] = theta^(-2i/h), computed as Hugging Face does: in float32 from an int64 arange.
   const int64_t half = head_dim / 2;
+  const double theta = local ? rope_local_base_freq : rope_theta;
   std::vector<float> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(rope_theta), expo);
+    inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(theta), expo);
+  }
+  if (local) return inv;  // Gemma's sliding layers: default rope, never scaled
+  if (rope_scaling.type == RopeScalingType::linear) {
+    // transformers' "linear" rope: inv_freq / factor (in float32).
+    for (float& f : inv) f = f / static_cast<float>(rope_scaling.factor);
   }
   if (rope_scaling.type == RopeScalingType::llama3) {
     // Llama 3.1 frequency-dependent scaling: long wavelengths are divided by `factor`,
@@ -324,6 +503,46 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
   return inv;
 }
 
+float ModelConfig::attention_scale() const {
+  // transformers: query_pre_attn_scalar ** -0.5 (a Python float) for Gemma, head_dim ** -0.5
+  // for the others; both reach the kernels as float32.
+  if (gemma()) return static_cast<float>(1.0 / std::sqrt(query_pre_attn_scalar));
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+float ModelConfig::embed_scale() const {
+  // transformers: torch.tensor(hidden_size ** 0.5), a float32 scalar.
+  return gemma() ? static_cast<float>(std::sqrt(static_cast<double>(hidden_size))) : 1.0f;
+}
+
+float ModelConfig::embed_scale(bool bf16_activations) const {
+  const float s = embed_scale();
+  return bf16_activations ? bf16_to_f32(f32_to_bf16(s)) : s;
+}
+
+bool ModelConfig::layer_is_sliding(int64_t l) const {
+  return l >= 0 && l < static_cast<int64_t>(layer_sliding.size()) &&
+         layer_sliding[static_cast<size_t>(l)];
+}
+
+void ModelConfig::set_num_layers(int64_t L) {
+  if (gemma() && L >= 0 && L <= kMaxLayers) {
+    int64_t period = 0;  // 0: no full-attention layer
+    for (size_t i = 0; i < layer_sliding.size() && period == 0; ++i)
+      if (!layer_sliding[i]) period = static_cast<int64_t>(i) + 1;
+    layer_sliding.resize(static_cast<size_t>(L));
+    for (int64_t i = 0; i < L; ++i)
+      layer_sliding[static_cast<size_t>(i)] = period == 0 || (i + 1) % period != 0;
+  }
+  num_hidden_layers = L;
+}
+
+bool ModelConfig::has_sliding_layers() const {
+  for (bool s : layer_sliding)
+    if (s) return true;
+  return false;
+}
+
 int64_t ModelConfig::num_parameters() const {
   // Checked throughout: called by validate() on dimensions that are each bounded, but also on
   // configs built in code; a count past int64 is an error naming the term.
@@ -339,6 +558,7 @@ int64_t ModelConfig::num_parameters() const {
   if (qkv_bias()) per_layer = add(per_layer, add(Hh, mul(2, Gh)));
   if (o_bias()) per_layer = add(per_layer, d);
   if (qk_norm()) per_layer = add(per_layer, mul(2, h));
+  if (sandwich_norms()) per_layer = add(per_layer, mul(2, d));  // post-attention, post-MLP
   const int64_t embed = checked_mul(vocab_size, d, "vocab_size * hidden_size");
   int64_t n = add(add(mul(num_hidden_layers, per_layer), embed), d);  // layers, embedding, norm
   if (!tie_word_embeddings) n = add(n, embed);                        // lm_head
@@ -376,6 +596,20 @@ ModelConfig llama3_scaled(ModelConfig c, double factor) {
   return c;
 }
 
+ModelConfig gemma3(int64_t d, int64_t F, int64_t L, int64_t H, int64_t G, int64_t h, int64_t V,
+                   int64_t window, double qpas, int64_t max_pos, double linear_factor) {
+  ModelConfig c = make(ModelType::gemma3_text, d, F, L, H, G, h, V, true, 1e6, 1e-6, max_pos);
+  c.query_pre_attn_scalar = qpas;
+  c.sliding_window = window;
+  c.rope_local_base_freq = 1e4;
+  for (int64_t i = 0; i < L; ++i) c.layer_sliding.push_back((i + 1) % 6 != 0);
+  if (linear_factor != 1.0) {
+    c.rope_scaling.type = RopeScalingType::linear;
+    c.rope_scaling.factor = linear_factor;
+  }
+  return c;
+}
+
 const std::map<std::string, ModelConfig>& presets() {
   // Public config.json values of the released checkpoints (Hugging Face hub).
   static const std::map<std::string, ModelConfig> p = [] {
@@ -400,6 +634,13 @@ const std::map<std::string, ModelConfig>& presets() {
         make(ModelType::llama, 4096, 14336, 32, 32, 8, 128, 128256, false, 5e5, 1e-5, 131072), 8.0);
     m["llama3.2-1b"] = llama3_scaled(
         make(ModelType::llama, 2048, 8192, 16, 32, 8, 64, 128256, true, 5e5, 1e-5, 131072), 32.0);
+    // Gemma 3 text models (Gemma3ForCausalLM / the text_config of the multimodal ones): every
+    // sixth layer full attention, the others a sliding window; 4b and up scale the
+    // full-attention rope linearly by 8 (128K context).
+    m["gemma3-1b"] = gemma3(1152, 6912, 26, 4, 1, 256, 262144, 512, 256, 32768, 1.0);
+    m["gemma3-4b"] = gemma3(2560, 10240, 34, 8, 4, 256, 262208, 1024, 256, 131072, 8.0);
+    m["gemma3-12b"] = gemma3(3840, 15360, 48, 16, 8, 256, 262208, 1024, 256, 131072, 8.0);
+    m["gemma3-27b"] = gemma3(5376, 21504, 62, 32, 16, 128, 262208, 1024, 168, 131072, 8.0);
     // Tiny shapes for tests and demos (not released models).
     m["tiny-qwen3"] = make(ModelType::qwen3, 64, 160, 2, 4, 2, 24, 97, false, 1e4, 1e-6, 4096);
     m["tiny-qwen2"] = make(ModelType::qwen2, 48, 112, 2, 6, 2, 8, 89, true, 1e4, 1e-6, 4096);
@@ -407,6 +648,12 @@ const std::map<std::string, ModelConfig>& presets() {
         make(ModelType::llama, 64, 128, 2, 4, 4, 16, 101, false, 5e5, 1e-5, 4096), 8.0);
     tl.rope_scaling.original_max_position_embeddings = 64;  // so the scaling bands matter
     m["tiny-llama"] = tl;
+    // Window 5 below the test lengths, pattern 2 (sliding, full), linear rope on the full
+    // layers, soft-capped logits, GQA: every Gemma 3 path of the engine.
+    ModelConfig tg = gemma3(48, 96, 2, 4, 2, 16, 83, 5, 24, 4096, 4.0);
+    tg.layer_sliding = {true, false};
+    tg.final_logit_softcapping = 5.0;
+    m["tiny-gemma3"] = tg;
     for (auto& [name, c] : m) {
       if (name.rfind("tiny-", 0) == 0) c.torch_dtype = "float32";
     }

@@ -1,5 +1,5 @@
 #pragma once
-// ModelConfig: the shape of a Llama / Qwen2 / Qwen3 decoder, read from a Hugging Face
+// ModelConfig: the shape of a Llama / Qwen2 / Qwen3 / Gemma 3 decoder, read from a Hugging Face
 // config.json (or a built-in preset with the public config values).
 #include <cstdint>
 #include <string>
@@ -12,14 +12,18 @@
 namespace sbp {
 
 // The decoder families (config.json's model_type) and rope scalings this engine implements.
-enum class ModelType { llama, qwen2, qwen3 };
-inline constexpr EnumName<ModelType> kModelTypeNames[] = {
-    {ModelType::llama, "llama"}, {ModelType::qwen2, "qwen2"}, {ModelType::qwen3, "qwen3"}};
+// gemma3_text: Gemma3ForCausalLM (the text-only Gemma 3 checkpoints, e.g. gemma-3-1b).
+enum class ModelType { llama, qwen2, qwen3, gemma3_text };
+inline constexpr EnumName<ModelType> kModelTypeNames[] = {{ModelType::llama, "llama"},
+                                                          {ModelType::qwen2, "qwen2"},
+                                                          {ModelType::qwen3, "qwen3"},
+                                                          {ModelType::gemma3_text, "gemma3_text"}};
 const char* model_type_name(ModelType t);
-// transformers' class-name prefix: "Llama", "Qwen2", "Qwen3" (LlamaForCausalLM, ...).
+// transformers' class-name prefix: "Llama", "Qwen2", "Qwen3", "Gemma3" (LlamaForCausalLM, ...).
 const char* model_class_prefix(ModelType t);
 
-enum class RopeScalingType { none, llama3 };
+// linear: every inverse frequency divided by `factor` (Gemma 3's full-attention layers).
+enum class RopeScalingType { none, llama3, linear };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::none;
@@ -65,12 +69,42 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;          // llama/qwen3: bias on q,k,v,o; qwen2 always has q,k,v bias
   std::string torch_dtype = "float32";  // dtype of the checkpoint on disk
-  nlohmann::json extra;                 // fields we do not interpret, written back unchanged
+
+  // Gemma 3 (gemma3_text) only; the other families keep these defaults.
+  double query_pre_attn_scalar = 0.0;  // attention scale = query_pre_attn_scalar^-1/2 (0: 1/sqrt(h))
+  int64_t sliding_window = 0;          // window w of the sliding layers (0: no sliding layers)
+  std::vector<bool> layer_sliding;     // per layer: "sliding_attention" (true) or "full_attention"
+  double rope_local_base_freq = 10000.0;  // rope theta of the sliding layers (no scaling there)
+  double final_logit_softcapping = 0.0;   // logits = c tanh(logits / c); 0 = none
+
+  nlohmann::json extra;  // fields we do not interpret, written back unchanged
 
   // Derived architecture switches.
+  bool gemma() const { return model_type == ModelType::gemma3_text; }
   bool qkv_bias() const { return model_type == ModelType::qwen2 || attention_bias; }
   bool o_bias() const { return model_type != ModelType::qwen2 && attention_bias; }
-  bool qk_norm() const { return model_type == ModelType::qwen3; }
+  bool qk_norm() const { return model_type == ModelType::qwen3 || gemma(); }
+  // Gemma: norm weights are stored centred on 0 and scale by (1 + w).
+  float norm_weight_offset() const { return gemma() ? 1.0f : 0.0f; }
+  // Gemma's "sandwich" norms: the attention and MLP outputs are normed before the residual add.
+  bool sandwich_norms() const { return gemma(); }
+  // Gemma's MLP: gelu_tanh(gate) * up instead of silu(gate) * up.
+  bool gelu_mlp() const { return gemma(); }
+  // Softmax scale of the attention scores.
+  float attention_scale() const;
+  // Embedding output multiplier: Gemma's sqrt(hidden_size) (as float32), 1 otherwise.
+  float embed_scale() const;
+  // The same as the engine applies it: transformers casts it to the weights' dtype, so a bf16
+  // run multiplies by bf16(sqrt(d)) (sqrt(3072) = 55.43 becomes 55.5).
+  float embed_scale(bool bf16_activations) const;
+  bool layer_is_sliding(int64_t l) const;
+  // The attention window of layer l (AttentionDims::window): sliding_window or 0.
+  int64_t layer_window(int64_t l) const { return layer_is_sliding(l) ? sliding_window : 0; }
+  bool has_sliding_layers() const;
+  // Sets num_hidden_layers (a --layers override) and, for Gemma, the layer types to the first
+  // L of the model's repeating pattern (every p-th layer full, p = 1 + the first full layer's
+  // index; all sliding if there is none): gemma3-1b cut to 4 layers is its first 4 layers.
+  void set_num_layers(int64_t L);
 
   // Parses and validates; `source` names the file in error messages.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
@@ -83,14 +117,16 @@ struct ModelConfig {
   void validate(const std::string& source) const;
 
   // Rotary inverse frequencies (h/2), after rope scaling, as Hugging Face computes them.
-  std::vector<float> rope_inv_freq() const;
+  // local: those of Gemma's sliding layers (rope_local_base_freq, never scaled).
+  std::vector<float> rope_inv_freq(bool local = false) const;
 
   // Checked: throws InputError if the count does not fit int64 (validate bounds it first).
   int64_t num_parameters() const;
 };
 
 // Built-in presets with public config values: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,
-// qwen3-14b, qwen3-32b, qwen2.5-0.5b, qwen2.5-7b, llama3.1-8b, llama3.2-1b and tiny test shapes.
+// qwen3-14b, qwen3-32b, qwen2.5-0.5b, qwen2.5-7b, llama3.1-8b, llama3.2-1b, gemma3-1b, gemma3-4b,
+// gemma3-12b, gemma3-27b (text models) and tiny test shapes.
 bool has_preset(const std::string& name);
 ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();

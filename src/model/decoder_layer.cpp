@@ -5,12 +5,21 @@
 namespace sbp {
 
 DecoderLayerOps::DecoderLayerOps(const ModelConfig& cfg, Backend& be, Pool& pool,
-                                 const StepTables& tables, DType act_dtype)
-    : cfg_(cfg), be_(be), pool_(pool), tables_(tables), act_(act_dtype) {
+                                 const StepTables& tables, DType act_dtype, int64_t layer)
+    : cfg_(cfg),
+      be_(be),
+      pool_(pool),
+      tables_(tables),
+      act_(act_dtype),
+      off_(cfg.norm_weight_offset()) {
   dims_.n_heads = cfg.num_attention_heads;
   dims_.n_kv_heads = cfg.num_key_value_heads;
   dims_.head_dim = cfg.head_dim;
-  dims_.scale = 1.0f / std::sqrt(static_cast<float>(cfg.head_dim));
+  dims_.scale = cfg.attention_scale();
+  dims_.window = cfg.layer_window(layer);
+  const bool local = cfg.layer_is_sliding(layer) && tables.rope_local.defined();
+  SBP_CHECK(local || !cfg.layer_is_sliding(layer), "sliding layer without a local rope table");
+  rope_ = local ? tables.rope_local : tables.rope;
 }
 
 Buffer DecoderLayerOps::alloc(Category c, int64_t rows, int64_t cols, DType dt) {
@@ -45,7 +54,7 @@ void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t
   const int64_t n = x.rows(), d = cfg_.hidden_size, Gh = cfg_.num_key_value_heads * cfg_.head_dim;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Buffer a = alloc(Category::layer_workspace, n, d, act_);  // (n, d)
-  be_.rmsnorm_forward(a.view(), x, w.input_norm, eps);
+  be_.rmsnorm_forward(a.view(), x, w.input_norm, eps, off_);
   const Tensor k = kv.k.rows(s, s + n);  // (n, G*h)
   if (cfg_.qk_norm()) {
     Buffer tmp;
@@ -57,11 +66,11 @@ void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t
       k_raw = tmp.view();
     }
     linear(k_raw, a.view(), w.k_proj, w.k_bias);
-    be_.rmsnorm_forward(k, k_raw, w.k_norm, eps);
+    be_.rmsnorm_forward(k, k_raw, w.k_norm, eps, off_);
   } else {
     linear(k, a.view(), w.k_proj, w.k_bias);
   }
-  be_.rope_forward(k, tables_.positions.slice_rows(s, s + n), tables_.rope);
+  be_.rope_forward(k, tables_.positions.slice_rows(s, s + n), rope_);
   linear(kv.v.rows(s, s + n), a.view(), w.v_proj, w.v_bias);
 }
 
@@ -76,18 +85,18 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
   ChunkActs& t = save ? *save : local;
 
   t.a = alloc(c, n, d, act_);  // (n, d)
-  be_.rmsnorm_forward(t.a.view(), x, w.input_norm, eps);
+  be_.rmsnorm_forward(t.a.view(), x, w.input_norm, eps, off_);
   t.q = alloc(c, n, Hh, act_);  // (n, H*h)
   if (cfg_.qk_norm()) {
     t.q_raw = alloc(c, n, Hh, act_);
     linear(t.q_raw.view(), t.a.view(), w.q_proj, w.q_bias);
-    be_.rmsnorm_forward(t.q.view(), t.q_raw.view(), w.q_norm, eps);
+    be_.rmsnorm_forward(t.q.view(), t.q_raw.view(), w.q_norm, eps, off_);
     if (!save) t.q_raw.reset();
   } else {
     linear(t.q.view(), t.a.view(), w.q_proj, w.q_bias);
   }
   if (!save) t.a.reset();
-  be_.rope_forward(t.q.view(), tables_.positions.slice_rows(s, s + n), tables_.rope);
+  be_.rope_forward(t.q.view(), tables_.positions.slice_rows(s, s + n), rope_);
 
   t.attn = alloc(c, n, Hh, act_);      // (n, H*h)
   t.lse = alloc(c, n, H, DType::F32);  // (n, H)
@@ -99,25 +108,48 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
   }
 
   t.x2 = alloc(c, n, d, act_);  // (n, d) = x + attn Wo^T + bo
-  be_.copy(t.x2.view(), x);
-  be_.gemm(t.x2.view(), t.attn.view(), false, w.o_proj, true, 1.0f, 1.0f);
-  if (w.o_bias.defined()) be_.add_bias(t.x2.view(), w.o_bias);
+  if (cfg_.sandwich_norms()) {
+    // x2 = x + rmsnorm(p; g_ao), p = attn Wo^T (+ bo). Normed output first, then the residual
+    // add, each rounded once in bf16: the order transformers computes.
+    t.attn_proj = alloc(c, n, d, act_);  // (n, d)
+    linear(t.attn_proj.view(), t.attn.view(), w.o_proj, w.o_bias);
+    be_.rmsnorm_forward(t.x2.view(), t.attn_proj.view(), w.attn_out_norm, eps, off_);
+    be_.add_inplace(t.x2.view(), x);
+    if (!save) t.attn_proj.reset();
+  } else {
+    be_.copy(t.x2.view(), x);
+    be_.gemm(t.x2.view(), t.attn.view(), false, w.o_proj, true, 1.0f, 1.0f);
+    if (w.o_bias.defined()) be_.add_bias(t.x2.view(), w.o_bias);
+  }
   if (!save) t.attn.reset();
 
   t.b = alloc(c, n, d, act_);  // (n, d)
-  be_.rmsnorm_forward(t.b.view(), t.x2.view(), w.post_norm, eps);
+  be_.rmsnorm_forward(t.b.view(), t.x2.view(), w.post_norm, eps, off_);
   t.gate = alloc(c, n, F, act_);  // (n, F)
   t.up = alloc(c, n, F, act_);    // (n, F)
   linear(t.gate.view(), t.b.view(), w.gate_proj, Tensor());
   linear(t.up.view(), t.b.view(), w.up_proj, Tensor());
   if (!save) t.b.reset();
   t.act = alloc(c, n, F, act_);  // (n, F)
-  be_.swiglu_forward(t.act.view(), t.gate.view(), t.up.view());
+  if (cfg_.gelu_mlp())
+    be_.geglu_forward(t.act.view(), t.gate.view(), t.up.view());
+  else
+    be_.swiglu_forward(t.act.view(), t.gate.view(), t.up.view());
   if (!save) {
     t.gate.reset();
     t.up.reset();
   }
-  if (y.defined()) {
+  if (cfg_.sandwich_norms()) {
+    // y = x2 + rmsnorm(m; g_mo), m = act Wd^T: the backward needs m, so it is computed even
+    // without y.
+    t.mlp_out = alloc(c, n, d, act_);  // (n, d)
+    linear(t.mlp_out.view(), t.act.view(), w.down_proj, Tensor());
+    if (y.defined()) {
+      be_.rmsnorm_forward(y, t.mlp_out.view(), w.mlp_out_norm, eps, off_);
+      be_.add_inplace(y, t.x2.view());
+    }
+    if (!save) t.mlp_out.reset();
+  } else if (y.defined()) {
     be_.copy(y, t.x2.view());
     be_.gemm(y, t.act.view(), false, w.down_proj, true, 1.0f, 1.0f);
   }
@@ -133,14 +165,28 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
   const Category ws = Category::layer_workspace;
   const Tensor positions = tables_.positions.slice_rows(s, s + n);
 
-  // MLP: y = x2 + act Wd^T. gy doubles as d(x2) from here on (the residual path).
+  // MLP: y = x2 + act Wd^T (Gemma: x2 + rmsnorm(act Wd^T)). gy doubles as d(x2) from here on
+  // (the residual path).
   {
+    Buffer dm;       // (n, d) Gemma: gradient of the MLP output m
+    Tensor dmlp = gy;  // gradient of act Wd^T
+    if (cfg_.sandwich_norms()) {
+      dm = pool_.zeros(ws, DType::F32, {n, d});
+      be_.rmsnorm_backward(dm.view(), gw.mlp_out_norm, gy, t.mlp_out.view(), w.mlp_out_norm, eps,
+                           off_);
+      t.mlp_out.reset();
+      dmlp = dm.view();
+    }
     Buffer dact = alloc(ws, n, F, DType::F32);  // (n, F)
-    linear_backward(dact.view(), 0.0f, gw.down_proj, Tensor(), gy, t.act.view(), w.down_proj);
+    linear_backward(dact.view(), 0.0f, gw.down_proj, Tensor(), dmlp, t.act.view(), w.down_proj);
+    dm.reset();
     t.act.reset();
     Buffer dgate = pool_.zeros(ws, DType::F32, {n, F});  // (n, F)
     Buffer dup = pool_.zeros(ws, DType::F32, {n, F});    // (n, F)
-    be_.swiglu_backward(dgate.view(), dup.view(), dact.view(), t.gate.view(), t.up.view());
+    if (cfg_.gelu_mlp())
+      be_.geglu_backward(dgate.view(), dup.view(), dact.view(), t.gate.view(), t.up.view());
+    else
+      be_.swiglu_backward(dgate.view(), dup.view(), dact.view(), t.gate.view(), t.up.view());
     dact.reset();
     t.gate.reset();
     t.up.reset();
@@ -150,15 +196,25 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
     linear_backward(db.view(), 1.0f, gw.up_proj, Tensor(), dup.view(), t.b.view(), w.up_proj);
     dup.reset();
     t.b.reset();
-    be_.rmsnorm_backward(gy, gw.post_norm, db.view(), t.x2.view(), w.post_norm, eps);
+    be_.rmsnorm_backward(gy, gw.post_norm, db.view(), t.x2.view(), w.post_norm, eps, off_);
     t.x2.reset();
   }
 
-  // Attention output projection and attention: x2 = x + attn Wo^T + bo.
+  // Attention output projection and attention: x2 = x + attn Wo^T + bo (Gemma: x + rmsnorm(p)).
   Buffer da = alloc(ws, n, d, DType::F32);  // (n, d) gradient of the input-norm output
   {
+    Buffer dp;         // (n, d) Gemma: gradient of p = attn Wo^T
+    Tensor dproj = gy;  // gradient of attn Wo^T + bo
+    if (cfg_.sandwich_norms()) {
+      dp = pool_.zeros(ws, DType::F32, {n, d});
+      be_.rmsnorm_backward(dp.view(), gw.attn_out_norm, gy, t.attn_proj.view(), w.attn_out_norm,
+                           eps, off_);
+      t.attn_proj.reset();
+      dproj = dp.view();
+    }
     Buffer dattn = alloc(ws, n, Hh, DType::F32);  // (n, H*h)
-    linear_backward(dattn.view(), 0.0f, gw.o_proj, gw.o_bias, gy, t.attn.view(), w.o_proj);
+    linear_backward(dattn.view(), 0.0f, gw.o_proj, gw.o_bias, dproj, t.attn.view(), w.o_proj);
+    dp.reset();
     Buffer dq = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
     be_.attention_backward(dq.view(), dK, dV, dattn.view(), t.q.view(), kv.k.view(), kv.v.view(),
                            t.attn.view(), t.lse.view(), tables_.seg_start, s, dims_);
@@ -166,10 +222,11 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
     t.attn.reset();
     t.q.reset();
     t.lse.reset();
-    be_.rope_backward(dq.view(), positions, tables_.rope);
+    be_.rope_backward(dq.view(), positions, rope_);
     if (cfg_.qk_norm()) {
       Buffer dq_raw = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
-      be_.rmsnorm_backward(dq_raw.view(), gw.q_norm, dq.view(), t.q_raw.view(), w.q_norm, eps);
+      be_.rmsnorm_backward(dq_raw.view(), gw.q_norm, dq.view(), t.q_raw.view(), w.q_norm, eps,
+                           off_);
       dq = std::move(dq_raw);
       t.q_raw.reset();
     }
@@ -180,7 +237,7 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
   // (rows >= s) has been processed.
   {
     const Tensor dk = dK.slice_rows(s, s + n);  // (n, G*h)
-    be_.rope_backward(dk, positions, tables_.rope);
+    be_.rope_backward(dk, positions, rope_);
     if (cfg_.qk_norm()) {
       Buffer k_raw_tmp;
       Tensor k_raw;  // (n, G*h)
@@ -192,7 +249,7 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
         k_raw = k_raw_tmp.view();
       }
       Buffer dk_raw = pool_.zeros(ws, DType::F32, {n, Gh});  // (n, G*h)
-      be_.rmsnorm_backward(dk_raw.view(), gw.k_norm, dk, k_raw, w.k_norm, eps);
+      be_.rmsnorm_backward(dk_raw.view(), gw.k_norm, dk, k_raw, w.k_norm, eps, off_);
       k_raw_tmp.reset();
       linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk_raw.view(), t.a.view(), w.k_proj);
     } else {
@@ -204,7 +261,7 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
 
   t.a.reset();
   // Input norm; gy becomes dL/dx = d(x2) + rmsnorm_backward(da).
-  be_.rmsnorm_backward(gy, gw.input_norm, da.view(), x, w.input_norm, eps);
+  be_.rmsnorm_backward(gy, gw.input_norm, da.view(), x, w.input_norm, eps, off_);
 }
 
 }  // namespace sbp

@@ -1,8 +1,9 @@
 #pragma once
-// One Llama/Qwen decoder layer as explicit forward/backward passes over a ROW RANGE [s, e)
-// of the packed stream (DESIGN §2). The layer does not know the execution mode: the engine
-// calls kv_forward / rows_forward / rows_backward on whole-T or chunk ranges.
+// One Llama/Qwen/Gemma 3 decoder layer as explicit forward/backward passes over a ROW RANGE
+// [s, e) of the packed stream (DESIGN §2). The layer does not know the execution mode: the
+// engine calls kv_forward / rows_forward / rows_backward on whole-T or chunk ranges.
 //
+// Llama / Qwen:
 //   a  = rmsnorm(x; g1)                        (n, d)
 //   q  = rope(qnorm(a Wq^T + bq))              (n, H*h)
 //   k  = rope(knorm(a Wk^T + bk)), v = a Wv^T + bv   written into full-length K, V (T, G*h)
@@ -10,6 +11,16 @@
 //   x2 = x + o Wo^T + bo                       (n, d)
 //   b  = rmsnorm(x2; g2)                       (n, d)
 //   y  = x2 + (silu(b Wg^T) * (b Wu^T)) Wd^T   (n, d)
+// Gemma 3 (every rmsnorm scales by 1 + g; "sandwich" norms around attention and MLP):
+//   a  = rmsnorm(x; g1)
+//   q  = rope_l(qnorm(a Wq^T)), k = rope_l(knorm(a Wk^T)), v = a Wv^T
+//   o  = attention_l(q, K, V)  scale query_pre_attn_scalar^-1/2; sliding layers: window w
+//   p  = o Wo^T                                (n, d)
+//   x2 = x + rmsnorm(p; g_ao)                  post_attention_layernorm
+//   b  = rmsnorm(x2; g2)                       pre_feedforward_layernorm
+//   m  = (gelu_tanh(b Wg^T) * (b Wu^T)) Wd^T   (n, d)
+//   y  = x2 + rmsnorm(m; g_mo)                 post_feedforward_layernorm
+// (rope_l: the local table, rope_local_base_freq, on sliding layers; the global one on full.)
 #include <cstdint>
 
 #include "backend/backend.h"
@@ -24,6 +35,7 @@ struct StepTables {
   Tensor positions;  // (T) I32 position within the segment
   Tensor seg_start;  // (T) I32 first row of the row's segment
   Tensor rope;       // (P, h) F32 [cos | sin] rows for positions 0..P-1
+  Tensor rope_local;  // (P, h) F32 the same for Gemma's sliding layers; undefined otherwise
 };
 
 // Full-length keys and values of one layer.
@@ -44,13 +56,16 @@ struct ChunkActs {
   Buffer b;      // (n, d) post-attention norm output
   Buffer gate;   // (n, F)
   Buffer up;     // (n, F)
-  Buffer act;    // (n, F) silu(gate) * up
+  Buffer act;    // (n, F) silu(gate) * up (gelu_tanh for Gemma)
+  Buffer attn_proj;  // (n, d) Gemma: o Wo^T, the input of the post-attention norm
+  Buffer mlp_out;    // (n, d) Gemma: the MLP output, the input of the post-feedforward norm
 };
 
 class DecoderLayerOps {
  public:
+  // `layer` selects what differs between layers: the attention window and the rope table.
   DecoderLayerOps(const ModelConfig& cfg, Backend& be, Pool& pool, const StepTables& tables,
-                  DType act_dtype);
+                  DType act_dtype, int64_t layer);
 
   // Allocates K/V for T rows in category `c` (k_raw only if keep_k_raw and the model has qk-norm).
   LayerKV alloc_kv(int64_t T, Category c, bool keep_k_raw);
@@ -60,7 +75,8 @@ class DecoderLayerOps {
 
   // Forward of rows [s, s+n) given K/V of rows [0, s+n). Writes y (n, d) if defined; saves
   // intermediates into *save (allocated in `save_cat`) if non-null. Without y, the down
-  // projection is skipped (a backward-only recompute does not need the layer output).
+  // projection is skipped (a backward-only recompute does not need the layer output) — except
+  // with sandwich norms, whose backward needs the MLP output.
   void rows_forward(const LayerTensors& w, const Tensor& x, int64_t s, const LayerKV& kv,
                     const Tensor& y, ChunkActs* save, Category save_cat);
 
@@ -87,6 +103,8 @@ class DecoderLayerOps {
   const StepTables& tables_;
   DType act_;
   AttentionDims dims_;
+  Tensor rope_;  // this layer's rope table
+  float off_;    // cfg.norm_weight_offset()
 };
 
 }  // namespace sbp

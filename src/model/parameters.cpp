@@ -28,6 +28,10 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
       s.push_back({p + "self_attn.k_norm.weight", {h}});
     }
     s.push_back({p + "post_attention_layernorm.weight", {d}});
+    if (c.sandwich_norms()) {
+      s.push_back({p + "pre_feedforward_layernorm.weight", {d}});
+      s.push_back({p + "post_feedforward_layernorm.weight", {d}});
+    }
     s.push_back({p + "mlp.gate_proj.weight", {F, d}});
     s.push_back({p + "mlp.up_proj.weight", {F, d}});
     s.push_back({p + "mlp.down_proj.weight", {d, F}});
@@ -52,7 +56,11 @@ ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category
 
 ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category, DType dtype,
                            bool zero, ModelHead head)
-    : head_(head), tied_(cfg.tie_word_embeddings), layers_(cfg.num_hidden_layers) {
+    : head_(head),
+      tied_(cfg.tie_word_embeddings),
+      layers_(cfg.num_hidden_layers),
+      sandwich_(cfg.sandwich_norms()),
+      norm_offset_(cfg.norm_weight_offset()) {
   specs_ = parameter_specs(cfg, head);
   buffers_.reserve(specs_.size());
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -68,6 +76,8 @@ ParameterSet ParameterSet::unallocated(const ModelConfig& cfg, ModelHead head) {
   p.head_ = head;
   p.tied_ = cfg.tie_word_embeddings;
   p.layers_ = cfg.num_hidden_layers;
+  p.sandwich_ = cfg.sandwich_norms();
+  p.norm_offset_ = cfg.norm_weight_offset();
   p.specs_ = parameter_specs(cfg, head);
   p.buffers_.resize(p.specs_.size());
   for (size_t i = 0; i < p.specs_.size(); ++i) p.index_[p.specs_[i].name] = i;
@@ -128,7 +138,13 @@ void ParameterSet::build_views() {
     t.o_bias = opt(p + "self_attn.o_proj.bias");
     t.q_norm = opt(p + "self_attn.q_norm.weight");
     t.k_norm = opt(p + "self_attn.k_norm.weight");
-    t.post_norm = get(p + "post_attention_layernorm.weight");
+    if (sandwich_) {  // Gemma: post_attention_layernorm norms the attention output
+      t.attn_out_norm = get(p + "post_attention_layernorm.weight");
+      t.post_norm = get(p + "pre_feedforward_layernorm.weight");
+      t.mlp_out_norm = get(p + "post_feedforward_layernorm.weight");
+    } else {
+      t.post_norm = get(p + "post_attention_layernorm.weight");
+    }
     t.gate_proj = get(p + "mlp.gate_proj.weight");
     t.up_proj = get(p + "mlp.up_proj.weight");
     t.down_proj = get(p + "mlp.down_proj.weight");
@@ -151,7 +167,8 @@ void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float
       p.resize(static_cast<size_t>(rows.numel()));
       for (float& x : p) {
         if (is_norm) {
-          x = style == InitStyle::test ? 1.0f + 0.2f * rng.normal() : 1.0f;
+          const float identity = 1.0f - params.norm_weight_offset();  // (offset + w) = 1
+          x = style == InitStyle::test ? identity + 0.2f * rng.normal() : identity;
         } else if (is_bias) {
           x = style == InitStyle::test ? 0.1f * rng.normal() : 0.0f;
         } else {

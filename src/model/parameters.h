@@ -24,7 +24,10 @@ struct LayerTensors {
   Tensor o_bias;      // (d)          attention_bias (llama/qwen3)
   Tensor q_norm;      // (h)          qwen3
   Tensor k_norm;      // (h)          qwen3
-  Tensor post_norm;   // (d)
+  Tensor post_norm;   // (d)          the norm before the MLP: post_attention_layernorm
+                      //              (Llama/Qwen), pre_feedforward_layernorm (Gemma)
+  Tensor attn_out_norm;  // (d)       Gemma: post_attention_layernorm, on the attention output
+  Tensor mlp_out_norm;   // (d)       Gemma: post_feedforward_layernorm, on the MLP output
   Tensor gate_proj;   // (F, d)
   Tensor up_proj;     // (F, d)
   Tensor down_proj;   // (d, F)
@@ -79,6 +82,9 @@ class ParameterSet {
   int64_t numel() const;
   ModelHead head() const { return head_; }
   const Shape& shape(size_t i) const { return specs_[i].shape; }  // also when not attached
+  // What the model adds to every norm weight (ModelConfig::norm_weight_offset): 1 for Gemma,
+  // whose norms are stored centred on 0, so their identity initialisation is 0.
+  float norm_weight_offset() const { return norm_offset_; }
 
   // Binds tensor i to `b` (of the spec's shape) or releases it; views() follow at once, so an
   // engine holding views().layers[l] sees the new memory.
@@ -95,10 +101,12 @@ class ParameterSet {
   ModelHead head_ = ModelHead::lm;
   bool tied_ = false;   // cfg.tie_word_embeddings
   int64_t layers_ = 0;  // cfg.num_hidden_layers
+  bool sandwich_ = false;   // cfg.sandwich_norms()
+  float norm_offset_ = 0.0f;  // cfg.norm_weight_offset()
 };
 
 // Initialisation from a seed. `hf` follows transformers' _init_weights (normal(0, std) for
-// matrices and embeddings, ones for norms, zeros for biases). `test` also perturbs norms
+// matrices and embeddings, ones for norms (zeros for Gemma's 1 + w norms), zeros for biases). `test` also perturbs norms
 // and biases so that gradient tests exercise every term.
 enum class InitStyle { hf, test };
 void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float std = 0.02f);

@@ -24,7 +24,7 @@ ModelConfig demo_model(const DemoOptions& o, int64_t vocab) {
   ModelConfig c = preset_config("tiny-qwen3");
   c.hidden_size = o.hidden;
   c.intermediate_size = 3 * o.hidden;
-  c.num_hidden_layers = o.layers;
+  c.set_num_layers(o.layers);
   c.num_attention_heads = o.heads;
   c.num_key_value_heads = o.heads;
   c.head_dim = o.hidden / o.heads;

@@ -178,6 +178,34 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
        [&] {
          be.swiglu_backward(dx, dx, x, t({n, d}, I32), x);
        }},
+      // ---- geglu (Gemma) ----
+      {"geglu_forward", "up F32(4, 7)",
+       [&] {
+         be.geglu_forward(x, y, t({n, d - 1}));
+       }},
+      {"geglu_forward", "out I32",
+       [&] {
+         be.geglu_forward(t({n, d}, I32), x, y);
+       }},
+      {"geglu_backward", "dgate F32(8)", [&] { be.geglu_backward(t({d}), dx, x, y, x); }},
+      {"geglu_backward", "gate I32",
+       [&] {
+         be.geglu_backward(dx, dx, x, t({n, d}, I32), x);
+       }},
+      // ---- softcap (Gemma) ----
+      {"softcap_forward", "cap = 0", [&] { be.softcap_forward(y, 0.0f); }},
+      {"softcap_forward", "cap = nan", [&] { be.softcap_forward(y, kNaN); }},
+      {"softcap_forward", "x I32", [&] { be.softcap_forward(t({4}, I32), 1.0f); }},
+      {"softcap_backward", "dx F32(3)", [&] { be.softcap_backward(t({3}), y, 1.0f); }},
+      {"softcap_backward", "cap = -1", [&] { be.softcap_backward(dx, y, -1.0f); }},
+      {"rmsnorm_forward", "weight_offset = inf",
+       [&] {
+         be.rmsnorm_forward(y, x, g, 1e-6f, kInf);
+       }},
+      {"rmsnorm_backward", "weight_offset = nan",
+       [&] {
+         be.rmsnorm_backward(dx, dg, y, x, g, 1e-6f, kNaN);
+       }},
       // ---- attention ----
       {"attention_forward", "not a multiple of G=3",
        [&] {
@@ -361,6 +389,10 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
                                      "rope_backward",
                                      "swiglu_forward",
                                      "swiglu_backward",
+                                     "geglu_forward",
+                                     "geglu_backward",
+                                     "softcap_forward",
+                                     "softcap_backward",
                                      "attention_forward",
                                      "attention_backward",
                                      "embedding_forward",
@@ -388,6 +420,11 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
   EXPECT_NO_THROW(be.rope_backward(qx, pos, table));
   EXPECT_NO_THROW(be.swiglu_forward(y, x, x));
   EXPECT_NO_THROW(be.swiglu_backward(dx, dx, y, x, x));
+  EXPECT_NO_THROW(be.geglu_forward(y, x, x));
+  EXPECT_NO_THROW(be.geglu_backward(dx, dx, y, x, x));
+  EXPECT_NO_THROW(be.softcap_forward(y, 30.0f));
+  EXPECT_NO_THROW(be.softcap_backward(dx, y, 30.0f));
+  EXPECT_NO_THROW(be.rmsnorm_forward(y, x, g, 1e-6f, 1.0f));
   EXPECT_NO_THROW(be.attention_forward(out, lse_a, q, k, v, seg, 0, dims));
   EXPECT_NO_THROW(be.attention_backward(dq, dk, dv, dout, q, k, v, out, lse_a, seg, 2, dims));
   EXPECT_NO_THROW(be.embedding_forward(x, tok, emb));

@@ -1,6 +1,6 @@
 // Every execution mode gives base's loss and gradients (fp32, ~1e-5 relative), for
-// architectures covering GQA, qk-norm, attention biases, tied/untied embeddings and llama3
-// rope scaling, several segments, and chunk sizes 1, 7, T/3, T and sizes that do not divide T.
+// architectures covering GQA, qk-norm, attention biases, tied/untied embeddings, llama3
+// rope scaling and Gemma 3 (sandwich norms, GeGLU, sliding windows, soft-capped logits), several segments, and chunk sizes 1, 7, T/3, T and sizes that do not divide T.
 #include <gtest/gtest.h>
 
 #include "cli/gradcheck.h"
@@ -29,12 +29,32 @@ ModelConfig mqa_llama() {
   return c;
 }
 
+// Gemma 3 with multi-query attention, attention biases, an untied head, no soft-capping, and
+// layers sliding, sliding, full with a window of 3 (shorter than every segment but the
+// smallest chunk sizes).
+ModelConfig gemma3_mqa_bias() {
+  ModelConfig c = preset_config("tiny-gemma3");
+  c.num_key_value_heads = 1;
+  c.attention_bias = true;
+  c.tie_word_embeddings = false;
+  c.final_logit_softcapping = 0.0;
+  c.sliding_window = 3;
+  c.num_hidden_layers = 3;
+  c.layer_sliding = {true, true, false};
+  c.validate("gemma3_mqa_bias");
+  return c;
+}
+
 std::vector<Case> cases() {
   return {{"qwen3_gqa_qknorm_untied", preset_config("tiny-qwen3")},
           {"qwen2_bias_tied", preset_config("tiny-qwen2")},
           {"llama_rope_scaling", preset_config("tiny-llama")},
           {"qwen3_bias_tied", qwen3_with_bias()},
-          {"llama_mqa", mqa_llama()}};
+          {"llama_mqa", mqa_llama()},
+          // window 5, sliding + full layers, linear rope on the full one, soft-capped logits,
+          // tied embeddings, GQA
+          {"gemma3_window_softcap", preset_config("tiny-gemma3")},
+          {"gemma3_mqa_bias", gemma3_mqa_bias()}};
 }
 
 class ModeEquality : public ::testing::TestWithParam<size_t> {};
@@ -64,7 +84,7 @@ TEST_P(ModeEquality, EveryModeMatchesBase) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ModeEquality, ::testing::Range<size_t>(0, 5),
+INSTANTIATE_TEST_SUITE_P(Architectures, ModeEquality, ::testing::Range<size_t>(0, 7),
                          [](const ::testing::TestParamInfo<size_t>& i) {
                            return std::string(cases()[i.param].name);
                          });

@@ -42,7 +42,8 @@ struct SmallModel {
 };
 
 TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
-  for (const char* preset : {"tiny-qwen3", "tiny-qwen2", "tiny-llama"}) {
+  // tiny-gemma3: sandwich norms, GeGLU, window 5 below the segment lengths, soft-capped logits.
+  for (const char* preset : {"tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gemma3"}) {
     SmallModel m(preset);
     const Batch b = cli::random_batch(m.cfg.vocab_size, 23, 2, 5, true);
     ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);

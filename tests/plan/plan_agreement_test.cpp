@@ -77,7 +77,10 @@ class PlanAgreement : public ::testing::Test {
 TEST_F(PlanAgreement, LedgerPeakAndBreakdownEqualARealStepExactly) {
   const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), preset_config("tiny-qwen2"),
                                            preset_config("tiny-llama"), tied_qwen3_with_bias(),
-                                           mqa_llama()};
+                                           mqa_llama(),
+                                           // sandwich norms, sliding layers, the soft-capped
+                                           // head's second logits block
+                                           preset_config("tiny-gemma3")};
   int cases = 0;
   for (size_t mi = 0; mi < models.size(); ++mi) {
     const ModelConfig& cfg = models[mi];
@@ -109,7 +112,7 @@ TEST_F(PlanAgreement, LedgerPeakAndBreakdownEqualARealStepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 270);
+  EXPECT_EQ(cases, 324);  // 6 models x 54
 }
 
 // One real fp32 step of any objective through the step runner on the CPU, with every model the

@@ -38,7 +38,8 @@ from make_fixtures import FIXTURES, REPO, versions, write_json  # noqa: E402
 # Must match kRoundtrips / kSteps in tests/parity/hf_parity_test.cpp.
 ROUNDTRIPS = {"qwen3_gqa_qknorm": "BF16, sharded (max_shard_bytes 30000)",
               "llama_rope_llama3": "BF16",
-              "qwen2_bias_tied": "F32, tied embeddings"}
+              "qwen2_bias_tied": "F32, tied embeddings",
+              "gemma3_sliding_softcap": "BF16, gemma3_text (tied, soft-capped, sliding layers)"}
 STEPS = 3
 RECIPE = ("fixture weights; 3 AdamW steps (lr 1e-2, betas 0.9/0.999, eps 1e-8, weight decay "
           "0.01 on matrices) of the SFT loss on the fixture's tokens.json, mode stream "
@@ -58,6 +59,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--test-binary", type=Path, default=REPO / "build" / "tests" / "hf_parity_test")
     ap.add_argument("--out", type=Path, default=FIXTURES / "roundtrip")
+    ap.add_argument("--only", action="append",
+                    help="record only this fixture (repeatable); the others are left as they are")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if not args.test_binary.exists():
@@ -70,6 +73,8 @@ def main() -> int:
                         "--gtest_filter=*HfRoundtrip.RecipeRecreatesTheCommittedCheckpoint/*"],
                        env=env, check=True)
         for name, how in ROUNDTRIPS.items():
+            if args.only and name not in args.only:
+                continue
             ckpt = Path(tmp) / name
             model, info = AutoModelForCausalLM.from_pretrained(
                 ckpt, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)

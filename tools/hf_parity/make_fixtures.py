@@ -43,7 +43,8 @@ import safetensors
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config)
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config,
+                          Qwen3Config)
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"
@@ -55,7 +56,8 @@ LOGIT_LAST_ROWS = 3
 LOGIT_FIRST_COLS = 16
 LOGIT_LAST_COLS = 8
 
-CONFIG_CLASSES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
+CONFIG_CLASSES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config,
+                  "gemma3_text": Gemma3TextConfig}
 
 
 def tiny(**overrides) -> dict:
@@ -111,6 +113,37 @@ FIXTURE_SPECS = [
          lengths=[27, 38], dtype="float32", shard="40KB",
          covers="a sharded checkpoint (model.safetensors.index.json + several shards), "
                 "qwen2 untied, rope_theta 1e6"),
+    dict(name="gemma3_sliding_softcap", model_type="gemma3_text", seed=7,
+         config=tiny(rope_theta=10000.0, tie_word_embeddings=True, num_hidden_layers=3,
+                     query_pre_attn_scalar=24, sliding_window=6,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                     rope_parameters={
+                         "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                            "rope_theta": 10000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
+                     final_logit_softcapping=1.0),
+         # Window 6 is far below every sequence but the last: most rows of the sliding layers
+         # see a truncated past; the full layer sees all of it. Soft-capping at 1.0 bites
+         # (the logits are O(1) before it).
+         lengths=[37, 23, 50, 9], dtype="float32", shard=None, lowest_token_id=1,
+         covers="gemma3_text: (1 + w) RMSNorms, sandwich norms, q/k norms, GeGLU (gelu tanh), "
+                "sqrt(d)-scaled tied embeddings, query_pre_attn_scalar 24 != head_dim 16, "
+                "layer_types sliding/full/sliding with a window of 6, a local rope base (100) "
+                "and a linearly scaled (x4) global one, final_logit_softcapping 1.0, GQA"),
+    dict(name="gemma3_mqa_pattern", model_type="gemma3_text", seed=8,
+         config=tiny(vocab_size=90, hidden_size=48, intermediate_size=80,
+                     num_attention_heads=4, num_key_value_heads=1, head_dim=12,
+                     tie_word_embeddings=False, attention_bias=True,
+                     query_pre_attn_scalar=12, sliding_window=4, sliding_window_pattern=2,
+                     rope_theta=50000.0, rope_local_base_freq=500.0),
+         # config.json rewritten to the older spelling (see OLD_SPELLING): no layer_types, no
+         # rope_parameters; transformers and streambp both derive them from
+         # sliding_window_pattern, rope_theta and rope_local_base_freq.
+         old_spelling=True, lowest_token_id=1,
+         lengths=[19, 33, 7, 26], dtype="float32", shard=None,
+         covers="gemma3_text in the older config spelling (sliding_window_pattern 2, rope_theta "
+                "+ rope_local_base_freq), multi-query attention (1 kv head), attention_bias, "
+                "untied LM head, window 4, no soft-capping"),
 ]
 
 
@@ -129,12 +162,15 @@ def make_model(spec: dict):
     # ignores a norm or a bias pass. Draw every tensor ourselves, from our own generator, in
     # name order (independent of transformers' init order): matrices N(0, 0.08^2) so
     # activations and gradients are O(1), norms 1 + N(0, 0.1^2), biases N(0, 0.1^2).
+    # Gemma's norms scale by (1 + w): centred on 0, so that the effective scale is 1 + N(0, 0.1^2)
+    # as for the other families.
+    centre = 0.0 if spec["model_type"] == "gemma3_text" else 1.0
     gen = torch.Generator().manual_seed(1000 + spec["seed"])
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if name.endswith("norm.weight") or "layernorm" in name:
-                p.copy_(1.0 + 0.1 * noise)
+                p.copy_(centre + 0.1 * noise)
             elif name.endswith(".bias"):
                 p.copy_(0.1 * noise)
             else:
@@ -146,9 +182,14 @@ def make_inputs(spec: dict, vocab: int) -> tuple[list[list[int]], list[list[int]
     """Sequences of the given (different) lengths and HF-labels-style loss masks: a prompt
     prefix masked out, then ~20% of the remaining tokens masked at random."""
     gen = torch.Generator().manual_seed(2000 + spec["seed"])
+    # Gemma's embedding is an nn.Embedding with padding_idx = pad_token_id (0): PyTorch leaves
+    # that row's gradient out of the lookup's backward (the pad row is frozen), while streambp
+    # computes the gradient of the function as written. Packed data has no padding, so the
+    # Gemma inputs avoid the pad id rather than pin a PyTorch training convention.
+    low = spec.get("lowest_token_id", 0)
     seqs, masks = [], []
     for i, n in enumerate(spec["lengths"]):
-        ids = torch.randint(0, vocab, (n,), generator=gen).tolist()
+        ids = torch.randint(low, vocab, (n,), generator=gen).tolist()
         prompt = n // 4 if i % 2 == 0 else 0
         keep = (torch.rand(n, generator=gen) > 0.2).tolist()
         mask = [0 if t < prompt else int(keep[t]) for t in range(n)]
@@ -262,6 +303,16 @@ def make_fixture(spec: dict, root: Path) -> None:
         assert (model_dir / "model.safetensors.index.json").exists(), "expected a sharded save"
     else:
         assert (model_dir / "model.safetensors").exists()
+    if spec.get("old_spelling"):
+        # Gemma 3 configs on the Hub predate transformers 5: no layer_types and no
+        # rope_parameters, only sliding_window_pattern, rope_theta and rope_local_base_freq.
+        cfg = json.loads((model_dir / "config.json").read_text())
+        rope = cfg.pop("rope_parameters")
+        cfg.pop("layer_types")
+        cfg.pop("_sliding_window_pattern", None)
+        cfg["rope_theta"] = rope["full_attention"]["rope_theta"]
+        cfg["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+        (model_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
     # The reference is computed from the files just written, loaded the ordinary way and upcast
     # to float32: for the bf16 fixture that is the bf16-rounded weights, as streambp sees them.
@@ -296,9 +347,11 @@ def make_fixture(spec: dict, root: Path) -> None:
     save_file(grads16, str(out / "expected_grads_bf16.safetensors"), metadata={"format": "pt"})
 
 
-def generate(root: Path) -> None:
+def generate(root: Path, only: list[str] | None = None) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for spec in FIXTURE_SPECS:
+        if only and spec["name"] not in only:
+            continue
         make_fixture(spec, root)
         print(f"wrote {root / spec['name']}")
     write_json(root / "VERSIONS.json", versions())
@@ -384,11 +437,13 @@ def main() -> int:
                     help="regenerate into a temporary directory and compare with --out")
     ap.add_argument("--tolerance", type=float, default=1e-6,
                     help="--check: largest accepted relative difference")
+    ap.add_argument("--only", action="append",
+                    help="write only this fixture (repeatable); the others are left as they are")
     args = ap.parse_args()
     torch.set_num_threads(1)  # one thread: a fixed reduction order, reproducible bits
     torch.use_deterministic_algorithms(True)
     if not args.check:
-        generate(args.out)
+        generate(args.out, args.only)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         generate(Path(tmp))

@@ -85,9 +85,10 @@ class CudaBackend : public Backend {
   void add_bias_impl(const Tensor& y, const Tensor& b) override;
   void bias_backward_impl(const Tensor& db, const Tensor& dy) override;
 
-  void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g, float eps) override;
+  void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g, float eps,
+                            float weight_offset) override;
   void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy, const Tensor& x,
-                             const Tensor& g, float eps) override;
+                             const Tensor& g, float eps, float weight_offset) override;
 
   void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) override;
   void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) override;
@@ -96,6 +97,11 @@ class CudaBackend : public Backend {
   void swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                             const Tensor& gate, const Tensor& up) override;
+  void geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                           const Tensor& gate, const Tensor& up) override;
+  void softcap_forward_impl(const Tensor& x, float cap) override;
+  void softcap_backward_impl(const Tensor& dx, const Tensor& y, float cap) override;
 
   void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q,
                               const Tensor& k, const Tensor& v, const Tensor& seg_start,

@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
 #include "backend/cuda/gemma_ops.h"
+#include "backend/cuda/cuda_backend.h"
 
 namespace sbp::cuda {
 
@@ -62,3 +63,24 @@ void launch_softcap_backward(cudaStream_t s, const Tensor& dx, const Tensor& y, 
 }
 
 }  // namespace sbp::cuda
+
+namespace sbp {
+
+void CudaBackend::geglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  cuda::launch_geglu_forward(stream_, out, gate, up);
+}
+
+void CudaBackend::geglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                                      const Tensor& gate, const Tensor& up) {
+  cuda::launch_geglu_backward(stream_, dgate, dup, dout, gate, up);
+}
+
+void CudaBackend::softcap_forward_impl(const Tensor& x, float cap) {
+  cuda::launch_softcap_forward(stream_, x, cap);
+}
+
+void CudaBackend::softcap_backward_impl(const Tensor& dx, const Tensor& y, float cap) {
+  cuda::launch_softcap_backward(stream_, dx, y, cap);
+}
+
+}  // namespace sbp

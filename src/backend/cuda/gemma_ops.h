@@ -1,9 +1,8 @@
 #pragma once
-// Kernels for the ops the Gemma branch adds to backend.h (geglu_forward/backward,
-// softcap_forward/backward), ready before that merge: once backend.h has them, each
-// CudaBackend::*_impl is one call of these with (stream(), tensors...). Their arithmetic is
-// kernel_math.h's gelu_tanh / geglu_grad / softcap / softcap_grad_from_y (CPU-tested).
-// The rmsnorm weight offset is already a parameter of norm.cu's kernels (0 until the merge).
+// Kernels of Gemma's ops (backend.h: geglu_forward/backward, softcap_forward/backward); each
+// CudaBackend::*_impl is one call of these on its stream. Their arithmetic is kernel_math.h's
+// gelu_tanh / geglu_grad / softcap / softcap_grad_from_y (CPU-tested). The rmsnorm weight
+// offset is a parameter of norm.cu's kernels.
 #include <cuda_runtime.h>
 
 #include "core/tensor.h"

@@ -64,22 +64,23 @@ struct NormGradValue {  // dy_ij * xh_ij, xh = x r
 }  // namespace
 
 void CudaBackend::rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g,
-                                       float eps) {
+                                       float eps, float weight_offset) {
   const int64_t d = g.numel(), rows = x.numel() / d;
   if (rows == 0) return;
   // Rows go on grid x (up to 2^31 - 1 blocks): T * heads for q/k-norm fits.
   rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads(d), 0, stream_>>>(
-      fptr(y), fptr(x), fptr(g), d, eps, 0.0f);  // TODO(gemma merge): pass weight_offset
+      fptr(y), fptr(x), fptr(g), d, eps, weight_offset);
   SBP_CUDA_LAUNCHED();
 }
 
 void CudaBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy,
-                                        const Tensor& x, const Tensor& g, float eps) {
+                                        const Tensor& x, const Tensor& g, float eps,
+                                        float weight_offset) {
   const int64_t d = g.numel(), rows = x.numel() / d;
   if (rows == 0) return;
   auto* rstd = static_cast<float*>(scratch(kScratchA, sizeof(float) * rows));
   rmsnorm_backward_rows_kernel<<<static_cast<unsigned>(rows), row_threads(d), 0, stream_>>>(
-      fptr(dx), rstd, fptr(dy), fptr(x), fptr(g), d, eps, 0.0f);  // TODO(gemma merge): weight_offset
+      fptr(dx), rstd, fptr(dy), fptr(x), fptr(g), d, eps, weight_offset);
   SBP_CUDA_LAUNCHED();
   const int blocks = static_cast<int>(std::min<int64_t>(cuda::kRowBlocks, rows));
   auto* partial = static_cast<double*>(scratch(kScratchRows, sizeof(double) * blocks * d));

@@ -32,15 +32,20 @@ class MetaBackend final : public Backend {
   double sum_squares_impl(const Tensor&) override { return 0.0; }
   void add_bias_impl(const Tensor&, const Tensor&) override {}
   void bias_backward_impl(const Tensor&, const Tensor&) override {}
-  void rmsnorm_forward_impl(const Tensor&, const Tensor&, const Tensor&, float) override {}
+  void rmsnorm_forward_impl(const Tensor&, const Tensor&, const Tensor&, float, float) override {}
   void rmsnorm_backward_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, float) override {}
+                             const Tensor&, float, float) override {}
   void rope_table_impl(const Tensor&, std::span<const float>) override {}
   void rope_forward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
   void rope_backward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_forward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_backward_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) override {}
+  void geglu_forward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
+  void geglu_backward_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                           const Tensor&) override {}
+  void softcap_forward_impl(const Tensor&, float) override {}
+  void softcap_backward_impl(const Tensor&, const Tensor&, float) override {}
   void attention_forward_impl(const Tensor&, const Tensor&, const Tensor& q, const Tensor&,
                               const Tensor&, const Tensor&, int64_t q_offset,
                               const AttentionDims& dims) override;
