@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer harness of a fuzz build (scripts/build.sh sanitize builds them with clang):
 # first the committed inputs (fuzz/corpus/<name>/ seeds and fuzz/regressions/<name>/, the inputs
-# of crashes found and fixed) one by one, then fuzzing for FUZZ_SECONDS (default 20) per harness,
+# of crashes found and fixed) one by one, then fuzzing for FUZZ_SECONDS (default 15) per harness,
 # two harnesses at a time, under AddressSanitizer + UBSan. New corpus entries go to a temporary
 # directory, never into the repository. Prints one line per harness: executions, rate, coverage.
 # A crash, leak, timeout (>10 s for one input) or allocation over 2 GiB fails the script and
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build-sanitize}"
-seconds="${FUZZ_SECONDS:-20}"
+seconds="${FUZZ_SECONDS:-15}"
 mapfile -t harnesses < <(cd "$build/fuzz" && ls fuzz_* 2>/dev/null | grep -v '\.' || true)
 if [ ${#harnesses[@]} -eq 0 ]; then
   echo "fuzz.sh: no harnesses in $build/fuzz (configure with -DSTREAMBP_FUZZ=ON, clang)" >&2
