@@ -14,7 +14,6 @@
 // what `streambp score` gives for the same sequence.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +24,8 @@
 #include "core/input_file.h"
 #include "core/output_file.h"
 #include "data/prompt_encoder.h"
+#include "data/prompt_records.h"
+#include "reward/builtin_rewards.h"
 #include "engine/engine.h"
 
 namespace sbp::cli {
@@ -54,59 +55,9 @@ struct Args {
   std::string precision = "fp32";
   std::string mode = "stream";
   int64_t layer_chunk = 0;
+  bool accuracy = false;
+  std::string answer_field = "answer";
 };
-
-struct Prompt {
-  std::vector<int32_t> ids;
-  std::string where;  // "prompts.jsonl:3"
-};
-
-std::vector<Prompt> read_prompts(const std::string& path, const PromptEncoder* enc, int64_t vocab) {
-  check_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the input file");
-  std::vector<Prompt> out;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(n);
-    json row;
-    try {
-      row = json::parse(line);
-    } catch (const json::exception& e) {
-      throw InputError(where + ": invalid JSON: " + e.what());
-    }
-    Prompt p;
-    p.where = where;
-    if (row.is_object() && row.contains("prompt_ids")) {
-      const json& ids = row["prompt_ids"];
-      if (!ids.is_array() || ids.empty())
-        throw InputError(where + ": \"prompt_ids\" must be a non-empty array of token ids");
-      for (size_t t = 0; t < ids.size(); ++t) {
-        if (!ids[t].is_number_integer() || ids[t].get<int64_t>() < 0 ||
-            ids[t].get<int64_t>() >= vocab)
-          throw InputError(where + ": prompt_ids[" + std::to_string(t) + "] = " + ids[t].dump() +
-                           " is not a token id in [0, " + std::to_string(vocab) + ")");
-        p.ids.push_back(static_cast<int32_t>(ids[t].get<int64_t>()));
-      }
-    } else {
-      const TextOrChat prompt = parse_generation_prompt(row, where);
-      if (!enc)
-        throw InputError(where + ": a text or conversation prompt needs a tokenizer (--model "
-                                 "directory with tokenizer.json, or --tokenizer); without one, "
-                                 "give \"prompt_ids\"");
-      p.ids = enc->encode(prompt, where);
-      for (int32_t id : p.ids)
-        if (id >= vocab)
-          throw InputError(where + ": the tokenizer gives id " + std::to_string(id) +
-                           " but the model's vocab_size is " + std::to_string(vocab));
-      if (p.ids.empty()) throw InputError(where + ": the prompt encodes to no tokens");
-    }
-    out.push_back(std::move(p));
-  }
-  if (out.empty()) throw InputError(path + ": no prompts");
-  return out;
-}
 
 int run(const Args& a) {
   check_output_dir("--output", a.output);
@@ -124,7 +75,15 @@ int run(const Args& a) {
   } else if (!a.tokenizer.empty()) {
     throw InputError("--tokenizer " + a.tokenizer + ": no tokenizer.json there");
   }
-  const std::vector<Prompt> prompts = read_prompts(a.input, enc ? &*enc : nullptr, cfg.vocab_size);
+  const std::vector<PromptRecord> prompts =
+      read_prompt_records(a.input, enc ? &*enc : nullptr, cfg.vocab_size);
+  if (a.accuracy) {
+    if (!enc) throw InputError("--accuracy: completions are compared as text; it needs a tokenizer");
+    for (const PromptRecord& p : prompts)
+      if (!p.fields.contains(a.answer_field))
+        throw InputError(p.where + ": --accuracy: the record has no \"" + a.answer_field +
+                         "\" field");
+  }
 
   GenerationConfig g;
   g.max_new_tokens = a.max_new_tokens;
@@ -159,7 +118,8 @@ int run(const Args& a) {
   Engine engine(cfg, w, *be, pool, exec);
 
   std::string text;
-  int64_t new_tokens = 0;
+  int64_t new_tokens = 0, correct = 0;
+  const std::unique_ptr<RewardFunction> accuracy = make_accuracy_reward(a.answer_field);
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
     for (int64_t r = 0; r < a.num_return_sequences; ++r) {
@@ -175,6 +135,15 @@ int run(const Args& a) {
                 {"logprobs", out.logprobs},
                 {"finish_reason", finish_reason_name(out.finish)}};
       if (enc) j["completion"] = enc->decode(out.ids);
+      if (a.accuracy) {
+        // The trainer's accuracy reward (reward/reward.h), on the record's answer field.
+        RewardRequest req;
+        req.completion = j["completion"].get<std::string>();
+        req.fields = &prompts[i].fields;
+        const bool ok = accuracy->score({&req, 1}).at(0) > 0.5;
+        correct += ok ? 1 : 0;
+        j["correct"] = ok;
+      }
       text += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     }
   }
@@ -193,6 +162,12 @@ int run(const Args& a) {
                static_cast<long long>(new_tokens), secs, secs > 0 ? new_tokens / secs : 0.0,
                format_bytes(ledger.peak()).c_str(),
                format_bytes(ledger.category_peak(Category::kv_cache)).c_str());
+  if (a.accuracy) {
+    const int64_t n = static_cast<int64_t>(prompts.size()) * a.num_return_sequences;
+    std::fprintf(stderr, "accuracy: %lld of %lld completions match \"%s\" (%.1f%%)\n",
+                 static_cast<long long>(correct), static_cast<long long>(n),
+                 a.answer_field.c_str(), 100.0 * static_cast<double>(correct) / static_cast<double>(n));
+  }
   return 0;
 }
 
@@ -235,6 +210,10 @@ void register_generate(CLI::App& app) {
   c->add_option("--mode", a->mode, "How the prompt's forward is chunked (stream: --layer-chunk)");
   c->add_option("--layer-chunk", a->layer_chunk, "Prompt chunk length in tokens")
       ->check(int_in(1, kMaxFlagInt));
+  c->add_flag("--accuracy", a->accuracy,
+              "Score each completion with the accuracy reward against the record's answer field; "
+              "prints the share that match");
+  c->add_option("--answer-field", a->answer_field, "The record field --accuracy compares with");
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -62,7 +62,13 @@ std::vector<int32_t> PromptEncoder::encode(const TextOrChat& prompt,
 }
 
 std::string PromptEncoder::decode(const std::vector<int32_t>& ids) const {
-  return tok_.decode(ids, /*skip_special=*/true);
+  // A model's embedding is often padded past the tokenizer (vocab_size 151936 for 151669
+  // tokens): a sampled padding id has no text, as in transformers' decode.
+  std::vector<int32_t> known;
+  known.reserve(ids.size());
+  for (int32_t id : ids)
+    if (id >= 0 && id < tok_.vocab_size()) known.push_back(id);
+  return tok_.decode(known, /*skip_special=*/true);
 }
 
 }  // namespace sbp

@@ -24,7 +24,8 @@ class PromptEncoder {
 
   // Throws InputError prefixed by `where` for a conversation without a chat template.
   std::vector<int32_t> encode(const TextOrChat& prompt, const std::string& where) const;
-  // Completion text: special tokens (eos, end of turn) left out.
+  // Completion text: special tokens (eos, end of turn) and ids past the tokenizer's vocabulary
+  // (a model's padding rows) left out.
   std::string decode(const std::vector<int32_t>& ids) const;
   // eos and the chat template's end-of-turn token, those the vocabulary has.
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }

@@ -157,7 +157,7 @@ nlohmann::json value_model_config_json(const ModelConfig& cfg, DType dtype) {
 }
 
 nlohmann::json TrainerState::to_json() const {
-  return {{"format", "streambp-trainer-state"},
+  nlohmann::json j = {{"format", "streambp-trainer-state"},
           {"version", 1},
           {"step", step},
           {"total_steps", total_steps},
@@ -170,6 +170,8 @@ nlohmann::json TrainerState::to_json() const {
           {"config_hash", config_hash},
           {"data_files", data_files},
           {"config", config}};
+  if (!rollouts.is_null()) j["rollouts"] = rollouts;
+  return j;
 }
 
 namespace {
@@ -255,6 +257,7 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
   s.config_hash = r.string("config_hash");
   s.data_files = r.object("data_files");
   s.config = r.object("config");
+  if (j.contains("rollouts")) s.rollouts = r.object("rollouts");  // checked by its reader
   return s;
 }
 

@@ -49,6 +49,9 @@ struct TrainerState {
   nlohmann::json config;      // TrainConfig::to_json() of the run that wrote it
   std::string config_hash;    // FNV-1a of config.dump(), for a quick look
   nlohmann::json data_files;  // {"train": {"path", "bytes", "fnv1a64"}, "eval": ...}
+  // Online GRPO/PPO: the batch of rollouts still being trained on (num_iterations > 1), null
+  // otherwise (train/online_rollouts.h). Its micro_batches_done counts prompts.
+  nlohmann::json rollouts;
 
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& j, const std::string& where);

@@ -10,10 +10,12 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/input_file.h"
 #include "engine/exec_config.h"
+#include "engine/sampling.h"
 
 namespace sbp {
 
@@ -195,6 +197,79 @@ Key backend_key() {
   return k;
 }
 
+// rewards: a list of reward functions, each a mapping (docs/REWARDS.md):
+//   - {type: accuracy, weight: 1.0, answer_field: answer, name: acc}
+//   - {type: format, pattern: "^<think>.*</think>", weight: 0.5}
+//   - {type: length, max_length: 256, cache_length: 64}
+//   - {type: command, command: [python3, reward.py], timeout: 30}   (or a string, split on spaces)
+Key rewards_key() {
+  Key k;
+  k.name = "rewards";
+  k.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    if (!n.IsSequence()) bad_value(where, "rewards", "a list of reward functions", n);
+    c.rewards.clear();
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string at = "rewards[" + std::to_string(i) + "]";
+      const YAML::Node r = n[i];
+      if (!r.IsMap()) bad_value(where, at, "a mapping (type, weight, ...)", r);
+      RewardSpec spec;
+      spec.timeout_s = 0.0;  // reward_timeout unless given
+      for (auto it = r.begin(); it != r.end(); ++it) {
+        const std::string key = it->first.Scalar(), name = at + "." + key;
+        const YAML::Node v = it->second;  // a handle: it->second is a temporary
+        if (key == "type") spec.type = as_string(v, name, where);
+        else if (key == "name") spec.name = as_string(v, name, where);
+        else if (key == "weight") spec.weight = as_number(v, name, where);
+        else if (key == "answer_field") spec.answer_field = as_string(v, name, where);
+        else if (key == "pattern") spec.pattern = as_string(v, name, where);
+        else if (key == "max_length") spec.max_length = as_integer(v, name, where);
+        else if (key == "cache_length") spec.cache_length = as_integer(v, name, where);
+        else if (key == "timeout") spec.timeout_s = as_number(v, name, where);
+        else if (key == "command") {
+          spec.command.clear();
+          if (v.IsSequence()) {
+            for (auto word = v.begin(); word != v.end(); ++word)
+              spec.command.push_back(as_string(*word, name + "[" +
+                                                   std::to_string(spec.command.size()) + "]",
+                                               where));
+          } else {
+            std::istringstream words(as_string(v, name, where));
+            for (std::string w; words >> w;) spec.command.push_back(w);
+          }
+        } else {
+          throw InputError(where + ": " + at + ": unknown key '" + key +
+                           "' (known: type, name, weight, answer_field, pattern, max_length, "
+                           "cache_length, command, timeout)");
+        }
+      }
+      if (spec.type.empty())
+        throw InputError(where + ": " + at + ": type is required (accuracy, format, length, "
+                                             "command)");
+      if (spec.name.empty()) spec.name = spec.type;
+      c.rewards.push_back(std::move(spec));
+    }
+  };
+  k.get = [](const TrainConfig& c) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const RewardSpec& s : c.rewards) {
+      nlohmann::json r = {{"type", s.type}, {"name", s.name}, {"weight", s.weight}};
+      if (s.type == "accuracy") r["answer_field"] = s.answer_field;
+      if (s.type == "format") r["pattern"] = s.pattern;
+      if (s.type == "length") {
+        r["max_length"] = s.max_length;
+        r["cache_length"] = s.cache_length;
+      }
+      if (s.type == "command") {
+        r["command"] = s.command;
+        if (s.timeout_s > 0.0) r["timeout"] = s.timeout_s;
+      }
+      a.push_back(r);
+    }
+    return a;
+  };
+  return k;
+}
+
 #define KEY(T, name, member) bind<T>(name, [](TrainConfig& c) -> T& { return c.member; })
 #define ENUM_KEY(E, name, member, table) \
   enum_key<E>(                           \
@@ -244,6 +319,9 @@ const std::vector<Key>& keys() {
         ENUM_KEY(KlEstimator, "ppo.kl_estimator", ppo.kl_estimator, kKlEstimatorNames),
         KEY(std::string, "ppo.reference", ppo.reference),
         KEY(std::string, "ppo.value_model", ppo.value_model),
+        rewards_key(),
+        KEY(double, "reward_timeout", reward_timeout),
+        KEY(int64_t, "log_completions_every", log_completions_every),
         backend_key(),
         ENUM_KEY(Precision, "precision", precision, kPrecisionNames),
         ENUM_KEY(DType, "grad_dtype", grad_dtype, kGradDtypeNames),
@@ -290,6 +368,24 @@ const std::vector<Key>& keys() {
         KEY(int, "demo.threads", demo_options.threads),
         KEY(std::string, "demo.out", demo_options.out),
     };
+    // grpo.* and ppo.*: the rollout settings of online training (RolloutSettings).
+    for (const std::string obj : {"grpo", "ppo"}) {
+      auto of = [obj](TrainConfig& c) -> RolloutSettings& {
+        return obj == "grpo" ? c.grpo.rollout : c.ppo.rollout;
+      };
+#define ROLLOUT_KEY(T, field) \
+  sbp::bind<T>(obj + "." #field, [of](TrainConfig& c) -> T& { return of(c).field; })
+      const std::vector<Key> r = {
+          ROLLOUT_KEY(int64_t, num_generations),     ROLLOUT_KEY(int64_t, prompts_per_step),
+          ROLLOUT_KEY(int64_t, max_completion_length), ROLLOUT_KEY(int64_t, num_iterations),
+          ROLLOUT_KEY(double, temperature),          ROLLOUT_KEY(double, top_p),
+          ROLLOUT_KEY(int64_t, top_k),               ROLLOUT_KEY(double, min_p)};
+#undef ROLLOUT_KEY
+      const std::string last = obj == "grpo" ? "grpo.reference" : "ppo.reference";
+      const auto at =
+          std::find_if(k.begin(), k.end(), [&](const Key& x) { return x.name == last; });
+      k.insert(at + 1, r.begin(), r.end());
+    }
     // optim.betas: [beta1, beta2]
     Key betas;
     betas.name = "optim.betas";
@@ -529,6 +625,25 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.ppo.vf_coef >= 0.0, c, "ppo.vf_coef", "must be >= 0");
   require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0, c, "ppo.gamma", "must be in [0, 1]");
   require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
+  for (const std::string obj : {"grpo", "ppo"}) {
+    const RolloutSettings& r = obj == "grpo" ? c.grpo.rollout : c.ppo.rollout;
+    require_range(c, obj + ".num_generations", r.num_generations, 1, 4096);
+    require_range(c, obj + ".prompts_per_step", r.prompts_per_step, 1, int64_t{1} << 20);
+    require_range(c, obj + ".max_completion_length", r.max_completion_length, 1, kMaxTokensPerBatch);
+    require_range(c, obj + ".num_iterations", r.num_iterations, 1, 1024);
+    require_range(c, obj + ".top_k", r.top_k, 0, kMaxTokensPerBatch);
+    SamplingParams p{false, r.temperature, r.top_k, r.top_p, r.min_p};
+    try {
+      p.validate(obj);
+    } catch (const InputError& e) {
+      throw InputError(c.where(obj + ".temperature") + ": " + e.what());
+    }
+  }
+  require(c.reward_timeout > 0.0 && c.reward_timeout <= 86400.0, c, "reward_timeout",
+          "must be in (0, 86400] seconds");
+  require_range(c, "log_completions_every", c.log_completions_every, 0, kMaxStepCount);
+  for (RewardSpec& r : c.rewards)
+    if (r.timeout_s == 0.0) r.timeout_s = c.reward_timeout;
   check_integer_ranges(c);
 }
 
@@ -584,6 +699,10 @@ const std::string& TrainConfig::reference_dir() const {
     case ObjectiveKind::ppo: return ppo.reference;
     default: return grpo.reference;
   }
+}
+
+const RolloutSettings& TrainConfig::rollout() const {
+  return objective == ObjectiveKind::ppo ? ppo.rollout : grpo.rollout;
 }
 
 std::vector<std::string> resume_identity_keys() {

@@ -18,9 +18,23 @@
 #include "engine/exec_config.h"
 #include "objective/objective_setup.h"
 #include "optim/lr_schedule.h"
+#include "reward/reward.h"
 #include "train/demo.h"
 
 namespace sbp {
+
+// Online GRPO/PPO (data.train holds prompt records): what each generation phase samples
+// (train/online_rollouts.h). The same keys sit under grpo: and ppo:.
+struct RolloutSettings {
+  int64_t num_generations = 8;         // completions per prompt (a GRPO group)
+  int64_t prompts_per_step = 4;        // prompts sampled for one batch of rollouts
+  int64_t max_completion_length = 256;  // new tokens per completion
+  int64_t num_iterations = 1;          // optimizer steps on each batch of rollouts
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;   // 0: no limit
+  double min_p = 0.0;
+};
 
 struct DpoSettings {
   double beta = 0.1;
@@ -36,6 +50,7 @@ struct GrpoSettings {
   GrpoLoss loss_type = GrpoLoss::dapo;
   ScaleRewards scale_rewards = ScaleRewards::group;
   std::string reference;
+  RolloutSettings rollout;
 };
 
 struct PpoSettings {
@@ -50,6 +65,7 @@ struct PpoSettings {
   std::string reference;
   std::string value_model;  // Hugging Face directory with score.weight ("" = the starting
                             // model's trunk with a head drawn from the seed)
+  RolloutSettings rollout{.num_generations = 1};
 };
 
 // Data parallelism across processes (`mpirun -np N streambp train`, docs/DISTRIBUTED.md).
@@ -92,6 +108,13 @@ struct TrainConfig {
   DpoSettings dpo;
   GrpoSettings grpo;
   PpoSettings ppo;
+
+  // Online GRPO/PPO: the reward functions that score sampled completions (docs/REWARDS.md),
+  // the default answer time of command rewards, and how often sampled completions are logged
+  // to <output_dir>/completions.jsonl (0: never).
+  std::vector<RewardSpec> rewards;
+  double reward_timeout = 60.0;
+  int64_t log_completions_every = 0;
 
   // Execution.
   BackendSpec backend;  // cpu
@@ -150,6 +173,8 @@ struct TrainConfig {
   ExecConfig exec() const;
   // The reference model's directory as configured for the objective ("" = the starting model).
   const std::string& reference_dir() const;
+  // The rollout settings of the objective (grpo.* or ppo.*).
+  const RolloutSettings& rollout() const;
 };
 
 // Reads `yaml_path` (may be "" for overrides only), applies the overrides in order, fills the

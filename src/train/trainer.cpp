@@ -115,6 +115,14 @@ void Trainer::load_inputs(const std::string& resume) {
     resumed_ = read_trainer_state(ckpt_);
   }
   if (setup_.needs_value_model() && ckpt_.empty()) check_ppo_value_model(c_, cfg_);
+  if (trains_online(c_)) {
+    load_prompts();
+    return;
+  }
+  if (!c_.rewards.empty())
+    throw InputError(c_.where("rewards") +
+                     ": rewards score sampled completions: they need objective grpo or ppo with "
+                     "prompt records ({\"prompt\": ...} without completions) in data.train");
   data_ = prepare_training_data(c_, cfg_.vocab_size);
   log_.out("data: %s\n", data_.train_summary.c_str());
   if (data_.chat)
@@ -137,14 +145,53 @@ void Trainer::load_inputs(const std::string& resume) {
              eval_.size() == 1 ? "" : "es");
 }
 
+// Online GRPO/PPO: data.train's prompt records, encoded as `streambp generate` encodes them,
+// and the reward functions (command rewards start here).
+void Trainer::load_prompts() {
+  if (comm_.size() > 1)
+    throw InputError(c_.where("data.train") + ": online " + objective_name(c_.objective) +
+                     " (prompt records) runs on one process for now; run it without mpirun");
+  if (!c_.data_eval.empty() || c_.eval_fraction > 0.0)
+    log_.out("note: online %s has no held-out loss: data.eval / eval_fraction are not used\n",
+             objective_name(c_.objective));
+  std::optional<ChatTemplate> chat;
+  if (c_.chat_template) {
+    chat = chat_template_for(*c_.chat_template);
+    chat->date_string = c_.date_string;
+  }
+  prompt_encoder_.emplace(PromptEncoder::from_dir(c_.tokenizer, chat));
+  std::vector<PromptRecord> prompts =
+      read_prompt_records(c_.data_train, &*prompt_encoder_, cfg_.vocab_size);
+  const size_t n = prompts.size();
+  online_ = std::make_unique<OnlineRollouts>(c_, std::move(prompts), *prompt_encoder_,
+                                             cfg_.vocab_size);
+  data_.fingerprints = {{"train", file_fingerprint(c_.data_train)}};
+  const RolloutSettings& r = c_.rollout();
+  log_.out("data: %zu prompts from %s (online %s: %lld prompts x %lld completions per batch, "
+           "up to %lld new tokens each, %lld step%s per batch)\n",
+           n, c_.data_train.c_str(), objective_name(c_.objective),
+           static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.num_generations),
+           static_cast<long long>(r.max_completion_length),
+           static_cast<long long>(r.num_iterations), r.num_iterations == 1 ? "" : "s");
+  if (!ckpt_.empty()) {
+    const std::string note =
+        check_resume_compatible(c_, resumed_, data_.fingerprints, ckpt_, comm_.size());
+    if (!note.empty()) log_.out("note: %s\n", note.c_str());
+  }
+}
+
 // The run's length (max_steps, or the steps of `epochs` epochs) and its LR schedule. Every rank
 // builds the same plan; a step takes ranks x grad_accum micro-batches of it.
 void Trainer::plan_schedule() {
   per_step_ = c_.grad_accum * comm_.size();
-  batches_ = std::make_unique<TrainBatches>(data_.train.examples, c_.max_tokens, c_.shuffle,
-                                            c_.seed, c_.objective);
-  const int64_t total =
-      c_.max_steps > 0 ? c_.max_steps : batches_->steps_in_epochs(c_.epochs, per_step_, c_.where("epochs"));
+  int64_t total = c_.max_steps;
+  if (online_) {
+    if (total == 0) total = online_->steps_in_epochs(c_.epochs);
+  } else {
+    batches_ = std::make_unique<TrainBatches>(data_.train.examples, c_.max_tokens, c_.shuffle,
+                                              c_.seed, c_.objective);
+    if (total == 0) total = batches_->steps_in_epochs(c_.epochs, per_step_, c_.where("epochs"));
+  }
   const int64_t warmup =
       c_.warmup_steps > 0
           ? c_.warmup_steps
@@ -251,14 +298,20 @@ void Trainer::load_policy_values(ParameterSet& w) {
       load_weights(start_dir_, cfg_, w);
       log_.out("model: %s\n", start_dir_.c_str());
     }
-    batches_->start();
+    if (online_)
+      online_->start();
+    else
+      batches_->start();
     return;
   }
   load_checkpoint_weights(ckpt_, cfg_, w);
   models_->policy().load_optimizer(ckpt_);
   check_optimizer_steps(models_->policy(), ckpt_);
-  batches_->resume(DataCursor{resumed_.epoch, resumed_.micro_batches_done, resumed_.epoch_rng},
-                   ckpt_ + "/trainer_state.json");
+  const DataCursor cursor{resumed_.epoch, resumed_.micro_batches_done, resumed_.epoch_rng};
+  if (online_)
+    online_->resume(cursor, resumed_.rollouts, ckpt_ + "/trainer_state.json");
+  else
+    batches_->resume(cursor, ckpt_ + "/trainer_state.json");
   state_.step = resumed_.step;
   state_.tokens_seen = resumed_.tokens_seen;
   state_.skipped_steps = resumed_.skipped_steps;
@@ -328,7 +381,20 @@ void Trainer::print_summary() const {
   std::fflush(stdout);
 }
 
-StepBatches Trainer::next_step_batches() { return batches_->next(per_step_, comm_); }
+StepBatches Trainer::next_step_batches() {
+  if (!online_) return batches_->next(per_step_, comm_);
+  // The rollouts are sampled from the weights the step starts from.
+  Engine policy(cfg_, models_->policy_weights(), *be_, pool_, exec_);
+  return online_->next(policy, state_.step);
+}
+
+const DataCursor& Trainer::data_cursor() const {
+  return online_ ? online_->cursor() : batches_->cursor();
+}
+
+double Trainer::epoch_progress() const {
+  return online_ ? online_->epoch_progress() : batches_->epoch_progress();
+}
 
 StepResult Trainer::gradients(const StepBatches& step) { return runner_->run(step); }
 

@@ -21,6 +21,7 @@
 #include "step/step_runner.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/online_rollouts.h"
 #include "train/step_progress.h"
 #include "train/train_batches.h"
 #include "train/train_config.h"
@@ -84,6 +85,11 @@ class Trainer {
   bool finite_step(double loss, double grad_norm, double value_grad_norm);
   void write_step_metrics(const StepResult& r, int64_t micro_batches, double lr, double grad_norm,
                           double value_grad_norm, double step_s, bool evaluated);
+  // Online GRPO/PPO: the prompts, their encoder and the rollout source (null offline).
+  void load_prompts();
+  void log_completions();
+  const DataCursor& data_cursor() const;
+  double epoch_progress() const;
   std::string save();
   bool stop_requested_anywhere();
   int finish(int64_t last_saved);
@@ -105,7 +111,10 @@ class Trainer {
   TrainerState resumed_;
   TrainingData data_;
   std::vector<MicroBatch> eval_;
-  std::unique_ptr<TrainBatches> batches_;
+  std::unique_ptr<TrainBatches> batches_;  // offline data
+  std::optional<PromptEncoder> prompt_encoder_;
+  std::unique_ptr<OnlineRollouts> online_;  // online GRPO/PPO (prompt records)
+  std::optional<MetricsLog> completions_;   // <output_dir>/completions.jsonl
   int64_t per_step_ = 1;  // micro-batches per step, all ranks
   LrSchedule schedule_;
   AdamWConfig optim_;

@@ -53,9 +53,26 @@ int Trainer::run() {
                               : state_.total_steps;
   progress_.emplace(state_.step, state_.total_steps);
   int64_t last_saved = -1;
+  if (online_ && log_.lead && c_.log_completions_every > 0)
+    completions_.emplace(c_.output_dir + "/completions.jsonl", ckpt_.empty() ? -1 : state_.step);
   while (state_.step < stop_at) {
     bool save_now = false, stop = false;
-    train_step(stop_at, &save_now, &stop);
+    try {
+      train_step(stop_at, &save_now, &stop);
+    } catch (const RewardError& e) {
+      // A reward function failed before the step changed anything: keep what was trained.
+      if (log_.lead) progress_->finish();
+      std::string saved = "nothing saved (the last checkpoint is step " +
+                          std::to_string(last_saved) + ")";
+      if (last_saved != state_.step) {
+        saved = "saved " + save();
+        last_saved = state_.step;
+      } else {
+        saved = "the checkpoint of step " + std::to_string(state_.step) + " is in " + c_.output_dir;
+      }
+      throw RewardError(std::string(e.what()) + "; stopped before step " +
+                        std::to_string(state_.step + 1) + ", " + saved);
+    }
     if (save_now) {
       const std::string path = save();
       last_saved = state_.step;
@@ -76,9 +93,9 @@ int Trainer::run() {
 
 void Trainer::train_step(int64_t stop_at, bool* save_now, bool* stop) {
   const auto t_step = Clock::now();
+  ledger_.reset_peak();  // the step's peak covers the generation of online rollouts too
   const StepBatches step = next_step_batches();
   const double lr = schedule_.at(state_.step + 1);
-  ledger_.reset_peak();
   const StepResult r = gradients(step);
   const double grad_norm = models_->policy().clip(c_.max_grad_norm);
   // PPO: the value model is clipped and stepped on its own.
@@ -92,7 +109,7 @@ void Trainer::train_step(int64_t stop_at, bool* save_now, bool* stop) {
   } else {
     ++state_.skipped_steps;
   }
-  const DataCursor& cursor = batches_->cursor();
+  const DataCursor& cursor = data_cursor();
   state_.epoch = cursor.epoch;
   state_.micro_batches_done = cursor.micro_batches_done;
   state_.epoch_rng = cursor.epoch_rng;
@@ -106,10 +123,16 @@ void Trainer::train_step(int64_t stop_at, bool* save_now, bool* stop) {
   if (eval_now) last_eval_ = runner_->evaluate(eval_);
   const double step_s = seconds_since(t_step);
   write_step_metrics(r, step.step_micro_batches, lr, grad_norm, value_grad_norm, step_s, eval_now);
+  if (online_ && online_->sampled_last() && c_.log_completions_every > 0 &&
+      state_.step % c_.log_completions_every == 0)
+    log_completions();
 
   char fields[200];
+  const std::string reward =
+      online_ ? " | reward " + std::to_string(online_->stats().reward_total_mean).substr(0, 6) : "";
   std::snprintf(
-      fields, sizeof fields, "loss %.4f%s | lr %.2e | grad %.3f | %.0f tok/s", r.loss,
+      fields, sizeof fields, "loss %.4f%s%s | lr %.2e | grad %.3f | %.0f tok/s", r.loss,
+      reward.c_str(),
       std::isnan(last_eval_) ? "" : (" | eval " + std::to_string(last_eval_).substr(0, 6)).c_str(),
       lr, grad_norm, static_cast<double>(r.tokens) / std::max(step_s, 1e-9));
   *stop = stop_requested_anywhere();
@@ -151,7 +174,7 @@ void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, dou
   if (!metrics_) return;
   nlohmann::ordered_json line = {
       {"step", state_.step},
-      {"epoch", batches_->epoch_progress()},
+      {"epoch", epoch_progress()},
       {"loss", r.loss},
       {"lr", lr},
       {"grad_norm", grad_norm},
@@ -167,6 +190,26 @@ void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, dou
   if (state_.skipped_steps > 0) line["skipped_steps"] = state_.skipped_steps;
   for (const auto& [name, x] : r.metrics) line[name] = x;
   if (evaluated) line["eval_loss"] = last_eval_;
+  if (online_ && online_->sampled_last()) {
+    // The batch of rollouts this step sampled (steps that reuse a batch repeat none of it).
+    const RolloutStats& s = online_->stats();
+    for (size_t k = 0; k < s.reward_names.size(); ++k) {
+      line["rewards/" + s.reward_names[k] + "/mean"] = s.reward_mean[k];
+      line["rewards/" + s.reward_names[k] + "/std"] = s.reward_std[k];
+    }
+    line["reward"] = s.reward_total_mean;
+    line["reward_std"] = s.reward_total_std;
+    line["completions/mean_length"] = s.completion_length_mean;
+    line["completions/max_length"] = s.completion_length_max;
+    line["completions/truncated_fraction"] = s.truncated_fraction;
+    line["frac_reward_zero_std"] = s.zero_std_groups;
+    line["generation/tokens"] = s.generated_tokens;
+    line["generation/seconds"] = s.generation_s;
+    line["generation/tokens_per_s"] =
+        static_cast<double>(s.generated_tokens) / std::max(s.generation_s, 1e-9);
+    line["train/tokens_per_s"] =
+        static_cast<double>(r.tokens) / std::max(step_s - s.generation_s, 1e-9);
+  }
   if (comm_.size() > 1) {
     // peak_memory_bytes above is rank 0's ledger; the collectives are every rank's.
     const DataParallel::Counters& n = models_->policy().counters();
@@ -183,7 +226,35 @@ void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, dou
   metrics_->write(line);
 }
 
+// A few of the step's prompts (the first ones, at most 4) with every completion and its rewards.
+void Trainer::log_completions() {
+  if (!completions_) return;
+  const std::vector<RolloutSample>& samples = online_->samples();
+  const RolloutStats& st = online_->stats();
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < samples.size();) {
+    const int64_t p = samples[i].prompt;
+    if (groups.size() == 4) break;
+    nlohmann::ordered_json completions = nlohmann::ordered_json::array();
+    for (; i < samples.size() && samples[i].prompt == p; ++i) {
+      nlohmann::ordered_json rewards = nlohmann::ordered_json::object();
+      for (size_t k = 0; k < st.reward_names.size(); ++k)
+        rewards[st.reward_names[k]] = samples[i].per_reward[k];
+      completions.push_back({{"completion", online_->completion_text(samples[i])},
+                             {"tokens", samples[i].ids.size()},
+                             {"truncated", samples[i].truncated},
+                             {"reward", samples[i].reward},
+                             {"rewards", rewards}});
+    }
+    const PromptRecord& rec = online_->prompt(p);
+    groups.push_back({{"prompt", rec.text}, {"record", rec.where}, {"fields", rec.fields},
+                      {"completions", completions}});
+  }
+  completions_->write({{"step", state_.step}, {"prompts", groups}});
+}
+
 std::string Trainer::save() {
+  state_.rollouts = online_ ? online_->rollouts_json() : nlohmann::json();
   // The fp32 values: the master weights of bf16 weights (whose rounding the export writes).
   auto fp32 = [](ParameterSet& w, DataParallel& dp) -> const ParameterSet& {
     return dp.master() ? *dp.master() : w;

@@ -1,0 +1,318 @@
+#include "train/online_rollouts.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+#include "data/packing.h"
+
+namespace sbp {
+
+namespace {
+
+using json = nlohmann::json;
+
+double mean_of(const std::vector<double>& x) {
+  double s = 0.0;
+  for (double v : x) s += v;
+  return x.empty() ? 0.0 : s / static_cast<double>(x.size());
+}
+
+// Population standard deviation (the spread the step's rewards have).
+double std_of(const std::vector<double>& x) {
+  const double m = mean_of(x);
+  double s = 0.0;
+  for (double v : x) s += (v - m) * (v - m);
+  return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
+}
+
+}  // namespace
+
+bool trains_online(const TrainConfig& c) {
+  return (c.objective == ObjectiveKind::grpo || c.objective == ObjectiveKind::ppo) &&
+         !c.data_train.empty() && looks_like_prompt_records(c.data_train);
+}
+
+OnlineRollouts::OnlineRollouts(const TrainConfig& c, std::vector<PromptRecord> prompts,
+                               const PromptEncoder& encoder, int64_t vocab)
+    : c_(c),
+      s_(c.rollout()),
+      kind_(c.objective),
+      prompts_(std::move(prompts)),
+      enc_(encoder),
+      vocab_(vocab),
+      rng_(c.seed, "prompt-order") {
+  const std::string obj = c.objective == ObjectiveKind::ppo ? "ppo" : "grpo";
+  if (c.rewards.empty())
+    throw InputError(c.where("data.train") + ": " + c.data_train +
+                     " holds prompt records (online " + obj +
+                     "): list the reward functions that score the completions under rewards:");
+  // A group (prompt + its completions) is packed whole into one micro-batch.
+  size_t longest = 0;
+  const PromptRecord* at = nullptr;
+  for (const PromptRecord& p : prompts_)
+    if (p.ids.size() > longest) longest = p.ids.size(), at = &p;
+  const int64_t group =
+      s_.num_generations * (static_cast<int64_t>(longest) + s_.max_completion_length);
+  if (group > c.max_tokens)
+    throw InputError(c.where("max_tokens") + ": max_tokens " + std::to_string(c.max_tokens) +
+                     " cannot hold a group of " + obj + ".num_generations (" +
+                     std::to_string(s_.num_generations) + ") x (the longest prompt, " +
+                     std::to_string(longest) + " tokens at " + at->where + ", + " + obj +
+                     ".max_completion_length " + std::to_string(s_.max_completion_length) +
+                     ") = " + std::to_string(group) + " tokens");
+  rewards_ = std::make_unique<RewardSet>(c.rewards, c.where("rewards") + ": rewards");
+}
+
+int64_t OnlineRollouts::steps_in_epochs(int64_t epochs) const {
+  const int64_t n = static_cast<int64_t>(prompts_.size());
+  const int64_t batches = (n + s_.prompts_per_step - 1) / s_.prompts_per_step;
+  return epochs * batches * s_.num_iterations;
+}
+
+void OnlineRollouts::plan_epoch() {
+  const uint64_t* s = rng_.state();
+  cursor_.epoch_rng = {s[0], s[1], s[2], s[3]};
+  order_ = epoch_order(static_cast<int64_t>(prompts_.size()), c_.shuffle, rng_);
+}
+
+void OnlineRollouts::start() {
+  cursor_ = DataCursor{};
+  plan_epoch();
+}
+
+void OnlineRollouts::resume(const DataCursor& cursor, const json& rollouts,
+                            const std::string& where) {
+  rng_.set_state(cursor.epoch_rng.data());
+  plan_epoch();
+  cursor_ = cursor;
+  const int64_t n = static_cast<int64_t>(prompts_.size());
+  if (cursor_.micro_batches_done < 0 || cursor_.micro_batches_done > n)
+    throw InputError(where + ": \"micro_batches_done\" (prompts done) is " +
+                     std::to_string(cursor_.micro_batches_done) + ", outside the " +
+                     std::to_string(n) + " prompts of " + c_.data_train);
+  if (rollouts.is_null()) return;
+  // The batch a checkpoint in the middle of num_iterations stored: checked, then packed again.
+  const std::string at = where + ": rollouts";
+  try {
+    batch_step_ = rollouts.at("step").get<int64_t>();
+    uses_ = rollouts.at("uses").get<int64_t>();
+    if (uses_ < 1 || uses_ >= s_.num_iterations)
+      throw InputError(at + ".uses is " + std::to_string(uses_) + ", not in [1, num_iterations)");
+    samples_.clear();
+    texts_.clear();
+    const size_t R = rewards_->size();
+    for (const json& j : rollouts.at("samples")) {
+      RolloutSample s;
+      s.prompt = j.at("prompt").get<int64_t>();
+      s.ids = j.at("ids").get<std::vector<int32_t>>();
+      s.logprobs = j.at("logprobs").get<std::vector<float>>();
+      s.truncated = j.at("truncated").get<bool>();
+      s.reward = j.at("reward").get<double>();
+      s.per_reward = j.at("per_reward").get<std::vector<double>>();
+      if (s.prompt < 0 || s.prompt >= n || s.ids.empty() || s.ids.size() != s.logprobs.size() ||
+          s.per_reward.size() != R ||
+          static_cast<int64_t>(s.ids.size()) > s_.max_completion_length)
+        throw InputError(at + ": a sample does not fit this run's prompts, rewards or "
+                              "max_completion_length");
+      for (int32_t id : s.ids)
+        if (id < 0 || id >= vocab_) throw InputError(at + ": token id " + std::to_string(id) +
+                                                     " outside the vocabulary");
+      texts_.push_back(enc_.decode(s.ids));
+      samples_.push_back(std::move(s));
+    }
+    if (samples_.empty() || samples_.size() % static_cast<size_t>(s_.num_generations) != 0)
+      throw InputError(at + ": " + std::to_string(samples_.size()) +
+                       " samples, not whole groups of num_generations");
+  } catch (const json::exception& e) {
+    throw InputError(at + ": " + e.what());
+  }
+  pack();
+}
+
+std::vector<int64_t> OnlineRollouts::take_prompts() {
+  const int64_t n = static_cast<int64_t>(prompts_.size());
+  if (cursor_.micro_batches_done >= n) {
+    ++cursor_.epoch;
+    plan_epoch();
+    cursor_.micro_batches_done = 0;
+  }
+  const int64_t k = std::min(s_.prompts_per_step, n - cursor_.micro_batches_done);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < k; ++i)
+    out.push_back(order_[static_cast<size_t>(cursor_.micro_batches_done + i)]);
+  cursor_.micro_batches_done += k;
+  return out;
+}
+
+void OnlineRollouts::sample(Engine& policy, int64_t step, const std::vector<int64_t>& prompts) {
+  GenerationConfig g;
+  g.max_new_tokens = s_.max_completion_length;
+  g.sampling = {false, s_.temperature, s_.top_k, s_.top_p, s_.min_p};
+  g.stop_ids = enc_.stop_ids();
+  const auto t0 = std::chrono::steady_clock::now();
+  samples_.clear();
+  texts_.clear();
+  stats_.generated_tokens = 0;
+  for (int64_t p : prompts) {
+    for (int64_t r = 0; r < s_.num_generations; ++r) {
+      Rng rng(c_.seed, "rollout/" + std::to_string(step) + "/" + std::to_string(p) + "/" +
+                           std::to_string(r));
+      Generated out = policy.generate(prompts_[static_cast<size_t>(p)].ids, g, rng);
+      RolloutSample s;
+      s.prompt = p;
+      s.truncated = out.finish == FinishReason::length;
+      s.ids = std::move(out.ids);
+      s.logprobs = std::move(out.logprobs);
+      stats_.generated_tokens += static_cast<int64_t>(s.ids.size());
+      texts_.push_back(enc_.decode(s.ids));
+      samples_.push_back(std::move(s));
+    }
+  }
+  stats_.generation_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void OnlineRollouts::score() {
+  std::vector<RewardRequest> req(samples_.size());
+  for (size_t i = 0; i < samples_.size(); ++i) {
+    const PromptRecord& p = prompts_[static_cast<size_t>(samples_[i].prompt)];
+    req[i].prompt = p.text;
+    req[i].completion = texts_[i];
+    req[i].completion_tokens = static_cast<int64_t>(samples_[i].ids.size());
+    req[i].truncated = samples_[i].truncated;
+    req[i].fields = &p.fields;
+  }
+  const RewardSet::Scores scores = rewards_->score(req);
+  const size_t R = rewards_->size(), n = samples_.size();
+  stats_.reward_names.clear();
+  stats_.reward_mean.assign(R, 0.0);
+  stats_.reward_std.assign(R, 0.0);
+  for (size_t k = 0; k < R; ++k) {
+    stats_.reward_names.push_back(rewards_->name(k));
+    stats_.reward_mean[k] = mean_of(scores.per_reward[k]);
+    stats_.reward_std[k] = std_of(scores.per_reward[k]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    samples_[i].reward = scores.total[i];
+    samples_[i].per_reward.resize(R);
+    for (size_t k = 0; k < R; ++k) samples_[i].per_reward[k] = scores.per_reward[k][i];
+  }
+  stats_.reward_total_mean = mean_of(scores.total);
+  stats_.reward_total_std = std_of(scores.total);
+  std::vector<double> lengths;
+  int64_t truncated = 0, zero_std = 0;
+  stats_.completion_length_max = 0;
+  for (const RolloutSample& s : samples_) {
+    lengths.push_back(static_cast<double>(s.ids.size()));
+    stats_.completion_length_max =
+        std::max(stats_.completion_length_max, static_cast<int64_t>(s.ids.size()));
+    truncated += s.truncated ? 1 : 0;
+  }
+  const size_t G = static_cast<size_t>(s_.num_generations);
+  for (size_t g = 0; g < n; g += G) {
+    bool same = true;
+    for (size_t i = g + 1; i < g + G; ++i) same = same && samples_[i].reward == samples_[g].reward;
+    zero_std += same ? 1 : 0;
+  }
+  stats_.completion_length_mean = mean_of(lengths);
+  stats_.truncated_fraction = static_cast<double>(truncated) / static_cast<double>(n);
+  stats_.zero_std_groups = static_cast<double>(zero_std) / static_cast<double>(n / G);
+}
+
+// Each prompt's group becomes one Example (its completions as segments, trained on the
+// completion tokens), packed greedily in prompt order, whole groups per micro-batch.
+void OnlineRollouts::pack() {
+  const size_t G = static_cast<size_t>(s_.num_generations);
+  std::vector<Example> groups;
+  std::vector<std::vector<float>> old_logp;  // (group tokens) per group, rows in packing order
+  for (size_t g = 0; g < samples_.size(); g += G) {
+    Example e;
+    std::vector<float> rows;
+    for (size_t i = g; i < g + G; ++i) {
+      const RolloutSample& s = samples_[i];
+      const std::vector<int32_t>& prompt = prompts_[static_cast<size_t>(s.prompt)].ids;
+      const size_t P = prompt.size(), C = s.ids.size();
+      TokenizedSequence seq;
+      seq.ids = prompt;
+      seq.ids.insert(seq.ids.end(), s.ids.begin(), s.ids.end());
+      seq.mask.assign(P + C, 0.0f);
+      std::fill(seq.mask.begin() + static_cast<std::ptrdiff_t>(P), seq.mask.end(), 1.0f);
+      // Row P-1+j predicts completion token j: its sampling log-prob.
+      std::vector<float> lp(P + C, 0.0f);
+      std::copy(s.logprobs.begin(), s.logprobs.end(), lp.begin() + static_cast<std::ptrdiff_t>(P - 1));
+      rows.insert(rows.end(), lp.begin(), lp.end());
+      e.sequences.push_back(std::move(seq));
+      e.rewards.push_back(s.reward);
+      e.lines.push_back(0);
+    }
+    groups.push_back(std::move(e));
+    old_logp.push_back(std::move(rows));
+  }
+  micro_.clear();
+  const std::vector<int64_t> order = identity_order(static_cast<int64_t>(groups.size()));
+  for (const MicroBatchPlan& plan : pack_examples(groups, order, c_.max_tokens)) {
+    MicroBatch mb = to_micro_batch(assemble_batch(groups, plan), kind_);
+    // TRL's GRPO with one iteration takes the current policy's log-probs, detached, as the old
+    // ones (ratio 1); with several, those of the sampling policy: the generator's.
+    if (s_.num_iterations > 1)
+      for (int64_t gi : plan.examples)
+        mb.old_logp.insert(mb.old_logp.end(), old_logp[static_cast<size_t>(gi)].begin(),
+                           old_logp[static_cast<size_t>(gi)].end());
+    micro_.push_back(std::move(mb));
+  }
+}
+
+StepBatches OnlineRollouts::next(Engine& policy, int64_t step) {
+  sampled_last_ = batch_step_ < 0 || uses_ >= s_.num_iterations;
+  if (sampled_last_) {
+    const DataCursor cursor_before = cursor_;
+    const Rng rng_before = rng_;
+    const std::vector<int64_t> order_before = order_;
+    try {
+      const std::vector<int64_t> prompts = take_prompts();
+      sample(policy, step, prompts);
+      score();
+    } catch (...) {
+      // Nothing advanced: a checkpoint saved now resumes before this batch.
+      cursor_ = cursor_before;
+      rng_ = rng_before;
+      order_ = order_before;
+      batch_step_ = -1;
+      samples_.clear();
+      texts_.clear();
+      throw;
+    }
+    pack();
+    batch_step_ = step;
+    uses_ = 0;
+  }
+  ++uses_;
+  return StepBatches::whole(micro_);
+}
+
+const std::string& OnlineRollouts::completion_text(const RolloutSample& s) const {
+  return texts_.at(static_cast<size_t>(&s - samples_.data()));
+}
+
+double OnlineRollouts::epoch_progress() const {
+  return static_cast<double>(cursor_.epoch) +
+         static_cast<double>(cursor_.micro_batches_done) /
+             static_cast<double>(std::max<size_t>(prompts_.size(), 1));
+}
+
+json OnlineRollouts::rollouts_json() const {
+  if (batch_step_ < 0 || uses_ >= s_.num_iterations) return nullptr;
+  json samples = json::array();
+  for (const RolloutSample& s : samples_)
+    samples.push_back({{"prompt", s.prompt},
+                       {"ids", s.ids},
+                       {"logprobs", s.logprobs},
+                       {"truncated", s.truncated},
+                       {"reward", s.reward},
+                       {"per_reward", s.per_reward}});
+  return {{"step", batch_step_}, {"uses", uses_}, {"samples", samples}};
+}
+
+}  // namespace sbp

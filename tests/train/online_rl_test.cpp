@@ -1,0 +1,140 @@
+// Online GRPO/PPO end to end (train/online_rollouts.h): `streambp train` on prompt records samples
+// completions with the current weights, scores them with reward functions and trains on them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.h"
+#include "train/train_run.h"
+
+namespace sbp {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::read_metrics;
+using test::src;
+using test::TrainRun;
+
+std::string prompts() { return "data.train=" + src() + "/examples/tiny-chat/arith_prompts.jsonl"; }
+
+// 4 prompts x 4 completions of at most 6 tokens per batch; the random tiny model's completions
+// contain a digit about half the time, which the format reward pays for.
+std::string online_yaml(const std::string& objective, const std::string& extra = "") {
+  return "objective: " + objective + "\n" + objective +
+         ":\n  num_generations: 4\n  prompts_per_step: 4\n  max_completion_length: 6\n" + extra +
+         "rewards:\n  - {type: format, pattern: \"[0-9]\", weight: 1.0}\n"
+         "  - {type: accuracy, weight: 0.5}\n"
+         "max_tokens: 512\noptim:\n  lr: 0.01\nschedule:\n  type: constant\n";
+}
+
+TEST(OnlineRl, GrpoLearnsWhatItsRewardPays) {
+  TrainRun run(online_yaml("grpo") + "max_steps: 16\nlog_completions_every: 4\n");
+  auto r = run.train(prompts());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
+  ASSERT_EQ(m.size(), 16u);
+  double first = 0.0, last = 0.0;
+  for (size_t i = 0; i < 4; ++i) {
+    first += m[i]["rewards/format/mean"].get<double>() / 4.0;
+    last += m[m.size() - 1 - i]["rewards/format/mean"].get<double>() / 4.0;
+  }
+  EXPECT_GT(last, first + 0.2) << "format reward, first 4 steps " << first << ", last 4 " << last;
+  for (const json& line : m) {
+    for (const char* key : {"reward", "reward_std", "rewards/accuracy/mean", "completions/mean_length",
+                            "completions/max_length", "frac_reward_zero_std", "generation/tokens_per_s",
+                            "train/tokens_per_s", "entropy"})
+      EXPECT_TRUE(line.contains(key)) << key << " in " << line.dump();
+    EXPECT_LE(line["completions/max_length"].get<int64_t>(), 6);
+    EXPECT_GT(line["peak_memory_bytes"]["kv_cache"].get<int64_t>() +
+                  line["peak_memory_bytes"]["total"].get<int64_t>(), 0);
+  }
+  // Every 4th step logs its first prompts with each completion and its rewards.
+  const std::vector<json> logged = read_metrics(run.out("completions.jsonl"));
+  ASSERT_EQ(logged.size(), 4u);
+  EXPECT_EQ(logged[0]["step"], 4);
+  ASSERT_EQ(logged[0]["prompts"].size(), 4u);
+  const json& group = logged[0]["prompts"][0];
+  EXPECT_NE(group["prompt"].get<std::string>().find("What is"), std::string::npos);
+  EXPECT_TRUE(group["fields"].contains("answer"));
+  ASSERT_EQ(group["completions"].size(), 4u);
+  EXPECT_TRUE(group["completions"][0]["rewards"].contains("format"));
+}
+
+TEST(OnlineRl, ResumeInTheMiddleOfABatchOfRolloutsIsExact) {
+  // num_iterations 2: steps 2k+1 and 2k+2 train on one batch; stopping after step 3 leaves the
+  // batch half used, so the checkpoint carries it.
+  for (const char* objective : {"grpo", "ppo"}) {
+    const std::string yaml =
+        online_yaml(objective, "  num_iterations: 2\n") + "max_steps: 6\n";
+    TrainRun straight(yaml), split(yaml);
+    auto r = straight.train(prompts());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = split.train(prompts() + " stop_after_steps=3");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const json state = json::parse(test::read_text(split.out("checkpoint-3/trainer_state.json")));
+    ASSERT_TRUE(state.contains("rollouts")) << objective;
+    EXPECT_EQ(state["rollouts"]["uses"], 1);
+    r = split.train(prompts() + " --resume " + split.out());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(test::read_text(straight.out("checkpoint-6/model.safetensors")),
+              test::read_text(split.out("checkpoint-6/model.safetensors")))
+        << objective;
+    const std::vector<json> a = read_metrics(straight.out("metrics.jsonl"));
+    const std::vector<json> b = read_metrics(split.out("metrics.jsonl"));
+    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(b.size(), 6u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << objective << " step " << i + 1;
+      // A batch's second step samples nothing.
+      EXPECT_EQ(a[i].contains("generation/tokens"), i % 2 == 0) << objective << " step " << i + 1;
+    }
+    // The second iteration trains against the sampling log-probs: the ratio moved off 1.
+    if (std::string(objective) == "grpo") {
+      EXPECT_NE(a[1]["loss"], a[0]["loss"]);
+    }
+  }
+}
+
+TEST(OnlineRl, AFailingRewardProgramStopsTheRunWithACheckpoint) {
+  // The program answers the first request, then exits: the first batch's 16 requests fail.
+  TrainRun run(online_yaml("grpo") + "max_steps: 4\nsave_every: 0\n");
+  const std::string script = src() + "/tests/fixtures/reward/misbehaving_reward.py";
+  auto r = run.train(prompts() + " 'rewards=[{type: command, command: [python3, " + script +
+                     ", crash]}]'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("stopped before step 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("saved"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(run.out("checkpoint-0/model.safetensors"))) << r.output;
+}
+
+TEST(OnlineRl, ConfigsThatCannotWorkFailNamingTheKey) {
+  {
+    TrainRun run("objective: grpo\n");  // prompt records, no rewards
+    const auto r = run.train(prompts());
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("rewards:"), std::string::npos) << r.output;
+  }
+  {
+    TrainRun run("rewards:\n  - {type: accuracy}\n");  // SFT data
+    const auto r = run.train();
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("rewards score sampled completions"), std::string::npos) << r.output;
+  }
+  {
+    TrainRun run(online_yaml("grpo") + "max_steps: 1\n");
+    const auto r = run.train(prompts() + " max_tokens=64");  // a group needs 4 x (prompt + 6)
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("cannot hold a group"), std::string::npos) << r.output;
+  }
+  {
+    TrainRun run("rewards:\n  - {type: accuracy, wieght: 2}\n");
+    const auto r = run.train();
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("rewards[0]: unknown key 'wieght'"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace sbp
