@@ -14,11 +14,14 @@ import random
 out = pathlib.Path(__file__).resolve().parent.parent / "examples" / "tiny-chat"
 facts = [(a, b) for a in range(10) for b in range(10)]
 question = "What is {} plus {}?"
+guesses = random.Random(1)
 with open(out / "arith_sft.jsonl", "w") as f:
     for a, b in facts:
-        f.write(json.dumps({"messages": [
-            {"role": "user", "content": question.format(a, b)},
-            {"role": "assistant", "content": f"The answer is {a + b}."}]}) + "\n")
+        wrong = guesses.choice([g for g in range(19) if g != a + b])
+        for reply in (f"The answer is {a + b}.", f"I guess {wrong}."):
+            f.write(json.dumps({"messages": [
+                {"role": "user", "content": question.format(a, b)},
+                {"role": "assistant", "content": reply}]}) + "\n")
 order = list(range(len(facts)))
 random.Random(0).shuffle(order)
 for name, idx in (("arith_prompts.jsonl", order[:70]), ("arith_heldout.jsonl", order[70:])):

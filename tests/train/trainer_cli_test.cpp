@@ -585,6 +585,16 @@ TEST(TrainCli, ExampleConfigsRun) {
         << r.output;
   }
   EXPECT_TRUE(fs::exists(tmp.file("ppo/checkpoint-2/value_model/model.safetensors")));
+  // The online-GRPO learning example, both stages shortened: GRPO starts from the SFT stage.
+  r = run_command("cd " + src() + " && " + bin() +
+                  " train examples/tiny-chat/arith-sft.yaml max_steps=3 output_dir=" +
+                  tmp.file("arith-sft"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command("cd " + src() + " && " + bin() + " train examples/tiny-chat/arith-grpo.yaml model=" +
+                  tmp.file("arith-sft/checkpoint-3") + " max_steps=2 output_dir=" +
+                  tmp.file("arith-grpo"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(tmp.file("arith-grpo/checkpoint-2/model.safetensors"))) << r.output;
   // The demo as a config (shrunk).
   r = run_command(
       bin() + " train " + src() +
