@@ -12,8 +12,11 @@
 //    "finish_reason": "stop" | "length", "completion": "text" (with a tokenizer)}
 // logprobs are the model's own log-probabilities of the chosen tokens (unscaled, unfiltered),
 // what `streambp score` gives for the same sequence.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +36,22 @@ namespace sbp::cli {
 namespace {
 
 using json = nlohmann::json;
+
+// The machine's copy bandwidth (GB/s, bytes read + written per second), the median of 5 copies
+// of a 512 MiB buffer: what bounds decoding at batch 1, which reads every weight once per token.
+double copy_bandwidth_gbs() {
+  const size_t n = size_t{512} << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  std::vector<double> t;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    a[static_cast<size_t>(rep)] = b[n - 1 - static_cast<size_t>(rep)];  // keep both live
+  }
+  std::sort(t.begin(), t.end());
+  return 2.0 * static_cast<double>(n) / t[2] / 1e9;
+}
 
 struct Args {
   std::string model;
@@ -57,6 +76,7 @@ struct Args {
   int64_t layer_chunk = 0;
   bool accuracy = false;
   std::string answer_field = "answer";
+  bool bandwidth_bound = false;
 };
 
 int run(const Args& a) {
@@ -162,6 +182,21 @@ int run(const Args& a) {
                static_cast<long long>(new_tokens), secs, secs > 0 ? new_tokens / secs : 0.0,
                format_bytes(ledger.peak()).c_str(),
                format_bytes(ledger.category_peak(Category::kv_cache)).c_str());
+  if (a.bandwidth_bound) {
+    // Batch 1 decoding reads every weight once per new token (the tied embedding once, as the
+    // LM head); the copy bandwidth counts reads and writes, a weight read is half a copy.
+    double weight_bytes = 0.0;
+    for (size_t i = 0; i < w.size(); ++i)
+      weight_bytes += static_cast<double>(w.tensor(i).numel()) *
+                      static_cast<double>(dtype_size(w.tensor(i).dtype));
+    const double gbs = copy_bandwidth_gbs();
+    std::fprintf(stderr,
+                 "bandwidth bound: %.1f tokens/s (%.3f GB of weights per token at %.1f GB/s "
+                 "copy bandwidth, read half of it); measured %.1f tokens/s = %.0f%% of it\n",
+                 gbs / 2.0 * 1e9 / weight_bytes, weight_bytes / 1e9, gbs,
+                 secs > 0 ? new_tokens / secs : 0.0,
+                 secs > 0 ? 100.0 * (new_tokens / secs) / (gbs / 2.0 * 1e9 / weight_bytes) : 0.0);
+  }
   if (a.accuracy) {
     const int64_t n = static_cast<int64_t>(prompts.size()) * a.num_return_sequences;
     std::fprintf(stderr, "accuracy: %lld of %lld completions match \"%s\" (%.1f%%)\n",
@@ -214,6 +249,8 @@ void register_generate(CLI::App& app) {
               "Score each completion with the accuracy reward against the record's answer field; "
               "prints the share that match");
   c->add_option("--answer-field", a->answer_field, "The record field --accuracy compares with");
+  c->add_flag("--bandwidth-bound", a->bandwidth_bound,
+              "Also measure the copy bandwidth and print the batch-1 decoding bound it gives");
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);
