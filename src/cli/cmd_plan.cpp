@@ -36,6 +36,8 @@ struct Args {
   int ranks = 1;
   int zero = 0;
   std::string json;
+  int64_t prompt_len = 0;             // online GRPO/PPO: the generation phase's prompt
+  int64_t max_completion_length = 0;  // and new tokens (0: no generation phase)
 };
 
 // "auto" -> 0, else a positive integer.
@@ -129,6 +131,14 @@ Request parse_request(const Args& a) {
         "gradients too)");
   setup.ranks = a.ranks;
   setup.zero = a.ranks > 1 ? a.zero : 0;
+  if (a.max_completion_length > 0) {
+    if (setup.objective.kind != ObjectiveKind::grpo && setup.objective.kind != ObjectiveKind::ppo)
+      throw InputError("--max-completion-length: a generation phase is planned for online grpo "
+                       "and ppo only (--objective grpo|ppo)");
+    if (a.prompt_len < 1) throw InputError("--prompt-len: the prompt's tokens, at least 1");
+    setup.generate_prompt_tokens = a.prompt_len;
+    setup.generate_new_tokens = a.max_completion_length;
+  }
   if (!a.budget.empty()) {
     q.budget = parse_size(a.budget, "--budget");
     q.reserve = parse_size(a.reserve, "--reserve");
@@ -210,6 +220,14 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
           : "longest T: the tokens of one micro-batch (its sequences together) whose step fits the "
             "usable budget, with the reference and value models the objective holds";
   std::printf("\n%s; planned in %.2f s by shape-only execution of the engine\n", what, seconds);
+  if (setup.generate_new_tokens > 0)
+    for (const Row& r : rows)
+      std::printf("%s: the generation phase (a completion of %lld new tokens after %lld prompt "
+                  "tokens, its KV cache) peaks at %s of the step's %s\n",
+                  r.mode.c_str(), static_cast<long long>(setup.generate_new_tokens),
+                  static_cast<long long>(setup.generate_prompt_tokens),
+                  format_bytes(r.plan.step.generation_peak).c_str(),
+                  format_bytes(r.plan.step.peak_bytes).c_str());
   for (const Row& r : rows) {
     if (!r.plan.fits) {
       std::printf("%s does not fit: it needs %s more than the usable budget\n", r.mode.c_str(),
@@ -256,6 +274,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
     m["layer_chunk"] = r.plan.layer_chunk;
     m["head_chunk"] = r.plan.head_chunk;
     m["peak_bytes"] = r.plan.step.peak_bytes;
+    if (q.setup.generate_new_tokens > 0) m["generation_peak_bytes"] = r.plan.step.generation_peak;
     m["breakdown"] = nlohmann::json::object();
     for (int c = 0; c < kNumCategories; ++c)
       m["breakdown"][category_name(static_cast<Category>(c))] =
@@ -314,6 +333,11 @@ void register_plan(CLI::App& app) {
        "With --ranks > 1: 0 replicated optimizer, 1 AdamW state sharded, 2 gradients sharded too")
       ->capture_default_str();
   c->add_option("--json", a->json, "Write the plan as JSON");
+  c->add_option("--max-completion-length", a->max_completion_length,
+                "Online grpo/ppo: plan the generation phase too (new tokens per completion)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  c->add_option("--prompt-len", a->prompt_len, "Online grpo/ppo: prompt tokens of the generation")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
   c->callback([a] { run(*a); });
 }
 

@@ -71,8 +71,20 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                                   .master_weights = mem.master_weights,
                                   .comm = &comm,
                                   .zero = mem.zero});
-  StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
   PlannedStep p;
+  if (mem.generate_new_tokens > 0) {
+    // The meta backend's logits read as zeros: greedy picks token 0, which stops nothing, so
+    // every new token is planned.
+    Engine policy(cfg, models.policy_weights(), be, pool, exec);
+    GenerationConfig g;
+    g.max_new_tokens = mem.generate_new_tokens;
+    g.sampling.greedy = true;
+    const std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(mem.generate_prompt_tokens, 1)), 0);
+    Rng rng(0);
+    policy.generate(prompt, g, rng);
+    p.generation_peak = ledger.peak();
+  }
+  StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
   p.peak_bytes = ledger.peak();
   p.breakdown = ledger.peak_breakdown();
   p.flops = be.flops();

@@ -13,7 +13,8 @@
 namespace sbp {
 
 struct PlannedStep {
-  int64_t peak_bytes = 0;
+  int64_t peak_bytes = 0;      // the whole step: generation (when planned) and training
+  int64_t generation_peak = 0;  // the generation phase alone (0 when none is planned)
   MemoryBreakdown breakdown;  // at the peak
   int64_t flops = 0;
 };
@@ -35,6 +36,12 @@ struct StepMemoryOptions {
   // communicator that moves no data.
   int ranks = 1;
   int zero = 0;
+  // Online GRPO/PPO: before the training step the policy samples completions with a KV cache
+  // (Engine::generate, one completion at a time). > 0: one completion of this many new tokens
+  // after a prompt of generate_prompt_tokens is planned first, through the same code, so the
+  // peak covers the generation phase too.
+  int64_t generate_prompt_tokens = 0;
+  int64_t generate_new_tokens = 0;
 };
 
 // The fewest tokens a micro-batch of the objective can have: SFT 1; otherwise 2 per sequence

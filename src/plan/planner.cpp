@@ -22,7 +22,9 @@ StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
                            .master_weights = s.master_weights,
                            .budget = budget,
                            .ranks = s.ranks,
-                           .zero = s.zero};
+                           .zero = s.zero,
+                           .generate_prompt_tokens = s.generate_prompt_tokens,
+                           .generate_new_tokens = s.generate_new_tokens};
 }
 
 bool within(const PlanSetup& s, int64_t peak) { return s.budget <= 0 || peak <= s.budget; }

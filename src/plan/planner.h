@@ -32,6 +32,10 @@ struct PlanSetup {
   int64_t budget = 0;               // usable bytes (budget minus reserve); <= 0: unlimited
   int ranks = 1;                    // data parallel: the memory of one of `ranks` ranks
   int zero = 0;                     // with gradients and optimizer divided by ZeRO stage 0-2
+  // Online GRPO/PPO: a generation phase of one completion (prompt + new tokens) before the
+  // step (StepMemoryOptions::generate_*); 0: none.
+  int64_t generate_prompt_tokens = 0;
+  int64_t generate_new_tokens = 0;
 };
 
 // Requested chunk sizes: > 0 fixed, 0 = auto (the largest that fits the budget).

@@ -17,7 +17,7 @@ int64_t physical_memory_bytes() {
 }
 
 ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
-                                   const ExecConfig& exec, int ranks) {
+                                   const ExecConfig& exec, int ranks, int64_t longest_prompt) {
   ResolvedChunks r;
   int64_t total = 0;
   if (!c.memory_budget.empty()) {
@@ -37,6 +37,10 @@ ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
   setup.budget = r.budget;
   setup.ranks = ranks;
   setup.zero = c.dist.zero;
+  if (longest_prompt > 0) {
+    setup.generate_prompt_tokens = longest_prompt;
+    setup.generate_new_tokens = c.rollout().max_completion_length;
+  }
   const ChunkRequest req{.layer = c.layer_chunk, .head = c.head_chunk};
   const int64_t T = std::max(c.max_tokens, min_planning_tokens(c.objective, setup.group_size));
   const ChunkedPlan plan = choose_chunks(setup, exec, T, req);

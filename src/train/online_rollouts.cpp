@@ -296,6 +296,12 @@ const std::string& OnlineRollouts::completion_text(const RolloutSample& s) const
   return texts_.at(static_cast<size_t>(&s - samples_.data()));
 }
 
+int64_t OnlineRollouts::longest_prompt() const {
+  size_t n = 0;
+  for (const PromptRecord& p : prompts_) n = std::max(n, p.ids.size());
+  return static_cast<int64_t>(n);
+}
+
 double OnlineRollouts::epoch_progress() const {
   return static_cast<double>(cursor_.epoch) +
          static_cast<double>(cursor_.micro_batches_done) /

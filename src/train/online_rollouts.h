@@ -82,6 +82,8 @@ class OnlineRollouts {
   const PromptRecord& prompt(int64_t i) const { return prompts_[static_cast<size_t>(i)]; }
   const std::string& completion_text(const RolloutSample& s) const;
 
+  int64_t longest_prompt() const;  // tokens
+
   const DataCursor& cursor() const { return cursor_; }
   double epoch_progress() const;
   // The current batch when steps of it remain (a checkpoint stores it), else null.

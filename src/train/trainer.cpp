@@ -220,7 +220,8 @@ void Trainer::plan_schedule() {
 void Trainer::build_models() {
   exec_ = c_.exec();
   if (c_.layer_chunk == 0 || c_.head_chunk == 0) {
-    const ResolvedChunks rc = resolve_auto_chunks(c_, cfg_, exec_, comm_.size());
+    const ResolvedChunks rc = resolve_auto_chunks(c_, cfg_, exec_, comm_.size(),
+                                                  online_ ? online_->longest_prompt() : 0);
     exec_.layer_chunk = rc.layer_chunk;
     exec_.head_chunk = rc.head_chunk;
     log_.out(

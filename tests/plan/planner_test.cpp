@@ -226,3 +226,35 @@ TEST(Planner, Bf16AndOptimizerStateAreCountedInTheirCategories) {
 
 }  // namespace
 }  // namespace sbp
+
+namespace sbp {
+namespace {
+
+// Online GRPO's generation phase (StepMemoryOptions::generate_*): planned through
+// Engine::generate before the step, its peak holds the KV cache of prompt + new tokens for every
+// layer beside the persistent model state, and the step's peak covers it.
+TEST(Planner, GenerationPhaseHoldsItsKvCache) {
+  const ModelConfig cfg = preset_config("tiny-qwen3");
+  ObjectiveSetup grpo;
+  grpo.kind = ObjectiveKind::grpo;
+  ExecConfig exec = parse_mode("stream");
+  exec.layer_chunk = 64;
+  exec.head_chunk = 32;
+  const StepBatches step = planning_step(ObjectiveKind::grpo, 4, 256);
+  StepMemoryOptions mem{.adamw = true};
+  const PlannedStep without = plan_step(cfg, grpo, exec, step, mem);
+  EXPECT_EQ(without.generation_peak, 0);
+  mem.generate_prompt_tokens = 100;
+  mem.generate_new_tokens = 3900;  // a long completion: generation is the larger phase
+  const PlannedStep with = plan_step(cfg, grpo, exec, step, mem);
+  const int64_t kv_rows = 100 + 3900;
+  const int64_t kv_bytes = cfg.num_hidden_layers * 2 * kv_rows * cfg.num_key_value_heads *
+                           cfg.head_dim * 4;
+  EXPECT_GE(with.generation_peak, kv_bytes);
+  EXPECT_GT(with.generation_peak, without.peak_bytes);
+  EXPECT_EQ(with.peak_bytes, std::max(with.generation_peak, without.peak_bytes));
+  EXPECT_EQ(with.breakdown.bytes[static_cast<size_t>(Category::kv_cache)], kv_bytes);
+}
+
+}  // namespace
+}  // namespace sbp
