@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "data/hf_tokenizer_config.h"
+#include "data/template_choice.h"
 
 namespace sbp {
 
@@ -20,19 +21,14 @@ const char* end_of_turn(ChatFamily f) {
 
 }  // namespace
 
-PromptEncoder PromptEncoder::from_dir(const std::string& dir, std::optional<ChatTemplate> chat) {
+PromptEncoder PromptEncoder::from_dir(const std::string& dir, std::optional<ChatTemplate> chat,
+                                      std::optional<bool> add_bos) {
   PromptEncoder p(Tokenizer::from_dir(dir));
   p.source_ = dir;
   const HfTokenizerConfig hf = HfTokenizerConfig::load_dir(dir);
-  if (chat) {
-    p.chat_ = chat;
-  } else if (!hf.chat_template.empty()) {
-    p.chat_ = detect_chat_template(hf.chat_template, hf.source.empty() ? dir : hf.source);
-  }
-  if (p.chat_ && hf.bos_token) p.chat_->bos_token = *hf.bos_token;
-  const bool llama = p.chat_ && (p.chat_->family == ChatFamily::llama3 ||
-                                 p.chat_->family == ChatFamily::llama3_0);
-  if (hf.add_bos_token.value_or(llama) && hf.bos_token) p.bos_ = p.tok_.token_to_id(*hf.bos_token);
+  p.chat_ = choose_chat_template(hf, dir, std::move(chat)).chat;
+  if (plain_text_wants_bos(hf, p.chat_, add_bos) && hf.bos_token)
+    p.bos_ = p.tok_.token_to_id(*hf.bos_token);
   const auto add_stop = [&](const std::optional<std::string>& token) {
     if (!token) return;
     const std::optional<int32_t> id = p.tok_.token_to_id(*token);

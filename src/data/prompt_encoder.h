@@ -19,8 +19,10 @@ namespace sbp {
 class PromptEncoder {
  public:
   // Loads dir's tokenizer.json and tokenizer_config.json; `chat` overrides the template the
-  // config carries. Throws InputError naming the file.
-  static PromptEncoder from_dir(const std::string& dir, std::optional<ChatTemplate> chat = {});
+  // config carries, `add_bos` the bos decision for plain text (data/template_choice.h: the
+  // trainer's rules). Throws InputError naming the file.
+  static PromptEncoder from_dir(const std::string& dir, std::optional<ChatTemplate> chat = {},
+                                std::optional<bool> add_bos = {});
 
   // Throws InputError prefixed by `where` for a conversation without a chat template.
   std::vector<int32_t> encode(const TextOrChat& prompt, const std::string& where) const;

@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "data/hf_tokenizer_config.h"
 #include "data/packing.h"
+#include "data/template_choice.h"
 #include "data/tokenizer.h"
 #include "train/checkpoint.h"
 
@@ -99,19 +100,12 @@ TrainingData prepare_training_data(const TrainConfig& c, int64_t model_vocab) {
   std::string no_chat =
       "conversation data needs a chat template, but " + tok_dir +
       " has none (no chat_template in tokenizer_config.json): set data.chat_template";
-  if (c.chat_template) {
-    out.chat = chat_template_for(*c.chat_template);
-    out.chat_source = "data.chat_template";
-  } else if (!hf.chat_template.empty()) {
-    out.chat = detect_chat_template(hf.chat_template, hf.source.empty() ? tok_dir : hf.source);
-    out.chat_source = fs::path(hf.source.empty() ? tok_dir + "/chat_template.jinja" : hf.source)
-                          .filename()
-                          .string();
-  }
-  if (out.chat) {
-    out.chat->date_string = c.date_string;
-    if (hf.bos_token) out.chat->bos_token = *hf.bos_token;
-  }
+  std::optional<ChatTemplate> named;
+  if (c.chat_template) named = chat_template_for(*c.chat_template);
+  TemplateChoice choice = choose_chat_template(hf, tok_dir, std::move(named));
+  out.chat = std::move(choice.chat);
+  out.chat_source = choice.source == "named" ? "data.chat_template" : choice.source;
+  if (out.chat) out.chat->date_string = c.date_string;
 
   PlainTextTokens plain;
   if (c.append_eos) {
@@ -124,10 +118,7 @@ TrainingData prepare_training_data(const TrainConfig& c, int64_t model_vocab) {
           " (set data.append_eos: false)";
     }
   }
-  const bool llama = out.chat && (out.chat->family == ChatFamily::llama3 ||
-                                  out.chat->family == ChatFamily::llama3_0);
-  const bool want_bos = c.add_bos.value_or(hf.add_bos_token.value_or(llama));
-  if (want_bos) {
+  if (plain_text_wants_bos(hf, out.chat, c.add_bos)) {
     plain.bos = token_id(tok, hf.bos_token);
     if (!plain.bos && c.add_bos.value_or(false))
       throw InputError(c.where("data.add_bos") +

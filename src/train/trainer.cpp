@@ -159,7 +159,7 @@ void Trainer::load_prompts() {
     chat = chat_template_for(*c_.chat_template);
     chat->date_string = c_.date_string;
   }
-  prompt_encoder_.emplace(PromptEncoder::from_dir(c_.tokenizer, chat));
+  prompt_encoder_.emplace(PromptEncoder::from_dir(c_.tokenizer, chat, c_.add_bos));
   std::vector<PromptRecord> prompts =
       read_prompt_records(c_.data_train, &*prompt_encoder_, cfg_.vocab_size);
   const size_t n = prompts.size();
