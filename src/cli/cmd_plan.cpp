@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/lora_args.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
 #include "core/error.h"
@@ -36,6 +37,7 @@ struct Args {
   int ranks = 1;
   int zero = 0;
   std::string json;
+  LoraArgs lora;
 };
 
 // "auto" -> 0, else a positive integer.
@@ -129,6 +131,9 @@ Request parse_request(const Args& a) {
         "gradients too)");
   setup.ranks = a.ranks;
   setup.zero = a.ranks > 1 ? a.zero : 0;
+  setup.lora = a.lora.config();
+  if (setup.lora.enabled() && setup.ranks > 1)
+    throw InputError("--lora-r: LoRA is single-process only (no --ranks)");
   if (!a.budget.empty()) {
     q.budget = parse_size(a.budget, "--budget");
     q.reserve = parse_size(a.reserve, "--reserve");
@@ -190,6 +195,11 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
           ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
           : "",
       a.objective.describe().c_str());
+  if (setup.lora.enabled())
+    std::printf(
+        "lora: %s; frozen weights (no gradients, no optimizer state), fp32 adapters with their "
+        "gradients%s; reference model = the weights with the adapters off\n",
+        setup.lora.describe().c_str(), setup.adamw ? " and fp32 AdamW moments" : "");
   if (setup.ranks > 1)
     std::printf(
         "data parallel: %d ranks, zero %d: the memory of one rank (rank 0, whose slices are the "
@@ -238,6 +248,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
   j["objective"] = a.objective.describe();
   j["ranks"] = q.setup.ranks;
   j["zero"] = q.setup.zero;
+  if (q.setup.lora.enabled()) j["lora"] = q.setup.lora.describe();
   if (q.setup.budget > 0) {
     j["budget_bytes"] = q.budget;
     j["reserve_bytes"] = q.reserve;
@@ -297,6 +308,7 @@ void register_plan(CLI::App& app) {
                 "none, or adamw: fp32 m and v (and fp32 master weights with --dtype bf16)")
       ->capture_default_str();
   a->objective.add_flags(c);
+  a->lora.add_flags(c);
   c->add_option("--modes", a->modes, "Comma-separated modes")->capture_default_str();
   c->add_option("--seq-len", a->seq_len, "Plan this many tokens (else: search the longest)");
   c->add_option("--layer-chunk", a->layer_chunk,

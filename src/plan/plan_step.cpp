@@ -70,7 +70,8 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                                   .optim = mem.adamw ? &optim : nullptr,
                                   .master_weights = mem.master_weights,
                                   .comm = &comm,
-                                  .zero = mem.zero});
+                                  .zero = mem.zero,
+                                  .lora = mem.lora});
   StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
   PlannedStep p;
   p.peak_bytes = ledger.peak();

@@ -7,6 +7,7 @@
 #include "core/ledger.h"
 #include "engine/exec_config.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "objective/objective_setup.h"
 #include "step/micro_batch.h"
 
@@ -35,6 +36,10 @@ struct StepMemoryOptions {
   // communicator that moves no data.
   int ranks = 1;
   int zero = 0;
+  // LoRA (model/lora.h): frozen weights (no gradients, no moments, no master copy), adapter
+  // weights, gradients and moments in fp32, and no reference model (the base with the adapters
+  // off). Null: full fine-tuning.
+  const LoraConfig* lora = nullptr;
 };
 
 // The fewest tokens a micro-batch of the objective can have: SFT 1; otherwise 2 per sequence

@@ -22,7 +22,8 @@ StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
                            .master_weights = s.master_weights,
                            .budget = budget,
                            .ranks = s.ranks,
-                           .zero = s.zero};
+                           .zero = s.zero,
+                           .lora = s.lora.enabled() ? &s.lora : nullptr};
 }
 
 bool within(const PlanSetup& s, int64_t peak) { return s.budget <= 0 || peak <= s.budget; }

@@ -14,6 +14,7 @@
 
 #include "engine/exec_config.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "plan/plan_step.h"
 
 namespace sbp {
@@ -32,6 +33,7 @@ struct PlanSetup {
   int64_t budget = 0;               // usable bytes (budget minus reserve); <= 0: unlimited
   int ranks = 1;                    // data parallel: the memory of one of `ranks` ranks
   int zero = 0;                     // with gradients and optimizer divided by ZeRO stage 0-2
+  LoraConfig lora{.r = 0};          // r > 0: LoRA adapters on frozen weights
 };
 
 // Requested chunk sizes: > 0 fixed, 0 = auto (the largest that fits the budget).

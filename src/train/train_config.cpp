@@ -195,6 +195,29 @@ Key backend_key() {
   return k;
 }
 
+// lora.target_modules: a list of PEFT module names, or one string ("all-linear", "q_proj,v_proj").
+Key lora_targets_key() {
+  Key k;
+  k.name = "lora.target_modules";
+  k.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    std::vector<std::string> v;
+    if (n.IsScalar()) {
+      v = parse_lora_targets(n.Scalar());
+    } else if (n.IsSequence()) {
+      for (const YAML::Node& e : n) {
+        if (!e.IsScalar()) throw InputError(where + ": lora.target_modules must list module names");
+        v.push_back(e.Scalar());
+      }
+    } else {
+      throw InputError(where +
+                       ": lora.target_modules must be a list of module names or all-linear");
+    }
+    c.lora.target_modules = std::move(v);
+  };
+  k.get = [](const TrainConfig& c) { return nlohmann::json(c.lora.target_modules); };
+  return k;
+}
+
 #define KEY(T, name, member) bind<T>(name, [](TrainConfig& c) -> T& { return c.member; })
 #define ENUM_KEY(E, name, member, table) \
   enum_key<E>(                           \
@@ -271,6 +294,11 @@ const std::vector<Key>& keys() {
         KEY(int64_t, "keep_last", keep_last),
         ENUM_KEY(NonFinitePolicy, "on_nonfinite", on_nonfinite, kNonFiniteNames),
         KEY(int, "dist.zero", dist.zero),
+        KEY(int64_t, "lora.r", lora.r),
+        KEY(double, "lora.alpha", lora.alpha),
+        KEY(double, "lora.dropout", lora.dropout),
+        KEY(bool, "lora.use_rslora", lora.use_rslora),
+        lora_targets_key(),
         KEY(int64_t, "demo.seq_len", demo_options.seq_len),
         KEY(int64_t, "demo.steps", demo_options.steps),
         KEY(int64_t, "demo.eval_every", demo_options.eval_every),
@@ -530,6 +558,13 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0, c, "ppo.gamma", "must be in [0, 1]");
   require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
   check_integer_ranges(c);
+  if (c.lora.r != 0) {
+    try {
+      c.lora.validate();
+    } catch (const InputError& e) {
+      throw InputError(c.where("lora.r") + ": " + e.what());
+    }
+  }
 }
 
 }  // namespace
