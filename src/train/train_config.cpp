@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "engine/exec_config.h"
+#include "model/lora_io.h"
 
 namespace sbp {
 
@@ -295,6 +296,7 @@ const std::vector<Key>& keys() {
         ENUM_KEY(NonFinitePolicy, "on_nonfinite", on_nonfinite, kNonFiniteNames),
         KEY(int, "dist.zero", dist.zero),
         KEY(int64_t, "lora.r", lora.r),
+        KEY(std::string, "lora.adapter", lora_adapter),
         KEY(double, "lora.alpha", lora.alpha),
         KEY(double, "lora.dropout", lora.dropout),
         KEY(bool, "lora.use_rslora", lora.use_rslora),
@@ -558,6 +560,27 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0, c, "ppo.gamma", "must be in [0, 1]");
   require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
   check_integer_ranges(c);
+  if (!c.lora_adapter.empty()) {
+    const LoraConfig a = read_lora_config(c.lora_adapter);  // errors name the file
+    auto agree = [&](const char* key, bool same, const std::string& theirs) {
+      if (c.origin.count(key) && !same)
+        throw InputError(c.where(key) + ": " + key + " disagrees with " + c.lora_adapter +
+                         "/adapter_config.json (" + theirs + ")");
+    };
+    agree("lora.r", c.lora.r == a.r, "r " + std::to_string(a.r));
+    agree("lora.alpha", c.lora.alpha == a.alpha, "lora_alpha " + std::to_string(a.alpha));
+    agree("lora.use_rslora", c.lora.use_rslora == a.use_rslora,
+          std::string("use_rslora ") + (a.use_rslora ? "true" : "false"));
+    bool same_targets = true;
+    for (int p = 0; p < kLoraTargets; ++p)
+      same_targets = same_targets && c.lora.targets(static_cast<LoraTarget>(p)) ==
+                                         a.targets(static_cast<LoraTarget>(p));
+    agree("lora.target_modules", same_targets, "target_modules " + a.describe());
+    c.lora.r = a.r;
+    c.lora.alpha = a.alpha;
+    c.lora.use_rslora = a.use_rslora;
+    c.lora.target_modules = a.target_modules;
+  }
   if (c.lora.r != 0) {
     try {
       c.lora.validate();

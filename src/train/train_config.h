@@ -118,6 +118,9 @@ struct TrainConfig {
   // LoRA (the `lora:` section; r = 0: full fine-tuning): adapters on a frozen base, saved as a
   // PEFT adapter; the reference model of DPO/GRPO/PPO is the base with the adapters off.
   LoraConfig lora{.r = 0};
+  // A PEFT adapter directory to start the adapters from (lora.adapter): its r, lora_alpha,
+  // target_modules and use_rslora become the run's (lora.* keys given too must agree).
+  std::string lora_adapter;
 
   // Optimizer and schedule.
   double lr = 1e-5;

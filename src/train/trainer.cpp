@@ -280,7 +280,12 @@ void Trainer::load_lora_policy() {
            start_dir_.empty() ? (c_.model + ", random weights").c_str() : start_dir_.c_str(),
            c_.lora.describe().c_str(), static_cast<double>(ad.numel()) / 1e6);
   if (ckpt_.empty()) {
-    init_lora(ad, c_.seed);
+    if (c_.lora_adapter.empty()) {
+      init_lora(ad, c_.seed);
+    } else {
+      load_lora_weights(c_.lora_adapter, ad);
+      log_.out("adapters: from %s\n", c_.lora_adapter.c_str());
+    }
     batches_->start();
     return;
   }
