@@ -150,6 +150,36 @@ TEST_P(LoraParity, SavedAdapterReadsBackExactly) {
   }
 }
 
+// Through the program: `score --adapter` gives PEFT's loss and adapter gradients, and the model
+// `merge` writes scores the same (the merged checkpoint scores like base + adapter).
+TEST_P(LoraParity, ScoreWithAdapterAndMergedModelGivePeftsLoss) {
+  const std::string dir = test::source_dir() + "/tests/fixtures/lora/" + GetParam();
+  const json expected = read_json(dir + "/expected.json");
+  const double want = expected["loss"].get<double>();
+  test::TempDir tmp;
+  const std::string bin = test::streambp_binary();
+  auto r = test::run_command(bin + " score --threads 1 --mode stream --layer-chunk 7 --model " +
+                             dir + "/model --adapter " + dir + "/adapter --input " + dir +
+                             "/tokens.json --json " + tmp.file("a.json") + " --grads " +
+                             tmp.file("g.safetensors"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(scalar_rel_err(read_json(tmp.file("a.json"))["loss"].get<double>(), want), kTol);
+  const auto want_grads = read_grads(dir + "/expected_grads.safetensors");
+  const auto got_grads = read_grads(tmp.file("g.safetensors"));
+  ASSERT_EQ(got_grads.size(), want_grads.size());
+  for (const auto& [name, g] : want_grads) {
+    ASSERT_TRUE(got_grads.count(name)) << name;
+    EXPECT_LT(rel_err(got_grads.at(name), g), kTol) << name;
+  }
+  r = test::run_command(bin + " merge --model " + dir + "/model --adapter " + dir +
+                        "/adapter --out " + tmp.file("merged"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(bin + " score --threads 1 --model " + tmp.file("merged") + " --input " +
+                        dir + "/tokens.json --json " + tmp.file("m.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(scalar_rel_err(read_json(tmp.file("m.json"))["loss"].get<double>(), want), kTol);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, LoraParity, ::testing::ValuesIn(lora_fixtures()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
