@@ -95,6 +95,20 @@ TEST(LoraTrain, DpoReferenceIsTheBaseAndMergeFoldsTheAdapter) {
   // The merged model is the base + adapter: base and merged differ, the adapter's folded.
   EXPECT_FALSE(
       same_file(run.dir.file("base/model.safetensors"), run.dir.file("merged/model.safetensors")));
+  // generate --adapter samples what the merged model samples (greedy: the same ids).
+  test::write_text(run.dir.file("prompts.jsonl"), "{\"prompt_ids\": [1, 5, 9, 33, 2]}\n");
+  auto ids = [&](const std::string& model) {
+    const auto g =
+        run_command(bin() + " generate --greedy --max-new-tokens 6 --threads 1 --input " +
+                    run.dir.file("prompts.jsonl") + " --model " + model);
+    EXPECT_EQ(g.exit_code, 0) << g.output;
+    const size_t at = g.output.find("\"ids\":");
+    return at == std::string::npos ? std::string()
+                                   : g.output.substr(at, g.output.find(']', at) - at);
+  };
+  const std::string adapted = ids(run.dir.file("base") + " --adapter " + run.out("checkpoint-3"));
+  EXPECT_FALSE(adapted.empty());
+  EXPECT_EQ(adapted, ids(run.dir.file("merged")));
   // The tiny model: embedding 512x32 (tied), per layer q 32x32, k, v 16x32, o 32x32, gate, up
   // 64x32, down 32x64 and four norms (16 + 16 + 32 + 32), the final norm 32: 35,040 floats;
   // plus the adapters' 1,664. A reference copy would add another 35,040.
