@@ -116,6 +116,12 @@ def make_fixture(spec: dict, root: Path) -> None:
                 p.copy_(0.05 * torch.randn(p.shape, generator=gen, dtype=torch.float32))
     model.save_pretrained(d / "adapter")
     (d / "adapter" / "README.md").unlink(missing_ok=True)  # PEFT's model-card template
+    # PEFT writes target_modules from a Python set, in an order that changes from run to run:
+    # sorted, so that regenerating gives the same bytes.
+    cfg_path = d / "adapter" / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["target_modules"] = sorted(cfg["target_modules"])
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     seqs, masks = hf.make_inputs(spec, base.config.vocab_size)
     model.zero_grad(set_to_none=True)
     total, logprobs, n_loss = loss_of(model, seqs, masks)
