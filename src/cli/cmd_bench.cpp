@@ -20,6 +20,7 @@
 #endif
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/lora_args.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
 #include "cli/random_batches.h"
@@ -49,6 +50,7 @@ struct Args {
   std::string backend = "cpu";
   std::string precisions = "fp32";
   ObjectiveArgs objective;
+  LoraArgs lora;
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
 };
 
@@ -115,6 +117,7 @@ struct Bench {
   const Args& a;
   ModelSource src;
   ObjectiveSetup setup;
+  LoraConfig lora;  // r = 0: full fine-tuning
   int64_t segments = 1;
   std::unique_ptr<Backend> be;
   std::vector<std::unique_ptr<Models>> models;  // one per --precision
@@ -123,6 +126,7 @@ struct Bench {
   explicit Bench(const Args& args) : a(args), be(backend_from_flag(args.backend)) {
     src = resolve_model(a.model, a.layers);
     setup = a.objective.setup();
+    lora = a.lora.config();
     segments = a.segments > 0                      ? a.segments
                : setup.kind == ObjectiveKind::sft  ? 1
                : setup.kind == ObjectiveKind::grpo ? a.objective.group_size
@@ -138,8 +142,10 @@ struct Bench {
   // another precision are the fp32 draw rounded.
   void build(Models& m) {
     const DType dt = storage_dtype(m.precision);
-    m.set = std::make_unique<ModelSet>(setup, src.cfg, m.pool, *be,
-                                       ModelSetOptions{.param_dtype = dt});
+    m.set = std::make_unique<ModelSet>(
+        setup, src.cfg, m.pool, *be,
+        ModelSetOptions{.param_dtype = dt, .lora = lora.enabled() ? &lora : nullptr});
+    if (m.set->has_lora()) init_lora(m.set->lora_weights(), a.seed, 0.02f);
     ParameterSet& w = m.set->policy_weights();
     if (dt == DType::F32) {
       fill_weights(src, w, a.seed, InitStyle::hf);
@@ -398,6 +404,7 @@ void register_bench(CLI::App& app) {
                 "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)")
       ->check(int_in(1, kMaxFlagInt));
   a->objective.add_flags(c);
+  a->lora.add_flags(c);
   c->callback([a] { run(*a); });
 }
 

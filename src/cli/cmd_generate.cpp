@@ -30,6 +30,7 @@
 #include "data/prompt_records.h"
 #include "reward/builtin_rewards.h"
 #include "engine/engine.h"
+#include "model/lora_io.h"
 
 namespace sbp::cli {
 
@@ -55,6 +56,7 @@ double copy_bandwidth_gbs() {
 
 struct Args {
   std::string model;
+  std::string adapter;  // a PEFT LoRA adapter directory on top of --model
   std::string input;
   std::string output;
   std::string tokenizer;
@@ -136,6 +138,13 @@ int run(const Args& a) {
   const ParameterSet w =
       materialize_weights(src, pool, a.seed, InitStyle::test, storage_dtype(precision));
   Engine engine(cfg, w, *be, pool, exec);
+  LoraSet adapters;
+  if (!a.adapter.empty()) {
+    adapters =
+        LoraSet(cfg, read_lora_config(a.adapter), pool, Category::weights, DType::F32, false);
+    load_lora_weights(a.adapter, adapters);
+    engine.set_lora(&adapters, nullptr);
+  }
 
   std::string text;
   int64_t new_tokens = 0, correct = 0;
@@ -214,6 +223,8 @@ void register_generate(CLI::App& app) {
       "generate", "Sample completions of prompts with a KV cache; prints JSONL");
   c->add_option("--model", a->model, "Model directory (config.json + safetensors), or a preset")
       ->required();
+  c->add_option("--adapter", a->adapter,
+                "A LoRA adapter directory (PEFT format) on top of --model");
   c->add_option("--input", a->input,
                 "prompts.jsonl: {\"prompt\": text | messages} or {\"prompt_ids\": [ids]} per line")
       ->required();

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/gradcheck.h"
+#include "cli/lora_args.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
 #include "cli/random_batches.h"
@@ -35,6 +36,7 @@ struct Args {
   std::string backend = "cpu";
   std::string precision = "fp32";
   ObjectiveArgs objective;
+  LoraArgs lora;
 };
 
 int run(const Args& a) {
@@ -51,6 +53,7 @@ int run(const Args& a) {
   opts.objective = a.objective.setup();
   opts.group_size = a.objective.group_size;
   opts.precision = precision_from_flag(a.precision);
+  opts.lora = a.lora.config();
   if (opts.objective.kind != ObjectiveKind::sft && a.seq_len < 4)
     throw InputError(std::string("--seq-len must be at least 4 for ") +
                      objective_name(opts.objective.kind));
@@ -72,6 +75,9 @@ int run(const Args& a) {
               a.model.c_str(), model_type_name(src.cfg.model_type), a.objective.describe().c_str(),
               static_cast<long long>(a.seq_len), batch.seq_lens.size(),
               static_cast<unsigned long long>(a.seed));
+  if (opts.lora.enabled())
+    std::printf("lora: %s; base weights frozen, reference = base with adapters off\n",
+                opts.lora.describe().c_str());
   std::printf("%-20s %8s %8s %14s %12s %12s\n", "mode", "l_chunk", "h_chunk", "loss", "loss_relerr",
               "max_relerr");
   std::printf("%-20s %8s %8s %14.8f %12s %12s\n", "base", "-", "-", r.base_loss, "-", "-");
@@ -113,6 +119,12 @@ int run(const Args& a) {
     for (const auto& [name, err] : r.per_param) j["per_param"][name] = err;
     j["precision"] = enum_name<Precision>(kPrecisionNames, opts.precision);
     if (!r.rounding.empty()) j["bf16_rounding_per_param"] = r.rounding;
+    if (opts.lora.enabled()) {
+      j["lora"] = opts.lora.describe();
+      // Every mode's peak of the ledger's `grads` category: the adapters' (+ a PPO value
+      // model's) gradients only, never the base weights'.
+      for (const ModeResult& m : r.modes) j["grads_bytes"][m.mode] = m.grads_bytes;
+    }
     j["pass"] = ok;
     write_file_atomically(a.json, j.dump(2) + "\n");
   }
@@ -146,6 +158,7 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--precision", a->precision,
                 "fp32, or bf16: each mode in bf16 against base in bf16, within bf16 rounding");
   a->objective.add_flags(c);
+  a->lora.add_flags(c);
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/lora_args.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
 #include "core/error.h"
@@ -38,6 +39,7 @@ struct Args {
   std::string json;
   int64_t prompt_len = 0;             // online GRPO/PPO: the generation phase's prompt
   int64_t max_completion_length = 0;  // and new tokens (0: no generation phase)
+  LoraArgs lora;
 };
 
 // "auto" -> 0, else a positive integer.
@@ -139,6 +141,9 @@ Request parse_request(const Args& a) {
     setup.generate_prompt_tokens = a.prompt_len;
     setup.generate_new_tokens = a.max_completion_length;
   }
+  setup.lora = a.lora.config();
+  if (setup.lora.enabled() && setup.ranks > 1)
+    throw InputError("--lora-r: LoRA is single-process only (no --ranks)");
   if (!a.budget.empty()) {
     q.budget = parse_size(a.budget, "--budget");
     q.reserve = parse_size(a.reserve, "--reserve");
@@ -200,6 +205,11 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
           ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
           : "",
       a.objective.describe().c_str());
+  if (setup.lora.enabled())
+    std::printf(
+        "lora: %s; frozen weights (no gradients, no optimizer state), fp32 adapters with their "
+        "gradients%s; reference model = the weights with the adapters off\n",
+        setup.lora.describe().c_str(), setup.adamw ? " and fp32 AdamW moments" : "");
   if (setup.ranks > 1)
     std::printf(
         "data parallel: %d ranks, zero %d: the memory of one rank (rank 0, whose slices are the "
@@ -256,6 +266,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
   j["objective"] = a.objective.describe();
   j["ranks"] = q.setup.ranks;
   j["zero"] = q.setup.zero;
+  if (q.setup.lora.enabled()) j["lora"] = q.setup.lora.describe();
   if (q.setup.budget > 0) {
     j["budget_bytes"] = q.budget;
     j["reserve_bytes"] = q.reserve;
@@ -316,6 +327,7 @@ void register_plan(CLI::App& app) {
                 "none, or adamw: fp32 m and v (and fp32 master weights with --dtype bf16)")
       ->capture_default_str();
   a->objective.add_flags(c);
+  a->lora.add_flags(c);
   c->add_option("--modes", a->modes, "Comma-separated modes")->capture_default_str();
   c->add_option("--seq-len", a->seq_len, "Plan this many tokens (else: search the longest)");
   c->add_option("--layer-chunk", a->layer_chunk,

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
+#include "model/lora_io.h"
 #include "model/safetensors.h"
 #include "step/step_runner.h"
 
@@ -44,6 +45,7 @@ struct Args {
   int64_t layer_chunk = 0;
   int64_t head_chunk = 0;
   std::string grads;
+  std::string adapter;  // a PEFT LoRA adapter directory on top of --model
   std::string json_out;
   int threads = 0;
   uint64_t seed = 0;
@@ -168,12 +170,22 @@ int run(const Args& a) {
       materialize_weights(src, pool, a.seed, InitStyle::test, storage_dtype(precision));
   // The step `train` runs (one SFT micro-batch), recording the log-probs of its own gradient
   // pass; or, without --grads, a forward alone (no gradient memory).
+  // With --adapter: base + LoRA adapters, and --grads writes the adapters' gradients (PEFT
+  // names); the base is frozen.
+  LoraSet adapters, adapter_grads;
   std::unique_ptr<DataParallel> grads;
-  if (!a.grads.empty())
+  if (!a.grads.empty() && a.adapter.empty())
     grads =
         std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::lm, pool, *be, nullptr);
   StepModels models;
   models.policy = {{&cfg, &w}, grads.get()};
+  if (!a.adapter.empty()) {
+    const LoraConfig lc = read_lora_config(a.adapter);
+    adapters = LoraSet(cfg, lc, pool, Category::weights, DType::F32, false);
+    load_lora_weights(a.adapter, adapters);
+    if (!a.grads.empty()) adapter_grads = LoraSet(cfg, lc, pool, Category::grads, DType::F32, true);
+    models.lora = {&adapters, a.grads.empty() ? nullptr : &adapter_grads};
+  }
   const ObjectiveSetup sft;  // the SFT loss over the given loss tokens
   StepRunner runner(sft, models, *be, pool, exec, single_process(), {.record_logp = true});
 
@@ -185,9 +197,14 @@ int run(const Args& a) {
     StepResult r = runner.run(StepBatches::whole({std::move(mb)}));
     loss = r.loss;
     logp = std::move(r.logp[0]);
-    const ParameterSet& g = grads->grads();
     std::vector<NamedTensor> named;
-    for (size_t i = 0; i < g.size(); ++i) named.push_back({g.name(i), g.tensor(i)});
+    if (grads) {
+      const ParameterSet& g = grads->grads();
+      for (size_t i = 0; i < g.size(); ++i) named.push_back({g.name(i), g.tensor(i)});
+    } else {
+      for (size_t i = 0; i < adapter_grads.size(); ++i)
+        named.push_back({adapter_grads.name(i), adapter_grads.tensor(i)});
+    }
     char loss_text[64];
     std::snprintf(loss_text, sizeof loss_text, "%.9g", loss);
     write_safetensors(a.grads, named, DType::F32,
@@ -223,7 +240,8 @@ int run(const Args& a) {
                 batch.seq_lens.size(), static_cast<long long>(T));
   }
   if (!a.grads.empty())
-    std::printf("score: wrote gradients of %zu tensors to %s\n", parameter_specs(cfg).size(),
+    std::printf("score: wrote gradients of %zu tensors to %s\n",
+                a.adapter.empty() ? parameter_specs(cfg).size() : adapter_grads.size(),
                 a.grads.c_str());
   if (!a.json_out.empty()) {
     json j;
@@ -272,6 +290,9 @@ void register_score(CLI::App& app) {
   c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens");
   c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens");
   c->add_option("--grads", a->grads, "Write every parameter's gradient (F32 safetensors)");
+  c->add_option("--adapter", a->adapter,
+                "A LoRA adapter directory (PEFT format) on top of --model; --grads then writes "
+                "the adapters' gradients");
   c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON");
   c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");

@@ -15,5 +15,6 @@ void register_score(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_plot(CLI::App& app);
+void register_merge(CLI::App& app);
 
 }  // namespace sbp::cli

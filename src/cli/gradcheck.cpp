@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cli/random_batches.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "dist/data_parallel.h"
 #include "engine/engine.h"
@@ -40,7 +41,7 @@ void add_noise(std::vector<float>& x, const SequenceRows& rows, float noise, Rng
 
 MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                                  const ParameterSet* value, const Batch& batch,
-                                 const GradcheckOptions& opts) {
+                                 const GradcheckOptions& opts, const LoraSet* lora) {
   const ObjectiveKind kind = opts.objective.kind;
   MicroBatch mb = random_micro_batch(kind, opts.group_size, batch, opts.seed);
   if (kind != ObjectiveKind::grpo && kind != ObjectiveKind::ppo) return mb;
@@ -50,7 +51,9 @@ MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const Para
   const SequenceRows rows(batch);
   Rng rng(opts.seed, "rollout-noise");
   if (opts.old_logp_noise != 0.0f) {
-    mb.old_logp = Engine(cfg, weights, be, pool, base).score(batch).logp;
+    Engine policy(cfg, weights, be, pool, base);
+    policy.set_lora(lora, nullptr);
+    mb.old_logp = policy.score(batch).logp;
     add_noise(mb.old_logp, rows, opts.old_logp_noise, rng);
   }
   if (kind == ObjectiveKind::ppo && value && opts.value_noise != 0.0f) {
@@ -62,14 +65,22 @@ MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const Para
 
 ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                          const ParameterSet* reference, const ParameterSet* value,
-                         const MicroBatch& mb, const ExecConfig& exec,
-                         const GradcheckOptions& opts) {
+                         const MicroBatch& mb, const ExecConfig& exec, const GradcheckOptions& opts,
+                         const LoraSet* lora) {
   Ledger ledger;
   Pool pool(ledger, be, PoolOptions{.poison = opts.poison});
-  DataParallel policy_grads(single_process(), 0, cfg, ModelHead::lm, pool, be, nullptr);
+  // LoRA: the base is frozen (no gradient buffers at all), the adapters get zeroed gradients.
+  std::unique_ptr<DataParallel> policy_grads;
+  LoraSet lora_grads;
+  if (!lora)
+    policy_grads =
+        std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::lm, pool, be, nullptr);
+  else
+    lora_grads = LoraSet(cfg, lora->config(), pool, Category::grads, DType::F32, true);
   std::unique_ptr<DataParallel> value_grads;
   StepModels models;
-  models.policy = {{&cfg, &weights}, &policy_grads};
+  models.policy = {{&cfg, &weights}, policy_grads.get()};
+  if (lora) models.lora = {lora, &lora_grads};
   if (reference) models.reference = {&cfg, reference};
   if (value) {
     value_grads = std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::value, pool,
@@ -79,7 +90,13 @@ ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet
   ModeGrads out;
   out.result = StepRunner(opts.objective, models, be, pool, exec).run(StepBatches::whole({mb}));
   out.peak_bytes = ledger.peak();
-  copy_out(policy_grads.grads(), &out.grads);
+  out.grads_bytes = ledger.category_peak(Category::grads);
+  if (lora) {
+    for (size_t i = 0; i < lora_grads.size(); ++i)
+      out.grads.push_back(download_f32(lora_grads.tensor(i)));
+  } else {
+    copy_out(policy_grads->grads(), &out.grads);
+  }
   if (value_grads) copy_out(value_grads->grads(), &out.grads);
   return out;
 }
@@ -90,10 +107,11 @@ namespace {
 void compare_modes(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                    const ParameterSet* ref_p, const ParameterSet* value_p, const MicroBatch& mb,
                    const std::vector<std::string>& names, const ModeGrads& base,
-                   const GradcheckOptions& opts, GradcheckResult& res) {
+                   const GradcheckOptions& opts, GradcheckResult& res,
+                   const LoraSet* lora = nullptr) {
   const int64_t T = mb.batch.size();
   for (const ExecConfig& exec : opts.modes) {
-    const ModeGrads run = gradcheck_step(be, cfg, weights, ref_p, value_p, mb, exec, opts);
+    const ModeGrads run = gradcheck_step(be, cfg, weights, ref_p, value_p, mb, exec, opts, lora);
     ModeResult m;
     m.mode = mode_name(exec);
     m.layer_chunk = exec.layer_chunk_for(T);
@@ -104,6 +122,7 @@ void compare_modes(Backend& be, const ModelConfig& cfg, const ParameterSet& weig
     if (std::isnan(run.result.loss)) m.loss_rel_err = INFINITY;
     m.max_rel_err = m.loss_rel_err;
     m.peak_bytes = run.peak_bytes;
+    m.grads_bytes = run.grads_bytes;
     for (size_t i = 0; i < base.grads.size(); ++i) {
       const double e = rel_err(run.grads[i], base.grads[i]);
       m.per_param[names[i]] = e;
@@ -163,28 +182,42 @@ GradcheckResult run_gradcheck(Backend& be, const ModelConfig& cfg, const Paramet
   Ledger ledger;
   Pool pool(ledger, be);
   ParameterSet reference, value;
-  if (setup.needs_reference())
+  LoraSet lora;
+  const bool use_lora = opts.lora.enabled();
+  if (use_lora) {
+    if (opts.precision != Precision::fp32)
+      throw InputError("gradcheck --lora-r: fp32 only (--precision fp32)");
+    lora = LoraSet(cfg, opts.lora, pool, Category::weights, DType::F32, false);
+    init_lora(lora, opts.seed + 2, opts.lora_b_std);
+  }
+  const LoraSet* lora_p = use_lora ? &lora : nullptr;
+  // With LoRA the reference is the base weights, adapters off: no second model.
+  if (setup.needs_reference() && !use_lora)
     reference = make_reference_weights(cfg, weights, pool, opts.reference_noise, opts.seed);
   if (setup.needs_value_model()) {
     value = ParameterSet(cfg, pool, Category::weights, DType::F32, false, ModelHead::value);
     init_parameters(value, opts.seed + 1, InitStyle::test, 0.2f);
   }
-  const ParameterSet* ref_p = setup.needs_reference() ? &reference : nullptr;
+  const ParameterSet* ref_p = setup.needs_reference() && !use_lora ? &reference : nullptr;
   const ParameterSet* value_p = setup.needs_value_model() ? &value : nullptr;
-  const MicroBatch mb = gradcheck_micro_batch(be, cfg, weights, value_p, batch, opts);
+  const MicroBatch mb = gradcheck_micro_batch(be, cfg, weights, value_p, batch, opts, lora_p);
   std::vector<std::string> names;
-  for (size_t i = 0; i < weights.size(); ++i) names.push_back(weights.name(i));
+  if (use_lora) {
+    for (size_t i = 0; i < lora.size(); ++i) names.push_back(lora.name(i));
+  } else {
+    for (size_t i = 0; i < weights.size(); ++i) names.push_back(weights.name(i));
+  }
   for (size_t i = 0; i < value.size(); ++i) names.push_back("value:" + value.name(i));
 
   if (opts.precision == Precision::bf16)
     return run_gradcheck_bf16(be, cfg, weights, ref_p, value_p, mb, names, opts);
   GradcheckResult res;
   const ModeGrads base =
-      gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
+      gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts, lora_p);
   res.base_loss = base.result.loss;
   res.base_metrics = base.result.metrics;
   res.base_metrics["loss"] = base.result.loss;
-  compare_modes(be, cfg, weights, ref_p, value_p, mb, names, base, opts, res);
+  compare_modes(be, cfg, weights, ref_p, value_p, mb, names, base, opts, res, lora_p);
   return res;
 }
 

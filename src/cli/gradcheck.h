@@ -13,6 +13,7 @@
 #include "core/batch.h"
 #include "engine/exec_config.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 #include "objective/objective_setup.h"
 #include "step/micro_batch.h"
@@ -39,6 +40,11 @@ struct GradcheckOptions {
   // The reference model = the policy's weights + reference_noise * N(0, 1) per element (so the
   // KL terms are not zero).
   float reference_noise = 0.02f;
+  // LoRA (r > 0): adapters on the policy (A as PEFT draws it, B ~ N(0, lora_b_std) so that
+  // every adapter gradient is nonzero); only the adapters' gradients are compared, and the
+  // reference model is the base weights with the adapters off. fp32 only.
+  LoraConfig lora{.r = 0};
+  float lora_b_std = 0.05f;
 };
 
 struct ModeResult {
@@ -51,6 +57,7 @@ struct ModeResult {
   std::map<std::string, double> per_param;  // HF name -> rel err vs base ("value:" prefix for
                                             // the PPO value model's parameters)
   int64_t peak_bytes = 0;
+  int64_t grads_bytes = 0;  // the ledger's peak of category `grads` (LoRA: adapters only)
 };
 
 struct GradcheckResult {
@@ -70,20 +77,22 @@ struct GradcheckResult {
 // Every model's weights live in `be`'s memory, where each step runs too.
 MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                                  const ParameterSet* value, const Batch& batch,
-                                 const GradcheckOptions& opts);
+                                 const GradcheckOptions& opts, const LoraSet* lora = nullptr);
 
 // One step of `opts.objective` in `exec` through the step runner, on fresh zeroed gradients in
 // a pool of its own. Fills the policy's gradients (and the value model's) into `grads`, in the
 // order of the parameter sets, and returns the step's result.
 struct ModeGrads {
   StepResult result;
-  std::vector<std::vector<float>> grads;  // policy tensors, then value tensors
+  std::vector<std::vector<float>> grads;  // policy tensors (LoRA: adapters), then value tensors
   int64_t peak_bytes = 0;
+  int64_t grads_bytes = 0;  // peak of the ledger's `grads` category
 };
+// `lora`: the policy's adapters (then only they get gradients, in an adapter-shaped set).
 ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                          const ParameterSet* reference, const ParameterSet* value,
-                         const MicroBatch& mb, const ExecConfig& exec,
-                         const GradcheckOptions& opts);
+                         const MicroBatch& mb, const ExecConfig& exec, const GradcheckOptions& opts,
+                         const LoraSet* lora = nullptr);
 
 // `batch` must have the objective's shape (random_objective_batch). The reference model (DPO,
 // GRPO with beta != 0, PPO) and the PPO value model are built from `weights` and the seed; the

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   sbp::cli::register_generate(app);
   sbp::cli::register_plan(app);
   sbp::cli::register_plot(app);
+  sbp::cli::register_merge(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

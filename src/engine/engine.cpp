@@ -67,7 +67,8 @@ void Engine::forward_backward(const Batch& batch, Objective& objective, const Pa
   // x0 = embed[tokens] * s (Gemma), so d(embed row) = s * dL/dx0.
   const float es = embed_scale_in(cfg_, exec_.act_dtype);
   if (es != 1.0f) be_.scale_inplace(gy.view(), es);
-  be_.embedding_backward(grads.views().embed, gy.view(), step.tokens.view());
+  if (grads.views().embed.defined())  // frozen (LoRA): no gradient
+    be_.embedding_backward(grads.views().embed, gy.view(), step.tokens.view());
   if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
 
@@ -114,6 +115,7 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
   for (int64_t l = L - 1; l >= 0; --l) {
     const size_t li = static_cast<size_t>(l);
     DecoderLayerOps ops(cfg_, be_, pool_, step.tables, exec_.act_dtype, l);
+    bind_lora(ops, li);
     if (hook) hook->grads_begin(GradGroup::layer, l);
     const LayerTensors& w = weights_.views().layers[li];
     const LayerTensors& gw = G.layers[li];
@@ -145,6 +147,11 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
   }
 }
 
+void Engine::bind_lora(DecoderLayerOps& ops, size_t l) const {
+  if (!lora_w_) return;
+  ops.set_lora(&lora_w_->layers()[l], lora_g_ ? &lora_g_->layers()[l] : nullptr, lora_w_->scale());
+}
+
 void Engine::embed(const Tensor& x, const Tensor& ids) {
   be_.embedding_forward(x, ids, weights_.views().embed);
   // Gemma multiplies the embeddings by sqrt(d), rounded to the activation dtype (1 elsewhere).
@@ -164,6 +171,7 @@ Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
   for (size_t li = 0; li < W.layers.size(); ++li) {
     const LayerTensors& w = W.layers[li];
     DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act, static_cast<int64_t>(li));
+    bind_lora(ops, li);
     Buffer y = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) layer output
     if (store) {
       // Every activation stays for the backward, as plain backprop keeps it.

@@ -13,10 +13,13 @@
 #include "engine/generation.h"
 #include "engine/grad_hook.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 #include "objective/objective.h"
 
 namespace sbp {
+
+class DecoderLayerOps;
 
 class Engine {
  public:
@@ -64,6 +67,15 @@ class Engine {
 
   const ExecConfig& exec() const { return exec_; }
 
+  // LoRA (model/lora.h): every layer runs with these adapters; forward_backward adds their
+  // gradients into `grads` (null: none). Null weights: the base model, adapters off (LoRA's
+  // reference model). The base gradients passed to forward_backward may then be unallocated
+  // (ParameterSet::unallocated): frozen tensors get no gradient.
+  void set_lora(const LoraSet* weights, const LoraSet* grads) {
+    lora_w_ = weights;
+    lora_g_ = grads;
+  }
+
  private:
   struct Step;  // per-call tensors (engine.cpp)
   struct Kept;  // what the forward keeps for the backward (engine.cpp)
@@ -89,6 +101,10 @@ class Engine {
   Backend& be_;
   Pool& pool_;
   ExecConfig exec_;
+  const LoraSet* lora_w_ = nullptr;
+  const LoraSet* lora_g_ = nullptr;
+  // Binds layer l's adapters (if any) to ops.
+  void bind_lora(DecoderLayerOps& ops, size_t l) const;
 };
 
 }  // namespace sbp

@@ -46,6 +46,7 @@ Generated Engine::generate(std::span<const int32_t> prompt, const GenerationConf
   ops.reserve(weights_.views().layers.size());
   for (size_t l = 0; l < weights_.views().layers.size(); ++l) {
     ops.emplace_back(cfg_, be_, pool_, step.tables, act, static_cast<int64_t>(l));
+    bind_lora(ops.back(), l);
     cache.push_back(ops.back().alloc_kv(T, Category::kv_cache, false));
   }
   const Buffer no_target = upload_table(pool_, {-1});

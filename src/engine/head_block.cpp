@@ -105,11 +105,18 @@ void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
       capped_.reset();
     }
   }
-  be_.gemm(dW, dout, true, hf_.view(), false, 1.0f, 1.0f);  // dW (V or 1, d) += dout^T hf
+  // dW (V or 1, d) += dout^T hf; a frozen head (LoRA) has no gradient buffer.
+  if (dW.defined()) be_.gemm(dW, dout, true, hf_.view(), false, 1.0f, 1.0f);
   Buffer dhf = pool_.allocate(Category::layer_workspace, DType::F32, {n, d});  // (n, d)
   be_.gemm(dhf.view(), dout, false, W, false, 1.0f, 0.0f);
   out_.reset();
-  be_.rmsnorm_backward(gy, G.final_norm, dhf.view(), hidden_, W_.final_norm,
+  Buffer dg_scratch;  // frozen final norm: its gradient goes nowhere
+  Tensor dg = G.final_norm;
+  if (!dg.defined()) {
+    dg_scratch = pool_.zeros(Category::layer_workspace, DType::F32, {d});
+    dg = dg_scratch.view();
+  }
+  be_.rmsnorm_backward(gy, dg, dhf.view(), hidden_, W_.final_norm,
                        static_cast<float>(cfg_.rms_norm_eps), cfg_.norm_weight_offset());
 }
 

@@ -26,19 +26,57 @@ Buffer DecoderLayerOps::alloc(Category c, int64_t rows, int64_t cols, DType dt) 
   return pool_.allocate(c, dt, {rows, cols});
 }
 
-void DecoderLayerOps::linear(const Tensor& y, const Tensor& x, const Tensor& W,
-                             const Tensor& bias) {
+void DecoderLayerOps::set_lora(const LoraLayer* w, const LoraLayer* g, float scale) {
+  lora_w_ = w;
+  lora_g_ = g;
+  lora_scale_ = scale;
+}
+
+void DecoderLayerOps::linear(const Tensor& y, const Tensor& x, const Tensor& W, const Tensor& bias,
+                             LoraTarget p) {
   be_.gemm(y, x, false, W, true, 1.0f, 0.0f);
   if (bias.defined()) be_.add_bias(y, bias);
+  lora_forward(y, x, p);
+}
+
+void DecoderLayerOps::lora_forward(const Tensor& y, const Tensor& x, LoraTarget p) {
+  if (!lora_w_ || !(*lora_w_)[p].defined()) return;
+  const LoraPair& ad = (*lora_w_)[p];
+  // u (n, r) = x A^T, in the activation dtype like every other projection output.
+  Buffer u = alloc(Category::layer_workspace, x.rows(), ad.A.rows(), act_);
+  be_.gemm(u.view(), x, false, ad.A, true, 1.0f, 0.0f);
+  be_.gemm(y, u.view(), false, ad.B, true, lora_scale_, 1.0f);  // (n, out) += s u B^T
 }
 
 void DecoderLayerOps::linear_backward(const Tensor& dx, float dx_beta, const Tensor& dW,
                                       const Tensor& db, const Tensor& dy, const Tensor& x,
-                                      const Tensor& W) {
-  be_.gemm(dW, dy, true, x, false, 1.0f, 1.0f);  // (out, in) += (n, out)^T (n, in)
+                                      const Tensor& W, LoraTarget p) {
+  if (dW.defined())
+    be_.gemm(dW, dy, true, x, false, 1.0f, 1.0f);  // (out, in) += (n, out)^T (n, in)
   if (db.defined()) be_.bias_backward(db, dy);
   if (dx.defined())
     be_.gemm(dx, dy, false, W, false, 1.0f, dx_beta);  // (n, in) = (n, out) (out, in)
+  if (!lora_w_ || !(*lora_w_)[p].defined()) return;
+  const LoraPair& ad = (*lora_w_)[p];
+  const int64_t n = x.rows(), r = ad.A.rows();
+  // The forward's u = x A^T, recomputed: (n, r) is cheap next to the projection itself, and
+  // keeping it would add a tensor per projection to every saved chunk.
+  Buffer u = alloc(Category::layer_workspace, n, r, act_);  // (n, r)
+  be_.gemm(u.view(), x, false, ad.A, true, 1.0f, 0.0f);
+  Buffer du = alloc(Category::layer_workspace, n, r, DType::F32);  // (n, r) = s dy B
+  be_.gemm(du.view(), dy, false, ad.B, false, lora_scale_, 0.0f);
+  if (lora_g_) {
+    const LoraPair& g = (*lora_g_)[p];
+    be_.gemm(g.B, dy, true, u.view(), false, lora_scale_, 1.0f);  // (out, r) += s dy^T u
+    be_.gemm(g.A, du.view(), true, x, false, 1.0f, 1.0f);         // (r, in) += du^T x
+  }
+  if (dx.defined()) be_.gemm(dx, du.view(), false, ad.A, false, 1.0f, 1.0f);  // (n, in) += du A
+}
+
+Tensor DecoderLayerOps::norm_grad(const Tensor& dg, int64_t numel, Buffer& scratch) {
+  if (dg.defined()) return dg;
+  scratch = pool_.zeros(Category::layer_workspace, DType::F32, {numel});
+  return scratch.view();
 }
 
 LayerKV DecoderLayerOps::alloc_kv(int64_t T, Category c, bool keep_k_raw) {
@@ -65,13 +103,13 @@ void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t
       tmp = alloc(Category::layer_workspace, n, Gh, act_);
       k_raw = tmp.view();
     }
-    linear(k_raw, a.view(), w.k_proj, w.k_bias);
+    linear(k_raw, a.view(), w.k_proj, w.k_bias, LoraTarget::k_proj);
     be_.rmsnorm_forward(k, k_raw, w.k_norm, eps, off_);
   } else {
-    linear(k, a.view(), w.k_proj, w.k_bias);
+    linear(k, a.view(), w.k_proj, w.k_bias, LoraTarget::k_proj);
   }
   be_.rope_forward(k, tables_.positions.slice_rows(s, s + n), rope_);
-  linear(kv.v.rows(s, s + n), a.view(), w.v_proj, w.v_bias);
+  linear(kv.v.rows(s, s + n), a.view(), w.v_proj, w.v_bias, LoraTarget::v_proj);
 }
 
 void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64_t s,
@@ -89,11 +127,11 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
   t.q = alloc(c, n, Hh, act_);  // (n, H*h)
   if (cfg_.qk_norm()) {
     t.q_raw = alloc(c, n, Hh, act_);
-    linear(t.q_raw.view(), t.a.view(), w.q_proj, w.q_bias);
+    linear(t.q_raw.view(), t.a.view(), w.q_proj, w.q_bias, LoraTarget::q_proj);
     be_.rmsnorm_forward(t.q.view(), t.q_raw.view(), w.q_norm, eps, off_);
     if (!save) t.q_raw.reset();
   } else {
-    linear(t.q.view(), t.a.view(), w.q_proj, w.q_bias);
+    linear(t.q.view(), t.a.view(), w.q_proj, w.q_bias, LoraTarget::q_proj);
   }
   if (!save) t.a.reset();
   be_.rope_forward(t.q.view(), tables_.positions.slice_rows(s, s + n), rope_);
@@ -112,7 +150,7 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
     // x2 = x + rmsnorm(p; g_ao), p = attn Wo^T (+ bo). Normed output first, then the residual
     // add, each rounded once in bf16: the order transformers computes.
     t.attn_proj = alloc(c, n, d, act_);  // (n, d)
-    linear(t.attn_proj.view(), t.attn.view(), w.o_proj, w.o_bias);
+    linear(t.attn_proj.view(), t.attn.view(), w.o_proj, w.o_bias, LoraTarget::o_proj);
     be_.rmsnorm_forward(t.x2.view(), t.attn_proj.view(), w.attn_out_norm, eps, off_);
     be_.add_inplace(t.x2.view(), x);
     if (!save) t.attn_proj.reset();
@@ -120,6 +158,7 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
     be_.copy(t.x2.view(), x);
     be_.gemm(t.x2.view(), t.attn.view(), false, w.o_proj, true, 1.0f, 1.0f);
     if (w.o_bias.defined()) be_.add_bias(t.x2.view(), w.o_bias);
+    lora_forward(t.x2.view(), t.attn.view(), LoraTarget::o_proj);
   }
   if (!save) t.attn.reset();
 
@@ -127,8 +166,8 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
   be_.rmsnorm_forward(t.b.view(), t.x2.view(), w.post_norm, eps, off_);
   t.gate = alloc(c, n, F, act_);  // (n, F)
   t.up = alloc(c, n, F, act_);    // (n, F)
-  linear(t.gate.view(), t.b.view(), w.gate_proj, Tensor());
-  linear(t.up.view(), t.b.view(), w.up_proj, Tensor());
+  linear(t.gate.view(), t.b.view(), w.gate_proj, Tensor(), LoraTarget::gate_proj);
+  linear(t.up.view(), t.b.view(), w.up_proj, Tensor(), LoraTarget::up_proj);
   if (!save) t.b.reset();
   t.act = alloc(c, n, F, act_);  // (n, F)
   if (cfg_.gelu_mlp())
@@ -143,7 +182,7 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
     // y = x2 + rmsnorm(m; g_mo), m = act Wd^T: the backward needs m, so it is computed even
     // without y.
     t.mlp_out = alloc(c, n, d, act_);  // (n, d)
-    linear(t.mlp_out.view(), t.act.view(), w.down_proj, Tensor());
+    linear(t.mlp_out.view(), t.act.view(), w.down_proj, Tensor(), LoraTarget::down_proj);
     if (y.defined()) {
       be_.rmsnorm_forward(y, t.mlp_out.view(), w.mlp_out_norm, eps, off_);
       be_.add_inplace(y, t.x2.view());
@@ -152,6 +191,7 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
   } else if (y.defined()) {
     be_.copy(y, t.x2.view());
     be_.gemm(y, t.act.view(), false, w.down_proj, true, 1.0f, 1.0f);
+    lora_forward(y, t.act.view(), LoraTarget::down_proj);
   }
 }
 
@@ -164,6 +204,7 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const Category ws = Category::layer_workspace;
   const Tensor positions = tables_.positions.slice_rows(s, s + n);
+  Buffer ng;  // frozen norm weights: scratch for the weight gradient the norm backward writes
 
   // MLP: y = x2 + act Wd^T (Gemma: x2 + rmsnorm(act Wd^T)). gy doubles as d(x2) from here on
   // (the residual path).
@@ -172,13 +213,14 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
     Tensor dmlp = gy;  // gradient of act Wd^T
     if (cfg_.sandwich_norms()) {
       dm = pool_.zeros(ws, DType::F32, {n, d});
-      be_.rmsnorm_backward(dm.view(), gw.mlp_out_norm, gy, t.mlp_out.view(), w.mlp_out_norm, eps,
-                           off_);
+      be_.rmsnorm_backward(dm.view(), norm_grad(gw.mlp_out_norm, w.mlp_out_norm.numel(), ng), gy,
+                           t.mlp_out.view(), w.mlp_out_norm, eps, off_);
       t.mlp_out.reset();
       dmlp = dm.view();
     }
     Buffer dact = alloc(ws, n, F, DType::F32);  // (n, F)
-    linear_backward(dact.view(), 0.0f, gw.down_proj, Tensor(), dmlp, t.act.view(), w.down_proj);
+    linear_backward(dact.view(), 0.0f, gw.down_proj, Tensor(), dmlp, t.act.view(), w.down_proj,
+                    LoraTarget::down_proj);
     dm.reset();
     t.act.reset();
     Buffer dgate = pool_.zeros(ws, DType::F32, {n, F});  // (n, F)
@@ -191,12 +233,15 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
     t.gate.reset();
     t.up.reset();
     Buffer db = alloc(ws, n, d, DType::F32);  // (n, d)
-    linear_backward(db.view(), 0.0f, gw.gate_proj, Tensor(), dgate.view(), t.b.view(), w.gate_proj);
+    linear_backward(db.view(), 0.0f, gw.gate_proj, Tensor(), dgate.view(), t.b.view(), w.gate_proj,
+                    LoraTarget::gate_proj);
     dgate.reset();
-    linear_backward(db.view(), 1.0f, gw.up_proj, Tensor(), dup.view(), t.b.view(), w.up_proj);
+    linear_backward(db.view(), 1.0f, gw.up_proj, Tensor(), dup.view(), t.b.view(), w.up_proj,
+                    LoraTarget::up_proj);
     dup.reset();
     t.b.reset();
-    be_.rmsnorm_backward(gy, gw.post_norm, db.view(), t.x2.view(), w.post_norm, eps, off_);
+    be_.rmsnorm_backward(gy, norm_grad(gw.post_norm, w.post_norm.numel(), ng), db.view(),
+                         t.x2.view(), w.post_norm, eps, off_);
     t.x2.reset();
   }
 
@@ -207,13 +252,14 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
     Tensor dproj = gy;  // gradient of attn Wo^T + bo
     if (cfg_.sandwich_norms()) {
       dp = pool_.zeros(ws, DType::F32, {n, d});
-      be_.rmsnorm_backward(dp.view(), gw.attn_out_norm, gy, t.attn_proj.view(), w.attn_out_norm,
-                           eps, off_);
+      be_.rmsnorm_backward(dp.view(), norm_grad(gw.attn_out_norm, w.attn_out_norm.numel(), ng), gy,
+                           t.attn_proj.view(), w.attn_out_norm, eps, off_);
       t.attn_proj.reset();
       dproj = dp.view();
     }
     Buffer dattn = alloc(ws, n, Hh, DType::F32);  // (n, H*h)
-    linear_backward(dattn.view(), 0.0f, gw.o_proj, gw.o_bias, dproj, t.attn.view(), w.o_proj);
+    linear_backward(dattn.view(), 0.0f, gw.o_proj, gw.o_bias, dproj, t.attn.view(), w.o_proj,
+                    LoraTarget::o_proj);
     dp.reset();
     Buffer dq = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
     be_.attention_backward(dq.view(), dK, dV, dattn.view(), t.q.view(), kv.k.view(), kv.v.view(),
@@ -225,12 +271,13 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
     be_.rope_backward(dq.view(), positions, rope_);
     if (cfg_.qk_norm()) {
       Buffer dq_raw = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
-      be_.rmsnorm_backward(dq_raw.view(), gw.q_norm, dq.view(), t.q_raw.view(), w.q_norm, eps,
-                           off_);
+      be_.rmsnorm_backward(dq_raw.view(), norm_grad(gw.q_norm, w.q_norm.numel(), ng), dq.view(),
+                           t.q_raw.view(), w.q_norm, eps, off_);
       dq = std::move(dq_raw);
       t.q_raw.reset();
     }
-    linear_backward(da.view(), 0.0f, gw.q_proj, gw.q_bias, dq.view(), t.a.view(), w.q_proj);
+    linear_backward(da.view(), 0.0f, gw.q_proj, gw.q_bias, dq.view(), t.a.view(), w.q_proj,
+                    LoraTarget::q_proj);
   }
 
   // Keys and values of rows [s, s+n): complete now, since every query that sees them
@@ -245,23 +292,27 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
         k_raw = kv.k_raw.rows(s, s + n);
       } else {  // recompute a Wk^T: the one extra product StreamBP pays per chunk
         k_raw_tmp = alloc(ws, n, Gh, act_);
-        linear(k_raw_tmp.view(), t.a.view(), w.k_proj, w.k_bias);
+        linear(k_raw_tmp.view(), t.a.view(), w.k_proj, w.k_bias, LoraTarget::k_proj);
         k_raw = k_raw_tmp.view();
       }
       Buffer dk_raw = pool_.zeros(ws, DType::F32, {n, Gh});  // (n, G*h)
-      be_.rmsnorm_backward(dk_raw.view(), gw.k_norm, dk, k_raw, w.k_norm, eps, off_);
+      be_.rmsnorm_backward(dk_raw.view(), norm_grad(gw.k_norm, w.k_norm.numel(), ng), dk, k_raw,
+                           w.k_norm, eps, off_);
       k_raw_tmp.reset();
-      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk_raw.view(), t.a.view(), w.k_proj);
+      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk_raw.view(), t.a.view(), w.k_proj,
+                      LoraTarget::k_proj);
     } else {
-      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk, t.a.view(), w.k_proj);
+      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk, t.a.view(), w.k_proj,
+                      LoraTarget::k_proj);
     }
     linear_backward(da.view(), 1.0f, gw.v_proj, gw.v_bias, dV.slice_rows(s, s + n), t.a.view(),
-                    w.v_proj);
+                    w.v_proj, LoraTarget::v_proj);
   }
 
   t.a.reset();
   // Input norm; gy becomes dL/dx = d(x2) + rmsnorm_backward(da).
-  be_.rmsnorm_backward(gy, gw.input_norm, da.view(), x, w.input_norm, eps, off_);
+  be_.rmsnorm_backward(gy, norm_grad(gw.input_norm, w.input_norm.numel(), ng), da.view(), x,
+                       w.input_norm, eps, off_);
 }
 
 }  // namespace sbp

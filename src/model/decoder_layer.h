@@ -26,6 +26,7 @@
 #include "backend/backend.h"
 #include "core/pool.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 
 namespace sbp {
@@ -67,6 +68,11 @@ class DecoderLayerOps {
   DecoderLayerOps(const ModelConfig& cfg, Backend& be, Pool& pool, const StepTables& tables,
                   DType act_dtype, int64_t layer);
 
+  // LoRA adapters of this layer (model/lora.h): every targeted projection computes
+  // x W^T + s (x A^T) B^T. `g` (may be null) receives the adapters' gradients, which accumulate
+  // (+=) like every weight gradient. Without a call the layer has no adapters.
+  void set_lora(const LoraLayer* w, const LoraLayer* g, float scale);
+
   // Allocates K/V for T rows in category `c` (k_raw only if keep_k_raw and the model has qk-norm).
   LayerKV alloc_kv(int64_t T, Category c, bool keep_k_raw);
 
@@ -91,11 +97,18 @@ class DecoderLayerOps {
 
  private:
   Buffer alloc(Category c, int64_t rows, int64_t cols, DType dt);
-  // y (n, out) = x (n, in) W^T (+ bias)
-  void linear(const Tensor& y, const Tensor& x, const Tensor& W, const Tensor& bias);
-  // dW += dy^T x, db += colsum(dy), and dx (+)= dy W (dx_beta 0: overwrite, 1: accumulate)
+  // y (n, out) = x (n, in) W^T (+ bias) (+ the adapter of projection p)
+  void linear(const Tensor& y, const Tensor& x, const Tensor& W, const Tensor& bias, LoraTarget p);
+  // y (n, out) += s (x A^T) B^T when projection p has an adapter.
+  void lora_forward(const Tensor& y, const Tensor& x, LoraTarget p);
+  // dW += dy^T x, db += colsum(dy), and dx (+)= dy W (dx_beta 0: overwrite, 1: accumulate);
+  // the adapter of p: dB += s dy^T (x A^T), dA += s (dy B)^T x, dx += s (dy B) A.
+  // Frozen weights (dW undefined) get no gradient; dx always does.
   void linear_backward(const Tensor& dx, float dx_beta, const Tensor& dW, const Tensor& db,
-                       const Tensor& dy, const Tensor& x, const Tensor& W);
+                       const Tensor& dy, const Tensor& x, const Tensor& W, LoraTarget p);
+  // dg itself, or (frozen norm weights: dg undefined) a zeroed (numel) scratch in `scratch`,
+  // since the norm backward writes its weight gradient beside dx.
+  Tensor norm_grad(const Tensor& dg, int64_t numel, Buffer& scratch);
 
   const ModelConfig& cfg_;
   Backend& be_;
@@ -105,6 +118,9 @@ class DecoderLayerOps {
   AttentionDims dims_;
   Tensor rope_;  // this layer's rope table
   float off_;    // cfg.norm_weight_offset()
+  const LoraLayer* lora_w_ = nullptr;  // adapters, or null
+  const LoraLayer* lora_g_ = nullptr;  // their gradients, or null
+  float lora_scale_ = 0.0f;
 };
 
 }  // namespace sbp

@@ -70,12 +70,14 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                                   .optim = mem.adamw ? &optim : nullptr,
                                   .master_weights = mem.master_weights,
                                   .comm = &comm,
-                                  .zero = mem.zero});
+                                  .zero = mem.zero,
+                                  .lora = mem.lora});
   PlannedStep p;
   if (mem.generate_new_tokens > 0) {
     // The meta backend's logits read as zeros: greedy picks token 0, which stops nothing, so
     // every new token is planned.
     Engine policy(cfg, models.policy_weights(), be, pool, exec);
+    if (models.has_lora()) policy.set_lora(&models.lora_weights(), nullptr);
     GenerationConfig g;
     g.max_new_tokens = mem.generate_new_tokens;
     g.sampling.greedy = true;

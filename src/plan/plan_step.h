@@ -7,6 +7,7 @@
 #include "core/ledger.h"
 #include "engine/exec_config.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "objective/objective_setup.h"
 #include "step/micro_batch.h"
 
@@ -42,6 +43,10 @@ struct StepMemoryOptions {
   // peak covers the generation phase too.
   int64_t generate_prompt_tokens = 0;
   int64_t generate_new_tokens = 0;
+  // LoRA (model/lora.h): frozen weights (no gradients, no moments, no master copy), adapter
+  // weights, gradients and moments in fp32, and no reference model (the base with the adapters
+  // off). Null: full fine-tuning.
+  const LoraConfig* lora = nullptr;
 };
 
 // The fewest tokens a micro-batch of the objective can have: SFT 1; otherwise 2 per sequence

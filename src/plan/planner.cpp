@@ -24,7 +24,8 @@ StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
                            .ranks = s.ranks,
                            .zero = s.zero,
                            .generate_prompt_tokens = s.generate_prompt_tokens,
-                           .generate_new_tokens = s.generate_new_tokens};
+                           .generate_new_tokens = s.generate_new_tokens,
+                           .lora = s.lora.enabled() ? &s.lora : nullptr};
 }
 
 bool within(const PlanSetup& s, int64_t peak) { return s.budget <= 0 || peak <= s.budget; }

@@ -14,6 +14,7 @@
 
 #include "engine/exec_config.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "plan/plan_step.h"
 
 namespace sbp {
@@ -36,6 +37,7 @@ struct PlanSetup {
   // step (StepMemoryOptions::generate_*); 0: none.
   int64_t generate_prompt_tokens = 0;
   int64_t generate_new_tokens = 0;
+  LoraConfig lora{.r = 0};          // r > 0: LoRA adapters on frozen weights
 };
 
 // Requested chunk sizes: > 0 fixed, 0 = auto (the largest that fits the budget).

@@ -1,5 +1,7 @@
 #include "step/model_set.h"
 
+#include "core/error.h"
+
 namespace sbp {
 
 ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cfg, Pool& pool,
@@ -12,9 +14,19 @@ ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cf
   policy_w_ = ParameterSet(policy_cfg_, pool, Category::weights, opts.param_dtype, false);
   // fp32 master weights beside bf16 weights, in the optimizer state (optim/adamw.h).
   const bool master = opts.optim && opts.master_weights && opts.param_dtype != DType::F32;
-  policy_ = std::make_unique<DataParallel>(comm, opts.zero, policy_cfg_, ModelHead::lm, pool, be,
-                                           opts.optim, opts.grad_dtype, master);
-  if (objective.needs_reference())
+  if (opts.lora) {
+    if (comm.size() > 1) throw InputError("lora: data parallelism is not supported with LoRA");
+    // Adapters in fp32 whatever the base's dtype: they are what trains (as PEFT keeps them).
+    lora_w_ = LoraSet(policy_cfg_, *opts.lora, pool, Category::weights, DType::F32, false);
+    lora_g_ = LoraSet(policy_cfg_, *opts.lora, pool, Category::grads, DType::F32, true);
+    if (opts.optim)
+      lora_opt_ = std::make_unique<LoraAdamW>(policy_cfg_, *opts.lora, pool, *opts.optim);
+  } else {
+    policy_ = std::make_unique<DataParallel>(comm, opts.zero, policy_cfg_, ModelHead::lm, pool, be,
+                                             opts.optim, opts.grad_dtype, master);
+  }
+  // LoRA: the reference is the policy's base with the adapters off, unless another is given.
+  if (objective.needs_reference() && (!opts.lora || reference_cfg))
     reference_w_ = ParameterSet(reference_cfg_, pool, Category::weights, opts.param_dtype, false);
   if (objective.needs_value_model()) {
     value_w_ = ParameterSet(value_cfg_, pool, Category::weights, opts.param_dtype, false,
@@ -29,6 +41,7 @@ StepModels ModelSet::views() {
   m.policy = {{&policy_cfg_, &policy_w_}, policy_.get()};
   if (has_reference()) m.reference = {&reference_cfg_, &reference_w_};
   if (has_value()) m.value = {{&value_cfg_, &value_w_}, value_.get()};
+  if (has_lora()) m.lora = {&lora_w_, &lora_g_};
   return m;
 }
 

@@ -7,6 +7,11 @@
 //   reference  weights                                               needs_reference()
 //   value      weights, gradients, optimizer state                   needs_value_model()
 //
+// With LoRA (ModelSetOptions::lora) the policy's weights are frozen: no gradients, no optimizer
+// state for them; instead adapter weights, gradients and AdamW moments (fp32, model/lora.h), and
+// no reference model unless one is given (reference_cfg): the reference is the base weights
+// with the adapters off.
+//
 // Weights are allocated uninitialised: the owner loads or draws them. Gradients and optimizer
 // state are divided over ranks as ZeRO stage `zero` divides them (dist/data_parallel.h).
 #include <memory>
@@ -16,9 +21,11 @@
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 #include "objective/objective_setup.h"
 #include "optim/adamw.h"
+#include "optim/lora_adamw.h"
 #include "step/step_models.h"
 
 namespace sbp {
@@ -31,6 +38,7 @@ struct ModelSetOptions {
   bool master_weights = true;
   Communicator* comm = nullptr;        // null: one process
   int zero = 0;
+  const LoraConfig* lora = nullptr;  // adapters on a frozen policy (one process only)
 };
 
 class ModelSet {
@@ -45,7 +53,11 @@ class ModelSet {
 
   const ModelConfig& policy_config() const { return policy_cfg_; }
   ParameterSet& policy_weights() { return policy_w_; }
-  DataParallel& policy() { return *policy_; }
+  DataParallel& policy() { return *policy_; }  // not with LoRA
+  bool has_lora() const { return lora_w_.size() > 0; }
+  LoraSet& lora_weights() { return lora_w_; }
+  LoraSet& lora_grads() { return lora_g_; }
+  LoraAdamW* lora_optimizer() { return lora_opt_.get(); }  // null without an optimizer
 
   bool has_reference() const { return reference_w_.size() > 0; }
   const ModelConfig& reference_config() const { return reference_cfg_; }
@@ -65,6 +77,8 @@ class ModelSet {
   ParameterSet reference_w_;
   ParameterSet value_w_;
   std::unique_ptr<DataParallel> value_;
+  LoraSet lora_w_, lora_g_;
+  std::unique_ptr<LoraAdamW> lora_opt_;
 };
 
 }  // namespace sbp

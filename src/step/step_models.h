@@ -4,6 +4,7 @@
 // bench their own weights with fresh gradients per mode).
 #include "dist/data_parallel.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 
 namespace sbp {
@@ -24,10 +25,20 @@ struct TrainedView {
   bool defined() const { return model.defined() && grads != nullptr; }
 };
 
+// LoRA adapters of the policy (model/lora.h): the policy is its frozen base weights plus these
+// adapters, and only the adapters train. The reference model is then the base weights with the
+// adapters off, unless a separate reference model is given: no second copy of the weights.
+struct LoraView {
+  const LoraSet* weights = nullptr;
+  const LoraSet* grads = nullptr;  // zeroed by each step, then ADDED into; null: score only
+  bool defined() const { return weights != nullptr; }
+};
+
 struct StepModels {
-  TrainedView policy;   // LM head
-  ModelView reference;  // ObjectiveSetup::needs_reference()
+  TrainedView policy;   // LM head; with lora, policy.grads is null (the base is frozen)
+  ModelView reference;  // ObjectiveSetup::needs_reference(); optional with lora
   TrainedView value;    // ObjectiveSetup::needs_value_model(): value head (score.weight)
+  LoraView lora;        // the policy's adapters, or none
 };
 
 }  // namespace sbp

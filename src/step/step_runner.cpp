@@ -78,15 +78,27 @@ StepRunner::StepRunner(const ObjectiveSetup& objective, const StepModels& models
       comm_(comm),
       opts_(opts) {
   check_model(models.policy.model.defined(), setup_, "a policy");
-  check_model(!setup_.needs_reference() || models.reference.defined(), setup_, "a reference model");
+  check_model(!setup_.needs_reference() || models.reference.defined() || models.lora.defined(),
+              setup_, "a reference model");
+  if (models.lora.defined()) {
+    if (comm.size() > 1)
+      throw InputError("LoRA is not supported with data parallelism (" +
+                       std::to_string(comm.size()) + " ranks)");
+    frozen_ = ParameterSet::unallocated(*models.policy.model.cfg, ModelHead::lm);
+  }
   check_model(!setup_.needs_value_model() || models.value.defined(), setup_,
               "a value model and its gradients");
 }
 
 Engine StepRunner::policy_engine() {
-  return Engine(*models_.policy.model.cfg, *models_.policy.model.weights, be_, pool_, exec_);
+  Engine e(*models_.policy.model.cfg, *models_.policy.model.weights, be_, pool_, exec_);
+  e.set_lora(models_.lora.weights, nullptr);
+  return e;
 }
 Engine StepRunner::reference_engine() {
+  // LoRA without a separate reference: the policy's base weights with the adapters off.
+  if (!models_.reference.defined())
+    return Engine(*models_.policy.model.cfg, *models_.policy.model.weights, be_, pool_, exec_);
   return Engine(*models_.reference.cfg, *models_.reference.weights, be_, pool_, exec_);
 }
 Engine StepRunner::value_engine() {
@@ -98,19 +110,23 @@ Engine::TokenScores StepRunner::score(const Batch& batch) { return policy_engine
 void StepRunner::backward_slot(const TrainedView& model, const Batch& batch, Objective& objective,
                                int64_t slot, std::vector<float>* logp) {
   Engine engine(*model.model.cfg, *model.model.weights, be_, pool_, exec_);
-  GradHook* hook = model.grads->hook(slot);
+  // The LoRA policy: frozen base (no gradient buffers), the adapters' gradients instead.
+  const bool lora = &model == &models_.policy && models_.lora.defined();
+  if (lora) engine.set_lora(models_.lora.weights, models_.lora.grads);
+  GradHook* hook = lora ? nullptr : model.grads->hook(slot);
+  const ParameterSet& grads = lora ? frozen_ : model.grads->grads();
   if (logp) {
     logp->assign(static_cast<size_t>(batch.size()), 0.0f);
     RecordingObjective recording(objective, *logp);
-    engine.forward_backward(batch, recording, model.grads->grads(), hook);
+    engine.forward_backward(batch, recording, grads, hook);
   } else {
-    engine.forward_backward(batch, objective, model.grads->grads(), hook);
+    engine.forward_backward(batch, objective, grads, hook);
   }
-  model.grads->end_slot(slot);
+  if (!lora) model.grads->end_slot(slot);
 }
 
 void StepRunner::skip_slot(int64_t slot) {
-  models_.policy.grads->empty_slot(slot);
+  if (models_.policy.grads) models_.policy.grads->empty_slot(slot);
   if (models_.value.defined()) models_.value.grads->empty_slot(slot);
 }
 
@@ -119,7 +135,9 @@ std::vector<float>* StepRunner::logp_slot(StepResult& r, size_t i) {
 }
 
 StepResult StepRunner::run(const StepBatches& step) {
-  check_model(models_.policy.defined(), setup_, "the policy's gradients");
+  const bool lora = models_.lora.defined();
+  check_model(lora ? models_.lora.grads != nullptr : models_.policy.defined(), setup_,
+              "the policy's gradients");
   SBP_CHECK(step.micro.size() == step.index.size() &&
                 static_cast<int64_t>(step.micro.size()) <= step.slots &&
                 step.slots <= step.step_micro_batches,
@@ -136,7 +154,12 @@ StepResult StepRunner::run(const StepBatches& step) {
   r.loss_tokens = comm_.sum(loss_tokens);
   r.tokens = comm_.sum(r.tokens);
   if (opts_.record_logp) r.logp.resize(step.micro.size());
-  models_.policy.grads->begin_step(step.slots);
+  if (lora) {
+    for (size_t i = 0; i < models_.lora.grads->size(); ++i)
+      be_.fill(models_.lora.grads->tensor(i), 0.0f);
+  } else {
+    models_.policy.grads->begin_step(step.slots);
+  }
   if (models_.value.defined()) models_.value.grads->begin_step(step.slots);
   switch (setup_.kind) {
     case ObjectiveKind::sft: run_sft(step, r); break;

@@ -119,6 +119,7 @@ class StepRunner {
   ExecConfig exec_;
   Communicator& comm_;
   StepRunnerOptions opts_;
+  ParameterSet frozen_;  // with LoRA: the policy's gradients, unallocated (no buffer, no gradient)
 };
 
 }  // namespace sbp

@@ -41,6 +41,7 @@ ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
     setup.generate_prompt_tokens = longest_prompt;
     setup.generate_new_tokens = c.rollout().max_completion_length;
   }
+  setup.lora = c.lora;  // frozen weights and fp32 adapters, as the run holds them
   const ChunkRequest req{.layer = c.layer_chunk, .head = c.head_chunk};
   const int64_t T = std::max(c.max_tokens, min_planning_tokens(c.objective, setup.group_size));
   const ChunkedPlan plan = choose_chunks(setup, exec, T, req);

@@ -15,6 +15,7 @@
 #include "core/input_file.h"
 #include "core/output_file.h"
 #include "model/checkpoint_io.h"
+#include "model/lora_io.h"
 #include "model/safetensors.h"
 #include "model/value_model_io.h"
 #include "optim/optimizer_files.h"
@@ -278,7 +279,12 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointConte
       fs::create_directories(output_dir, ec);
       if (ec) throw InputError(output_dir + ": cannot create output directory: " + ec.message());
       fs::remove_all(staging, ec);
-      save_model_dir(staging.string(), c.cfg, c.weights, c.export_dtype);
+      if (c.lora) {
+        fs::create_directories(staging);
+        save_lora_adapter(staging.string(), *c.lora, c.lora_base);
+      } else {
+        save_model_dir(staging.string(), c.cfg, c.weights, c.export_dtype);
+      }
       for (const char* name : kTokenizerFiles) {
         const fs::path src = fs::path(c.tokenizer_dir) / name;
         if (fs::exists(src)) copy_synced(src, staging / name);
@@ -286,7 +292,7 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointConte
       if (!c.model_dir.empty() && fs::exists(fs::path(c.model_dir) / "generation_config.json"))
         copy_synced(fs::path(c.model_dir) / "generation_config.json",
                     staging / "generation_config.json");
-      if (c.export_dtype != DType::F32) write_master_weights(staging, c.weights);
+      if (c.export_dtype != DType::F32 && !c.lora) write_master_weights(staging, c.weights);
       if (c.value_model)
         write_value_model(staging / kValueModelDir, *c.value_model, c.export_dtype);
     });

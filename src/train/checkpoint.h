@@ -31,6 +31,7 @@
 
 #include "dist/communicator.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/parameters.h"
 #include "optim/adamw.h"
 
@@ -77,6 +78,10 @@ struct CheckpointContents {
   std::string tokenizer_dir;  // tokenizer files are copied from here
   std::string model_dir;      // generation_config.json is copied from here ("" = none)
   const ValueModelContents* value_model = nullptr;  // PPO: written to value_model/
+  // LoRA: the checkpoint holds the adapters as PEFT saves them (adapter_config.json +
+  // adapter_model.safetensors, base_model_name_or_path = lora_base) instead of the weights.
+  const LoraSet* lora = nullptr;
+  std::string lora_base;
 };
 
 // The subdirectory of a checkpoint that holds PPO's value model.

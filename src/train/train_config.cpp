@@ -16,6 +16,7 @@
 #include "core/input_file.h"
 #include "engine/exec_config.h"
 #include "engine/sampling.h"
+#include "model/lora_io.h"
 
 namespace sbp {
 
@@ -270,6 +271,29 @@ Key rewards_key() {
   return k;
 }
 
+// lora.target_modules: a list of PEFT module names, or one string ("all-linear", "q_proj,v_proj").
+Key lora_targets_key() {
+  Key k;
+  k.name = "lora.target_modules";
+  k.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    std::vector<std::string> v;
+    if (n.IsScalar()) {
+      v = parse_lora_targets(n.Scalar());
+    } else if (n.IsSequence()) {
+      for (const YAML::Node& e : n) {
+        if (!e.IsScalar()) throw InputError(where + ": lora.target_modules must list module names");
+        v.push_back(e.Scalar());
+      }
+    } else {
+      throw InputError(where +
+                       ": lora.target_modules must be a list of module names or all-linear");
+    }
+    c.lora.target_modules = std::move(v);
+  };
+  k.get = [](const TrainConfig& c) { return nlohmann::json(c.lora.target_modules); };
+  return k;
+}
+
 #define KEY(T, name, member) bind<T>(name, [](TrainConfig& c) -> T& { return c.member; })
 #define ENUM_KEY(E, name, member, table) \
   enum_key<E>(                           \
@@ -349,6 +373,12 @@ const std::vector<Key>& keys() {
         KEY(int64_t, "keep_last", keep_last),
         ENUM_KEY(NonFinitePolicy, "on_nonfinite", on_nonfinite, kNonFiniteNames),
         KEY(int, "dist.zero", dist.zero),
+        KEY(int64_t, "lora.r", lora.r),
+        KEY(std::string, "lora.adapter", lora_adapter),
+        KEY(double, "lora.alpha", lora.alpha),
+        KEY(double, "lora.dropout", lora.dropout),
+        KEY(bool, "lora.use_rslora", lora.use_rslora),
+        lora_targets_key(),
         KEY(int64_t, "demo.seq_len", demo_options.seq_len),
         KEY(int64_t, "demo.steps", demo_options.steps),
         KEY(int64_t, "demo.eval_every", demo_options.eval_every),
@@ -645,6 +675,34 @@ void fill_defaults_and_validate(TrainConfig& c) {
   for (RewardSpec& r : c.rewards)
     if (r.timeout_s == 0.0) r.timeout_s = c.reward_timeout;
   check_integer_ranges(c);
+  if (!c.lora_adapter.empty()) {
+    const LoraConfig a = read_lora_config(c.lora_adapter);  // errors name the file
+    auto agree = [&](const char* key, bool same, const std::string& theirs) {
+      if (c.origin.count(key) && !same)
+        throw InputError(c.where(key) + ": " + key + " disagrees with " + c.lora_adapter +
+                         "/adapter_config.json (" + theirs + ")");
+    };
+    agree("lora.r", c.lora.r == a.r, "r " + std::to_string(a.r));
+    agree("lora.alpha", c.lora.alpha == a.alpha, "lora_alpha " + std::to_string(a.alpha));
+    agree("lora.use_rslora", c.lora.use_rslora == a.use_rslora,
+          std::string("use_rslora ") + (a.use_rslora ? "true" : "false"));
+    bool same_targets = true;
+    for (int p = 0; p < kLoraTargets; ++p)
+      same_targets = same_targets && c.lora.targets(static_cast<LoraTarget>(p)) ==
+                                         a.targets(static_cast<LoraTarget>(p));
+    agree("lora.target_modules", same_targets, "target_modules " + a.describe());
+    c.lora.r = a.r;
+    c.lora.alpha = a.alpha;
+    c.lora.use_rslora = a.use_rslora;
+    c.lora.target_modules = a.target_modules;
+  }
+  if (c.lora.r != 0) {
+    try {
+      c.lora.validate();
+    } catch (const InputError& e) {
+      throw InputError(c.where("lora.r") + ": " + e.what());
+    }
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "data/records.h"
 #include "engine/exec_config.h"
+#include "model/lora.h"
 #include "objective/objective_setup.h"
 #include "optim/lr_schedule.h"
 #include "reward/reward.h"
@@ -137,6 +138,12 @@ struct TrainConfig {
   int threads = 0;               // 0: all cores
   uint64_t seed = 42;
   DistSettings dist;  // only matters with more than one rank
+  // LoRA (the `lora:` section; r = 0: full fine-tuning): adapters on a frozen base, saved as a
+  // PEFT adapter; the reference model of DPO/GRPO/PPO is the base with the adapters off.
+  LoraConfig lora{.r = 0};
+  // A PEFT adapter directory to start the adapters from (lora.adapter): its r, lora_alpha,
+  // target_modules and use_rslora become the run's (lora.* keys given too must agree).
+  std::string lora_adapter;
 
   // Optimizer and schedule.
   double lr = 1e-5;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "dist/world.h"
 #include "model/checkpoint_io.h"
+#include "model/lora_io.h"
 #include "train/auto_chunks.h"
 #include "train/demo.h"
 #include "train/resume_check.h"
@@ -248,7 +249,8 @@ void Trainer::build_models() {
                              .grad_dtype = c_.grad_dtype,
                              .optim = &optim_,
                              .comm = &comm_,
-                             .zero = c_.dist.zero};
+                             .zero = c_.dist.zero,
+                             .lora = c_.lora.enabled() ? &c_.lora : nullptr};
   models_ =
       std::make_unique<ModelSet>(setup_, cfg_, pool_, *be_, opts, ref_cfg ? &*ref_cfg : nullptr,
                                  value_cfg ? &*value_cfg : nullptr);
@@ -271,10 +273,10 @@ static void round_into_weights(Backend& be, const ParameterSet& weights, DataPar
 // The optimizer files count the updates they have made: step - skipped_steps of trainer_state.json
 // (every step updates once, unless on_nonfinite skipped it). Files from two different
 // checkpoints disagree here.
-void Trainer::check_optimizer_steps(const DataParallel& dp, const std::string& dir) const {
+void Trainer::check_optimizer_steps(int64_t optimizer_steps, const std::string& dir) const {
   const int64_t want = resumed_.step - resumed_.skipped_steps;
-  if (dp.optimizer_steps() == want) return;
-  throw InputError(dir + ": the optimizer state has made " + std::to_string(dp.optimizer_steps()) +
+  if (optimizer_steps == want) return;
+  throw InputError(dir + ": the optimizer state has made " + std::to_string(optimizer_steps) +
                    " updates, but " + ckpt_ + "/trainer_state.json says " + std::to_string(want) +
                    " (step " + std::to_string(resumed_.step) + " minus " +
                    std::to_string(resumed_.skipped_steps) +
@@ -284,6 +286,10 @@ void Trainer::check_optimizer_steps(const DataParallel& dp, const std::string& d
 // A fresh run: the starting model's weights (or a draw from the seed) and the data at epoch 0.
 // A resumed one: the checkpoint's fp32 weights, optimizer state and data cursor.
 void Trainer::load_policy() {
+  if (models_->has_lora()) {
+    load_lora_policy();
+    return;
+  }
   ParameterSet& w = fp32_values(models_->policy_weights(), models_->policy());
   load_policy_values(w);
   round_into_weights(*be_, models_->policy_weights(), models_->policy());
@@ -307,7 +313,43 @@ void Trainer::load_policy_values(ParameterSet& w) {
   }
   load_checkpoint_weights(ckpt_, cfg_, w);
   models_->policy().load_optimizer(ckpt_);
-  check_optimizer_steps(models_->policy(), ckpt_);
+  check_optimizer_steps(models_->policy().optimizer_steps(), ckpt_);
+  resume_state();
+}
+
+// The base weights are the starting model's on a fresh and on a resumed run alike (a LoRA
+// checkpoint holds only the adapters); the adapters start as PEFT starts them (A Kaiming-uniform,
+// B = 0: the adapted model is the base model) and continue from the checkpoint.
+void Trainer::load_lora_policy() {
+  ParameterSet& w = models_->policy_weights();
+  if (start_dir_.empty())
+    init_parameters(w, c_.seed, InitStyle::hf);
+  else
+    load_weights(start_dir_, cfg_, w);
+  LoraSet& ad = models_->lora_weights();
+  log_.out("model: %s (frozen), LoRA %s: %.3fM adapter parameters\n",
+           start_dir_.empty() ? (c_.model + ", random weights").c_str() : start_dir_.c_str(),
+           c_.lora.describe().c_str(), static_cast<double>(ad.numel()) / 1e6);
+  if (ckpt_.empty()) {
+    if (c_.lora_adapter.empty()) {
+      init_lora(ad, c_.seed);
+    } else {
+      load_lora_weights(c_.lora_adapter, ad);
+      log_.out("adapters: from %s\n", c_.lora_adapter.c_str());
+    }
+    if (online_)
+      online_->start();
+    else
+      batches_->start();
+    return;
+  }
+  load_lora_weights(ckpt_, ad);
+  models_->lora_optimizer()->load(ckpt_);
+  check_optimizer_steps(models_->lora_optimizer()->steps(), ckpt_);
+  resume_state();
+}
+
+void Trainer::resume_state() {
   const DataCursor cursor{resumed_.epoch, resumed_.micro_batches_done, resumed_.epoch_rng};
   if (online_)
     online_->resume(cursor, resumed_.rollouts, ckpt_ + "/trainer_state.json");
@@ -329,6 +371,8 @@ void Trainer::load_policy_values(ParameterSet& w) {
 // DPO, PPO (and GRPO with a KL term) score against a reference model: dpo/ppo/grpo.reference,
 // else the starting model — reloaded (or re-drawn from the seed), never the resumed weights.
 void Trainer::load_reference() {
+  if (models_->has_lora() && !models_->has_reference() && setup_.needs_reference())
+    log_.out("reference model: the base model with the adapters off (no second copy)\n");
   if (!models_->has_reference()) return;
   const std::string& ref_dir = c_.reference_dir();
   const std::string dir = ref_dir.empty() ? start_dir_ : ref_dir;
@@ -351,7 +395,7 @@ void Trainer::load_value() {
   } else {
     load_value_checkpoint_weights(ckpt_, models_->value_config(), w);
     models_->value().load_optimizer(ckpt_ + "/" + kValueModelDir);
-    check_optimizer_steps(models_->value(), ckpt_ + "/" + kValueModelDir);
+    check_optimizer_steps(models_->value().optimizer_steps(), ckpt_ + "/" + kValueModelDir);
     log_.out("value model: %s/%s\n", ckpt_.c_str(), kValueModelDir);
   }
   round_into_weights(*be_, models_->value_weights(), models_->value());
@@ -386,6 +430,7 @@ StepBatches Trainer::next_step_batches() {
   if (!online_) return batches_->next(per_step_, comm_);
   // The rollouts are sampled from the weights the step starts from.
   Engine policy(cfg_, models_->policy_weights(), *be_, pool_, exec_);
+  if (models_->has_lora()) policy.set_lora(&models_->lora_weights(), nullptr);  // the adapted policy
   return online_->next(policy, state_.step);
 }
 

@@ -73,13 +73,17 @@ class Trainer {
   void build_models();
   void load_policy();
   void load_policy_values(ParameterSet& fp32);
+  // LoRA: the frozen base from the starting model, the adapters drawn (or from the checkpoint).
+  void load_lora_policy();
+  // A resumed run's data cursor and counters.
+  void resume_state();
   void load_reference();
   void load_value();
   void print_summary() const;
   // The loop.
   // One step: gradients, clipping, update, evaluation when due, metrics; true to save now.
   void train_step(int64_t stop_at, bool* save_now, bool* stop);
-  void check_optimizer_steps(const DataParallel& dp, const std::string& dir) const;
+  void check_optimizer_steps(int64_t optimizer_steps, const std::string& dir) const;
   // False (on every rank alike) when the step's loss or a gradient norm is not finite; then
   // on_nonfinite: stop throws, skip returns false and nothing is updated.
   bool finite_step(double loss, double grad_norm, double value_grad_norm);

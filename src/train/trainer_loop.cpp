@@ -97,13 +97,19 @@ void Trainer::train_step(int64_t stop_at, bool* save_now, bool* stop) {
   const StepBatches step = next_step_batches();
   const double lr = schedule_.at(state_.step + 1);
   const StepResult r = gradients(step);
-  const double grad_norm = models_->policy().clip(c_.max_grad_norm);
+  const bool lora = models_->has_lora();
+  const double grad_norm = lora ? clip_lora_grads(models_->lora_grads(), *be_, c_.max_grad_norm)
+                                : models_->policy().clip(c_.max_grad_norm);
   // PPO: the value model is clipped and stepped on its own.
   const double value_grad_norm =
       models_->has_value() ? models_->value().clip(c_.max_grad_norm) : 0.0;
   const bool update = finite_step(r.loss, grad_norm, value_grad_norm);
   if (update) {
-    models_->policy().update(models_->policy_weights(), static_cast<float>(lr));
+    if (lora)
+      models_->lora_optimizer()->step(models_->lora_weights(), models_->lora_grads(), *be_,
+                                      static_cast<float>(lr));
+    else
+      models_->policy().update(models_->policy_weights(), static_cast<float>(lr));
     if (models_->has_value())
       models_->value().update(models_->value_weights(), static_cast<float>(lr));
   } else {
@@ -264,11 +270,22 @@ std::string Trainer::save() {
     value.emplace(ValueModelContents{
         models_->value_config(), fp32(models_->value_weights(), models_->value()),
         [&](const std::string& dir) { models_->value().save_optimizer(dir); }});
+  // LoRA: the adapters (PEFT files) and their optimizer; the frozen base is not written.
+  const bool lora = models_->has_lora();
   const std::string path = save_checkpoint(
       c_.output_dir,
-      CheckpointContents{cfg_, fp32(models_->policy_weights(), models_->policy()), save_dtype_,
-                         [&](const std::string& dir) { models_->policy().save_optimizer(dir); },
-                         state_, c_.tokenizer, start_dir_, value ? &*value : nullptr},
+      CheckpointContents{
+          cfg_,
+          lora ? models_->policy_weights() : fp32(models_->policy_weights(), models_->policy()),
+          save_dtype_,
+          [&](const std::string& dir) {
+            if (lora)
+              models_->lora_optimizer()->save(dir);
+            else
+              models_->policy().save_optimizer(dir);
+          },
+          state_, c_.tokenizer, start_dir_, value ? &*value : nullptr,
+          lora ? &models_->lora_weights() : nullptr, c_.model},
       comm_);
   if (log_.lead) rotate_checkpoints(c_.output_dir, c_.keep_last);
   return path;

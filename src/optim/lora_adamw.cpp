@@ -1,0 +1,49 @@
+#include "optim/lora_adamw.h"
+
+#include <cmath>
+
+namespace sbp {
+
+LoraAdamW::LoraAdamW(const ModelConfig& cfg, const LoraConfig& lc, Pool& pool, AdamWConfig c)
+    : cfg_(c),
+      m_(cfg, lc, pool, Category::optimizer, DType::F32, true),
+      v_(cfg, lc, pool, Category::optimizer, DType::F32, true) {}
+
+void LoraAdamW::step(const LoraSet& params, const LoraSet& grads, Backend& be, float lr) {
+  ++steps_;
+  AdamWStep s;
+  s.lr = lr;
+  s.beta1 = cfg_.beta1;
+  s.beta2 = cfg_.beta2;
+  s.eps = cfg_.eps;
+  s.weight_decay = cfg_.weight_decay;
+  s.step = steps_;
+  for (size_t i = 0; i < params.size(); ++i)
+    be.adamw_step(params.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
+}
+
+std::vector<MomentSlice> LoraAdamW::slices() const {
+  std::vector<MomentSlice> out;
+  for (size_t i = 0; i < m_.size(); ++i) {
+    const int64_t n = m_.tensor(i).numel();
+    out.push_back({m_.name(i), n, ShardRange{0, n}, m_.tensor(i), v_.tensor(i)});
+  }
+  return out;
+}
+
+void LoraAdamW::save(const std::string& dir) const { write_optimizer_file(dir, slices(), steps_); }
+
+void LoraAdamW::load(const std::string& dir) { steps_ = read_optimizer_state(dir, slices()); }
+
+double clip_lora_grads(const LoraSet& grads, Backend& be, double max_norm) {
+  double ss = 0.0;
+  for (size_t i = 0; i < grads.size(); ++i) ss += be.sum_squares(grads.tensor(i));
+  const double norm = std::sqrt(ss);
+  if (max_norm > 0.0 && norm > max_norm) {
+    const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // as clip_grad_norm
+    for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);
+  }
+  return norm;
+}
+
+}  // namespace sbp
