@@ -28,6 +28,7 @@
 #include "core/output_file.h"
 #include "core/process_memory.h"
 #include "engine/memory_model.h"
+#include "plan/plan_step.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
 
@@ -63,6 +64,10 @@ struct Run {
   int64_t logits_peak = 0, head_block = 0;  // ledger peak of `logits`; one head block's logits
   // CUDA backend: device memory its arena took at most / handed out at most (-1: not a GPU).
   int64_t device_reserved_peak = -1, device_in_use_peak = -1;
+  // Models with sliding-window layers: FLOPs of one step as counted by the backend, and as the
+  // planner counts the same step with and without the windows (the difference is the work the
+  // window skips; the backend's count includes its tile padding, the planner's does not).
+  int64_t step_flops = 0, planned_flops = 0, planned_flops_no_window = 0;
   MemoryBreakdown breakdown;
 };
 
@@ -192,6 +197,14 @@ struct Bench {
         r.layer_chunk = exec.layer_chunk_for(T);
         r.head_chunk = exec.head_chunk_for(T);
         r.head_block = r.head_chunk * src.cfg.vocab_size * static_cast<int64_t>(dtype_size(exec.act_dtype));
+        if (src.cfg.has_sliding_layers()) {
+          // The same step on the meta backend, with the windows and with every layer full.
+          const StepMemoryOptions mem{.param_dtype = storage_dtype(m->precision)};
+          ModelConfig full = src.cfg;
+          full.layer_sliding.assign(full.layer_sliding.size(), false);
+          r.planned_flops = plan_step(src.cfg, setup, exec, step, mem).flops;
+          r.planned_flops_no_window = plan_step(full, setup, exec, step, mem).flops;
+        }
         configs.push_back({m.get(), exec, {}});
         runs.push_back(r);
       }
@@ -214,7 +227,8 @@ struct Bench {
         device_sync(*be);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (i >= a.warmup) c.times.push_back(s);
-        r.gflops = static_cast<double>(be->flops());  // FLOPs of one step (the same every step)
+        r.step_flops = be->flops();  // FLOPs of one step (the same every step)
+        r.gflops = static_cast<double>(r.step_flops);
         r.loss = out.loss;
         const Ledger& ledger = c.m->ledger;
         if (ledger.peak() > r.peak) {
@@ -283,6 +297,29 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
                 mib(r.head_block), mib(r.logits_peak),
                 static_cast<double>(r.logits_peak) / static_cast<double>(r.head_block));
   }
+  if (b.src.cfg.has_sliding_layers()) {
+    const ModelConfig& cfg = b.src.cfg;
+    int64_t sliding = 0;
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) sliding += cfg.layer_is_sliding(l) ? 1 : 0;
+    std::printf(
+        "\nSliding window (w = %lld, %lld of %lld layers): FLOPs of one step; the planner's "
+        "count of the same step with every layer full, minus its count with the windows, is the "
+        "attention work the window skips\n",
+        static_cast<long long>(cfg.sliding_window), static_cast<long long>(sliding),
+        static_cast<long long>(cfg.num_hidden_layers));
+    std::printf(
+        "| mode | precision | T | counted GFLOP | planned GFLOP | planned GFLOP, no window | "
+        "skipped by the window GFLOP | skipped %% |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    for (const Run& r : runs) {
+      const int64_t skipped = r.planned_flops_no_window - r.planned_flops;
+      std::printf("| %s | %s | %lld | %.4g | %.4g | %.4g | %.4g | %.1f%% |\n", r.mode.c_str(),
+                  r.precision.c_str(), static_cast<long long>(r.T), r.step_flops / 1e9,
+                  r.planned_flops / 1e9, r.planned_flops_no_window / 1e9, skipped / 1e9,
+                  100.0 * static_cast<double>(skipped) /
+                      static_cast<double>(std::max<int64_t>(1, r.planned_flops_no_window)));
+    }
+  }
   if (on_gpu(*b.be)) {
     std::printf("\nDevice memory (the CUDA backend's arena) vs the ledger's peak\n");
     std::printf("| mode | precision | T | ledger peak MiB | device in use peak MiB | device reserved peak MiB |\n");
@@ -333,6 +370,12 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
                          {"logits_peak_bytes", r.logits_peak},
                          {"head_block_logits_bytes", r.head_block}};
     if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
+    jr["step_flops"] = r.step_flops;
+    if (r.planned_flops > 0) {
+      jr["planned_flops"] = r.planned_flops;
+      jr["planned_flops_no_window"] = r.planned_flops_no_window;
+      jr["window_skipped_flops"] = r.planned_flops_no_window - r.planned_flops;
+    }
     if (r.device_reserved_peak >= 0) {
       jr["device_reserved_peak_bytes"] = r.device_reserved_peak;
       jr["device_in_use_peak_bytes"] = r.device_in_use_peak;

@@ -40,7 +40,8 @@ struct Engine::Step {
     rope = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
     const std::vector<float> inv_freq = cfg.rope_inv_freq();
     be.rope_table(rope.view(), inv_freq);
-    if (cfg.has_sliding_layers()) {
+    // Gemma's sliding layers have a rope of their own; Qwen2's rotate with the model's one.
+    if (cfg.gemma() && cfg.has_sliding_layers()) {
       rope_local = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
       const std::vector<float> local_inv_freq = cfg.rope_inv_freq(/*local=*/true);
       be.rope_table(rope_local.view(), local_inv_freq);

@@ -86,6 +86,12 @@ const char* const kGemmaFields[] = {"query_pre_attn_scalar",   "sliding_window",
                                     "hidden_act",              "_sliding_window_pattern",
                                     "use_bidirectional_attention"};
 
+// Qwen2 / Qwen3 window fields, interpreted and rewritten by to_json only when parse_windows
+// read a window: a Qwen2.5 config's unused sliding_window: 131072 with use_sliding_window: false
+// is written back as it was. (max_window_layers is never rewritten: layer_types says which
+// layers slide, and wins in transformers.)
+const char* const kWindowFields[] = {"use_sliding_window", "sliding_window", "layer_types"};
+
 // Parses a rope_scaling (transformers <= 4.x) or rope_parameters (transformers 5) object.
 void parse_rope(const json& r, const std::string& src, const char* field, RopeScaling* out) {
   if (!r.is_object()) throw InputError(src + ": field '" + field + "' must be an object");
@@ -115,6 +121,72 @@ void parse_rope(const json& r, const std::string& src, const char* field, RopeSc
     out->original_max_position_embeddings =
         get_int(r, "original_max_position_embeddings", where, false, 8192);
   }
+}
+
+// layer_types: one "sliding_attention" / "full_attention" per layer (Gemma 3, Qwen2, Qwen3).
+std::vector<bool> parse_layer_types(const json& lt, int64_t L, const std::string& src) {
+  if (!lt.is_array())
+    throw InputError(src + ": field 'layer_types' must be an array of \"sliding_attention\" / "
+                           "\"full_attention\"");
+  if (static_cast<int64_t>(lt.size()) != L)
+    throw InputError(src + ": field 'layer_types' has " + std::to_string(lt.size()) +
+                     " entries but num_hidden_layers is " + std::to_string(L));
+  std::vector<bool> sliding;
+  for (size_t i = 0; i < lt.size(); ++i) {
+    const json& e = lt[i];
+    if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
+      throw InputError(src + ": field 'layer_types'[" + std::to_string(i) + "] is " + e.dump() +
+                       " (expected \"sliding_attention\" or \"full_attention\")");
+    sliding.push_back(e == "sliding_attention");
+  }
+  return sliding;
+}
+
+// transformers' Qwen2Config / Qwen3Config default: the first layer that slides.
+constexpr int64_t kDefaultMaxWindowLayers = 28;
+
+// Qwen2's and Qwen3's max_window_layers. It stays in ModelConfig::extra (written back as it
+// was): only set_num_layers needs it, to give layers a --layers override adds their type.
+int64_t max_window_layers(const json& extra) {
+  if (!extra.is_object()) return kDefaultMaxWindowLayers;
+  return get_int(extra, "max_window_layers", "config", false, kDefaultMaxWindowLayers);
+}
+
+// The sliding windows of Qwen2 / Qwen3 (use_sliding_window), read as transformers 5 reads
+// them: Qwen2Config / Qwen3Config set sliding_window to None unless use_sliding_window;
+// without layer_types, layer i is "sliding_attention" iff a window is set and
+// i >= max_window_layers (default 28). The mask is masking_utils' sliding_window_overlay,
+// kv_idx > q_idx - w: a row sees itself and w - 1 keys before it, as AttentionDims::window
+// (Gemma's rule too). Returns true when the fields are interpreted (to_json then writes them).
+bool parse_windows(const json& j, const std::string& src, ModelConfig* c) {
+  const int64_t L = std::clamp<int64_t>(c->num_hidden_layers, 0, kMaxLayers);
+  const auto sw = j.find("sliding_window");
+  const bool null_window = sw != j.end() && sw->is_null();
+  if (c->model_type != ModelType::qwen2 && c->model_type != ModelType::qwen3) {
+    if (get_bool(j, "use_sliding_window", src, false))
+      throw InputError(src + ": 'use_sliding_window': true is not supported for " +
+                       model_type_name(c->model_type) + " (Qwen2 and Qwen3 only)");
+    return false;
+  }
+  const bool use = get_bool(j, "use_sliding_window", src, false);
+  const bool has_window = use && !null_window;
+  const int64_t w = has_window ? get_int(j, "sliding_window", src, false, 4096) : 0;
+  const int64_t first = get_int(j, "max_window_layers", src, false, kDefaultMaxWindowLayers);
+  std::vector<bool> types;
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    types = parse_layer_types(*it, c->num_hidden_layers, src);
+  } else {
+    for (int64_t i = 0; i < L; ++i) types.push_back(has_window && i >= first);
+  }
+  const bool any = std::find(types.begin(), types.end(), true) != types.end();
+  // transformers fails on this model ("'NoneType' object cannot be interpreted as an integer").
+  if (any && !has_window)
+    throw InputError(src + ": 'layer_types' has sliding_attention layers but there is no window "
+                           "('use_sliding_window' is false or 'sliding_window' is null)");
+  if (!has_window) return false;  // every field stays as it was, in `extra`
+  c->sliding_window = w;
+  c->layer_sliding = std::move(types);
+  return true;
 }
 
 // A string field: absent or null gives `fallback`.
@@ -158,19 +230,7 @@ void parse_gemma3(const json& j, const std::string& src, ModelConfig* c) {
 
   const int64_t L = c->num_hidden_layers;
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
-    if (!it->is_array())
-      throw InputError(src + ": field 'layer_types' must be an array of \"sliding_attention\" / "
-                             "\"full_attention\"");
-    if (static_cast<int64_t>(it->size()) != L)
-      throw InputError(src + ": field 'layer_types' has " + std::to_string(it->size()) +
-                       " entries but num_hidden_layers is " + std::to_string(L));
-    for (size_t i = 0; i < it->size(); ++i) {
-      const json& e = (*it)[i];
-      if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
-        throw InputError(src + ": field 'layer_types'[" + std::to_string(i) + "] is " + e.dump() +
-                         " (expected \"sliding_attention\" or \"full_attention\")");
-      c->layer_sliding.push_back(e == "sliding_attention");
-    }
+    c->layer_sliding = parse_layer_types(*it, L, src);
   } else {
     // The older spelling: every `pattern`-th layer is a full-attention layer.
     const int64_t pattern = get_int(j, "sliding_window_pattern", src, false, 6);
@@ -278,8 +338,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   // Features that change the computation and that we do not implement are refused, not ignored.
   if (get_bool(j, "mlp_bias", src, false))
     throw InputError(src + ": 'mlp_bias': true is not supported");
-  if (get_bool(j, "use_sliding_window", src, false))
-    throw InputError(src + ": 'use_sliding_window': true is not supported");
+  const bool windows = parse_windows(j, src, &c);
   if (auto it = j.find("hidden_act"); !gemma && it != j.end() && it->is_string() && *it != "silu")
     throw InputError(src + ": hidden_act '" + it->get<std::string>() + "' is not supported (silu)");
   if (auto it = j.find("partial_rotary_factor");
@@ -291,6 +350,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     bool known = false;
     for (const char* k : kKnownFields) known = known || it.key() == k;
     for (const char* k : kGemmaFields) known = known || (gemma && it.key() == k);
+    for (const char* k : kWindowFields) known = known || (windows && it.key() == k);
     if (!known) c.extra[it.key()] = it.value();
   }
   c.validate(src);
@@ -385,11 +445,19 @@ void ModelConfig::validate(const std::string& src) const {
     if (final_logit_softcapping != 0.0)
       check_open_range(src, "final_logit_softcapping", final_logit_softcapping, 0.0,
                        static_cast<double>(FLT_MAX), "> 0");
-  } else if (sliding_window != 0 || !layer_sliding.empty() || final_logit_softcapping != 0.0 ||
-             query_pre_attn_scalar != 0.0) {
-    throw InputError(src + ": sliding windows, logit soft-capping and query_pre_attn_scalar "
-                           "are Gemma 3 fields; " + model_type_name(model_type) +
-                           " does not use them");
+  } else if (final_logit_softcapping != 0.0 || query_pre_attn_scalar != 0.0) {
+    throw InputError(src + ": logit soft-capping and query_pre_attn_scalar are Gemma 3 fields; " +
+                     model_type_name(model_type) + " does not use them");
+  } else if (sliding_window != 0 || !layer_sliding.empty()) {
+    // Qwen2 / Qwen3 with use_sliding_window (the fields in config.h are Gemma's too).
+    if (model_type != ModelType::qwen2 && model_type != ModelType::qwen3)
+      throw InputError(src + ": " + model_type_name(model_type) +
+                       " has no sliding-window layers (Gemma 3, Qwen2 and Qwen3 do)");
+    check_dim(src, "sliding_window", sliding_window, kMaxPositionEmbeddings);
+    if (static_cast<int64_t>(layer_sliding.size()) != num_hidden_layers)
+      throw InputError(src + ": " + std::to_string(layer_sliding.size()) +
+                       " sliding/full layer types for " + std::to_string(num_hidden_layers) +
+                       " layers");
   }
   if (rope_scaling.type == RopeScalingType::llama3) {
     // Values the llama3 formula cannot use (it divides by factor and by high - low).
@@ -460,6 +528,19 @@ json ModelConfig::to_json() const {
         {"low_freq_factor", rope_scaling.low_freq_factor},
         {"high_freq_factor", rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  }
+  if (!gemma() && !layer_sliding.empty()) {  // Qwen2 / Qwen3 with a window
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = sliding_window;
+    json types = json::array();
+    for (bool sl : layer_sliding) types.push_back(sl ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+  } else if ((model_type == ModelType::qwen2 || model_type == ModelType::qwen3) &&
+             j.contains("layer_types") && j["layer_types"].is_array()) {
+    // No window: from_json accepted only full layers; one per layer, after a --layers override
+    // too (transformers 5 writes layer_types for every Qwen2 config).
+    j["layer_types"] = json::array();
+    for (int64_t i = 0; i < num_hidden_layers; ++i) j["layer_types"].push_back("full_attention");
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
   if (model_type != ModelType::qwen2) j["attention_bias"] = attention_bias;
@@ -533,6 +614,13 @@ void ModelConfig::set_num_layers(int64_t L) {
     layer_sliding.resize(static_cast<size_t>(L));
     for (int64_t i = 0; i < L; ++i)
       layer_sliding[static_cast<size_t>(i)] = period == 0 || (i + 1) % period != 0;
+  } else if (!layer_sliding.empty() && L >= 0 && L <= kMaxLayers) {
+    // Qwen2 / Qwen3: the first L layer types; layers added past the end slide from
+    // max_window_layers on, as transformers would derive them for a deeper model.
+    const int64_t old = static_cast<int64_t>(layer_sliding.size());
+    const int64_t first = max_window_layers(extra);
+    layer_sliding.resize(static_cast<size_t>(L));
+    for (int64_t i = old; i < L; ++i) layer_sliding[static_cast<size_t>(i)] = i >= first;
   }
   num_hidden_layers = L;
 }

@@ -17,8 +17,9 @@ DecoderLayerOps::DecoderLayerOps(const ModelConfig& cfg, Backend& be, Pool& pool
   dims_.head_dim = cfg.head_dim;
   dims_.scale = cfg.attention_scale();
   dims_.window = cfg.layer_window(layer);
-  const bool local = cfg.layer_is_sliding(layer) && tables.rope_local.defined();
-  SBP_CHECK(local || !cfg.layer_is_sliding(layer), "sliding layer without a local rope table");
+  // Gemma's sliding layers rotate with their own rope; Qwen2's and Qwen3's with the model's.
+  const bool local = cfg.gemma() && cfg.layer_is_sliding(layer);
+  SBP_CHECK(!local || tables.rope_local.defined(), "sliding layer without a local rope table");
   rope_ = local ? tables.rope_local : tables.rope;
 }
 

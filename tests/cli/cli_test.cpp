@@ -231,6 +231,32 @@ TEST(Cli, BenchWritesTheDocumentedJson) {
   EXPECT_NEAR(j["runs"][0]["loss"].get<double>(), j["runs"][2]["loss"].get<double>(), 1e-5);
 }
 
+// A model with sliding-window layers: bench reports the attention FLOPs the window skips (the
+// planner's count of the same step with every layer full, minus its count with the windows),
+// and the backend's own count of the step agrees with the planner's up to the CPU kernels' tile
+// padding.
+TEST(Cli, BenchReportsTheFlopsTheSlidingWindowSkips) {
+  test::TempDir tmp;
+  auto r = run_command(bin() +
+                       " bench --model tiny-gemma3 --seq-len 64 --modes base,stream"
+                       " --layer-chunk 16 --repeat 1 --json " +
+                       tmp.file("b.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("skipped by the window"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(test::read_text(tmp.file("b.json")));
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const auto& run : j["runs"]) {
+    const auto counted = run["step_flops"].get<int64_t>();
+    const auto planned = run["planned_flops"].get<int64_t>();
+    const auto no_window = run["planned_flops_no_window"].get<int64_t>();
+    EXPECT_GT(run["window_skipped_flops"].get<int64_t>(), 0);
+    EXPECT_EQ(run["window_skipped_flops"].get<int64_t>(), no_window - planned);
+    // tiny-gemma3: window 5 on layer 0 of 2, T = 64 (docs: the CPU counts padded tiles).
+    EXPECT_GE(counted, planned);
+    EXPECT_LT(static_cast<double>(counted), 1.1 * static_cast<double>(planned));
+  }
+}
+
 TEST(Cli, DemoTrainsSavesAndReportsMemory) {
   test::TempDir tmp;
   auto r = run_command(bin() +

@@ -1,6 +1,7 @@
 // Every execution mode gives base's loss and gradients (fp32, ~1e-5 relative), for
 // architectures covering GQA, qk-norm, attention biases, tied/untied embeddings, llama3
-// rope scaling and Gemma 3 (sandwich norms, GeGLU, sliding windows, soft-capped logits), several segments, and chunk sizes 1, 7, T/3, T and sizes that do not divide T.
+// rope scaling, Gemma 3 (sandwich norms, GeGLU, sliding windows, soft-capped logits), Qwen2's
+// sliding windows (on the model's one rope), several segments, and chunk sizes 1, 7, T/3, T and sizes that do not divide T.
 #include <gtest/gtest.h>
 
 #include "cli/gradcheck.h"
@@ -45,6 +46,17 @@ ModelConfig gemma3_mqa_bias() {
   return c;
 }
 
+// Qwen2 with use_sliding_window: layer 0 full (max_window_layers 1), layers 1 and 2 a window
+// of 4, on the model's one rope (no local rope table, unlike Gemma).
+ModelConfig qwen2_window() {
+  ModelConfig c = preset_config("tiny-qwen2");
+  c.num_hidden_layers = 3;
+  c.sliding_window = 4;
+  c.layer_sliding = {false, true, true};
+  c.validate("qwen2_window");
+  return c;
+}
+
 std::vector<Case> cases() {
   return {{"qwen3_gqa_qknorm_untied", preset_config("tiny-qwen3")},
           {"qwen2_bias_tied", preset_config("tiny-qwen2")},
@@ -54,7 +66,8 @@ std::vector<Case> cases() {
           // window 5, sliding + full layers, linear rope on the full one, soft-capped logits,
           // tied embeddings, GQA
           {"gemma3_window_softcap", preset_config("tiny-gemma3")},
-          {"gemma3_mqa_bias", gemma3_mqa_bias()}};
+          {"gemma3_mqa_bias", gemma3_mqa_bias()},
+          {"qwen2_window", qwen2_window()}};
 }
 
 class ModeEquality : public ::testing::TestWithParam<size_t> {};
@@ -84,7 +97,7 @@ TEST_P(ModeEquality, EveryModeMatchesBase) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ModeEquality, ::testing::Range<size_t>(0, 7),
+INSTANTIATE_TEST_SUITE_P(Architectures, ModeEquality, ::testing::Range<size_t>(0, 8),
                          [](const ::testing::TestParamInfo<size_t>& i) {
                            return std::string(cases()[i.param].name);
                          });

@@ -34,7 +34,8 @@ inline const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> names = {"qwen3_gqa_qknorm",  "qwen2_bias_tied",
                                                  "llama_rope_llama3", "qwen3_head_dim_24",
                                                  "qwen3_bf16",        "qwen2_sharded",
-                                                 "gemma3_sliding_softcap", "gemma3_mqa_pattern"};
+                                                 "gemma3_sliding_softcap", "gemma3_mqa_pattern",
+                                                 "qwen2_sliding_window"};
   return names;
 }
 

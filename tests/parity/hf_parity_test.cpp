@@ -310,7 +310,10 @@ const RoundtripCase kRoundtrips[] = {{"qwen3_gqa_qknorm", DType::BF16, 30000},
                                      {"qwen2_bias_tied", DType::F32, 0},
                                      // Gemma 3: config.json written in transformers 5's spelling
                                      // (layer_types, rope_parameters per layer type, soft-cap)
-                                     {"gemma3_sliding_softcap", DType::BF16, 0}};
+                                     {"gemma3_sliding_softcap", DType::BF16, 0},
+                                     // Qwen2 with use_sliding_window: config.json carries the
+                                     // window and layer_types (layer 0 full, 1-2 sliding)
+                                     {"qwen2_sliding_window", DType::F32, 0}};
 constexpr int kSteps = 3;
 
 std::string roundtrip_dir(const RoundtripCase& c) {
@@ -420,7 +423,7 @@ TEST_P(HfRoundtrip, RecipeRecreatesTheCommittedCheckpoint) {
   std::printf("[parity] roundtrip %-20s re-created weights max rel err %.2e\n", c.fixture, worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, HfRoundtrip, ::testing::Range<size_t>(0, 4),
+INSTANTIATE_TEST_SUITE_P(Checkpoints, HfRoundtrip, ::testing::Range<size_t>(0, 5),
                          [](const auto& info) {
                            return std::string(kRoundtrips[info.param].fixture);
                          });

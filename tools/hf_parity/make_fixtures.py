@@ -144,6 +144,15 @@ FIXTURE_SPECS = [
          covers="gemma3_text in the older config spelling (sliding_window_pattern 2, rope_theta "
                 "+ rope_local_base_freq), multi-query attention (1 kv head), attention_bias, "
                 "untied LM head, window 4, no soft-capping"),
+    dict(name="qwen2_sliding_window", model_type="qwen2", seed=9,
+         config=tiny(vocab_size=104, num_hidden_layers=3, use_sliding_window=True,
+                     sliding_window=5, max_window_layers=1),
+         # Window 5 below every sequence length but the last (5: a window as long as the
+         # sequence, the same keys as none). Layer 0 is full (max_window_layers 1), layers 1
+         # and 2 slide, on the model's one rope.
+         lengths=[31, 12, 44, 5], dtype="float32", shard=None,
+         covers="qwen2 use_sliding_window: max_window_layers 1 (layer 0 full, layers 1-2 a "
+                "window of 5, transformers' kv_idx > q_idx - 5), q/k/v biases, GQA"),
 ]
 
 
