@@ -151,15 +151,21 @@ void OnlineRollouts::sample(Engine& policy, int64_t step, const std::vector<int6
   g.max_new_tokens = s_.max_completion_length;
   g.sampling = {false, s_.temperature, s_.top_k, s_.top_p, s_.min_p};
   g.stop_ids = enc_.stop_ids();
+  g.stop_after = enc_.stop_strings(s_.stop);
   const auto t0 = std::chrono::steady_clock::now();
   samples_.clear();
   texts_.clear();
   stats_.generated_tokens = 0;
   for (int64_t p : prompts) {
-    for (int64_t r = 0; r < s_.num_generations; ++r) {
-      Rng rng(c_.seed, "rollout/" + std::to_string(step) + "/" + std::to_string(p) + "/" +
-                           std::to_string(r));
-      Generated out = policy.generate(prompts_[static_cast<size_t>(p)].ids, g, rng);
+    // A prompt's group decodes as one batch (the cache the planner counts: num_generations x
+    // (prompt + max_completion_length)); completion r draws from its own stream.
+    const std::vector<std::vector<int32_t>> group(static_cast<size_t>(s_.num_generations),
+                                                  prompts_[static_cast<size_t>(p)].ids);
+    std::vector<Rng> rngs;
+    for (int64_t r = 0; r < s_.num_generations; ++r)
+      rngs.emplace_back(c_.seed, "rollout/" + std::to_string(step) + "/" + std::to_string(p) +
+                                     "/" + std::to_string(r));
+    for (Generated& out : policy.generate_batch(group, g, rngs)) {
       RolloutSample s;
       s.prompt = p;
       s.truncated = out.finish == FinishReason::length;

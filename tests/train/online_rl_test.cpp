@@ -62,6 +62,30 @@ TEST(OnlineRl, GrpoLearnsWhatItsRewardPays) {
   EXPECT_TRUE(group["completions"][0]["rewards"].contains("format"));
 }
 
+TEST(OnlineRl, StopStringsEndCompletions) {
+  // Digits stop a completion: the random model writes one in about half of them.
+  TrainRun run(online_yaml("grpo", "  stop: [\"0\", \"1\", \"2\", \"3\", \"4\", \"5\", \"6\", "
+                                   "\"7\", \"8\", \"9\"]\n") +
+               "max_steps: 2\nlog_completions_every: 1\n");
+  auto r = run.train(prompts());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int with_digit = 0;
+  for (const json& step : read_metrics(run.out("completions.jsonl")))
+    for (const json& group : step["prompts"])
+      for (const json& c : group["completions"]) {
+        const std::string text = c["completion"];
+        if (text.find_first_of("0123456789") == std::string::npos) continue;
+        ++with_digit;
+        EXPECT_FALSE(c["truncated"].get<bool>()) << text;  // it stopped, at most 6 tokens in
+      }
+  EXPECT_GT(with_digit, 0);
+  // A bad value names the key.
+  TrainRun bad(online_yaml("grpo", "  stop: [\"\"]\n") + "max_steps: 1\n");
+  r = bad.train(prompts());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("grpo.stop"), std::string::npos) << r.output;
+}
+
 TEST(OnlineRl, ResumeInTheMiddleOfABatchOfRolloutsIsExact) {
   // num_iterations 2: steps 2k+1 and 2k+2 train on one batch; stopping after step 3 leaves the
   // batch half used, so the checkpoint carries it.
