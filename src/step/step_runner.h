@@ -84,8 +84,11 @@ class StepRunner {
 
   const ObjectiveSetup& objective() const { return setup_; }
 
- private:
+  // An engine on the policy's current weights, its LoRA adapters on (the policy that samples
+  // online rollouts and that score() runs).
   Engine policy_engine();
+
+ private:
   Engine reference_engine();
   Engine value_engine();
   // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.

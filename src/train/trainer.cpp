@@ -428,9 +428,8 @@ void Trainer::print_summary() const {
 
 StepBatches Trainer::next_step_batches() {
   if (!online_) return batches_->next(per_step_, comm_);
-  // The rollouts are sampled from the weights the step starts from.
-  Engine policy(cfg_, models_->policy_weights(), *be_, pool_, exec_);
-  if (models_->has_lora()) policy.set_lora(&models_->lora_weights(), nullptr);  // the adapted policy
+  // The rollouts are sampled from the weights the step starts from, with the adapters on.
+  Engine policy = runner_->policy_engine();
   return online_->next(policy, state_.step);
 }
 
