@@ -1,7 +1,8 @@
 // Every execution mode gives base's loss and gradients (fp32, ~1e-5 relative), for
 // architectures covering GQA, qk-norm, attention biases, tied/untied embeddings, llama3
 // rope scaling, Gemma 3 (sandwich norms, GeGLU, sliding windows, soft-capped logits), Qwen2's
-// and Mistral's sliding windows (on the model's one rope), several segments, and chunk sizes 1, 7, T/3, T and sizes that do not divide T.
+// and Mistral's sliding windows (on the model's one rope), several segments, and chunk sizes
+// 1, 7, T/3, T and sizes that do not divide T.
 #include <gtest/gtest.h>
 
 #include "cli/gradcheck.h"
