@@ -244,7 +244,8 @@ void OnlineRollouts::pack() {
       seq.ids = prompt;
       seq.ids.insert(seq.ids.end(), s.ids.begin(), s.ids.end());
       seq.mask.assign(P + C, 0.0f);
-      std::fill(seq.mask.begin() + static_cast<std::ptrdiff_t>(P), seq.mask.end(), 1.0f);
+      if (!(s.truncated && s_.mask_truncated_completions))  // else DAPO's overlong filtering
+        std::fill(seq.mask.begin() + static_cast<std::ptrdiff_t>(P), seq.mask.end(), 1.0f);
       // Row P-1+j predicts completion token j: its sampling log-prob.
       std::vector<float> lp(P + C, 0.0f);
       std::copy(s.logprobs.begin(), s.logprobs.end(), lp.begin() + static_cast<std::ptrdiff_t>(P - 1));

@@ -439,7 +439,7 @@ const std::vector<Key>& keys() {
           ROLLOUT_KEY(int64_t, max_completion_length), ROLLOUT_KEY(int64_t, num_iterations),
           ROLLOUT_KEY(double, temperature),          ROLLOUT_KEY(double, top_p),
           ROLLOUT_KEY(int64_t, top_k),               ROLLOUT_KEY(double, min_p),
-          rollout_stop_key(obj)};
+          ROLLOUT_KEY(bool, mask_truncated_completions), rollout_stop_key(obj)};
 #undef ROLLOUT_KEY
       const std::string last = obj == "grpo" ? "grpo.reference" : "ppo.reference";
       const auto at =

@@ -38,6 +38,10 @@ struct RolloutSettings {
   // Stop strings: a completion ends once its text contains one (and keeps it), besides eos and
   // the chat template's end of turn.
   std::vector<std::string> stop;
+  // DAPO's overlong filtering (TRL's mask_truncated_completions): a completion cut off by
+  // max_completion_length trains on none of its tokens; its reward still counts in its group's
+  // advantages.
+  bool mask_truncated_completions = false;
 };
 
 struct DpoSettings {
