@@ -125,10 +125,25 @@ void OnlineRollouts::resume(const DataCursor& cursor, const json& rollouts,
     if (samples_.empty() || samples_.size() % static_cast<size_t>(s_.num_generations) != 0)
       throw InputError(at + ": " + std::to_string(samples_.size()) +
                        " samples, not whole groups of num_generations");
+    pack();
+    if (keeps_old_values()) {
+      const json& values = rollouts.at("old_values");
+      if (!values.is_array() || values.size() != micro_.size())
+        throw InputError(at + ".old_values: not one array per micro-batch of the stored batch");
+      for (size_t i = 0; i < micro_.size(); ++i) {
+        micro_[i].old_values = values[i].get<std::vector<float>>();
+        if (static_cast<int64_t>(micro_[i].old_values.size()) != micro_[i].batch.size())
+          throw InputError(at + ".old_values[" + std::to_string(i) + "]: " +
+                           std::to_string(micro_[i].old_values.size()) + " values for " +
+                           std::to_string(micro_[i].batch.size()) + " rows");
+        for (float v : micro_[i].old_values)
+          if (!std::isfinite(v))
+            throw InputError(at + ".old_values[" + std::to_string(i) + "]: not finite");
+      }
+    }
   } catch (const json::exception& e) {
     throw InputError(at + ": " + e.what());
   }
-  pack();
 }
 
 std::vector<int64_t> OnlineRollouts::take_prompts() {
@@ -271,7 +286,7 @@ void OnlineRollouts::pack() {
   }
 }
 
-StepBatches OnlineRollouts::next(Engine& policy, int64_t step) {
+StepBatches OnlineRollouts::next(Engine& policy, Engine* value, int64_t step) {
   sampled_last_ = batch_step_ < 0 || uses_ >= s_.num_iterations;
   if (sampled_last_) {
     const DataCursor cursor_before = cursor_;
@@ -292,6 +307,10 @@ StepBatches OnlineRollouts::next(Engine& policy, int64_t step) {
       throw;
     }
     pack();
+    if (keeps_old_values()) {
+      SBP_CHECK(value != nullptr, "online ppo: no value model to score the old values");
+      for (MicroBatch& mb : micro_) mb.old_values = value->values(mb.batch);
+    }
     batch_step_ = step;
     uses_ = 0;
   }
@@ -325,7 +344,13 @@ json OnlineRollouts::rollouts_json() const {
                        {"truncated", s.truncated},
                        {"reward", s.reward},
                        {"per_reward", s.per_reward}});
-  return {{"step", batch_step_}, {"uses", uses_}, {"samples", samples}};
+  json out = {{"step", batch_step_}, {"uses", uses_}, {"samples", samples}};
+  if (keeps_old_values()) {
+    json values = json::array();  // (T) per micro-batch, in packing order
+    for (const MicroBatch& mb : micro_) values.push_back(mb.old_values);
+    out["old_values"] = std::move(values);
+  }
+  return out;
 }
 
 }  // namespace sbp

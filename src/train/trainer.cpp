@@ -430,7 +430,9 @@ StepBatches Trainer::next_step_batches() {
   if (!online_) return batches_->next(per_step_, comm_);
   // The rollouts are sampled from the weights the step starts from, with the adapters on.
   Engine policy = runner_->policy_engine();
-  return online_->next(policy, state_.step);
+  if (setup_.kind != ObjectiveKind::ppo) return online_->next(policy, nullptr, state_.step);
+  Engine value = runner_->value_engine();
+  return online_->next(policy, &value, state_.step);
 }
 
 const DataCursor& Trainer::data_cursor() const {

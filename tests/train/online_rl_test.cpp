@@ -129,6 +129,21 @@ TEST(OnlineRl, MaskedTruncatedCompletionsTrainOnNothing) {
   EXPECT_GT(trained, 0);
 }
 
+TEST(OnlineRl, PpoIterationsClipValuesAgainstTheValuesOfSamplingTime) {
+  // Two iterations per batch, a large lr and a tiny value clip range: the first iteration's
+  // old values are the current ones (nothing clipped); the second's are still those of
+  // sampling time while the value model has moved, so some values are clipped. (Old values
+  // scored afresh each step would clip nothing, ever.)
+  TrainRun run(online_yaml("ppo", "  num_iterations: 2\n  value_epsilon: 0.0001\n") +
+               "max_steps: 2\n");
+  auto r = run.train(prompts() + " optim.lr=0.05");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0]["val/clipfrac_avg"].get<double>(), 0.0) << m[0].dump();
+  EXPECT_GT(m[1]["val/clipfrac_avg"].get<double>(), 0.0) << m[1].dump();
+}
+
 TEST(OnlineRl, ResumeInTheMiddleOfABatchOfRolloutsIsExact) {
   // num_iterations 2: steps 2k+1 and 2k+2 train on one batch; stopping after step 3 leaves the
   // batch half used, so the checkpoint carries it.
