@@ -41,6 +41,42 @@ TEST_P(BackendOps, GemmAllTransposesAccumulate) {
   EXPECT_THROW(be.gemm(C.view(), A.view(), false, B.view(), false, 1, 0), ShapeError);
 }
 
+// x W^T with few rows of x (the CPU backend's skinny path, gemm_skinny.h, for M <= 16; sgemm
+// above): every M around the threshold, K and N around the kernel's blocks of 16 and 4, and
+// beta = 0 over NaN (overwritten), beta = 1 (accumulated). Each element is judged against the
+// sum of its terms' magnitudes: a single element of a dot product can cancel to far below its
+// terms, and its fp32 rounding is relative to them, not to the result.
+TEST_P(BackendOps, GemmFewRowsTimesTransposedWeight) {
+  for (int64_t M : {1, 2, 7, 16, 17})
+    for (int64_t K : {1, 5, 16, 37, 300})
+      for (int64_t N : {1, 3, 4, 130}) {
+        SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" +
+                     std::to_string(N));
+        Vec a, w, c;
+        Buffer A = rand({M, K}, 1.0f, &a);
+        Buffer W = rand({N, K}, 1.0f, &w);
+        Buffer C = rand({M, N}, 1.0f, &c);
+        Buffer D = up(Vec(static_cast<size_t>(M * N), NAN), {M, N});
+        be.gemm(C.view(), A.view(), false, W.view(), true, 1.5f, 1.0f);
+        be.gemm(D.view(), A.view(), false, W.view(), true, -1.0f, 0.0f);
+        if (!computes()) continue;
+        const Vec got_c = down(C), got_d = down(D);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              s += a[i * K + k] * w[j * K + k];
+              mag += std::fabs(a[i * K + k] * w[j * K + k]);
+            }
+            const size_t e = static_cast<size_t>(i * N + j);
+            // 2e-7 x the magnitudes: a few fp32 roundings of the partial sums (u = 6e-8).
+            EXPECT_NEAR(got_c[e], c[e] + 1.5 * s, 2e-7 * (std::fabs(c[e]) + 1.5 * mag) + 1e-30)
+                << i << "," << j;
+            EXPECT_NEAR(got_d[e], -s, 2e-7 * mag + 1e-30) << i << "," << j;
+          }
+      }
+}
+
 // K = 0: C = beta * C (no product to add), including beta = 0 over NaN.
 TEST_P(BackendOps, GemmWithEmptyInnerDimensionScalesC) {
   const int64_t M = 3, N = 2;

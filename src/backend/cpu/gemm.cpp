@@ -1,10 +1,12 @@
-// Dense products through OpenBLAS sgemm (row-major). All-F32 calls go to sgemm directly; calls
-// with a BF16 operand to gemm_mixed (gemm_bf16.cpp: widened panels, sgemm, measured there).
+// Dense products through OpenBLAS sgemm (row-major). All-F32 calls go to sgemm directly, except
+// x W^T with at most 16 rows of x (gemm_skinny.h: no packing of W); calls with a BF16 operand
+// to gemm_mixed (gemm_bf16.cpp: widened panels, sgemm, measured there).
 #include <cblas.h>
 #include <omp.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_skinny.h"
 
 namespace sbp {
 
@@ -25,6 +27,10 @@ void CpuBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const
   }
   if (A.dtype != DType::F32 || B.dtype != DType::F32 || C.dtype != DType::F32) {
     cpu::gemm_mixed(C, A, trans_a, B, trans_b, alpha, beta);
+    return;
+  }
+  if (cpu::skinny_applies(C, A, trans_a, B, trans_b)) {  // a decoding step's few rows
+    cpu::gemm_skinny_nt(C, A, B, alpha, beta);
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
