@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -98,9 +99,16 @@ inline double scalar_rel_err(double a, double b) { return std::fabs(a - b) / std
 // One fixture, loaded the way the CLI loads a model directory.
 // `weights_dtype` BF16: the weights as a bf16 run holds them (an fp32 checkpoint rounded to
 // nearest-even bf16 on load, as transformers' from_pretrained(dtype=bfloat16) does).
+// A fixture directory given by its path rather than by its name under tests/fixtures/hf/.
+struct FixturePath {
+  std::string dir;
+};
+
 struct Fixture {
   explicit Fixture(const std::string& name, DType weights_dtype = DType::F32)
-      : dir(fixture_dir(name)),
+      : Fixture(FixturePath{fixture_dir(name)}, weights_dtype) {}
+  explicit Fixture(FixturePath path, DType weights_dtype = DType::F32)
+      : dir(std::move(path.dir)),
         cfg(load_config(dir + "/model")),
         weights(cfg, pool, Category::weights, weights_dtype, false),
         batch(read_batch(dir + "/tokens.json")),

@@ -34,30 +34,16 @@ const std::vector<std::string>& lora_fixtures() {
   return names;
 }
 
-struct LoraFixture {
+// A parity fixture with a PEFT adapter beside its model (tests/fixtures/lora/<name>/adapter).
+struct LoraFixture : Fixture {
   explicit LoraFixture(const std::string& name)
-      : dir(test::source_dir() + "/tests/fixtures/lora/" + name),
-        cfg(load_config(dir + "/model")),
-        weights(cfg, pool, Category::weights, DType::F32, false),
+      : Fixture(FixturePath{test::source_dir() + "/tests/fixtures/lora/" + name}),
         lc(read_lora_config(dir + "/adapter")),
-        adapters(cfg, lc, pool, Category::weights, DType::F32, false),
-        batch(read_batch(dir + "/tokens.json")),
-        expected(read_json(dir + "/expected.json")) {
-    set_cpu_threads(1);
-    load_weights(dir + "/model", cfg, weights);
+        adapters(cfg, lc, pool, Category::weights, DType::F32, false) {
     load_lora_weights(dir + "/adapter", adapters);
   }
-  std::string dir;
-  Ledger ledger;
-  const std::unique_ptr<Backend> backend_ = test::backend();
-  Backend& be = *backend_;
-  Pool pool{ledger, be};
-  ModelConfig cfg;
-  ParameterSet weights;
   LoraConfig lc;
   LoraSet adapters;
-  Batch batch;
-  json expected;
 };
 
 class LoraParity : public ::testing::TestWithParam<std::string> {};
