@@ -130,6 +130,10 @@ gradchecks() {
       --layer-chunk 7 --head-chunk 13 --modes checkpoint,stream,recompute+chunked \
       --json "$WORK/gradcheck-$obj.json" || rc=1
   done
+  # LoRA: the adapters' gradients on the GPU, in every mode (fp32 only, as on the CPU).
+  "$SB" gradcheck --model "$model" --backend cuda --objective grpo --seq-len 96 --segments 4 \
+    --layer-chunk 7 --head-chunk 13 --modes checkpoint,stream,recompute+chunked --lora-r 4 \
+    --json "$WORK/gradcheck-grpo-lora.json" || rc=1
   return $rc
 }
 export -f gradchecks

@@ -65,9 +65,12 @@ int run(const Args& a) {
                                    a.seq_len, a.segments, a.seed);
   opts.seed = a.seed;
   opts.modes = parse_modes(a.modes);
+  // Default chunks that split the batch (uneven last chunks included): the trainer's defaults
+  // (1024, 512) exceed a short check's T, and a single chunk checks nothing of the streaming.
+  const int64_t T = batch.size();
   for (ExecConfig& e : opts.modes) {
-    if (a.layer_chunk > 0) e.layer_chunk = a.layer_chunk;
-    if (a.head_chunk > 0) e.head_chunk = a.head_chunk;
+    e.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : T / 4 + 1;
+    e.head_chunk = a.head_chunk > 0 ? a.head_chunk : T / 3 + 1;
   }
   const GradcheckResult r = run_gradcheck(*be, src.cfg, w, batch, opts);
 
@@ -142,9 +145,9 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--seq-len", a->seq_len, "Tokens in the batch")->check(int_in(2, kMaxFlagInt));
   c->add_option("--segments", a->segments, "Number of packed sequences")
       ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens")
+  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens (default: T/4 + 1)")
       ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens")
+  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens (default: T/3 + 1)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--modes", a->modes, "Comma-separated modes compared against base");
   c->add_option("--layers", a->layers, "Override the number of layers (random weights)")

@@ -38,6 +38,7 @@ struct Args {
   int zero = 0;
   std::string json;
   int64_t prompt_len = 0;             // online GRPO/PPO: the generation phase's prompt
+  int64_t num_generations = 8;        // online GRPO/PPO: completions per prompt, decoded together
   int64_t max_completion_length = 0;  // and new tokens (0: no generation phase)
   LoraArgs lora;
 };
@@ -140,6 +141,7 @@ Request parse_request(const Args& a) {
     if (a.prompt_len < 1) throw InputError("--prompt-len: the prompt's tokens, at least 1");
     setup.generate_prompt_tokens = a.prompt_len;
     setup.generate_new_tokens = a.max_completion_length;
+    setup.generate_sequences = a.num_generations;
   }
   setup.lora = a.lora.config();
   if (setup.lora.enabled() && setup.ranks > 1)
@@ -232,9 +234,10 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   std::printf("\n%s; planned in %.2f s by shape-only execution of the engine\n", what, seconds);
   if (setup.generate_new_tokens > 0)
     for (const Row& r : rows)
-      std::printf("%s: the generation phase (a completion of %lld new tokens after %lld prompt "
-                  "tokens, its KV cache) peaks at %s of the step's %s\n",
-                  r.mode.c_str(), static_cast<long long>(setup.generate_new_tokens),
+      std::printf("%s: the generation phase (%lld completions of %lld new tokens after %lld "
+                  "prompt tokens, decoded together, their KV cache) peaks at %s of the step's %s\n",
+                  r.mode.c_str(), static_cast<long long>(setup.generate_sequences),
+                  static_cast<long long>(setup.generate_new_tokens),
                   static_cast<long long>(setup.generate_prompt_tokens),
                   format_bytes(r.plan.step.generation_peak).c_str(),
                   format_bytes(r.plan.step.peak_bytes).c_str());
@@ -350,6 +353,10 @@ void register_plan(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
   c->add_option("--prompt-len", a->prompt_len, "Online grpo/ppo: prompt tokens of the generation")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  c->add_option("--num-generations", a->num_generations,
+                "Online grpo/ppo: completions per prompt, decoded together (grpo.num_generations)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   c->callback([a] { run(*a); });
 }
 

@@ -1,6 +1,7 @@
 #include "data/prompt_encoder.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "data/hf_tokenizer_config.h"
 #include "data/template_choice.h"
@@ -65,6 +66,23 @@ std::string PromptEncoder::decode(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids)
     if (id >= 0 && id < tok_.vocab_size()) known.push_back(id);
   return tok_.decode(known, /*skip_special=*/true);
+}
+
+std::function<bool(std::span<const int32_t>)> PromptEncoder::stop_strings(
+    std::vector<std::string> stops) const {
+  std::erase_if(stops, [](const std::string& s) { return s.empty(); });
+  if (stops.empty()) return {};
+  size_t longest = 0;
+  for (const std::string& s : stops) longest = std::max(longest, s.size());
+  const size_t tail = longest + 2;
+  return [this, stops = std::move(stops), tail](std::span<const int32_t> ids) {
+    const size_t from = ids.size() > tail ? ids.size() - tail : 0;
+    const std::string text =
+        decode(std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end()));
+    for (const std::string& s : stops)
+      if (text.find(s) != std::string::npos) return true;
+    return false;
+  };
 }
 
 }  // namespace sbp

@@ -6,7 +6,9 @@
 // add_bos_token, else on for Llama 3 templates). Also what ends a completion: the eos token and
 // the template's end-of-turn token.
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,12 @@ class PromptEncoder {
   // Completion text: special tokens (eos, end of turn) and ids past the tokenizer's vocabulary
   // (a model's padding rows) left out.
   std::string decode(const std::vector<int32_t>& ids) const;
+  // GenerationConfig::stop_after for stop strings: true once the completion's text contains one
+  // of `stops` (empty strings ignored); an empty function when there are none. Only the
+  // completion's last (longest stop + 2) tokens are decoded per call: a stop string that the
+  // newest token completes lies within them (every token but a special one adds at least a
+  // byte), so a check per new token costs O(1), not O(length).
+  std::function<bool(std::span<const int32_t>)> stop_strings(std::vector<std::string> stops) const;
   // eos and the chat template's end-of-turn token, those the vocabulary has.
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   const Tokenizer& tokenizer() const { return tok_; }

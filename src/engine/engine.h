@@ -64,6 +64,16 @@ class Engine {
   // the config and the rng state, and on nothing else.
   // Peak: the cache, one layer's working set for the prompt chunk, one (1, V) logits row.
   Generated generate(std::span<const int32_t> prompt, const GenerationConfig& g, Rng& rng);
+  // One completion of each prompt, decoded together: the B sequences share one cache (a packed
+  // stream of B segments of prompt + max_new_tokens rows each), each prompt's forward runs on
+  // its own (a prompt equal to the one before it, as in a GRPO group, copies that one's keys
+  // and values instead), then every decoding step takes one row of each unfinished sequence
+  // through (B, ...) GEMMs, each row attending to its own segment. Sequence b draws only from
+  // rngs[b], so its completion is the one generate(prompts[b], g, rngs[b]) samples, up to the
+  // rounding of a B-row GEMM against a 1-row one.
+  // Peak: the B sequences' cache, one prompt's chunk working set, (B, V) logits.
+  std::vector<Generated> generate_batch(std::span<const std::vector<int32_t>> prompts,
+                                        const GenerationConfig& g, std::span<Rng> rngs);
 
   const ExecConfig& exec() const { return exec_; }
 

@@ -1,6 +1,8 @@
 // Engine::generate: one completion with a KV cache, through the training step's own layer and
 // head code (engine.h explains the memory and the reproducibility).
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "core/checked_math.h"
 #include "engine/engine.h"
@@ -14,29 +16,54 @@ const char* finish_reason_name(FinishReason r) {
   return r == FinishReason::stop ? "stop" : "length";
 }
 
-Generated Engine::generate(std::span<const int32_t> prompt, const GenerationConfig& g, Rng& rng) {
+namespace {
+
+void check_prompt(std::span<const int32_t> prompt, size_t index, const GenerationConfig& g,
+                  const ModelConfig& cfg) {
+  const std::string what = "generate: prompt " + std::to_string(index);
   const int64_t P = static_cast<int64_t>(prompt.size());
-  if (P == 0) throw InputError("generate: the prompt is empty");
+  if (P == 0) throw InputError(what + " is empty");
+  const int64_t T = checked_add(P, g.max_new_tokens, "generate: prompt + max_new_tokens");
+  if (T > cfg.max_position_embeddings)
+    throw InputError(what + " (" + std::to_string(P) + " tokens) + max_new_tokens (" +
+                     std::to_string(g.max_new_tokens) + ") exceeds max_position_embeddings (" +
+                     std::to_string(cfg.max_position_embeddings) + ")");
+  for (int64_t i = 0; i < P; ++i)
+    if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
+      throw InputError(what + ": token " + std::to_string(i) + " (" + std::to_string(prompt[i]) +
+                       ") is outside the vocabulary [0, " + std::to_string(cfg.vocab_size) + ")");
+}
+
+}  // namespace
+
+Generated Engine::generate(std::span<const int32_t> prompt, const GenerationConfig& g, Rng& rng) {
+  const std::vector<int32_t> one(prompt.begin(), prompt.end());
+  return std::move(generate_batch({&one, 1}, g, {&rng, 1}).front());
+}
+
+std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_t>> prompts,
+                                              const GenerationConfig& g, std::span<Rng> rngs) {
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  if (B == 0) throw InputError("generate: no prompts");
+  SBP_CHECK(rngs.size() == prompts.size(), "generate: one rng per prompt");
   if (g.max_new_tokens < 1) throw InputError("generate: max_new_tokens must be at least 1");
   g.sampling.validate("generate");
-  const int64_t T = checked_add(P, g.max_new_tokens, "generate: prompt + max_new_tokens");
-  if (T > cfg_.max_position_embeddings)
-    throw InputError("generate: prompt (" + std::to_string(P) + " tokens) + max_new_tokens (" +
-                     std::to_string(g.max_new_tokens) + ") exceeds max_position_embeddings (" +
-                     std::to_string(cfg_.max_position_embeddings) + ")");
-  for (int64_t i = 0; i < P; ++i)
-    if (prompt[i] < 0 || prompt[i] >= cfg_.vocab_size)
-      throw InputError("generate: prompt token " + std::to_string(i) + " (" +
-                       std::to_string(prompt[i]) + ") is outside the vocabulary [0, " +
-                       std::to_string(cfg_.vocab_size) + ")");
+  for (size_t b = 0; b < prompts.size(); ++b) check_prompt(prompts[b], b, g, cfg_);
   SBP_CHECK(weights_.views().lm_head.defined(), "generate: the model has no LM head");
 
-  // The tables of one T-row sequence (positions 0..T-1, one segment): the cache's rows are the
-  // sequence's rows, so every layer call is the training step's call on a row range.
+  // One packed stream of B segments, sequence b at rows [base[b], base[b] + P_b + max_new):
+  // the cache's rows are the stream's rows, so the prompt's forward is the training step's call
+  // on a row range and a decoding step is decode_forward on one row per sequence.
   Batch whole;
-  whole.tokens.assign(static_cast<size_t>(T), 0);
-  std::copy(prompt.begin(), prompt.end(), whole.tokens.begin());
-  whole.seq_lens = {T};
+  std::vector<int64_t> base(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t>& p = prompts[static_cast<size_t>(b)];
+    base[static_cast<size_t>(b)] = static_cast<int64_t>(whole.tokens.size());
+    whole.tokens.insert(whole.tokens.end(), p.begin(), p.end());
+    whole.tokens.resize(whole.tokens.size() + static_cast<size_t>(g.max_new_tokens), 0);
+    whole.seq_lens.push_back(static_cast<int64_t>(p.size()) + g.max_new_tokens);
+  }
+  const int64_t T = static_cast<int64_t>(whole.tokens.size());
   const Step step(cfg_, be_, pool_, whole);
   const int64_t d = cfg_.hidden_size, V = cfg_.vocab_size;
   const DType act = exec_.act_dtype;
@@ -49,11 +76,18 @@ Generated Engine::generate(std::span<const int32_t> prompt, const GenerationConf
     bind_lora(ops.back(), l);
     cache.push_back(ops.back().alloc_kv(T, Category::kv_cache, false));
   }
-  const Buffer no_target = upload_table(pool_, {-1});
+  // (n, d) final hidden rows -> the (n, V) logits, row-major in host memory.
+  const auto head_logits = [&](const Tensor& hidden) {
+    const Buffer no_target =
+        upload_table(pool_, std::vector<int32_t>(static_cast<size_t>(hidden.rows()), -1));
+    const HeadBlock head(cfg_, be_, pool_, weights_.views(), act, HeadKind::lm, false, hidden,
+                         no_target.view(), 0);
+    return download_f32(head.logits());
+  };
 
-  // Rows [s, e) through every layer, their ids already in step.tokens; returns the (1, V)
-  // logits of row e - 1. A prompt longer than the stream chunk goes chunk by chunk.
-  const auto forward_rows = [&](int64_t s, int64_t e) {
+  // A prompt's rows [s, e) through every layer (in layer_chunk pieces in stream mode); returns
+  // the (V) logits of row e - 1.
+  const auto prefill = [&](int64_t s, int64_t e) {
     const int64_t chunk = std::max<int64_t>(1, exec_.layer_chunk_for(e - s));
     Buffer last = pool_.allocate(Category::layer_workspace, act, {1, d});  // (1, d)
     for (int64_t cs = s; cs < e; cs += chunk) {
@@ -70,31 +104,77 @@ Generated Engine::generate(std::span<const int32_t> prompt, const GenerationConf
       }
       if (ce == e) be_.copy(last.view(), x.rows(ce - cs - 1, ce - cs));
     }
-    const HeadBlock head(cfg_, be_, pool_, weights_.views(), act, HeadKind::lm, false, last.view(),
-                         no_target.view(), e - 1);
-    return download_f32(head.logits());  // (V)
+    return head_logits(last.view());
   };
 
-  Generated out;
-  std::vector<float> logits = forward_rows(0, P);
-  for (int64_t t = P;; ++t) {
-    if (!be_.computes()) break;  // the planner sizes the cache and one step; it draws nothing
-    SBP_CHECK(static_cast<int64_t>(logits.size()) == V, "generate: logits row of the wrong size");
-    const int32_t id = choose_token(logits, g.sampling, rng);
-    out.ids.push_back(id);
-    out.logprobs.push_back(static_cast<float>(token_logprob(logits, id)));
-    if (std::find(g.stop_ids.begin(), g.stop_ids.end(), id) != g.stop_ids.end() ||
-        (g.stop_after && g.stop_after(out.ids))) {
-      out.finish = FinishReason::stop;
-      break;
+  std::vector<std::vector<float>> logits(static_cast<size_t>(B));  // (V) per sequence
+  for (int64_t b = 0; b < B; ++b) {
+    const size_t i = static_cast<size_t>(b);
+    const int64_t P = static_cast<int64_t>(prompts[i].size());
+    if (b > 0 && prompts[i] == prompts[i - 1]) {
+      // The same prompt as the sequence before (GRPO's group): its keys and values are the
+      // same numbers, copied rather than computed again.
+      for (LayerKV& kv : cache) {
+        be_.copy(kv.k.rows(base[i], base[i] + P), kv.k.rows(base[i - 1], base[i - 1] + P));
+        be_.copy(kv.v.rows(base[i], base[i] + P), kv.v.rows(base[i - 1], base[i - 1] + P));
+      }
+      logits[i] = logits[i - 1];
+    } else {
+      logits[i] = prefill(base[i], base[i] + P);
     }
-    if (t + 1 == T) {
-      out.finish = FinishReason::length;
-      break;
+  }
+
+  std::vector<Generated> out(static_cast<size_t>(B));
+  std::vector<int64_t> active(static_cast<size_t>(B));  // sequences still generating
+  for (int64_t b = 0; b < B; ++b) active[static_cast<size_t>(b)] = b;
+  for (int64_t t = 0;; ++t) {
+    // Each active sequence draws its token t from its logits and its own rng.
+    std::vector<int64_t> next, rows;
+    std::vector<int32_t> ids, positions;
+    for (int64_t b : active) {
+      const size_t i = static_cast<size_t>(b);
+      Generated& o = out[i];
+      SBP_CHECK(static_cast<int64_t>(logits[i].size()) == V, "generate: logits of the wrong size");
+      const int32_t id = choose_token(logits[i], g.sampling, rngs[i]);
+      o.ids.push_back(id);
+      o.logprobs.push_back(static_cast<float>(token_logprob(logits[i], id)));
+      if (std::find(g.stop_ids.begin(), g.stop_ids.end(), id) != g.stop_ids.end() ||
+          (g.stop_after && g.stop_after(o.ids))) {
+        o.finish = FinishReason::stop;
+        continue;
+      }
+      if (t + 1 == g.max_new_tokens) {
+        o.finish = FinishReason::length;
+        continue;
+      }
+      // The new token becomes the sequence's next row.
+      const int64_t pos = static_cast<int64_t>(prompts[i].size()) + t;
+      next.push_back(b);
+      rows.push_back(base[i] + pos);
+      ids.push_back(id);
+      positions.push_back(static_cast<int32_t>(pos));
     }
-    // The new token becomes row t: its id into the table, then one row through the model.
-    upload_i32(step.tokens.rows(t, t + 1), std::vector<int32_t>{id});
-    logits = forward_rows(t, t + 1);
+    active = std::move(next);
+    if (active.empty()) break;
+    // One row per active sequence through every layer and the head.
+    const int64_t n = static_cast<int64_t>(active.size());
+    const Buffer id_table = upload_table(pool_, ids);
+    const Buffer pos_table = upload_table(pool_, positions);
+    Buffer x = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
+    embed(x.view(), id_table.view());
+    for (size_t l = 0; l < cache.size(); ++l) {
+      Buffer y = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
+      ops[l].decode_forward(weights_.views().layers[l], x.view(), pos_table.view(), rows,
+                            cache[l], y.view());
+      x = std::move(y);
+    }
+    const std::vector<float> block = head_logits(x.view());  // (n, V)
+    // The planner's backend computes nothing: the cache, the prompts' pass and one decoding
+    // step of every sequence are its whole peak.
+    if (!be_.computes()) break;
+    for (int64_t j = 0; j < n; ++j)
+      logits[static_cast<size_t>(active[static_cast<size_t>(j)])].assign(
+          block.begin() + j * V, block.begin() + (j + 1) * V);
   }
   return out;
 }

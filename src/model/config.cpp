@@ -92,6 +92,11 @@ const char* const kGemmaFields[] = {"query_pre_attn_scalar",   "sliding_window",
 // layers slide, and wins in transformers.)
 const char* const kWindowFields[] = {"use_sliding_window", "sliding_window", "layer_types"};
 
+// Mistral's window fields, always interpreted: to_json writes sliding_window (an integer or
+// null) from the parsed window, and layer_types is only checked (transformers' MistralConfig
+// ignores it; see parse_mistral_window).
+const char* const kMistralFields[] = {"sliding_window", "layer_types"};
+
 // Parses a rope_scaling (transformers <= 4.x) or rope_parameters (transformers 5) object.
 void parse_rope(const json& r, const std::string& src, const char* field, RopeScaling* out) {
   if (!r.is_object()) throw InputError(src + ": field '" + field + "' must be an object");
@@ -152,6 +157,44 @@ int64_t max_window_layers(const json& extra) {
   return get_int(extra, "max_window_layers", "config", false, kDefaultMaxWindowLayers);
 }
 
+// MistralConfig's default window (transformers 5.24: `sliding_window: int | None = 4096`, the
+// window of Mistral 7B v0.1): what a config without the key means.
+constexpr int64_t kDefaultMistralWindow = 4096;
+
+// Mistral's window, read as transformers 5.24's MistralModel reads it: every layer gets the
+// sliding-window mask (masking_utils' kv_idx > q_idx - w, as for Qwen2 below) when
+// sliding_window is an integer, the causal mask when it is null; a missing key is the
+// config class's default, 4096. MistralConfig ignores layer_types (it logs a warning pointing
+// at Ministral), so a layer_types that says something else than "every layer alike" would be
+// two different models depending on the reader: refused rather than guessed.
+void parse_mistral_window(const json& j, const std::string& src, ModelConfig* c) {
+  if (get_bool(j, "use_sliding_window", src, false))
+    throw InputError(src + ": 'use_sliding_window': true is not a Mistral field (Qwen2 and Qwen3 "
+                           "only); a Mistral config's window is 'sliding_window' (null: none)");
+  const auto sw = j.find("sliding_window");
+  const bool has_window = sw == j.end() || !sw->is_null();
+  const int64_t w = get_int(j, "sliding_window", src, false, kDefaultMistralWindow);
+  if (has_window && w <= 0)
+    throw InputError(src + ": field 'sliding_window' must be a positive integer or null (full "
+                           "attention), got " + std::to_string(w));
+  const int64_t L = std::clamp<int64_t>(c->num_hidden_layers, 0, kMaxLayers);
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    const std::vector<bool> types = parse_layer_types(*it, c->num_hidden_layers, src);
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != has_window)
+        throw InputError(src + ": field 'layer_types'[" + std::to_string(i) + "] is \"" +
+                         (types[i] ? "sliding_attention" : "full_attention") +
+                         "\", but transformers' MistralForCausalLM ignores layer_types and gives " +
+                         "every layer " +
+                         (has_window ? "the window 'sliding_window'" : "full attention") +
+                         " (alternating layers are model_type 'ministral', not supported)");
+    }
+  }
+  if (!has_window) return;
+  c->sliding_window = w;
+  c->layer_sliding.assign(static_cast<size_t>(L), true);
+}
+
 // The sliding windows of Qwen2 / Qwen3 (use_sliding_window), read as transformers 5 reads
 // them: Qwen2Config / Qwen3Config set sliding_window to None unless use_sliding_window;
 // without layer_types, layer i is "sliding_attention" iff a window is set and
@@ -162,6 +205,10 @@ bool parse_windows(const json& j, const std::string& src, ModelConfig* c) {
   const int64_t L = std::clamp<int64_t>(c->num_hidden_layers, 0, kMaxLayers);
   const auto sw = j.find("sliding_window");
   const bool null_window = sw != j.end() && sw->is_null();
+  if (c->model_type == ModelType::mistral) {
+    parse_mistral_window(j, src, c);
+    return false;  // kWindowFields stay as they are; kMistralFields are handled by from_json
+  }
   if (c->model_type != ModelType::qwen2 && c->model_type != ModelType::qwen3) {
     if (get_bool(j, "use_sliding_window", src, false))
       throw InputError(src + ": 'use_sliding_window': true is not supported for " +
@@ -279,6 +326,7 @@ const char* model_class_prefix(ModelType t) {
     case ModelType::qwen2: return "Qwen2";
     case ModelType::qwen3: return "Qwen3";
     case ModelType::gemma3_text: return "Gemma3";
+    case ModelType::mistral: return "Mistral";
   }
   return "?";
 }
@@ -303,14 +351,18 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
   c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
   c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
-  c.num_key_value_heads = get_int(j, "num_key_value_heads", src, false, c.num_attention_heads);
+  const bool gemma = c.gemma();
+  const bool mistral = c.model_type == ModelType::mistral;
+  // MistralConfig's defaults differ from Llama's: 8 kv heads (not one per query head) and
+  // 4096 * 32 positions. A missing key means what it means to transformers.
+  c.num_key_value_heads =
+      get_int(j, "num_key_value_heads", src, false, mistral ? 8 : c.num_attention_heads);
   c.head_dim = get_int(j, "head_dim", src, false,
                        c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
   c.vocab_size = get_int(j, "vocab_size", src, true, 0);
-  const bool gemma = c.gemma();
   if (gemma && !j.contains("head_dim")) c.head_dim = 256;  // Gemma3TextConfig's default
-  c.max_position_embeddings =
-      get_int(j, "max_position_embeddings", src, false, gemma ? 131072 : 32768);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false,
+                                      gemma || mistral ? 131072 : 32768);
   c.rms_norm_eps = get_num(j, "rms_norm_eps", src, 1e-6);
   c.rope_theta = get_num(j, "rope_theta", src, gemma ? 1e6 : 10000.0);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, gemma);
@@ -351,6 +403,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     for (const char* k : kKnownFields) known = known || it.key() == k;
     for (const char* k : kGemmaFields) known = known || (gemma && it.key() == k);
     for (const char* k : kWindowFields) known = known || (windows && it.key() == k);
+    for (const char* k : kMistralFields) known = known || (mistral && it.key() == k);
     if (!known) c.extra[it.key()] = it.value();
   }
   c.validate(src);
@@ -449,16 +502,27 @@ void ModelConfig::validate(const std::string& src) const {
     throw InputError(src + ": logit soft-capping and query_pre_attn_scalar are Gemma 3 fields; " +
                      model_type_name(model_type) + " does not use them");
   } else if (sliding_window != 0 || !layer_sliding.empty()) {
-    // Qwen2 / Qwen3 with use_sliding_window (the fields in config.h are Gemma's too).
-    if (model_type != ModelType::qwen2 && model_type != ModelType::qwen3)
+    // Mistral, or Qwen2 / Qwen3 with use_sliding_window (the fields in config.h are Gemma's too).
+    if (model_type != ModelType::qwen2 && model_type != ModelType::qwen3 &&
+        model_type != ModelType::mistral)
       throw InputError(src + ": " + model_type_name(model_type) +
-                       " has no sliding-window layers (Gemma 3, Qwen2 and Qwen3 do)");
+                       " has no sliding-window layers (Gemma 3, Mistral, Qwen2 and Qwen3 do)");
     check_dim(src, "sliding_window", sliding_window, kMaxPositionEmbeddings);
     if (static_cast<int64_t>(layer_sliding.size()) != num_hidden_layers)
       throw InputError(src + ": " + std::to_string(layer_sliding.size()) +
                        " sliding/full layer types for " + std::to_string(num_hidden_layers) +
                        " layers");
+    // config.json can only say "every layer" for Mistral (sliding_window: w or null).
+    if (model_type == ModelType::mistral &&
+        std::find(layer_sliding.begin(), layer_sliding.end(), false) != layer_sliding.end())
+      throw InputError(src + ": mistral slides every layer or none ('sliding_window' or null); "
+                             "a full-attention layer among sliding ones is not a Mistral model");
   }
+  // MistralAttention has no biases whatever the config says: honouring the field would look
+  // for tensors the checkpoint does not have (and describe another model than transformers').
+  if (model_type == ModelType::mistral && attention_bias)
+    throw InputError(src + ": 'attention_bias': true is not a Mistral option (transformers' "
+                           "MistralAttention has no biases)");
   if (rope_scaling.type == RopeScalingType::llama3) {
     // Values the llama3 formula cannot use (it divides by factor and by high - low).
     const RopeScaling& r = rope_scaling;
@@ -529,7 +593,10 @@ json ModelConfig::to_json() const {
         {"high_freq_factor", rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
   }
-  if (!gemma() && !layer_sliding.empty()) {  // Qwen2 / Qwen3 with a window
+  if (model_type == ModelType::mistral) {
+    // MistralConfig's one window field: null is full attention (a missing key would be 4096).
+    j["sliding_window"] = layer_sliding.empty() ? json(nullptr) : json(sliding_window);
+  } else if (!gemma() && !layer_sliding.empty()) {  // Qwen2 / Qwen3 with a window
     j["use_sliding_window"] = true;
     j["sliding_window"] = sliding_window;
     json types = json::array();
@@ -543,7 +610,9 @@ json ModelConfig::to_json() const {
     for (int64_t i = 0; i < num_hidden_layers; ++i) j["layer_types"].push_back("full_attention");
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
-  if (model_type != ModelType::qwen2) j["attention_bias"] = attention_bias;
+  // Qwen2 has q/k/v biases and Mistral none, whatever the field says: neither config has it.
+  if (model_type != ModelType::qwen2 && model_type != ModelType::mistral)
+    j["attention_bias"] = attention_bias;
   j["torch_dtype"] = torch_dtype;
   if (!gemma() && !j.contains("hidden_act")) j["hidden_act"] = "silu";
   return j;
@@ -614,6 +683,9 @@ void ModelConfig::set_num_layers(int64_t L) {
     layer_sliding.resize(static_cast<size_t>(L));
     for (int64_t i = 0; i < L; ++i)
       layer_sliding[static_cast<size_t>(i)] = period == 0 || (i + 1) % period != 0;
+  } else if (model_type == ModelType::mistral && !layer_sliding.empty() && L >= 0 &&
+             L <= kMaxLayers) {
+    layer_sliding.assign(static_cast<size_t>(L), true);  // every Mistral layer slides
   } else if (!layer_sliding.empty() && L >= 0 && L <= kMaxLayers) {
     // Qwen2 / Qwen3: the first L layer types; layers added past the end slide from
     // max_window_layers on, as transformers would derive them for a deeper model.
@@ -698,6 +770,13 @@ ModelConfig gemma3(int64_t d, int64_t F, int64_t L, int64_t H, int64_t G, int64_
   return c;
 }
 
+// A Mistral config with every layer sliding by `window`.
+ModelConfig mistral(ModelConfig c, int64_t window) {
+  c.sliding_window = window;
+  c.layer_sliding.assign(static_cast<size_t>(c.num_hidden_layers), true);
+  return c;
+}
+
 const std::map<std::string, ModelConfig>& presets() {
   // Public config.json values of the released checkpoints (Hugging Face hub).
   static const std::map<std::string, ModelConfig> p = [] {
@@ -729,6 +808,14 @@ const std::map<std::string, ModelConfig>& presets() {
     m["gemma3-4b"] = gemma3(2560, 10240, 34, 8, 4, 256, 262208, 1024, 256, 131072, 8.0);
     m["gemma3-12b"] = gemma3(3840, 15360, 48, 16, 8, 256, 262208, 1024, 256, 131072, 8.0);
     m["gemma3-27b"] = gemma3(5376, 21504, 62, 32, 16, 128, 262208, 1024, 168, 131072, 8.0);
+    // Mistral 7B: v0.1 slides every layer with a window of 4096; v0.2 / v0.3 dropped the window
+    // (sliding_window: null) and raised rope_theta; v0.3 extended the vocabulary.
+    m["mistral-7b-v0.1"] =
+        mistral(make(ModelType::mistral, 4096, 14336, 32, 32, 8, 128, 32000, false, 1e4, 1e-5,
+                     32768),
+                4096);
+    m["mistral-7b-v0.3"] =
+        make(ModelType::mistral, 4096, 14336, 32, 32, 8, 128, 32768, false, 1e6, 1e-5, 32768);
     // Tiny shapes for tests and demos (not released models).
     m["tiny-qwen3"] = make(ModelType::qwen3, 64, 160, 2, 4, 2, 24, 97, false, 1e4, 1e-6, 4096);
     m["tiny-qwen2"] = make(ModelType::qwen2, 48, 112, 2, 6, 2, 8, 89, true, 1e4, 1e-6, 4096);
@@ -742,6 +829,9 @@ const std::map<std::string, ModelConfig>& presets() {
     tg.layer_sliding = {true, false};
     tg.final_logit_softcapping = 5.0;
     m["tiny-gemma3"] = tg;
+    // Every layer a window of 5 (below the test lengths), GQA, untied head: Mistral's path.
+    m["tiny-mistral"] =
+        mistral(make(ModelType::mistral, 48, 112, 2, 4, 2, 12, 79, false, 1e4, 1e-5, 4096), 5);
     for (auto& [name, c] : m) {
       if (name.rfind("tiny-", 0) == 0) c.torch_dtype = "float32";
     }

@@ -1,6 +1,6 @@
 #pragma once
-// ModelConfig: the shape of a Llama / Qwen2 / Qwen3 / Gemma 3 decoder, read from a Hugging Face
-// config.json (or a built-in preset with the public config values).
+// ModelConfig: the shape of a Llama / Mistral / Qwen2 / Qwen3 / Gemma 3 decoder, read from a
+// Hugging Face config.json (or a built-in preset with the public config values).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,13 +13,16 @@ namespace sbp {
 
 // The decoder families (config.json's model_type) and rope scalings this engine implements.
 // gemma3_text: Gemma3ForCausalLM (the text-only Gemma 3 checkpoints, e.g. gemma-3-1b).
-enum class ModelType { llama, qwen2, qwen3, gemma3_text };
+// mistral: MistralForCausalLM, Llama's layers with every layer windowed by sliding_window.
+enum class ModelType { llama, qwen2, qwen3, gemma3_text, mistral };
 inline constexpr EnumName<ModelType> kModelTypeNames[] = {{ModelType::llama, "llama"},
                                                           {ModelType::qwen2, "qwen2"},
                                                           {ModelType::qwen3, "qwen3"},
-                                                          {ModelType::gemma3_text, "gemma3_text"}};
+                                                          {ModelType::gemma3_text, "gemma3_text"},
+                                                          {ModelType::mistral, "mistral"}};
 const char* model_type_name(ModelType t);
-// transformers' class-name prefix: "Llama", "Qwen2", "Qwen3", "Gemma3" (LlamaForCausalLM, ...).
+// transformers' class-name prefix: "Llama", "Qwen2", "Qwen3", "Gemma3", "Mistral"
+// (LlamaForCausalLM, ...).
 const char* model_class_prefix(ModelType t);
 
 // linear: every inverse frequency divided by `factor` (Gemma 3's full-attention layers).
@@ -67,13 +70,17 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;          // llama/qwen3: bias on q,k,v,o; qwen2 always has q,k,v bias
+  // llama/qwen3: bias on q,k,v,o; qwen2 always has q,k,v bias; mistral never has one.
+  bool attention_bias = false;
   std::string torch_dtype = "float32";  // dtype of the checkpoint on disk
+
+  // The sliding windows: Gemma 3 (per layer type), Mistral (every layer), Qwen2 / Qwen3 with
+  // use_sliding_window (from max_window_layers on); other configs keep these defaults.
+  int64_t sliding_window = 0;       // window w of the sliding layers (0: no sliding layers)
+  std::vector<bool> layer_sliding;  // per layer: "sliding_attention" (true) or "full_attention"
 
   // Gemma 3 (gemma3_text) only; the other families keep these defaults.
   double query_pre_attn_scalar = 0.0;  // attention scale = query_pre_attn_scalar^-1/2 (0: 1/sqrt(h))
-  int64_t sliding_window = 0;          // window w of the sliding layers (0: no sliding layers)
-  std::vector<bool> layer_sliding;     // per layer: "sliding_attention" (true) or "full_attention"
   double rope_local_base_freq = 10000.0;  // rope theta of the sliding layers (no scaling there)
   double final_logit_softcapping = 0.0;   // logits = c tanh(logits / c); 0 = none
 
@@ -126,7 +133,7 @@ struct ModelConfig {
 
 // Built-in presets with public config values: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,
 // qwen3-14b, qwen3-32b, qwen2.5-0.5b, qwen2.5-7b, llama3.1-8b, llama3.2-1b, gemma3-1b, gemma3-4b,
-// gemma3-12b, gemma3-27b (text models) and tiny test shapes.
+// gemma3-12b, gemma3-27b (text models), mistral-7b-v0.1, mistral-7b-v0.3 and tiny test shapes.
 bool has_preset(const std::string& name);
 ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();

@@ -89,63 +89,117 @@ LayerKV DecoderLayerOps::alloc_kv(int64_t T, Category c, bool keep_k_raw) {
   return kv;
 }
 
-void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t s, LayerKV& kv) {
-  const int64_t n = x.rows(), d = cfg_.hidden_size, Gh = cfg_.num_key_value_heads * cfg_.head_dim;
+void DecoderLayerOps::project_kv(const LayerTensors& w, const Tensor& a, const Tensor& positions,
+                                 const Tensor& k, const Tensor& v, const Tensor& k_raw) {
+  const int64_t n = a.rows(), Gh = cfg_.num_key_value_heads * cfg_.head_dim;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  Buffer a = alloc(Category::layer_workspace, n, d, act_);  // (n, d)
-  be_.rmsnorm_forward(a.view(), x, w.input_norm, eps, off_);
-  const Tensor k = kv.k.rows(s, s + n);  // (n, G*h)
   if (cfg_.qk_norm()) {
     Buffer tmp;
-    Tensor k_raw;  // (n, G*h) before k-norm
-    if (kv.k_raw.defined()) {
-      k_raw = kv.k_raw.rows(s, s + n);
-    } else {
+    Tensor raw = k_raw;  // (n, G*h) before k-norm
+    if (!raw.defined()) {
       tmp = alloc(Category::layer_workspace, n, Gh, act_);
-      k_raw = tmp.view();
+      raw = tmp.view();
     }
-    linear(k_raw, a.view(), w.k_proj, w.k_bias, LoraTarget::k_proj);
-    be_.rmsnorm_forward(k, k_raw, w.k_norm, eps, off_);
+    linear(raw, a, w.k_proj, w.k_bias, LoraTarget::k_proj);
+    be_.rmsnorm_forward(k, raw, w.k_norm, eps, off_);
   } else {
-    linear(k, a.view(), w.k_proj, w.k_bias, LoraTarget::k_proj);
+    linear(k, a, w.k_proj, w.k_bias, LoraTarget::k_proj);
   }
-  be_.rope_forward(k, tables_.positions.slice_rows(s, s + n), rope_);
-  linear(kv.v.rows(s, s + n), a.view(), w.v_proj, w.v_bias, LoraTarget::v_proj);
+  be_.rope_forward(k, positions, rope_);
+  linear(v, a, w.v_proj, w.v_bias, LoraTarget::v_proj);
+}
+
+void DecoderLayerOps::project_queries(const LayerTensors& w, const Tensor& a,
+                                      const Tensor& positions, ChunkActs& t, Category c,
+                                      bool keep) {
+  const int64_t n = a.rows(), Hh = cfg_.num_attention_heads * cfg_.head_dim;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  t.q = alloc(c, n, Hh, act_);  // (n, H*h)
+  if (cfg_.qk_norm()) {
+    t.q_raw = alloc(c, n, Hh, act_);
+    linear(t.q_raw.view(), a, w.q_proj, w.q_bias, LoraTarget::q_proj);
+    be_.rmsnorm_forward(t.q.view(), t.q_raw.view(), w.q_norm, eps, off_);
+    if (!keep) t.q_raw.reset();
+  } else {
+    linear(t.q.view(), a, w.q_proj, w.q_bias, LoraTarget::q_proj);
+  }
+  be_.rope_forward(t.q.view(), positions, rope_);
+}
+
+void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t s, LayerKV& kv) {
+  const int64_t n = x.rows(), d = cfg_.hidden_size;
+  Buffer a = alloc(Category::layer_workspace, n, d, act_);  // (n, d)
+  be_.rmsnorm_forward(a.view(), x, w.input_norm, static_cast<float>(cfg_.rms_norm_eps), off_);
+  project_kv(w, a.view(), tables_.positions.slice_rows(s, s + n), kv.k.rows(s, s + n),
+             kv.v.rows(s, s + n), kv.k_raw.defined() ? kv.k_raw.rows(s, s + n) : Tensor());
 }
 
 void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64_t s,
                                    const LayerKV& kv, const Tensor& y, ChunkActs* save,
                                    Category save_cat) {
-  const int64_t n = x.rows(), d = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int64_t n = x.rows(), d = cfg_.hidden_size;
   const int64_t H = cfg_.num_attention_heads, Hh = H * cfg_.head_dim;
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  const Category c = save ? save_cat : Category::layer_workspace;
+  const bool keep = save != nullptr;
+  const Category c = keep ? save_cat : Category::layer_workspace;
   ChunkActs local;
-  ChunkActs& t = save ? *save : local;
+  ChunkActs& t = keep ? *save : local;
 
   t.a = alloc(c, n, d, act_);  // (n, d)
-  be_.rmsnorm_forward(t.a.view(), x, w.input_norm, eps, off_);
-  t.q = alloc(c, n, Hh, act_);  // (n, H*h)
-  if (cfg_.qk_norm()) {
-    t.q_raw = alloc(c, n, Hh, act_);
-    linear(t.q_raw.view(), t.a.view(), w.q_proj, w.q_bias, LoraTarget::q_proj);
-    be_.rmsnorm_forward(t.q.view(), t.q_raw.view(), w.q_norm, eps, off_);
-    if (!save) t.q_raw.reset();
-  } else {
-    linear(t.q.view(), t.a.view(), w.q_proj, w.q_bias, LoraTarget::q_proj);
-  }
-  if (!save) t.a.reset();
-  be_.rope_forward(t.q.view(), tables_.positions.slice_rows(s, s + n), rope_);
+  be_.rmsnorm_forward(t.a.view(), x, w.input_norm, static_cast<float>(cfg_.rms_norm_eps), off_);
+  project_queries(w, t.a.view(), tables_.positions.slice_rows(s, s + n), t, c, keep);
+  if (!keep) t.a.reset();
 
   t.attn = alloc(c, n, Hh, act_);      // (n, H*h)
   t.lse = alloc(c, n, H, DType::F32);  // (n, H)
   be_.attention_forward(t.attn.view(), t.lse.view(), t.q.view(), kv.k.view(), kv.v.view(),
                         tables_.seg_start, s, dims_);
-  if (!save) {
+  if (!keep) {
     t.q.reset();
     t.lse.reset();
   }
+  output_and_mlp(w, x, t, y, c, keep);
+}
 
+void DecoderLayerOps::decode_forward(const LayerTensors& w, const Tensor& x,
+                                     const Tensor& positions, std::span<const int64_t> rows,
+                                     LayerKV& kv, const Tensor& y) {
+  const int64_t B = x.rows(), d = cfg_.hidden_size;
+  const int64_t H = cfg_.num_attention_heads, Hh = H * cfg_.head_dim;
+  const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
+  SBP_CHECK(static_cast<int64_t>(rows.size()) == B && positions.numel() == B,
+            "decode_forward: one row and one position per sequence");
+  const Category c = Category::layer_workspace;
+  ChunkActs t;
+  t.a = alloc(c, B, d, act_);  // (B, d)
+  be_.rmsnorm_forward(t.a.view(), x, w.input_norm, static_cast<float>(cfg_.rms_norm_eps), off_);
+  {
+    // The B new keys/values side by side, then each into its sequence's row of the cache.
+    Buffer k = alloc(c, B, Gh, act_);  // (B, G*h)
+    Buffer v = alloc(c, B, Gh, act_);  // (B, G*h)
+    project_kv(w, t.a.view(), positions, k.view(), v.view(), Tensor());
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t r = rows[static_cast<size_t>(b)];
+      be_.copy(kv.k.rows(r, r + 1), k.rows(b, b + 1));
+      be_.copy(kv.v.rows(r, r + 1), v.rows(b, b + 1));
+    }
+  }
+  project_queries(w, t.a.view(), positions, t, c, false);
+  t.a.reset();
+  t.attn = alloc(c, B, Hh, act_);      // (B, H*h)
+  t.lse = alloc(c, B, H, DType::F32);  // (B, H)
+  for (int64_t b = 0; b < B; ++b)  // each row against its own segment's keys
+    be_.attention_forward(t.attn.rows(b, b + 1), t.lse.rows(b, b + 1), t.q.rows(b, b + 1),
+                          kv.k.view(), kv.v.view(), tables_.seg_start,
+                          rows[static_cast<size_t>(b)], dims_);
+  t.q.reset();
+  t.lse.reset();
+  output_and_mlp(w, x, t, y, c, false);
+}
+
+void DecoderLayerOps::output_and_mlp(const LayerTensors& w, const Tensor& x, ChunkActs& t,
+                                     const Tensor& y, Category c, bool keep) {
+  const int64_t n = x.rows(), d = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
   t.x2 = alloc(c, n, d, act_);  // (n, d) = x + attn Wo^T + bo
   if (cfg_.sandwich_norms()) {
     // x2 = x + rmsnorm(p; g_ao), p = attn Wo^T (+ bo). Normed output first, then the residual
@@ -154,14 +208,14 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
     linear(t.attn_proj.view(), t.attn.view(), w.o_proj, w.o_bias, LoraTarget::o_proj);
     be_.rmsnorm_forward(t.x2.view(), t.attn_proj.view(), w.attn_out_norm, eps, off_);
     be_.add_inplace(t.x2.view(), x);
-    if (!save) t.attn_proj.reset();
+    if (!keep) t.attn_proj.reset();
   } else {
     be_.copy(t.x2.view(), x);
     be_.gemm(t.x2.view(), t.attn.view(), false, w.o_proj, true, 1.0f, 1.0f);
     if (w.o_bias.defined()) be_.add_bias(t.x2.view(), w.o_bias);
     lora_forward(t.x2.view(), t.attn.view(), LoraTarget::o_proj);
   }
-  if (!save) t.attn.reset();
+  if (!keep) t.attn.reset();
 
   t.b = alloc(c, n, d, act_);  // (n, d)
   be_.rmsnorm_forward(t.b.view(), t.x2.view(), w.post_norm, eps, off_);
@@ -169,13 +223,13 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
   t.up = alloc(c, n, F, act_);    // (n, F)
   linear(t.gate.view(), t.b.view(), w.gate_proj, Tensor(), LoraTarget::gate_proj);
   linear(t.up.view(), t.b.view(), w.up_proj, Tensor(), LoraTarget::up_proj);
-  if (!save) t.b.reset();
+  if (!keep) t.b.reset();
   t.act = alloc(c, n, F, act_);  // (n, F)
   if (cfg_.gelu_mlp())
     be_.geglu_forward(t.act.view(), t.gate.view(), t.up.view());
   else
     be_.swiglu_forward(t.act.view(), t.gate.view(), t.up.view());
-  if (!save) {
+  if (!keep) {
     t.gate.reset();
     t.up.reset();
   }
@@ -188,7 +242,7 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
       be_.rmsnorm_forward(y, t.mlp_out.view(), w.mlp_out_norm, eps, off_);
       be_.add_inplace(y, t.x2.view());
     }
-    if (!save) t.mlp_out.reset();
+    if (!keep) t.mlp_out.reset();
   } else if (y.defined()) {
     be_.copy(y, t.x2.view());
     be_.gemm(y, t.act.view(), false, w.down_proj, true, 1.0f, 1.0f);

@@ -22,6 +22,7 @@
 //   y  = x2 + rmsnorm(m; g_mo)                 post_feedforward_layernorm
 // (rope_l: the local table, rope_local_base_freq, on sliding layers; the global one on full.)
 #include <cstdint>
+#include <span>
 
 #include "backend/backend.h"
 #include "core/pool.h"
@@ -86,6 +87,15 @@ class DecoderLayerOps {
   void rows_forward(const LayerTensors& w, const Tensor& x, int64_t s, const LayerKV& kv,
                     const Tensor& y, ChunkActs* save, Category save_cat);
 
+  // One decoding step of B sequences packed in one cache (engine/generate.cpp): x (B, d) holds
+  // one new row of each sequence, at global row rows[b] of the packed stream and at position
+  // positions[b] (B) I32 within its sequence. Their K/V are written into rows rows[b] of kv,
+  // then row b attends to the keys of its own segment up to rows[b]: the computation of
+  // rows_forward on the range [rows[b], rows[b] + 1), with the row-wise projections batched
+  // into (B, ...) GEMMs. Writes y (B, d).
+  void decode_forward(const LayerTensors& w, const Tensor& x, const Tensor& positions,
+                      std::span<const int64_t> rows, LayerKV& kv, const Tensor& y);
+
   // Backward of rows [s, s+n). gy (n, d) F32: in dL/dy, out dL/dx (in place). The saved
   // intermediates are consumed: each is released as soon as the backward is done with it.
   // dK, dV (T, G*h) F32 accumulators: attention adds into rows [0, s+n); rows [s, s+n) must be
@@ -106,6 +116,20 @@ class DecoderLayerOps {
   // Frozen weights (dW undefined) get no gradient; dx always does.
   void linear_backward(const Tensor& dx, float dx_beta, const Tensor& dW, const Tensor& db,
                        const Tensor& dy, const Tensor& x, const Tensor& W, LoraTarget p);
+  // The three parts of the forward of n rows, shared by rows_forward, kv_forward and
+  // decode_forward. positions (n) I32 of the rows; a (n, d) the input-norm output.
+  // k (n, G*h) = rope(knorm(a Wk^T + bk)), v (n, G*h) = a Wv^T + bv; k_raw (n, G*h) receives
+  // the projection before the k-norm when defined (qk-norm models), else a scratch does.
+  void project_kv(const LayerTensors& w, const Tensor& a, const Tensor& positions, const Tensor& k,
+                  const Tensor& v, const Tensor& k_raw);
+  // t.q (n, H*h) = rope(qnorm(a Wq^T + bq)), t.q_raw kept when `keep`; allocated in c.
+  void project_queries(const LayerTensors& w, const Tensor& a, const Tensor& positions,
+                       ChunkActs& t, Category c, bool keep);
+  // From the attention output t.attn (n, H*h) and the layer input x (n, d): the output
+  // projection, the residual, the MLP; y (n, d) if defined. Without `keep` every intermediate
+  // is released as soon as it is used.
+  void output_and_mlp(const LayerTensors& w, const Tensor& x, ChunkActs& t, const Tensor& y,
+                      Category c, bool keep);
   // dg itself, or (frozen norm weights: dg undefined) a zeroed (numel) scratch in `scratch`,
   // since the norm backward writes its weight gradient beside dx.
   Tensor norm_grad(const Tensor& dg, int64_t numel, Buffer& scratch);

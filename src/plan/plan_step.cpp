@@ -81,9 +81,11 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
     GenerationConfig g;
     g.max_new_tokens = mem.generate_new_tokens;
     g.sampling.greedy = true;
-    const std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(mem.generate_prompt_tokens, 1)), 0);
-    Rng rng(0);
-    policy.generate(prompt, g, rng);
+    const size_t B = static_cast<size_t>(std::max<int64_t>(mem.generate_sequences, 1));
+    const std::vector<std::vector<int32_t>> prompts(
+        B, std::vector<int32_t>(static_cast<size_t>(std::max<int64_t>(mem.generate_prompt_tokens, 1)), 0));
+    std::vector<Rng> rngs(B, Rng(0));
+    policy.generate_batch(prompts, g, rngs);
     p.generation_peak = ledger.peak();
   }
   StepRunner(objective, models.views(), be, pool, exec, comm).run(step);

@@ -38,11 +38,12 @@ struct StepMemoryOptions {
   int ranks = 1;
   int zero = 0;
   // Online GRPO/PPO: before the training step the policy samples completions with a KV cache
-  // (Engine::generate, one completion at a time). > 0: one completion of this many new tokens
-  // after a prompt of generate_prompt_tokens is planned first, through the same code, so the
-  // peak covers the generation phase too.
+  // (Engine::generate_batch, one prompt's group of generate_sequences completions at a time).
+  // generate_new_tokens > 0: that batch, after a prompt of generate_prompt_tokens, is planned
+  // first, through the same code, so the peak covers the generation phase too.
   int64_t generate_prompt_tokens = 0;
   int64_t generate_new_tokens = 0;
+  int64_t generate_sequences = 1;
   // LoRA (model/lora.h): frozen weights (no gradients, no moments, no master copy), adapter
   // weights, gradients and moments in fp32, and no reference model (the base with the adapters
   // off). Null: full fine-tuning.

@@ -25,6 +25,7 @@ StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
                            .zero = s.zero,
                            .generate_prompt_tokens = s.generate_prompt_tokens,
                            .generate_new_tokens = s.generate_new_tokens,
+                           .generate_sequences = s.generate_sequences,
                            .lora = s.lora.enabled() ? &s.lora : nullptr};
 }
 

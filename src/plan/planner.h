@@ -33,10 +33,11 @@ struct PlanSetup {
   int64_t budget = 0;               // usable bytes (budget minus reserve); <= 0: unlimited
   int ranks = 1;                    // data parallel: the memory of one of `ranks` ranks
   int zero = 0;                     // with gradients and optimizer divided by ZeRO stage 0-2
-  // Online GRPO/PPO: a generation phase of one completion (prompt + new tokens) before the
-  // step (StepMemoryOptions::generate_*); 0: none.
+  // Online GRPO/PPO: a generation phase of generate_sequences completions of one prompt
+  // (prompt + new tokens each) before the step (StepMemoryOptions::generate_*); 0: none.
   int64_t generate_prompt_tokens = 0;
   int64_t generate_new_tokens = 0;
+  int64_t generate_sequences = 1;
   LoraConfig lora{.r = 0};          // r > 0: LoRA adapters on frozen weights
 };
 

@@ -84,10 +84,14 @@ class StepRunner {
 
   const ObjectiveSetup& objective() const { return setup_; }
 
- private:
+  // An engine on the policy's current weights, its LoRA adapters on (the policy that samples
+  // online rollouts and that score() runs).
   Engine policy_engine();
-  Engine reference_engine();
+  // PPO: an engine on the value model's current weights (only a PPO runner has one).
   Engine value_engine();
+
+ private:
+  Engine reference_engine();
   // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
   void backward_slot(const TrainedView& model, const Batch& batch, Objective& objective,
                      int64_t slot, std::vector<float>* logp);

@@ -40,6 +40,7 @@ ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
   if (longest_prompt > 0) {
     setup.generate_prompt_tokens = longest_prompt;
     setup.generate_new_tokens = c.rollout().max_completion_length;
+    setup.generate_sequences = c.rollout().num_generations;
   }
   setup.lora = c.lora;  // frozen weights and fp32 adapters, as the run holds them
   const ChunkRequest req{.layer = c.layer_chunk, .head = c.head_chunk};

@@ -25,8 +25,9 @@ struct ResolvedChunks {
 // are. With `ranks` > 1 the plan is one rank's: gradients and optimizer state divided as
 // ZeRO stage `dist.zero` divides them (the budget is per rank, as each rank has its own memory).
 // Throws InputError naming memory_budget when even the smallest auto chunks do not fit.
-// Online GRPO/PPO: `longest_prompt` > 0 plans the generation phase too (a completion of
-// max_completion_length new tokens after the longest prompt, with its KV cache).
+// Online GRPO/PPO: `longest_prompt` > 0 plans the generation phase too (a group of
+// num_generations completions of max_completion_length new tokens after the longest prompt,
+// decoded together, with their KV cache).
 ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
                                    const ExecConfig& exec, int ranks = 1,
                                    int64_t longest_prompt = 0);

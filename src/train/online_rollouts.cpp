@@ -125,10 +125,25 @@ void OnlineRollouts::resume(const DataCursor& cursor, const json& rollouts,
     if (samples_.empty() || samples_.size() % static_cast<size_t>(s_.num_generations) != 0)
       throw InputError(at + ": " + std::to_string(samples_.size()) +
                        " samples, not whole groups of num_generations");
+    pack();
+    if (keeps_old_values()) {
+      const json& values = rollouts.at("old_values");
+      if (!values.is_array() || values.size() != micro_.size())
+        throw InputError(at + ".old_values: not one array per micro-batch of the stored batch");
+      for (size_t i = 0; i < micro_.size(); ++i) {
+        micro_[i].old_values = values[i].get<std::vector<float>>();
+        if (static_cast<int64_t>(micro_[i].old_values.size()) != micro_[i].batch.size())
+          throw InputError(at + ".old_values[" + std::to_string(i) + "]: " +
+                           std::to_string(micro_[i].old_values.size()) + " values for " +
+                           std::to_string(micro_[i].batch.size()) + " rows");
+        for (float v : micro_[i].old_values)
+          if (!std::isfinite(v))
+            throw InputError(at + ".old_values[" + std::to_string(i) + "]: not finite");
+      }
+    }
   } catch (const json::exception& e) {
     throw InputError(at + ": " + e.what());
   }
-  pack();
 }
 
 std::vector<int64_t> OnlineRollouts::take_prompts() {
@@ -151,15 +166,21 @@ void OnlineRollouts::sample(Engine& policy, int64_t step, const std::vector<int6
   g.max_new_tokens = s_.max_completion_length;
   g.sampling = {false, s_.temperature, s_.top_k, s_.top_p, s_.min_p};
   g.stop_ids = enc_.stop_ids();
+  g.stop_after = enc_.stop_strings(s_.stop);
   const auto t0 = std::chrono::steady_clock::now();
   samples_.clear();
   texts_.clear();
   stats_.generated_tokens = 0;
   for (int64_t p : prompts) {
-    for (int64_t r = 0; r < s_.num_generations; ++r) {
-      Rng rng(c_.seed, "rollout/" + std::to_string(step) + "/" + std::to_string(p) + "/" +
-                           std::to_string(r));
-      Generated out = policy.generate(prompts_[static_cast<size_t>(p)].ids, g, rng);
+    // A prompt's group decodes as one batch (the cache the planner counts: num_generations x
+    // (prompt + max_completion_length)); completion r draws from its own stream.
+    const std::vector<std::vector<int32_t>> group(static_cast<size_t>(s_.num_generations),
+                                                  prompts_[static_cast<size_t>(p)].ids);
+    std::vector<Rng> rngs;
+    for (int64_t r = 0; r < s_.num_generations; ++r)
+      rngs.emplace_back(c_.seed, "rollout/" + std::to_string(step) + "/" + std::to_string(p) +
+                                     "/" + std::to_string(r));
+    for (Generated& out : policy.generate_batch(group, g, rngs)) {
       RolloutSample s;
       s.prompt = p;
       s.truncated = out.finish == FinishReason::length;
@@ -238,7 +259,8 @@ void OnlineRollouts::pack() {
       seq.ids = prompt;
       seq.ids.insert(seq.ids.end(), s.ids.begin(), s.ids.end());
       seq.mask.assign(P + C, 0.0f);
-      std::fill(seq.mask.begin() + static_cast<std::ptrdiff_t>(P), seq.mask.end(), 1.0f);
+      if (!(s.truncated && s_.mask_truncated_completions))  // else DAPO's overlong filtering
+        std::fill(seq.mask.begin() + static_cast<std::ptrdiff_t>(P), seq.mask.end(), 1.0f);
       // Row P-1+j predicts completion token j: its sampling log-prob.
       std::vector<float> lp(P + C, 0.0f);
       std::copy(s.logprobs.begin(), s.logprobs.end(), lp.begin() + static_cast<std::ptrdiff_t>(P - 1));
@@ -264,7 +286,7 @@ void OnlineRollouts::pack() {
   }
 }
 
-StepBatches OnlineRollouts::next(Engine& policy, int64_t step) {
+StepBatches OnlineRollouts::next(Engine& policy, Engine* value, int64_t step) {
   sampled_last_ = batch_step_ < 0 || uses_ >= s_.num_iterations;
   if (sampled_last_) {
     const DataCursor cursor_before = cursor_;
@@ -285,6 +307,10 @@ StepBatches OnlineRollouts::next(Engine& policy, int64_t step) {
       throw;
     }
     pack();
+    if (keeps_old_values()) {
+      SBP_CHECK(value != nullptr, "online ppo: no value model to score the old values");
+      for (MicroBatch& mb : micro_) mb.old_values = value->values(mb.batch);
+    }
     batch_step_ = step;
     uses_ = 0;
   }
@@ -318,7 +344,13 @@ json OnlineRollouts::rollouts_json() const {
                        {"truncated", s.truncated},
                        {"reward", s.reward},
                        {"per_reward", s.per_reward}});
-  return {{"step", batch_step_}, {"uses", uses_}, {"samples", samples}};
+  json out = {{"step", batch_step_}, {"uses", uses_}, {"samples", samples}};
+  if (keeps_old_values()) {
+    json values = json::array();  // (T) per micro-batch, in packing order
+    for (const MicroBatch& mb : micro_) values.push_back(mb.old_values);
+    out["old_values"] = std::move(values);
+  }
+  return out;
 }
 
 }  // namespace sbp

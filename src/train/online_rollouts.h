@@ -73,8 +73,11 @@ class OnlineRollouts {
 
   // The micro-batches of optimizer step `step` (0-based): a new batch sampled with `policy`
   // when the previous one has had its num_iterations steps, else the current one again.
+  // PPO with num_iterations > 1: `value` (the value model) scores a new batch's old values
+  // once, so that every iteration's GAE and value clipping use the values of sampling time, as
+  // its ratio uses the sampling log-probs (with 1 iteration the step runner scores them).
   // RewardError when a reward function fails (nothing is advanced then).
-  StepBatches next(Engine& policy, int64_t step);
+  StepBatches next(Engine& policy, Engine* value, int64_t step);
 
   bool sampled_last() const { return sampled_last_; }  // next() generated a new batch
   const RolloutStats& stats() const { return stats_; }
@@ -97,6 +100,10 @@ class OnlineRollouts {
   void sample(Engine& policy, int64_t step, const std::vector<int64_t>& prompts);
   void score();
   void pack();
+  // PPO over several iterations: the micro-batches carry the old values of sampling time.
+  bool keeps_old_values() const {
+    return kind_ == ObjectiveKind::ppo && s_.num_iterations > 1;
+  }
 
   const TrainConfig& c_;
   RolloutSettings s_;

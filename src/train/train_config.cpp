@@ -271,6 +271,35 @@ Key rewards_key() {
   return k;
 }
 
+// grpo.stop / ppo.stop: a list of stop strings, or one string.
+Key rollout_stop_key(const std::string& obj) {
+  Key k;
+  k.name = obj + ".stop";
+  const auto of = [obj](TrainConfig& c) -> RolloutSettings& {
+    return obj == "grpo" ? c.grpo.rollout : c.ppo.rollout;
+  };
+  k.set = [of, name = k.name](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    std::vector<std::string> v;
+    if (n.IsScalar()) {
+      v.push_back(n.Scalar());
+    } else if (n.IsSequence()) {
+      for (const YAML::Node& e : n) {
+        if (!e.IsScalar()) throw InputError(where + ": " + name + " must list strings");
+        v.push_back(e.Scalar());
+      }
+    } else {
+      throw InputError(where + ": " + name + " must be a string or a list of strings");
+    }
+    for (const std::string& s : v)
+      if (s.empty()) throw InputError(where + ": " + name + ": an empty stop string");
+    of(c).stop = std::move(v);
+  };
+  k.get = [of](const TrainConfig& c) {
+    return nlohmann::json(of(const_cast<TrainConfig&>(c)).stop);
+  };
+  return k;
+}
+
 // lora.target_modules: a list of PEFT module names, or one string ("all-linear", "q_proj,v_proj").
 Key lora_targets_key() {
   Key k;
@@ -409,7 +438,8 @@ const std::vector<Key>& keys() {
           ROLLOUT_KEY(int64_t, num_generations),     ROLLOUT_KEY(int64_t, prompts_per_step),
           ROLLOUT_KEY(int64_t, max_completion_length), ROLLOUT_KEY(int64_t, num_iterations),
           ROLLOUT_KEY(double, temperature),          ROLLOUT_KEY(double, top_p),
-          ROLLOUT_KEY(int64_t, top_k),               ROLLOUT_KEY(double, min_p)};
+          ROLLOUT_KEY(int64_t, top_k),               ROLLOUT_KEY(double, min_p),
+          ROLLOUT_KEY(bool, mask_truncated_completions), rollout_stop_key(obj)};
 #undef ROLLOUT_KEY
       const std::string last = obj == "grpo" ? "grpo.reference" : "ppo.reference";
       const auto at =

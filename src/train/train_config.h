@@ -35,6 +35,13 @@ struct RolloutSettings {
   double top_p = 1.0;
   int64_t top_k = 0;   // 0: no limit
   double min_p = 0.0;
+  // Stop strings: a completion ends once its text contains one (and keeps it), besides eos and
+  // the chat template's end of turn.
+  std::vector<std::string> stop;
+  // DAPO's overlong filtering (TRL's mask_truncated_completions): a completion cut off by
+  // max_completion_length trains on none of its tokens; its reward still counts in its group's
+  // advantages.
+  bool mask_truncated_completions = false;
 };
 
 struct DpoSettings {
@@ -66,7 +73,11 @@ struct PpoSettings {
   std::string reference;
   std::string value_model;  // Hugging Face directory with score.weight ("" = the starting
                             // model's trunk with a head drawn from the seed)
-  RolloutSettings rollout{.num_generations = 1};
+  RolloutSettings rollout = [] {  // PPO samples one completion per prompt by default
+    RolloutSettings r;
+    r.num_generations = 1;
+    return r;
+  }();
 };
 
 // Data parallelism across processes (`mpirun -np N streambp train`, docs/DISTRIBUTED.md).

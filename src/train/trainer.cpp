@@ -428,10 +428,11 @@ void Trainer::print_summary() const {
 
 StepBatches Trainer::next_step_batches() {
   if (!online_) return batches_->next(per_step_, comm_);
-  // The rollouts are sampled from the weights the step starts from.
-  Engine policy(cfg_, models_->policy_weights(), *be_, pool_, exec_);
-  if (models_->has_lora()) policy.set_lora(&models_->lora_weights(), nullptr);  // the adapted policy
-  return online_->next(policy, state_.step);
+  // The rollouts are sampled from the weights the step starts from, with the adapters on.
+  Engine policy = runner_->policy_engine();
+  if (setup_.kind != ObjectiveKind::ppo) return online_->next(policy, nullptr, state_.step);
+  Engine value = runner_->value_engine();
+  return online_->next(policy, &value, state_.step);
 }
 
 const DataCursor& Trainer::data_cursor() const {

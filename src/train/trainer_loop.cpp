@@ -62,14 +62,11 @@ int Trainer::run() {
     } catch (const RewardError& e) {
       // A reward function failed before the step changed anything: keep what was trained.
       if (log_.lead) progress_->finish();
-      std::string saved = "nothing saved (the last checkpoint is step " +
-                          std::to_string(last_saved) + ")";
-      if (last_saved != state_.step) {
-        saved = "saved " + save();
-        last_saved = state_.step;
-      } else {
-        saved = "the checkpoint of step " + std::to_string(state_.step) + " is in " + c_.output_dir;
-      }
+      // Saved unless the last save was of this very step.
+      const std::string saved =
+          last_saved != state_.step
+              ? "saved " + save()
+              : "the checkpoint of step " + std::to_string(state_.step) + " is in " + c_.output_dir;
       throw RewardError(std::string(e.what()) + "; stopped before step " +
                         std::to_string(state_.step + 1) + ", " + saved);
     }

@@ -54,8 +54,11 @@ TEST_P(GreedyParity, EqualsTransformersTokenForToken) {
   const auto prompts = fx["prompts"].get<std::vector<std::vector<int>>>();
   const int max_new = fx["max_new_tokens"].get<int>();
   test::TempDir tmp;
-  // Default mode, and the prompt's forward in chunks of 3 rows (stream): the same tokens.
-  for (const std::string& flags : {std::string(""), std::string("--mode stream --layer-chunk 3")}) {
+  // Default mode, the prompt's forward in chunks of 3 rows (stream), and every prompt decoded
+  // in one batch (prompts of different lengths, one row of each per step): the same tokens.
+  const std::string all = "--batch-size " + std::to_string(prompts.size());
+  for (const std::string& flags : {std::string(""), std::string("--mode stream --layer-chunk 3"),
+                                   all, all + " --mode stream --layer-chunk 3"}) {
     const std::vector<json> out =
         generate(tmp, fixture_dir(name) + "/model", prompts,
                  "--greedy --max-new-tokens " + std::to_string(max_new) + " " + flags);
@@ -73,17 +76,26 @@ TEST_P(GreedyParity, EqualsTransformersTokenForToken) {
   }
 }
 
+// mistral_sliding_window: every layer a window of 6, so the cached attention of every token
+// past the sixth drops keys; without the window transformers' tokens differ from the first or
+// within the first 6 new tokens of every prompt.
 INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyParity,
                          ::testing::Values("qwen3_gqa_qknorm", "llama_rope_llama3",
-                                           "qwen2_bias_tied"));
+                                           "qwen2_bias_tied", "mistral_sliding_window"));
 
-TEST(Generate, LogprobsEqualScoresOnTheSameSequences) {
+class LogprobsEqualScores : public ::testing::TestWithParam<const char*> {};
+
+// Decoding (one row at a time, batched across sequences, against the cache) and scoring (the
+// training step's forward over the whole sequence) give the same log-probs; with the sliding
+// fixtures the 26-token sequences are longer than the window, so decoding must drop keys too.
+TEST_P(LogprobsEqualScores, OnTheSameSequences) {
   test::TempDir tmp;
-  const std::string model = fixture_dir("qwen3_gqa_qknorm") + "/model";
-  const std::vector<std::vector<int>> prompts = {{3, 14, 15}, {92, 65, 35, 89, 79, 32}};
-  // Sampled (not greedy), so that the scored tokens are not all the most likely ones.
-  const std::vector<json> out =
-      generate(tmp, model, prompts, "--temperature 1.3 --top-k 50 --max-new-tokens 20 --seed 7");
+  const std::string model = fixture_dir(GetParam()) + "/model";
+  const std::vector<std::vector<int>> prompts = {{3, 14, 15}, {62, 65, 35, 84, 79, 32}};
+  // Sampled (not greedy), so that the scored tokens are not all the most likely ones; both
+  // sequences in one decoding batch.
+  const std::vector<json> out = generate(
+      tmp, model, prompts, "--temperature 1.3 --top-k 50 --max-new-tokens 20 --seed 7 --batch-size 2");
   ASSERT_EQ(out.size(), 2u);
   json seqs = json::array();
   for (size_t i = 0; i < 2; ++i) {
@@ -107,6 +119,10 @@ TEST(Generate, LogprobsEqualScoresOnTheSameSequences) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Fixtures, LogprobsEqualScores,
+                         ::testing::Values("qwen3_gqa_qknorm", "gemma3_sliding_softcap",
+                                           "gemma3_mqa_pattern", "qwen2_sliding_window"));
+
 TEST(Generate, SamplingIsReproducibleAndPerSample) {
   test::TempDir tmp;
   const std::string model = fixture_dir("llama_rope_llama3") + "/model";
@@ -119,6 +135,19 @@ TEST(Generate, SamplingIsReproducibleAndPerSample) {
   EXPECT_EQ(a, b);
   for (size_t r = 0; r < 3; ++r) EXPECT_EQ(only[r]["ids"], a[r]["ids"]);
   EXPECT_NE(a[0]["ids"], a[1]["ids"]);  // distinct streams per sample
+  // Decoded one at a time, or all six together: each sample draws the same tokens; the
+  // log-probs differ only by the rounding of a (B, d) GEMM against a (3, d) one.
+  for (const char* batch : {" --batch-size 1", " --batch-size 6"}) {
+    const std::vector<json> other = generate(tmp, model, {{1, 2, 3}, {4}}, flags + batch);
+    ASSERT_EQ(other.size(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(other[i]["ids"], a[i]["ids"]) << batch << " sample " << i;
+      EXPECT_EQ(other[i]["finish_reason"], a[i]["finish_reason"]);
+      const auto x = other[i]["logprobs"].get<std::vector<double>>();
+      const auto y = a[i]["logprobs"].get<std::vector<double>>();
+      for (size_t t = 0; t < x.size(); ++t) EXPECT_NEAR(x[t], y[t], 1e-5) << batch;
+    }
+  }
   const std::vector<json> c = generate(tmp, model, {{1, 2, 3}, {4}}, "--num-return-sequences 3 "
                                                                        "--max-new-tokens 12 --top-p 0.9 --seed 6");
   EXPECT_NE(a, c);
@@ -162,6 +191,69 @@ TEST(Generate, StopIdsEndTheCompletionAndStayInIt) {
   EXPECT_EQ(out[0]["ids"].get<std::vector<int>>(),
             std::vector<int>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(first + 1)));
   EXPECT_EQ(out[0]["finish_reason"], "stop");
+}
+
+TEST(Generate, StopStringsEndTheCompletionWhereTheyFirstAppear) {
+  test::TempDir tmp;
+  const std::string model = test::source_dir() + "/examples/tiny-chat";
+  test::write_text(tmp.file("prompts.jsonl"), R"({"prompt": "Once upon a time"})" "\n");
+  const auto run = [&](const std::string& flags) {
+    const test::CommandResult r = test::run_command(
+        test::streambp_binary() + " generate --model " + model + " --input " +
+        tmp.file("prompts.jsonl") + " --output " + tmp.file("out.jsonl") +
+        " --max-new-tokens 48 --temperature 1.5 --seed 3 --num-return-sequences 2 " + flags +
+        " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return read_jsonl(tmp.file("out.jsonl"));
+  };
+  const std::vector<json> full = run("");
+  ASSERT_EQ(full.size(), 2u);
+  const std::string text = full[0]["completion"];
+  ASSERT_GT(text.size(), 40u) << text;
+  // A stop string from late in the first completion: the check must find it after many tokens.
+  const std::string stop = text.substr(text.size() * 3 / 4, 3);
+  const std::vector<json> cut = run("--stop '" + stop + "'");
+  ASSERT_EQ(cut.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto all = full[i]["ids"].get<std::vector<int>>();
+    const auto ids = cut[i]["ids"].get<std::vector<int>>();
+    ASSERT_LE(ids.size(), all.size());
+    EXPECT_TRUE(std::equal(ids.begin(), ids.end(), all.begin())) << "sample " << i;
+    const std::string t = cut[i]["completion"];
+    const size_t at = full[i]["completion"].get<std::string>().find(stop);
+    if (at == std::string::npos) {  // never appears: the completion is untouched
+      EXPECT_EQ(ids, all);
+      continue;
+    }
+    // Ends with the token that completes the first occurrence, and keeps it.
+    EXPECT_EQ(cut[i]["finish_reason"], "stop");
+    EXPECT_GE(t.size(), at + stop.size()) << t;
+    EXPECT_LT(t.find(stop), t.size()) << t;
+  }
+  EXPECT_EQ(cut[0]["finish_reason"], "stop");
+}
+
+TEST(Generate, OneSequenceStopsWhileTheBatchGoesOn) {
+  const json fx = json::parse(test::read_text(fixture_dir("qwen3_gqa_qknorm") + "/generate.json"));
+  const auto prompts = fx["prompts"].get<std::vector<std::vector<int>>>();
+  const int stop = fx["completions"][2][5].get<int>();
+  test::TempDir tmp;
+  const std::vector<json> out =
+      generate(tmp, fixture_dir("qwen3_gqa_qknorm") + "/model", prompts,
+               "--greedy --max-new-tokens 64 --stop-id " + std::to_string(stop) +
+                   " --batch-size " + std::to_string(prompts.size()));
+  ASSERT_EQ(out.size(), prompts.size());
+  int stopped = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    // Each completion is transformers' greedy one, cut after its first stop token if any.
+    const auto full = fx["completions"][i].get<std::vector<int>>();
+    const auto at = std::find(full.begin(), full.end(), stop);
+    const std::vector<int> want(full.begin(), at == full.end() ? full.end() : at + 1);
+    EXPECT_EQ(out[i]["ids"].get<std::vector<int>>(), want) << "prompt " << i;
+    EXPECT_EQ(out[i]["finish_reason"], at == full.end() ? "length" : "stop") << "prompt " << i;
+    stopped += at == full.end() ? 0 : 1;
+  }
+  EXPECT_LT(stopped, static_cast<int>(prompts.size()));  // some went on past the others' stop
 }
 
 TEST(Generate, BadInputNamesTheLine) {

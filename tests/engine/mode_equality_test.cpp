@@ -1,7 +1,8 @@
 // Every execution mode gives base's loss and gradients (fp32, ~1e-5 relative), for
 // architectures covering GQA, qk-norm, attention biases, tied/untied embeddings, llama3
 // rope scaling, Gemma 3 (sandwich norms, GeGLU, sliding windows, soft-capped logits), Qwen2's
-// sliding windows (on the model's one rope), several segments, and chunk sizes 1, 7, T/3, T and sizes that do not divide T.
+// and Mistral's sliding windows (on the model's one rope), several segments, and chunk sizes
+// 1, 7, T/3, T and sizes that do not divide T.
 #include <gtest/gtest.h>
 
 #include "cli/gradcheck.h"
@@ -67,7 +68,9 @@ std::vector<Case> cases() {
           // tied embeddings, GQA
           {"gemma3_window_softcap", preset_config("tiny-gemma3")},
           {"gemma3_mqa_bias", gemma3_mqa_bias()},
-          {"qwen2_window", qwen2_window()}};
+          {"qwen2_window", qwen2_window()},
+          // every layer a window of 5, GQA, untied head
+          {"mistral_window", preset_config("tiny-mistral")}};
 }
 
 class ModeEquality : public ::testing::TestWithParam<size_t> {};
@@ -97,7 +100,7 @@ TEST_P(ModeEquality, EveryModeMatchesBase) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ModeEquality, ::testing::Range<size_t>(0, 8),
+INSTANTIATE_TEST_SUITE_P(Architectures, ModeEquality, ::testing::Range<size_t>(0, 9),
                          [](const ::testing::TestParamInfo<size_t>& i) {
                            return std::string(cases()[i.param].name);
                          });

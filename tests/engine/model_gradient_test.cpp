@@ -43,7 +43,9 @@ struct SmallModel {
 
 TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
   // tiny-gemma3: sandwich norms, GeGLU, window 5 below the segment lengths, soft-capped logits.
-  for (const char* preset : {"tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gemma3"}) {
+  // tiny-mistral: every layer a window of 5.
+  for (const char* preset :
+       {"tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gemma3", "tiny-mistral"}) {
     SmallModel m(preset);
     const Batch b = cli::random_batch(m.cfg.vocab_size, 23, 2, 5, true);
     ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);

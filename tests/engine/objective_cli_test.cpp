@@ -31,12 +31,17 @@ TEST(ObjectiveCli, GradcheckEveryObjective) {
     }
   }
   // GRPO with the default --segments 1: the batch still holds one whole group (a group of one
-  // has no spread, and its loss used to be NaN); a group of one is refused.
+  // has no spread, and its loss used to be NaN); a group of one is refused. T=12: 3 tokens per
+  // completion, so that some scored row attends to two keys (with 2, the q/k gradients are
+  // zero in exact arithmetic and each mode's rounding noise is all there is to compare). The
+  // default chunks (T/4 + 1, T/3 + 1) split the batch.
   const auto one = test::run_command(bin() +
-                                     " gradcheck --model tiny-qwen3 --seq-len 8 --objective grpo"
+                                     " gradcheck --model tiny-qwen3 --seq-len 12 --objective grpo"
                                      " --modes stream --json " + tmp.file("g.json"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  EXPECT_NE(one.output.find("T=8 in 4 segment(s)"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("T=12 in 4 segment(s)"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("stream                      4        5"), std::string::npos)
+      << one.output;
   EXPECT_LT(nlohmann::json::parse(test::read_text(tmp.file("g.json")))["max_rel_err"].get<double>(),
             1e-5);
   const auto lone = test::run_command(bin() + " gradcheck --model tiny-qwen3 --objective grpo"

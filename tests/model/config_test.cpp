@@ -427,6 +427,14 @@ TEST(ModelConfig, PresetsAndParameterCounts) {
       << preset_config("qwen3-0.6b").num_parameters();
   EXPECT_TRUE(near(preset_config("llama3.1-8b").num_parameters(), 8.03e9, 0.01e9))
       << preset_config("llama3.1-8b").num_parameters();
+  // Mistral 7B v0.1: 7.24B (untied, 32000-token vocabulary); v0.3's 32768 tokens add 6.3M.
+  EXPECT_TRUE(near(preset_config("mistral-7b-v0.1").num_parameters(), 7.24e9, 0.005e9))
+      << preset_config("mistral-7b-v0.1").num_parameters();
+  EXPECT_EQ(preset_config("mistral-7b-v0.3").num_parameters() -
+                preset_config("mistral-7b-v0.1").num_parameters(),
+            2 * 768 * 4096);
+  EXPECT_EQ(preset_config("mistral-7b-v0.1").layer_window(31), 4096);
+  EXPECT_FALSE(preset_config("mistral-7b-v0.3").has_sliding_layers());
   EXPECT_TRUE(preset_config("qwen3-0.6b").tie_word_embeddings);
   EXPECT_FALSE(preset_config("qwen3-8b").tie_word_embeddings);
   EXPECT_EQ(preset_config("llama3.1-8b").rope_scaling.type, RopeScalingType::llama3);

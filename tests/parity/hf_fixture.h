@@ -35,7 +35,7 @@ inline const std::vector<std::string>& fixture_names() {
                                                  "llama_rope_llama3", "qwen3_head_dim_24",
                                                  "qwen3_bf16",        "qwen2_sharded",
                                                  "gemma3_sliding_softcap", "gemma3_mqa_pattern",
-                                                 "qwen2_sliding_window"};
+                                                 "qwen2_sliding_window", "mistral_sliding_window"};
   return names;
 }
 

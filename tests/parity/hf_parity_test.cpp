@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -313,7 +314,10 @@ const RoundtripCase kRoundtrips[] = {{"qwen3_gqa_qknorm", DType::BF16, 30000},
                                      {"gemma3_sliding_softcap", DType::BF16, 0},
                                      // Qwen2 with use_sliding_window: config.json carries the
                                      // window and layer_types (layer 0 full, 1-2 sliding)
-                                     {"qwen2_sliding_window", DType::F32, 0}};
+                                     {"qwen2_sliding_window", DType::F32, 0},
+                                     // Mistral: config.json with sliding_window (every layer),
+                                     // no layer_types / use_sliding_window / attention_bias
+                                     {"mistral_sliding_window", DType::BF16, 0}};
 constexpr int kSteps = 3;
 
 std::string roundtrip_dir(const RoundtripCase& c) {
@@ -429,7 +433,8 @@ TEST_P(HfRoundtrip, RecipeRecreatesTheCommittedCheckpoint) {
   std::printf("[parity] roundtrip %-20s re-created weights max rel err %.2e\n", c.fixture, worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, HfRoundtrip, ::testing::Range<size_t>(0, 5),
+INSTANTIATE_TEST_SUITE_P(Checkpoints, HfRoundtrip,
+                         ::testing::Range<size_t>(0, std::size(kRoundtrips)),
                          [](const auto& info) {
                            return std::string(kRoundtrips[info.param].fixture);
                          });

@@ -254,6 +254,11 @@ TEST(Planner, GenerationPhaseHoldsItsKvCache) {
   EXPECT_GT(with.generation_peak, without.peak_bytes);
   EXPECT_EQ(with.peak_bytes, std::max(with.generation_peak, without.peak_bytes));
   EXPECT_EQ(with.breakdown.bytes[static_cast<size_t>(Category::kv_cache)], kv_bytes);
+  // A group of 4 completions decodes together: 4 sequences' cache, and (4, V) logits.
+  mem.generate_sequences = 4;
+  const PlannedStep group = plan_step(cfg, grpo, exec, step, mem);
+  EXPECT_EQ(group.breakdown.bytes[static_cast<size_t>(Category::kv_cache)], 4 * kv_bytes);
+  EXPECT_GE(group.generation_peak, 4 * kv_bytes + 4 * cfg.vocab_size * 4);
 }
 
 }  // namespace

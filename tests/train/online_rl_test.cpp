@@ -62,6 +62,88 @@ TEST(OnlineRl, GrpoLearnsWhatItsRewardPays) {
   EXPECT_TRUE(group["completions"][0]["rewards"].contains("format"));
 }
 
+TEST(OnlineRl, StopStringsEndCompletions) {
+  // Digits stop a completion: the random model writes one in about half of them.
+  TrainRun run(online_yaml("grpo", "  stop: [\"0\", \"1\", \"2\", \"3\", \"4\", \"5\", \"6\", "
+                                   "\"7\", \"8\", \"9\"]\n") +
+               "max_steps: 2\nlog_completions_every: 1\n");
+  auto r = run.train(prompts());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int with_digit = 0;
+  for (const json& step : read_metrics(run.out("completions.jsonl")))
+    for (const json& group : step["prompts"])
+      for (const json& c : group["completions"]) {
+        const std::string text = c["completion"];
+        if (text.find_first_of("0123456789") == std::string::npos) continue;
+        ++with_digit;
+        EXPECT_FALSE(c["truncated"].get<bool>()) << text;  // it stopped, at most 6 tokens in
+      }
+  EXPECT_GT(with_digit, 0);
+  // A bad value names the key.
+  TrainRun bad(online_yaml("grpo", "  stop: [\"\"]\n") + "max_steps: 1\n");
+  r = bad.train(prompts());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("grpo.stop"), std::string::npos) << r.output;
+}
+
+TEST(OnlineRl, MaskedTruncatedCompletionsTrainOnNothing) {
+  // 2 new tokens: nearly every completion of the random model is cut off. With DAPO's overlong
+  // filtering a step whose completions were all cut off has no loss tokens: loss 0, and the
+  // weights do not move (constant lr, no weight decay); without it a step whose groups' rewards
+  // differ moves them.
+  const std::string yaml = "objective: grpo\ngrpo:\n  num_generations: 4\n  prompts_per_step: 2\n"
+                           "  max_completion_length: 2\n  mask_truncated_completions: MASK\n"
+                           "rewards:\n  - {type: format, pattern: \"[a-m]\"}\n"
+                           "max_tokens: 512\nmax_steps: 4\noptim:\n  lr: 0.01\n  weight_decay: 0\n"
+                           "schedule:\n  type: constant\nsave_every: 1\nkeep_last: 0\n";
+  const auto with = [&](const std::string& mask) {
+    std::string y = yaml;
+    y.replace(y.find("MASK"), 4, mask);
+    return y;
+  };
+  const auto weights = [](const TrainRun& run, size_t step) {
+    return test::read_text(run.out("checkpoint-" + std::to_string(step) + "/model.safetensors"));
+  };
+  TrainRun masked(with("true")), plain(with("false"));
+  auto r = masked.train(prompts());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = plain.train(prompts());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<json> a = read_metrics(masked.out("metrics.jsonl"));
+  const std::vector<json> b = read_metrics(plain.out("metrics.jsonl"));
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  int frozen = 0, trained = 0;
+  for (size_t i = 1; i < 4; ++i) {  // step i + 1, from checkpoint-i to checkpoint-(i+1)
+    if (a[i]["completions/truncated_fraction"].get<double>() == 1.0) {
+      ++frozen;
+      EXPECT_EQ(a[i]["loss"].get<double>(), 0.0) << "step " << i + 1;
+      EXPECT_EQ(weights(masked, i), weights(masked, i + 1)) << "step " << i + 1;
+    }
+    if (b[i]["frac_reward_zero_std"].get<double>() < 1.0) {
+      ++trained;
+      EXPECT_NE(weights(plain, i), weights(plain, i + 1)) << "step " << i + 1;
+    }
+  }
+  EXPECT_GT(frozen, 0);
+  EXPECT_GT(trained, 0);
+}
+
+TEST(OnlineRl, PpoIterationsClipValuesAgainstTheValuesOfSamplingTime) {
+  // Two iterations per batch, a large lr and a tiny value clip range: the first iteration's
+  // old values are the current ones (nothing clipped); the second's are still those of
+  // sampling time while the value model has moved, so some values are clipped. (Old values
+  // scored afresh each step would clip nothing, ever.)
+  TrainRun run(online_yaml("ppo", "  num_iterations: 2\n  value_epsilon: 0.0001\n") +
+               "max_steps: 2\n");
+  auto r = run.train(prompts() + " optim.lr=0.05");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<json> m = read_metrics(run.out("metrics.jsonl"));
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0]["val/clipfrac_avg"].get<double>(), 0.0) << m[0].dump();
+  EXPECT_GT(m[1]["val/clipfrac_avg"].get<double>(), 0.0) << m[1].dump();
+}
+
 TEST(OnlineRl, ResumeInTheMiddleOfABatchOfRolloutsIsExact) {
   // num_iterations 2: steps 2k+1 and 2k+2 train on one batch; stopping after step 3 leaves the
   // batch half used, so the checkpoint carries it.

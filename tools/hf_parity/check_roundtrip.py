@@ -40,7 +40,8 @@ ROUNDTRIPS = {"qwen3_gqa_qknorm": "BF16, sharded (max_shard_bytes 30000)",
               "llama_rope_llama3": "BF16",
               "qwen2_bias_tied": "F32, tied embeddings",
               "gemma3_sliding_softcap": "BF16, gemma3_text (tied, soft-capped, sliding layers)",
-              "qwen2_sliding_window": "F32, qwen2 use_sliding_window (layer_types written)"}
+              "qwen2_sliding_window": "F32, qwen2 use_sliding_window (layer_types written)",
+              "mistral_sliding_window": "BF16, mistral (sliding_window on every layer)"}
 STEPS = 3
 RECIPE = ("fixture weights; 3 AdamW steps (lr 1e-2, betas 0.9/0.999, eps 1e-8, weight decay "
           "0.01 on matrices) of the SFT loss on the fixture's tokens.json, mode stream "

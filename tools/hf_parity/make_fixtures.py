@@ -43,8 +43,8 @@ import safetensors
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config,
-                          Qwen3Config)
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig,
+                          Qwen2Config, Qwen3Config)
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"
@@ -57,7 +57,7 @@ LOGIT_FIRST_COLS = 16
 LOGIT_LAST_COLS = 8
 
 CONFIG_CLASSES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config,
-                  "gemma3_text": Gemma3TextConfig}
+                  "gemma3_text": Gemma3TextConfig, "mistral": MistralConfig}
 
 
 def tiny(**overrides) -> dict:
@@ -153,6 +153,15 @@ FIXTURE_SPECS = [
          lengths=[31, 12, 44, 5], dtype="float32", shard=None,
          covers="qwen2 use_sliding_window: max_window_layers 1 (layer 0 full, layers 1-2 a "
                 "window of 5, transformers' kv_idx > q_idx - 5), q/k/v biases, GQA"),
+    dict(name="mistral_sliding_window", model_type="mistral", seed=10,
+         config=tiny(vocab_size=120, num_hidden_layers=3, sliding_window=6, rope_theta=1e6,
+                     rms_norm_eps=1e-5),
+         # Every layer a window of 6 (MistralModel's sliding-window mask on all layers): below
+         # every sequence length but the second (6: exactly one window, the same keys as none).
+         lengths=[29, 6, 47, 13], dtype="float32", shard=None,
+         covers="mistral: Llama's layers (no biases, SwiGLU) with every layer a window of 6 "
+                "(kv_idx > q_idx - 6), GQA (4 query heads over 2 kv heads), untied LM head, "
+                "rope_theta 1e6"),
 ]
 
 

@@ -2,7 +2,7 @@
 """Greedy-generation fixtures: transformers' generate(do_sample=False) on the committed parity
 models (tests/fixtures/hf/<name>/model), for `streambp generate --greedy` to match token for token.
 
-    /work/.venv-hf/bin/python tools/hf_parity/make_generate_fixtures.py
+    /work/.venv-hf/bin/python tools/hf_parity/make_generate_fixtures.py [--only NAME ...]
 
 For each model: prompts of different lengths (random ids from a fixed seed), each generated on its
 own (no padding: the batch of prompts is streambp's input, transformers runs them one by one so
@@ -14,6 +14,7 @@ logprobs: the model's log-softmax of each chosen token, from generate's output s
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,14 +25,22 @@ from transformers import AutoModelForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_fixtures import FIXTURES, versions  # noqa: E402
 
-MODELS = ["qwen3_gqa_qknorm", "llama_rope_llama3", "qwen2_bias_tied"]
+# mistral_sliding_window: every layer a window of 6, far below prompt + completion (up to 104
+# tokens), so the KV cache's windowed attention decides every token after the first few.
+MODELS = ["qwen3_gqa_qknorm", "llama_rope_llama3", "qwen2_bias_tied", "mistral_sliding_window"]
 PROMPT_LENGTHS = [1, 5, 17, 40]
 MAX_NEW_TOKENS = 64
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", action="append",
+                    help="write only this model's generate.json (repeatable)")
+    args = ap.parse_args()
     torch.manual_seed(0)
     for name in MODELS:
+        if args.only and name not in args.only:
+            continue
         model_dir = FIXTURES / name / "model"
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
                                                      attn_implementation="eager")

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""streambp against its Python peers on the same CPU, interleaved (docs/BENCHMARKS.md, issue 18).
+
+One training step (forward + backward, no optimizer) of Qwen3-0.6B's shape cut to --layers
+layers, random weights, one sequence of --seq-len tokens, the same threads, by:
+
+  streambp    `streambp bench --modes stream` (and `checkpoint` with --with-checkpoint)
+  reference   the reference StreamBP (Python) from a local checkout given by --reference: its
+              StreamModel wrapper, with the same layer and head chunks
+  hf-ckpt     Hugging Face transformers with gradient checkpointing
+
+Every run is a fresh process (its peak RSS is its own), the systems take turns round after
+round (a shared machine's speed drifts; interleaving spreads that over all of them), and the
+medians and their ratios are printed. The reference implementation pins torch 2.6 and
+transformers 4.51.3 (its requirements.txt); give an interpreter that has them with --python:
+
+  python3 -m venv .venv-peers
+  .venv-peers/bin/pip install -r tools/requirements-peers.txt
+  python3 tools/bench/peers.py --reference ../StreamBP --python .venv-peers/bin/python
+
+Nothing of the reference implementation is copied here: it is imported from the checkout.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+# Qwen3-0.6B (config.json of Qwen/Qwen3-0.6B), layers overridden; streambp's qwen3-0.6b preset.
+QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                  max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                  tie_word_embeddings=True, hidden_act="silu", attention_bias=False)
+
+
+def worker(args):
+    """One step in this process; prints one JSON line."""
+    import resource
+    import time
+
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    cfg = Qwen3Config(num_hidden_layers=args.layers, **QWEN3_0_6B)
+    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    model.train()
+    ids = torch.randint(0, cfg.vocab_size, (1, args.seq_len))
+    mask = torch.ones_like(ids)
+    if args.worker == "reference":
+        sys.path.insert(0, os.path.join(os.path.abspath(args.reference), "src"))
+        from streambp import StreamModel  # the checkout's package
+
+        run = StreamModel(model, gradient_accumulation_steps=1, logits_chunk_size=args.head_chunk,
+                          checkpoint_chunk_size=args.layer_chunk, stream_checkpoint=True)
+        run.gradient_checkpointing_enable()
+    else:
+        model.gradient_checkpointing_enable()
+        run = model
+    t0 = time.perf_counter()
+    out = run(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False, return_dict=True)
+    if out.loss.requires_grad:  # the reference runs its backward inside the forward
+        out.loss.backward()
+    step = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"step_s": step, "peak_rss_bytes": rss, "loss": float(out.loss),
+                      "torch": torch.__version__,
+                      "transformers": __import__("transformers").__version__}))
+
+
+def run_python(args, kind):
+    cmd = [args.python, os.path.abspath(__file__), "--worker", kind, "--layers", str(args.layers),
+           "--seq-len", str(args.seq_len), "--layer-chunk", str(args.layer_chunk),
+           "--head-chunk", str(args.head_chunk), "--threads", str(args.threads),
+           "--seed", str(args.seed)]
+    if args.reference:
+        cmd += ["--reference", args.reference]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"peers: {kind} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run_streambp(args, mode):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "bench.json")
+        cmd = [args.streambp, "bench", "--model", "qwen3-0.6b", "--layers", str(args.layers),
+               "--seq-len", str(args.seq_len), "--modes", mode, "--layer-chunk",
+               str(args.layer_chunk), "--head-chunk", str(args.head_chunk), "--threads",
+               str(args.threads), "--warmup", "0", "--repeat", "1", "--seed", str(args.seed),
+               "--json", out]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"peers: streambp bench failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+        r = json.load(open(out))["runs"][0]
+        return {"step_s": r["step_seconds_median"], "peak_rss_bytes": r["rss_peak_bytes"],
+                "loss": r["loss"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reference", help="checkout of the reference StreamBP (omit to skip it)")
+    ap.add_argument("--python", default=sys.executable,
+                    help="interpreter with torch and transformers for the Python peers")
+    ap.add_argument("--streambp", default="build/streambp")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=4096)
+    ap.add_argument("--layer-chunk", type=int, default=1024)
+    ap.add_argument("--head-chunk", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--with-checkpoint", action="store_true",
+                    help="also streambp's checkpoint mode")
+    ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face checkpointing")
+    ap.add_argument("--json", help="write every run and the medians here")
+    ap.add_argument("--worker", choices=["hf", "reference"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+
+    systems = [("streambp stream", lambda: run_streambp(args, "stream"))]
+    if args.with_checkpoint:
+        systems.append(("streambp checkpoint", lambda: run_streambp(args, "checkpoint")))
+    if args.reference:
+        systems.append(("reference StreamBP", lambda: run_python(args, "reference")))
+    if not args.no_hf:
+        systems.append(("HF gradient checkpointing", lambda: run_python(args, "hf")))
+    runs = {name: [] for name, _ in systems}
+    for k in range(args.rounds):
+        for name, fn in systems:
+            r = fn()
+            runs[name].append(r)
+            print(f"round {k + 1}/{args.rounds}  {name:26s} {r['step_s']:8.2f} s  "
+                  f"peak RSS {r['peak_rss_bytes'] / 2**30:6.2f} GiB", file=sys.stderr, flush=True)
+
+    med = {n: statistics.median(r["step_s"] for r in rs) for n, rs in runs.items()}
+    rss = {n: max(r["peak_rss_bytes"] for r in rs) for n, rs in runs.items()}
+    base = med["streambp stream"]
+    print(f"\nQwen3-0.6B shape, {args.layers} layers, T={args.seq_len}, {args.threads} threads, "
+          f"chunks {args.layer_chunk}/{args.head_chunk}, median of {args.rounds} interleaved "
+          f"rounds")
+    print("| system | step s | peak RSS | streambp stream / system |")
+    print("|---|---:|---:|---:|")
+    for n in runs:
+        print(f"| {n} | {med[n]:.2f} | {rss[n] / 2**30:.2f} GiB | {base / med[n]:.2f} |")
+    versions = [r for rs in runs.values() for r in rs if "torch" in r]
+    if versions:
+        print(f"\n(torch {versions[0]['torch']}, transformers {versions[0]['transformers']})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "runs": runs, "median_step_s": med,
+                       "peak_rss_bytes": rss}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
