@@ -17,8 +17,8 @@
 namespace sbp {
 
 enum class OpFamily : int {
-  layer_gemm,  // gemm outside the LM head (decoder layers, LoRA, value head's score)
-  head_gemm,   // gemm inside an OpRegion::head (logits, dhf, dW of the LM head)
+  layer_gemm,  // gemm outside OpRegion::head: the decoder layers (LoRA included)
+  head_gemm,   // gemm inside it: the LM head's logits, dhf and dW (or the value head's)
   attention_forward,
   attention_backward,
   norm,          // rmsnorm forward/backward
