@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds one build tree. Usage: scripts/build.sh [release|sanitize]
+# STREAMBP_BLAS=blis|mkl in the environment builds with that BLAS instead of OpenBLAS, in a tree
+# of its own (build-blis, build-mkl; STREAMBP_BLAS_ROOT: where the provider is, CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind="${1:-release}"
@@ -13,6 +15,11 @@ case "$kind" in
                                         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1") ;;
   *) echo "usage: scripts/build.sh [release|sanitize]" >&2; exit 2 ;;
 esac
+blas="${STREAMBP_BLAS:-openblas}"
+if [ "$blas" != openblas ]; then
+  dir="$dir-$blas"
+  flags+=(-DSTREAMBP_BLAS="$blas" -DSTREAMBP_BLAS_ROOT="${STREAMBP_BLAS_ROOT:-}")
+fi
 # A tree configured with another compiler (an older gcc sanitizer tree) is configured afresh.
 if [ "$kind" = sanitize ] && [ -f "$dir/CMakeCache.txt" ] &&
    ! grep -q '^CMAKE_CXX_COMPILER:.*clang++' "$dir/CMakeCache.txt"; then

@@ -11,6 +11,12 @@ packages=(
   clang libclang-rt-14-dev libomp-dev   # the sanitizer build and its libFuzzer harnesses (fuzz/)
   libopenmpi-dev openmpi-bin   # data-parallel training across processes (mpirun), docs/DISTRIBUTED.md
 )
+# Another BLAS, when asked for (STREAMBP_BLAS=blis|mkl, as scripts/build.sh takes it): BLIS from
+# Debian; oneMKL from PyPI (mkl, mkl-devel) into the Python prefix STREAMBP_BLAS_ROOT.
+case "${STREAMBP_BLAS:-openblas}" in
+  blis) packages+=(libblis-openmp-dev) ;;
+  mkl) packages+=(python3-venv) ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,4 +28,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "${STREAMBP_BLAS:-}" = mkl ]; then
+  prefix="${STREAMBP_BLAS_ROOT:?setup: STREAMBP_BLAS=mkl needs STREAMBP_BLAS_ROOT (a venv for the mkl wheels)}"
+  if [ ! -f "$prefix/include/mkl_cblas.h" ]; then
+    echo "setup: installing mkl and mkl-devel into $prefix" >&2
+    python3 -m venv "$prefix"
+    "$prefix/bin/pip" install -q mkl mkl-devel
+  fi
 fi

@@ -7,6 +7,7 @@
 // a few comparisons per call.
 #include "backend/backend.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -28,6 +29,13 @@ std::string num(float v) {  // %g: "1e-08", "nan", "inf" (std::to_string would p
 // "<op>: <arg> <dtype(shape)>"
 std::string arg(const char* op, const char* name, const Tensor& t) {
   return std::string(op) + ": " + name + " " + t.describe();
+}
+
+// Bytes of a tensor, for the profile's estimate of the memory an op moves.
+int64_t nb(const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }
+// The rope table rows an op reads: one (h) F32 row per row of x.
+int64_t rope_rows(const Tensor& x, const Tensor& table) {
+  return x.rows() * table.cols() * static_cast<int64_t>(sizeof(float));
 }
 
 bool is_float(DType dt) { return dt == DType::F32 || dt == DType::BF16; }
@@ -193,6 +201,24 @@ void Backend::owns(const char* op, std::initializer_list<const Tensor*> tensors)
   }
 }
 
+template <class Bytes, class Impl>
+void Backend::run_op(OpFamily family, Bytes&& bytes, Impl&& impl) {
+  if (profile_ == nullptr || in_op_) {
+    impl();
+    return;
+  }
+  struct InOp {  // cleared on the way out, an exception included
+    bool& flag;
+    explicit InOp(bool& f) : flag(f) { flag = true; }
+    ~InOp() { flag = false; }
+  } const in_op(in_op_);
+  const int64_t flops0 = flops_;
+  const auto t0 = std::chrono::steady_clock::now();
+  impl();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  profile_->record(family, s, flops_ - flops0, bytes());
+}
+
 void check_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& seg_start, int64_t q_offset,
                              const AttentionDims& dims) {
@@ -218,7 +244,9 @@ void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor&
   check_gemm(C, A, trans_a, B, trans_b, alpha, beta);
   owns("gemm", {&C, &A, &B});
   const Access access(*this);
-  gemm_impl(C, A, trans_a, B, trans_b, alpha, beta);
+  run_op(
+      OpFamily::layer_gemm, [&] { return nb(A) + nb(B) + nb(C) * (beta != 0.0f ? 2 : 1); },
+      [&] { gemm_impl(C, A, trans_a, B, trans_b, alpha, beta); });
 }
 
 // ---- elementwise and reductions ----
@@ -227,7 +255,8 @@ void Backend::fill(const Tensor& x, float value) {
   check_float("fill", "x", x);
   owns("fill", {&x});
   const Access access(*this);
-  fill_impl(x, value);
+  run_op(
+      OpFamily::copy, [&] { return nb(x); }, [&] { fill_impl(x, value); });
 }
 
 void Backend::copy(const Tensor& dst, const Tensor& src) {
@@ -239,7 +268,8 @@ void Backend::copy(const Tensor& dst, const Tensor& src) {
                 ": dtypes must be equal, or F32 and BF16");
   owns("copy", {&dst, &src});
   const Access access(*this);
-  copy_impl(dst, src);
+  run_op(
+      OpFamily::copy, [&] { return nb(dst) + nb(src); }, [&] { copy_impl(dst, src); });
 }
 
 void Backend::add_inplace(const Tensor& y, const Tensor& x) {
@@ -247,21 +277,26 @@ void Backend::add_inplace(const Tensor& y, const Tensor& x) {
   check_same_numel("add_inplace", "x", x, "y", y);
   owns("add_inplace", {&y, &x});
   const Access access(*this);
-  add_inplace_impl(y, x);
+  run_op(
+      OpFamily::elementwise, [&] { return 2 * nb(y) + nb(x); }, [&] { add_inplace_impl(y, x); });
 }
 
 void Backend::scale_inplace(const Tensor& x, float s) {
   check_float("scale_inplace", "x", x);
   owns("scale_inplace", {&x});
   const Access access(*this);
-  scale_inplace_impl(x, s);
+  run_op(
+      OpFamily::elementwise, [&] { return 2 * nb(x); }, [&] { scale_inplace_impl(x, s); });
 }
 
 double Backend::sum_squares(const Tensor& x) {
   check_float("sum_squares", "x", x);
   owns("sum_squares", {&x});
   const Access access(*this);
-  return sum_squares_impl(x);
+  double r = 0.0;
+  run_op(
+      OpFamily::elementwise, [&] { return nb(x); }, [&] { r = sum_squares_impl(x); });
+  return r;
 }
 
 void Backend::add_bias(const Tensor& y, const Tensor& b) {
@@ -272,7 +307,8 @@ void Backend::add_bias(const Tensor& y, const Tensor& b) {
             arg(op, "b", b) + " must have one entry per column of y " + y.describe());
   owns("add_bias", {&y, &b});
   const Access access(*this);
-  add_bias_impl(y, b);
+  run_op(
+      OpFamily::elementwise, [&] { return 2 * nb(y) + nb(b); }, [&] { add_bias_impl(y, b); });
 }
 
 void Backend::bias_backward(const Tensor& db, const Tensor& dy) {
@@ -283,7 +319,9 @@ void Backend::bias_backward(const Tensor& db, const Tensor& dy) {
             arg(op, "db", db) + " must have one entry per column of dy " + dy.describe());
   owns("bias_backward", {&db, &dy});
   const Access access(*this);
-  bias_backward_impl(db, dy);
+  run_op(
+      OpFamily::elementwise, [&] { return 2 * nb(db) + nb(dy); },
+      [&] { bias_backward_impl(db, dy); });
 }
 
 // ---- RMSNorm ----
@@ -299,7 +337,9 @@ void Backend::rmsnorm_forward(const Tensor& y, const Tensor& x, const Tensor& g,
             std::string(op) + ": weight_offset = " + num(weight_offset) + " is not finite");
   owns("rmsnorm_forward", {&y, &x, &g});
   const Access access(*this);
-  rmsnorm_forward_impl(y, x, g, eps, weight_offset);
+  run_op(
+      OpFamily::norm, [&] { return nb(y) + nb(x) + nb(g); },
+      [&] { rmsnorm_forward_impl(y, x, g, eps, weight_offset); });
 }
 
 void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor& dy,
@@ -315,7 +355,9 @@ void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor&
   check_rmsnorm(op, x, g, eps);
   owns("rmsnorm_backward", {&dx, &dg, &dy, &x, &g});
   const Access access(*this);
-  rmsnorm_backward_impl(dx, dg, dy, x, g, eps, weight_offset);
+  run_op(
+      OpFamily::norm, [&] { return 2 * nb(dx) + 2 * nb(dg) + nb(dy) + nb(x) + nb(g); },
+      [&] { rmsnorm_backward_impl(dx, dg, dy, x, g, eps, weight_offset); });
 }
 
 // ---- rotary embedding ----
@@ -333,21 +375,26 @@ void Backend::rope_table(const Tensor& table, std::span<const float> inv_freq) {
                                               "] = " + num(inv_freq[i]) + " is not finite");
   owns("rope_table", {&table});
   const Access access(*this);
-  rope_table_impl(table, inv_freq);
+  run_op(
+      OpFamily::rope, [&] { return nb(table); }, [&] { rope_table_impl(table, inv_freq); });
 }
 
 void Backend::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& table) {
   check_rope("rope_forward", x, positions, table);
   owns("rope_forward", {&x, &positions, &table});
   const Access access(*this);
-  rope_forward_impl(x, positions, table);
+  run_op(
+      OpFamily::rope, [&] { return 2 * nb(x) + nb(positions) + rope_rows(x, table); },
+      [&] { rope_forward_impl(x, positions, table); });
 }
 
 void Backend::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& table) {
   check_rope("rope_backward", dx, positions, table);
   owns("rope_backward", {&dx, &positions, &table});
   const Access access(*this);
-  rope_backward_impl(dx, positions, table);
+  run_op(
+      OpFamily::rope, [&] { return 2 * nb(dx) + nb(positions) + rope_rows(dx, table); },
+      [&] { rope_backward_impl(dx, positions, table); });
 }
 
 // ---- SwiGLU ----
@@ -359,7 +406,9 @@ void Backend::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor
   check_same_numel(op, "out", out, "gate", gate);
   owns("swiglu_forward", {&out, &gate, &up});
   const Access access(*this);
-  swiglu_forward_impl(out, gate, up);
+  run_op(
+      OpFamily::glu, [&] { return nb(out) + nb(gate) + nb(up); },
+      [&] { swiglu_forward_impl(out, gate, up); });
 }
 
 void Backend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
@@ -372,7 +421,9 @@ void Backend::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tens
   check_same_numel(op, "dup", dup, "gate", gate);
   owns("swiglu_backward", {&dgate, &dup, &dout, &gate, &up});
   const Access access(*this);
-  swiglu_backward_impl(dgate, dup, dout, gate, up);
+  run_op(
+      OpFamily::glu, [&] { return 2 * nb(dgate) + 2 * nb(dup) + nb(dout) + nb(gate) + nb(up); },
+      [&] { swiglu_backward_impl(dgate, dup, dout, gate, up); });
 }
 
 // ---- GeGLU ----
@@ -384,7 +435,9 @@ void Backend::geglu_forward(const Tensor& out, const Tensor& gate, const Tensor&
   check_same_numel(op, "out", out, "gate", gate);
   owns(op, {&out, &gate, &up});
   const Access access(*this);
-  geglu_forward_impl(out, gate, up);
+  run_op(
+      OpFamily::glu, [&] { return nb(out) + nb(gate) + nb(up); },
+      [&] { geglu_forward_impl(out, gate, up); });
 }
 
 void Backend::geglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
@@ -397,7 +450,9 @@ void Backend::geglu_backward(const Tensor& dgate, const Tensor& dup, const Tenso
   check_same_numel(op, "dup", dup, "gate", gate);
   owns(op, {&dgate, &dup, &dout, &gate, &up});
   const Access access(*this);
-  geglu_backward_impl(dgate, dup, dout, gate, up);
+  run_op(
+      OpFamily::glu, [&] { return 2 * nb(dgate) + 2 * nb(dup) + nb(dout) + nb(gate) + nb(up); },
+      [&] { geglu_backward_impl(dgate, dup, dout, gate, up); });
 }
 
 // ---- logit soft-capping ----
@@ -415,7 +470,8 @@ void Backend::softcap_forward(const Tensor& x, float cap) {
   check_softcap(op, cap);
   owns(op, {&x});
   const Access access(*this);
-  softcap_forward_impl(x, cap);
+  run_op(
+      OpFamily::head_softmax, [&] { return 2 * nb(x); }, [&] { softcap_forward_impl(x, cap); });
 }
 
 void Backend::softcap_backward(const Tensor& dx, const Tensor& y, float cap) {
@@ -425,7 +481,9 @@ void Backend::softcap_backward(const Tensor& dx, const Tensor& y, float cap) {
   check_softcap(op, cap);
   owns(op, {&dx, &y});
   const Access access(*this);
-  softcap_backward_impl(dx, y, cap);
+  run_op(
+      OpFamily::head_softmax, [&] { return 2 * nb(dx) + nb(y); },
+      [&] { softcap_backward_impl(dx, y, cap); });
 }
 
 // ---- attention ----
@@ -436,7 +494,9 @@ void Backend::attention_forward(const Tensor& out, const Tensor& lse, const Tens
   check_attention_forward(out, lse, q, k, v, seg_start, q_offset, dims);
   owns("attention_forward", {&out, &lse, &q, &k, &v, &seg_start});
   const Access access(*this);
-  attention_forward_impl(out, lse, q, k, v, seg_start, q_offset, dims);
+  run_op(
+      OpFamily::attention_forward, [&] { return nb(out) + nb(lse) + nb(q) + nb(k) + nb(v); },
+      [&] { attention_forward_impl(out, lse, q, k, v, seg_start, q_offset, dims); });
 }
 
 void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -447,7 +507,15 @@ void Backend::attention_backward(const Tensor& dq, const Tensor& dk, const Tenso
   check_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
   owns("attention_backward", {&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse, &seg_start});
   const Access access(*this);
-  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
+  run_op(
+      OpFamily::attention_backward,
+      [&] {
+        return 2 * (nb(dq) + nb(dk) + nb(dv)) + nb(dout) + nb(q) + nb(k) + nb(v) + nb(out) +
+               nb(lse);
+      },
+      [&] {
+        attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, seg_start, q_offset, dims);
+      });
 }
 
 // ---- embedding ----
@@ -461,7 +529,9 @@ void Backend::embedding_forward(const Tensor& x, const Tensor& ids, const Tensor
   check_rows_vector(op, "ids", ids, DType::I32, x.rows());
   owns("embedding_forward", {&x, &ids, &table});
   const Access access(*this);
-  embedding_forward_impl(x, ids, table);
+  run_op(
+      OpFamily::embedding, [&] { return 2 * nb(x) + nb(ids); },
+      [&] { embedding_forward_impl(x, ids, table); });
 }
 
 void Backend::embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids) {
@@ -473,7 +543,9 @@ void Backend::embedding_backward(const Tensor& dtable, const Tensor& dx, const T
   check_rows_vector(op, "ids", ids, DType::I32, dx.rows());
   owns("embedding_backward", {&dtable, &dx, &ids});
   const Access access(*this);
-  embedding_backward_impl(dtable, dx, ids);
+  run_op(
+      OpFamily::embedding, [&] { return 3 * nb(dx) + nb(ids); },
+      [&] { embedding_backward_impl(dtable, dx, ids); });
 }
 
 // ---- LM head ----
@@ -488,7 +560,9 @@ void Backend::logsoftmax_target(const Tensor& lse, const Tensor& logp, const Ten
   check_rows_vector(op, "targets", targets, DType::I32, n);
   owns("logsoftmax_target", {&lse, &logp, &logits, &targets});
   const Access access(*this);
-  logsoftmax_target_impl(lse, logp, logits, targets);
+  run_op(
+      OpFamily::head_softmax, [&] { return nb(logits) + nb(lse) + nb(logp) + nb(targets); },
+      [&] { logsoftmax_target_impl(lse, logp, logits, targets); });
 }
 
 void Backend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
@@ -501,7 +575,9 @@ void Backend::dlogits_inplace(const Tensor& logits, const Tensor& lse, const Ten
   check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
   owns("dlogits_inplace", {&logits, &lse, &targets, &dlogp});
   const Access access(*this);
-  dlogits_inplace_impl(logits, lse, targets, dlogp);
+  run_op(
+      OpFamily::head_softmax, [&] { return 2 * nb(logits) + nb(lse) + nb(targets) + nb(dlogp); },
+      [&] { dlogits_inplace_impl(logits, lse, targets, dlogp); });
 }
 
 void Backend::argmax_rows(const Tensor& out, const Tensor& logits) {
@@ -510,7 +586,9 @@ void Backend::argmax_rows(const Tensor& out, const Tensor& logits) {
   check_rows_vector(op, "out", out, DType::I32, logits.rows());
   owns("argmax_rows", {&out, &logits});
   const Access access(*this);
-  argmax_rows_impl(out, logits);
+  run_op(
+      OpFamily::head_softmax, [&] { return nb(logits) + nb(out); },
+      [&] { argmax_rows_impl(out, logits); });
 }
 
 void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) {
@@ -521,7 +599,9 @@ void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const
   check_rows_vector(op, "lse", lse, DType::F32, n);
   owns("softmax_entropy", {&entropy, &logits, &lse});
   const Access access(*this);
-  softmax_entropy_impl(entropy, logits, lse);
+  run_op(
+      OpFamily::head_softmax, [&] { return nb(logits) + nb(lse) + nb(entropy); },
+      [&] { softmax_entropy_impl(entropy, logits, lse); });
 }
 
 void Backend::dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
@@ -537,7 +617,9 @@ void Backend::dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse,
   check_rows_vector(op, "dentropy", dentropy, DType::F32, n);
   owns("dlogits_entropy_inplace", {&logits, &lse, &targets, &dlogp, &entropy, &dentropy});
   const Access access(*this);
-  dlogits_entropy_inplace_impl(logits, lse, targets, dlogp, entropy, dentropy);
+  run_op(
+      OpFamily::head_softmax, [&] { return 2 * nb(logits) + 6 * nb(lse); },
+      [&] { dlogits_entropy_inplace_impl(logits, lse, targets, dlogp, entropy, dentropy); });
 }
 
 // ---- optimizer ----
@@ -547,7 +629,9 @@ void Backend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& 
   check_adamw(param, grad, m, v, s);
   owns("adamw_step", {&param, &grad, &m, &v});
   const Access access(*this);
-  adamw_step_impl(param, grad, m, v, s);
+  run_op(
+      OpFamily::optimizer, [&] { return 2 * nb(param) + nb(grad) + 2 * nb(m) + 2 * nb(v); },
+      [&] { adamw_step_impl(param, grad, m, v, s); });
 }
 
 }  // namespace sbp

@@ -37,6 +37,7 @@
 
 #include <initializer_list>
 
+#include "backend/op_profile.h"
 #include "core/memory.h"
 #include "core/tensor.h"
 
@@ -223,6 +224,11 @@ class Backend : public MemorySpace {
   int64_t flops() const { return flops_; }
   void reset_flops() { flops_ = 0; }
 
+  // Per-family time, FLOPs and bytes of every op from now on go to `p` (owned by the caller;
+  // nullptr: off). See op_profile.h; meaningful for backends whose ops are synchronous (CPU).
+  void set_profile(OpProfile* p) { profile_ = p; }
+  OpProfile* profile() const { return profile_; }
+
  protected:
   // The implementations, called with checked arguments only (see the public methods above).
   virtual void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
@@ -280,6 +286,13 @@ class Backend : public MemorySpace {
  private:
   // Checks that every tensor of op's call lives in this backend's memory.
   void owns(const char* op, std::initializer_list<const Tensor*> tensors) const;
+  // Runs `impl` (the checked op's *_impl call); with a profile attached, times it and records
+  // it under `family` with the bytes `bytes()` estimates. Defined in backend.cpp.
+  template <class Bytes, class Impl>
+  void run_op(OpFamily family, Bytes&& bytes, Impl&& impl);
+
+  OpProfile* profile_ = nullptr;
+  bool in_op_ = false;  // an op's implementation is running (inner public calls are not timed)
 };
 
 }  // namespace sbp

@@ -4,6 +4,8 @@
 // (beta != 0) and PPO the step includes the reference model's forward, on its own copy of the
 // weights (a real run holds two models); PPO's step includes its rollout (old log-probs,
 // reference log-probs and values, before any backward), as in training.
+// --profile (CPU): the measured steps' time split by kernel family (backend/op_profile.h), each
+// family's GFLOP/s against sgemm or GB/s against the copy bandwidth, both measured in the run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend_factory.h"
+#include "backend/cpu/copy_probe.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/sgemm_probe.h"
 #if defined(STREAMBP_HAVE_CUDA)
@@ -53,6 +56,7 @@ struct Args {
   ObjectiveArgs objective;
   LoraArgs lora;
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
+  bool profile = false;
 };
 
 struct Run {
@@ -69,6 +73,10 @@ struct Run {
   // window skips; the backend's count includes its tile padding, the planner's does not).
   int64_t step_flops = 0, planned_flops = 0, planned_flops_no_window = 0;
   MemoryBreakdown breakdown;
+  // --profile: the measured steps' ops by family, and those steps' summed wall time.
+  OpProfile profile;
+  double profiled_s = 0;
+  int profiled_steps = 0;
 };
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -221,11 +229,18 @@ struct Bench {
         cuda_reset_device_peaks(*be);
 #endif
         be->reset_flops();
+        const bool profiled = a.profile && i >= a.warmup;
+        be->set_profile(profiled ? &r.profile : nullptr);
         device_sync(*be);
         const auto t0 = std::chrono::steady_clock::now();
         const StepResult out = StepRunner(setup, c.m->set->views(), *be, c.m->pool, c.exec).run(step);
         device_sync(*be);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        be->set_profile(nullptr);
+        if (profiled) {
+          r.profiled_s += s;
+          r.profiled_steps += 1;
+        }
         if (i >= a.warmup) c.times.push_back(s);
         r.step_flops = be->flops();  // FLOPs of one step (the same every step)
         r.gflops = static_cast<double>(r.step_flops);
@@ -343,10 +358,52 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
   }
 }
 
+// --profile: per run, each family's share of the measured steps (per-step means), achieved rate
+// against its yardstick, and the time no op accounts for (host code, allocation, page faults of
+// fresh buffers, zeroing by the pool, uploads and downloads of per-row vectors).
+void print_profile(const std::vector<Run>& runs, double sgemm, double copy_gbs) {
+  for (const Run& r : runs) {
+    if (r.profiled_steps == 0) continue;
+    const double n = r.profiled_steps, step = r.profiled_s / n;
+    std::printf(
+        "\nprofile: %s %s T=%lld, mean of %d measured step(s): %.3f s/step; yardsticks sgemm "
+        "%.1f GFLOP/s, copy %.1f GB/s (read + written, one thread)\n",
+        r.mode.c_str(), r.precision.c_str(), static_cast<long long>(r.T), r.profiled_steps, step,
+        sgemm, copy_gbs);
+    std::printf("| family | calls/step | s/step | %% of step | achieved | %% of yardstick |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|\n");
+    for (int f = 0; f < kNumOpFamilies; ++f) {
+      const OpFamily fam = static_cast<OpFamily>(f);
+      const OpTotals& t = r.profile[fam];
+      if (t.calls == 0) continue;
+      const double sec = t.seconds / n;
+      char rate[48], share[32];
+      if (op_family_counts_flops(fam)) {
+        const double g = t.seconds > 0 ? static_cast<double>(t.flops) / t.seconds / 1e9 : 0.0;
+        std::snprintf(rate, sizeof rate, "%.1f GFLOP/s", g);
+        std::snprintf(share, sizeof share, "%.0f%% of sgemm", 100.0 * g / sgemm);
+      } else {
+        const double g = t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0;
+        std::snprintf(rate, sizeof rate, "%.1f GB/s", g);
+        std::snprintf(share, sizeof share, "%.0f%% of copy", 100.0 * g / copy_gbs);
+      }
+      std::printf("| %s | %.0f | %.3f | %.1f%% | %s | %s |\n", op_family_name(fam),
+                  static_cast<double>(t.calls) / n, sec, 100.0 * sec / step, rate, share);
+    }
+    const double ops = r.profile.seconds() / n;
+    std::printf("| other (step - families) | | %.3f | %.1f%% | | |\n", step - ops,
+                100.0 * (step - ops) / step);
+    std::printf("| step | | %.3f | 100%% | %.1f GFLOP/s | %.0f%% of sgemm |\n", step,
+                static_cast<double>(r.step_flops) / step / 1e9,
+                100.0 * static_cast<double>(r.step_flops) / step / 1e9 / sgemm);
+  }
+}
+
 void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
-                const std::vector<double>& probes) {
+                const std::vector<double>& probes, double copy_gbs) {
   nlohmann::json j;
   j["sgemm_gflops"] = sgemm;
+  if (copy_gbs > 0) j["copy_gbs"] = copy_gbs;
   j["sgemm_gflops_probes"] = probes;
   j["gemm_probe"] = gemm_probe_name(*b.be);  // what sgemm_gflops measured
   j["backend"] = b.be->name();
@@ -380,6 +437,15 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
       jr["device_reserved_peak_bytes"] = r.device_reserved_peak;
       jr["device_in_use_peak_bytes"] = r.device_in_use_peak;
     }
+    if (r.profiled_steps > 0) {  // sums over the measured steps
+      jr["profile"]["steps"] = r.profiled_steps;
+      jr["profile"]["step_seconds_sum"] = r.profiled_s;
+      for (int f = 0; f < kNumOpFamilies; ++f) {
+        const OpTotals& t = r.profile[static_cast<OpFamily>(f)];
+        jr["profile"]["families"][op_family_name(static_cast<OpFamily>(f))] = {
+            {"calls", t.calls}, {"seconds", t.seconds}, {"flops", t.flops}, {"bytes", t.bytes}};
+      }
+    }
     for (int c = 0; c < kNumCategories; ++c)
       jr["breakdown"][category_name(static_cast<Category>(c))] =
           r.breakdown.bytes[static_cast<size_t>(c)];
@@ -394,6 +460,9 @@ int run(const Args& a) {
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
   parse_modes(a.modes);  // a bad mode fails before any work
+  // Host timers around each op: on a GPU they would time kernel launches, not kernels.
+  if (a.profile && a.backend != "cpu")
+    throw InputError("--profile times the CPU backend's kernels only (--backend cpu)");
   // Probed again after every round of steps: the median is the yardstick of the same moments
   // the steps ran in (a shared machine's speed drifts). On the CPU the first probe runs before
   // the models exist (as it always did); a GPU's needs the backend.
@@ -414,7 +483,13 @@ int run(const Args& a) {
   std::sort(probes.begin(), probes.end());
   const double sgemm = probes[probes.size() / 2];
   print_tables(b, runs, sgemm, probes);
-  if (!a.json.empty()) write_json(b, runs, sgemm, b.sgemm_probes);
+  double copy_gbs = 0;
+  if (a.profile) {
+    std::fprintf(stderr, "bench: measuring copy bandwidth...\n");
+    copy_gbs = measure_copy_bandwidth_gbs();
+    print_profile(runs, sgemm, copy_gbs);
+  }
+  if (!a.json.empty()) write_json(b, runs, sgemm, b.sgemm_probes, copy_gbs);
   return 0;
 }
 
@@ -446,6 +521,8 @@ void register_bench(CLI::App& app) {
   c->add_option("--segments", a->segments,
                 "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)")
       ->check(int_in(1, kMaxFlagInt));
+  c->add_flag("--profile", a->profile,
+              "Split the measured steps' time by kernel family (CPU backend)");
   a->objective.add_flags(c);
   a->lora.add_flags(c);
   c->callback([a] { run(*a); });

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/copy_probe.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
@@ -28,31 +29,15 @@
 #include "core/output_file.h"
 #include "data/prompt_encoder.h"
 #include "data/prompt_records.h"
-#include "reward/builtin_rewards.h"
 #include "engine/engine.h"
 #include "model/lora_io.h"
+#include "reward/builtin_rewards.h"
 
 namespace sbp::cli {
 
 namespace {
 
 using json = nlohmann::json;
-
-// The machine's copy bandwidth (GB/s, bytes read + written per second), the median of 5 copies
-// of a 512 MiB buffer: what bounds decoding at batch 1, which reads every weight once per token.
-double copy_bandwidth_gbs() {
-  const size_t n = size_t{512} << 20;
-  std::vector<char> a(n, 1), b(n, 0);
-  std::vector<double> t;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::memcpy(b.data(), a.data(), n);
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    a[static_cast<size_t>(rep)] = b[n - 1 - static_cast<size_t>(rep)];  // keep both live
-  }
-  std::sort(t.begin(), t.end());
-  return 2.0 * static_cast<double>(n) / t[2] / 1e9;
-}
 
 struct Args {
   std::string model;
@@ -208,7 +193,7 @@ int run(const Args& a) {
     for (size_t i = 0; i < w.size(); ++i)
       weight_bytes += static_cast<double>(w.tensor(i).numel()) *
                       static_cast<double>(dtype_size(w.tensor(i).dtype));
-    const double gbs = copy_bandwidth_gbs();
+    const double gbs = measure_copy_bandwidth_gbs();
     const int64_t B = a.batch_size > 0 ? a.batch_size : a.num_return_sequences;
     const double bound = static_cast<double>(B) * gbs / 2.0 * 1e9 / weight_bytes;
     std::fprintf(stderr,

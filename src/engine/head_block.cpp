@@ -15,6 +15,8 @@ HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const Mode
       targets_(targets),
       row_begin_(row_begin),
       n_(hidden.rows()) {
+  // A profile (bench --profile) counts this block's GEMMs as the LM head's, not the layers'.
+  const ProfileRegion head(be.profile(), OpRegion::head);
   const int64_t n = n_, d = cfg.hidden_size;
   hf_ = pool.allocate(Category::layer_workspace, act, {n, d});
   be.rmsnorm_forward(hf_.view(), hidden, W.final_norm, static_cast<float>(cfg.rms_norm_eps),
@@ -78,6 +80,7 @@ TokenChunkGrads HeadBlock::alloc_grads() {
 }
 
 void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
+  const ProfileRegion head(be_.profile(), OpRegion::head);
   const int64_t n = n_, d = cfg_.hidden_size;
   const Tensor W = kind_ == HeadKind::value ? W_.score : W_.lm_head;  // (V, d) or (1, d)
   const Tensor dW = kind_ == HeadKind::value ? G.score : G.lm_head;

@@ -232,6 +232,40 @@ TEST(Cli, BenchWritesTheDocumentedJson) {
   EXPECT_NEAR(j["runs"][0]["loss"].get<double>(), j["runs"][2]["loss"].get<double>(), 1e-5);
 }
 
+// bench --profile: every run's JSON has the measured steps' families, whose seconds add up to
+// no more than the steps' and whose FLOPs are the step's; the table is printed; a GPU backend
+// is refused (host timers would time kernel launches).
+TEST(Cli, BenchProfileAccountsForTheSteps) {
+  test::TempDir tmp;
+  auto r = run_command(bin() +
+                       " bench --model tiny-qwen3 --seq-len 64 --modes checkpoint,stream"
+                       " --layer-chunk 16 --head-chunk 16 --repeat 2 --profile --json " +
+                       tmp.file("b.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("| other (step - families) |"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(test::read_text(tmp.file("b.json")));
+  EXPECT_GT(j["copy_gbs"].get<double>(), 0.0);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const auto& run : j["runs"]) {
+    const auto& p = run["profile"];
+    EXPECT_EQ(p["steps"].get<int>(), 2);
+    double seconds = 0;
+    int64_t flops = 0;
+    for (const auto& [name, f] : p["families"].items()) {
+      seconds += f["seconds"].get<double>();
+      flops += f["flops"].get<int64_t>();
+    }
+    EXPECT_LE(seconds, p["step_seconds_sum"].get<double>());
+    EXPECT_EQ(flops, 2 * run["step_flops"].get<int64_t>());
+    for (const char* family : {"layer gemm", "LM-head gemm", "attention fwd", "attention bwd"})
+      EXPECT_GT(p["families"][family]["calls"].get<int64_t>(), 0) << family;
+  }
+  r = run_command(bin() + " bench --model tiny-qwen3 --seq-len 64 --profile --backend cuda");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--profile times the CPU backend's kernels only"), std::string::npos)
+      << r.output;
+}
+
 // A model with sliding-window layers: bench reports the attention FLOPs the window skips (the
 // planner's count of the same step with every layer full, minus its count with the windows),
 // and the backend's own count of the step agrees with the planner's up to the CPU kernels' tile

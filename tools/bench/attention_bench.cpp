@@ -14,7 +14,6 @@
 // compute, masked waste included); "useful" is the exact causal (or windowed) count (forward
 // 4*h per allowed (query, key) pair and head, backward 10*h), so useful/counted is the tiling
 // efficiency.
-#include <cblas.h>
 #include <omp.h>
 #include <time.h>
 
@@ -30,6 +29,7 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/blas.h"
 #include "core/rng.h"
 
 #include "bench_clock.h"

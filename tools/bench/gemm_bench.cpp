@@ -16,7 +16,6 @@
 //           in cblas.h but is built without it); a BF16 C goes through an fp32 copy, timed too.
 // --clock cpu: process CPU time / threads instead of wall time (see attention_bench).
 // --match TEXT: only the cases whose name contains TEXT.
-#include <cblas.h>
 #include <dlfcn.h>
 #include <omp.h>
 #include <time.h>
@@ -31,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/blas.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/rng.h"
@@ -88,9 +88,8 @@ struct Matrix {
   }
 };
 
-using SbgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint,
-                          float, const uint16_t*, blasint, const uint16_t*, blasint, float, float*,
-                          blasint);
+using SbgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, float,
+                          const uint16_t*, int, const uint16_t*, int, float, float*, int);
 
 SbgemmFn find_sbgemm() { return reinterpret_cast<SbgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm")); }
 
@@ -212,9 +211,9 @@ int main(int argc, char** argv) {
           out = cf.data();
         }
         sbgemm(CblasRowMajor, c.ta ? CblasTrans : CblasNoTrans, c.tb ? CblasTrans : CblasNoTrans,
-               static_cast<blasint>(c.M), static_cast<blasint>(c.N), static_cast<blasint>(c.K),
-               1.0f, A.b16.data(), static_cast<blasint>(A.cols), B.b16.data(),
-               static_cast<blasint>(B.cols), beta, out, static_cast<blasint>(c.N));
+               static_cast<int>(c.M), static_cast<int>(c.N), static_cast<int>(c.K), 1.0f,
+               A.b16.data(), static_cast<int>(A.cols), B.b16.data(), static_cast<int>(B.cols), beta,
+               out, static_cast<int>(c.N));
         if (c.c == B16)
           for (size_t i = 0; i < cf.size(); ++i) C.b16[i] = sbp::f32_to_bf16(cf[i]);
       };

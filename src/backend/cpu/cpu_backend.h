@@ -85,7 +85,7 @@ class CpuBackend : public Backend {
                        const AdamWStep& s) override;
 };
 
-// Sets the thread count of OpenMP (and thus of OpenBLAS' OpenMP build). 0 = leave as is.
+// Sets the thread count of OpenMP (0 = leave it as is) and tells the BLAS (blas.h) the same.
 void set_cpu_threads(int threads);
 int cpu_threads();
 

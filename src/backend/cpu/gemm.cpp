@@ -1,9 +1,10 @@
-// Dense products through OpenBLAS sgemm (row-major). All-F32 calls go to sgemm directly, except
-// x W^T with at most 16 rows of x (gemm_skinny.h: no packing of W); calls with a BF16 operand
-// to gemm_mixed (gemm_bf16.cpp: widened panels, sgemm, measured there).
-#include <cblas.h>
+// Dense products through the configured BLAS's sgemm (row-major; backend/cpu/blas.h). All-F32
+// calls go to sgemm directly, except x W^T with at most 16 rows of x (gemm_skinny.h: no packing
+// of W); calls with a BF16 operand to gemm_mixed (gemm_bf16.cpp: widened panels, sgemm,
+// measured there).
 #include <omp.h>
 
+#include "backend/cpu/blas.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/gemm_skinny.h"
@@ -34,16 +35,14 @@ void CpuBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M), static_cast<blasint>(N),
-              static_cast<blasint>(K), alpha, A.f32(), static_cast<blasint>(A.cols()), B.f32(),
-              static_cast<blasint>(B.cols()), beta, C.f32(), static_cast<blasint>(C.cols()));
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+              static_cast<int>(K), alpha, A.f32(), static_cast<int>(A.cols()), B.f32(),
+              static_cast<int>(B.cols()), beta, C.f32(), static_cast<int>(C.cols()));
 }
 
 void set_cpu_threads(int threads) {
-  if (threads > 0) {
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
-  }
+  if (threads > 0) omp_set_num_threads(threads);
+  cpu::blas_set_threads(omp_get_max_threads());
 }
 
 int cpu_threads() { return omp_get_max_threads(); }

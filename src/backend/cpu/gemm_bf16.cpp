@@ -30,11 +30,10 @@
 // given thread count, so the same inputs and thread count give the same bits.
 #include "backend/cpu/gemm_bf16.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <memory>
 
+#include "backend/cpu/blas.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/storage.h"
 
@@ -135,10 +134,9 @@ void gemm_mixed(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
     for (int64_t k0 = 0; k0 < K; k0 += KB) {
       const int64_t k1 = std::min(k0 + KB, K);
       const Panel a = a_block(i0, i1, k0, k1), b = b_block(k0, k1, j0, j1);
-      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(i1 - i0),
-                  static_cast<blasint>(j1 - j0), static_cast<blasint>(k1 - k0), alpha, a.p,
-                  static_cast<blasint>(a.ld), b.p, static_cast<blasint>(b.ld),
-                  k0 == 0 ? beta : 1.0f, c, static_cast<blasint>(ldc));
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(i1 - i0), static_cast<int>(j1 - j0),
+                  static_cast<int>(k1 - k0), alpha, a.p, static_cast<int>(a.ld), b.p,
+                  static_cast<int>(b.ld), k0 == 0 ? beta : 1.0f, c, static_cast<int>(ldc));
     }
     if (c16) {
       bf16* pc = float_data<bf16>(C);

@@ -1,10 +1,10 @@
 #include "backend/cpu/sgemm_probe.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <vector>
+
+#include "backend/cpu/blas.h"
 
 namespace sbp {
 
@@ -13,10 +13,9 @@ double measure_sgemm_gflops(long n, int repeats) {
   std::vector<double> rates;
   for (int r = 0; r < repeats + 1; ++r) {  // the first run warms caches and thread pools
     const auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(n),
-                static_cast<blasint>(n), static_cast<blasint>(n), 1.0f, a.data(),
-                static_cast<blasint>(n), b.data(), static_cast<blasint>(n), 0.0f, c.data(),
-                static_cast<blasint>(n));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(n),
+                static_cast<int>(n), 1.0f, a.data(), static_cast<int>(n), b.data(),
+                static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) rates.push_back(2.0 * static_cast<double>(n) * n * n / s / 1e9);
   }
