@@ -213,8 +213,9 @@ TEST(Tokenizer, SentencePieceVariantsMatchLibrary) {
     const std::vector<int32_t> ids = ids_of(row["ids"]);
     EXPECT_EQ(tok->encode(row["text"].get<std::string>()), ids) << where;
     // null: the library's Strip panics on this one (cuts overlap); ours gives some text.
-    if (!row["decoded"].is_null())
+    if (!row["decoded"].is_null()) {
       EXPECT_EQ(tok->decode(ids), row["decoded"].get<std::string>()) << where;
+    }
     ++checked[variant];
   }
   EXPECT_EQ(checked.size(), 6u);
