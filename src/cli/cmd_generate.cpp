@@ -186,20 +186,18 @@ int run(const Args& a) {
                format_bytes(ledger.category_peak(Category::kv_cache)).c_str());
   if (a.bandwidth_bound) {
     // A decoding step reads every weight once (the tied embedding once, as the LM head) for
-    // the new token of each of its B sequences; the copy bandwidth counts reads and writes, a
-    // weight read is half a copy. (The cache's reads are left out: small next to the weights
-    // for short sequences.)
+    // the new token of each of its B sequences, at best at the machine's read bandwidth. (The
+    // cache's reads are left out: small next to the weights for short sequences.)
     double weight_bytes = 0.0;
     for (size_t i = 0; i < w.size(); ++i)
       weight_bytes += static_cast<double>(w.tensor(i).numel()) *
                       static_cast<double>(dtype_size(w.tensor(i).dtype));
-    const double gbs = measure_copy_bandwidth_gbs();
+    const double gbs = measure_read_bandwidth_gbs();
     const int64_t B = a.batch_size > 0 ? a.batch_size : a.num_return_sequences;
-    const double bound = static_cast<double>(B) * gbs / 2.0 * 1e9 / weight_bytes;
+    const double bound = static_cast<double>(B) * gbs * 1e9 / weight_bytes;
     std::fprintf(stderr,
                  "bandwidth bound: %.1f tokens/s at batch %lld (%.3f GB of weights per step at "
-                 "%.1f GB/s copy bandwidth, read half of it); measured %.1f tokens/s = %.0f%% of "
-                 "it\n",
+                 "%.1f GB/s read bandwidth); measured %.1f tokens/s = %.0f%% of it\n",
                  bound, static_cast<long long>(B), weight_bytes / 1e9, gbs,
                  secs > 0 ? new_tokens / secs : 0.0,
                  secs > 0 ? 100.0 * (new_tokens / secs) / bound : 0.0);
