@@ -193,7 +193,7 @@ int run(const Args& a) {
       weight_bytes += static_cast<double>(w.tensor(i).numel()) *
                       static_cast<double>(dtype_size(w.tensor(i).dtype));
     const double gbs = measure_read_bandwidth_gbs();
-    const int64_t B = a.batch_size > 0 ? a.batch_size : a.num_return_sequences;
+    const int64_t B = std::min(batch, total);  // the largest decoding batch of the run
     const double bound = static_cast<double>(B) * gbs * 1e9 / weight_bytes;
     std::fprintf(stderr,
                  "bandwidth bound: %.1f tokens/s at batch %lld (%.3f GB of weights per step at "

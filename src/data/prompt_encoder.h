@@ -35,7 +35,8 @@ class PromptEncoder {
   // of `stops` (empty strings ignored); an empty function when there are none. Only the
   // completion's last (longest stop + 2) tokens are decoded per call: a stop string that the
   // newest token completes lies within them (every token but a special one adds at least a
-  // byte), so a check per new token costs O(1), not O(length).
+  // byte), so a check per new token costs O(1), not O(length). The function refers to this
+  // encoder, which must outlive it.
   std::function<bool(std::span<const int32_t>)> stop_strings(std::vector<std::string> stops) const;
   // eos and the chat template's end-of-turn token, those the vocabulary has.
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }

@@ -110,12 +110,17 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 #endif
 using v8 = float __attribute__((vector_size(32)));
 
-inline v8 load8(const float* p) {
-  v8 v;
+// A vector of V's width from, or to, unaligned floats (v8 here; v16 below with AVX-512).
+template <class V>
+inline V load_vec(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store8(float* p, const v8& v) { std::memcpy(p, &v, sizeof v); }
+template <class V>
+inline void store_vec(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
 // a * b + c, fused when the target has FMA. Explicit, because left to -ffp-contract GCC fuses
 // in some instantiations and not in others, and then an element's bits would depend on which
 // micro-kernel computed it (see fmadd in vec_math.h).
@@ -132,12 +137,6 @@ inline v8 fma8(const v8& a, const v8& b, const v8& c) {
 // on these (half the instructions of two v8; every element's FMA chain, and so its bits, the
 // same).
 using v16 = float __attribute__((vector_size(64)));
-inline v16 load16(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store16(float* p, const v16& v) { std::memcpy(p, &v, sizeof v); }
 inline v16 fma16(const v16& a, const v16& b, const v16& c) {
   return reinterpret_cast<v16>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a),
                                                reinterpret_cast<__m512>(b),
@@ -164,15 +163,15 @@ inline void micro_kernel(int64_t kc, const float* a, int64_t a_rs, int64_t a_ks,
       if constexpr (kMode == Store::kSet) {
         acc[r][v] = v8{};
       } else if constexpr (kMode == Store::kAdd) {
-        acc[r][v] = load8(c + r * ldc + 8 * v);
+        acc[r][v] = load_vec<v8>(c + r * ldc + 8 * v);
       } else {
-        acc[r][v] = load8(c + r * ldc + 8 * v) * row_scale[r];
+        acc[r][v] = load_vec<v8>(c + r * ldc + 8 * v) * row_scale[r];
       }
     }
   }
   for (int64_t k = 0; k < kc; ++k) {
     v8 bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = load8(b + k * ldb + 8 * v);
+    for (int v = 0; v < NV; ++v) bv[v] = load_vec<v8>(b + k * ldb + 8 * v);
     const float* ak = a + k * a_ks;
     for (int r = 0; r < MR; ++r) {
       const float av = ak[r * a_rs];
@@ -181,7 +180,7 @@ inline void micro_kernel(int64_t kc, const float* a, int64_t a_rs, int64_t a_ks,
     }
   }
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) store8(c + r * ldc + 8 * v, acc[r][v]);
+    for (int v = 0; v < NV; ++v) store_vec(c + r * ldc + 8 * v, acc[r][v]);
 }
 
 #if defined(__AVX512F__)
@@ -195,13 +194,13 @@ inline void micro_kernel16(int64_t kc, const float* a, int64_t a_rs, int64_t a_k
     if constexpr (kMode == Store::kSet) {
       acc[r] = v16{};
     } else if constexpr (kMode == Store::kAdd) {
-      acc[r] = load16(c + r * ldc);
+      acc[r] = load_vec<v16>(c + r * ldc);
     } else {
-      acc[r] = load16(c + r * ldc) * row_scale[r];
+      acc[r] = load_vec<v16>(c + r * ldc) * row_scale[r];
     }
   }
   for (int64_t k = 0; k < kc; ++k) {
-    const v16 bv = load16(b + k * ldb);
+    const v16 bv = load_vec<v16>(b + k * ldb);
     const float* ak = a + k * a_ks;
     for (int r = 0; r < MR; ++r) {
       const float av = ak[r * a_rs];
@@ -209,7 +208,7 @@ inline void micro_kernel16(int64_t kc, const float* a, int64_t a_rs, int64_t a_k
       acc[r] = fma16(avv, bv, acc[r]);
     }
   }
-  for (int r = 0; r < MR; ++r) store16(c + r * ldc, acc[r]);
+  for (int r = 0; r < MR; ++r) store_vec(c + r * ldc, acc[r]);
 }
 #endif
 
