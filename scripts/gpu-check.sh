@@ -8,7 +8,8 @@
 # seconds, default 470: the check fits 8 minutes), so one failing or slow stage does not lose
 # the report; a stage past its limit is reported as `timeout`.
 #
-# Stages: the backend op suite on cuda (every `.../cuda` case, against float64 references);
+# Stages: the backend op suite on cuda (every `.../cuda` case, against float64 references;
+# the attention cases once more on the fp32 kernels, STREAMBP_CUDA_ATTENTION=simt);
 # the Hugging Face parity tests on cuda; `streambp score` of every HF fixture on cuda against
 # its expected loss; gradcheck sft/dpo/grpo/ppo in every mode; `plan`; `bench` of Qwen3-0.6B
 # (28 layers, bf16) at T = 8k / 32k / 128k with checkpoint and stream interleaved, with the
@@ -91,6 +92,14 @@ ops() {
 export BIN SB ROOT WORK
 export -f ops
 stage op_suite_cuda 90 "" bash -c ops
+# The attention cases again on the fp32 CUDA-core kernels (attention.cu), which run for head
+# dims the tensor-core kernels (attention_tc.cu, the default) do not take.
+ops_simt() {
+  STREAMBP_CUDA_ATTENTION=simt "$BIN/ops_layer_test" --gtest_filter='*Attention*/cuda' \
+    --gtest_brief=1
+}
+export -f ops_simt
+stage op_suite_cuda_attention_simt 30 "" bash -c ops_simt
 
 parity() {
   STREAMBP_TEST_BACKEND=cuda "$BIN/hf_parity_test" --gtest_brief=1 &&
@@ -154,6 +163,11 @@ torch_ckpt() {  # torch_ckpt NAME T LIMIT
     --seq-len "$2" --repeat 1 --json "$WORK/$1.json"
 }
 bench bench_qwen3_0.6b_8k qwen3-0.6b 8192 90
+# The same step with the fp32 attention kernels: what the tensor cores bring.
+stage bench_qwen3_0.6b_8k_simt_attention 45 bench_qwen3_0.6b_8k_simt_attention.json \
+  env STREAMBP_CUDA_ATTENTION=simt "$SB" bench --model qwen3-0.6b --backend cuda \
+  --precision bf16 --seq-len 8192 --modes stream --repeat 1 --warmup 1 \
+  --json "$WORK/bench_qwen3_0.6b_8k_simt_attention.json"
 torch_ckpt torch_ckpt_qwen3_0.6b_8k 8192 60
 bench bench_qwen3_0.6b_32k qwen3-0.6b 32768 90
 torch_ckpt torch_ckpt_qwen3_0.6b_32k 32768 40

@@ -532,6 +532,56 @@ TEST_P(BackendOps, AttentionBf16EveryDtypeCombination) {
   }
 }
 
+// Head dims and lengths of real models: several key tiles and row blocks per call, head_dim
+// 16 to 128 (the CUDA backend's tensor-core kernels take head_dim % 16 == 0; the cases above,
+// head_dim 4 to 8, run its fp32 kernels). Against the float64 reference only (the cases above
+// check it by finite differences), all-F32 and in the engine's mix: BF16 q, k, v, out with F32
+// dout and gradients (D from P and dP, backend.h).
+TEST_P(BackendOps, AttentionModelHeadDimsAcrossTiles) {
+  const std::vector<AttentionCase> cases = {
+      {"h16_gqa_three_segments", 4, 2, 16, {40, 57, 63}, 60, 100, 160},
+      {"h64_mqa_window", 4, 1, 64, {30, 130}, 40, 120, 160, 37},
+      {"h128_mha_whole", 2, 2, 128, {150}, 0, 150, 150},
+      {"h128_gqa_chunk_before_more_keys", 4, 2, 128, {100, 100}, 50, 70, 200},
+  };
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t Hh = c.H * c.h, Gh = c.G * c.h;
+    const std::vector<int32_t> seg = c.seg_start();
+    Buffer seg_start = ids(seg);
+    const Vec qd = randb(c.n * Hh, 2.0f), kd = randb(c.tk * Gh), vd = randb(c.tk * Gh);
+    const Vec dod = randn(c.n * Hh), dq0 = randn(c.n * Hh), dk0 = randn(c.tk * Gh),
+              dv0 = randn(c.tk * Gh);
+    for (const DType act : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(act == DType::BF16 ? "bf16 q k v out" : "f32");
+      Buffer q = up(qd, {c.n, Hh}, act), k = up(kd, {c.tk, Gh}, act), v = up(vd, {c.tk, Gh}, act);
+      Buffer out = zeros({c.n, Hh}, act), lse = zeros({c.n, c.H});
+      Buffer out32 = zeros({c.n, Hh});
+      be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
+                           c.q_offset, c.dims());
+      be.attention_forward(out32.view(), lse.view(), q.view(), k.view(), v.view(),
+                           seg_start.view(), c.q_offset, c.dims());
+      Buffer dq = up(dq0, {c.n, Hh}), dk = up(dk0, {c.tk, Gh}), dv = up(dv0, {c.tk, Gh});
+      Buffer dout = up(dod, {c.n, Hh});
+      be.attention_backward(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(),
+                            v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset,
+                            c.dims());
+      if (!computes()) continue;
+      Vec ref_out, ref_lse, ref_dq, ref_dk, ref_dv;
+      ref_attention(c, seg, qd, kd, vd, &ref_out, &ref_lse);
+      test::expect_close(down(out), ref_out, act, 1e-5, "out");
+      test::expect_close(down(lse), ref_lse, DType::F32, 1e-5, "lse");
+      // The backward's result is that of the unrounded out (backend.h): the reference's D is
+      // taken from the F32 forward.
+      ref_attention_backward(c, seg, qd, kd, vd, down(out32), down(lse), dod, &ref_dq, &ref_dk,
+                             &ref_dv);
+      EXPECT_LT(rel_err_vec(down(dq), plus(dq0, ref_dq)), 1e-5);
+      EXPECT_LT(rel_err_vec(down(dk), plus(dk0, ref_dk)), 1e-5);
+      EXPECT_LT(rel_err_vec(down(dv), plus(dv0, ref_dv)), 1e-5);
+    }
+  }
+}
+
 // A sliding window cuts the work on every backend: the computing ones count the tile products
 // they skip, the planner (meta) counts the (query, key) pairs the window allows,
 // 4 h H per pair forward and 10 h H backward, exactly.

@@ -8,8 +8,10 @@
 //  - its backward sums dK/dV with atomics (non-deterministic), and the contract wants the same
 //    bits for the same inputs;
 //  - F32 and BF16 tensors in any mix (dK/dV accumulators are F32 while q is BF16).
-// These are simple first: correct, deterministic, fp32 arithmetic on fp32 copies in shared
-// memory, no tensor cores. A tensor-core (mma/wgmma) version is the next step for speed.
+// These kernels are the simple ones: deterministic fp32 arithmetic on fp32 copies in shared
+// memory, on the CUDA cores. attention_tc.cu has the same loops on the tensor cores; it runs
+// whenever it can (head_dim % 16 == 0, <= 256), unless STREAMBP_CUDA_ATTENTION=simt asks for
+// these (CudaBackend's constructor).
 //
 // Layout: q, out, dq, dout (n, H*h); k, v, dk, dv (Tk, G*h); lse (n, H) F32. Query head hq reads
 // kv head hq / (H / G). Keys are visited in tiles of 32 (one key per lane).
@@ -21,6 +23,7 @@
 //    forward, and a dK/dV kernel with one warp per (key tile, kv head) that walks the query
 //    rows that see the tile in increasing order, for each query head of its group. Each output
 //    element is owned by one thread and summed in a fixed order: deterministic, no atomics.
+#include "backend/cuda/attention_args.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
@@ -29,6 +32,7 @@ namespace sbp {
 
 namespace {
 
+using cuda::AttnArgs;
 using cuda::FPtr;
 using cuda::fptr;
 
@@ -36,16 +40,6 @@ constexpr int kTile = 32;        // keys per tile: one per lane
 constexpr int kRows = 8;         // query rows (warps) per block in the row kernels
 constexpr int kMaxHeadDim = 256;
 constexpr int kPerLane = kMaxHeadDim / 32;  // head-dim elements a lane owns (d = lane + 32 t)
-
-struct AttnArgs {
-  FPtr q, k, v, out, dout, dq, dk, dv;
-  float* lse;
-  float* D;  // (n, H) backward only
-  const int32_t* seg;
-  int64_t n, q_offset, window;
-  int H, G, h;
-  float scale;
-};
 
 // Shared memory of the row kernels: K and V tiles (32, h + 1) (padded: lane-per-key reads hit
 // distinct banks), two row buffers (kRows, h), and (kRows, 32) per-lane values.
@@ -298,16 +292,6 @@ __global__ void attn_dkdv_kernel(AttnArgs a) {
   }
 }
 
-template <class Kernel>
-void launch(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream,
-            const AttnArgs& a) {
-  if (smem > 48 * 1024)  // past the default, shared memory must be asked for per kernel
-    SBP_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(smem)));
-  kernel<<<grid, threads, smem, stream>>>(a);
-  SBP_CUDA_LAUNCHED();
-}
-
 AttnArgs args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seg_start,
               int64_t q_offset, const AttentionDims& dims) {
   AttnArgs a;
@@ -346,8 +330,12 @@ void CudaBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, c
   AttnArgs a = args(q, k, v, seg_start, q_offset, dims);
   a.out = fptr(out);
   a.lse = lse.f32();
+  if (use_tensor_core_attention(a.h)) {
+    cuda::tc_attention_forward(a, smem_optin_, stream_);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
-  launch(attn_forward_kernel, grid, 32 * kRows, row_kernel_smem(a.h), stream_, a);
+  cuda::launch_attention(attn_forward_kernel, grid, 32 * kRows, row_kernel_smem(a.h), stream_, a);
 }
 
 void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -371,16 +359,22 @@ void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, co
   a.dv = fptr(dv);
   a.lse = lse.f32();
   a.D = static_cast<float*>(scratch(kScratchA, sizeof(float) * n * a.H));
+  if (use_tensor_core_attention(a.h)) {
+    const dim3 rows(static_cast<unsigned>((n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
+    if (!d_from_p) cuda::launch_attention(attn_delta_dot_kernel, rows, 32 * kRows, 0, stream_, a);
+    cuda::tc_attention_backward(a, d_from_p, smem_optin_, stream_);
+    return;
+  }
   const dim3 rows(static_cast<unsigned>((n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
   if (d_from_p) {
-    launch(attn_rows_backward_kernel<false>, rows, 32 * kRows, row_kernel_smem(a.h), stream_, a);
+    cuda::launch_attention(attn_rows_backward_kernel<false>, rows, 32 * kRows, row_kernel_smem(a.h), stream_, a);
   } else {
-    launch(attn_delta_dot_kernel, rows, 32 * kRows, 0, stream_, a);
+    cuda::launch_attention(attn_delta_dot_kernel, rows, 32 * kRows, 0, stream_, a);
   }
-  launch(attn_rows_backward_kernel<true>, rows, 32 * kRows, row_kernel_smem(a.h), stream_, a);
+  cuda::launch_attention(attn_rows_backward_kernel<true>, rows, 32 * kRows, row_kernel_smem(a.h), stream_, a);
   const int64_t key_tiles = (q_offset + n + kTile - 1) / kTile;
   const dim3 kv(static_cast<unsigned>(key_tiles), static_cast<unsigned>(a.G));
-  launch(attn_dkdv_kernel, kv, 32, kv_kernel_smem(a.h), stream_, a);
+  cuda::launch_attention(attn_dkdv_kernel, kv, 32, kv_kernel_smem(a.h), stream_, a);
 }
 
 }  // namespace sbp

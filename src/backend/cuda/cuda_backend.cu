@@ -1,5 +1,9 @@
 // CudaBackend: construction, memory (the arena), transfers, scratch, and the factory functions
 // of cuda_factory.h.
+#include <cstdlib>
+#include <string>
+
+#include "backend/cuda/attention_args.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_factory.h"
@@ -53,6 +57,22 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   workspace_ = arena_->allocate(kWorkspaceBytes);
   SBP_CHECK(workspace_, "cuda: cannot allocate the 32 MiB cuBLASLt workspace");
   SBP_CUDA(cudaMallocHost(&pinned_, 64));
+  int optin = 0;
+  SBP_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+  smem_optin_ = static_cast<size_t>(optin);
+  const char* attn = std::getenv("STREAMBP_CUDA_ATTENTION");
+  if (attn && *attn) {
+    const std::string kind(attn);
+    if (kind != "simt" && kind != "tc")
+      throw InputError("STREAMBP_CUDA_ATTENTION: '" + kind +
+                       "' is not an attention kernel; use tc (tensor cores, the default) or "
+                       "simt (fp32 CUDA cores)");
+    simt_attention_ = kind == "simt";
+  }
+}
+
+bool CudaBackend::use_tensor_core_attention(int h) const {
+  return !simt_attention_ && cuda::tc_attention_supported(h, smem_optin_);
 }
 
 CudaBackend::~CudaBackend() {

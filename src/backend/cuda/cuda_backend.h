@@ -2,7 +2,7 @@
 // The CUDA backend: BF16 or F32 storage with fp32 accumulation, on one GPU.
 //  - memory: a DeviceArena of cudaMalloc'd segments (arena.h), one per backend;
 //  - GEMMs through cuBLASLt (gemm.cu), fp32 compute, a preallocated workspace;
-//  - attention: our own kernels (attention.cu);
+//  - attention: our own kernels, on the tensor cores (attention_tc.cu) or fp32 (attention.cu);
 //  - the rest: small kernels, one file per family (elementwise.cu, norm.cu, rope_swiglu.cu,
 //    embedding.cu, lm_head.cu, adamw.cu), whose arithmetic lives in kernel_math.h.
 // Every operation runs on the backend's own stream. Operations that return a host value
@@ -129,8 +129,14 @@ class CudaBackend : public Backend {
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;
 
+  // Whether attention runs on the tensor cores (attention_tc.cu) for head_dim h: the kernels
+  // can, and STREAMBP_CUDA_ATTENTION (read once, at construction) is not "simt".
+  bool use_tensor_core_attention(int h) const;
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  size_t smem_optin_ = 48 * 1024;  // shared memory per block a kernel may opt in to
+  bool simt_attention_ = false;    // STREAMBP_CUDA_ATTENTION=simt
   cublasLtHandle_t lt_ = nullptr;
   std::unique_ptr<cuda::DeviceArena> arena_;
   void* workspace_ = nullptr;  // cuBLASLt's, kWorkspaceBytes

@@ -145,6 +145,26 @@ SBP_HD float rescale(float m_old, float m_new) {
   return m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
 }
 
+// ---- TF32 operands (attention_tc.cu) ----
+// The tensor cores' fp32-input format keeps 10 explicit mantissa bits: x rounded to nearest
+// (ties away from zero, as cvt.rna.tf32.f32) with the low 13 bits zero; inf and NaN pass.
+SBP_HD float tf32_round(float x) {
+  const uint32_t u = f32_bits(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;
+  return bits_f32((u + 0x1000u) & 0xffffe000u);
+}
+// x = hi + lo + e with hi, lo TF32 and |e| <= 2^-22 |x| (hi's error is exact in fp32, and lo
+// rounds it to 11 bits). A product a b of two split operands is taken as
+// a_hi b_hi + a_hi b_lo + a_lo b_hi (each exact in fp32): within about 2^-21 |a b|, fp32's
+// accuracy for the sums attention takes. BF16 values are TF32 values: their lo is 0.
+struct Tf32Split {
+  float hi, lo;
+};
+SBP_HD Tf32Split tf32_split(float x) {
+  const float hi = tf32_round(x);
+  return Tf32Split{hi, tf32_round(x - hi)};
+}
+
 // ---- attention masks (backend.h): row i sees keys [first_key(i), i] ----
 // first_key = max(seg_start[i], i - window + 1) with a window, else seg_start[i]. Non-decreasing
 // in i for valid segment starts (both terms are), which the tile loops rely on.

@@ -1,0 +1,43 @@
+#pragma once
+// What the attention kernels of attention.cu (fp32 CUDA cores) and attention_tc.cu (tensor
+// cores) are given, and their launch helper. Layout: q, out, dq, dout (n, H*h); k, v, dk, dv
+// (Tk, G*h); lse, D (n, H) F32; seg (>= q_offset + n) I32. Query head hq reads kv head
+// hq / (H / G).
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_ptr.cuh"
+
+namespace sbp::cuda {
+
+struct AttnArgs {
+  FPtr q, k, v, out, dout, dq, dk, dv;
+  float* lse;
+  float* D;  // (n, H) backward only
+  const int32_t* seg;
+  int64_t n, q_offset, window;
+  int H, G, h;
+  float scale;
+};
+
+template <class Kernel>
+void launch_attention(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                      const AttnArgs& a) {
+  if (smem > 48 * 1024)  // past the default, shared memory must be asked for per kernel
+    SBP_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)));
+  kernel<<<grid, threads, smem, stream>>>(a);
+  SBP_CUDA_LAUNCHED();
+}
+
+// ---- the tensor-core kernels (attention_tc.cu) ----
+// Whether they run head_dim h within `smem_limit` bytes of shared memory per block (the
+// device's opt-in limit): h % 16 == 0, h <= 256. Otherwise the fp32 kernels run.
+bool tc_attention_supported(int h, size_t smem_limit);
+void tc_attention_forward(const AttnArgs& a, size_t smem_limit, cudaStream_t stream);
+// D first (from P and dP when `d_from_p`; else the caller has filled a.D), then dQ, then
+// dK/dV.
+void tc_attention_backward(const AttnArgs& a, bool d_from_p, size_t smem_limit,
+                           cudaStream_t stream);
+
+}  // namespace sbp::cuda

@@ -1,0 +1,265 @@
+// The numerics of the tensor-core attention kernels (src/backend/cuda/attention_tc.cu), replayed
+// on the host: the same key tiles of 32, the same online softmax, and every product taken as the
+// tensor cores take it from split TF32 operands (kernel_math.h tf32_split: hi hi + hi lo + lo hi,
+// 8 terms per step, summed in fp32). Against float64 attention forward and backward, to the op
+// suite's fp32 tolerance, for the engine's operand mix (BF16 q, k, v; F32 dout) and all-F32.
+// A control shows the split is what makes it: plain TF32 operands miss the tolerance.
+// Only the kernels' indexing and launch need a GPU (the op suite's ".../cuda" cases).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cuda/kernel_math.h"
+#include "core/dtype.h"
+#include "core/rng.h"
+
+namespace sbp::cuda {
+namespace {
+
+constexpr int kTile = 32;  // attention_tc.cu kBc
+
+struct Dims {
+  int H, G, h;
+  int64_t n, q_offset, window;
+  float scale;
+};
+
+// sum_d a[d] b[d] as the tensor cores form it from TF32 operands: per k-step of 8, the small
+// terms first, then hi hi (mma_acc's order); `split` false: hi only (the control).
+float tc_dot(const float* a, const float* b, int h, bool split) {
+  float acc = 0.0f;
+  for (int k = 0; k < h; k += 8) {
+    float lo_terms = 0.0f, hi_terms = 0.0f;
+    for (int d = k; d < k + 8; ++d) {
+      const Tf32Split x = tf32_split(a[d]), y = tf32_split(b[d]);
+      if (split) lo_terms += x.lo * y.hi + x.hi * y.lo;
+      hi_terms += x.hi * y.hi;
+    }
+    acc += lo_terms;
+    acc += hi_terms;
+  }
+  return acc;
+}
+
+struct Grads {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+// q, dout (n, H h); k, v (Tk, G h); seg (Tk).
+Grads tc_attention(const Dims& dm, const std::vector<float>& q, const std::vector<float>& k,
+                   const std::vector<float>& v, const std::vector<float>& dout,
+                   const std::vector<int64_t>& seg, bool split) {
+  const int H = dm.H, G = dm.G, h = dm.h, group = H / G;
+  const int64_t n = dm.n, Tk = static_cast<int64_t>(seg.size());
+  const int64_t ldq = int64_t{H} * h, ldkv = int64_t{G} * h;
+  Grads g;
+  g.out.assign(static_cast<size_t>(n * ldq), 0.0f);
+  g.lse.assign(static_cast<size_t>(n * H), 0.0f);
+  g.dq.assign(g.out.size(), 0.0f);
+  g.dk.assign(static_cast<size_t>(Tk * ldkv), 0.0f);
+  g.dv.assign(g.dk.size(), 0.0f);
+  std::vector<float> D(static_cast<size_t>(n * H));
+  auto S = [&](int64_t r, int hq, int64_t j) {  // scale q_r k_j
+    return dm.scale * tc_dot(&q[r * ldq + hq * h], &k[j * ldkv + (hq / group) * h], h, split);
+  };
+  auto dP = [&](int64_t r, int hq, int64_t j) {
+    return tc_dot(&dout[r * ldq + hq * h], &v[j * ldkv + (hq / group) * h], h, split);
+  };
+  auto product = [&](float p, float x) {  // one term of P V, dS K, P^T dout, dS^T q
+    const Tf32Split a = tf32_split(p), b = tf32_split(x);
+    return split ? (a.lo * b.hi + a.hi * b.lo) + a.hi * b.hi : a.hi * b.hi;
+  };
+  for (int hq = 0; hq < H; ++hq) {
+    const int kv = hq / group;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t i = dm.q_offset + r, lo = first_key(seg[i], i, dm.window);
+      // forward: online softmax over the key tiles
+      float m = -INFINITY, l = 0.0f;
+      std::vector<float> o(h, 0.0f);
+      for (int64_t k0 = lo / kTile * kTile; k0 <= i; k0 += kTile) {
+        float s[kTile], tmax = -INFINITY;
+        for (int c = 0; c < kTile; ++c) {
+          const int64_t j = k0 + c;
+          s[c] = (j >= lo && j <= i) ? S(r, hq, j) : -INFINITY;
+          tmax = std::max(tmax, s[c]);
+        }
+        const float m_new = std::max(m, tmax), corr = rescale(m, m_new);
+        float psum = 0.0f;
+        for (float& x : s) {
+          x = x == -INFINITY ? 0.0f : std::exp(x - m_new);
+          psum += x;
+        }
+        l = l * corr + psum;
+        m = m_new;
+        for (int d = 0; d < h; ++d) {
+          float acc = o[d] * corr;
+          for (int c = 0; c < kTile; ++c) {
+            const int64_t j = std::min(k0 + c, Tk - 1);
+            acc += product(s[c], v[j * ldkv + kv * h + d]);
+          }
+          o[d] = acc;
+        }
+      }
+      for (int d = 0; d < h; ++d) g.out[r * ldq + hq * h + d] = o[d] / l;
+      const float L = m + std::log(l);
+      g.lse[r * H + hq] = L;
+      // backward, D from P and dP (the BF16-out path), then dS
+      float dsum = 0.0f;
+      for (int64_t j = lo; j <= i; ++j) dsum += std::exp(S(r, hq, j) - L) * dP(r, hq, j);
+      D[r * H + hq] = dsum;
+      for (int d = 0; d < h; ++d) {
+        float acc = 0.0f;
+        for (int64_t j = lo; j <= i; ++j) {
+          const float ds = attn_ds(std::exp(S(r, hq, j) - L), dP(r, hq, j), dsum);
+          acc += product(ds, k[j * ldkv + kv * h + d]);
+        }
+        g.dq[r * ldq + hq * h + d] = dm.scale * acc;
+      }
+    }
+  }
+  // dK, dV: per key, the rows that see it, head by head of its group (tc_dkdv_kernel's order)
+  for (int kv = 0; kv < G; ++kv)
+    for (int64_t j = 0; j < Tk; ++j)
+      for (int d = 0; d < h; ++d) {
+        float dk = 0.0f, dv = 0.0f;
+        for (int hq = kv * group; hq < (kv + 1) * group; ++hq)
+          for (int64_t r = 0; r < n; ++r) {
+            const int64_t i = dm.q_offset + r;
+            if (j > i || j < first_key(seg[i], i, dm.window)) continue;
+            const float L = g.lse[r * H + hq];
+            const float p = std::exp(S(r, hq, j) - L);
+            const float ds = attn_ds(p, dP(r, hq, j), D[r * H + hq]);
+            dv += product(p, dout[r * ldq + hq * h + d]);
+            dk += product(ds, q[r * ldq + hq * h + d]);
+          }
+        g.dk[j * ldkv + kv * h + d] = dm.scale * dk;
+        g.dv[j * ldkv + kv * h + d] = dv;
+      }
+  return g;
+}
+
+struct Ref {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+Ref reference(const Dims& dm, const std::vector<float>& q, const std::vector<float>& k,
+              const std::vector<float>& v, const std::vector<float>& dout,
+              const std::vector<int64_t>& seg) {
+  const int H = dm.H, G = dm.G, h = dm.h, group = H / G;
+  const int64_t n = dm.n, Tk = static_cast<int64_t>(seg.size());
+  const int64_t ldq = int64_t{H} * h, ldkv = int64_t{G} * h;
+  Ref f;
+  f.out.assign(static_cast<size_t>(n * ldq), 0.0);
+  f.lse.assign(static_cast<size_t>(n * H), 0.0);
+  f.dq.assign(f.out.size(), 0.0);
+  f.dk.assign(static_cast<size_t>(Tk * ldkv), 0.0);
+  f.dv.assign(f.dk.size(), 0.0);
+  for (int hq = 0; hq < H; ++hq) {
+    const int kv = hq / group;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t i = dm.q_offset + r, lo = first_key(seg[i], i, dm.window);
+      std::vector<double> s, p, dp;
+      double mx = -INFINITY;
+      for (int64_t j = lo; j <= i; ++j) {
+        double x = 0, y = 0;
+        for (int d = 0; d < h; ++d) {
+          x += double{q[r * ldq + hq * h + d]} * k[j * ldkv + kv * h + d];
+          y += double{dout[r * ldq + hq * h + d]} * v[j * ldkv + kv * h + d];
+        }
+        s.push_back(dm.scale * x);
+        dp.push_back(y);
+        mx = std::max(mx, s.back());
+      }
+      double z = 0;
+      for (double x : s) z += std::exp(x - mx);
+      const double L = mx + std::log(z);
+      f.lse[r * H + hq] = L;
+      double D = 0;
+      for (size_t t = 0; t < s.size(); ++t) {
+        p.push_back(std::exp(s[t] - L));
+        D += p[t] * dp[t];
+      }
+      for (size_t t = 0; t < s.size(); ++t) {
+        const int64_t j = lo + static_cast<int64_t>(t);
+        const double ds = p[t] * (dp[t] - D);
+        for (int d = 0; d < h; ++d) {
+          f.out[r * ldq + hq * h + d] += p[t] * v[j * ldkv + kv * h + d];
+          f.dq[r * ldq + hq * h + d] += dm.scale * ds * k[j * ldkv + kv * h + d];
+          f.dk[j * ldkv + kv * h + d] += dm.scale * ds * q[r * ldq + hq * h + d];
+          f.dv[j * ldkv + kv * h + d] += p[t] * dout[r * ldq + hq * h + d];
+        }
+      }
+    }
+  }
+  return f;
+}
+
+double max_rel(const std::vector<float>& got, const std::vector<double>& ref) {
+  double e = 0, s = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    e = std::max(e, std::fabs(got[i] - ref[i]));
+    s = std::max(s, std::fabs(ref[i]));
+  }
+  return s > 0 ? e / s : e;
+}
+
+std::vector<float> randn(Rng& rng, int64_t count, bool bf16) {
+  std::vector<float> x(static_cast<size_t>(count));
+  for (float& e : x) {
+    e = rng.normal();
+    if (bf16) e = bf16_to_f32(f32_to_bf16(e));
+  }
+  return x;
+}
+
+// Worst max-relative error of out, lse, dq, dk, dv against float64.
+double worst_error(const Dims& dm, bool qkv_bf16, bool split) {
+  Rng rng(11, "tc attention");
+  const int64_t Tk = dm.q_offset + dm.n;
+  const std::vector<float> q = randn(rng, dm.n * dm.H * dm.h, qkv_bf16),
+                           k = randn(rng, Tk * dm.G * dm.h, qkv_bf16),
+                           v = randn(rng, Tk * dm.G * dm.h, qkv_bf16),
+                           dout = randn(rng, dm.n * dm.H * dm.h, false);
+  std::vector<int64_t> seg(static_cast<size_t>(Tk));
+  for (int64_t i = 0; i < Tk; ++i) seg[i] = i < 30 ? 0 : (i < 90 ? 30 : 90);
+  const Grads g = tc_attention(dm, q, k, v, dout, seg, split);
+  const Ref f = reference(dm, q, k, v, dout, seg);
+  return std::max({max_rel(g.out, f.out), max_rel(g.lse, f.lse), max_rel(g.dq, f.dq),
+                   max_rel(g.dk, f.dk), max_rel(g.dv, f.dv)});
+}
+
+constexpr double kFp32Tol = 1e-5;  // the op suite's attention tolerance for F32 results
+
+TEST(CudaAttentionTcMath, SplitTf32ProductsGiveFp32Results) {
+  for (int64_t window : {int64_t{0}, int64_t{37}}) {
+    const Dims dm{4, 2, 32, 70, 50, window, 1.0f / std::sqrt(32.0f)};
+    EXPECT_LT(worst_error(dm, /*qkv_bf16=*/true, /*split=*/true), kFp32Tol) << "window " << window;
+    EXPECT_LT(worst_error(dm, /*qkv_bf16=*/false, /*split=*/true), kFp32Tol) << "window " << window;
+  }
+}
+
+TEST(CudaAttentionTcMath, PlainTf32OperandsWouldNotBeExact) {
+  const Dims dm{4, 2, 32, 70, 50, 0, 1.0f / std::sqrt(32.0f)};
+  EXPECT_GT(worst_error(dm, true, /*split=*/false), 10 * kFp32Tol);
+}
+
+TEST(CudaAttentionTcMath, Tf32SplitIsExactForBf16AndCloseForF32) {
+  Rng rng(12);
+  for (int t = 0; t < 1000; ++t) {
+    const float x = rng.normal() * std::exp2(static_cast<float>(t % 40 - 20));
+    const float b = bf16_to_f32(f32_to_bf16(x));
+    EXPECT_EQ(tf32_split(b).hi, b);  // a BF16 value is a TF32 value
+    EXPECT_EQ(tf32_split(b).lo, 0.0f);
+    const Tf32Split s = tf32_split(x);
+    EXPECT_EQ(f32_bits(s.hi) & 0x1fffu, 0u);  // TF32: the low 13 bits are zero
+    EXPECT_EQ(f32_bits(s.lo) & 0x1fffu, 0u);
+    EXPECT_LE(std::fabs(double{s.hi} + s.lo - x), std::ldexp(std::fabs(x), -22));
+  }
+  EXPECT_EQ(tf32_round(INFINITY), INFINITY);
+  EXPECT_TRUE(std::isnan(tf32_round(NAN)));
+}
+
+}  // namespace
+}  // namespace sbp::cuda
