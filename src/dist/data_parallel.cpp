@@ -83,8 +83,7 @@ namespace {
 
 // The floats a collective on t works on: t's own bytes where other code may address them (or
 // where there are none: a shape-only run moves nothing), or where the communicator works on GPU
-// memory (`on_device`: F32 tensors; the caller leaves zero 1, which moves the reduced slice
-// with a host memmove, to the host copy), else a host copy in `staged`.
+// memory (`on_device`: F32 tensors), else a host copy in `staged`.
 float* collective_data(const Tensor& t, std::vector<float>& staged, bool on_device = false) {
   if (!t.memory || t.memory->host_addressable() || !t.memory->holds_data())
     return static_cast<float*>(t.data);
@@ -95,12 +94,32 @@ float* collective_data(const Tensor& t, std::vector<float>& staged, bool on_devi
 
 }  // namespace
 
+void DataParallel::move_front_to_slice(const Tensor& g, const ShardRange& r) {
+  if (g.memory && !g.memory->host_addressable()) {
+    // GPU memory (a device communicator): the backend copies, through a temporary when the
+    // two ranges overlap (a copy's source and destination may not).
+    const Tensor front = flat_slice(g, ShardRange{0, r.count}), to = flat_slice(g, r);
+    if (r.offset >= r.count) {
+      be_.copy(to, front);
+    } else {
+      Buffer tmp = pool_.allocate(Category::grads, g.dtype, {r.count});
+      be_.copy(tmp.view(), front);
+      be_.copy(to, tmp.view());
+    }
+    return;
+  }
+  char* base = static_cast<char*>(g.data);
+  const size_t esize = dtype_size(g.dtype);
+  std::memmove(base + static_cast<size_t>(r.offset) * esize, base,
+               static_cast<size_t>(r.count) * esize);
+}
+
 void DataParallel::grads_final(GradGroup group, int64_t layer) {
   std::vector<Pending> issued;
   for (size_t i : groups_.of(group, layer)) {
     const Tensor& g = grads_.tensor(i);
     Pending p;
-    float* data = collective_data(g, p.staged, comm_.device_collectives() && zero_ != 1);
+    float* data = collective_data(g, p.staged, comm_.device_collectives());
     p.tensor = i;
     p.request = zero_ == 0 ? comm_.iallreduce_sum(data, g.numel())
                            : comm_.ireduce_scatter_sum(data, counts_[i]);
@@ -146,10 +165,7 @@ void DataParallel::complete_oldest_group() {
       }
     } else if (zero_ == 1 && g.data && r.offset > 0) {
       // The reduced slice arrives at the front of the buffer; put it where it belongs.
-      char* base = static_cast<char*>(g.data);
-      const size_t esize = dtype_size(g.dtype);
-      std::memmove(base + static_cast<size_t>(r.offset) * esize, base,
-                   static_cast<size_t>(r.count) * esize);
+      move_front_to_slice(g, r);
     } else if (zero_ == 2) {
       be_.add_inplace(shards_[i].view(), flat_slice(g, ShardRange{0, r.count}));
       grads_.detach(i);

@@ -106,6 +106,8 @@ class DataParallel : private GradHook {
   void complete_oldest_group();
   void complete_all();
   Tensor owned_grad(size_t i) const;  // this rank's reduced slice of tensor i
+  // Zero 1: moves the reduced slice from the front of gradient g to its place r.
+  void move_front_to_slice(const Tensor& g, const ShardRange& r);
 
   Communicator& comm_;
   int zero_;

@@ -11,8 +11,8 @@
 //
 // Wiring: run_training (train/trainer.cpp) gives rank r of a node GPU `cuda:N + r` and asks
 // make_gpu_collectives (dist/world.h) for this communicator when the backend is cuda and there
-// is more than one rank. DataParallel hands it F32 GPU tensors directly (zero 0 and 2, weight
-// gathers); BF16 gradients and zero 1 still go through host copies. Not yet run on a GPU.
+// is more than one rank. DataParallel hands it F32 GPU tensors directly (zero 0, 1 and 2, weight
+// gathers; distributed gradients are F32). Not yet run on a GPU.
 #include <memory>
 
 #include "backend/backend.h"
