@@ -74,30 +74,33 @@ stage() {
 }
 
 # ---- correctness ----
+# cuda_cases PROGRAM FILTER: the program's cuda cases; skipped ones (no usable GPU) are a
+# failure of this check, not a pass.
+cuda_cases() {
+  local out rc=0
+  out=$("$BIN/$1" --gtest_filter="$2" --gtest_brief=1 2>&1) || rc=1
+  echo "$out"
+  if grep -q "SKIPPED" <<<"$out"; then
+    echo "$1: the cuda cases were skipped: no usable GPU"
+    rc=1
+  fi
+  return $rc
+}
 ops() {
-  local rc=0 out
+  local rc=0
   for t in ops_dense_test ops_layer_test ops_head_test misuse_test; do
-    out=$("$BIN/$t" --gtest_filter='*/cuda' --gtest_brief=1 2>&1) || rc=1
-    echo "$out"
-    # Skipped cuda cases (no usable GPU) are a failure of this check, not a pass.
-    if grep -q "SKIPPED" <<<"$out"; then
-      echo "$t: the cuda cases were skipped: no usable GPU"
-      rc=1
-    fi
+    cuda_cases "$t" '*/cuda' || rc=1
   done
   "$BIN/backend_factory_test" --gtest_brief=1 || rc=1
   return $rc
 }
 # timeout runs programs, not shell functions: the stage functions run in a child bash.
 export BIN SB ROOT WORK
-export -f ops
+export -f cuda_cases ops
 stage op_suite_cuda 90 "" bash -c ops
 # The attention cases again on the fp32 CUDA-core kernels (attention.cu), which run for head
 # dims the tensor-core kernels (attention_tc.cu, the default) do not take.
-ops_simt() {
-  STREAMBP_CUDA_ATTENTION=simt "$BIN/ops_layer_test" --gtest_filter='*Attention*/cuda' \
-    --gtest_brief=1
-}
+ops_simt() { STREAMBP_CUDA_ATTENTION=simt cuda_cases ops_layer_test '*Attention*/cuda'; }
 export -f ops_simt
 stage op_suite_cuda_attention_simt 30 "" bash -c ops_simt
 

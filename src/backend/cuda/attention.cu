@@ -335,7 +335,8 @@ void CudaBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, c
     return;
   }
   const dim3 grid(static_cast<unsigned>((n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
-  cuda::launch_attention(attn_forward_kernel, grid, 32 * kRows, row_kernel_smem(a.h), stream_, a);
+  cuda::launch_attention(attn_forward_kernel, grid, 32 * kRows, row_kernel_smem(a.h), stream_,
+                         a);
 }
 
 void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -359,19 +360,20 @@ void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, co
   a.dv = fptr(dv);
   a.lse = lse.f32();
   a.D = static_cast<float*>(scratch(kScratchA, sizeof(float) * n * a.H));
-  if (use_tensor_core_attention(a.h)) {
-    const dim3 rows(static_cast<unsigned>((n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
-    if (!d_from_p) cuda::launch_attention(attn_delta_dot_kernel, rows, 32 * kRows, 0, stream_, a);
+  const dim3 rows(static_cast<unsigned>((n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
+  const bool tensor_cores = use_tensor_core_attention(a.h);
+  if (!d_from_p) {
+    cuda::launch_attention(attn_delta_dot_kernel, rows, 32 * kRows, 0, stream_, a);
+  } else if (!tensor_cores) {  // the tensor-core backward sums D from P and dP itself
+    cuda::launch_attention(attn_rows_backward_kernel<false>, rows, 32 * kRows,
+                           row_kernel_smem(a.h), stream_, a);
+  }
+  if (tensor_cores) {
     cuda::tc_attention_backward(a, d_from_p, smem_optin_, stream_);
     return;
   }
-  const dim3 rows(static_cast<unsigned>((n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
-  if (d_from_p) {
-    cuda::launch_attention(attn_rows_backward_kernel<false>, rows, 32 * kRows, row_kernel_smem(a.h), stream_, a);
-  } else {
-    cuda::launch_attention(attn_delta_dot_kernel, rows, 32 * kRows, 0, stream_, a);
-  }
-  cuda::launch_attention(attn_rows_backward_kernel<true>, rows, 32 * kRows, row_kernel_smem(a.h), stream_, a);
+  cuda::launch_attention(attn_rows_backward_kernel<true>, rows, 32 * kRows, row_kernel_smem(a.h),
+                         stream_, a);
   const int64_t key_tiles = (q_offset + n + kTile - 1) / kTile;
   const dim3 kv(static_cast<unsigned>(key_tiles), static_cast<unsigned>(a.G));
   cuda::launch_attention(attn_dkdv_kernel, kv, 32, kv_kernel_smem(a.h), stream_, a);

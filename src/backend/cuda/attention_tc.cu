@@ -33,8 +33,8 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kBc = 32;   // keys per tile (row kernels), query rows per tile (dK/dV kernel)
-constexpr int kPad = 4;   // floats of padding per shared row: ld % 32 != 0 spreads the banks
+constexpr int kBc = 32;  // keys per tile (row kernels), query rows per tile (dK/dV kernel)
+constexpr int kPad = 4;  // floats of padding per shared row: ld % 32 != 0 spreads the banks
 constexpr int kLdS = kBc + kPad;
 
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
@@ -90,8 +90,7 @@ __device__ __forceinline__ void mma_abt(float* c, int ldc, int nf, const float* 
 // C (16, h) += A (16, kBc) B (kBc, h), C in shared memory (ldc), B row-major (ldb): O += P V,
 // dQ += dS K, dV += P^T dout, dK += dS^T q of one warp.
 __device__ __forceinline__ void mma_acc_rows(float* c, int ldc, int h, const float* a, int lda,
-                                             const float* b, int ldb, bool a_split,
-                                             bool b_split) {
+                                             const float* b, int ldb, bool a_split, bool b_split) {
   for (int f = 0; f < h / 16; ++f) {
     FragC acc;
     wmma::load_matrix_sync(acc, c + 16 * f, ldc, wmma::mem_row_major);
@@ -181,11 +180,11 @@ __global__ void tc_forward_kernel(AttnArgs a) {
   extern __shared__ __align__(128) float sm[];
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const Rows f = rows_frame(a, W);
-  float* Qs = sm;                       // (16 W, ld) q rows of the block
-  float* Os = Qs + 16 * W * ld;         // (16 W, ld) unnormalised output
-  float* Ks = Os + 16 * W * ld;         // (kBc, ld) key tile
-  float* Vs = Ks + kBc * ld;            // (kBc, ld) value tile
-  float* Ss = Vs + kBc * ld;            // (16 W, kLdS) scores, then probabilities
+  float* Qs = sm;                // (16 W, ld) q rows of the block
+  float* Os = Qs + 16 * W * ld;  // (16 W, ld) unnormalised output
+  float* Ks = Os + 16 * W * ld;  // (kBc, ld) key tile
+  float* Vs = Ks + kBc * ld;     // (kBc, ld) value tile
+  float* Ss = Vs + kBc * ld;     // (16 W, kLdS) scores, then probabilities
   float* Qw = Qs + 16 * f.warp * ld;
   float* Ow = Os + 16 * f.warp * ld;
   float* Sw = Ss + 16 * f.warp * kLdS;
@@ -248,13 +247,13 @@ __global__ void tc_rows_backward_kernel(AttnArgs a) {
   extern __shared__ __align__(128) float sm[];
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const Rows f = rows_frame(a, W);
-  float* Qs = sm;                       // (16 W, ld)
-  float* dOs = Qs + 16 * W * ld;        // (16 W, ld)
-  float* Acc = dOs + 16 * W * ld;       // (16 W, ld) dQ / scale
-  float* Ks = Acc + 16 * W * ld;        // (kBc, ld)
-  float* Vs = Ks + kBc * ld;            // (kBc, ld)
-  float* Ss = Vs + kBc * ld;            // (16 W, kLdS) scores, then dS
-  float* dPs = Ss + 16 * W * kLdS;      // (16 W, kLdS)
+  float* Qs = sm;                   // (16 W, ld)
+  float* dOs = Qs + 16 * W * ld;    // (16 W, ld)
+  float* Acc = dOs + 16 * W * ld;   // (16 W, ld) dQ / scale
+  float* Ks = Acc + 16 * W * ld;    // (kBc, ld)
+  float* Vs = Ks + kBc * ld;        // (kBc, ld)
+  float* Ss = Vs + kBc * ld;        // (16 W, kLdS) scores, then dS
+  float* dPs = Ss + 16 * W * kLdS;  // (16 W, kLdS)
   float* Qw = Qs + 16 * f.warp * ld;
   float* dOw = dOs + 16 * f.warp * ld;
   float* Accw = Acc + 16 * f.warp * ld;
@@ -301,7 +300,8 @@ __global__ void tc_rows_backward_kernel(AttnArgs a) {
     const int64_t w0 = f.r0 + 16 * f.warp;
     for (int e = f.lane; e < 16 * h; e += 32) {
       const int rr = e / h, d = e % h;
-      if (w0 + rr < a.n) a.dq.add((w0 + rr) * ldq + int64_t{f.hq} * h + d, a.scale * Accw[rr * ld + d]);
+      if (w0 + rr < a.n)
+        a.dq.add((w0 + rr) * ldq + int64_t{f.hq} * h + d, a.scale * Accw[rr * ld + d]);
     }
   }
 }
@@ -313,16 +313,16 @@ __global__ void tc_dkdv_kernel(AttnArgs a) {
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rr = lane / 2, half = lane % 2;
   const int KB = 16 * W;
-  float* Kb = sm;                   // (KB, ld) the block's keys
-  float* Vb = Kb + KB * ld;         // (KB, ld)
-  float* dKa = Vb + KB * ld;        // (KB, ld) dK / scale
-  float* dVa = dKa + KB * ld;       // (KB, ld)
-  float* Qt = dVa + KB * ld;        // (kBc, ld) query tile (one head)
-  float* dOt = Qt + kBc * ld;       // (kBc, ld)
-  float* St = dOt + kBc * ld;       // (KB, kLdS) S^T, then P^T
-  float* dPt = St + KB * kLdS;      // (KB, kLdS) dP^T, then dS^T
-  float* Lt = dPt + KB * kLdS;      // (kBc) lse of the tile's rows
-  float* Dt = Lt + kBc;             // (kBc) D
+  float* Kb = sm;                                      // (KB, ld) the block's keys
+  float* Vb = Kb + KB * ld;                            // (KB, ld)
+  float* dKa = Vb + KB * ld;                           // (KB, ld) dK / scale
+  float* dVa = dKa + KB * ld;                          // (KB, ld)
+  float* Qt = dVa + KB * ld;                           // (kBc, ld) query tile (one head)
+  float* dOt = Qt + kBc * ld;                          // (kBc, ld)
+  float* St = dOt + kBc * ld;                          // (KB, kLdS) S^T, then P^T
+  float* dPt = St + KB * kLdS;                         // (KB, kLdS) dP^T, then dS^T
+  float* Lt = dPt + KB * kLdS;                         // (kBc) lse of the tile's rows
+  float* Dt = Lt + kBc;                                // (kBc) D
   int64_t* Ft = reinterpret_cast<int64_t*>(Dt + kBc);  // (kBc) first visible key per row
   const int g = blockIdx.y, group = a.H / a.G;
   const int64_t q_end = a.q_offset + a.n;
@@ -420,8 +420,9 @@ void tc_attention_backward(const AttnArgs& a, bool d_from_p, size_t smem_limit,
   launch_attention(tc_rows_backward_kernel<true>, row_grid(a, Wr), 32 * Wr, rows_smem, stream, a);
   const int Wk = warps_for(dkdv_floats, a.h, smem_limit);
   const int64_t key_blocks = (a.q_offset + a.n + 16 * Wk - 1) / (16 * Wk);
-  launch_attention(tc_dkdv_kernel, dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(a.G)),
-                   32 * Wk, sizeof(float) * dkdv_floats(Wk, a.h), stream, a);
+  launch_attention(tc_dkdv_kernel,
+                   dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(a.G)), 32 * Wk,
+                   sizeof(float) * dkdv_floats(Wk, a.h), stream, a);
 }
 
 }  // namespace sbp::cuda
