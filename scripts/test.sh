@@ -14,7 +14,7 @@ bash scripts/build.sh release
 # the plan-versus-step agreements (whole steps that other tests already cover) are left out:
 # they cannot fault here and took a third of this pass.
 no_backend_memory='^(Tokenizer|TokenizerLoad|TokenizeCli|ChatTemplate|MaskedEncoding|Dataset|Packing'
-no_backend_memory+='|AnswerMatch|Rewards|CommandReward|Sampling|CudaMath|CudaAttentionTcMath|CudaArena|CheckedMath|ParseSize'
+no_backend_memory+='|AnswerMatch|Rewards|CommandReward|Sampling|CudaMath|CudaAttentionTc|CudaAttentionTcEmulated|CudaArena|CheckedMath|ParseSize'
 no_backend_memory+='|ModelConfig|ModelConfigLimits|GemmaConfig|TrainConfig|TrainConfigNumbers|PlanAgreement)\.'
 (cd build && STREAMBP_CHECK_MEMORY=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
    -E "$no_backend_memory")

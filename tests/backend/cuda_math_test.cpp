@@ -23,10 +23,12 @@ std::vector<double> randn(Rng& rng, int n, double scale = 1.0) {
   return v;
 }
 
+// max |got - ref| / max |ref|; a NaN anywhere is infinitely wrong (std::max would drop it).
 double max_rel(const std::vector<double>& got, const std::vector<double>& ref) {
   double e = 0, s = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    e = std::max(e, std::fabs(got[i] - ref[i]));
+    const double d = std::fabs(got[i] - ref[i]);
+    if (!(d <= e)) e = std::isnan(d) ? INFINITY : d;
     s = std::max(s, std::fabs(ref[i]));
   }
   return s > 0 ? e / s : e;

@@ -3,9 +3,13 @@
 // cores) are given, and their launch helper. Layout: q, out, dq, dout (n, H*h); k, v, dk, dv
 // (Tk, G*h); lse, D (n, H) F32; seg (>= q_offset + n) I32. Query head hq reads kv head
 // hq / (H / G).
+#if defined(SBP_CUDA_EMULATION)
+#include "backend/cuda/host_emulation.h"  // CPU tests of the kernels (host_emulation.h)
+#else
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#endif
 #include "backend/cuda/device_ptr.cuh"
 
 namespace sbp::cuda {
@@ -20,14 +24,26 @@ struct AttnArgs {
   float scale;
 };
 
+// A kernel's dynamic shared memory, 128-byte aligned.
+#if defined(SBP_CUDA_EMULATION)
+#define SBP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sbp::emu::dynamic_shared())
+#else
+#define SBP_DYNAMIC_SHARED(T, name) extern __shared__ __align__(128) T name[]
+#endif
+
 template <class Kernel>
 void launch_attention(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream,
                       const AttnArgs& a) {
+#if defined(SBP_CUDA_EMULATION)
+  (void)stream;
+  emu::launch(kernel, grid, threads, smem, a);
+#else
   if (smem > 48 * 1024)  // past the default, shared memory must be asked for per kernel
     SBP_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
   kernel<<<grid, threads, smem, stream>>>(a);
   SBP_CUDA_LAUNCHED();
+#endif
 }
 
 // ---- the tensor-core kernels (attention_tc.cu) ----

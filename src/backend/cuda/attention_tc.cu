@@ -19,7 +19,9 @@
 // Every output element is owned by one block and summed in a fixed order: deterministic, no
 // atomics. Tiles nobody in a warp sees are skipped by that warp (causal and window masks);
 // partially visible tiles are masked per element.
+#if !defined(SBP_CUDA_EMULATION)  // the CPU tests bring their own (host_emulation.h)
 #include <mma.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -45,7 +47,6 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
 // hi <- tf32(x), lo <- tf32(x - hi) elementwise (fragment elements are independent values).
 template <class Frag>
 __device__ __forceinline__ void split(Frag& hi, Frag& lo, bool with_lo) {
-#pragma unroll
   for (int t = 0; t < hi.num_elements; ++t) {
     const Tf32Split s = tf32_split(hi.x[t]);
     hi.x[t] = s.hi;
@@ -177,7 +178,7 @@ int warps_for(Floats floats, int h, size_t smem_limit) {
 }
 
 __global__ void tc_forward_kernel(AttnArgs a) {
-  extern __shared__ __align__(128) float sm[];
+  SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const Rows f = rows_frame(a, W);
   float* Qs = sm;                // (16 W, ld) q rows of the block
@@ -244,7 +245,7 @@ __global__ void tc_forward_kernel(AttnArgs a) {
 // with dS = P (dP - D). Shaped like the forward.
 template <bool kDq>
 __global__ void tc_rows_backward_kernel(AttnArgs a) {
-  extern __shared__ __align__(128) float sm[];
+  SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const Rows f = rows_frame(a, W);
   float* Qs = sm;                   // (16 W, ld)
@@ -309,7 +310,7 @@ __global__ void tc_rows_backward_kernel(AttnArgs a) {
 // dK, dV of keys [k0, k0 + 16 W) of kv head g (block (key block, g)); warp w owns 16 of them
 // and lane pairs one key (rr = lane / 2) and half of each query tile's rows.
 __global__ void tc_dkdv_kernel(AttnArgs a) {
-  extern __shared__ __align__(128) float sm[];
+  SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rr = lane / 2, half = lane % 2;
   const int KB = 16 * W;

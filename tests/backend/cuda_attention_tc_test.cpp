@@ -1,10 +1,14 @@
-// The numerics of the tensor-core attention kernels (src/backend/cuda/attention_tc.cu), replayed
-// on the host: the same key tiles of 32, the same online softmax, and every product taken as the
-// tensor cores take it from split TF32 operands (kernel_math.h tf32_split: hi hi + hi lo + lo hi,
-// 8 terms per step, summed in fp32). Against float64 attention forward and backward, to the op
-// suite's fp32 tolerance, for the engine's operand mix (BF16 q, k, v; F32 dout) and all-F32.
-// A control shows the split is what makes it: plain TF32 operands miss the tolerance.
-// Only the kernels' indexing and launch need a GPU (the op suite's ".../cuda" cases).
+// The tensor-core attention kernels (src/backend/cuda/attention_tc.cu) on the CPU, two ways:
+//  - their numerics, replayed: the same key tiles of 32, the same online softmax, and every
+//    product taken as the tensor cores take it from split TF32 operands (kernel_math.h
+//    tf32_split: hi hi + hi lo + lo hi, 8 terms per step, summed in fp32), against float64
+//    attention forward and backward to the op suite's fp32 tolerance, for the engine's operand
+//    mix (BF16 q, k, v; F32 dout) and all-F32; a control shows the split is what makes it;
+//  - the kernels' own source, compiled by g++ against host_emulation.h (real threads per
+//    block, real barriers, NaN-filled shared memory, WMMA reading only TF32 bits and checking
+//    alignment): their indexing, masks, tiling, warps-per-block choices and synchronisation,
+//    against the same float64 reference. Only the launch on a GPU and the hardware's own WMMA
+//    remain for the op suite's ".../cuda" cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +18,9 @@
 #include "backend/cuda/kernel_math.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+
+#define SBP_CUDA_EMULATION 1
+#include "backend/cuda/attention_tc.cu"  // NOLINT(bugprone-suspicious-include): the kernels
 
 namespace sbp::cuda {
 namespace {
@@ -196,10 +203,12 @@ Ref reference(const Dims& dm, const std::vector<float>& q, const std::vector<flo
   return f;
 }
 
+// max |got - ref| / max |ref|; a NaN anywhere is infinitely wrong (std::max would drop it).
 double max_rel(const std::vector<float>& got, const std::vector<double>& ref) {
   double e = 0, s = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    e = std::max(e, std::fabs(got[i] - ref[i]));
+    const double d = std::fabs(got[i] - ref[i]);
+    if (!(d <= e)) e = std::isnan(d) ? INFINITY : d;
     s = std::max(s, std::fabs(ref[i]));
   }
   return s > 0 ? e / s : e;
@@ -232,7 +241,7 @@ double worst_error(const Dims& dm, bool qkv_bf16, bool split) {
 
 constexpr double kFp32Tol = 1e-5;  // the op suite's attention tolerance for F32 results
 
-TEST(CudaAttentionTcMath, SplitTf32ProductsGiveFp32Results) {
+TEST(CudaAttentionTc, SplitTf32ProductsGiveFp32Results) {
   for (int64_t window : {int64_t{0}, int64_t{37}}) {
     const Dims dm{4, 2, 32, 70, 50, window, 1.0f / std::sqrt(32.0f)};
     EXPECT_LT(worst_error(dm, /*qkv_bf16=*/true, /*split=*/true), kFp32Tol) << "window " << window;
@@ -240,12 +249,12 @@ TEST(CudaAttentionTcMath, SplitTf32ProductsGiveFp32Results) {
   }
 }
 
-TEST(CudaAttentionTcMath, PlainTf32OperandsWouldNotBeExact) {
+TEST(CudaAttentionTc, PlainTf32OperandsWouldNotBeExact) {
   const Dims dm{4, 2, 32, 70, 50, 0, 1.0f / std::sqrt(32.0f)};
   EXPECT_GT(worst_error(dm, true, /*split=*/false), 10 * kFp32Tol);
 }
 
-TEST(CudaAttentionTcMath, Tf32SplitIsExactForBf16AndCloseForF32) {
+TEST(CudaAttentionTc, Tf32SplitIsExactForBf16AndCloseForF32) {
   Rng rng(12);
   for (int t = 0; t < 1000; ++t) {
     const float x = rng.normal() * std::exp2(static_cast<float>(t % 40 - 20));
@@ -259,6 +268,138 @@ TEST(CudaAttentionTcMath, Tf32SplitIsExactForBf16AndCloseForF32) {
   }
   EXPECT_EQ(tf32_round(INFINITY), INFINITY);
   EXPECT_TRUE(std::isnan(tf32_round(NAN)));
+}
+
+// ---- the kernels, emulated ----
+
+// Host storage of one float tensor as F32 or BF16, behind an FPtr.
+struct HostTensor {
+  std::vector<float> f32;
+  std::vector<uint16_t> b16;
+  bool bf16 = false;
+  HostTensor(const std::vector<float>& v, bool as_bf16) : bf16(as_bf16) {
+    if (bf16) {
+      for (float x : v) b16.push_back(f32_to_bf16(x));
+    } else {
+      f32 = v;
+    }
+  }
+  FPtr ptr() { return FPtr{bf16 ? static_cast<void*>(b16.data()) : f32.data(), bf16}; }
+  std::vector<float> values() const {
+    if (!bf16) return f32;
+    std::vector<float> v;
+    for (uint16_t b : b16) v.push_back(bf16_to_f32(b));
+    return v;
+  }
+};
+
+// |got - ref| within the op suite's rule: fp32_tol * max|ref| for F32 storage, plus 2^-8 |ref|
+// for BF16 (the fp32 result rounded once).
+void expect_close(const std::vector<float>& got, const std::vector<double>& ref, bool bf16,
+                  const char* what) {
+  double scale = 0;
+  for (double r : ref) scale = std::max(scale, std::fabs(r));
+  double worst = 0;  // error / allowance; NaN counts as infinite
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double allowed = (bf16 ? std::ldexp(std::fabs(ref[i]), -8) : 0.0) + kFp32Tol * scale;
+    const double ratio = std::fabs(got[i] - ref[i]) / allowed;
+    if (!(ratio <= worst)) worst = std::isnan(ratio) ? INFINITY : ratio;
+  }
+  EXPECT_LT(worst, 1.0) << what << ": worst error / allowed";
+}
+
+struct EmulatedCase {
+  Dims dm;
+  bool act_bf16;    // q, k, v, out BF16 (the engine's mix), else F32
+  bool grads_bf16;  // dq, dk, dv BF16
+  size_t smem_limit;
+};
+
+// Forward and backward through tc_attention_forward / tc_attention_backward on host memory.
+void check_emulated(const EmulatedCase& c) {
+  const Dims& dm = c.dm;
+  Rng rng(21, "tc attention emulated");
+  const int64_t Tk = dm.q_offset + dm.n, Hh = int64_t{dm.H} * dm.h, Gh = int64_t{dm.G} * dm.h;
+  const std::vector<float> qv = randn(rng, dm.n * Hh, true), kv = randn(rng, Tk * Gh, true),
+                           vv = randn(rng, Tk * Gh, true), dov = randn(rng, dm.n * Hh, false);
+  auto grad0 = [&](int64_t count) { return randn(rng, count, true); };  // bf16-representable
+  const std::vector<float> dq0 = grad0(dm.n * Hh), dk0 = grad0(Tk * Gh), dv0 = grad0(Tk * Gh);
+  std::vector<int64_t> seg(static_cast<size_t>(Tk));
+  for (int64_t i = 0; i < Tk; ++i) seg[i] = i < 30 ? 0 : (i < 90 ? 30 : 90);
+  const std::vector<int32_t> seg32(seg.begin(), seg.end());
+  HostTensor q(qv, c.act_bf16), k(kv, c.act_bf16), v(vv, c.act_bf16), dout(dov, false);
+  HostTensor out(std::vector<float>(static_cast<size_t>(dm.n * Hh), 0.0f), c.act_bf16);
+  HostTensor dq(dq0, c.grads_bf16), dk(dk0, c.grads_bf16), dv(dv0, c.grads_bf16);
+  std::vector<float> lse(static_cast<size_t>(dm.n * dm.H)), D(lse.size());
+  AttnArgs a{};
+  a.q = q.ptr();
+  a.k = k.ptr();
+  a.v = v.ptr();
+  a.out = out.ptr();
+  a.dout = dout.ptr();
+  a.dq = dq.ptr();
+  a.dk = dk.ptr();
+  a.dv = dv.ptr();
+  a.lse = lse.data();
+  a.D = D.data();
+  a.seg = seg32.data();
+  a.n = dm.n;
+  a.q_offset = dm.q_offset;
+  a.window = dm.window;
+  a.H = dm.H;
+  a.G = dm.G;
+  a.h = dm.h;
+  a.scale = dm.scale;
+  ASSERT_TRUE(tc_attention_supported(dm.h, c.smem_limit));
+  emu::launches() = {};
+  tc_attention_forward(a, c.smem_limit, nullptr);
+  const Ref ref = reference(dm, qv, kv, vv, dov, seg);
+  expect_close(out.values(), ref.out, c.act_bf16, "out");
+  expect_close(lse, ref.lse, false, "lse");
+  const bool d_from_p = c.act_bf16;
+  if (!d_from_p) {  // attention.cu's delta kernel: D = rowsum(dout * out) from the F32 out
+    for (int64_t r = 0; r < dm.n; ++r)
+      for (int hq = 0; hq < dm.H; ++hq) {
+        float s = 0;
+        for (int d = 0; d < dm.h; ++d)
+          s += dov[r * Hh + hq * dm.h + d] * out.f32[r * Hh + hq * dm.h + d];
+        D[r * dm.H + hq] = s;
+      }
+  }
+  tc_attention_backward(a, d_from_p, c.smem_limit, nullptr);
+  auto plus = [](const std::vector<float>& x0, const std::vector<double>& g) {
+    std::vector<double> r(g.size());
+    for (size_t i = 0; i < g.size(); ++i) r[i] = x0[i] + g[i];
+    return r;
+  };
+  expect_close(dq.values(), plus(dq0, ref.dq), c.grads_bf16, "dq");
+  expect_close(dk.values(), plus(dk0, ref.dk), c.grads_bf16, "dk");
+  expect_close(dv.values(), plus(dv0, ref.dv), c.grads_bf16, "dv");
+  EXPECT_LE(emu::launches().max_smem_bytes, c.smem_limit);
+}
+
+// h = 32 (ld 36) under three shared-memory limits: 227 KiB (H100/H200: 4 warps in every
+// kernel), 40,000 bytes (forward 4 warps, the backward kernels 2), 24,000 bytes (forward 2,
+// backward 1): every block shape the kernels choose between.
+TEST(CudaAttentionTcEmulated, KernelsMatchFloat64AtEveryBlockShape) {
+  const float scale = 1.0f / std::sqrt(32.0f);
+  for (size_t limit : {size_t{232448}, size_t{40000}, size_t{24000}})
+    for (bool act_bf16 : {true, false}) {
+      SCOPED_TRACE("smem " + std::to_string(limit) + (act_bf16 ? " bf16 q k v out" : " f32"));
+      check_emulated({{4, 2, 32, 70, 50, 0, scale}, act_bf16, false, limit});
+    }
+}
+
+TEST(CudaAttentionTcEmulated, WindowsGqaBf16GradientsAndTileEdges) {
+  // A window shorter than a key tile and a segment; MQA; head_dim 16 with BF16 gradients
+  // (each element added once per call, so rounded once).
+  // window 20: row 50 (a block's first row) sees keys from 31, the last key of a tile.
+  check_emulated({{4, 2, 32, 70, 50, 20, 1.0f / std::sqrt(32.0f)}, true, false, 232448});
+  check_emulated({{4, 1, 32, 70, 50, 37, 1.0f / std::sqrt(32.0f)}, true, false, 40000});
+  check_emulated({{2, 2, 16, 100, 20, 0, 0.25f}, true, true, 232448});
+  // q_offset 17: a query tile of the dK/dV kernel ends exactly on a warp's first key (row 48,
+  // key 48: one diagonal pair in the tile for that warp).
+  check_emulated({{4, 2, 32, 70, 17, 0, 1.0f / std::sqrt(32.0f)}, false, false, 232448});
 }
 
 }  // namespace
