@@ -20,12 +20,15 @@
 #include "core/rng.h"
 
 #define SBP_CUDA_EMULATION 1
-#include "backend/cuda/attention_tc.cu"  // NOLINT(bugprone-suspicious-include): the kernels
+// NOLINTBEGIN(bugprone-suspicious-include): the kernels' source, compiled for the host
+#include "backend/cuda/attention_simt.cu"
+#include "backend/cuda/attention_tc.cu"
+// NOLINTEND(bugprone-suspicious-include)
 
 namespace sbp::cuda {
 namespace {
 
-constexpr int kTile = 32;  // attention_tc.cu kBc
+constexpr int kReplayTile = 32;  // attention_tc.cu kBc
 
 struct Dims {
   int H, G, h;
@@ -85,9 +88,9 @@ Grads tc_attention(const Dims& dm, const std::vector<float>& q, const std::vecto
       // forward: online softmax over the key tiles
       float m = -INFINITY, l = 0.0f;
       std::vector<float> o(h, 0.0f);
-      for (int64_t k0 = lo / kTile * kTile; k0 <= i; k0 += kTile) {
-        float s[kTile], tmax = -INFINITY;
-        for (int c = 0; c < kTile; ++c) {
+      for (int64_t k0 = lo / kReplayTile * kReplayTile; k0 <= i; k0 += kReplayTile) {
+        float s[kReplayTile], tmax = -INFINITY;
+        for (int c = 0; c < kReplayTile; ++c) {
           const int64_t j = k0 + c;
           s[c] = (j >= lo && j <= i) ? S(r, hq, j) : -INFINITY;
           tmax = std::max(tmax, s[c]);
@@ -102,7 +105,7 @@ Grads tc_attention(const Dims& dm, const std::vector<float>& q, const std::vecto
         m = m_new;
         for (int d = 0; d < h; ++d) {
           float acc = o[d] * corr;
-          for (int c = 0; c < kTile; ++c) {
+          for (int c = 0; c < kReplayTile; ++c) {
             const int64_t j = std::min(k0 + c, Tk - 1);
             acc += product(s[c], v[j * ldkv + kv * h + d]);
           }
@@ -313,6 +316,7 @@ struct EmulatedCase {
   bool act_bf16;    // q, k, v, out BF16 (the engine's mix), else F32
   bool grads_bf16;  // dq, dk, dv BF16
   size_t smem_limit;
+  bool tensor_cores = true;  // attention_tc.cu, else attention_simt.cu
 };
 
 // Forward and backward through tc_attention_forward / tc_attention_backward on host memory.
@@ -350,23 +354,22 @@ void check_emulated(const EmulatedCase& c) {
   a.G = dm.G;
   a.h = dm.h;
   a.scale = dm.scale;
-  ASSERT_TRUE(tc_attention_supported(dm.h, c.smem_limit));
+  ASSERT_TRUE(c.tensor_cores ? tc_attention_supported(dm.h, c.smem_limit)
+                             : simt_attention_supported(dm.h));
   emu::launches() = {};
-  tc_attention_forward(a, c.smem_limit, nullptr);
+  if (c.tensor_cores)
+    tc_attention_forward(a, c.smem_limit, nullptr);
+  else
+    simt_attention_forward(a, nullptr);
   const Ref ref = reference(dm, qv, kv, vv, dov, seg);
   expect_close(out.values(), ref.out, c.act_bf16, "out");
   expect_close(lse, ref.lse, false, "lse");
-  const bool d_from_p = c.act_bf16;
-  if (!d_from_p) {  // attention.cu's delta kernel: D = rowsum(dout * out) from the F32 out
-    for (int64_t r = 0; r < dm.n; ++r)
-      for (int hq = 0; hq < dm.H; ++hq) {
-        float s = 0;
-        for (int d = 0; d < dm.h; ++d)
-          s += dov[r * Hh + hq * dm.h + d] * out.f32[r * Hh + hq * dm.h + d];
-        D[r * dm.H + hq] = s;
-      }
-  }
-  tc_attention_backward(a, d_from_p, c.smem_limit, nullptr);
+  const bool d_from_p = c.act_bf16;  // attention.cu's rule
+  if (!d_from_p) attention_delta_from_out(a, nullptr);
+  if (c.tensor_cores)
+    tc_attention_backward(a, d_from_p, c.smem_limit, nullptr);
+  else
+    simt_attention_backward(a, d_from_p, nullptr);
   auto plus = [](const std::vector<float>& x0, const std::vector<double>& g) {
     std::vector<double> r(g.size());
     for (size_t i = 0; i < g.size(); ++i) r[i] = x0[i] + g[i];
@@ -375,7 +378,9 @@ void check_emulated(const EmulatedCase& c) {
   expect_close(dq.values(), plus(dq0, ref.dq), c.grads_bf16, "dq");
   expect_close(dk.values(), plus(dk0, ref.dk), c.grads_bf16, "dk");
   expect_close(dv.values(), plus(dv0, ref.dv), c.grads_bf16, "dv");
-  EXPECT_LE(emu::launches().max_smem_bytes, c.smem_limit);
+  if (c.tensor_cores) {
+    EXPECT_LE(emu::launches().max_smem_bytes, c.smem_limit);
+  }
 }
 
 // h = 32 (ld 36) under three shared-memory limits: 227 KiB (H100/H200: 4 warps in every
@@ -400,6 +405,19 @@ TEST(CudaAttentionTcEmulated, WindowsGqaBf16GradientsAndTileEdges) {
   // q_offset 17: a query tile of the dK/dV kernel ends exactly on a warp's first key (row 48,
   // key 48: one diagonal pair in the tile for that warp).
   check_emulated({{4, 2, 32, 70, 17, 0, 1.0f / std::sqrt(32.0f)}, false, false, 232448});
+}
+
+// The fp32 CUDA-core kernels (attention_simt.cu): the head dims the tensor cores do not take
+// (8, 12, 24: the HF fixtures' small models) and one they do, F32 and the BF16 mix, windows.
+TEST(CudaAttentionTcEmulated, SimtKernelsMatchFloat64) {
+  for (int h : {8, 12, 24})
+    for (bool act_bf16 : {true, false}) {
+      SCOPED_TRACE("h " + std::to_string(h) + (act_bf16 ? " bf16 q k v out" : " f32"));
+      check_emulated({{2, 1, h, 40, 50, 0, 1.0f / std::sqrt(static_cast<float>(h))}, act_bf16,
+                      false, 0, false});
+    }
+  check_emulated({{4, 1, 32, 40, 50, 20, 1.0f / std::sqrt(32.0f)}, true, false, 0, false});
+  check_emulated({{2, 2, 16, 40, 17, 7, 0.25f}, false, true, 0, false});
 }
 
 }  // namespace

@@ -24,6 +24,13 @@ struct AttnArgs {
   float scale;
 };
 
+// `#pragma unroll` for nvcc; nothing for the host emulation (g++ would warn).
+#if defined(SBP_CUDA_EMULATION)
+#define SBP_UNROLL
+#else
+#define SBP_UNROLL _Pragma("unroll")
+#endif
+
 // A kernel's dynamic shared memory, 128-byte aligned.
 #if defined(SBP_CUDA_EMULATION)
 #define SBP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sbp::emu::dynamic_shared())
@@ -41,10 +48,20 @@ void launch_attention(Kernel kernel, dim3 grid, int threads, size_t smem, cudaSt
   if (smem > 48 * 1024)  // past the default, shared memory must be asked for per kernel
     SBP_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
+  // clang-format off
   kernel<<<grid, threads, smem, stream>>>(a);
+  // clang-format on
   SBP_CUDA_LAUNCHED();
 #endif
 }
+
+// ---- the fp32 CUDA-core kernels (attention_simt.cu) ----
+bool simt_attention_supported(int h);  // head_dim <= 256
+void simt_attention_forward(const AttnArgs& a, cudaStream_t stream);
+// D = rowsum(dout * out) into a.D, for an F32 out (either kernel set's backward reads it).
+void attention_delta_from_out(const AttnArgs& a, cudaStream_t stream);
+// D from P and dP first when `d_from_p`, then dQ, then dK/dV.
+void simt_attention_backward(const AttnArgs& a, bool d_from_p, cudaStream_t stream);
 
 // ---- the tensor-core kernels (attention_tc.cu) ----
 // Whether they run head_dim h within `smem_limit` bytes of shared memory per block (the
