@@ -1,4 +1,5 @@
-// The tensor-core attention kernels (src/backend/cuda/attention_tc.cu) on the CPU, two ways:
+// The CUDA attention kernels on the CPU: the tensor-core ones (src/backend/cuda/attention_tc.cu)
+// two ways, the fp32 ones (attention_simt.cu) the second way:
 //  - their numerics, replayed: the same key tiles of 32, the same online softmax, and every
 //    product taken as the tensor cores take it from split TF32 operands (kernel_math.h
 //    tf32_split: hi hi + hi lo + lo hi, 8 terms per step, summed in fp32), against float64

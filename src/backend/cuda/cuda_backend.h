@@ -2,7 +2,8 @@
 // The CUDA backend: BF16 or F32 storage with fp32 accumulation, on one GPU.
 //  - memory: a DeviceArena of cudaMalloc'd segments (arena.h), one per backend;
 //  - GEMMs through cuBLASLt (gemm.cu), fp32 compute, a preallocated workspace;
-//  - attention: our own kernels, on the tensor cores (attention_tc.cu) or fp32 (attention.cu);
+//  - attention: our own kernels, on the tensor cores (attention_tc.cu) or fp32 CUDA cores
+//    (attention_simt.cu), dispatched by attention.cu;
 //  - the rest: small kernels, one file per family (elementwise.cu, norm.cu, rope_swiglu.cu,
 //    embedding.cu, lm_head.cu, adamw.cu), whose arithmetic lives in kernel_math.h.
 // Every operation runs on the backend's own stream. Operations that return a host value

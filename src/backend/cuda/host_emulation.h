@@ -1,8 +1,8 @@
 #pragma once
-// A host emulation of the CUDA features the tensor-core attention kernels use, so that their
-// indexing, masking, shared-memory layout and synchronisation run in the CPU tests
-// (tests/backend/cuda_attention_tc_test.cpp compiles attention_tc.cu with g++ against this
-// header). Not part of any build of the library: a translation unit defines
+// A host emulation of the CUDA features the attention kernels use, so that their indexing,
+// masking, shared-memory layout and synchronisation run in the CPU tests
+// (tests/backend/cuda_attention_tc_test.cpp compiles attention_tc.cu and attention_simt.cu with
+// g++ against this header). Not part of any build of the library: a translation unit defines
 // SBP_CUDA_EMULATION and includes this header before the kernels' source.
 //
 // What it models:
