@@ -19,6 +19,7 @@
 #include "backend/cuda/kernel_math.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "support/test_support.h"
 
 #define SBP_CUDA_EMULATION 1
 // NOLINTBEGIN(bugprone-suspicious-include): the kernels' source, compiled for the host
@@ -207,17 +208,6 @@ Ref reference(const Dims& dm, const std::vector<float>& q, const std::vector<flo
   return f;
 }
 
-// max |got - ref| / max |ref|; a NaN anywhere is infinitely wrong (std::max would drop it).
-double max_rel(const std::vector<float>& got, const std::vector<double>& ref) {
-  double e = 0, s = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(got[i] - ref[i]);
-    if (!(d <= e)) e = std::isnan(d) ? INFINITY : d;
-    s = std::max(s, std::fabs(ref[i]));
-  }
-  return s > 0 ? e / s : e;
-}
-
 std::vector<float> randn(Rng& rng, int64_t count, bool bf16) {
   std::vector<float> x(static_cast<size_t>(count));
   for (float& e : x) {
@@ -239,8 +229,9 @@ double worst_error(const Dims& dm, bool qkv_bf16, bool split) {
   for (int64_t i = 0; i < Tk; ++i) seg[i] = i < 30 ? 0 : (i < 90 ? 30 : 90);
   const Grads g = tc_attention(dm, q, k, v, dout, seg, split);
   const Ref f = reference(dm, q, k, v, dout, seg);
-  return std::max({max_rel(g.out, f.out), max_rel(g.lse, f.lse), max_rel(g.dq, f.dq),
-                   max_rel(g.dk, f.dk), max_rel(g.dv, f.dv)});
+  return std::max({test::rel_err_f64(g.out, f.out), test::rel_err_f64(g.lse, f.lse),
+                   test::rel_err_f64(g.dq, f.dq), test::rel_err_f64(g.dk, f.dk),
+                   test::rel_err_f64(g.dv, f.dv)});
 }
 
 constexpr double kFp32Tol = 1e-5;  // the op suite's attention tolerance for F32 results
@@ -414,8 +405,11 @@ TEST(CudaAttentionTcEmulated, SimtKernelsMatchFloat64) {
   for (int h : {8, 12, 24})
     for (bool act_bf16 : {true, false}) {
       SCOPED_TRACE("h " + std::to_string(h) + (act_bf16 ? " bf16 q k v out" : " f32"));
-      check_emulated({{2, 1, h, 40, 50, 0, 1.0f / std::sqrt(static_cast<float>(h))}, act_bf16,
-                      false, 0, false});
+      check_emulated({{2, 1, h, 40, 50, 0, 1.0f / std::sqrt(static_cast<float>(h))},
+                      act_bf16,
+                      false,
+                      0,
+                      false});
     }
   check_emulated({{4, 1, 32, 40, 50, 20, 1.0f / std::sqrt(32.0f)}, true, false, 0, false});
   check_emulated({{2, 2, 16, 40, 17, 7, 0.25f}, false, true, 0, false});

@@ -13,6 +13,7 @@
 #include "backend/cuda/kernel_math.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "support/test_support.h"
 
 namespace sbp::cuda {
 namespace {
@@ -21,17 +22,6 @@ std::vector<double> randn(Rng& rng, int n, double scale = 1.0) {
   std::vector<double> v(static_cast<size_t>(n));
   for (double& x : v) x = static_cast<double>(static_cast<float>(scale * rng.normal()));
   return v;
-}
-
-// max |got - ref| / max |ref|; a NaN anywhere is infinitely wrong (std::max would drop it).
-double max_rel(const std::vector<double>& got, const std::vector<double>& ref) {
-  double e = 0, s = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(got[i] - ref[i]);
-    if (!(d <= e)) e = std::isnan(d) ? INFINITY : d;
-    s = std::max(s, std::fabs(ref[i]));
-  }
-  return s > 0 ? e / s : e;
 }
 
 TEST(CudaMath, Bf16ConversionsAreTheCoreOnes) {
@@ -93,7 +83,7 @@ TEST(CudaMath, RmsNormRowMatchesFloat64) {
     xm[j] -= 1e-6;
     ref[j] = (loss(xp) - loss(xm)) / 2e-6;
   }
-  EXPECT_LT(max_rel(dx, ref), 1e-5);
+  EXPECT_LT(test::rel_err_f64(dx, ref), 1e-5);
 }
 
 TEST(CudaMath, RopeRotationAndItsInverse) {
@@ -272,7 +262,7 @@ TEST(CudaMath, AttentionRowStepsMatchFloat64) {
       }
       std::vector<double> out(h);
       for (int c = 0; c < h; ++c) out[c] = acc[c] / l;
-      EXPECT_LT(max_rel(out, out64), 1e-5) << "window " << window << " row " << i;
+      EXPECT_LT(test::rel_err_f64(out, out64), 1e-5) << "window " << window << " row " << i;
       EXPECT_NEAR(m + std::log(l), lse64, 1e-5 * (1 + std::fabs(lse64)));
       // dS = P (dP - D) sums to zero over the row when D = sum_j P dP.
       const std::vector<double> dp = randn(rng, static_cast<int>(s64.size()));
@@ -345,7 +335,7 @@ TEST(CudaMath, LmHeadRowGradientsMatchFloat64) {
       zm[j] -= 1e-6;
       ref[j] = (objective(zp, with_entropy) - objective(zm, with_entropy)) / 2e-6;
     }
-    EXPECT_LT(max_rel(got, ref), 1e-5) << "entropy " << with_entropy;
+    EXPECT_LT(test::rel_err_f64(got, ref), 1e-5) << "entropy " << with_entropy;
   }
 }
 
@@ -383,7 +373,7 @@ TEST(CudaMath, GemmRowMajorMapsToCublasLtColumnMajor) {
           }
           C[c * p.c.ld + r] = s;  // column-major (m, n) with ld: row-major (M, N) of C
         }
-      EXPECT_LT(max_rel(C, ref), 1e-12) << "trans_a " << ta << " trans_b " << tb;
+      EXPECT_LT(test::rel_err_f64(C, ref), 1e-12) << "trans_a " << ta << " trans_b " << tb;
     }
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 // Shared helpers for the test programs.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +47,18 @@ std::vector<ExecConfig> equality_modes(
 // The one error measure used everywhere: max |a - b| / max |b| (b is the reference).
 double rel_err(const float* a, const float* b, int64_t n);
 double rel_err(const Tensor& a, const Tensor& b);
+// The same against a float64 reference: max |got - ref| / max |ref| (max |got - ref| when ref is
+// all zeros); a NaN in got is infinitely wrong (std::max would drop it).
+template <class T>
+double rel_err_f64(const std::vector<T>& got, const std::vector<double>& ref) {
+  double e = 0, s = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    if (!(d <= e)) e = std::isnan(d) ? INFINITY : d;
+    s = std::max(s, std::fabs(ref[i]));
+  }
+  return s > 0 ? e / s : e;
+}
 
 void fill_normal(const Tensor& t, Rng& rng, float scale = 1.0f);
 
