@@ -14,7 +14,8 @@
 # its expected loss; gradcheck sft/dpo/grpo/ppo in every mode; `plan`; `bench` of Qwen3-0.6B
 # (28 layers, bf16) at T = 8k / 32k / 128k with checkpoint and stream interleaved, with the
 # bf16 GEMM probe and ledger/device peaks; PyTorch + transformers gradient checkpointing on the
-# same step; Qwen3-8B at T = 32k and at plan's longest T.
+# same step; Qwen3-8B at T = 32k and at plan's longest T; last, with what budget is left, the
+# 0.6B 8k step profiled by kernel family and run with the fp32 attention kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -166,11 +167,6 @@ torch_ckpt() {  # torch_ckpt NAME T LIMIT
     --seq-len "$2" --repeat 1 --json "$WORK/$1.json"
 }
 bench bench_qwen3_0.6b_8k qwen3-0.6b 8192 90
-# The same step with the fp32 attention kernels: what the tensor cores bring.
-stage bench_qwen3_0.6b_8k_simt_attention 45 bench_qwen3_0.6b_8k_simt_attention.json \
-  env STREAMBP_CUDA_ATTENTION=simt "$SB" bench --model qwen3-0.6b --backend cuda \
-  --precision bf16 --seq-len 8192 --modes stream --repeat 1 --warmup 1 \
-  --json "$WORK/bench_qwen3_0.6b_8k_simt_attention.json"
 torch_ckpt torch_ckpt_qwen3_0.6b_8k 8192 60
 bench bench_qwen3_0.6b_32k qwen3-0.6b 32768 90
 torch_ckpt torch_ckpt_qwen3_0.6b_32k 32768 40
@@ -180,6 +176,18 @@ longest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["modes
 if [[ ${longest:-0} -gt 0 ]]; then
   bench bench_qwen3_8b_plan_longest qwen3-8b "$longest" 60
 fi
+
+# ---- diagnostics, with the budget that is left ----
+# Where the 0.6B 8k step's time goes, by kernel family (each op synchronised: slower than its
+# bench above).
+stage profile_qwen3_0.6b_8k 60 profile_qwen3_0.6b_8k.json "$SB" bench --model qwen3-0.6b \
+  --backend cuda --precision bf16 --seq-len 8192 --modes stream --repeat 1 --warmup 1 --profile \
+  --json "$WORK/profile_qwen3_0.6b_8k.json"
+# The same step with the fp32 attention kernels: what the tensor cores bring.
+stage bench_qwen3_0.6b_8k_simt_attention 45 bench_qwen3_0.6b_8k_simt_attention.json \
+  env STREAMBP_CUDA_ATTENTION=simt "$SB" bench --model qwen3-0.6b --backend cuda \
+  --precision bf16 --seq-len 8192 --modes stream --repeat 1 --warmup 1 \
+  --json "$WORK/bench_qwen3_0.6b_8k_simt_attention.json"
 
 summarize
 echo "gpu-check: report in $OUT/gpu-check.md" >&2

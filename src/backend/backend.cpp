@@ -213,8 +213,10 @@ void Backend::run_op(OpFamily family, Bytes&& bytes, Impl&& impl) {
     ~InOp() { flag = false; }
   } const in_op(in_op_);
   const int64_t flops0 = flops_;
+  synchronize_impl();  // earlier ops' work is not this op's
   const auto t0 = std::chrono::steady_clock::now();
   impl();
+  synchronize_impl();  // nor is this op's work done when an asynchronous launch returns
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   profile_->record(family, s, flops_ - flops0, bytes());
 }

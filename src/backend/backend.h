@@ -225,11 +225,17 @@ class Backend : public MemorySpace {
   void reset_flops() { flops_ = 0; }
 
   // Per-family time, FLOPs and bytes of every op from now on go to `p` (owned by the caller;
-  // nullptr: off). See op_profile.h; meaningful for backends whose ops are synchronous (CPU).
+  // nullptr: off). See op_profile.h. An asynchronous backend (CUDA) is synchronised before and
+  // after each profiled op, so the time is the op's own, not its launch's; a profiled step is
+  // then slower than an unprofiled one by the lost overlap.
   void set_profile(OpProfile* p) { profile_ = p; }
   OpProfile* profile() const { return profile_; }
 
  protected:
+  // Waits until every operation queued so far has finished. Nothing to do for a backend whose
+  // operations complete before they return (CPU); the profiler calls it around each op.
+  virtual void synchronize_impl() {}
+
   // The implementations, called with checked arguments only (see the public methods above).
   virtual void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
                          bool trans_b, float alpha, float beta) = 0;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "backend/cpu/cpu_backend.h"
 #include "cli/random_batches.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
@@ -99,6 +100,36 @@ TEST(OpProfile, CountsAnOpOnceAndNothingWhenDetached) {
   be->gemm(C.view(), A.view(), false, B.view(), false, 1.0f, 0.0f);
   EXPECT_EQ(prof[OpFamily::copy].calls, 1);
   EXPECT_EQ(prof[OpFamily::head_gemm].calls, 1);
+}
+
+// An asynchronous backend's op is timed to its completion: the profiler synchronises before
+// (earlier work is not this op's) and after (a launch returns before the work is done), once
+// per outermost op, and not at all without a profile.
+struct SyncCountingBackend : CpuBackend {
+  int syncs = 0;
+
+ protected:
+  void synchronize_impl() override { ++syncs; }
+};
+
+TEST(OpProfile, SynchronisesAnAsynchronousBackend) {
+  SyncCountingBackend be;
+  Ledger ledger;
+  Pool pool(ledger, be);
+  Buffer C = pool.allocate(Category::other, DType::F32, {2, 3});  // (2, 3)
+  Buffer A = pool.allocate(Category::other, DType::F32, {2, 0});  // (2, 0)
+  Buffer B = pool.allocate(Category::other, DType::F32, {0, 3});  // (0, 3)
+  be.fill(C.view(), 1.0f);
+  EXPECT_EQ(be.syncs, 0);
+  OpProfile prof;
+  be.set_profile(&prof);
+  be.fill(C.view(), 1.0f);
+  EXPECT_EQ(be.syncs, 2);
+  be.gemm(C.view(), A.view(), false, B.view(), false, 1.0f, 0.0f);  // its inner fill: no more
+  EXPECT_EQ(be.syncs, 4);
+  be.set_profile(nullptr);
+  be.fill(C.view(), 2.0f);
+  EXPECT_EQ(be.syncs, 4);
 }
 
 }  // namespace

@@ -115,6 +115,8 @@ void CudaBackend::upload_impl(void* dst, const void* host, size_t bytes) {
   SBP_CUDA(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::synchronize_impl() { SBP_CUDA(cudaStreamSynchronize(stream_)); }
+
 void CudaBackend::download_impl(void* host, const void* src, size_t bytes) {
   SBP_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
   SBP_CUDA(cudaStreamSynchronize(stream_));

@@ -62,6 +62,7 @@ class CudaBackend : public Backend {
                          int64_t window);
 
  protected:
+  void synchronize_impl() override;  // the backend's stream
   void upload_impl(void* dst, const void* host, size_t bytes) override;
   void download_impl(void* host, const void* src, size_t bytes) override;
   void zero_impl(const Tensor& t) override;
