@@ -536,18 +536,22 @@ void Backend::embedding_forward(const Tensor& x, const Tensor& ids, const Tensor
       [&] { embedding_forward_impl(x, ids, table); });
 }
 
-void Backend::embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids) {
+void Backend::embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids,
+                                 int64_t padding_row) {
   const char* op = "embedding_backward";
   check_float(op, "dx", dx);
   check_float(op, "dtable", dtable);
   SBP_CHECK(dtable.cols() == dx.cols(),
             arg(op, "dtable", dtable) + " must be (V, d) for dx " + dx.describe() + " (n, d)");
   check_rows_vector(op, "ids", ids, DType::I32, dx.rows());
+  SBP_CHECK(padding_row >= -1 && padding_row < dtable.rows(),
+            std::string(op) + ": padding_row " + std::to_string(padding_row) + " outside [-1, " +
+                std::to_string(dtable.rows()) + ")");
   owns("embedding_backward", {&dtable, &dx, &ids});
   const Access access(*this);
   run_op(
       OpFamily::embedding, [&] { return 3 * nb(dx) + nb(ids); },
-      [&] { embedding_backward_impl(dtable, dx, ids); });
+      [&] { embedding_backward_impl(dtable, dx, ids, padding_row); });
 }
 
 // ---- LM head ----

@@ -177,9 +177,11 @@ class Backend : public MemorySpace {
   // Checks: x, table float; table.cols() == x.cols(); ids I32 with numel n = x.rows().
   // (ids < V: the computing backend.)
   void embedding_forward(const Tensor& x, const Tensor& ids, const Tensor& table);
-  // dtable (V, d) += scatter of dx (n, d) by ids (n); fixed order.
-  // Checks: as embedding_forward, with dtable for table and dx for x.
-  void embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids);
+  // dtable (V, d) += scatter of dx (n, d) by ids (n); fixed order. Positions whose id is
+  // padding_row add nothing (torch's nn.Embedding padding_idx; -1: every position adds).
+  // Checks: as embedding_forward, with dtable for table and dx for x; padding_row in [-1, V).
+  void embedding_backward(const Tensor& dtable, const Tensor& dx, const Tensor& ids,
+                          int64_t padding_row = -1);
 
   // ---- LM head ----
   // logits (n, V); targets (n) I32, < 0 = no target. lse (n) = logsumexp(logits row);
@@ -272,8 +274,8 @@ class Backend : public MemorySpace {
                                        const Tensor& seg_start, int64_t q_offset,
                                        const AttentionDims& dims) = 0;
   virtual void embedding_forward_impl(const Tensor& x, const Tensor& ids, const Tensor& table) = 0;
-  virtual void embedding_backward_impl(const Tensor& dtable, const Tensor& dx,
-                                       const Tensor& ids) = 0;
+  virtual void embedding_backward_impl(const Tensor& dtable, const Tensor& dx, const Tensor& ids,
+                                       int64_t padding_row) = 0;
   virtual void logsoftmax_target_impl(const Tensor& lse, const Tensor& logp, const Tensor& logits,
                                       const Tensor& targets) = 0;
   virtual void dlogits_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,

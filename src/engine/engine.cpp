@@ -67,8 +67,10 @@ void Engine::forward_backward(const Batch& batch, Objective& objective, const Pa
   // x0 = embed[tokens] * s (Gemma), so d(embed row) = s * dL/dx0.
   const float es = embed_scale_in(cfg_, exec_.act_dtype);
   if (es != 1.0f) be_.scale_inplace(gy.view(), es);
+  // The padding row's lookups add nothing, as in transformers (nn.Embedding's padding_idx).
   if (grads.views().embed.defined())  // frozen (LoRA): no gradient
-    be_.embedding_backward(grads.views().embed, gy.view(), step.tokens.view());
+    be_.embedding_backward(grads.views().embed, gy.view(), step.tokens.view(),
+                           cfg_.padding_row());
   if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
 

@@ -75,7 +75,8 @@ const char* const kKnownFields[] = {"model_type",
                                     "attention_bias",
                                     "torch_dtype",
                                     "dtype",
-                                    "rope_parameters"};
+                                    "rope_parameters",
+                                    "pad_token_id"};
 
 // Gemma 3 fields, interpreted (and so rewritten by to_json) only for gemma3_text configs: a Qwen2
 // config's unused sliding_window must still be written back as it was.
@@ -367,6 +368,11 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   c.rope_theta = get_num(j, "rope_theta", src, gemma ? 1e6 : 10000.0);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, gemma);
   c.attention_bias = get_bool(j, "attention_bias", src, false);
+  if (auto it = j.find("pad_token_id"); it == j.end()) {
+    if (gemma) c.pad_token_id = 0;
+  } else if (!it->is_null()) {
+    c.pad_token_id = get_int(j, "pad_token_id", src, true, 0);
+  }
   // transformers >= 4.56 writes "dtype" instead of "torch_dtype".
   if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string())
     c.torch_dtype = it->get<std::string>();
@@ -477,6 +483,11 @@ void ModelConfig::validate(const std::string& src) const {
     throw InputError(src + ": the model has " + std::to_string(params) +
                      " parameters, above the limit of " + std::to_string(kMaxParameters) +
                      " (docs/MODELS.md, Limits)");
+  // torch refuses a padding_idx outside [-V, V) when transformers builds the embedding.
+  if (pad_token_id && (*pad_token_id < -vocab_size || *pad_token_id >= vocab_size))
+    throw InputError(src + ": field 'pad_token_id' is " + std::to_string(*pad_token_id) +
+                     ", outside the vocabulary [-" + std::to_string(vocab_size) + ", " +
+                     std::to_string(vocab_size) + ") (it is the embedding's padding_idx)");
   check_open_range(src, "rms_norm_eps", rms_norm_eps, 0.0, 1.0, "in (0, 1)");
   // Hugging Face computes the rotary frequencies from theta in float32, so theta must be finite
   // there too; theta <= 1 would turn the frequencies upside down (or make them all 1).
@@ -614,6 +625,7 @@ json ModelConfig::to_json() const {
   if (model_type != ModelType::qwen2 && model_type != ModelType::mistral)
     j["attention_bias"] = attention_bias;
   j["torch_dtype"] = torch_dtype;
+  j["pad_token_id"] = pad_token_id ? json(*pad_token_id) : json(nullptr);
   if (!gemma() && !j.contains("hidden_act")) j["hidden_act"] = "silu";
   return j;
 }
@@ -651,6 +663,11 @@ std::vector<float> ModelConfig::rope_inv_freq(bool local) const {
     }
   }
   return inv;
+}
+
+int64_t ModelConfig::padding_row() const {
+  if (!pad_token_id) return -1;
+  return *pad_token_id < 0 ? vocab_size + *pad_token_id : *pad_token_id;
 }
 
 float ModelConfig::attention_scale() const {
@@ -759,6 +776,7 @@ ModelConfig llama3_scaled(ModelConfig c, double factor) {
 ModelConfig gemma3(int64_t d, int64_t F, int64_t L, int64_t H, int64_t G, int64_t h, int64_t V,
                    int64_t window, double qpas, int64_t max_pos, double linear_factor) {
   ModelConfig c = make(ModelType::gemma3_text, d, F, L, H, G, h, V, true, 1e6, 1e-6, max_pos);
+  c.pad_token_id = 0;  // <pad>, id 0 in every Gemma 3 tokenizer
   c.query_pre_attn_scalar = qpas;
   c.sliding_window = window;
   c.rope_local_base_freq = 1e4;

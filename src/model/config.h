@@ -2,6 +2,7 @@
 // ModelConfig: the shape of a Llama / Mistral / Qwen2 / Qwen3 / Gemma 3 decoder, read from a
 // Hugging Face config.json (or a built-in preset with the public config values).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,11 @@ struct ModelConfig {
   // llama/qwen3: bias on q,k,v,o; qwen2 always has q,k,v bias; mistral never has one.
   bool attention_bias = false;
   std::string torch_dtype = "float32";  // dtype of the checkpoint on disk
+  // config.json's pad_token_id, which transformers passes to every family's embedding as
+  // nn.Embedding's padding_idx: lookups of that row add no gradient to it (a tied LM head's
+  // part still does) and initialisation zeroes it. nullopt: null, or absent outside Gemma 3
+  // (Gemma3TextConfig's default is 0). Kept as written; padding_row() resolves it.
+  std::optional<int64_t> pad_token_id;
 
   // The sliding windows: Gemma 3 (per layer type), Mistral (every layer), Qwen2 / Qwen3 with
   // use_sliding_window (from max_window_layers on); other configs keep these defaults.
@@ -97,6 +103,9 @@ struct ModelConfig {
   bool sandwich_norms() const { return gemma(); }
   // Gemma's MLP: gelu_tanh(gate) * up instead of silu(gate) * up.
   bool gelu_mlp() const { return gemma(); }
+  // The embedding row of pad_token_id, or -1 for none. Negative ids count from the end of the
+  // vocabulary, as torch's padding_idx does (old LLaMA configs have pad_token_id: -1).
+  int64_t padding_row() const;
   // Softmax scale of the attention scores.
   float attention_scale() const;
   // Embedding output multiplier: Gemma's sqrt(hidden_size) (as float32), 1 otherwise.

@@ -1,5 +1,7 @@
 #include "model/parameters.h"
 
+#include <algorithm>
+
 #include "core/checked_math.h"
 #include "core/rng.h"
 
@@ -60,7 +62,8 @@ ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category
       tied_(cfg.tie_word_embeddings),
       layers_(cfg.num_hidden_layers),
       sandwich_(cfg.sandwich_norms()),
-      norm_offset_(cfg.norm_weight_offset()) {
+      norm_offset_(cfg.norm_weight_offset()),
+      padding_row_(cfg.padding_row()) {
   specs_ = parameter_specs(cfg, head);
   buffers_.reserve(specs_.size());
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -78,6 +81,7 @@ ParameterSet ParameterSet::unallocated(const ModelConfig& cfg, ModelHead head) {
   p.layers_ = cfg.num_hidden_layers;
   p.sandwich_ = cfg.sandwich_norms();
   p.norm_offset_ = cfg.norm_weight_offset();
+  p.padding_row_ = cfg.padding_row();
   p.specs_ = parameter_specs(cfg, head);
   p.buffers_.resize(p.specs_.size());
   for (size_t i = 0; i < p.specs_.size(); ++i) p.index_[p.specs_[i].name] = i;
@@ -160,6 +164,9 @@ void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float
     Rng rng(seed, n);
     const bool is_norm = n.find("norm") != std::string::npos;
     const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+    // transformers zeroes nn.Embedding's padding_idx row after drawing the others.
+    const int64_t zero_row =
+        style == InitStyle::hf && n == "model.embed_tokens.weight" ? params.padding_row() : -1;
     // Drawn on the host in row blocks of bounded size, then uploaded.
     std::vector<float> p;
     for_row_blocks(t, int64_t{1} << 20, [&](int64_t r0, int64_t r1) {
@@ -174,6 +181,10 @@ void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float
         } else {
           x = std * rng.normal();
         }
+      }
+      if (zero_row >= r0 && zero_row < r1) {  // drawn and then zeroed: the other rows keep theirs
+        const int64_t d = rows.cols();
+        std::fill_n(p.begin() + (zero_row - r0) * d, d, 0.0f);
       }
       upload_f32(rows, p);
     });

@@ -85,6 +85,8 @@ class ParameterSet {
   // What the model adds to every norm weight (ModelConfig::norm_weight_offset): 1 for Gemma,
   // whose norms are stored centred on 0, so their identity initialisation is 0.
   float norm_weight_offset() const { return norm_offset_; }
+  // ModelConfig::padding_row(): the embedding row whose lookups get no gradient (-1: none).
+  int64_t padding_row() const { return padding_row_; }
 
   // Binds tensor i to `b` (of the spec's shape) or releases it; views() follow at once, so an
   // engine holding views().layers[l] sees the new memory.
@@ -103,11 +105,13 @@ class ParameterSet {
   int64_t layers_ = 0;  // cfg.num_hidden_layers
   bool sandwich_ = false;   // cfg.sandwich_norms()
   float norm_offset_ = 0.0f;  // cfg.norm_weight_offset()
+  int64_t padding_row_ = -1;  // cfg.padding_row()
 };
 
 // Initialisation from a seed. `hf` follows transformers' _init_weights (normal(0, std) for
-// matrices and embeddings, ones for norms (zeros for Gemma's 1 + w norms), zeros for biases). `test` also perturbs norms
-// and biases so that gradient tests exercise every term.
+// matrices and embeddings, ones for norms (zeros for Gemma's 1 + w norms), zeros for biases, a
+// zero embedding row at padding_row()). `test` also perturbs norms and biases, and keeps the
+// padding row random, so that gradient tests exercise every term.
 enum class InitStyle { hf, test };
 void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float std = 0.02f);
 

@@ -310,6 +310,36 @@ TEST_P(BackendOps, EmbeddingBf16EveryDtypeCombination) {
   }
 }
 
+// The padding row (torch's nn.Embedding padding_idx) gets nothing from its lookups, whatever
+// the dtypes; every other row gets its sum as without one. Row 3 is looked up three times, row
+// 2 never (a padding row absent from the ids changes nothing).
+TEST_P(BackendOps, EmbeddingBackwardSkipsThePaddingRow) {
+  const int64_t V = 6, d = 5, n = 7;
+  const std::vector<int32_t> idv = {3, 0, 3, 5, 3, 1, 1};
+  const Vec dxd = randb(n * d), dt0 = randb(V * d);
+  Buffer id = ids(idv);
+  for (const int64_t pad : {int64_t{3}, int64_t{2}, int64_t{-1}}) {
+    Vec expect = dt0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < d; ++j)
+        if (idv[i] != pad) expect[idv[i] * d + j] += dxd[i * d + j];
+    for (int combo = 0; combo < 4; ++combo) {
+      SCOPED_TRACE(test::combo_name(combo, 2) + " padding row " + std::to_string(pad));
+      const DType d0 = test::dtype_combo(combo, 0), d1 = test::dtype_combo(combo, 1);
+      Buffer dt = up(dt0, {V, d}, d0), dx = up(dxd, {n, d}, d1);
+      be.embedding_backward(dt.view(), dx.view(), id.view(), pad);
+      if (!computes()) continue;
+      const Vec dtg = down(dt);
+      test::expect_close(dtg, expect, d0, 1e-7, "dtable");
+      if (pad >= 0)
+        for (int64_t j = 0; j < d; ++j) EXPECT_EQ(dtg[pad * d + j], dt0[pad * d + j]);
+    }
+  }
+  Buffer dt = zeros({V, d}), dx = zeros({n, d});
+  EXPECT_THROW(be.embedding_backward(dt.view(), dx.view(), id.view(), V), ShapeError);
+  EXPECT_THROW(be.embedding_backward(dt.view(), dx.view(), id.view(), -2), ShapeError);
+}
+
 // ---- attention ----
 
 // Queries [q_offset, q_offset + n) of a packed stream with segment starts `seg` attend to keys

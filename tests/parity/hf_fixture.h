@@ -36,7 +36,8 @@ inline const std::vector<std::string>& fixture_names() {
                                                  "llama_rope_llama3", "qwen3_head_dim_24",
                                                  "qwen3_bf16",        "qwen2_sharded",
                                                  "gemma3_sliding_softcap", "gemma3_mqa_pattern",
-                                                 "qwen2_sliding_window", "mistral_sliding_window"};
+                                                 "qwen2_sliding_window", "mistral_sliding_window",
+                                                 "gemma3_pad_tied",   "llama_pad_untied"};
   return names;
 }
 

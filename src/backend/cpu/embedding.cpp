@@ -43,16 +43,19 @@ void gather_rows(TX* px, const TT* pt, const int32_t* pid, int64_t n, int64_t d)
   }
 }
 
-// dtable (V, d) += scatter of dx (n, d) by ids, dtable F32: in place.
+// dtable (V, d) += scatter of dx (n, d) by ids, dtable F32: in place; ids equal to `skip` (the
+// padding row, or -1) add nothing.
 // Repeated ids would race if rows were split across threads; splitting the columns keeps
 // every element's sum in row order (deterministic) with no atomics.
 template <class TDX>
-void scatter_add_f32(float* pdt, const TDX* pdx, const int32_t* pid, int64_t n, int64_t d) {
+void scatter_add_f32(float* pdt, const TDX* pdx, const int32_t* pid, int64_t n, int64_t d,
+                     int64_t skip) {
 #pragma omp parallel if (n * d > cpu::kMinParallelWork)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t c0 = d * t / nt, c1 = d * (t + 1) / nt;
     for (int64_t i = 0; i < n; ++i) {
+      if (pid[i] == skip) continue;
       float* dst = pdt + static_cast<int64_t>(pid[i]) * d;
       const TDX* src = pdx + i * d;
       for (int64_t j = c0; j < c1; ++j) dst[j] += load(src[j]);
@@ -70,8 +73,10 @@ constexpr int64_t kAccFloats = int64_t{1} << 20;
 // range, and passes cover [min id, max id]. So the scratch is at most max(4 MiB, 4 d bytes),
 // whatever n and V are, for n * (id range / R) id comparisons (for a 151936-token vocabulary
 // and d = 1024: 149 comparisons per row of dx, next to its d additions).
+// As scatter_add_f32, `skip` too.
 template <class TDX>
-void scatter_add_bf16(bf16* pdt, const TDX* pdx, const int32_t* pid, int64_t n, int64_t d) {
+void scatter_add_bf16(bf16* pdt, const TDX* pdx, const int32_t* pid, int64_t n, int64_t d,
+                      int64_t skip) {
   if (n == 0 || d == 0) return;
   const auto [lo_it, hi_it] = std::minmax_element(pid, pid + n);
   const int64_t id_lo = *lo_it, id_hi = *hi_it;
@@ -84,7 +89,7 @@ void scatter_add_bf16(bf16* pdt, const TDX* pdx, const int32_t* pid, int64_t n, 
     const int64_t v1 = std::min(v0 + R, id_hi + 1);
     std::fill(touched.get(), touched.get() + (v1 - v0), uint8_t{0});
     for (int64_t i = 0; i < n; ++i)
-      if (pid[i] >= v0 && pid[i] < v1) touched[pid[i] - v0] = 1;
+      if (pid[i] >= v0 && pid[i] < v1 && pid[i] != skip) touched[pid[i] - v0] = 1;
 #pragma omp parallel if (n * d > cpu::kMinParallelWork)
     {
       // Columns split across threads, as in scatter_add_f32.
@@ -97,7 +102,7 @@ void scatter_add_bf16(bf16* pdt, const TDX* pdx, const int32_t* pid, int64_t n, 
         for (int64_t j = c0; j < c1; ++j) a[j] = load(src[j]);
       }
       for (int64_t i = 0; i < n; ++i) {
-        if (pid[i] < v0 || pid[i] >= v1) continue;
+        if (pid[i] < v0 || pid[i] >= v1 || pid[i] == skip) continue;
         float* a = acc.get() + (pid[i] - v0) * d;
         const TDX* src = pdx + i * d;
         for (int64_t j = c0; j < c1; ++j) a[j] += load(src[j]);
@@ -121,15 +126,15 @@ void CpuBackend::embedding_forward_impl(const Tensor& x, const Tensor& ids, cons
 }
 
 void CpuBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dx,
-                                         const Tensor& ids) {
+                                         const Tensor& ids, int64_t padding_row) {
   check_ids(ids, dtable.rows());
   const int32_t* pid = ids.i32();  // (n)
   cpu::with_float_data(
       [&](auto* pdt, const auto* pdx) {  // dtable (V, d), dx (n, d)
         if constexpr (cpu::is_bf16<cpu::elem_t<decltype(pdt)>>) {
-          scatter_add_bf16(pdt, pdx, pid, dx.rows(), dx.cols());
+          scatter_add_bf16(pdt, pdx, pid, dx.rows(), dx.cols(), padding_row);
         } else {
-          scatter_add_f32(pdt, pdx, pid, dx.rows(), dx.cols());
+          scatter_add_f32(pdt, pdx, pid, dx.rows(), dx.cols(), padding_row);
         }
       },
       dtable, dx);

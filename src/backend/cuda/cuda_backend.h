@@ -115,7 +115,8 @@ class CudaBackend : public Backend {
                                const AttentionDims& dims) override;
 
   void embedding_forward_impl(const Tensor& x, const Tensor& ids, const Tensor& table) override;
-  void embedding_backward_impl(const Tensor& dtable, const Tensor& dx, const Tensor& ids) override;
+  void embedding_backward_impl(const Tensor& dtable, const Tensor& dx, const Tensor& ids,
+                               int64_t padding_row) override;
 
   void logsoftmax_target_impl(const Tensor& lse, const Tensor& logp, const Tensor& logits,
                               const Tensor& targets) override;

@@ -2,12 +2,11 @@
 //
 // Backward, deterministic without float atomics: the ids (n I32, small) are copied to the host,
 // checked there (the CPU backend's message), and sorted stably by id into runs: for each
-// distinct id v, the rows i with ids[i] == v in increasing i. One thread per (run, column) then
-// sums its run in that order in fp32, starting from the stored dtable value, and stores once:
-// the same additions in the same order as the CPU backend (cpu/embedding.cpp), so an F32 dtable
+// distinct id v other than the padding row, the rows i with ids[i] == v in increasing i. One
+// thread per (run, column) then sums its run in that order in fp32, starting from the stored
+// dtable value, and stores once: the same additions in the same order as the CPU backend (cpu/embedding.cpp), so an F32 dtable
 // gets the CPU's bits and a BF16 one is rounded once per element and call.
 #include <algorithm>
-#include <numeric>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -34,7 +33,7 @@ __global__ void gather_kernel(FPtr x, FPtr table, const int32_t* ids, int64_t n,
   }
 }
 
-// runs: [u ids | u + 1 offsets | n rows]; grid (u, ceil(d / 256)): the runs go on grid x, whose
+// runs: [u ids | u + 1 offsets | m rows]; grid (u, ceil(d / 256)): the runs go on grid x, whose
 // limit is 2^31 - 1 (a long sequence has far more than grid y's 65535 distinct ids).
 __global__ void scatter_runs_kernel(FPtr dtable, FPtr dx, const int32_t* runs, int64_t u,
                                     int64_t d) {
@@ -62,7 +61,7 @@ void CudaBackend::embedding_forward_impl(const Tensor& x, const Tensor& ids, con
 }
 
 void CudaBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dx,
-                                          const Tensor& ids) {
+                                          const Tensor& ids, int64_t padding_row) {
   const int64_t V = dtable.rows(), n = dx.rows(), d = dx.cols();
   if (n == 0) return;
   std::vector<int32_t> id(static_cast<size_t>(n));
@@ -70,20 +69,24 @@ void CudaBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dx
   for (int64_t i = 0; i < n; ++i)
     SBP_CHECK(id[i] >= 0 && id[i] < V, id_message(i, id[i], V));
   if (d == 0) return;
-  std::vector<int32_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<int32_t> order;  // the rows that add, stably sorted by id
+  order.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    if (id[i] != padding_row) order.push_back(static_cast<int32_t>(i));
+  if (order.empty()) return;
+  const int64_t m = static_cast<int64_t>(order.size());
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return id[a] < id[b]; });
   std::vector<int32_t> uniq, offsets;
-  for (int64_t k = 0; k < n; ++k) {
+  for (int64_t k = 0; k < m; ++k) {
     if (k == 0 || id[order[k]] != id[order[k - 1]]) {
       uniq.push_back(id[order[k]]);
       offsets.push_back(static_cast<int32_t>(k));
     }
   }
-  offsets.push_back(static_cast<int32_t>(n));
+  offsets.push_back(static_cast<int32_t>(m));
   const int64_t u = static_cast<int64_t>(uniq.size());
-  std::vector<int32_t> runs;  // [u ids | u + 1 offsets | n rows]
-  runs.reserve(static_cast<size_t>(2 * u + 1 + n));
+  std::vector<int32_t> runs;  // [u ids | u + 1 offsets | m rows]
+  runs.reserve(static_cast<size_t>(2 * u + 1 + m));
   runs.insert(runs.end(), uniq.begin(), uniq.end());
   runs.insert(runs.end(), offsets.begin(), offsets.end());
   runs.insert(runs.end(), order.begin(), order.end());

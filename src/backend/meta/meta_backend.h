@@ -54,7 +54,7 @@ class MetaBackend final : public Backend {
                                const Tensor&, const Tensor&, int64_t q_offset,
                                const AttentionDims& dims) override;
   void embedding_forward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
-  void embedding_backward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
+  void embedding_backward_impl(const Tensor&, const Tensor&, const Tensor&, int64_t) override {}
   void logsoftmax_target_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
   }
   void dlogits_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
