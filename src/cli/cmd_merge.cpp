@@ -1,5 +1,7 @@
 // streambp merge: a base model and a LoRA adapter (PEFT format) folded into one Hugging Face
-// checkpoint, W' = W + s B A for every adapted projection (PEFT's merge_and_unload()).
+// checkpoint, W' = W + s B A for every adapted projection (PEFT's merge_and_unload()). The output
+// is a whole Hugging Face directory: the tokenizer files (the adapter's, as a training checkpoint
+// carries them, else the base's) and the base's generation_config.json go with the weights.
 #include <cstdio>
 
 #include "backend/backend_factory.h"
@@ -14,7 +16,7 @@ namespace sbp::cli {
 
 namespace {
 struct Args {
-  std::string model, adapter, out, dtype = "f32";
+  std::string model, adapter, out, tokenizer, dtype = "f32";
 };
 }  // namespace
 
@@ -28,6 +30,9 @@ void register_merge(CLI::App& app) {
                 "adapter_model.safetensors)")
       ->required();
   c->add_option("--out", a->out, "Output model directory")->required();
+  c->add_option("--tokenizer", a->tokenizer,
+                "Directory whose tokenizer files are copied (default: --adapter if it has a "
+                "tokenizer, else --model)");
   c->add_option("--dtype", a->dtype, "Weights dtype on disk: f32, bf16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   c->callback([a] {
@@ -45,10 +50,17 @@ void register_merge(CLI::App& app) {
     LoraSet ad(src.cfg, lc, pool, Category::weights, DType::F32, false);
     load_lora_weights(a->adapter, ad);
     merge_lora(w, ad, *be);
-    save_model_dir(a->out, src.cfg, w, dt);
-    std::printf("merge: %s + %s (%s, %zu adapter tensors) -> %s (%s)\n", a->model.c_str(),
-                a->adapter.c_str(), lc.describe().c_str(), ad.size(), a->out.c_str(),
-                dtype_name(dt));
+    std::string tokenizer = a->tokenizer;
+    if (tokenizer.empty()) tokenizer = has_tokenizer_files(a->adapter) ? a->adapter : src.dir;
+    else if (!has_tokenizer_files(tokenizer))
+      throw InputError("merge: --tokenizer " + tokenizer +
+                       " has no tokenizer.json or tokenizer_config.json");
+    const std::vector<std::string> companions = companion_files(tokenizer, src.dir);
+    save_model_dir(a->out, src.cfg, w, dt, 0, companions);
+    std::printf("merge: %s + %s (%s, %zu adapter tensors) -> %s (%s, %zu files beside the "
+                "weights, the tokenizer's from %s)\n",
+                a->model.c_str(), a->adapter.c_str(), lc.describe().c_str(), ad.size(),
+                a->out.c_str(), dtype_name(dt), companions.size(), tokenizer.c_str());
   });
 }
 

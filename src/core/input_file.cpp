@@ -1,6 +1,8 @@
 #include "core/input_file.h"
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -15,6 +17,16 @@ void check_input_file(const std::string& path) {
   throw InputError(path +
                    ": is not a regular file (a FIFO, device or socket is not read: it could block "
                    "or never end)");
+}
+
+std::string read_input_file(const std::string& path) {
+  check_input_file(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": read failed");
+  return ss.str();
 }
 
 }  // namespace sbp

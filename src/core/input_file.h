@@ -10,4 +10,7 @@ namespace sbp {
 // left to the caller, whose message says which file it wanted.
 void check_input_file(const std::string& path);
 
+// The whole file, after check_input_file; InputError naming `path` if it cannot be read.
+std::string read_input_file(const std::string& path);
+
 }  // namespace sbp

@@ -292,8 +292,29 @@ void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& 
   }
 }
 
+std::vector<std::string> companion_files(const std::string& tokenizer_dir,
+                                         const std::string& model_dir) {
+  std::vector<std::string> out;
+  if (!tokenizer_dir.empty())
+    for (const char* name : kTokenizerFiles) {
+      const fs::path p = fs::path(tokenizer_dir) / name;
+      if (fs::is_regular_file(p)) out.push_back(p.string());
+    }
+  if (!model_dir.empty()) {
+    const fs::path p = fs::path(model_dir) / kGenerationConfigFile;
+    if (fs::is_regular_file(p)) out.push_back(p.string());
+  }
+  return out;
+}
+
+bool has_tokenizer_files(const std::string& dir) {
+  return fs::is_regular_file(fs::path(dir) / "tokenizer.json") ||
+         fs::is_regular_file(fs::path(dir) / "tokenizer_config.json");
+}
+
 void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const ParameterSet& params,
-                    DType dtype, int64_t max_shard_bytes) {
+                    DType dtype, int64_t max_shard_bytes,
+                    const std::vector<std::string>& companions) {
   const char* torch_dtype = torch_dtype_name(dtype);
   if (!torch_dtype) {
     throw InputError(dir_arg + ": cannot save weights as " + std::string(dtype_name(dtype)) +
@@ -348,6 +369,11 @@ void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const Pa
     cj["torch_dtype"] = torch_dtype;
     if (cj.contains("dtype")) cj["dtype"] = torch_dtype;  // newer transformers' spelling
     write_text_file(tmp / "config.json", cj.dump(2) + "\n");
+    for (const std::string& c : companions) {
+      const fs::path name = fs::path(c).filename();
+      SBP_CHECK(!fs::exists(tmp / name), "save_model_dir: companion file " + c + " given twice");
+      write_text_file(tmp / name, read_input_file(c));
+    }
 
     // Shards as save_pretrained cuts them: in order, a new shard when the next tensor would
     // push the current one past the limit (a tensor larger than the limit gets its own).

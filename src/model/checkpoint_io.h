@@ -2,6 +2,7 @@
 // Hugging Face model directories: config.json + model.safetensors, or sharded
 // model-0000i-of-0000n.safetensors with model.safetensors.index.json.
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/parameters.h"
@@ -15,11 +16,30 @@ namespace sbp {
 // Errors name the file and the tensor.
 void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params);
 
+// The files beside the weights that transformers reads with a model directory: the tokenizer's
+// (AutoTokenizer.from_pretrained) and generation_config.json (generate's defaults: eos ids,
+// sampling settings). A directory that `merge` or a training checkpoint writes carries them, so
+// that it loads, tokenizes and generates like its base.
+inline constexpr const char* kTokenizerFiles[] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt",     "added_tokens.json",     "chat_template.jinja",     "tokenizer.model"};
+inline constexpr const char* kGenerationConfigFile = "generation_config.json";
+
+// The companion files that exist: every kTokenizerFiles entry of `tokenizer_dir`, then
+// kGenerationConfigFile of `model_dir` (an empty directory name: nothing from it).
+std::vector<std::string> companion_files(const std::string& tokenizer_dir,
+                                         const std::string& model_dir);
+// True if `dir` holds a tokenizer (tokenizer.json, or tokenizer_config.json with vocab files).
+bool has_tokenizer_files(const std::string& dir);
+
 // Writes config.json + model.safetensors (weights in `dtype`) into `dir`, atomically: into a
 // temporary sibling directory that is renamed over `dir` at the end. `max_shard_bytes` > 0
-// splits the weights into shards with an index file, as save_pretrained does.
+// splits the weights into shards with an index file, as save_pretrained does. `companions`
+// (companion_files()) are copied in under their file names before the rename, so the directory
+// is complete whenever it exists.
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const ParameterSet& params,
-                    DType dtype, int64_t max_shard_bytes = 0);
+                    DType dtype, int64_t max_shard_bytes = 0,
+                    const std::vector<std::string>& companions = {});
 
 // Reads config.json of a model directory (a directory or a config file path).
 ModelConfig load_config(const std::string& dir_or_file);

@@ -29,11 +29,6 @@ namespace {
 const char* const kStatePrefix = "checkpoint-";
 const char* const kStagingPrefix = ".staging-checkpoint-";
 
-// Files a tokenizer directory may hold that transformers needs to load it again.
-const char* const kTokenizerFiles[] = {
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-    "merges.txt",     "added_tokens.json",     "chat_template.jinja",     "tokenizer.model"};
-
 std::string hex64(uint64_t x) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
@@ -51,19 +46,10 @@ void write_synced(const fs::path& path, const std::string& text) {
     throw InputError(path.string() + ": write failed: " + (ok ? errno_message() : why));
 }
 
-std::string read_all(const std::string& path) {
-  check_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A copy that is on disk before the checkpoint is renamed into place (fs::copy_file does not
 // fsync): tokenizer files are small.
 void copy_synced(const fs::path& from, const fs::path& to) {
-  write_synced(to, read_all(from.string()));
+  write_synced(to, read_input_file(from.string()));
 }
 
 // checkpoint-<digits> -> step, else -1.
@@ -285,13 +271,8 @@ std::string save_checkpoint(const std::string& output_dir, const CheckpointConte
       } else {
         save_model_dir(staging.string(), c.cfg, c.weights, c.export_dtype);
       }
-      for (const char* name : kTokenizerFiles) {
-        const fs::path src = fs::path(c.tokenizer_dir) / name;
-        if (fs::exists(src)) copy_synced(src, staging / name);
-      }
-      if (!c.model_dir.empty() && fs::exists(fs::path(c.model_dir) / "generation_config.json"))
-        copy_synced(fs::path(c.model_dir) / "generation_config.json",
-                    staging / "generation_config.json");
+      for (const std::string& f : companion_files(c.tokenizer_dir, c.model_dir))
+        copy_synced(f, staging / fs::path(f).filename());
       if (c.export_dtype != DType::F32 && !c.lora) write_master_weights(staging, c.weights);
       if (c.value_model)
         write_value_model(staging / kValueModelDir, *c.value_model, c.export_dtype);
@@ -414,7 +395,7 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_all(path));
+    j = nlohmann::json::parse(read_input_file(path));
   } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
     throw InputError(path + ": not valid JSON: " + e.what());
   }
@@ -464,7 +445,7 @@ DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) 
     first = dir / "model.safetensors";
   } else if (fs::exists(dir / "model.safetensors.index.json")) {
     const auto index = nlohmann::json::parse(
-        read_all((dir / "model.safetensors.index.json").string()), nullptr, false);
+        read_input_file((dir / "model.safetensors.index.json").string()), nullptr, false);
     if (index.is_object() && index.contains("weight_map") && index["weight_map"].is_object() &&
         !index["weight_map"].empty() && index["weight_map"].begin()->is_string())
       first = dir / index["weight_map"].begin()->get<std::string>();

@@ -407,6 +407,57 @@ TEST(ModelConfig, ToJsonRoundTrip) {
   EXPECT_EQ(out.at("architectures"), json::array({"LlamaForCausalLM"}));
 }
 
+// pad_token_id as transformers reads it into nn.Embedding's padding_idx: absent or null is none
+// (Gemma 3: absent is its config default 0), negative counts from the end as torch's padding_idx
+// does, outside [-V, V) is refused naming the field; written back as read.
+TEST(ModelConfig, PadTokenIdIsTheEmbeddingsPaddingRow) {
+  json j = base_config();  // vocab 101
+  EXPECT_EQ(ModelConfig::from_json(j, "c").padding_row(), -1);
+  EXPECT_EQ(ModelConfig::from_json(j, "c").to_json().at("pad_token_id"), nullptr);
+  j["pad_token_id"] = nullptr;
+  EXPECT_EQ(ModelConfig::from_json(j, "c").padding_row(), -1);
+  j["pad_token_id"] = 7;
+  EXPECT_EQ(ModelConfig::from_json(j, "c").padding_row(), 7);
+  EXPECT_EQ(ModelConfig::from_json(j, "c").to_json().at("pad_token_id"), 7);
+  j["pad_token_id"] = -1;
+  EXPECT_EQ(ModelConfig::from_json(j, "c").padding_row(), 100);
+  EXPECT_EQ(ModelConfig::from_json(j, "c").to_json().at("pad_token_id"), -1);
+  for (int64_t bad : {int64_t{101}, int64_t{-102}}) {
+    j["pad_token_id"] = bad;
+    expect_config_error(j, {"pad_token_id", std::to_string(bad)});
+  }
+  j["pad_token_id"] = "0";
+  expect_config_error(j, {"pad_token_id", "integer"});
+  json g = {{"model_type", "gemma3_text"}, {"hidden_size", 48}, {"intermediate_size", 96},
+            {"num_hidden_layers", 2},      {"num_attention_heads", 4}, {"vocab_size", 83}};
+  EXPECT_EQ(ModelConfig::from_json(g, "g").padding_row(), 0);
+  g["pad_token_id"] = nullptr;
+  EXPECT_EQ(ModelConfig::from_json(g, "g").padding_row(), -1);
+  EXPECT_EQ(preset_config("gemma3-1b").padding_row(), 0);
+  EXPECT_EQ(preset_config("qwen3-8b").padding_row(), -1);
+}
+
+// init (transformers' _init_weights) zeroes the padding row and only it; the test init keeps it.
+TEST(ModelConfig, HfInitZeroesThePaddingRow) {
+  json j = base_config();
+  j["pad_token_id"] = 5;
+  const ModelConfig cfg = ModelConfig::from_json(j, "c");
+  auto be = test::backend();
+  Ledger ledger;
+  Pool pool(ledger, *be);
+  for (InitStyle style : {InitStyle::hf, InitStyle::test}) {
+    ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
+    init_parameters(w, 3, style);
+    const std::vector<float> e = download_f32(w.views().embed);  // (V, d)
+    const int64_t d = cfg.hidden_size;
+    for (int64_t r : {int64_t{4}, int64_t{5}, int64_t{6}}) {
+      double norm = 0.0;
+      for (int64_t c = 0; c < d; ++c) norm += std::fabs(e[static_cast<size_t>(r * d + c)]);
+      EXPECT_EQ(norm == 0.0, style == InitStyle::hf && r == 5) << "row " << r;
+    }
+  }
+}
+
 TEST(ModelConfig, PresetsAndParameterCounts) {
   for (const char* name : {"qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b",
                            "llama3.1-8b", "tiny-qwen3", "tiny-qwen2", "tiny-llama"}) {

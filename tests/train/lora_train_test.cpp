@@ -78,6 +78,9 @@ TEST(LoraTrain, DpoReferenceIsTheBaseAndMergeFoldsTheAdapter) {
   auto r = run_command(bin() + " init --config " + run.dir.file("model.json") + " --out " +
                        run.dir.file("base") + " --test-init");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // A base as published: generation defaults beside the weights.
+  const std::string gen_config = "{\"eos_token_id\": 450, \"max_new_tokens\": 7}\n";
+  test::write_text(run.dir.file("base/generation_config.json"), gen_config);
   r = run.train("model=" + run.dir.file("base") + " data.train=" + src() +
                 "/examples/data/dpo.jsonl");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -92,6 +95,18 @@ TEST(LoraTrain, DpoReferenceIsTheBaseAndMergeFoldsTheAdapter) {
                   run.out("checkpoint-3") + " --out " + run.dir.file("merged"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(run.dir.file("merged/model.safetensors")));
+  // A whole Hugging Face directory: the checkpoint's tokenizer files (the run's tokenizer) and
+  // the base's generation_config.json, byte for byte, so transformers' AutoTokenizer and
+  // generate read what the base had.
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    EXPECT_TRUE(same_file(src() + "/examples/tiny-chat/" + f, run.dir.file("merged/") + f)) << f;
+  EXPECT_EQ(test::read_text(run.dir.file("merged/generation_config.json")), gen_config);
+  // ... and `generate` finds the tokenizer there: a text prompt, no --tokenizer.
+  test::write_text(run.dir.file("text.jsonl"), "{\"prompt\": \"1+1=\"}\n");
+  r = run_command(bin() + " generate --greedy --max-new-tokens 3 --threads 1 --input " +
+                  run.dir.file("text.jsonl") + " --model " + run.dir.file("merged"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"completion\":"), std::string::npos) << r.output;
   // The merged model is the base + adapter: base and merged differ, the adapter's folded.
   EXPECT_FALSE(
       same_file(run.dir.file("base/model.safetensors"), run.dir.file("merged/model.safetensors")));
