@@ -67,9 +67,9 @@ void byte_level(std::vector<std::string>& tokens) {
 // WordPiece's clean-up of English spacing (also used by CTC), in the library's order.
 void cleanup(std::string& s) {
   static const std::pair<const char*, const char*> kRules[] = {
-      {" .", "."},   {" ?", "?"},   {" !", "!"},   {" ,", ","},           {" ' ", "'"},
-      {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"},
-      {" 're", "'re"}};
+      {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+      {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+      {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kRules) rust_replace(s, from, to);
 }
 

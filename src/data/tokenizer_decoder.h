@@ -29,11 +29,11 @@ struct DecoderStep {
   std::string content;  // Replace: what it becomes; Strip: the one character stripped
   size_t start = 0;     // Strip: at most this many `content` characters cut from each token's front
   size_t stop = 0;      // Strip: ... and from its end
-  std::string replacement;  // Metaspace: one character, turned back into ' '
-  bool drop_first = true;   // Metaspace: prepend_scheme is not "never": the first token loses it
-  std::string prefix;       // WordPiece: continuation prefix ("##"); BPEDecoder: suffix ("</w>")
-  bool cleanup = false;     // WordPiece, CTC: the English spacing clean-up (" ." -> ".", ...)
-  std::string pad_token;    // CTC: dropped
+  std::string replacement;     // Metaspace: one character, turned back into ' '
+  bool drop_first = true;      // Metaspace: prepend_scheme is not "never": the first token loses it
+  std::string prefix;          // WordPiece: continuation prefix ("##"); BPEDecoder: suffix ("</w>")
+  bool cleanup = false;        // WordPiece, CTC: the English spacing clean-up (" ." -> ".", ...)
+  std::string pad_token;       // CTC: dropped
   std::string word_delimiter;  // CTC: becomes ' ' (with cleanup)
 };
 

@@ -98,8 +98,6 @@ class JsonLoader {
     return it->get<size_t>();
   }
 
-
-
   const std::string& path() const { return path_; }
 
   // The pipeline (tokenizer_load_pipeline.cpp). `field` is the JSON path named in errors.

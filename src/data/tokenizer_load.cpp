@@ -37,8 +37,8 @@ void check_dense_ids(const TokenizerImpl& t, const std::string& path) {
   if (highest >= 2 * tokens + kIdSlack)
     throw InputError(path + ": token ids are sparse: the highest is " + std::to_string(highest) +
                      " but the file has only " + std::to_string(tokens) +
-                     " tokens (ids must be dense: below 2 x tokens + " +
-                     std::to_string(kIdSlack) + ")");
+                     " tokens (ids must be dense: below 2 x tokens + " + std::to_string(kIdSlack) +
+                     ")");
 }
 
 std::string read_file(const std::string& path) {
@@ -199,7 +199,6 @@ class ModelLoader : public JsonLoader {
                               in_quotes(prev->second) + " and " + in_quotes(token.content));
     }
   }
-
 };
 
 }  // namespace

@@ -67,7 +67,8 @@ void JsonLoader::normalizer(const json& n, const std::string& field, Normalizer&
   NormalizerStep step;
   if (type == "Sequence") {
     const json& list = list_field(*this, n, "normalizers", field);
-    for (size_t i = 0; i < list.size(); ++i) normalizer(list[i], item(field, "normalizers", i), out);
+    for (size_t i = 0; i < list.size(); ++i)
+      normalizer(list[i], item(field, "normalizers", i), out);
     return;
   }
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
@@ -103,8 +104,9 @@ void JsonLoader::normalizer(const json& n, const std::string& field, Normalizer&
   } else if (type == "ByteLevel") {
     step.kind = Kind::ByteLevel;
   } else if (type == "Precompiled") {
-    fail(field, "unsupported normalizer Precompiled (a SentencePiece precompiled_charsmap; "
-                "Unigram conversions use it, BPE ones do not)");
+    fail(field,
+         "unsupported normalizer Precompiled (a SentencePiece precompiled_charsmap; "
+         "Unigram conversions use it, BPE ones do not)");
   } else {
     fail(field, "unsupported normalizer " + type);
   }
@@ -151,8 +153,8 @@ void JsonLoader::pre_tokenizer(const json& p, const std::string& field, PreToken
     step.replacement = one_char(p, "replacement", field);
     step.prepend = prepend_scheme(p, field);
     if (get_bool(p, "split", true, field)) {
-      step.regex =
-          std::make_shared<const Regex>(step.replacement, true, path_ + ": " + field + ".replacement");
+      step.regex = std::make_shared<const Regex>(step.replacement, true,
+                                                 path_ + ": " + field + ".replacement");
     }
     for (const PreTokenizerStep& before : out.steps) {
       // "first" asks where a piece began in the original text; ByteLevel's pieces lose that.

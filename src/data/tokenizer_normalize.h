@@ -16,21 +16,21 @@ enum class NormalForm { NFC, NFD, NFKC, NFKD };
 
 struct NormalizerStep {
   enum class Kind {
-    Form,         // a Unicode normal form
-    Replace,      // every match of a String (SentencePiece: ' ' -> U+2581) or Regex pattern
-    Prepend,      // a string in front of a non-empty piece
-    Lowercase,    // Rust's char::to_lowercase, character by character
-    Strip,        // leading and/or trailing White_Space
-    StripAccents, // drops combining marks (general category M)
-    Bert,         // BertNormalizer: clean_text, handle_chinese_chars, strip_accents, lowercase
-    Nmt,          // drops ASCII controls, maps some spaces and separators to ' '
-    ByteLevel,    // every byte becomes its GPT-2 byte-level character
+    Form,          // a Unicode normal form
+    Replace,       // every match of a String (SentencePiece: ' ' -> U+2581) or Regex pattern
+    Prepend,       // a string in front of a non-empty piece
+    Lowercase,     // Rust's char::to_lowercase, character by character
+    Strip,         // leading and/or trailing White_Space
+    StripAccents,  // drops combining marks (general category M)
+    Bert,          // BertNormalizer: clean_text, handle_chinese_chars, strip_accents, lowercase
+    Nmt,           // drops ASCII controls, maps some spaces and separators to ' '
+    ByteLevel,     // every byte becomes its GPT-2 byte-level character
   } kind = Kind::Form;
   NormalForm form = NormalForm::NFC;
   std::string pattern;  // Replace with a String pattern: what is looked for (never empty)
   std::shared_ptr<const Regex> regex;  // Replace with a Regex pattern
-  std::string content;  // Replace: what it becomes; Prepend: what goes in front
-  bool left = false, right = false;  // Strip: which ends
+  std::string content;                 // Replace: what it becomes; Prepend: what goes in front
+  bool left = false, right = false;    // Strip: which ends
   // Bert's four switches (strip_accents already resolved: null follows lowercase).
   bool clean_text = false, chinese_chars = false, strip_accents = false, lowercase = false;
 

@@ -29,8 +29,14 @@ struct PreTokenizerStep {
   // Split: a regex (Whitespace is one too). CharSplit: a character class (WhitespaceSplit,
   // Punctuation, Digits, CharDelimiterSplit; BertPreTokenizer is two). FixedLength: chunks of
   // `length` characters. UnicodeScripts: cuts where the script changes.
-  enum class Kind { Split, ByteLevel, Metaspace, CharSplit, FixedLength, UnicodeScripts } kind =
-      Kind::Split;
+  enum class Kind {
+    Split,
+    ByteLevel,
+    Metaspace,
+    CharSplit,
+    FixedLength,
+    UnicodeScripts
+  } kind = Kind::Split;
   // Split: its pattern; ByteLevel: GPT-2's, if use_regex; Metaspace: the replacement, if split.
   std::shared_ptr<const Regex> regex;
   CharClass char_class = CharClass::WhiteSpace;  // CharSplit

@@ -180,8 +180,9 @@ bool is_numeric(char32_t cp) {
 
 bool is_punctuation(char32_t cp) {
   // Rust's is_ascii_punctuation also takes the ASCII symbols ($ + < = > ^ ` | ~).
-  if (cp < 0x80) return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) ||
-                        (cp >= 0x5B && cp <= 0x60) || (cp >= 0x7B && cp <= 0x7E);
+  if (cp < 0x80)
+    return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+           (cp >= 0x7B && cp <= 0x7E);
   switch (category(cp)) {
     case UTF8PROC_CATEGORY_PC:
     case UTF8PROC_CATEGORY_PD:

@@ -37,11 +37,11 @@ bool is_word_char(char32_t cp);
 
 // The character classes the library's normalizers and pre-tokenizers test, by general category
 // (utf8proc's tables stand in for Rust's).
-bool is_other(char32_t cp);              // Cc, Cf, Cs, Co (not unassigned: the library's crate)
-bool is_mark(char32_t cp);               // M*: StripAccents' combining marks
-bool is_nonspacing_mark(char32_t cp);    // Mn: what BertNormalizer's strip_accents drops
-bool is_numeric(char32_t cp);            // N*: Rust's char::is_numeric (Digits)
-bool is_punctuation(char32_t cp);        // ASCII punctuation or P* (Punctuation, Bert)
+bool is_other(char32_t cp);            // Cc, Cf, Cs, Co (not unassigned: the library's crate)
+bool is_mark(char32_t cp);             // M*: StripAccents' combining marks
+bool is_nonspacing_mark(char32_t cp);  // Mn: what BertNormalizer's strip_accents drops
+bool is_numeric(char32_t cp);          // N*: Rust's char::is_numeric (Digits)
+bool is_punctuation(char32_t cp);      // ASCII punctuation or P* (Punctuation, Bert)
 // Appends Rust's char::to_lowercase(cp): the simple mapping, except U+0130 -> "i\u0307".
 void append_lowercase(std::string& out, char32_t cp);
 
