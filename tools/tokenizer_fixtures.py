@@ -403,6 +403,225 @@ def write_spm_variants(seed):
     print(f"wrote {path}: {len(SPM_VARIANTS)} variants x {len(items)} texts, {os.path.getsize(path)} bytes")
 
 
+# ---- Generated compositions: every component type, in Sequences ---------------------------
+
+def _split(pattern, behavior, invert=False, regex=False):
+    return {"type": "Split", "pattern": {"Regex" if regex else "String": pattern}, "behavior": behavior,
+            "invert": invert}
+
+
+BEHAVIORS = ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"]
+
+
+def random_normalizer(rng):
+    c = rng.choice(["NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "StripAccents", "ReplaceString",
+                    "ReplaceRegex", "Prepend", "BertNormalizer", "Nmt", "ByteLevel"])
+    if c == "Strip":
+        return {"type": "Strip", "strip_left": rng.random() < 0.7, "strip_right": rng.random() < 0.7}
+    if c == "ReplaceString":
+        return replace(rng.choice([" ", "e", "\u2581", "ab", "\n"]), rng.choice(["\u2581", "", "E", "  "]))
+    if c == "ReplaceRegex":
+        return {"type": "Replace", "pattern": {"Regex": rng.choice([r"\s+", r"[0-9]", r"(?i)the", r"\p{P}+", r"o+"])},
+                "content": rng.choice([" ", "", "#", "\u2581"])}
+    if c == "Prepend":
+        return {"type": "Prepend", "prepend": rng.choice(["\u2581", "> "])}
+    if c == "BertNormalizer":
+        return {"type": "BertNormalizer", "clean_text": rng.random() < 0.7, "handle_chinese_chars": rng.random() < 0.5,
+                "strip_accents": rng.choice([None, True, False]), "lowercase": rng.random() < 0.5}
+    return {"type": c}
+
+
+def random_pre_tokenizer(rng):
+    c = rng.choice(["ByteLevel", "Metaspace", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits",
+                    "CharDelimiterSplit", "BertPreTokenizer", "UnicodeScripts", "FixedLength", "SplitString",
+                    "SplitRegex"])
+    if c == "ByteLevel":
+        return {"type": "ByteLevel", "add_prefix_space": rng.random() < 0.5, "trim_offsets": True,
+                "use_regex": rng.random() < 0.7}
+    if c == "Metaspace":
+        return metaspace(rng.choice(["always", "first", "never"]), rng.random() < 0.5)
+    if c == "Punctuation":
+        return {"type": "Punctuation", "behavior": rng.choice(BEHAVIORS)}
+    if c == "Digits":
+        return {"type": "Digits", "individual_digits": rng.random() < 0.5}
+    if c == "CharDelimiterSplit":
+        return {"type": "CharDelimiterSplit", "delimiter": rng.choice([" ", "e", "\u2581", "\u3002"])}
+    if c == "FixedLength":
+        return {"type": "FixedLength", "length": rng.randint(1, 6)}
+    if c == "SplitString":
+        return _split(rng.choice([" ", "e", ", ", "\n"]), rng.choice(BEHAVIORS), rng.random() < 0.3)
+    if c == "SplitRegex":
+        return _split(rng.choice([r"\s+", r"\p{L}+", r"[aeiou]", r"\d", r"'s|'t|\p{N}{1,3}"]), rng.choice(BEHAVIORS),
+                      rng.random() < 0.3, regex=True)
+    return {"type": c}
+
+
+def random_decoder(rng):
+    c = rng.choice(["ByteLevel", "ByteFallback", "Fuse", "ReplaceString", "ReplaceRegex", "Strip", "Metaspace",
+                    "WordPiece", "BPEDecoder", "CTC"])
+    if c == "ByteLevel":
+        return {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    if c == "ReplaceString":
+        return replace(rng.choice(["\u2581", "\u0120", "e", "##"]), rng.choice([" ", "", "E"]))
+    if c == "ReplaceRegex":
+        return {"type": "Replace", "pattern": {"Regex": rng.choice([r"\s+", r"\u2581+", r"[0-9]"])},
+                "content": rng.choice([" ", "", "_"])}
+    if c == "Strip":
+        return {"type": "Strip", "content": rng.choice([" ", "\u2581", "e"]), "start": rng.randint(0, 2),
+                "stop": rng.randint(0, 1)}
+    if c == "Metaspace":
+        return metaspace(rng.choice(["always", "first", "never"]), True)
+    if c == "WordPiece":
+        return {"type": "WordPiece", "prefix": rng.choice(["##", "\u0120", ""]), "cleanup": rng.random() < 0.6}
+    if c == "BPEDecoder":
+        return {"type": "BPEDecoder", "suffix": rng.choice(["</w>", "\u2581", "e"])}
+    if c == "CTC":
+        return {"type": "CTC", "pad_token": rng.choice(["<pad>", "e", "<0x20>"]),
+                "word_delimiter_token": rng.choice(["|", "\u2581", "\u0120"]), "cleanup": rng.random() < 0.6}
+    return {"type": c}
+
+
+def random_post_processor(rng, specials):
+    a, b = specials
+    ids = {t: i for t, i in specials.items()} if isinstance(specials, dict) else None
+    c = rng.choice(["ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing", "Sequence", None])
+    if c == "ByteLevel":
+        return {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    if c == "TemplateProcessing":
+        return json.loads(processors.TemplateProcessing(single=f"{a[0]} $A", pair=f"{a[0]} $A {b[0]} $B:1",
+                                                        special_tokens=[a, b]).__getstate__())
+    if c == "RobertaProcessing":
+        return {"type": "RobertaProcessing", "sep": list(b), "cls": list(a), "trim_offsets": True,
+                "add_prefix_space": True}
+    if c == "BertProcessing":
+        return {"type": "BertProcessing", "sep": list(b), "cls": list(a)}
+    if c == "Sequence":
+        return {"type": "Sequence", "processors": [random_post_processor(rng, specials) or
+                                                   {"type": "BertProcessing", "sep": list(b), "cls": list(a)}
+                                                   for _ in range(rng.randint(1, 2))]}
+    return None
+
+
+def streambp_refuses(changes):
+    """The combinations streambp refuses at load (docs/TOKENIZER.md, "Metaspace first"), which the
+    composition test checks separately: a Metaspace with prepend_scheme "first" together with a
+    normalizer that deletes characters, after another pre-tokenizer when there is a normalizer, or
+    after a ByteLevel."""
+    def parts(x, key):
+        return [] if x is None else (x[key] if x["type"] == "Sequence" else [x])
+    norms = parts(changes.get("normalizer"), "normalizers")
+    pres = parts(changes.get("pre_tokenizer"), "pretokenizers")
+    deletes = any(n["type"] in ("StripAccents", "Nmt")
+                  or (n["type"] == "Strip" and n["strip_left"])
+                  or (n["type"] == "BertNormalizer" and (n["clean_text"] or
+                                                         (n["strip_accents"] if n["strip_accents"] is not None
+                                                          else n["lowercase"])))
+                  or (n["type"] == "Replace" and n["content"] == "") for n in norms)
+    for i, p in enumerate(pres):
+        if p["type"] == "Metaspace" and p["prepend_scheme"] == "first" and (
+                deletes or (i > 0 and norms) or any(q["type"] == "ByteLevel" for q in pres[:i])):
+            return True
+    return False
+
+
+def stage(rng, make, key, n_max):
+    """None, one component, or a Sequence of up to n_max (sometimes one)."""
+    r = rng.random()
+    if r < 0.15:
+        return None
+    if r < 0.45:
+        return make(rng)
+    return {"type": "Sequence", key: [make(rng) for _ in range(rng.randint(1, n_max))]}
+
+
+GGUF_DECODER = {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}, replace("\u2581", " "),
+                                                 {"type": "ByteLevel", "add_prefix_space": True,
+                                                  "trim_offsets": True, "use_regex": True}]}
+
+
+def systematic_compositions():
+    """Each component type once on its own (on both bases), and the GGUF conversion's decoder."""
+    rng = random.Random(11)
+    out = [("gguf_decoder_gemma", "tiny_gemma", {"decoder": GGUF_DECODER}),
+           ("gguf_decoder_bytelevel", "tiny_bytelevel", {"decoder": GGUF_DECODER}),
+           ("gguf_llama", "tiny_gemma", {"normalizer": None, "pre_tokenizer": metaspace("first", False),
+                                         "decoder": GGUF_DECODER})]
+    for i, make in enumerate([random_normalizer, random_pre_tokenizer, random_decoder]):
+        key = ["normalizer", "pre_tokenizer", "decoder"][i]
+        seen = set()
+        for _ in range(400):
+            part = make(rng)
+            kind = part["type"] + ("Regex" if "Regex" in part.get("pattern", {}) else "")
+            if kind in seen:
+                continue
+            seen.add(kind)
+            base = ["tiny_gemma", "tiny_bytelevel"][len(seen) % 2]
+            out.append((f"{key}_{kind}", base, {key: part}))
+    return out
+
+
+def composition_digest(ids, decoded, decoded_skip):
+    """FNV-1a over the ids (int32 little-endian), a 0xFF byte, decoded, a 0xFF byte, decoded_skip;
+    folded to 32 bits. tests/data/tokenizer_compositions_test.cpp computes the same."""
+    h = 0xCBF29CE484222325
+    data = b"".join(i.to_bytes(4, "little", signed=True) for i in ids)
+    data += b"\xff" + decoded.encode("utf-8") + b"\xff" + decoded_skip.encode("utf-8")
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{(h >> 32) ^ (h & 0xFFFFFFFF):08x}"
+
+
+def composition_texts(seed):
+    rng = random.Random(seed)
+    out = [""] + [t for pool in POOLS[:-1] for t in pool] + SPM_SPECIAL + SPM_RARE + rng.sample(LONG, 3)
+    every = [t for pool in POOLS[:-1] for t in pool]
+    for _ in range(80):
+        out.append("".join(rng.choice(every) + rng.choice(SEPARATORS) for _ in range(rng.randint(2, 6))))
+    return out
+
+
+def write_compositions(n_random, seed=12):
+    """compositions.jsonl: the texts, then one line per composition of tiny_bytelevel.json's or
+    tiny_gemma.json's vocabulary with other normalizer / pre_tokenizer / decoder / post_processor
+    fields: the changed fields and, per text, the digest of the library's ids and decodes."""
+    bases = {name: json.load(open(os.path.join(OUT, name + ".json"), encoding="utf-8"))
+             for name in ("tiny_bytelevel", "tiny_gemma")}
+    specials = {"tiny_bytelevel": (("<sep>", bases["tiny_bytelevel"]["added_tokens"][0]["id"]),
+                                   ("[MASK]", bases["tiny_bytelevel"]["added_tokens"][1]["id"])),
+                "tiny_gemma": (("<bos>", 2), ("<eos>", 1))}
+    items = composition_texts(seed)
+    rng = random.Random(seed)
+    comps = systematic_compositions()
+    while len(comps) < len(systematic_compositions()) + n_random:
+        base = rng.choice(list(bases))
+        changes = {"normalizer": stage(rng, random_normalizer, "normalizers", 3),
+                   "pre_tokenizer": stage(rng, random_pre_tokenizer, "pretokenizers", 3),
+                   "decoder": stage(rng, random_decoder, "decoders", 4),
+                   "post_processor": random_post_processor(rng, specials[base])}
+        if streambp_refuses(changes):
+            continue
+        comps.append((f"random_{len(comps)}", base, changes))
+    path = os.path.join(OUT, "compositions.jsonl")
+    skipped = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(json.dumps({"texts": items}, ensure_ascii=False) + "\n")
+        for name, base, changes in comps:
+            tok = Tokenizer.from_str(json.dumps(dict(bases[base], **changes)))
+            digests = []
+            try:
+                for text in items:
+                    ids = tok.encode(text, add_special_tokens=False).ids
+                    digests.append(composition_digest(ids, tok.decode(ids, skip_special_tokens=False),
+                                                      tok.decode(ids, skip_special_tokens=True)))
+            except BaseException as e:  # pyo3's PanicException (Strip cuts that overlap)
+                print(f"  skipped {name}: the library fails: {str(e)[:80]}")
+                skipped += 1
+                continue
+            f.write(json.dumps({"name": name, "base": base, "changes": changes, "digests": "".join(digests)},
+                               ensure_ascii=False) + "\n")
+    print(f"wrote {path}: {len(comps) - skipped} compositions x {len(items)} texts, {os.path.getsize(path)} bytes")
+
+
 def write_spm_fixtures():
     write_versions()
     corpus = texts(3, 400, 0)
@@ -419,11 +638,16 @@ def write_spm_fixtures():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(HERE, "..", "..", "shared", "tokenizers"))
-    ap.add_argument("--only", choices=["spm"], help="write only the SentencePiece-style fixtures")
+    ap.add_argument("--only", choices=["spm", "compositions"],
+                    help="write only the SentencePiece-style fixtures, or only compositions.jsonl")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     if args.only == "spm":
         write_spm_fixtures()
+        write_compositions(40)
+        return
+    if args.only == "compositions":
+        write_compositions(40)
         return
 
     qwen = Tokenizer.from_file(os.path.join(args.shared, "qwen3", "tokenizer.json"))
@@ -438,6 +662,7 @@ def main():
         print(f"wrote {path}: {os.path.getsize(path)} bytes")
         write_cases(tok, os.path.join(OUT, name + "_cases.jsonl"), texts(4, 80, 3000), 20)
     write_spm_fixtures()
+    write_compositions(40)
 
 
 if __name__ == "__main__":

@@ -181,7 +181,13 @@ std::optional<std::vector<int32_t>> Tokenizer::sentencepiece_text_lengths() cons
     space = n.content;
   }
   for (const PreTokenizerStep& p : t.pre_tokenizer.steps) {
-    if (p.kind == PreTokenizerStep::Kind::Split) continue;  // splitting keeps every byte
+    // Splitting keeps every byte unless the delimiters are removed (UnicodeScripts drops a
+    // leading ' ', so it does not count).
+    using Kind = PreTokenizerStep::Kind;
+    const bool keeps_bytes = ((p.kind == Kind::Split || p.kind == Kind::CharSplit) &&
+                              p.behavior != SplitBehavior::Removed) ||
+                             p.kind == Kind::FixedLength;
+    if (keeps_bytes) continue;
     if (p.kind != PreTokenizerStep::Kind::Metaspace || p.prepend != PrependScheme::Never ||
         (!space.empty() && space != p.replacement))
       return std::nullopt;

@@ -5,10 +5,11 @@
 // `Tokenizer.encode(text, add_special_tokens=False).ids` there, and decode equals its decode.
 //
 // The pipeline, as in the library: added tokens are cut out of the raw text first; the pieces in
-// between are normalized (NFC, Replace " " -> U+2581, Prepend), split into pre-tokens (Split
-// regex, ByteLevel, Metaspace) and each pre-token is run through BPE. Supported parts and their
-// limits are listed in docs/TOKENIZER.md; anything else in a tokenizer.json is rejected with an
-// InputError naming the file and the field.
+// between are normalized, split into pre-tokens and each pre-token is run through BPE; decoding
+// runs the decoder's steps over the tokens. Every normalizer, pre-tokenizer and decoder type the
+// library has for BPE models is supported, in any Sequence, except the Precompiled normalizer;
+// docs/TOKENIZER.md lists them and the few combinations refused. Anything unsupported in a
+// tokenizer.json is rejected with an InputError naming the file and the field.
 //
 // A Tokenizer is immutable after loading; copies share the loaded tables, and every const method
 // may be called from several threads at once.

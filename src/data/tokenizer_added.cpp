@@ -72,9 +72,9 @@ void AddedTokenMatcher::split(std::string_view text, bool allow_special,
     if (token.special && !allow_special) continue;
     if (token.single_word) {
       size_t unused;
-      const bool free_left = start == 0 || !is_alphanumeric(utf8_prev(text, start, unused));
+      const bool free_left = start == 0 || !is_word_char(utf8_prev(text, start, unused));
       size_t after = stop;
-      const bool free_right = stop == text.size() || !is_alphanumeric(utf8_next(text, after));
+      const bool free_right = stop == text.size() || !is_word_char(utf8_next(text, after));
       if (!free_left || !free_right) continue;
     }
     if (token.lstrip) {

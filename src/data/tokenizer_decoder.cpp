@@ -1,6 +1,7 @@
 #include "data/tokenizer_decoder.h"
 
 #include <string_view>
+#include <utility>
 
 #include "data/tokenizer_utf8.h"
 
@@ -26,18 +27,79 @@ int fallback_byte(const std::string& token) {
   return hi < 0 ? -1 : hi * 16 + lo;
 }
 
-void replace_all(std::string& s, const std::string& pattern, const std::string& content) {
-  size_t at = s.find(pattern);
-  if (at == std::string::npos) return;
+// A {"Regex": ...} Replace: every match (as the library iterates them) becomes `content`.
+void replace_regex(std::string& s, const Regex& regex, const std::string& content) {
+  std::vector<Span> matches;
+  regex.find_all(s, matches);
+  if (matches.empty()) return;
   std::string out;
   size_t done = 0;
-  for (; at != std::string::npos; at = s.find(pattern, done)) {
-    out.append(s, done, at - done);
+  for (const Span& m : matches) {
+    out.append(s, done, m.begin - done);
     out += content;
-    done = at + pattern.size();
+    done = m.end;
   }
   out.append(s, done, std::string::npos);
   s.swap(out);
+}
+
+// The library's ByteLevel decoder: each token made only of byte-level characters becomes the
+// bytes they stand for, any other token its own UTF-8; all of it is joined into one token and
+// repaired as Rust's from_utf8_lossy does.
+void byte_level(std::vector<std::string>& tokens) {
+  const ByteLevelAlphabet& alphabet = byte_level_alphabet();
+  std::string bytes;
+  std::string token_bytes;
+  for (const std::string& token : tokens) {
+    token_bytes.clear();
+    bool all_mapped = true;
+    for (size_t i = 0; i < token.size() && all_mapped;) {
+      const char32_t cp = utf8_next(token, i);
+      const int b = cp < ByteLevelAlphabet::kMaxCodePoint ? alphabet.cp_to_byte[cp] : -1;
+      if (b < 0) all_mapped = false;
+      token_bytes += static_cast<char>(b);
+    }
+    bytes += all_mapped ? token_bytes : token;
+  }
+  tokens.assign(1, utf8_repair(bytes));
+}
+
+// WordPiece's clean-up of English spacing (also used by CTC), in the library's order.
+void cleanup(std::string& s) {
+  static const std::pair<const char*, const char*> kRules[] = {
+      {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+      {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+      {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kRules) rust_replace(s, from, to);
+}
+
+void word_piece(std::vector<std::string>& tokens, const DecoderStep& step) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string& t = tokens[i];
+    if (i != 0) {
+      if (t.compare(0, step.prefix.size(), step.prefix) == 0) {
+        t.erase(0, step.prefix.size());
+      } else {
+        t.insert(0, " ");
+      }
+    }
+    if (step.cleanup) cleanup(t);
+  }
+}
+
+void ctc(std::vector<std::string>& tokens, const DecoderStep& step) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0 && tokens[i] == tokens[i - 1]) continue;  // repeats collapse (before the pad goes)
+    std::string t = tokens[i];
+    rust_replace(t, step.pad_token, "");
+    if (step.cleanup) {
+      cleanup(t);
+      rust_replace(t, step.word_delimiter, " ");
+    }
+    if (!t.empty()) out.push_back(std::move(t));
+  }
+  tokens.swap(out);
 }
 
 // Runs of byte tokens become the text they spell; a run that is not valid UTF-8 becomes one
@@ -86,11 +148,43 @@ void strip(std::string& token, const std::string& ch, size_t start, size_t stop)
 
 }  // namespace
 
+void rust_replace(std::string& s, const std::string& pattern, const std::string& content) {
+  std::string out;
+  if (pattern.empty()) {
+    out.reserve(s.size() + (s.size() + 1) * content.size());
+    out += content;
+    for (size_t i = 0; i < s.size();) {
+      const size_t n = utf8_char_len(static_cast<unsigned char>(s[i]));
+      out.append(s, i, n);
+      out += content;
+      i += n;
+    }
+    s.swap(out);
+    return;
+  }
+  size_t at = s.find(pattern);
+  if (at == std::string::npos) return;
+  size_t done = 0;
+  for (; at != std::string::npos; at = s.find(pattern, done)) {
+    out.append(s, done, at - done);
+    out += content;
+    done = at + pattern.size();
+  }
+  out.append(s, done, std::string::npos);
+  s.swap(out);
+}
+
 std::string decode_chain(const std::vector<DecoderStep>& steps, std::vector<std::string>& tokens) {
   for (const DecoderStep& step : steps) {
     switch (step.kind) {
       case DecoderStep::Kind::Replace:
-        for (std::string& t : tokens) replace_all(t, step.pattern, step.content);
+        for (std::string& t : tokens) {
+          if (step.regex) {
+            replace_regex(t, *step.regex, step.content);
+          } else {
+            rust_replace(t, step.pattern, step.content);
+          }
+        }
         break;
       case DecoderStep::Kind::ByteFallback: byte_fallback(tokens); break;
       case DecoderStep::Kind::Fuse: {
@@ -106,8 +200,16 @@ std::string decode_chain(const std::vector<DecoderStep>& steps, std::vector<std:
         // Every replacement becomes ' ', except in the first token, where (unless the scheme
         // is "never") every one is dropped: the library's rule, not just the leading one.
         for (size_t i = 0; i < tokens.size(); ++i)
-          replace_all(tokens[i], step.replacement, i == 0 && step.drop_first ? "" : " ");
+          rust_replace(tokens[i], step.replacement, i == 0 && step.drop_first ? "" : " ");
         break;
+      case DecoderStep::Kind::ByteLevel: byte_level(tokens); break;
+      case DecoderStep::Kind::WordPiece: word_piece(tokens, step); break;
+      case DecoderStep::Kind::BpeSuffix:
+        // The last token's suffix goes, every other one becomes a space.
+        for (size_t i = 0; i < tokens.size(); ++i)
+          rust_replace(tokens[i], step.prefix, i + 1 == tokens.size() ? "" : " ");
+        break;
+      case DecoderStep::Kind::Ctc: ctc(tokens, step); break;
     }
   }
   std::string out;

@@ -9,6 +9,7 @@
 #include "data/tokenizer_added.h"
 #include "data/tokenizer_bpe.h"
 #include "data/tokenizer_decoder.h"
+#include "data/tokenizer_normalize.h"
 #include "data/tokenizer_pretokenize.h"
 
 namespace sbp::tokenizer_detail {

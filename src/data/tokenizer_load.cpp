@@ -9,6 +9,7 @@
 #include "core/input_file.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_impl.h"
+#include "data/tokenizer_json.h"
 #include "data/tokenizer_utf8.h"
 
 namespace sbp {
@@ -36,8 +37,8 @@ void check_dense_ids(const TokenizerImpl& t, const std::string& path) {
   if (highest >= 2 * tokens + kIdSlack)
     throw InputError(path + ": token ids are sparse: the highest is " + std::to_string(highest) +
                      " but the file has only " + std::to_string(tokens) +
-                     " tokens (ids must be dense: below 2 x tokens + " +
-                     std::to_string(kIdSlack) + ")");
+                     " tokens (ids must be dense: below 2 x tokens + " + std::to_string(kIdSlack) +
+                     ")");
 }
 
 std::string read_file(const std::string& path) {
@@ -49,102 +50,11 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
-
-// Replace and Prepend strings longer than this are refused: each match of a Replace (every space,
-// in Gemma's) grows the text by its content, so a hostile file with a long one would turn a
-// training set into terabytes. SentencePiece conversions use one character.
-constexpr size_t kMaxInsertBytes = 256;
-
-// Reads the parts of a tokenizer.json, turning every problem into an InputError that names the
-// file and the field.
-class JsonLoader {
+// The model and added-token parts of a tokenizer.json (the pipeline's are in
+// tokenizer_load_pipeline.cpp).
+class ModelLoader : public JsonLoader {
  public:
-  explicit JsonLoader(std::string path) : path_(std::move(path)) {}
-
-  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw InputError(path_ + ": " + field + ": " + what);
-  }
-
-  json parse(const std::string& text) const {
-    try {
-      return json::parse(text);
-    } catch (const json::exception& e) {  // also out_of_range: 1e999
-      throw InputError(path_ + ": not valid JSON: " + e.what());
-    }
-  }
-
-  bool get_bool(const json& obj, const char* key, bool fallback, const std::string& field) const {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) fail(field + "." + key, "expected true or false");
-    return it->get<bool>();
-  }
-
-  std::string get_string(const json& obj, const char* key, const std::string& field) const {
-    auto it = obj.find(key);
-    if (it == obj.end() || !it->is_string()) fail(field + "." + key, "missing or not a string");
-    return it->get<std::string>();
-  }
-
-  // A Replace's {"String": "..."} pattern. Regex patterns are not supported here (no
-  // SentencePiece conversion writes one); an empty string would match everywhere.
-  std::string string_pattern(const json& obj, const std::string& field) const {
-    const json& pattern = obj.value("pattern", json());
-    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string()) {
-      fail(field + ".pattern", "expected {\"String\": ...} (Regex patterns are not supported)");
-    }
-    std::string s = pattern["String"].get<std::string>();
-    if (s.empty()) fail(field + ".pattern.String", "must not be empty");
-    if (utf8_find_invalid(s) != std::string::npos) fail(field + ".pattern.String", "not UTF-8");
-    return s;
-  }
-
-  // A field that the library reads as one `char`: exactly one code point.
-  std::string one_char(const json& obj, const char* key, const std::string& field) const {
-    std::string s = get_string(obj, key, field);
-    size_t i = 0;
-    if (s.empty() || utf8_find_invalid(s) != std::string::npos || (utf8_next(s, i), i != s.size()))
-      fail(field + "." + key, "expected exactly one character, got " + in_quotes(s));
-    return s;
-  }
-
-  // Metaspace's prepend_scheme ("always" when absent); an older add_prefix_space must agree.
-  PrependScheme prepend_scheme(const json& obj, const std::string& field) const {
-    PrependScheme scheme = PrependScheme::Always;
-    if (obj.contains("prepend_scheme") && !obj["prepend_scheme"].is_null()) {
-      const std::string s = get_string(obj, "prepend_scheme", field);
-      if (s == "always") {
-        scheme = PrependScheme::Always;
-      } else if (s == "first") {
-        scheme = PrependScheme::First;
-      } else if (s == "never") {
-        scheme = PrependScheme::Never;
-      } else {
-        fail(field + ".prepend_scheme", "expected always, first or never, got " + in_quotes(s));
-      }
-    }
-    if (!get_bool(obj, "add_prefix_space", true, field) && scheme != PrependScheme::Never)
-      fail(field + ".add_prefix_space", "false contradicts prepend_scheme (not \"never\")");
-    return scheme;
-  }
-
-  // A Replace content or Prepend string: at most kMaxInsertBytes.
-  std::string insert_string(const json& obj, const char* key, const std::string& field) const {
-    std::string s = get_string(obj, key, field);
-    if (s.size() > kMaxInsertBytes) {
-      fail(field + "." + key, std::to_string(s.size()) + " bytes long (at most " +
-                                  std::to_string(kMaxInsertBytes) + " are accepted)");
-    }
-    return s;
-  }
-
-  size_t count(const json& obj, const char* key, const std::string& field) const {
-    auto it = obj.find(key);
-    if (it == obj.end() || !it->is_number_unsigned())
-      fail(field + "." + key, "missing or not a non-negative integer");
-    return it->get<size_t>();
-  }
+  using JsonLoader::JsonLoader;
 
   int32_t token_id(const json& value, const std::string& field) const {
     if (!value.is_number_integer()) fail(field, "token id must be an integer");
@@ -155,151 +65,6 @@ class JsonLoader {
     }
     return static_cast<int32_t>(id);
   }
-
-  void normalizer(const json& n, const std::string& field, Normalizer& out) const {
-    if (n.is_null()) return;
-    const std::string type = get_string(n, "type", field);
-    NormalizerStep step;
-    if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-      step.form = type == "NFC"    ? NormalForm::NFC
-                  : type == "NFD"  ? NormalForm::NFD
-                  : type == "NFKC" ? NormalForm::NFKC
-                                   : NormalForm::NFKD;
-      out.steps.push_back(step);
-    } else if (type == "Replace") {
-      step.kind = NormalizerStep::Kind::Replace;
-      step.pattern = string_pattern(n, field);
-      step.content = insert_string(n, "content", field);
-      out.steps.push_back(step);
-    } else if (type == "Prepend") {
-      step.kind = NormalizerStep::Kind::Prepend;
-      step.content = insert_string(n, "prepend", field);
-      out.steps.push_back(step);
-    } else if (type == "Sequence") {
-      const json& list = n.value("normalizers", json());
-      if (!list.is_array()) fail(field + ".normalizers", "expected a list");
-      for (size_t i = 0; i < list.size(); ++i)
-        normalizer(list[i], field + ".normalizers[" + std::to_string(i) + "]", out);
-    } else {
-      fail(field, "unsupported normalizer " + type);
-    }
-  }
-
-  void pre_tokenizer(const json& p, const std::string& field, PreTokenizer& out) const {
-    if (p.is_null()) return;
-    const std::string type = get_string(p, "type", field);
-    if (type == "Sequence") {
-      const json& list = p.value("pretokenizers", json());
-      if (!list.is_array()) fail(field + ".pretokenizers", "expected a list");
-      for (size_t i = 0; i < list.size(); ++i)
-        pre_tokenizer(list[i], field + ".pretokenizers[" + std::to_string(i) + "]", out);
-      return;
-    }
-    PreTokenizerStep step;
-    if (type == "ByteLevel") {
-      step.kind = PreTokenizerStep::Kind::ByteLevel;
-      // The library's defaults for a ByteLevel without these fields are both true.
-      step.add_prefix_space = get_bool(p, "add_prefix_space", true, field);
-      if (get_bool(p, "use_regex", true, field)) {
-        step.regex =
-            std::make_shared<const Regex>(gpt2_split_pattern(), false, path_ + ": " + field);
-      }
-    } else if (type == "Split") {
-      step.kind = PreTokenizerStep::Kind::Split;
-      const json& pattern = p.value("pattern", json());
-      if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
-        step.regex = std::make_shared<const Regex>(pattern["Regex"].get<std::string>(), false,
-                                                   path_ + ": " + field + ".pattern.Regex");
-      } else if (pattern.is_object() && pattern.contains("String") &&
-                 pattern["String"].is_string()) {
-        step.regex = std::make_shared<const Regex>(pattern["String"].get<std::string>(), true,
-                                                   path_ + ": " + field + ".pattern.String");
-      } else {
-        fail(field + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
-      }
-      const std::string behavior = get_string(p, "behavior", field);
-      if (behavior == "Removed") {
-        step.behavior = SplitBehavior::Removed;
-      } else if (behavior == "Isolated") {
-        step.behavior = SplitBehavior::Isolated;
-      } else if (behavior == "MergedWithPrevious") {
-        step.behavior = SplitBehavior::MergedWithPrevious;
-      } else if (behavior == "MergedWithNext") {
-        step.behavior = SplitBehavior::MergedWithNext;
-      } else if (behavior == "Contiguous") {
-        step.behavior = SplitBehavior::Contiguous;
-      } else {
-        fail(field + ".behavior", "unsupported split behavior " + behavior);
-      }
-      step.invert = get_bool(p, "invert", false, field);
-    } else if (type == "Metaspace") {
-      step.kind = PreTokenizerStep::Kind::Metaspace;
-      step.replacement = one_char(p, "replacement", field);
-      step.prepend = prepend_scheme(p, field);
-      if (get_bool(p, "split", true, field)) {
-        step.regex = std::make_shared<const Regex>(step.replacement, true,
-                                                   path_ + ": " + field + ".replacement");
-      }
-      for (const PreTokenizerStep& before : out.steps) {
-        // ByteLevel maps ' ' away, and we do not track where its pieces began.
-        if (before.kind == PreTokenizerStep::Kind::ByteLevel)
-          fail(field, "Metaspace after ByteLevel is not supported");
-      }
-    } else {
-      fail(field, "unsupported pre_tokenizer " + type);
-    }
-    out.steps.push_back(std::move(step));
-  }
-
-  DecoderKind decoder(const json& d, const std::string& field,
-                      std::vector<DecoderStep>& steps) const {
-    if (d.is_null()) return DecoderKind::None;
-    const std::string type = get_string(d, "type", field);
-    if (type == "ByteLevel") return DecoderKind::ByteLevel;
-    if (type == "Sequence") {
-      const json& list = d.value("decoders", json());
-      if (!list.is_array()) fail(field + ".decoders", "expected a list");
-      for (size_t i = 0; i < list.size(); ++i) {
-        const std::string item = field + ".decoders[" + std::to_string(i) + "]";
-        if (!list[i].is_object()) fail(item, "expected an object");
-        steps.push_back(decoder_step(list[i], item));
-      }
-    } else {
-      steps.push_back(decoder_step(d, field));
-    }
-    return DecoderKind::Chain;
-  }
-
-  // One SentencePiece-style decoder (alone or in a Sequence; ByteLevel only alone).
-  DecoderStep decoder_step(const json& d, const std::string& field) const {
-    const std::string type = get_string(d, "type", field);
-    DecoderStep step;
-    if (type == "Replace") {
-      step.kind = DecoderStep::Kind::Replace;
-      step.pattern = string_pattern(d, field);
-      step.content = insert_string(d, "content", field);
-    } else if (type == "ByteFallback") {
-      step.kind = DecoderStep::Kind::ByteFallback;
-    } else if (type == "Fuse") {
-      step.kind = DecoderStep::Kind::Fuse;
-    } else if (type == "Strip") {
-      step.kind = DecoderStep::Kind::Strip;
-      step.content = one_char(d, "content", field);
-      step.start = count(d, "start", field);
-      step.stop = count(d, "stop", field);
-    } else if (type == "ByteLevel") {
-      fail(field, "ByteLevel is only supported as the whole decoder, not in a Sequence");
-    } else if (type == "Metaspace") {
-      step.kind = DecoderStep::Kind::Metaspace;
-      step.replacement = one_char(d, "replacement", field);
-      step.drop_first = prepend_scheme(d, field) != PrependScheme::Never;
-      get_bool(d, "split", true, field);  // checked, but decoding does not use it
-    } else {
-      fail(field, "unsupported decoder " + type);
-    }
-    return step;
-  }
-
   void vocab(const json& v, BpeModel& model) const {
     if (!v.is_object()) fail("model.vocab", "missing or not an object");
     model.vocab.reserve(v.size());
@@ -434,31 +199,12 @@ class JsonLoader {
                               in_quotes(prev->second) + " and " + in_quotes(token.content));
     }
   }
-
-  // Metaspace's "first" scheme asks whether a piece starts the original text; we answer from
-  // where the piece starts in the normalized text, which is only the same answer when the
-  // normalizer cannot delete leading text (a Replace with empty content could).
-  void check_metaspace_start(const TokenizerImpl& t) const {
-    bool first = false;
-    for (const PreTokenizerStep& s : t.pre_tokenizer.steps)
-      first |= s.kind == PreTokenizerStep::Kind::Metaspace && s.prepend == PrependScheme::First;
-    if (!first) return;
-    for (const NormalizerStep& n : t.normalizer.steps) {
-      if (n.kind == NormalizerStep::Kind::Replace && n.content.empty())
-        fail("normalizer",
-             "a Replace with empty content together with a Metaspace "
-             "pre_tokenizer whose prepend_scheme is \"first\" is not supported");
-    }
-  }
-
- private:
-  std::string path_;
 };
 
 }  // namespace
 
 Tokenizer Tokenizer::from_file(const std::string& tokenizer_json_path) {
-  const JsonLoader loader(tokenizer_json_path);
+  const ModelLoader loader(tokenizer_json_path);
   const json doc = loader.parse(read_file(tokenizer_json_path));
   if (!doc.is_object()) loader.fail("(top level)", "expected a JSON object");
   auto impl = std::make_shared<TokenizerImpl>();
@@ -468,7 +214,7 @@ Tokenizer Tokenizer::from_file(const std::string& tokenizer_json_path) {
     loader.normalizer(doc.value("normalizer", json()), "normalizer", impl->normalizer);
     loader.pre_tokenizer(doc.value("pre_tokenizer", json()), "pre_tokenizer", impl->pre_tokenizer);
     impl->decoder = loader.decoder(doc.value("decoder", json()), "decoder", impl->decoder_steps);
-    loader.check_metaspace_start(*impl);
+    loader.check_pipeline(*impl);
     loader.added_tokens(doc.value("added_tokens", json()), *impl);
   } catch (const json::exception& e) {
     // A field of the wrong JSON type that no check above anticipated.
@@ -483,11 +229,11 @@ Tokenizer Tokenizer::from_gpt2_files(const std::string& encoder_json_path,
                                      const std::string& vocab_bpe_path) {
   auto impl = std::make_shared<TokenizerImpl>();
   {
-    const JsonLoader loader(encoder_json_path);
+    const ModelLoader loader(encoder_json_path);
     loader.vocab(loader.parse(read_file(encoder_json_path)), impl->model);
   }
   // vocab.bpe: a "#version" line, then one "left right" merge per line, in rank order.
-  const JsonLoader merges_loader(vocab_bpe_path);
+  const ModelLoader merges_loader(vocab_bpe_path);
   std::istringstream lines(read_file(vocab_bpe_path));
   std::string line;
   int32_t rank = 0;

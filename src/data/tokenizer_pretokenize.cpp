@@ -1,35 +1,15 @@
 #include "data/tokenizer_pretokenize.h"
 
-#include <utf8proc.h>
-
 #include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
+#include "data/tokenizer_scripts.h"
 #include "data/tokenizer_utf8.h"
 
 namespace sbp::tokenizer_detail {
 
 namespace {
-
-bool is_ascii(std::string_view s) {
-  unsigned char any = 0;
-  for (char c : s) any |= static_cast<unsigned char>(c);
-  return any < 0x80;
-}
-
-utf8proc_option_t options_for(NormalForm form) {
-  const int base = UTF8PROC_STABLE;
-  switch (form) {
-    case NormalForm::NFC: return static_cast<utf8proc_option_t>(base | UTF8PROC_COMPOSE);
-    case NormalForm::NFD: return static_cast<utf8proc_option_t>(base | UTF8PROC_DECOMPOSE);
-    case NormalForm::NFKC:
-      return static_cast<utf8proc_option_t>(base | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
-    case NormalForm::NFKD:
-      return static_cast<utf8proc_option_t>(base | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
-  }
-  return static_cast<utf8proc_option_t>(base);
-}
 
 struct Piece {
   Span span;
@@ -47,6 +27,30 @@ void matches_and_gaps(const Regex& regex, std::string_view text, std::vector<Pie
     prev = m.end;
   }
   if (prev != text.size()) out.push_back({{prev, text.size()}, false});
+}
+
+bool in_class(const PreTokenizerStep& s, char32_t cp) {
+  switch (s.char_class) {
+    case CharClass::WhiteSpace: return is_white_space(cp);
+    case CharClass::Punctuation: return is_punctuation(cp);
+    case CharClass::Numeric: return is_numeric(cp);
+    case CharClass::OneChar: return cp == s.delimiter;
+  }
+  return false;
+}
+
+// The library's pattern for a `Fn(char) -> bool`: every matching character is a match of its own.
+void char_matches_and_gaps(const PreTokenizerStep& s, std::string_view text,
+                           std::vector<Piece>& out) {
+  size_t gap = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t at = i;
+    if (!in_class(s, utf8_next(text, i))) continue;
+    if (gap < at) out.push_back({{gap, at}, false});
+    out.push_back({{at, i}, true});
+    gap = i;
+  }
+  if (gap < text.size()) out.push_back({{gap, text.size()}, false});
 }
 
 // Applies a SplitBehavior: returns the spans to keep, in order (empty ones included; the caller
@@ -107,84 +111,17 @@ std::vector<Span> apply_behavior(const std::vector<Piece>& pieces, SplitBehavior
 
 }  // namespace
 
-std::string_view Normalizer::apply(std::string_view text, std::string& buffer) const {
-  std::string_view current = text;
-  std::string next;
-  for (const NormalizerStep& step : steps) {
-    // `current` may point into `buffer`, so the step writes elsewhere and the two swap.
-    if (!apply_step(step, current, next)) continue;
-    buffer.swap(next);
-    current = buffer;
-  }
-  return current;
-}
-
-bool Normalizer::apply_step(const NormalizerStep& step, std::string_view text, std::string& out) {
-  switch (step.kind) {
-    case NormalizerStep::Kind::Form:
-      // Every normal form leaves ASCII unchanged; most training text is mostly ASCII.
-      if (is_ascii(text)) return false;
-      normalize_runs(text, step.form, out);
-      return true;
-    case NormalizerStep::Kind::Replace: {
-      // Leftmost non-overlapping occurrences, as the library's String pattern. Both strings are
-      // valid UTF-8, so a byte match always starts on a character boundary.
-      size_t at = text.find(step.pattern);
-      if (at == std::string_view::npos) return false;
-      out.clear();
-      out.reserve(text.size() + text.size() / 2);
-      size_t done = 0;
-      for (; at != std::string_view::npos; at = text.find(step.pattern, done)) {
-        out.append(text.substr(done, at - done));
-        out += step.content;
-        done = at + step.pattern.size();
-      }
-      out.append(text.substr(done));
-      return true;
-    }
-    case NormalizerStep::Kind::Prepend:
-      if (text.empty()) return false;  // the library leaves an empty piece empty
-      out.clear();
-      out += step.content;
-      out += text;
-      return true;
-  }
-  return false;
-}
-
-void Normalizer::normalize_runs(std::string_view text, NormalForm form, std::string& out) {
-  // Only runs of non-ASCII characters need utf8proc. An ASCII character is a starter that no
-  // composition takes as its second part, so a run can only interact with the one ASCII
-  // character before it (e + U+0301 -> é): that character is normalized along with the run.
-  out.clear();
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    if (static_cast<unsigned char>(text[i]) < 0x80) {
-      out += text[i++];
-      continue;
-    }
-    size_t begin = i;
-    if (begin > 0) {
-      --begin;
-      out.pop_back();
-    }
-    while (i < text.size() && static_cast<unsigned char>(text[i]) >= 0x80) ++i;
-    utf8proc_uint8_t* result = nullptr;
-    const utf8proc_ssize_t n =
-        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + begin),
-                     static_cast<utf8proc_ssize_t>(i - begin), &result, options_for(form));
-    if (n < 0) {
-      throw InputError(std::string("tokenizer: normalization failed: ") + utf8proc_errmsg(n));
-    }
-    out.append(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
-    std::free(result);
-  }
-}
-
 const std::string& gpt2_split_pattern() {
   static const std::string pattern =
       R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+  return pattern;
+}
+
+const std::string& whitespace_pattern() {
+  static const std::string pattern = [] {
+    const std::string word = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control})";
+    return "[" + word + "]+|[^" + word + R"(\p{White_Space}]+)";
+  }();
   return pattern;
 }
 
@@ -217,6 +154,18 @@ void PreTokenizer::run_from(size_t step, std::string_view piece, bool starts_tex
     run_metaspace(step, piece, starts_text, emit);
     return;
   }
+  if (s.kind == PreTokenizerStep::Kind::CharSplit) {
+    run_char_split(step, piece, starts_text, emit);
+    return;
+  }
+  if (s.kind == PreTokenizerStep::Kind::FixedLength) {
+    run_fixed_length(step, piece, starts_text, emit);
+    return;
+  }
+  if (s.kind == PreTokenizerStep::Kind::UnicodeScripts) {
+    run_scripts(step, piece, starts_text, emit);
+    return;
+  }
   // ByteLevel: optional leading space, optional GPT-2 split, then every byte becomes its
   // printable stand-in character (so BPE never sees a space, control byte or half a character).
   std::string prefixed;
@@ -245,6 +194,55 @@ void PreTokenizer::run_from(size_t step, std::string_view piece, bool starts_tex
     if (p.span.end > p.span.begin)
       map_and_continue(text.substr(p.span.begin, p.span.end - p.span.begin));
   }
+}
+
+void PreTokenizer::run_char_split(size_t step, std::string_view piece, bool starts_text,
+                                  const std::function<void(std::string_view)>& emit) const {
+  const PreTokenizerStep& s = steps[step];
+  std::vector<Piece> pieces;
+  char_matches_and_gaps(s, piece, pieces);
+  for (const Span& span : apply_behavior(pieces, s.behavior)) {
+    if (span.end > span.begin) {
+      run_from(step + 1, piece.substr(span.begin, span.end - span.begin),
+               starts_text && span.begin == 0, emit);
+    }
+  }
+}
+
+void PreTokenizer::run_fixed_length(size_t step, std::string_view piece, bool starts_text,
+                                    const std::function<void(std::string_view)>& emit) const {
+  const size_t length = steps[step].length;
+  for (size_t begin = 0; begin < piece.size();) {
+    size_t end = begin;
+    for (size_t n = 0; n < length && end < piece.size(); ++n)
+      end += utf8_char_len(static_cast<unsigned char>(piece[end]));
+    run_from(step + 1, piece.substr(begin, end - begin), starts_text && begin == 0, emit);
+    begin = end;
+  }
+}
+
+void PreTokenizer::run_scripts(size_t step, std::string_view piece, bool starts_text,
+                               const std::function<void(std::string_view)>& emit) const {
+  // The library's rule (SentencePiece's): a cut before each character whose script differs from
+  // the last one seen. Characters without a script (Any: ' ', unassigned code points) never cut
+  // and are not "seen"; Hiragana, Katakana and U+30FC count as Han. As in the library, what
+  // comes before the first character with a script is dropped (a leading ' ', say).
+  constexpr int32_t kNone = -1;
+  size_t begin = std::string_view::npos;
+  int32_t last = kNone;
+  for (size_t i = 0; i < piece.size();) {
+    const size_t at = i;
+    const int32_t script = fixed_script(utf8_next(piece, i));
+    if (script == kScriptAny) continue;
+    if (script != last) {
+      if (begin != std::string_view::npos)
+        run_from(step + 1, piece.substr(begin, at - begin), starts_text && begin == 0, emit);
+      begin = at;
+    }
+    last = script;
+  }
+  if (begin != std::string_view::npos)
+    run_from(step + 1, piece.substr(begin), starts_text && begin == 0, emit);
 }
 
 void PreTokenizer::run_metaspace(size_t step, std::string_view piece, bool starts_text,

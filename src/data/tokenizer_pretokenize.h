@@ -1,7 +1,8 @@
 #pragma once
-// The text stages between added-token extraction and BPE: the normalizer (Unicode normal forms,
-// Replace, Prepend) and the pre-tokenizer chain (Split, ByteLevel, Metaspace), with the library's
-// splitting semantics.
+// The pre-tokenizers of the `tokenizers` library, between normalization and BPE: Split, ByteLevel,
+// Metaspace, the character-class splits (Whitespace, WhitespaceSplit, Punctuation, Digits,
+// CharDelimiterSplit, BertPreTokenizer), FixedLength, UnicodeScripts, and a Sequence of them,
+// with the library's splitting semantics.
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,28 +13,6 @@
 
 namespace sbp::tokenizer_detail {
 
-enum class NormalForm { NFC, NFD, NFKC, NFKD };
-
-struct NormalizerStep {
-  // Form: a Unicode normal form. Replace: every occurrence of a literal string (SentencePiece
-  // conversions turn ' ' into U+2581). Prepend: a string in front of a non-empty piece.
-  enum class Kind { Form, Replace, Prepend } kind = Kind::Form;
-  NormalForm form = NormalForm::NFC;
-  std::string pattern;  // Replace: what is looked for (never empty)
-  std::string content;  // Replace: what it becomes; Prepend: what goes in front
-};
-
-struct Normalizer {
-  std::vector<NormalizerStep> steps;  // applied in order; empty = no normalizer
-  // Returns `text` normalized; `buffer` holds the result when it differs from the input.
-  std::string_view apply(std::string_view text, std::string& buffer) const;
-
- private:
-  // Writes the step's result to `out`; returns false (out untouched) when it leaves text as is.
-  static bool apply_step(const NormalizerStep& step, std::string_view text, std::string& out);
-  static void normalize_runs(std::string_view text, NormalForm form, std::string& out);
-};
-
 // What happens to the parts of a piece that the pattern matches (the library's
 // SplitDelimiterBehavior).
 enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
@@ -42,10 +21,27 @@ enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext
 // starts the text (original offset 0, so not a piece after an added token).
 enum class PrependScheme { Always, First, Never };
 
+// CharSplit: which characters are the delimiters (each one a match of its own, as the library's
+// `Fn(char) -> bool` patterns).
+enum class CharClass { WhiteSpace, Punctuation, Numeric, OneChar };
+
 struct PreTokenizerStep {
-  enum class Kind { Split, ByteLevel, Metaspace } kind = Kind::Split;
+  // Split: a regex (Whitespace is one too). CharSplit: a character class (WhitespaceSplit,
+  // Punctuation, Digits, CharDelimiterSplit; BertPreTokenizer is two). FixedLength: chunks of
+  // `length` characters. UnicodeScripts: cuts where the script changes.
+  enum class Kind {
+    Split,
+    ByteLevel,
+    Metaspace,
+    CharSplit,
+    FixedLength,
+    UnicodeScripts
+  } kind = Kind::Split;
   // Split: its pattern; ByteLevel: GPT-2's, if use_regex; Metaspace: the replacement, if split.
   std::shared_ptr<const Regex> regex;
+  CharClass char_class = CharClass::WhiteSpace;  // CharSplit
+  char32_t delimiter = 0;                        // CharSplit with OneChar
+  size_t length = 0;                             // FixedLength (at least 1)
   SplitBehavior behavior = SplitBehavior::Isolated;
   bool invert = false;            // Split: the non-matches are the delimiters
   bool add_prefix_space = false;  // ByteLevel: a piece not starting with ' ' gets one
@@ -55,6 +51,9 @@ struct PreTokenizerStep {
 
 // The regex GPT-2's ByteLevel pre-tokenizer splits with when use_regex is true.
 const std::string& gpt2_split_pattern();
+// The Whitespace pre-tokenizer's \w+|[^\w\s]+ (Rust regex semantics: \w is Alphabetic, marks,
+// decimal digits, connector punctuation and Join_Control), spelled out for PCRE2.
+const std::string& whitespace_pattern();
 
 class PreTokenizer {
  public:
@@ -68,6 +67,12 @@ class PreTokenizer {
  private:
   void run_from(size_t step, std::string_view piece, bool starts_text,
                 const std::function<void(std::string_view)>& emit) const;
+  void run_char_split(size_t step, std::string_view piece, bool starts_text,
+                      const std::function<void(std::string_view)>& emit) const;
+  void run_fixed_length(size_t step, std::string_view piece, bool starts_text,
+                        const std::function<void(std::string_view)>& emit) const;
+  void run_scripts(size_t step, std::string_view piece, bool starts_text,
+                   const std::function<void(std::string_view)>& emit) const;
   void run_metaspace(size_t step, std::string_view piece, bool starts_text,
                      const std::function<void(std::string_view)>& emit) const;
 };

@@ -23,7 +23,8 @@ struct MatchData {
 };
 
 // Oniguruma (the library's regex engine) takes \s to be Unicode White_Space; PCRE2's \s also
-// matches U+180E. Spelling the property out keeps the two engines' splits identical.
+// matches U+180E. Spelling the property out keeps the two engines' splits identical. Oniguruma's
+// \uHHHH escape, which PCRE2 lacks, becomes \x{HHHH}.
 std::string onig_compatible(const std::string& pattern) {
   std::string out;
   out.reserve(pattern.size() + 32);
@@ -43,6 +44,11 @@ std::string onig_compatible(const std::string& pattern) {
       out += "\\p{White_Space}";
     } else if (next == 'S') {
       out += "\\P{White_Space}";
+    } else if (next == 'u' && i + 4 < pattern.size() &&
+               pattern.find_first_not_of("0123456789abcdefABCDEF", i + 1) >= i + 5) {
+      // Oniguruma's \uHHHH is PCRE2's \x{HHHH}.
+      out += "\\x{" + pattern.substr(i + 1, 4) + "}";
+      i += 4;
     } else {
       if (next == 'Q') quoting = true;
       out += c;  // any other escape (including an escaped backslash) passes through whole

@@ -126,18 +126,85 @@ bool is_white_space(char32_t cp) {
   }
 }
 
-bool is_alphanumeric(char32_t cp) {
+bool is_word_char(char32_t cp) {
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
     case UTF8PROC_CATEGORY_LU:
     case UTF8PROC_CATEGORY_LL:
     case UTF8PROC_CATEGORY_LT:
     case UTF8PROC_CATEGORY_LM:
     case UTF8PROC_CATEGORY_LO:
-    case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO: return true;
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_PC: return true;
+    default:
+      // Join_Control, and the Other_Alphabetic letters that are symbols (circled, squared,
+      // negative circled and negative squared Latin letters).
+      return cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) ||
+             (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
+             (cp >= 0x1F170 && cp <= 0x1F189);
+  }
+}
+
+namespace {
+
+utf8proc_category_t category(char32_t cp) {
+  return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+}
+
+}  // namespace
+
+bool is_other(char32_t cp) {
+  switch (category(cp)) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO: return true;
     default: return false;
   }
+}
+
+bool is_mark(char32_t cp) {
+  const utf8proc_category_t c = category(cp);
+  return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
+}
+
+bool is_nonspacing_mark(char32_t cp) { return category(cp) == UTF8PROC_CATEGORY_MN; }
+
+bool is_numeric(char32_t cp) {
+  const utf8proc_category_t c = category(cp);
+  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+}
+
+bool is_punctuation(char32_t cp) {
+  // Rust's is_ascii_punctuation also takes the ASCII symbols ($ + < = > ^ ` | ~).
+  if (cp < 0x80)
+    return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+           (cp >= 0x7B && cp <= 0x7E);
+  switch (category(cp)) {
+    case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_PD:
+    case UTF8PROC_CATEGORY_PS:
+    case UTF8PROC_CATEGORY_PE:
+    case UTF8PROC_CATEGORY_PI:
+    case UTF8PROC_CATEGORY_PF:
+    case UTF8PROC_CATEGORY_PO: return true;
+    default: return false;
+  }
+}
+
+void append_lowercase(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
+    return;
+  }
+  if (cp == 0x130) {  // the one unconditional multi-character lowercase (SpecialCasing.txt)
+    out += "i\xCC\x87";
+    return;
+  }
+  utf8_append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
 }
 
 const ByteLevelAlphabet& byte_level_alphabet() {

@@ -31,9 +31,19 @@ std::string utf8_repair(std::string_view bytes);
 
 // Unicode White_Space, the set Rust's char::is_whitespace uses (lstrip / rstrip of added tokens).
 bool is_white_space(char32_t cp);
-// Letters and numbers (general categories L* and N*), standing in for Rust's
-// char::is_alphanumeric in the single_word rule of added tokens.
-bool is_alphanumeric(char32_t cp);
+// A character of the Rust regex crate's \w (Alphabetic, marks, decimal digits, connector
+// punctuation, Join_Control): what the single_word rule of added tokens looks for on either side.
+bool is_word_char(char32_t cp);
+
+// The character classes the library's normalizers and pre-tokenizers test, by general category
+// (utf8proc's tables stand in for Rust's).
+bool is_other(char32_t cp);            // Cc, Cf, Cs, Co (not unassigned: the library's crate)
+bool is_mark(char32_t cp);             // M*: StripAccents' combining marks
+bool is_nonspacing_mark(char32_t cp);  // Mn: what BertNormalizer's strip_accents drops
+bool is_numeric(char32_t cp);          // N*: Rust's char::is_numeric (Digits)
+bool is_punctuation(char32_t cp);      // ASCII punctuation or P* (Punctuation, Bert)
+// Appends Rust's char::to_lowercase(cp): the simple mapping, except U+0130 -> "i\u0307".
+void append_lowercase(std::string& out, char32_t cp);
 
 // GPT-2's reversible byte <-> printable character map: printable Latin-1 bytes map to
 // themselves, the other 68 bytes to U+0100.. in byte order. Every such code point is < 0x144.
