@@ -92,9 +92,23 @@ int run(const Args& a) {
   std::printf("\nbase metrics:");
   for (const auto& [k, v] : r.base_metrics) std::printf(" %s=%.6g", k.c_str(), v);
   bool ok = r.max_rel_err <= a.tolerance;
+  // A tensor whose base gradient is negligible next to the model's largest is judged against
+  // kNegligibleGradient of that largest (gradcheck.h): say so where it happens.
+  auto negligible = [&](const std::string& name) {
+    const double f = r.base_fraction.at(name);
+    if (f >= kNegligibleGradient) return std::string();
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "  (max |g_base| %.1e of the largest: against %.0e of it)", f,
+                  kNegligibleGradient);
+    return std::string(buf);
+  };
   if (opts.precision == Precision::fp32) {
-    std::printf("\n\nper parameter (worst over modes): max |g - g_base| / max |g_base|\n");
-    for (const auto& [name, err] : r.per_param) std::printf("  %-60s %.3e\n", name.c_str(), err);
+    std::printf(
+        "\n\nper parameter (worst over modes): max |g - g_base| / max(max |g_base|, %.0e x the "
+        "model's largest)\n",
+        kNegligibleGradient);
+    for (const auto& [name, err] : r.per_param)
+      std::printf("  %-60s %.3e%s\n", name.c_str(), err, negligible(name).c_str());
     std::printf("\nmax_rel_err %.3e  (%s, tolerance %.0e)\n", r.max_rel_err, ok ? "PASS" : "FAIL",
                 a.tolerance);
   } else {
@@ -106,7 +120,8 @@ int run(const Args& a) {
       const double rounding = r.rounding.at(name);
       const bool within = err <= std::max(rounding, a.tolerance);
       ok = ok && within;
-      std::printf("  %-60s %.3e  %.3e%s\n", name.c_str(), err, rounding, within ? "" : "  FAIL");
+      std::printf("  %-60s %.3e  %.3e%s%s\n", name.c_str(), err, rounding, within ? "" : "  FAIL",
+                  negligible(name).c_str());
     }
     std::printf("\nevery mode within bf16 rounding of base: %s\n", ok ? "PASS" : "FAIL");
   }
@@ -120,6 +135,7 @@ int run(const Args& a) {
     for (const ModeResult& m : r.modes) j["loss"][m.mode] = m.loss;
     j["per_param"] = nlohmann::json::object();
     for (const auto& [name, err] : r.per_param) j["per_param"][name] = err;
+    j["base_grad_fraction"] = r.base_fraction;  // max |g_base| / the model's largest
     j["precision"] = enum_name<Precision>(kPrecisionNames, opts.precision);
     if (!r.rounding.empty()) j["bf16_rounding_per_param"] = r.rounding;
     if (opts.lora.enabled()) {
@@ -145,7 +161,8 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--seq-len", a->seq_len, "Tokens in the batch")->check(int_in(2, kMaxFlagInt));
   c->add_option("--segments", a->segments, "Number of packed sequences")
       ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens (default: T/4 + 1)")
+  c->add_option("--layer-chunk", a->layer_chunk,
+                "Stream-mode chunk length in tokens (default: T/4 + 1)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens (default: T/3 + 1)")
       ->check(int_in(1, kMaxFlagInt));
@@ -157,7 +174,8 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error");
   c->add_option("--json", a->json, "Write the result as JSON");
-  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");
+  c->add_option("--backend", a->backend,
+                "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");
   c->add_option("--precision", a->precision,
                 "fp32, or bf16: each mode in bf16 against base in bf16, within bf16 rounding");
   a->objective.add_flags(c);

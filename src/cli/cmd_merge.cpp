@@ -51,16 +51,18 @@ void register_merge(CLI::App& app) {
     load_lora_weights(a->adapter, ad);
     merge_lora(w, ad, *be);
     std::string tokenizer = a->tokenizer;
-    if (tokenizer.empty()) tokenizer = has_tokenizer_files(a->adapter) ? a->adapter : src.dir;
+    if (tokenizer.empty())
+      tokenizer = has_tokenizer_files(a->adapter) ? a->adapter : src.dir;
     else if (!has_tokenizer_files(tokenizer))
       throw InputError("merge: --tokenizer " + tokenizer +
                        " has no tokenizer.json or tokenizer_config.json");
     const std::vector<std::string> companions = companion_files(tokenizer, src.dir);
     save_model_dir(a->out, src.cfg, w, dt, 0, companions);
-    std::printf("merge: %s + %s (%s, %zu adapter tensors) -> %s (%s, %zu files beside the "
-                "weights, the tokenizer's from %s)\n",
-                a->model.c_str(), a->adapter.c_str(), lc.describe().c_str(), ad.size(),
-                a->out.c_str(), dtype_name(dt), companions.size(), tokenizer.c_str());
+    std::printf(
+        "merge: %s + %s (%s, %zu adapter tensors) -> %s (%s, %zu files beside the "
+        "weights, the tokenizer's from %s)\n",
+        a->model.c_str(), a->adapter.c_str(), lc.describe().c_str(), ad.size(), a->out.c_str(),
+        dtype_name(dt), companions.size(), tokenizer.c_str());
   });
 }
 

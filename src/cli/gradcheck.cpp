@@ -14,17 +14,47 @@ namespace sbp::cli {
 
 namespace {
 
-// max |a - b| / max |b|; NaN counts as infinitely wrong.
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0.0, den = 0.0;
+double max_abs(const std::vector<float>& a) {
+  double m = 0.0;
+  for (float x : a) m = std::max(m, std::fabs(static_cast<double>(x)));
+  return m;
+}
+
+// max |a - b| / scale; NaN counts as infinitely wrong.
+double scaled_err(const std::vector<float>& a, const std::vector<float>& b, double scale) {
+  double num = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
     const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
     if (!(d <= num)) num = d;
-    den = std::max(den, std::fabs(static_cast<double>(b[i])));
   }
   if (std::isnan(num)) return INFINITY;
-  if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
-  return num / den;
+  if (scale == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+  return num / scale;
+}
+
+// The value model's tensors are named "value:<HF name>" (a model of its own, with its own scale).
+bool is_value_tensor(const std::string& name) { return name.rfind("value:", 0) == 0; }
+
+// Each tensor's denominator of the error measure (gradcheck.h): max(max |g_base| of the tensor,
+// kNegligibleGradient x the largest max |g_base| of its model). Also each tensor's max |g_base|
+// as a fraction of that largest one, in `fraction`.
+std::vector<double> error_scales(const std::vector<std::vector<float>>& base,
+                                 const std::vector<std::string>& names,
+                                 std::map<std::string, double>* fraction) {
+  double largest[2] = {0.0, 0.0};  // policy (or adapters), value model
+  std::vector<double> own(base.size());
+  for (size_t i = 0; i < base.size(); ++i) {
+    own[i] = max_abs(base[i]);
+    double& l = largest[is_value_tensor(names[i])];
+    l = std::max(l, own[i]);
+  }
+  std::vector<double> scale(base.size());
+  for (size_t i = 0; i < base.size(); ++i) {
+    const double l = largest[is_value_tensor(names[i])];
+    scale[i] = std::max(own[i], kNegligibleGradient * l);
+    (*fraction)[names[i]] = l > 0.0 ? own[i] / l : 0.0;
+  }
+  return scale;
 }
 
 void copy_out(const ParameterSet& g, std::vector<std::vector<float>>* out) {
@@ -110,6 +140,7 @@ void compare_modes(Backend& be, const ModelConfig& cfg, const ParameterSet& weig
                    const GradcheckOptions& opts, GradcheckResult& res,
                    const LoraSet* lora = nullptr) {
   const int64_t T = mb.batch.size();
+  const std::vector<double> scale = error_scales(base.grads, names, &res.base_fraction);
   for (const ExecConfig& exec : opts.modes) {
     const ModeGrads run = gradcheck_step(be, cfg, weights, ref_p, value_p, mb, exec, opts, lora);
     ModeResult m;
@@ -124,7 +155,7 @@ void compare_modes(Backend& be, const ModelConfig& cfg, const ParameterSet& weig
     m.peak_bytes = run.peak_bytes;
     m.grads_bytes = run.grads_bytes;
     for (size_t i = 0; i < base.grads.size(); ++i) {
-      const double e = rel_err(run.grads[i], base.grads[i]);
+      const double e = scaled_err(run.grads[i], base.grads[i], scale[i]);
       m.per_param[names[i]] = e;
       m.max_rel_err = std::max(m.max_rel_err, e);
       double& worst = res.per_param[names[i]];
@@ -149,7 +180,8 @@ GradcheckResult run_gradcheck_bf16(Backend& be, const ModelConfig& cfg, const Pa
   GradcheckResult res;
   // The yardstick: base in fp32 on the fp32 weights.
   opts.precision = Precision::fp32;
-  const ModeGrads f32 = gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
+  const ModeGrads f32 =
+      gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
   // Every model rounded to bf16; each mode in bf16.
   Ledger ledger;
   Pool pool(ledger, be);
@@ -167,8 +199,10 @@ GradcheckResult run_gradcheck_bf16(Backend& be, const ModelConfig& cfg, const Pa
   res.base_loss = base.result.loss;
   res.base_metrics = base.result.metrics;
   res.base_metrics["loss"] = base.result.loss;
+  std::map<std::string, double> f32_fraction;
+  const std::vector<double> scale = error_scales(f32.grads, names, &f32_fraction);
   for (size_t i = 0; i < base.grads.size(); ++i)
-    res.rounding[names[i]] = rel_err(base.grads[i], f32.grads[i]);
+    res.rounding[names[i]] = scaled_err(base.grads[i], f32.grads[i], scale[i]);
   compare_modes(be, cfg, w16, r, v, mb, names, base, opts, res);
   return res;
 }
