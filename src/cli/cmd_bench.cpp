@@ -19,6 +19,7 @@
 #include "backend/backend_factory.h"
 #include "backend/cpu/copy_probe.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/blas_core_check.h"
 #include "backend/cpu/sgemm_probe.h"
 #if defined(STREAMBP_HAVE_CUDA)
 #include "backend/cuda/cuda_factory.h"
@@ -287,10 +288,13 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
       b.a.model.c_str(), model_type_name(b.src.cfg.model_type),
       static_cast<long long>(b.src.cfg.num_hidden_layers), b.a.objective.describe().c_str(),
       static_cast<long long>(b.segments), cpu_threads(), b.a.repeat);
+  const cpu::BlasCoreCheck blas = cpu::check_blas_core();
   std::printf(
       "%s: %.1f GFLOP/s (median of %zu probes between the rounds of steps, range "
-      "%.1f-%.1f)\n\n",
-      gemm_probe_name(*b.be), sgemm, probes.size(), probes.front(), probes.back());
+      "%.1f-%.1f); BLAS %s, core %s, CPU vectors %s%s\n\n",
+      gemm_probe_name(*b.be), sgemm, probes.size(), probes.front(), probes.back(),
+      blas.provider.c_str(), blas.core.empty() ? "(not named)" : blas.core.c_str(),
+      blas.cpu_vectors.c_str(), blas.generic ? " (GENERIC kernels: see the warning)" : "");
   std::printf(
       "| mode | precision | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
       "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
@@ -411,6 +415,11 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
   if (copy_gbs > 0) j["copy_gbs"] = copy_gbs;
   j["sgemm_gflops_probes"] = probes;
   j["gemm_probe"] = gemm_probe_name(*b.be);  // what sgemm_gflops measured
+  const cpu::BlasCoreCheck blas = cpu::check_blas_core();
+  j["blas"] = {{"provider", blas.provider},
+               {"core", blas.core},
+               {"cpu_vectors", blas.cpu_vectors},
+               {"generic", blas.generic}};
   j["backend"] = b.be->name();
   j["model"] = b.a.model;
   j["objective"] = b.a.objective.describe();
@@ -462,6 +471,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
 int run(const Args& a) {
   check_output_dir("--json", a.json);
   set_cpu_threads(a.threads);
+  warn_if_generic_blas();
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
   parse_modes(a.modes);  // a bad mode fails before any work

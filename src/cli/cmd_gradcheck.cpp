@@ -42,6 +42,7 @@ struct Args {
 int run(const Args& a) {
   check_output_dir("--json", a.json);
   set_cpu_threads(a.threads);
+  warn_if_generic_blas();
   if (a.seq_len < 2) throw InputError("--seq-len must be at least 2");
   const ModelSource src = resolve_model(a.model, a.layers);
   const std::unique_ptr<Backend> be = backend_from_flag(a.backend);

@@ -64,6 +64,7 @@ int run_config(CLI::App* c, const TrainArgs& a, Communicator& world) {
 // they would wait for ever).
 int run(CLI::App* c, const TrainArgs& a) {
   const std::unique_ptr<Communicator> world = make_world_communicator();
+  if (world->rank() == 0) warn_if_generic_blas();
   if (world->size() == 1)
     return a.positional.empty() && a.resume.empty() ? run_demo(a.demo) : run_config(c, a, *world);
   try {

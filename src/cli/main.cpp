@@ -7,10 +7,14 @@
 #include <exception>
 #include <new>
 
+#include "backend/cpu/blas_core_check.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
+  // First: OpenBLAS's generic fallback on a CPU it does not know is corrected by re-executing
+  // with OPENBLAS_CORETYPE set, before any kernel runs (blas_core_check.h).
+  sbp::cpu::choose_blas_core(argv);
   // Every buffer of 128 KiB or more gets its own mapping and goes back to the system when
   // freed. glibc would otherwise raise this threshold after the first large free and serve
   // later buffers from the heap, where freed memory stays resident: the process would then

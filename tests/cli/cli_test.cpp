@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/blas_core_check.h"
 #include "support/test_support.h"
 
 namespace sbp {
@@ -64,6 +65,52 @@ TEST(Cli, GradcheckJudgesZeroGradientsAgainstTheModelsScale) {
   for (const auto& [name, f] : j["base_grad_fraction"].items())
     largest = std::max(largest, f.get<double>());
   EXPECT_EQ(largest, 1.0);
+}
+
+// A BLAS on generic kernels is named, with the fix, by bench / gradcheck / train (simulated
+// with OpenBLAS's own override; a user's OPENBLAS_CORETYPE is kept, not re-executed away), and
+// bench's table and JSON name the provider and core. Without the override: no warning.
+TEST(Cli, GenericBlasKernelsAreNamedWithTheFix) {
+  test::TempDir tmp;
+  const cpu::BlasCoreCheck here = cpu::check_blas_core();
+  const bool wide = here.cpu_vectors == "AVX2" || here.cpu_vectors == "AVX-512";
+  const std::string bench = " bench --model tiny-qwen3 --seq-len 32 --repeat 1 --warmup 0 --json ";
+  auto r = run_command("OPENBLAS_CORETYPE=Prescott " + bin() + bench + tmp.file("g.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const bool openblas = here.provider == "openblas";
+  const std::string warning = "runs its generic 'Prescott' kernels on this";
+  EXPECT_EQ(r.output.find(warning) != std::string::npos, openblas && wide) << r.output;
+  if (openblas && wide) {
+    EXPECT_NE(r.output.find("fix: OPENBLAS_CORETYPE="), std::string::npos) << r.output;
+    const auto j = nlohmann::json::parse(test::read_text(tmp.file("g.json")));
+    EXPECT_EQ(j["blas"]["core"], "Prescott");
+    EXPECT_EQ(j["blas"]["generic"], true);
+  }
+  r = run_command("OPENBLAS_CORETYPE=Prescott " + bin() +
+                  " gradcheck --model tiny-qwen3 --seq-len 8");
+  EXPECT_EQ(r.output.find(warning) != std::string::npos, openblas && wide) << r.output;
+  r = run_command(bin() + bench + tmp.file("d.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("warning:"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(test::read_text(tmp.file("d.json")));
+  EXPECT_EQ(j["blas"]["provider"], here.provider);
+  EXPECT_EQ(j["blas"]["generic"], false);
+}
+
+// The decision itself, for cores this machine does not have.
+TEST(Cli, BlasCoreClassification) {
+  using cpu::classify_blas_core;
+  EXPECT_TRUE(classify_blas_core("openblas", "Prescott", "AVX-512").generic);
+  EXPECT_EQ(classify_blas_core("openblas", "Prescott", "AVX-512").better_core, "SKYLAKEX");
+  EXPECT_TRUE(classify_blas_core("openblas", "Sandybridge", "AVX2").generic);
+  EXPECT_EQ(classify_blas_core("openblas", "Nehalem", "AVX2").better_core, "HASWELL");
+  for (const char* ok : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"})
+    EXPECT_FALSE(classify_blas_core("openblas", ok, "AVX-512").generic) << ok;
+  EXPECT_FALSE(classify_blas_core("openblas", "Prescott", "SSE").generic);  // nothing wider
+  EXPECT_TRUE(classify_blas_core("blis", "generic", "AVX2").generic);
+  EXPECT_FALSE(classify_blas_core("blis", "zen3", "AVX2").generic);
+  EXPECT_FALSE(classify_blas_core("mkl", "", "AVX-512").generic);
+  EXPECT_EQ(cpu::blas_core_warning(classify_blas_core("openblas", "Zen", "AVX2")), "");
 }
 
 TEST(Cli, BadInputGivesOneLineErrorAndNonZeroExit) {

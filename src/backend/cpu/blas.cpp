@@ -18,6 +18,16 @@ const char* blas_provider() {
 #endif
 }
 
+const char* blas_core() {
+#if defined(STREAMBP_BLAS_BLIS)
+  return bli_arch_string(bli_arch_query_id());
+#elif defined(STREAMBP_BLAS_MKL)
+  return "";
+#else
+  return openblas_get_corename();
+#endif
+}
+
 void blas_set_threads(int n) {
 #if defined(STREAMBP_BLAS_BLIS)
   bli_thread_set_num_threads(n);

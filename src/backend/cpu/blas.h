@@ -11,10 +11,10 @@
 #include <cblas.h>  // OpenBLAS's or BLIS's, from the chosen provider's include directory
 #endif
 
+#include "backend/cpu/blas_info.h"
+
 namespace sbp::cpu {
 
-// "openblas", "blis" or "mkl".
-const char* blas_provider();
 // Runs the provider's sgemm on n >= 1 threads. Every provider we build shares GNU OpenMP with
 // our own kernels (OpenBLAS and BLIS: their OpenMP builds; MKL: its gnu_thread layer), so the
 // BLAS and the kernels run in one thread pool; BLIS still needs telling, as it does not read
