@@ -12,15 +12,6 @@ namespace sbp {
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  check_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::optional<std::string> token_field(const nlohmann::json& j, const char* key,
                                        const std::string& where) {
   auto it = j.find(key);
@@ -48,7 +39,7 @@ HfTokenizerConfig HfTokenizerConfig::load_dir(const std::string& dir) {
     c.source = config_path;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_file(config_path));
+      j = nlohmann::json::parse(read_input_file(config_path));
     } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
       throw InputError(config_path + ": not valid JSON: " + e.what());
     }
@@ -76,7 +67,7 @@ HfTokenizerConfig HfTokenizerConfig::load_dir(const std::string& dir) {
   }
   const std::string jinja_path = (base / "chat_template.jinja").string();
   if (c.chat_template.empty() && std::filesystem::exists(jinja_path)) {
-    c.chat_template = read_file(jinja_path);
+    c.chat_template = read_input_file(jinja_path);
   }
   return c;
 }

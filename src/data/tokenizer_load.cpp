@@ -41,15 +41,6 @@ void check_dense_ids(const TokenizerImpl& t, const std::string& path) {
                      ")");
 }
 
-std::string read_file(const std::string& path) {
-  check_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read tokenizer file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The model and added-token parts of a tokenizer.json (the pipeline's are in
 // tokenizer_load_pipeline.cpp).
 class ModelLoader : public JsonLoader {
@@ -205,7 +196,7 @@ class ModelLoader : public JsonLoader {
 
 Tokenizer Tokenizer::from_file(const std::string& tokenizer_json_path) {
   const ModelLoader loader(tokenizer_json_path);
-  const json doc = loader.parse(read_file(tokenizer_json_path));
+  const json doc = loader.parse(read_input_file(tokenizer_json_path));
   if (!doc.is_object()) loader.fail("(top level)", "expected a JSON object");
   auto impl = std::make_shared<TokenizerImpl>();
   try {
@@ -230,11 +221,11 @@ Tokenizer Tokenizer::from_gpt2_files(const std::string& encoder_json_path,
   auto impl = std::make_shared<TokenizerImpl>();
   {
     const ModelLoader loader(encoder_json_path);
-    loader.vocab(loader.parse(read_file(encoder_json_path)), impl->model);
+    loader.vocab(loader.parse(read_input_file(encoder_json_path)), impl->model);
   }
   // vocab.bpe: a "#version" line, then one "left right" merge per line, in rank order.
   const ModelLoader merges_loader(vocab_bpe_path);
-  std::istringstream lines(read_file(vocab_bpe_path));
+  std::istringstream lines(read_input_file(vocab_bpe_path));
   std::string line;
   int32_t rank = 0;
   for (int64_t line_no = 1; std::getline(lines, line); ++line_no) {
