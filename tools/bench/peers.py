@@ -19,6 +19,10 @@ transformers 4.51.3 (its requirements.txt); give an interpreter that has them wi
   python3 tools/bench/peers.py --reference ../StreamBP --python .venv-peers/bin/python
 
 Nothing of the reference implementation is copied here: it is imported from the checkout.
+
+A ratio is never quoted without its machine: the table is followed by the CPU (model, family and
+model numbers, vector extensions), streambp's BLAS provider and the core it runs (from `bench`'s
+JSON) and torch's BLAS and CPU capability (from each Python worker), and --json records them.
 """
 import argparse
 import json
@@ -33,6 +37,44 @@ QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
                   num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                   max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
                   tie_word_embeddings=True, hidden_act="silu", attention_bias=False)
+
+
+def cpu_description() -> dict:
+    """This machine's CPU as /proc/cpuinfo and os.cpu_count() see it."""
+    info = {"model_name": "", "vendor": "", "family": "", "model": "", "cpus": os.cpu_count()}
+    flags = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name" and not info["model_name"]:
+                    info["model_name"] = value
+                elif key == "vendor_id" and not info["vendor"]:
+                    info["vendor"] = value
+                elif key == "cpu family" and not info["family"]:
+                    info["family"] = value
+                elif key == "model" and not info["model"]:
+                    info["model"] = value
+                elif key == "flags" and not flags:
+                    flags = value.split()
+    except OSError:
+        pass
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "amx_bf16",
+              "amx_tile")
+    info["vector_flags"] = [f for f in wanted if f in flags]
+    return info
+
+
+def torch_blas() -> dict:
+    """torch's BLAS and the CPU kernels it dispatches to (in a worker process)."""
+    import torch
+    config = torch.__config__.show()
+    # "... BLAS_INFO=mkl, BUILD_TYPE=Release, ...": the value up to its comma.
+    at = config.find("BLAS_INFO=")
+    blas = config[at + len("BLAS_INFO="):].split(",")[0].strip() if at >= 0 else "?"
+    return {"blas": blas, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl": torch.backends.mkl.is_available()}
 
 
 def worker(args):
@@ -68,7 +110,8 @@ def worker(args):
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"step_s": step, "peak_rss_bytes": rss, "loss": float(out.loss),
                       "torch": torch.__version__,
-                      "transformers": __import__("transformers").__version__}))
+                      "transformers": __import__("transformers").__version__,
+                      "torch_blas": torch_blas()}))
 
 
 def run_python(args, kind):
@@ -95,9 +138,10 @@ def run_streambp(args, mode):
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f"peers: streambp bench failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
-        r = json.load(open(out))["runs"][0]
+        j = json.load(open(out))
+        r = j["runs"][0]
         return {"step_s": r["step_seconds_median"], "peak_rss_bytes": r["rss_peak_bytes"],
-                "loss": r["loss"]}
+                "loss": r["loss"], "blas": j.get("blas", {}), "sgemm_gflops": j["sgemm_gflops"]}
 
 
 def main():
@@ -148,12 +192,24 @@ def main():
     for n in runs:
         print(f"| {n} | {med[n]:.2f} | {rss[n] / 2**30:.2f} GiB | {base / med[n]:.2f} |")
     versions = [r for rs in runs.values() for r in rs if "torch" in r]
+    cpu = cpu_description()
+    ours = runs["streambp stream"][0].get("blas", {})
+    machine = {"cpu": cpu, "streambp_blas": ours,
+               "streambp_sgemm_gflops": statistics.median(
+                   r["sgemm_gflops"] for r in runs["streambp stream"]),
+               "torch_blas": versions[0]["torch_blas"] if versions else None}
+    print(f"\nmachine: {cpu['model_name']} ({cpu['vendor']}, family {cpu['family']} model "
+          f"{cpu['model']}, {cpu['cpus']} CPUs, {' '.join(cpu['vector_flags'])}); streambp: "
+          f"{ours.get('provider', '?')} core {ours.get('core', '?')}, sgemm "
+          f"{machine['streambp_sgemm_gflops']:.0f} GFLOP/s")
     if versions:
-        print(f"\n(torch {versions[0]['torch']}, transformers {versions[0]['transformers']})")
+        tb = versions[0]["torch_blas"]
+        print(f"torch {versions[0]['torch']} ({tb['blas']}, CPU capability "
+              f"{tb['cpu_capability']}), transformers {versions[0]['transformers']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "runs": runs, "median_step_s": med,
-                       "peak_rss_bytes": rss}, f, indent=1)
+            json.dump({"args": vars(args), "machine": machine, "runs": runs,
+                       "median_step_s": med, "peak_rss_bytes": rss}, f, indent=1)
 
 
 if __name__ == "__main__":
