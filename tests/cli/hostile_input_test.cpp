@@ -1173,6 +1173,7 @@ TEST(Hostile, DataLossOutputsWrittenThrough) {
   EXPECT_TRUE(fs::is_fifo(fifo)) << "the FIFO was replaced";
   EXPECT_TRUE(json::accept(read_bytes(got))) << read_bytes(got);
   const std::string file = tmp.file("results/plan.json"), link = tmp.file("plan-link.json");
+  fs::create_directories(tmp.file("results"));
   test::write_text(file, "old\n");
   fs::create_symlink(file, link);
   auto before = tree_snapshot(root);
