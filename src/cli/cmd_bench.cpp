@@ -32,6 +32,7 @@
 #include "cli/random_batches.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/output_paths.h"
 #include "core/process_memory.h"
 #include "engine/memory_model.h"
 #include "plan/plan_step.h"
@@ -470,6 +471,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
 
 int run(const Args& a) {
   check_output_dir("--json", a.json);
+  refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
   set_cpu_threads(a.threads);
   warn_if_generic_blas();
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");

@@ -27,6 +27,7 @@
 #include "cli/model_source.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
+#include "core/output_paths.h"
 #include "data/prompt_encoder.h"
 #include "data/prompt_records.h"
 #include "engine/engine.h"
@@ -69,6 +70,11 @@ struct Args {
 
 int run(const Args& a) {
   check_output_dir("--output", a.output);
+  // The prompts, model, adapter and tokenizer are never written over (core/output_paths.h).
+  refuse_output_over_inputs({"--output", a.output}, {{"--input", a.input},
+                                                     {"--model", a.model},
+                                                     {"--adapter", a.adapter},
+                                                     {"--tokenizer", a.tokenizer}});
   set_cpu_threads(a.threads);
   const ModelSource src = resolve_model(a.model);
   const ModelConfig& cfg = src.cfg;

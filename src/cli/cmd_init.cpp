@@ -4,6 +4,7 @@
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "core/output_paths.h"
 #include "core/error.h"
 #include "model/checkpoint_io.h"
 #include "model/parameters.h"
@@ -38,6 +39,7 @@ void register_init(CLI::App& app) {
   c->callback([a] {
     if (a->preset.empty() == a->config.empty())
       throw InputError("init: give exactly one of --preset or --config");
+    refuse_output_over_inputs({"--out", a->out}, {{"--config", a->config}});
     ModelConfig cfg =
         a->preset.empty() ? ModelConfig::from_file(a->config) : preset_config(a->preset);
     if (a->layers > 0) {

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "core/error.h"
+#include "core/output_paths.h"
 #include "model/checkpoint_io.h"
 #include "model/lora_io.h"
 #include "model/lora_merge.h"
@@ -36,6 +37,10 @@ void register_merge(CLI::App& app) {
   c->add_option("--dtype", a->dtype, "Weights dtype on disk: f32, bf16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   c->callback([a] {
+    // The base, the adapter and the tokenizer are read while --out is replaced.
+    refuse_output_over_inputs({"--out", a->out}, {{"--model", a->model},
+                                                  {"--adapter", a->adapter},
+                                                  {"--tokenizer", a->tokenizer}});
     const ModelSource src = resolve_model(a->model);
     if (!src.has_weights) throw InputError("merge: --model " + a->model + " has no weights");
     const LoraConfig lc = read_lora_config(a->adapter);

@@ -14,6 +14,7 @@
 #include "cli/objective_args.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/output_paths.h"
 #include "plan/planner.h"
 #include "plan/size_arg.h"
 
@@ -300,6 +301,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
 
 int run(const Args& a) {
   check_output_dir("--json", a.json);
+  refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
   const auto t0 = std::chrono::steady_clock::now();
   const Request q = parse_request(a);
   const std::vector<Row> rows = plan_rows(q, a.seq_len);

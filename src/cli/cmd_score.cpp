@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
+#include "core/output_paths.h"
 #include "model/lora_io.h"
 #include "model/safetensors.h"
 #include "step/step_runner.h"
@@ -146,6 +147,12 @@ Batch read_tokens_file(const std::string& path, int64_t vocab) {
 int run(const Args& a) {
   check_output_dir("--json", a.json_out);
   check_output_dir("--grads", a.grads);
+  // Outputs never overwrite what the command reads (core/output_paths.h).
+  const std::vector<NamedPath> inputs = {
+      {"--model", a.model}, {"--input", a.input}, {"--adapter", a.adapter}};
+  refuse_output_over_inputs({"--json", a.json_out}, inputs);
+  refuse_output_over_inputs({"--grads", a.grads}, inputs);
+  if (!a.json_out.empty()) refuse_output_over_inputs({"--grads", a.grads}, {{"--json", a.json_out}});
   set_cpu_threads(a.threads);
   const ModelSource src = resolve_model(a.model);
   if (!src.dir.empty() && !src.has_weights)

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace sbp::cli {
 
@@ -47,14 +48,20 @@ inline CLI::Validator positive_finite(double hi) {
       "FLOAT");
 }
 
-// An output file's directory must exist before the work starts: a bench or gradcheck of minutes
-// used to run to the end and only then fail to write its --json.
+// An output file's directory must exist, and the file must be one that output_file's rule writes
+// (core/output_file.h: not a directory, a dangling symlink, a socket), before the work starts: a
+// bench or gradcheck of minutes used to run to the end and only then fail to write its --json.
 inline void check_output_dir(const char* flag, const std::string& path) {
   if (path.empty()) return;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent))
     throw InputError(std::string(flag) + " " + path + ": " + parent.string() +
                      " is not a directory");
+  try {
+    output_target(path);
+  } catch (const InputError& e) {
+    throw InputError(std::string(flag) + " " + e.what());
+  }
 }
 
 constexpr int64_t kMaxFlagInt = 2147483647;  // 2^31-1: tokens, chunks, layers, repeats

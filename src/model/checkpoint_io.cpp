@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/output_paths.h"
 #include "model/safetensors.h"
 
 namespace sbp {
@@ -292,6 +293,25 @@ void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& 
   }
 }
 
+bool is_model_dir_file(const std::string& name) {
+  if (name == "config.json" || name == kSingleFile || name == kIndexFile ||
+      name == kGenerationConfigFile)
+    return true;
+  for (const char* t : kTokenizerFiles)
+    if (name == t) return true;
+  // model-<i>-of-<n>.safetensors, as shard_name() writes them.
+  const std::string pre = "model-", post = ".safetensors";
+  if (name.size() != pre.size() + 14 + post.size() || name.rfind(pre, 0) != 0 ||
+      name.compare(name.size() - post.size(), post.size(), post) != 0)
+    return false;
+  const std::string mid = name.substr(pre.size(), 14);  // 00001-of-00002
+  for (size_t i = 0; i < mid.size(); ++i) {
+    const bool digit = mid[i] >= '0' && mid[i] <= '9';
+    if ((i >= 5 && i < 9) ? mid.substr(5, 4) != "-of-" : !digit) return false;
+  }
+  return true;
+}
+
 std::vector<std::string> companion_files(const std::string& tokenizer_dir,
                                          const std::string& model_dir) {
   std::vector<std::string> out;
@@ -338,11 +358,14 @@ void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const Pa
     tensors.push_back({s.name, t});
   }
 
-  // The directory is replaced as a whole, so refuse anything that is not ours to replace.
+  // The directory is replaced as a whole, so refuse anything that is not ours to replace:
+  // a directory is ours only when every file in it is one this function writes
+  // (core/output_paths.h). A checkpoint (optimizer.safetensors, trainer_state.json), a user's
+  // file or a subdirectory would otherwise be deleted with it.
   std::error_code ec;
   const bool exists = fs::exists(fs::symlink_status(dir));
   if (exists) {
-    if (!fs::is_directory(dir))
+    if (fs::is_symlink(fs::symlink_status(dir)) || !fs::is_directory(dir))
       throw InputError(dir.string() + ": exists and is not a directory; refusing to replace it");
     const bool empty = fs::is_empty(dir, ec);
     if (!empty && !fs::exists(dir / "config.json")) {
@@ -350,6 +373,12 @@ void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const Pa
                        ": exists, is not empty and has no config.json (not a model directory); "
                        "refusing to replace it");
     }
+    const std::string foreign = first_foreign_file(dir.string(), is_model_dir_file);
+    if (!foreign.empty())
+      throw InputError(dir.string() + ": holds " + foreign +
+                       ", which is not a model directory's file (config.json, "
+                       "model*.safetensors, its index, generation_config.json, tokenizer "
+                       "files); refusing to replace it");
   }
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);

@@ -29,11 +29,19 @@ inline constexpr const char* kGenerationConfigFile = "generation_config.json";
 // kGenerationConfigFile of `model_dir` (an empty directory name: nothing from it).
 std::vector<std::string> companion_files(const std::string& tokenizer_dir,
                                          const std::string& model_dir);
+// True for the names save_model_dir writes into a model directory: config.json,
+// model.safetensors, model-<i>-of-<n>.safetensors, model.safetensors.index.json,
+// generation_config.json and kTokenizerFiles. A directory holding anything else is not
+// save_model_dir's to replace (core/output_paths.h's first_foreign_file).
+bool is_model_dir_file(const std::string& name);
+
 // True if `dir` holds a tokenizer (tokenizer.json, or tokenizer_config.json with vocab files).
 bool has_tokenizer_files(const std::string& dir);
 
 // Writes config.json + model.safetensors (weights in `dtype`) into `dir`, atomically: into a
-// temporary sibling directory that is renamed over `dir` at the end. `max_shard_bytes` > 0
+// temporary sibling directory that is renamed over `dir` at the end. An existing `dir` is
+// replaced only if it is empty or every file in it is_model_dir_file() (InputError naming the
+// first other file). `max_shard_bytes` > 0
 // splits the weights into shards with an index file, as save_pretrained does. `companions`
 // (companion_files()) are copied in under their file names before the rename, so the directory
 // is complete whenever it exists.

@@ -396,15 +396,6 @@ void SafetensorsFile::read_range_into(const std::string& name, int64_t first,
 
 // ---- writing ---------------------------------------------------------------------------------
 
-namespace {
-
-// Writes all of buf or throws naming `path`.
-void write_or_throw(int fd, const void* buf, size_t n, const std::string& path) {
-  if (!write_all(fd, buf, n)) throw InputError(path + ": write failed: " + errno_message());
-}
-
-}  // namespace
-
 void fsync_directory(const std::string& dir) {
   // Makes a rename inside `dir` durable. Some file systems refuse fsync on directories
   // (EINVAL); the rename itself already happened, so that is not an error.
@@ -451,50 +442,34 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   hs.append((8 - hs.size() % 8) % 8, ' ');
   const uint64_t n = hs.size();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(path + ": cannot create " + tmp + ": " + errno_message());
-  try {
-    write_or_throw(fd, &n, 8, tmp);
-    write_or_throw(fd, hs.data(), hs.size(), tmp);
-    // Convert through bounded staging buffers so writing never doubles the memory use; a
-    // backend's tensors are downloaded a piece at a time.
-    std::vector<unsigned char> raw, stage;
-    for (const NamedTensor& t : tensors) {
-      const Tensor flat = t.tensor.reshaped({t.tensor.numel()});
-      for_row_blocks(flat, kStageElems, [&](int64_t i0, int64_t i1) {
-        const Tensor piece = flat.slice_rows(i0, i1);
-        const unsigned char* src = static_cast<const unsigned char*>(piece.data);
-        if (piece.memory) {
-          raw.resize(piece.nbytes());
-          piece.memory->download(raw.data(), piece);
-          src = raw.data();
-        }
-        if (piece.dtype == dtype) {
-          write_or_throw(fd, src, piece.nbytes(), tmp);
-          return;
-        }
-        stage.resize(static_cast<size_t>(i1 - i0) * dtype_size(dtype));
-        convert(src, piece.dtype, stage.data(), dtype, i1 - i0);
-        write_or_throw(fd, stage.data(), stage.size(), tmp);
-      });
-    }
-    if (::fsync(fd) != 0) throw InputError(tmp + ": fsync failed: " + errno_message());
-    const int rc = ::close(fd);
-    fd = -1;  // closed even when close() reports an error: never close it twice
-    if (rc != 0) throw InputError(tmp + ": close failed: " + errno_message());
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  // Through OutputFile (core/output_file.h): a --grads path that is a symlink or a device is
+  // written by its one rule, never replaced.
+  OutputFile out(path);
+  out.write(&n, 8);
+  out.write(hs.data(), hs.size());
+  // Convert through bounded staging buffers so writing never doubles the memory use; a
+  // backend's tensors are downloaded a piece at a time.
+  std::vector<unsigned char> raw, stage;
+  for (const NamedTensor& t : tensors) {
+    const Tensor flat = t.tensor.reshaped({t.tensor.numel()});
+    for_row_blocks(flat, kStageElems, [&](int64_t i0, int64_t i1) {
+      const Tensor piece = flat.slice_rows(i0, i1);
+      const unsigned char* src = static_cast<const unsigned char*>(piece.data);
+      if (piece.memory) {
+        raw.resize(piece.nbytes());
+        piece.memory->download(raw.data(), piece);
+        src = raw.data();
+      }
+      if (piece.dtype == dtype) {
+        out.write(src, piece.nbytes());
+        return;
+      }
+      stage.resize(static_cast<size_t>(i1 - i0) * dtype_size(dtype));
+      convert(src, piece.dtype, stage.data(), dtype, i1 - i0);
+      out.write(stage.data(), stage.size());
+    });
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_message();
-    ::unlink(tmp.c_str());
-    throw InputError(path + ": cannot rename " + tmp + " into place: " + why);
-  }
-  const size_t slash = path.find_last_of('/');
-  fsync_directory(slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash));
+  out.commit();
 }
 
 }  // namespace sbp

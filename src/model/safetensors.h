@@ -58,8 +58,9 @@ struct NamedTensor {
   Tensor tensor;  // F32 (or BF16) source data
 };
 
-// Writes tensors in the given order, converted to `dtype` (F32, BF16 or F16), atomically:
-// the file is written under a temporary name in the same directory and renamed.
+// Writes tensors in the given order, converted to `dtype` (F32, BF16 or F16), through
+// OutputFile (core/output_file.h): a new or regular file is written under a temporary name in
+// the same directory and renamed; a symlink or device follows that file's one rule.
 // The header's __metadata__ is {"format": "pt"} plus `metadata`. On any error the temporary
 // file is removed and `path` is left as it was.
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
+#include "core/output_paths.h"
 #include "model/checkpoint_io.h"
 #include "model/lora_io.h"
 #include "model/safetensors.h"
@@ -329,7 +330,8 @@ void rotate_checkpoints(const std::string& output_dir, int64_t keep_last) {
 }
 
 void claim_output_dir(const std::string& output_dir, const std::string& metrics,
-                      const std::string& resumed_from, bool overwrite, bool lead) {
+                      const std::string& resumed_from, bool overwrite, bool lead,
+                      const std::vector<NamedPath>& inputs) {
   std::error_code ec;
   const bool fresh = resumed_from.empty();
   const bool same_dir =
@@ -361,6 +363,18 @@ void claim_output_dir(const std::string& output_dir, const std::string& metrics,
     throw InputError(output_dir + ": output_dir holds " + why +
                      ", or set overwrite_output_dir: true to delete them");
   }
+  // Refused on every rank alike (each sees the same paths), before any rank deletes anything.
+  std::vector<std::string> doomed;
+  for (const fs::path& p : theirs) doomed.push_back(p.string());
+  if (metrics_taken) doomed.push_back(metrics);
+  for (const std::string& d : doomed)
+    for (const NamedPath& in : inputs) {
+      if (in.path.empty() || !fs::exists(in.path, ec) || !path_within(in.path, d)) continue;
+      throw InputError("overwrite_output_dir: true would delete " + d + ", which " +
+                       (path_within(d, in.path) ? "is " : "holds ") + in.name + " " + in.path +
+                       " (an input of this run); move it out of output_dir " + output_dir +
+                       " or choose another output_dir");
+    }
   if (lead)
     for (const fs::path& p : theirs) delete_checkpoint(p);
 }

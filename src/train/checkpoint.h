@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/output_paths.h"
 #include "dist/communicator.h"
 #include "model/config.h"
 #include "model/lora.h"
@@ -106,9 +107,15 @@ void remove_stale_staging(const std::string& output_dir);
 // the checkpoints newer than the one it resumes from (an abandoned continuation) and, in an
 // output_dir other than the checkpoint's own, every checkpoint and the metrics file. Without
 // `overwrite` any of these is an InputError naming them and the way out; with it, the
-// checkpoints are deleted (the metrics file is restarted or cut back as usual).
+// checkpoints are deleted (the metrics file is restarted or cut back as usual) unless one of
+// `inputs` (the run's model, tokenizer, data, adapter, references: key and path) is or lies
+// inside what would be deleted or restarted: that is an InputError naming
+// overwrite_output_dir, the key and the input (core/output_paths.h's rule), and nothing is
+// deleted. A run must never delete what it reads, nor a later --resume find a new run's
+// checkpoint where its DPO reference was.
 void claim_output_dir(const std::string& output_dir, const std::string& metrics,
-                      const std::string& resumed_from, bool overwrite, bool lead);
+                      const std::string& resumed_from, bool overwrite, bool lead,
+                      const std::vector<NamedPath>& inputs = {});
 
 // `dir` is a checkpoint (it has trainer_state.json) or an output directory, whose newest
 // complete checkpoint is returned. Throws InputError when there is none.

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
@@ -1016,6 +1018,174 @@ TEST(Hostile, OtherInputsAndOutputs) {
                    {afile + ": exists and is not a directory"}});
   for (const Case& c : cases) expect_clean_error(c, tmp.path());
   EXPECT_EQ(test::read_text(afile), "precious\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// ---- issue 35 class 2: data loss
+// Outputs that would replace a device, a symlink, a directory streambp did not write, or an input
+// of the same command. Everything happens under a scratch root with its own stand-ins (a FIFO for
+// a device, symlinks to files in the root); no system path is touched. Besides the six promises,
+// every case asserts that no file under the scratch root changed (a refusal writes nothing).
+
+// Every entry under `root`: its type and, for a file its bytes, for a symlink its target.
+std::map<std::string, std::string> tree_snapshot(const std::string& root) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    const std::string p = e.path().string();
+    if (e.is_symlink()) m[p] = "link:" + fs::read_symlink(e.path()).string();
+    else if (e.is_fifo()) m[p] = "fifo";
+    else if (e.is_directory()) m[p] = "dir";
+    else m[p] = "file:" + read_bytes(p);
+  }
+  return m;
+}
+
+void expect_unchanged(const std::map<std::string, std::string>& before, const std::string& root,
+                      const std::string& what) {
+  const auto after = tree_snapshot(root);
+  for (const auto& [p, v] : before) {
+    auto it = after.find(p);
+    EXPECT_TRUE(it != after.end() && it->second == v) << what << ": " << p << " changed";
+  }
+  for (const auto& [p, v] : after)
+    EXPECT_TRUE(before.count(p)) << what << ": " << p << " was created";
+}
+
+TEST(Hostile, DataLossOutputsRefused) {
+  test::TempDir tmp;
+  const std::string root = tmp.path();
+  const std::string base = tmp.file("base");
+  ASSERT_EQ(run_command(bin() + " init --preset tiny-qwen3 --seed 1 --out " + base).exit_code, 0);
+  test::write_text(base + "/tokenizer.json", "{}");  // a model directory as published
+  const std::string tokens = tmp.file("tokens.json");
+  test::write_text(tokens, R"({"sequences": [[1, 2, 3, 4]]})");
+  const std::string prompts = tmp.file("prompts.jsonl");
+  test::write_text(prompts, "{\"prompt_ids\": [1, 2, 3]}\n");
+  const std::string dangling = tmp.file("dangling.json");
+  fs::create_symlink(tmp.file("nowhere/x.json"), dangling);
+  const std::string to_tokens = tmp.file("link-to-tokens.json");
+  fs::create_symlink(tokens, to_tokens);
+  // A checkpoint: a model directory plus the optimizer state and trainer state a --resume needs.
+  const std::string ckpt = tmp.file("run/checkpoint-2");
+  ASSERT_EQ(run_command(bin() + " init --preset tiny-qwen3 --seed 2 --out " + ckpt).exit_code, 0);
+  test::write_text(ckpt + "/optimizer.safetensors", "moments");
+  test::write_text(ckpt + "/trainer_state.json", "{}");
+  const std::string mine = tmp.file("mine");  // a model directory with the user's notes
+  ASSERT_EQ(run_command(bin() + " init --preset tiny-qwen3 --seed 3 --out " + mine).exit_code, 0);
+  test::write_text(mine + "/notes.txt", "precious\n");
+  const std::string nested = tmp.file("nested");  // a model directory with a subdirectory
+  ASSERT_EQ(run_command(bin() + " init --preset tiny-qwen3 --seed 4 --out " + nested).exit_code, 0);
+  fs::create_directories(nested + "/eval");
+  const std::string a_dir = tmp.file("a-dir");
+  fs::create_directories(a_dir);
+
+  const std::vector<Case> cases = {
+      {"generate --output equal to --input",
+       "generate --model " + base + " --input " + prompts + " --output " + prompts +
+           " --max-new-tokens 2",
+       {"--output " + prompts + " is --input " + prompts}},
+      {"score --json equal to --input",
+       "score --model " + base + " --input " + tokens + " --json " + tokens,
+       {"--json " + tokens + " is --input " + tokens}},
+      {"score --json a symlink to --input",
+       "score --model " + base + " --input " + tokens + " --json " + to_tokens,
+       {"--json " + to_tokens + " is --input " + tokens}},
+      {"score --grads inside --model",
+       "score --model " + base + " --input " + tokens + " --grads " + base + "/config.json",
+       {"--grads " + base + "/config.json is inside --model " + base}},
+      {"plan --json over the model's config",
+       "plan --model " + base + " --seq-len 64 --json " + base + "/config.json",
+       {"--json " + base + "/config.json is inside --model " + base}},
+      {"score --json a dangling symlink",
+       "score --model " + base + " --input " + tokens + " --json " + dangling,
+       {"--json " + dangling + ": is a symlink to", "refusing"}},
+      {"plan --json a directory",
+       "plan --model tiny-qwen3 --seq-len 64 --json " + a_dir,
+       {a_dir + ": is a directory"}},
+      {"merge --out equal to --model",
+       "merge --model " + base + " --adapter " + src() + "/tests/fixtures/lora/qwen3_all_linear --out " + base,
+       {"--out " + base + " is --model " + base}},
+      {"init --out onto a checkpoint",
+       "init --preset tiny-qwen3 --out " + ckpt,
+       {ckpt + ": holds optimizer.safetensors", "refusing to replace it"}},
+      {"init --out onto a model directory with a user's file",
+       "init --preset tiny-qwen3 --out " + mine,
+       {mine + ": holds notes.txt", "refusing to replace it"}},
+      {"init --out onto a model directory with a subdirectory",
+       "init --preset tiny-qwen3 --out " + nested,
+       {nested + ": holds eval", "refusing to replace it"}},
+      {"init --out holding its --config",
+       "init --config " + base + "/config.json --out " + base,
+       {"--out " + base + " holds --config " + base + "/config.json"}},
+  };
+  for (const Case& c : cases) {
+    const auto before = tree_snapshot(root);
+    expect_clean_error(c, root);
+    expect_unchanged(before, root, c.name);
+  }
+}
+
+// overwrite_output_dir: true must not delete the run's own inputs (here the training data and
+// the model, inside a previous run's checkpoint under output_dir).
+TEST(Hostile, DataLossOverwriteOutputDirKeepsInputs) {
+  test::TempDir tmp;
+  const std::string root = tmp.path();
+  const std::string out = tmp.file("out");
+  const std::string ckpt = out + "/checkpoint-1";
+  fs::create_directories(ckpt);
+  fs::copy_file(src() + "/examples/tiny-chat/train.jsonl", ckpt + "/train.jsonl");
+  fs::copy_file(src() + "/examples/tiny-chat/config.json", ckpt + "/config.json");
+  test::write_text(ckpt + "/trainer_state.json", "{}");
+  const std::string yaml = src() + "/examples/tiny-chat/sft.yaml";
+  const std::vector<Case> cases = {
+      {"overwrite_output_dir deleting data.train",
+       "train " + yaml + " output_dir=" + out + " overwrite_output_dir=true data.train=" + ckpt +
+           "/train.jsonl",
+       {"overwrite_output_dir", "data.train " + ckpt + "/train.jsonl"},
+       {},
+       true},
+      {"overwrite_output_dir deleting the model",
+       "train " + yaml + " output_dir=" + out + " overwrite_output_dir=true model=" + ckpt +
+           "/config.json",
+       {"overwrite_output_dir", "model " + ckpt + "/config.json"},
+       {},
+       true},
+  };
+  for (const Case& c : cases) {
+    const auto before = tree_snapshot(root);
+    expect_clean_error(c, src());
+    expect_unchanged(before, root, c.name);
+  }
+}
+
+// The outputs that are written through, not replaced: a FIFO (a device's stand-in) stays a FIFO
+// and receives the bytes; a symlink to a file stays a symlink and the file it leads to is
+// replaced whole; nothing else under the scratch root changes.
+TEST(Hostile, DataLossOutputsWrittenThrough) {
+  test::TempDir tmp;
+  const std::string root = tmp.path();
+  const std::string fifo = tmp.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string got = tmp.file("got.json");
+  auto r = run_command("cd " + root + " && { cat " + fifo + " > " + got + " & " + bin() +
+                       " plan --model tiny-qwen3 --seq-len 64 --json " + fifo + "; wait; }");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::is_fifo(fifo)) << "the FIFO was replaced";
+  EXPECT_TRUE(json::accept(read_bytes(got))) << read_bytes(got);
+  const std::string file = tmp.file("results/plan.json"), link = tmp.file("plan-link.json");
+  fs::create_directories(tmp.file("results"));
+  test::write_text(file, "old\n");
+  fs::create_symlink(file, link);
+  auto before = tree_snapshot(root);
+  r = run_command(bin() + " plan --model tiny-qwen3 --seq-len 64 --json " + link);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::is_symlink(link)) << "the symlink was replaced";
+  EXPECT_EQ(fs::read_symlink(link).string(), file);
+  EXPECT_TRUE(json::accept(read_bytes(file))) << read_bytes(file);
+  before.erase(file);  // the one file that may change
+  auto after = tree_snapshot(root);
+  after.erase(file);
+  EXPECT_EQ(before, after);
 }
 
 }  // namespace

@@ -394,5 +394,40 @@ TEST(CheckpointIo, LoadConfigErrors) {
   }
 }
 
+// Issue 35: a directory is replaced only when every file in it is one save_model_dir writes. A
+// checkpoint (its optimizer state and trainer state) or a model directory holding a user's file
+// is refused naming the first foreign file, and left as it was; tokenizer files, shards, the
+// index and generation_config.json are a model directory's own.
+TEST(CheckpointIo, ReplacesOnlyADirectoryOfItsOwnFiles) {
+  const ModelConfig cfg = preset_config("tiny-qwen2");
+  Ledger ledger;
+  const std::unique_ptr<Backend> backend_ = test::backend();
+  Pool pool(ledger, *backend_);
+  const ParameterSet a = random_params(cfg, pool, 1);
+  test::TempDir tmp;
+  const std::string dir = tmp.file("m");
+  save_model_dir(dir, cfg, a, DType::F32, 20000);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    test::write_text(dir + "/" + f, "{}");
+  save_model_dir(dir, cfg, a, DType::F32);  // all ours: replaced
+  EXPECT_EQ(dir_names(dir), (std::set<std::string>{"config.json", "model.safetensors"}));
+  for (const char* f : {"trainer_state.json", "optimizer.safetensors", "notes.txt",
+                        "model-1-of-2.safetensors", "model.safetensors.bak"}) {
+    const std::string d = tmp.file(std::string("c-") + f);
+    save_model_dir(d, cfg, a, DType::F32);
+    test::write_text(d + "/" + f, "precious");
+    try {
+      save_model_dir(d, cfg, a, DType::F32);
+      FAIL() << "expected a refusal for " << f;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(d + ": holds " + f), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(test::read_text(d + "/" + f), "precious");
+  }
+  EXPECT_TRUE(is_model_dir_file("model-00001-of-00002.safetensors"));
+  EXPECT_FALSE(is_model_dir_file("model-00001-of-0002.safetensors"));
+  EXPECT_FALSE(is_model_dir_file("model-0000a-of-00002.safetensors"));
+}
+
 }  // namespace
 }  // namespace sbp
