@@ -17,8 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string line(all.substr(0, nl));
       all = nl == std::string_view::npos ? std::string_view() : all.substr(nl + 1);
       const sbp::RewardAnswer a = sbp::parse_reward_answer(line);
-      const bool ok = a.error.empty() ? std::isfinite(a.reward)
-                                      : a.error.find('\n') == std::string::npos;
+      const bool ok =
+          a.error.empty() ? std::isfinite(a.reward) : a.error.find('\n') == std::string::npos;
       if (!ok) {
         std::fprintf(stderr, "fuzz: a non-finite reward accepted, or a reason of many lines\n");
         std::abort();
