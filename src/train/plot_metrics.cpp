@@ -81,11 +81,12 @@ int run_gnuplot(const std::string& program, const std::string& script, std::stri
 void plot_metrics(const PlotOptions& o) {
   // The terminal follows the extension; another one got a PNG under its name without a word.
   const std::string ext = fs::path(o.out).extension().string();
+  const std::string out_name = printable(o.out);  // for messages, which stay on one line
   if (ext != ".png" && ext != ".svg")
-    throw InputError("-o " + o.out + ": the image must be a .png or .svg file");
+    throw InputError("-o " + out_name + ": the image must be a .png or .svg file");
   const fs::path parent = fs::path(o.out).parent_path();
   if (!parent.empty() && !fs::is_directory(parent))
-    throw InputError("-o " + o.out + ": " + parent.string() + " is not a directory");
+    throw InputError("-o " + out_name + ": " + printable(parent.string()) + " is not a directory");
   // Strings for the script are checked before anything is read or created.
   const std::string title =
       o.title.empty() ? printable(fs::path(o.metrics).filename().string()) : o.title;
@@ -93,7 +94,7 @@ void plot_metrics(const PlotOptions& o) {
   // interrupted gnuplot leaves no truncated image under the name asked for.
   const std::string partial = o.out + ".partial-" + std::to_string(getpid()) + ext;
   const std::string title_q = gnuplot_string(title, "--title");
-  const std::string partial_q = gnuplot_string(partial, "-o " + o.out);
+  const std::string partial_q = gnuplot_string(partial, "-o " + out_name);
   check_input_file(o.metrics);
   std::ifstream in(o.metrics);
   if (!in) throw InputError(o.metrics + ": cannot open metrics file");
@@ -187,7 +188,7 @@ void plot_metrics(const PlotOptions& o) {
     fs::rename(partial, o.out, ec);
     if (ec) {
       fs::remove(partial, ec);
-      throw InputError(o.out + ": cannot write the image");
+      throw InputError(out_name + ": cannot write the image");
     }
   } else {
     fs::remove(partial, ec);
