@@ -151,3 +151,19 @@ put("optimizer_state", "whole", safetensors(
     [("m.a", "F32", [2, 3], f32([0.1] * 6)), ("m.b", "F32", [4], f32([0.2] * 4)),
      ("v.a", "F32", [2, 3], f32([0.01] * 6)), ("v.b", "F32", [4], f32([0.02] * 4))],
     {"step": "3"}))
+
+# Prompt records (generate, online GRPO/PPO): first byte bit 0 = no tokenizer, bits 1-7 = vocab.
+arith = read("examples/tiny-chat/arith_prompts.jsonl").split(b"\n")
+put("prompt_records", "arith_chat", b"\x00" + b"\n".join(arith[:4]) + b"\n")
+put("prompt_records", "text", b'\x02{"prompt": "What is 1 plus 1?", "answer": "2"}\n'
+    b'{"prompt": "hi", "meta": {"k": [1, 2, {"x": null}]}}\n')
+put("prompt_records", "messages", b'\x00{"messages": [{"role": "system", "content": "Be brief."}, '
+    b'{"role": "user", "content": "What is 3 plus 4?"}], "answer": 7}\n')
+put("prompt_records", "ids_no_tokenizer",
+    b'\x11{"prompt_ids": [1, 2, 3], "answer": "x"}\n\n{"prompt_ids": [0], "tests": ["a", "b"]}\n')
+put("prompt_records", "deep_field", b'\x00{"prompt": "a", "x": ' + b"[" * 300 + b"]" * 300 + b"}\n")
+
+# A reward program's answer lines.
+put("reward_protocol", "plain", b'{"reward": 1.0}\n{"reward": -0.5, "info": "x"}\n{"reward": 0}\n')
+put("reward_protocol", "bad", b'{"reward": "1"}\n{"reward": 1e999}\nreward = 1\n[1]\n{}\n')
+put("reward_protocol", "deep", b'{"reward": 1, "x": ' + b"[" * 300 + b"]" * 300 + b"}\n")

@@ -25,6 +25,7 @@
 #include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
 #include "core/output_paths.h"
@@ -70,7 +71,7 @@ Batch read_tokens_file(const std::string& path, int64_t vocab) {
   if (!in) throw InputError(path + ": cannot read the input file");
   json j;
   try {
-    j = json::parse(in);
+    j = parse_untrusted_json(in, path);
   } catch (const json::exception& e) {
     throw InputError(path + ": invalid JSON: " + e.what());
   }

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/input_file.h"
 #include "data/tokenizer.h"
 
@@ -51,7 +52,7 @@ void process_line(const Tokenizer& tok, const TokenizeOptions& opt, const std::s
                   const std::string& where, std::string& out) {
   nlohmann::json row;
   try {
-    row = nlohmann::json::parse(line);
+    row = parse_untrusted_json(line, where);
   } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
     throw InputError(where + ": not valid JSON: " + e.what());
   }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/input_file.h"
 
 namespace sbp {
@@ -27,7 +28,7 @@ std::string where(const std::string& path, int64_t line) {
 
 nlohmann::json parse_line(const std::string& line, const std::string& at) {
   try {
-    return nlohmann::json::parse(line);
+    return parse_untrusted_json(line, at);
   } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
     // nlohmann's message starts with "[json.exception.parse_error.101] parse error at ...".
     std::string msg = e.what();

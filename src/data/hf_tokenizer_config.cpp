@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/input_file.h"
 
 namespace sbp {
@@ -39,7 +40,7 @@ HfTokenizerConfig HfTokenizerConfig::load_dir(const std::string& dir) {
     c.source = config_path;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_input_file(config_path));
+      j = parse_untrusted_json(read_input_file(config_path), config_path);
     } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
       throw InputError(config_path + ": not valid JSON: " + e.what());
     }

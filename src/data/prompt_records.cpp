@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/input_file.h"
 #include "data/records.h"
 
@@ -42,7 +43,7 @@ std::vector<PromptRecord> read_prompt_records(const std::string& path, const Pro
     p.where = path + ":" + std::to_string(n);
     json row;
     try {
-      row = json::parse(line);
+      row = parse_untrusted_json(line, p.where);
     } catch (const json::exception& e) {
       throw InputError(p.where + ": invalid JSON: " + e.what());
     }
@@ -78,7 +79,8 @@ bool looks_like_prompt_records(const std::string& path) {
   while (in && std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      const json row = json::parse(line);
+      const json row = parse_untrusted_json_or_discarded(line);
+      if (row.is_discarded()) return false;
       if (!row.is_object()) return false;
       for (const char* k : {"completion", "chosen", "rejected", "reward"})
         if (row.contains(k)) return false;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "data/tokenizer_impl.h"
 #include "data/tokenizer_utf8.h"
 
@@ -33,7 +34,7 @@ class JsonLoader {
 
   json parse(const std::string& text) const {
     try {
-      return json::parse(text);
+      return parse_untrusted_json(text, path_);
     } catch (const json::exception& e) {  // also out_of_range: 1e999
       throw InputError(path_ + ": not valid JSON: " + e.what());
     }

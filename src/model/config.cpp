@@ -10,6 +10,7 @@
 #include <map>
 
 #include "core/checked_math.h"
+#include "core/untrusted_json.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/input_file.h"
@@ -422,7 +423,7 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
   if (!in) throw InputError(path + ": cannot open config file");
   json j;
   try {
-    j = json::parse(in);
+    j = parse_untrusted_json(in, path);
   } catch (const json::exception& e) {
     // Not only parse_error: a number past double's range (1e999) is out_of_range.
     throw InputError(path + ": invalid JSON: " + e.what());

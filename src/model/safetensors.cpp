@@ -1,6 +1,7 @@
 #include "model/safetensors.h"
 
 #include "core/input_file.h"
+#include "core/untrusted_json.h"
 #include "core/output_file.h"
 #include "core/memory.h"
 
@@ -165,7 +166,7 @@ ojson parse_header(const char* begin, const char* end, const std::string& path) 
   };
   ojson j;
   try {
-    j = ojson::parse(begin, end, cb);
+    j = parse_untrusted_ordered_json(std::string_view(begin, end - begin), path, cb);
   } catch (const ojson::exception& e) {
     throw InputError(path + ": header is not valid JSON: " + e.what());
   }

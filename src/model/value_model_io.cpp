@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/input_file.h"
 #include "core/rng.h"
 #include "model/safetensors.h"
@@ -44,7 +45,9 @@ ValueCheckpoint open_value_checkpoint(const std::string& dir, const ModelConfig&
     try {
       check_input_file(index);
       std::ifstream in(index);
-      j = nlohmann::json::parse(in);
+      j = parse_untrusted_json(in, index.string());
+    } catch (const InputError&) {  // names the file already
+      throw;
     } catch (const std::exception& e) {
       throw InputError(index.string() + ": " + e.what());
     }

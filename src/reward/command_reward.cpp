@@ -1,4 +1,5 @@
 #include "reward/command_reward.h"
+#include "reward/reward_protocol.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -85,17 +86,9 @@ class CommandReward : public RewardFunction {
     // Completions may end inside a UTF-8 sequence: replace invalid bytes instead of throwing.
     send_all(req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     const std::string line = read_line();
-    nlohmann::json answer;
-    try {
-      answer = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      fail("answered a line that is not JSON: " + excerpt(line), true);
-    }
-    if (!answer.is_object() || !answer.contains("reward") || !answer["reward"].is_number())
-      fail("answered without a numeric \"reward\": " + excerpt(line), true);
-    const double reward = answer["reward"].get<double>();
-    if (!std::isfinite(reward)) fail("answered a non-finite reward: " + excerpt(line), true);
-    return reward;
+    const RewardAnswer answer = parse_reward_answer(line);
+    if (!answer.error.empty()) fail(answer.error + ": " + excerpt(line), true);
+    return answer.reward;
   }
 
   void send_all(const std::string& data) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/output_file.h"
 
 namespace sbp {
@@ -22,7 +23,7 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(pat
     std::ostringstream kept;
     std::string line;
     while (std::getline(in, line)) {
-      const auto j = nlohmann::json::parse(line, nullptr, false);
+      const auto j = parse_untrusted_json_or_discarded(line);
       if (j.is_discarded() || !j.is_object() || !j.contains("step") ||
           !j["step"].is_number_integer())
         continue;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
+#include "core/untrusted_json.h"
 
 namespace sbp {
 
@@ -34,11 +35,27 @@ std::string find_program(const std::string& name) {
   return "";
 }
 
-// gnuplot's single-quoted strings: only ' needs doubling.
-std::string quoted(const std::string& s) {
+// Every string that enters the gnuplot script goes through here, as one single-quoted gnuplot
+// string: inside one, only ' is special (doubled), and neither backquote substitution nor @macros
+// happen. A newline (or CR) would end the string and the command, and the rest of the line
+// would run as script (`system "..."`): control characters are refused, naming `what`.
+std::string gnuplot_string(const std::string& s, const std::string& what) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      throw InputError(what + ": contains a control character (newline, tab, ...), which a " +
+                       "gnuplot script cannot hold");
+    out += c == '\'' ? std::string("''") : std::string(1, c);
+  }
   return out + "'";
+}
+
+// The default title, the metrics file's name, may hold any byte: control characters are shown
+// as '?' rather than refusing a file that is otherwise fine.
+std::string printable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
 }
 
 // A word for /bin/sh: single-quoted, with embedded quotes closed and escaped.
@@ -64,11 +81,20 @@ int run_gnuplot(const std::string& program, const std::string& script, std::stri
 void plot_metrics(const PlotOptions& o) {
   // The terminal follows the extension; another one got a PNG under its name without a word.
   const std::string ext = fs::path(o.out).extension().string();
+  const std::string out_name = printable(o.out);  // for messages, which stay on one line
   if (ext != ".png" && ext != ".svg")
-    throw InputError("-o " + o.out + ": the image must be a .png or .svg file");
+    throw InputError("-o " + out_name + ": the image must be a .png or .svg file");
   const fs::path parent = fs::path(o.out).parent_path();
   if (!parent.empty() && !fs::is_directory(parent))
-    throw InputError("-o " + o.out + ": " + parent.string() + " is not a directory");
+    throw InputError("-o " + out_name + ": " + printable(parent.string()) + " is not a directory");
+  // Strings for the script are checked before anything is read or created.
+  const std::string title =
+      o.title.empty() ? printable(fs::path(o.metrics).filename().string()) : o.title;
+  // gnuplot writes next to the image and the result is renamed into place: a failed or
+  // interrupted gnuplot leaves no truncated image under the name asked for.
+  const std::string partial = o.out + ".partial-" + std::to_string(getpid()) + ext;
+  const std::string title_q = gnuplot_string(title, "--title");
+  const std::string partial_q = gnuplot_string(partial, "-o " + out_name);
   check_input_file(o.metrics);
   std::ifstream in(o.metrics);
   if (!in) throw InputError(o.metrics + ": cannot open metrics file");
@@ -78,7 +104,7 @@ void plot_metrics(const PlotOptions& o) {
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = parse_untrusted_json_or_discarded(line);
     if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number())
       throw InputError(o.metrics + ":" + std::to_string(line_no) +
                        ": not a metrics line (a JSON object with \"step\")");
@@ -115,33 +141,34 @@ void plot_metrics(const PlotOptions& o) {
   write("loss.dat", loss.str());
   write("eval.dat", eval.str());
   write("lr.dat", lr.str());
-  const std::string title = o.title.empty() ? fs::path(o.metrics).filename().string() : o.title;
+  std::string loss_q, eval_q, lr_q;
+  try {  // TMPDIR is the user's too
+    loss_q = gnuplot_string((tmp / "loss.dat").string(), "plot: temporary directory");
+    eval_q = gnuplot_string((tmp / "eval.dat").string(), "plot: temporary directory");
+    lr_q = gnuplot_string((tmp / "lr.dat").string(), "plot: temporary directory");
+  } catch (const InputError&) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
   const bool svg = ext == ".svg";
-  // gnuplot writes next to the image and the result is renamed into place: a failed or
-  // interrupted gnuplot leaves no truncated image under the name asked for.
-  const std::string partial = o.out + ".partial-" + std::to_string(getpid()) + ext;
   auto script_for = [&](const std::string& terminal) {
     std::ostringstream s;
     s << "set terminal " << terminal << " size 1000,750\n"
-      << "set output " << quoted(partial) << "\n"
-      << "set multiplot layout 2,1 title " << quoted(title) << "\n"
+      << "set output " << partial_q << "\n"
+      << "set multiplot layout 2,1 title " << title_q << "\n"
       << "set grid\nset key top right\nset xlabel 'step'\nset ylabel 'loss'\n"
       << "set lmargin 12\nset size 1,0.62\nset origin 0,0.35\n";
     std::vector<std::string> series;
-    if (n_loss)
-      series.push_back(quoted((tmp / "loss.dat").string()) +
-                       " using 1:2 with lines lw 1.5 title 'train loss'");
+    if (n_loss) series.push_back(loss_q + " using 1:2 with lines lw 1.5 title 'train loss'");
     if (n_eval)
-      series.push_back(quoted((tmp / "eval.dat").string()) +
-                       " using 1:2 with linespoints pt 7 ps 0.7 lw 2 title 'eval loss'");
+      series.push_back(eval_q + " using 1:2 with linespoints pt 7 ps 0.7 lw 2 title 'eval loss'");
     s << "plot ";
     for (size_t i = 0; i < series.size(); ++i) s << (i ? ", " : "") << series[i];
     s << "\nset size 1,0.33\nset origin 0,0\nset ylabel 'learning rate'\nset format y '%.1e'\n";
     // Without learning rates (metrics lines written by hand, or eval-only lines) gnuplot fails
     // on an empty lr.dat with "x range is invalid": the panel is left out instead.
-    if (n_lr)
-      s << "plot " << quoted((tmp / "lr.dat").string())
-        << " using 1:2 with lines lw 1.5 title 'lr'\n";
+    if (n_lr) s << "plot " << lr_q << " using 1:2 with lines lw 1.5 title 'lr'\n";
     s << "unset multiplot\nset output\n";
     return s.str();
   };
@@ -161,7 +188,7 @@ void plot_metrics(const PlotOptions& o) {
     fs::rename(partial, o.out, ec);
     if (ec) {
       fs::remove(partial, ec);
-      throw InputError(o.out + ": cannot write the image");
+      throw InputError(out_name + ": cannot write the image");
     }
   } else {
     fs::remove(partial, ec);

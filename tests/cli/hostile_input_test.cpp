@@ -1188,5 +1188,267 @@ TEST(Hostile, DataLossOutputsWrittenThrough) {
   EXPECT_EQ(before, after);
 }
 
+// ---- issue 35 class 1: strings into gnuplot scripts, deeply nested JSON ----------------------
+// plot puts every string into its gnuplot script through one quoting function that refuses
+// control characters (train/plot_metrics.cpp); every read of untrusted JSON goes through
+// core/untrusted_json.h, which refuses nesting deeper than 256 levels before parsing.
+
+// A title or file name that would run `touch MARK` if it reached gnuplot as script text. MARK
+// lies in the test's scratch directory.
+// `s` as one word for /bin/sh (dash has no $'...'): printf with every byte an octal escape. The
+// command substitution drops trailing newlines, so every injection holds one inside as well.
+std::string shell_bytes(const std::string& s) {
+  std::string out = "\"$(printf '";
+  char buf[8];
+  for (unsigned char c : s) {
+    std::snprintf(buf, sizeof buf, "\\%03o", c);
+    out += buf;
+  }
+  return out + "')\"";
+}
+
+std::vector<std::string> gnuplot_injections(const std::string& mark) {
+  return {"x\nsystem \"touch " + mark + "\"\n",              // a newline ends the string
+          "x\rsystem \"touch " + mark + "\"\r",              // so does CR for some readers
+          "x'\nsystem \"touch " + mark + "\"\nset title '",  // closing quote, then newline
+          std::string("x\0y", 3) + "\nsystem \"touch " + mark + "\""};
+}
+
+TEST(Hostile, Issue35PlotTitleInjection) {
+  test::TempDir tmp;
+  const std::string mark = tmp.file("PWNED");
+  const std::string png = tmp.file("plot.png");
+  const std::string metrics = tmp.file("metrics.jsonl");
+  test::write_text(metrics,
+                   "{\"step\": 1, \"loss\": 2.0, \"lr\": 0.1}\n"
+                   "{\"step\": 2, \"loss\": 1.5, \"lr\": 0.1}\n");
+  std::vector<Case> cases;
+  for (const std::string& title : gnuplot_injections(mark)) {
+    if (title.find('\0') != std::string::npos) continue;  // argv cannot hold a NUL
+    cases.push_back({"plot --title with a control character",
+                     "plot " + metrics + " -o " + png + " --title " + shell_bytes(title),
+                     {"--title: contains a control character"},
+                     {png, mark}});
+  }
+  // -o with a newline: refused before gnuplot runs, and the message stays on one line.
+  const std::string bad_out = tmp.file("a\nsystem \"touch PWNED\"\nb.png");  // cwd: tmp
+  cases.push_back({"plot -o with a newline",
+                   "plot " + metrics + " -o " + shell_bytes(bad_out),
+                   {"contains a control character"},
+                   {bad_out, mark}});
+  // A deeply nested metrics line is not a metrics line (and no stack overflow).
+  const std::string deep_metrics = tmp.file("deep-metrics.jsonl");
+  test::write_text(deep_metrics, "{\"step\": 1, \"loss\": 2, \"x\": " + std::string(200000, '[') +
+                                     std::string(200000, ']') + "}\n");
+  cases.push_back({"plot metrics line nested 200k deep",
+                   "plot " + deep_metrics + " -o " + png,
+                   {deep_metrics + ":1: not a metrics line"},
+                   {png}});
+  for (const Case& c : cases) expect_clean_error(c, tmp.path());
+  EXPECT_FALSE(fs::exists(mark));
+
+  // What gnuplot may be given is drawn, never run: a quote in the title and the default title
+  // from a file name with newlines. These end in an image (exit 0), so they need gnuplot.
+  if (run_command("command -v gnuplot").exit_code != 0) GTEST_SKIP() << "gnuplot not installed";
+  const std::string quote_title = "x' ; system \"touch " + mark + "\" ; print '";
+  auto r = run_command("cd " + tmp.path() + " && " + bin() + " plot " + metrics + " -o " + png +
+                       " --title " + shell_bytes(quote_title));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(png)) << r.output;
+  EXPECT_FALSE(fs::exists(mark)) << "a quote in --title ran a command";
+  for (const std::string& name : gnuplot_injections(mark)) {
+    if (name.find('\0') != std::string::npos) continue;  // a file name cannot hold it
+    const std::string dir = tmp.file("named");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    // The file name must not hold '/': the injected command's path goes through a variable.
+    const std::string file =
+        dir + "/" + std::string(name).replace(name.find(mark), mark.size(), "$MARK") + ".jsonl";
+    test::write_text(file, test::read_text(metrics));
+    const std::string out = tmp.file("named.png");
+    r = run_command("cd " + tmp.path() + " && MARK=" + mark + " " + bin() + " plot " +
+                    shell_bytes(file) + " -o " + out);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(out)) << r.output;
+    EXPECT_FALSE(fs::exists(mark)) << "the default title ran a command";
+    fs::remove(out);
+  }
+}
+
+// A value nested `depth` levels deep, as text (nlohmann would recurse to build or dump it).
+std::string nested(size_t depth, bool objects = false) {
+  if (!objects) return std::string(depth, '[') + std::string(depth, ']');
+  std::string s;
+  s.reserve(depth * 7);
+  for (size_t i = 0; i < depth; ++i) s += "{\"a\": ";
+  s += "1";
+  s += std::string(depth, '}');
+  return s;
+}
+
+// `text` (a JSON object) with one more field, "x": `value`.
+std::string with_field(const std::string& text, const std::string& value) {
+  const size_t close = text.rfind('}');
+  return text.substr(0, close) + ", \"x\": " + value + "}" + text.substr(close + 1);
+}
+
+TEST(Hostile, Issue35DeepJson) {
+  test::TempDir tmp;
+  const std::string chat = src() + "/examples/tiny-chat";
+  const std::string deep = nested(200000);  // 400 KB, the issue's case
+  const std::string says = "JSON nested deeper than 256 levels";
+  std::vector<Case> cases;
+  int n = 0;
+  auto file_with = [&](const std::string& name, const std::string& text) {
+    const std::string f = tmp.file(std::to_string(n++) + "-" + name);
+    test::write_text(f, text);
+    return f;
+  };
+
+  // Prompt records: generate (plain and --accuracy) and online GRPO train.
+  for (const auto& [what, value] : std::vector<std::pair<std::string, std::string>>{
+           {"answer: a 200k-deep array", deep},
+           {"answer: 200k-deep objects", nested(200000, true)},
+           {"answer: 257 levels", nested(256)}}) {
+    const std::string f = file_with("prompts.jsonl",
+                                    "{\"prompt_ids\": [1, 2, 3], \"answer\": \"2\"}\n"
+                                    "{\"prompt_ids\": [1, 2], \"answer\": " +
+                                        value + "}\n");
+    for (const std::string flag : {"", " --accuracy"}) {
+      const std::string out = tmp.file("gen" + std::to_string(n++) + ".jsonl");
+      cases.push_back({"generate" + flag + ", prompt record " + what,
+                       "generate --model tiny-qwen3 --input " + f + " --output " + out +
+                           " --max-new-tokens 2 --threads 1" + flag,
+                       {f + ":2: " + says},
+                       {out}});
+    }
+  }
+  {
+    const std::string f = file_with(
+        "grpo.jsonl",
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"What is 1 plus 1?\"}], \"answer\": "
+        "\"2\"}\n"
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"What is 2 plus 1?\"}], \"answer\": " +
+            deep + "}\n");
+    const std::string out = tmp.file("grpo-out");
+    const std::string yaml =
+        file_with("grpo.yaml", "model: " + chat + "/config.json\n" + "tokenizer: " + chat + "\n" +
+                                   "output_dir: " + out + "\n" + "data: {train: " + f + "}\n" +
+                                   "objective: grpo\n"
+                                   "grpo: {num_generations: 2, "
+                                   "prompts_per_step: 2, "
+                                   "max_completion_length: 4}\n"
+                                   "rewards:\n"
+                                   "  - {type: accuracy, weight: 1.0}\n"
+                                   "max_steps: 1\nthreads: 1\n");
+    cases.push_back({"train online GRPO, prompt record nested 200k deep",
+                     "train " + yaml,
+                     {f + ":2: " + says},
+                     {out}});
+  }
+  // A JSONL SFT record with the same field.
+  {
+    const std::string f =
+        file_with("sft.jsonl", with_field(R"({"text": "What is 1 plus 1? 2."})", deep) + "\n");
+    const std::string out = tmp.file("sft-out");
+    expect_clean_error({"train SFT, record nested 200k deep",
+                        "train examples/tiny-chat/sft.yaml data.train=" + f + " output_dir=" + out,
+                        {f + ":1: " + says},
+                        {out}},
+                       src());
+  }
+  // Model and tokenizer files: config.json, tokenizer.json, tokenizer_config.json, the
+  // safetensors header.
+  auto model_dir = [&](const std::string& name) {
+    const std::string d = tmp.file(name);
+    fs::create_directories(d);
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
+      fs::copy_file(chat + "/" + f, d + "/" + f);
+    return d;
+  };
+  const std::string tokens = file_with("tokens.json", R"({"sequences": [[1, 2, 3, 4]]})");
+  const std::string line = file_with("in.jsonl", "{\"text\": \"What is 2 plus 2?\"}\n");
+  {
+    const std::string d = model_dir("deep-config");
+    test::write_text(d + "/config.json", with_field(test::read_text(d + "/config.json"), deep));
+    const std::string out = tmp.file("score-config.json");
+    cases.push_back({"config.json nested 200k deep",
+                     "score --model " + d + " --input " + tokens + " --json " + out,
+                     {d + "/config.json: " + says},
+                     {out}});
+  }
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    const std::string d = model_dir(std::string("deep-") + file);
+    const std::string p = d + "/" + file;
+    test::write_text(p, with_field(test::read_text(p), deep));
+    const std::string out = tmp.file(std::string("gen-") + file + "l");
+    cases.push_back({std::string(file) + " nested 200k deep",
+                     "generate --model tiny-qwen3 --tokenizer " + d + " --input " + line +
+                         " --output " + out + " --max-new-tokens 2 --threads 1",
+                     {p + ": " + says},
+                     {out}});
+  }
+  {
+    const std::string d = tmp.file("deep-safetensors");
+    ASSERT_EQ(run_command(bin() + " init --preset tiny-qwen3 --seed 1 --out " + d).exit_code, 0);
+    const std::string header = "{\"__metadata__\": {\"x\": " + deep + "}}";
+    write_bytes(d + "/model.safetensors", safetensors_bytes(header.size(), header, ""));
+    const std::string out = tmp.file("score-st.json");
+    cases.push_back({"safetensors header nested 200k deep",
+                     "score --model " + d + " --input " + tokens + " --json " + out,
+                     {d + "/model.safetensors: " + says},
+                     {out}});
+  }
+  // Inputs of score and tokenize.
+  {
+    const std::string f =
+        file_with("tokens-deep.json", with_field(R"({"sequences": [[1, 2, 3, 4]]})", deep));
+    const std::string out = tmp.file("score-in.json");
+    cases.push_back({"score --input nested 200k deep",
+                     "score --model tiny-qwen3 --input " + f + " --json " + out,
+                     {f + ": " + says},
+                     {out}});
+    const std::string t = file_with("text-deep.jsonl", with_field(R"({"text": "a"})", deep) + "\n");
+    cases.push_back({"tokenize --input line nested 200k deep",
+                     "tokenize --tokenizer " + chat + " --input " + t,
+                     {t + ":1: " + says}});
+  }
+  for (const Case& c : cases) expect_clean_error(c, tmp.path());
+
+  // The limit is 256 levels: a record exactly that deep is read.
+  const std::string ok = file_with("ok.jsonl", with_field(R"({"text": "a"})", nested(255)) + "\n");
+  const auto r = run_command(bin() + " tokenize --tokenizer " + chat + " --input " + ok);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// A reward program whose answer is nested 100k deep (200 KB, within the 1 MiB line limit).
+TEST(Hostile, Issue35DeepRewardAnswer) {
+  test::TempDir tmp;
+  const std::string chat = src() + "/examples/tiny-chat";
+  const std::string script = tmp.file("reward.sh");
+  test::write_text(script,
+                   "d=$(printf '%100000s' '' | tr ' ' '[')\n"
+                   "e=$(printf '%100000s' '' | tr ' ' ']')\n"
+                   "while read -r line; do printf '{\"reward\": 1, \"x\": %s%s}\\n' \"$d\" \"$e\"; "
+                   "done\n");
+  const std::string data = tmp.file("prompts.jsonl");
+  test::write_text(data, "{\"prompt_ids\": [1, 2, 3]}\n{\"prompt_ids\": [1, 2]}\n");
+  const std::string yaml = tmp.file("grpo.yaml");
+  test::write_text(yaml, "model: " + chat + "/config.json\ntokenizer: " + chat +
+                             "\noutput_dir: " + tmp.file("out") + "\ndata: {train: " + data +
+                             "}\nobjective: grpo\n"
+                             "grpo: {num_generations: 2, prompts_per_step: 2, "
+                             "max_completion_length: 4}\n"
+                             "rewards:\n  - {type: command, command: [sh, " +
+                             script + "], timeout: 20}\nmax_steps: 1\nthreads: 1\n");
+  // The run starts (its summary on stdout) before the first reward is asked for.
+  expect_clean_error({"reward answer nested 100k deep",
+                      "train " + yaml,
+                      {"reward.sh' answered JSON nested deeper than 256 levels"},
+                      {},
+                      /*stderr_only=*/true},
+                     tmp.path());
+}
+
 }  // namespace
 }  // namespace sbp
