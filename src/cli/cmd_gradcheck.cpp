@@ -70,11 +70,15 @@ int run(const Args& a) {
   // Default chunks that split the batch (uneven last chunks included): the trainer's defaults
   // (1024, 512) exceed a short check's T, and a single chunk checks nothing of the streaming.
   // DPO and GRPO pack whole groups: a count that is no multiple would silently run another.
-  if (a.segments > 0 && static_cast<int64_t>(batch.seq_lens.size()) != a.segments)
-    throw InputError("--segments " + std::to_string(a.segments) + ": a " +
-                     objective_name(opts.objective.kind) + " batch of " +
-                     std::to_string(a.seq_len) + " tokens holds whole groups; it would run " +
-                     std::to_string(batch.seq_lens.size()) + " sequences, give that number");
+  const auto ran = static_cast<int64_t>(batch.seq_lens.size());
+  if (a.segments > 0 && ran != a.segments) {
+    const int64_t g = objective_group(opts.objective.kind, a.objective.group_size, ran);
+    throw InputError("--segments " + std::to_string(a.segments) + ": " +
+                     objective_name(opts.objective.kind) + " packs whole groups of " +
+                     std::to_string(g) + " sequences in " + std::to_string(a.seq_len) +
+                     " tokens, so it would run " + std::to_string(ran) + "; give a multiple of " +
+                     std::to_string(g));
+  }
   const int64_t T = batch.size();
   for (ExecConfig& e : opts.modes) {
     e.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : T / 4 + 1;
