@@ -1,5 +1,6 @@
 // streambp gradcheck: one step of an objective (sft, dpo, grpo, ppo) per mode on one random
 // batch of that objective's shape, every gradient against base.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -23,7 +24,7 @@ namespace {
 struct Args {
   std::string model;
   int64_t seq_len = 256;
-  int64_t segments = 1;
+  int64_t segments = 0;  // 0: the objective's least (sft 1, dpo a pair, grpo one group)
   int64_t layer_chunk = 0;
   int64_t head_chunk = 0;
   int64_t layers = 0;
@@ -68,6 +69,16 @@ int run(const Args& a) {
   opts.modes = parse_modes(a.modes);
   // Default chunks that split the batch (uneven last chunks included): the trainer's defaults
   // (1024, 512) exceed a short check's T, and a single chunk checks nothing of the streaming.
+  // DPO and GRPO pack whole groups: a count that is no multiple would silently run another.
+  const auto ran = static_cast<int64_t>(batch.seq_lens.size());
+  if (a.segments > 0 && ran != a.segments) {
+    const int64_t g = objective_group(opts.objective.kind, a.objective.group_size, ran);
+    throw InputError("--segments " + std::to_string(a.segments) + ": " +
+                     objective_name(opts.objective.kind) + " packs whole groups of " +
+                     std::to_string(g) + " sequences in " + std::to_string(a.seq_len) +
+                     " tokens, so it would run " + std::to_string(ran) + "; give a multiple of " +
+                     std::to_string(g));
+  }
   const int64_t T = batch.size();
   for (ExecConfig& e : opts.modes) {
     e.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : T / 4 + 1;
@@ -92,7 +103,14 @@ int run(const Args& a) {
   }
   std::printf("\nbase metrics:");
   for (const auto& [k, v] : r.base_metrics) std::printf(" %s=%.6g", k.c_str(), v);
-  bool ok = r.max_rel_err <= a.tolerance;
+  // A NaN anywhere (a loss, an error) fails: every comparison with NaN is false, and a max over
+  // errors can drop it, so finiteness is checked on its own.
+  bool finite = std::isfinite(r.base_loss) && std::isfinite(r.max_rel_err);
+  for (const ModeResult& m : r.modes)
+    finite = finite && std::isfinite(m.loss) && std::isfinite(m.loss_rel_err) &&
+             std::isfinite(m.max_rel_err);
+  for (const auto& [name, err] : r.per_param) finite = finite && std::isfinite(err);
+  bool ok = finite && r.max_rel_err <= a.tolerance;
   // A tensor whose base gradient is negligible next to the model's largest is judged against
   // kNegligibleGradient of that largest (gradcheck.h): say so where it happens.
   auto negligible = [&](const std::string& name) {
@@ -124,8 +142,10 @@ int run(const Args& a) {
       std::printf("  %-60s %.3e  %.3e%s%s\n", name.c_str(), err, rounding, within ? "" : "  FAIL",
                   negligible(name).c_str());
     }
+    ok = ok && finite;
     std::printf("\nevery mode within bf16 rounding of base: %s\n", ok ? "PASS" : "FAIL");
   }
+  if (!finite) std::printf("a loss or gradient error is not finite (NaN or inf): FAIL\n");
 
   if (!a.json.empty()) {
     nlohmann::json j;
@@ -173,7 +193,8 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_flag("--mask", a->mask, "Mask about a third of the targets at random");
   c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
-  c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error");
+  c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error")
+      ->check(positive_finite(1e3));
   c->add_option("--json", a->json, "Write the result as JSON");
   c->add_option("--backend", a->backend,
                 "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");

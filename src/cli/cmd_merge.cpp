@@ -55,6 +55,7 @@ void register_merge(CLI::App& app) {
     LoraSet ad(src.cfg, lc, pool, Category::weights, DType::F32, false);
     load_lora_weights(a->adapter, ad);
     merge_lora(w, ad, *be);
+    check_merged_weights(w, ad, dt);
     std::string tokenizer = a->tokenizer;
     if (tokenizer.empty())
       tokenizer = has_tokenizer_files(a->adapter) ? a->adapter : src.dir;

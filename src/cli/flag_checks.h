@@ -48,6 +48,22 @@ inline CLI::Validator positive_finite(double hi) {
       "FLOAT");
 }
 
+// A finite number in [lo, hi]: NaN and inf (which strtod accepts, and which a plain comparison
+// lets through) are named, not turned into a default or carried into the arithmetic.
+inline CLI::Validator finite_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || !(v >= lo) ||
+            !(v <= hi))
+          return "must be a finite number from " + CLI::detail::to_string(lo) + " to " +
+                 CLI::detail::to_string(hi) + ", got '" + s + "'";
+        return "";
+      },
+      "FLOAT");
+}
+
 // An output file's directory must exist, and the file must be one that output_file's rule writes
 // (core/output_file.h: not a directory, a dangling symlink, a socket), before the work starts: a
 // bench or gradcheck of minutes used to run to the end and only then fail to write its --json.

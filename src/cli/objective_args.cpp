@@ -1,10 +1,16 @@
 #include "cli/objective_args.h"
 
+#include <cmath>
+
+#include "cli/flag_checks.h"
 #include "core/error.h"
 
 namespace sbp::cli {
 
 namespace {
+
+// Loss coefficients (beta, entropy) beyond this swamp the loss they are added to: a typo.
+constexpr double kMaxCoefficient = 1e4;
 
 // Re-throws a parse error with the flag it came from.
 template <class F>
@@ -21,13 +27,18 @@ auto flag(const char* name, F parse) {
 void ObjectiveArgs::add_flags(CLI::App* c) {
   c->add_option("--objective", objective, "sft, dpo, grpo or ppo");
   c->add_option("--dpo-loss", dpo_loss, "DPO loss: sigmoid, hinge or ipo");
-  c->add_option("--label-smoothing", label_smoothing, "DPO label smoothing");
+  // Every number is checked for range and finiteness here, where it is parsed: a NaN fails
+  // every comparison, so a later `beta >= 0` would have taken it for "not given".
+  c->add_option("--label-smoothing", label_smoothing, "DPO label smoothing")
+      ->check(finite_in(0.0, 0.4999));
   c->add_option("--grpo-loss", grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
   c->add_option("--scale-rewards", scale_rewards, "GRPO: group, batch or none");
   c->add_option("--beta", beta,
-                "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)");
+                "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)")
+      ->check(finite_in(0.0, kMaxCoefficient));
   c->add_option("--group-size", group_size, "GRPO completions per prompt");
-  c->add_option("--entropy-coef", entropy_coef, "GRPO/PPO entropy bonus");
+  c->add_option("--entropy-coef", entropy_coef, "GRPO/PPO entropy bonus")
+      ->check(finite_in(0.0, kMaxCoefficient));
 }
 
 ObjectiveSetup ObjectiveArgs::setup() const {
@@ -40,8 +51,12 @@ ObjectiveSetup ObjectiveArgs::setup() const {
   // A group of one has no spread to compare with: its advantage is 0/0 under group scaling.
   if (group_size < 2)
     throw InputError("--group-size must be >= 2 (GRPO compares the completions of one prompt)");
-  if (label_smoothing < 0.0 || label_smoothing >= 0.5)
+  if (!(label_smoothing >= 0.0 && label_smoothing < 0.5))
     throw InputError("--label-smoothing must be in [0, 0.5)");
+  // The flags' own checks cover the command line; these cover a caller that set the fields.
+  if (!std::isfinite(entropy_coef) || entropy_coef < 0.0)
+    throw InputError("--entropy-coef must be a finite number >= 0");
+  if (!std::isfinite(beta)) throw InputError("--beta must be a finite number >= 0");
   s.grpo.entropy_coef = entropy_coef;
   s.ppo.entropy_coef = entropy_coef;
   if (beta >= 0.0) {

@@ -1,6 +1,7 @@
 #include "model/lora.h"
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "core/error.h"
@@ -8,6 +9,15 @@
 #include "core/rng.h"
 
 namespace sbp {
+
+namespace {
+
+// Bounds on an adapter's numbers, from a config or adapter_config.json: far above any real
+// adapter (PEFT's are r <= 256, alpha <= 512), low enough that alpha/r and B A stay finite floats.
+constexpr int64_t kMaxLoraRank = 65536;
+constexpr double kMaxLoraAlpha = 1e6;
+
+}  // namespace
 
 namespace {
 
@@ -52,8 +62,17 @@ bool LoraConfig::targets(LoraTarget t) const {
 
 void LoraConfig::validate() const {
   if (r < 1) throw InputError("lora: r = " + std::to_string(r) + " must be at least 1");
+  if (r > kMaxLoraRank)
+    throw InputError("lora: r = " + std::to_string(r) + " must be at most " +
+                     std::to_string(kMaxLoraRank));
   if (!std::isfinite(alpha) || alpha <= 0.0)
     throw InputError("lora: alpha = " + std::to_string(alpha) + " must be positive");
+  // The scale alpha/r is a float: 1e39 would be inf, and anything near it overflows B A.
+  if (alpha > kMaxLoraAlpha) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "lora: alpha = %g must be at most %g", alpha, kMaxLoraAlpha);
+    throw InputError(buf);
+  }
   if (dropout != 0.0)
     throw InputError("lora: dropout = " + std::to_string(dropout) +
                      " is not supported (only 0): adapter dropout would make the gradient depend "

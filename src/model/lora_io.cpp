@@ -1,6 +1,7 @@
 #include "model/lora_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -65,7 +66,17 @@ LoraConfig read_lora_config(const std::string& dir) {
     refuse_unless(j, path, "trainable_token_indices", {nullptr});
     refuse_unless(j, path, "alora_invocation_tokens", {nullptr});
     LoraConfig c;
-    c.r = j.at("r").get<int64_t>();
+    // Every number is checked where it is read: a fractional r would be truncated by
+    // get<int64_t>(); the ranges are LoraConfig::validate()'s (below).
+    const json& r = j.at("r");
+    if (!r.is_number_integer())
+      throw InputError(path + ": r = " + r.dump() + " must be a positive integer");
+    // Past int64 (stored unsigned) it is out of any range; the bounds are validate()'s.
+    if (r.is_number_unsigned() && r.get<uint64_t>() > uint64_t{1} << 62)
+      throw InputError(path + ": r = " + r.dump() + " is out of range");
+    c.r = r.get<int64_t>();
+    if (j.contains("lora_alpha") && !j.at("lora_alpha").is_number())
+      throw InputError(path + ": lora_alpha = " + j.at("lora_alpha").dump() + " is not a number");
     c.alpha = j.value("lora_alpha", 8.0);  // PEFT's default lora_alpha
     c.dropout = j.value("lora_dropout", 0.0);
     c.use_rslora = j.value("use_rslora", false);
@@ -116,6 +127,13 @@ void load_lora_weights(const std::string& dir, const LoraSet& lora) {
                        ", the model needs " + t.shape.str());
     host.resize(static_cast<size_t>(t.numel()));
     file.read_into(lora.name(i), Tensor(host.data(), DType::F32, t.shape));
+    // A non-finite adapter weight makes every loss and logit NaN (generate returned token 0,
+    // score "loss nan", merge wrote NaN weights), as a base weight would: refused alike.
+    for (size_t k = 0; k < host.size(); ++k)
+      if (!std::isfinite(host[k]))
+        throw InputError(path + ": tensor '" + lora.name(i) + "' element " + std::to_string(k) +
+                         " is " + (std::isnan(host[k]) ? "nan" : "infinite") +
+                         " (adapter weights must be finite)");
     if (t.data) upload_f32(t, host);
   }
 }

@@ -15,4 +15,9 @@ const Tensor& lora_base_weight(const ModelTensors& w, int64_t layer, LoraTarget 
 // weights += the adapters, in place (same backend). sign = -1 takes them out again.
 void merge_lora(const ParameterSet& weights, const LoraSet& lora, Backend& be, float sign = 1.0f);
 
+// After merge_lora, before anything is written: every merged W + s B A must be finite and fit
+// `out` (f16 tops out at 65504, bf16 near 3.4e38). Finite factors can still overflow (a large
+// alpha, large B and A): InputError naming the tensor and the element, else a file of inf/NaN.
+void check_merged_weights(const ParameterSet& weights, const LoraSet& lora, DType out);
+
 }  // namespace sbp

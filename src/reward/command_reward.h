@@ -6,12 +6,19 @@
 // stdin — the prompt record's extra fields, then "prompt", "completion", "completion_tokens"
 // and "truncated" (these four win over record fields of the same name) — and reads one line
 // back from its stdout: {"reward": x} with x a finite number. Strictly one request, then its
-// answer: a program may buffer nothing (print with flush=True). Its stderr is the trainer's.
+// answer: a program may buffer nothing (print with flush=True), and a line that answers no
+// pending request (a second answer, lines before the first request) is an error, never the
+// answer of a later one. Its stderr is copied to the trainer's; its tail is kept for messages.
 //
-// Failure is an error, never a default reward: a program that cannot start, exits or dies,
-// answers anything but such a line (a line is at most 1 MiB), or takes longer than
-// `timeout_s` for one answer makes score() throw RewardError naming the program and the cause.
-// The program is then killed and reaped; a later score() throws again without restarting it.
+// Failure is an error, never a default reward: a program that cannot start, exits or dies
+// (named by its exit status or signal and its stderr's last lines), answers anything but such a
+// line (a line is at most 1 MiB), or takes longer than `timeout_s` for one answer makes score()
+// throw RewardError naming the program and the cause. The program runs in a process group of
+// its own, which is then ended (SIGTERM, SIGKILL after a short grace, helpers included) and the
+// program reaped; a later score() throws again without restarting it.
+//
+// SIGINT/SIGTERM (train/stop_signal.h) while an answer is pending: the group is ended the same
+// way and score() throws RewardInterrupted, for the trainer's stop path (checkpoint, exit 130).
 #include <string>
 #include <vector>
 

@@ -32,6 +32,14 @@ class RewardError : public Error {
   using Error::Error;
 };
 
+// SIGINT/SIGTERM arrived while a reward was pending (train/stop_signal.h): the reward was
+// abandoned (its program killed) and the trainer takes its stop path, checkpoint and exit 130,
+// as after a step. Not a RewardError: nothing failed.
+class RewardInterrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 struct RewardRequest {
   std::string prompt;      // the prompt as the policy saw it (rendered chat template included)
   std::string completion;  // the sampled completion, decoded, special tokens removed

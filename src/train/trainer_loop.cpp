@@ -59,6 +59,16 @@ int Trainer::run() {
     bool save_now = false, stop = false;
     try {
       train_step(stop_at, &save_now, &stop);
+    } catch (const RewardInterrupted& e) {
+      // Ctrl-C or SIGTERM while a reward program was pending: the stop path, as after a step.
+      // The step changed nothing yet; the checkpoint is of the last step taken.
+      if (log_.lead) progress_->finish();
+      if (last_saved != state_.step) log_.err("saved %s\n", save().c_str());
+      log_.err(
+          "streambp: stopped by signal %d while a reward was pending, before step %lld; "
+          "resume from %s\n",
+          stop_signal_number(), static_cast<long long>(state_.step + 1), c_.output_dir.c_str());
+      return kInterruptedExitCode;
     } catch (const RewardError& e) {
       // A reward function failed before the step changed anything: keep what was trained.
       if (log_.lead) progress_->finish();

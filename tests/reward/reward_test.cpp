@@ -5,11 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <thread>
 
 #include "support/test_support.h"
+#include "train/stop_signal.h"
 
 namespace sbp {
 namespace {
@@ -215,6 +221,93 @@ TEST(CommandReward, AProgramThatCannotStart) {
               "reward command '/nonexistent/reward-program' cannot be started: No such file or "
               "directory");
   }
+}
+
+// ---- issue 35: process groups, strict framing, exit status, stop signals ----
+
+std::string hostile(const std::string& mode, const std::string& arg = "", double timeout_s = 20.0) {
+  std::vector<std::string> argv = {"python3", fixture("hostile_reward.py"), mode};
+  if (!arg.empty()) argv.push_back(arg);
+  auto reward = make_reward(command(argv, timeout_s), "r");
+  try {
+    reward->score(std::vector<RewardRequest>{request("a"), request("b"), request("c")});
+  } catch (const RewardError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// A process is gone once it no longer exists or is a zombie waiting for init to reap it.
+bool process_gone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'Z';
+}
+
+TEST(CommandReward, ExtraLinesAreRefusedNotTakenForLaterAnswers) {
+  if (!have_python()) GTEST_SKIP() << "python3 is not installed (scripts/setup.sh installs it)";
+  // Two answers to one request used to become the answers of two requests.
+  const std::string twice = hostile("twice");
+  EXPECT_NE(twice.find("one answer per request"), std::string::npos) << twice;
+  EXPECT_NE(twice.find("'{\"reward\": 1.0}'"), std::string::npos) << twice;
+  // 1000 lines before the first request used to answer the next 1000 requests.
+  const std::string early = hostile("early");
+  EXPECT_NE(early.find("one answer per request"), std::string::npos) << early;
+}
+
+TEST(CommandReward, AProgramThatExitsIsReportedByItsStatusAndStderr) {
+  if (!have_python()) GTEST_SKIP() << "python3 is not installed (scripts/setup.sh installs it)";
+  const std::string e = hostile("exit1");
+  // It exits before reading the request: the socket resets, which is its exit, not a network
+  // error ("Connection reset by peer" used to be all the message said).
+  EXPECT_EQ(e.find("Connection reset"), std::string::npos) << e;
+  EXPECT_NE(e.find("exited with status 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("ValueError: cannot load the grader"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;  // one line
+}
+
+TEST(CommandReward, ATimeoutKillsTheProgramsWholeProcessGroup) {
+  if (!have_python()) GTEST_SKIP() << "python3 is not installed (scripts/setup.sh installs it)";
+  test::TempDir tmp;
+  const std::string pid_file = tmp.file("helper.pid");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = hostile("grandchild", pid_file, 2.0);
+  EXPECT_NE(e.find("did not answer within reward_timeout (2 s)"), std::string::npos) << e;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  // The helper ignores SIGTERM and would sleep 600 s: SIGKILL to the group ended it too.
+  std::ifstream in(pid_file);
+  pid_t helper = 0;
+  ASSERT_TRUE(in >> helper) << "the helper never started";
+  bool gone = false;
+  for (int i = 0; i < 200 && !(gone = process_gone(helper)); ++i) usleep(10000);
+  EXPECT_TRUE(gone) << "helper " << helper << " outlived the timeout";
+  if (!gone) kill(helper, SIGKILL);
+}
+
+TEST(CommandReward, AStopSignalEndsAPendingAnswerPromptly) {
+  if (!have_python()) GTEST_SKIP() << "python3 is not installed (scripts/setup.sh installs it)";
+  StopSignalScope scope;
+  auto reward = make_reward(command({"python3", fixture("hostile_reward.py"), "hang"}, 600.0), "r");
+  // SIGTERM to the process a second into the pending answer (as `kill` from a shell would).
+  std::thread signaller([] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    kill(getpid(), SIGTERM);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what = "<no error>";
+  try {
+    reward->score(std::vector<RewardRequest>{request("a"), request("b")});
+  } catch (const RewardInterrupted& e) {
+    what = e.what();
+  } catch (const RewardError& e) {
+    what = std::string("<RewardError> ") + e.what();
+  }
+  signaller.join();
+  EXPECT_NE(what.find("was stopped: streambp received signal 15"), std::string::npos) << what;
+  // Not the 600 s timeout.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
 }  // namespace
