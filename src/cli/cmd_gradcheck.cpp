@@ -15,6 +15,7 @@
 #include "cli/objective_args.h"
 #include "cli/random_batches.h"
 #include "core/error.h"
+#include "core/output_paths.h"
 #include "core/output_file.h"
 
 namespace sbp::cli {
@@ -42,6 +43,7 @@ struct Args {
 
 int run(const Args& a) {
   check_output_dir("--json", a.json);
+  refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
   set_cpu_threads(a.threads);
   warn_if_generic_blas();
   if (a.seq_len < 2) throw InputError("--seq-len must be at least 2");

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/input_file.h"
 #include "core/output_paths.h"
 #include "model/safetensors.h"
@@ -49,7 +50,7 @@ json read_json_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open");
   try {
-    return json::parse(in);
+    return parse_untrusted_json(in, path);
   } catch (const json::exception& e) {
     throw InputError(path + ": invalid JSON: " + e.what());
   }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/memory.h"
 #include "core/output_file.h"
 #include "model/safetensors.h"
@@ -43,7 +44,7 @@ LoraConfig read_lora_config(const std::string& dir) {
   if (!in) throw InputError(path + ": cannot open (not a PEFT adapter directory?)");
   json j;
   try {
-    j = json::parse(in);
+    j = parse_untrusted_json(in, path);
   } catch (const json::exception& e) {
     throw InputError(path + ": malformed JSON: " + e.what());
   }

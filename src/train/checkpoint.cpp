@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/untrusted_json.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
 #include "core/output_paths.h"
@@ -409,7 +410,7 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
   const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_input_file(path));
+    j = parse_untrusted_json(read_input_file(path), path);
   } catch (const nlohmann::json::exception& e) {  // also out_of_range: 1e999
     throw InputError(path + ": not valid JSON: " + e.what());
   }
@@ -458,8 +459,8 @@ DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) 
   } else if (fs::exists(dir / "model.safetensors")) {
     first = dir / "model.safetensors";
   } else if (fs::exists(dir / "model.safetensors.index.json")) {
-    const auto index = nlohmann::json::parse(
-        read_input_file((dir / "model.safetensors.index.json").string()), nullptr, false);
+    const auto index = parse_untrusted_json_or_discarded(
+        read_input_file((dir / "model.safetensors.index.json").string()));
     if (index.is_object() && index.contains("weight_map") && index["weight_map"].is_object() &&
         !index["weight_map"].empty() && index["weight_map"].begin()->is_string())
       first = dir / index["weight_map"].begin()->get<std::string>();

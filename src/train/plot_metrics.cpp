@@ -90,11 +90,13 @@ void plot_metrics(const PlotOptions& o) {
   // Strings for the script are checked before anything is read or created.
   const std::string title =
       o.title.empty() ? printable(fs::path(o.metrics).filename().string()) : o.title;
-  // gnuplot writes next to the image and the result is renamed into place: a failed or
-  // interrupted gnuplot leaves no truncated image under the name asked for.
-  const std::string partial = o.out + ".partial-" + std::to_string(getpid()) + ext;
+  // gnuplot draws into the private temporary directory; the finished image then goes to -o
+  // through the one output rule (core/output_file.h: replaced whole, a symlink written through,
+  // a device streamed, anything else refused), so a failed or interrupted gnuplot leaves
+  // nothing under the name asked for. The target is judged now, before any work.
+  output_target(o.out);
   const std::string title_q = gnuplot_string(title, "--title");
-  const std::string partial_q = gnuplot_string(partial, "-o " + out_name);
+  gnuplot_string(o.out, "-o " + out_name);  // control characters in -o: refused like a title
   check_input_file(o.metrics);
   std::ifstream in(o.metrics);
   if (!in) throw InputError(o.metrics + ": cannot open metrics file");
@@ -141,11 +143,13 @@ void plot_metrics(const PlotOptions& o) {
   write("loss.dat", loss.str());
   write("eval.dat", eval.str());
   write("lr.dat", lr.str());
-  std::string loss_q, eval_q, lr_q;
+  const std::string partial = (tmp / ("image" + ext)).string();
+  std::string loss_q, eval_q, lr_q, partial_q;
   try {  // TMPDIR is the user's too
     loss_q = gnuplot_string((tmp / "loss.dat").string(), "plot: temporary directory");
     eval_q = gnuplot_string((tmp / "eval.dat").string(), "plot: temporary directory");
     lr_q = gnuplot_string((tmp / "lr.dat").string(), "plot: temporary directory");
+    partial_q = gnuplot_string(partial, "plot: temporary directory");
   } catch (const InputError&) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
@@ -182,17 +186,18 @@ void plot_metrics(const PlotOptions& o) {
     rc = run_gnuplot(program, (tmp / "plot.gp").string(), output);
     if (rc == 0) break;
   }
+  std::string image;
+  if (rc == 0) {
+    try {
+      image = read_input_file(partial);
+    } catch (const InputError&) {
+      rc = -1;
+      output = "it wrote no image";
+    }
+  }
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  if (rc == 0) {
-    fs::rename(partial, o.out, ec);
-    if (ec) {
-      fs::remove(partial, ec);
-      throw InputError(out_name + ": cannot write the image");
-    }
-  } else {
-    fs::remove(partial, ec);
-  }
+  if (rc == 0) write_file_atomically(o.out, image);
   if (rc != 0) {
     while (!output.empty() && (output.back() == '\n' || output.back() == '\r')) output.pop_back();
     for (char& ch : output)
