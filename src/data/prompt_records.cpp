@@ -49,6 +49,12 @@ std::vector<PromptRecord> read_prompt_records(const std::string& path, const Pro
     }
     if (!row.is_object()) throw InputError(p.where + ": a prompt record must be a JSON object");
     if (row.contains("prompt_ids")) {
+      // Two prompts in one record: which one the user meant is a guess (the text was silently
+      // ignored), so the record is refused naming both.
+      for (const char* other : {"prompt", "messages"})
+        if (row.contains(other))
+          throw InputError(p.where + ": both \"prompt_ids\" and \"" + other +
+                           "\" are given; a record has one prompt");
       p.ids = ids_field(row["prompt_ids"], vocab, p.where);
     } else {
       const TextOrChat prompt = parse_generation_prompt(row, p.where);

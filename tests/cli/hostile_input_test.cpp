@@ -1422,6 +1422,28 @@ TEST(Hostile, Issue35DeepJson) {
 }
 
 // A reward program whose answer is nested 100k deep (200 KB, within the 1 MiB line limit).
+// A prompt record with two prompts (ids and text, or ids and a conversation): the text used to
+// be ignored without a word; now the record is refused naming both (data/prompt_records.cpp).
+TEST(Hostile, Issue35PromptRecordWithTwoPrompts) {
+  test::TempDir tmp;
+  const std::string chat = src() + "/examples/tiny-chat";
+  std::vector<Case> cases;
+  int n = 0;
+  for (const auto& [other, value] : std::vector<std::pair<std::string, std::string>>{
+           {"prompt", "\"What is 1 plus 1?\""},
+           {"messages", "[{\"role\": \"user\", \"content\": \"hi\"}]"}}) {
+    const std::string f = tmp.file("p" + std::to_string(n++) + ".jsonl");
+    test::write_text(f, "{\"prompt_ids\": [1, 2, 3], \"" + other + "\": " + value + "}\n");
+    const std::string out = tmp.file("gen" + std::to_string(n++) + ".jsonl");
+    cases.push_back({"generate, prompt_ids and " + other,
+                     "generate --model tiny-qwen3 --tokenizer " + chat + " --input " + f +
+                         " --output " + out + " --max-new-tokens 2 --threads 1",
+                     {f + ":1: both \"prompt_ids\" and \"" + other + "\""},
+                     {out}});
+  }
+  for (const Case& c : cases) expect_clean_error(c, tmp.path());
+}
+
 TEST(Hostile, Issue35DeepRewardAnswer) {
   test::TempDir tmp;
   const std::string chat = src() + "/examples/tiny-chat";
