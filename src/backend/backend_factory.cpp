@@ -4,9 +4,10 @@
 
 #include "backend/cpu/checked_cpu_backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/meta/meta_backend.h"
 #include "core/error.h"
 #if defined(STREAMBP_HAVE_CUDA)
-#include "backend/cuda/cuda_factory.h"
+#include "backend/cuda_factory.h"
 #endif
 
 namespace sbp {
@@ -84,5 +85,7 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
             "make_backend: unknown BackendKind " + std::to_string(static_cast<int>(spec.kind)));
   return nullptr;
 }
+
+std::unique_ptr<Backend> make_shape_only_backend() { return std::make_unique<MetaBackend>(); }
 
 }  // namespace sbp

@@ -4,8 +4,8 @@
 //
 // Names: "cpu", "cpu-checked", and "cuda" / "cuda:N" (BackendKind::cuda with device N; "cuda"
 // is device 0). A build without the CUDA backend (STREAMBP_CUDA=OFF, or no nvcc where it was
-// configured) rejects the cuda names with a message saying so. The shape-only planner's
-// MetaBackend is not a choice for a run and is built by the planner itself.
+// configured) rejects the cuda names with a message saying so. The shape-only backend
+// (backend/meta/) is not a choice for a run: the planner builds it with make_shape_only_backend.
 #include <memory>
 #include <string>
 
@@ -39,5 +39,9 @@ const char* backend_name(BackendKind kind);
 // A cuda spec on a machine without a usable GPU or driver throws a one-line InputError with
 // CUDA's error string.
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
+
+// The shape-only backend `plan` runs a step on: tensors without memory, kernels that count FLOPs
+// (backend/meta/meta_backend.h), built here so that no layer above the backend names it.
+std::unique_ptr<Backend> make_shape_only_backend();
 
 }  // namespace sbp

@@ -1,7 +1,7 @@
 // warn_if_generic_blas (commands.h): the BLAS core check's one line, where it applies.
 #include <cstdio>
 
-#include "backend/cpu/blas_core_check.h"
+#include "backend/blas_core_check.h"
 #include "cli/commands.h"
 
 namespace sbp::cli {

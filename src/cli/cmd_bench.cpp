@@ -17,19 +17,19 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend_factory.h"
-#include "backend/cpu/copy_probe.h"
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/blas_core_check.h"
-#include "backend/cpu/sgemm_probe.h"
+#include "backend/copy_probe.h"
+#include "backend/cpu_threads.h"
+#include "backend/blas_core_check.h"
+#include "backend/sgemm_probe.h"
 #if defined(STREAMBP_HAVE_CUDA)
-#include "backend/cuda/cuda_factory.h"
+#include "backend/cuda_factory.h"
 #endif
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/lora_args.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/output_paths.h"

@@ -20,8 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/copy_probe.h"
-#include "backend/cpu/cpu_backend.h"
+#include "backend/copy_probe.h"
+#include "backend/cpu_threads.h"
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/model_source.h"

@@ -6,14 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu_threads.h"
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
-#include "cli/gradcheck.h"
+#include "check/gradcheck.h"
 #include "cli/lora_args.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "core/error.h"
 #include "core/output_paths.h"
 #include "core/output_file.h"

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend_factory.h"
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu_threads.h"
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/model_source.h"

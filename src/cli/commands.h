@@ -18,7 +18,7 @@ void register_plot(CLI::App& app);
 void register_merge(CLI::App& app);
 
 // One line on standard error when the BLAS runs generic kernels on this CPU
-// (backend/cpu/blas_core_check.h): bench, train and gradcheck call it first.
+// (backend/blas_core_check.h): bench, train and gradcheck call it first.
 void warn_if_generic_blas();
 
 }  // namespace sbp::cli

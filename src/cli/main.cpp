@@ -7,7 +7,7 @@
 #include <exception>
 #include <new>
 
-#include "backend/cpu/blas_core_check.h"
+#include "backend/blas_core_check.h"
 #include "cli/commands.h"
 #include "core/error.h"
 

@@ -45,8 +45,6 @@ bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == s
 
 }  // namespace
 
-const char* truncation_name(Truncation t) { return enum_name<Truncation>(kTruncationNames, t); }
-
 int64_t Example::tokens() const {
   int64_t n = 0;
   for (const TokenizedSequence& s : sequences) n += s.size();

@@ -26,7 +26,6 @@ namespace sbp {
 enum class Truncation { error, truncate, skip };
 inline constexpr EnumName<Truncation> kTruncationNames[] = {
     {Truncation::error, "error"}, {Truncation::truncate, "truncate"}, {Truncation::skip, "skip"}};
-const char* truncation_name(Truncation t);
 
 struct Example {
   std::vector<TokenizedSequence> sequences;  // packed side by side as separate segments

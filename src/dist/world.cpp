@@ -24,14 +24,6 @@ bool built_with_mpi() {
 #endif
 }
 
-bool built_with_nccl() {
-#ifdef STREAMBP_HAVE_NCCL
-  return true;
-#else
-  return false;
-#endif
-}
-
 int local_rank() {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
     const char* s = std::getenv(v);

@@ -15,8 +15,6 @@ bool launched_by_mpi();
 
 // Whether this build has MPI (CMake found it).
 bool built_with_mpi();
-// Whether this build has NCCL next to the CUDA backend (dist/nccl_communicator.h).
-bool built_with_nccl();
 
 // This process's rank among those of its node (OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's
 // SLURM_LOCALID, MPICH's MPI_LOCALRANKID); 0 when none is set.

@@ -9,10 +9,6 @@
 
 namespace sbp {
 
-KlEstimator parse_kl_estimator(const std::string& name) {
-  return parse_enum<KlEstimator>(kKlEstimatorNames, name, "kl_estimator");
-}
-
 std::vector<double> masked_whiten(std::span<const double> x, const std::vector<bool>& mask,
                                   bool shift_mean) {
   double n = 0, sum = 0;

@@ -32,7 +32,6 @@ namespace sbp {
 enum class KlEstimator { k1, k3 };
 inline constexpr EnumName<KlEstimator> kKlEstimatorNames[] = {{KlEstimator::k1, "k1"},
                                                               {KlEstimator::k3, "k3"}};
-KlEstimator parse_kl_estimator(const std::string& name);  // InputError naming the choices
 
 struct PpoRolloutConfig {
   double kl_coef = 0.05;  // TRL defaults

@@ -68,9 +68,6 @@ class GrpoObjective final : public Objective {
   // clip_ratio/region_mean: masked means over this batch's completion tokens, as TRL logs them.
   std::map<std::string, double> metrics() const override;
 
-  // (T) the weight of each row's l_t in L (0 outside completions): the loss_type's normaliser.
-  const std::vector<double>& token_weights() const { return w_; }
-
  private:
   GrpoConfig cfg_;
   SequenceRows rows_;

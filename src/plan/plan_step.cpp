@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "backend/meta/meta_backend.h"
+#include "backend/backend_factory.h"
 #include "core/error.h"
 #include "core/pool.h"
 #include "dist/communicator.h"
@@ -60,7 +60,8 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                       const ExecConfig& exec, const StepBatches& step,
                       const StepMemoryOptions& mem) {
   Ledger ledger(mem.budget);
-  MetaBackend be;
+  const std::unique_ptr<Backend> shape_only = make_shape_only_backend();
+  Backend& be = *shape_only;
   Pool pool(ledger, be);
   ShapeOnlyCommunicator comm(0, mem.ranks);
   const AdamWConfig optim;

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "train/stop_signal.h"
+#include "core/stop_signal.h"
 
 extern char** environ;
 

@@ -17,7 +17,7 @@
 // its own, which is then ended (SIGTERM, SIGKILL after a short grace, helpers included) and the
 // program reaped; a later score() throws again without restarting it.
 //
-// SIGINT/SIGTERM (train/stop_signal.h) while an answer is pending: the group is ended the same
+// SIGINT/SIGTERM (core/stop_signal.h) while an answer is pending: the group is ended the same
 // way and score() throws RewardInterrupted, for the trainer's stop path (checkpoint, exit 130).
 #include <string>
 #include <vector>

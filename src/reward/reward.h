@@ -32,7 +32,7 @@ class RewardError : public Error {
   using Error::Error;
 };
 
-// SIGINT/SIGTERM arrived while a reward was pending (train/stop_signal.h): the reward was
+// SIGINT/SIGTERM arrived while a reward was pending (core/stop_signal.h): the reward was
 // abandoned (its program killed) and the trainer takes its stop path, checkpoint and exit 130,
 // as after a step. Not a RewardError: nothing failed.
 class RewardInterrupted : public Error {

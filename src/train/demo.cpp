@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "backend/backend_factory.h"
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu_threads.h"
 #include "core/error.h"
 #include "model/checkpoint_io.h"
 #include "optim/lr_schedule.h"

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu_threads.h"
 #include "core/error.h"
 #include "dist/world.h"
 #include "model/checkpoint_io.h"
@@ -13,7 +13,7 @@
 #include "train/auto_chunks.h"
 #include "train/demo.h"
 #include "train/resume_check.h"
-#include "train/stop_signal.h"
+#include "core/stop_signal.h"
 #include "train/value_model_init.h"
 
 namespace sbp {

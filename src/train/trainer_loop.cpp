@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "core/process_memory.h"
-#include "train/stop_signal.h"
+#include "core/stop_signal.h"
 #include "train/trainer.h"
 
 namespace sbp {

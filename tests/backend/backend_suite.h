@@ -30,7 +30,7 @@
 #include "backend/backend_factory.h"
 #include "backend/meta/meta_backend.h"
 #if defined(STREAMBP_HAVE_CUDA)
-#include "backend/cuda/cuda_factory.h"
+#include "backend/cuda_factory.h"
 #endif
 #include "core/dtype.h"
 #include "core/pool.h"

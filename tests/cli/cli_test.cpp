@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/blas_core_check.h"
+#include "backend/blas_core_check.h"
 #include "support/test_support.h"
 
 namespace sbp {

@@ -1,7 +1,7 @@
 // `streambp gradcheck` gives a meaningful verdict at every short length: every objective on every
 // tiny preset at T = 4 .. 64 passes (exit 0). Short batches are where a gradient can be zero in
 // exact arithmetic (a scored row that attends to one key has a constant softmax, so q/k get
-// nothing) and computed as rounding noise: the measure's floor (cli/gradcheck.h,
+// nothing) and computed as rounding noise: the measure's floor (check/gradcheck.h,
 // kNegligibleGradient) judges such a tensor against the model's gradient scale, not against its
 // own noise. A mode that loses or doubles a real term still fails: the mode-equality tests
 // (tests/engine) and gradcheck's own cases in cli_test.cpp.

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "dist/grad_groups.h"
 #include "engine/engine.h"
 #include "model/value_model_io.h"

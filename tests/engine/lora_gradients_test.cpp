@@ -14,8 +14,8 @@
 
 #include <cmath>
 
-#include "cli/gradcheck.h"
-#include "cli/random_batches.h"
+#include "check/gradcheck.h"
+#include "check/random_batches.h"
 #include "model/lora_merge.h"
 #include "support/test_support.h"
 

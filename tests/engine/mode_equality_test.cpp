@@ -5,8 +5,8 @@
 // 1, 7, T/3, T and sizes that do not divide T.
 #include <gtest/gtest.h>
 
-#include "cli/gradcheck.h"
-#include "cli/random_batches.h"
+#include "check/gradcheck.h"
+#include "check/random_batches.h"
 #include "support/test_support.h"
 
 namespace sbp {

@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/gradcheck.h"
-#include "cli/random_batches.h"
+#include "check/gradcheck.h"
+#include "check/random_batches.h"
 #include "engine/engine.h"
 #include "objective/sft.h"
 #include "support/test_support.h"

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "engine/engine.h"
 #include "objective/dpo.h"
 #include "objective/sft.h"

@@ -8,8 +8,8 @@
 
 #include <cmath>
 
-#include "cli/gradcheck.h"
-#include "cli/random_batches.h"
+#include "check/gradcheck.h"
+#include "check/random_batches.h"
 #include "support/test_support.h"
 
 namespace sbp {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "engine/engine.h"
 #include "model/checkpoint_io.h"
 #include "objective/sequence_rows.h"

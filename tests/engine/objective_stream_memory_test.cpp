@@ -8,7 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/meta/meta_backend.h"
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
 #include "support/test_support.h"

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/checkpoint_io.h"

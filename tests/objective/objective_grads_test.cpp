@@ -9,7 +9,7 @@
 #include <functional>
 #include <memory>
 
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "core/rng.h"
 #include "objective/dpo.h"
 #include "objective/grpo.h"

@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/gradcheck.h"
-#include "cli/random_batches.h"
+#include "check/gradcheck.h"
+#include "check/random_batches.h"
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "objective/sft.h"

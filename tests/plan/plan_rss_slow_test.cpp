@@ -25,8 +25,8 @@
 #include <cstdio>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/gradcheck.h"
-#include "cli/random_batches.h"
+#include "check/gradcheck.h"
+#include "check/random_batches.h"
 #include "core/process_memory.h"
 #include "engine/engine.h"
 #include "objective/sft.h"

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "support/test_support.h"
-#include "train/stop_signal.h"
+#include "core/stop_signal.h"
 
 namespace sbp {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "model/value_model_io.h"

@@ -1,12 +1,12 @@
 // What `gradcheck` verifies is what `train` runs: for every objective, the trainer's first step
-// (its own data, models and execution mode) and gradcheck's step (cli/gradcheck.h) on the same
+// (its own data, models and execution mode) and gradcheck's step (check/gradcheck.h) on the same
 // micro-batch and the same weights give bit-identical losses and gradients, the policy's and
 // PPO's value model's alike — because both are the one step runner (step/step_runner.h).
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "cli/gradcheck.h"
+#include "check/gradcheck.h"
 #include "support/test_support.h"
 #include "train/trainer.h"
 

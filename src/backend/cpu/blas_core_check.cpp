@@ -1,4 +1,4 @@
-#include "backend/cpu/blas_core_check.h"
+#include "backend/blas_core_check.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "backend/cpu/copy_probe.h"
+#include "backend/copy_probe.h"
 
 #include <algorithm>
 #include <chrono>

@@ -4,6 +4,7 @@
 // elementwise.cpp, norm.cpp, rope.cpp, swiglu.cpp, geglu.cpp, softcap.cpp, embedding.cpp, lm_head.cpp, entropy.cpp,
 // adamw.cpp, attention.cpp).
 #include "backend/backend.h"
+#include "backend/cpu_threads.h"
 
 namespace sbp {
 
@@ -85,9 +86,5 @@ class CpuBackend : public Backend {
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;
 };
-
-// Sets the thread count of OpenMP (0 = leave it as is) and tells the BLAS (blas.h) the same.
-void set_cpu_threads(int threads);
-int cpu_threads();
 
 }  // namespace sbp

@@ -1,4 +1,4 @@
-#include "backend/cpu/sgemm_probe.h"
+#include "backend/sgemm_probe.h"
 
 #include <algorithm>
 #include <chrono>

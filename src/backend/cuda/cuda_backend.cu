@@ -6,7 +6,7 @@
 #include "backend/cuda/attention_args.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/cuda_factory.h"
+#include "backend/cuda_factory.h"
 #include "backend/cuda/device_ptr.cuh"
 
 namespace sbp {

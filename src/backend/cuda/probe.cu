@@ -5,7 +5,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/cuda_factory.h"
+#include "backend/cuda_factory.h"
 #include "core/pool.h"
 
 namespace sbp {

@@ -1,9 +1,9 @@
-#include "cli/gradcheck.h"
+#include "check/gradcheck.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "dist/data_parallel.h"

@@ -1,4 +1,4 @@
-#include "cli/random_batches.h"
+#include "check/random_batches.h"
 
 #include <algorithm>
 #include <string>
