@@ -96,7 +96,8 @@ std::vector<AgreedSetting> decode_settings(const std::string& text) {
   return s;
 }
 
-std::optional<std::string> first_disagreement(const std::vector<std::vector<AgreedSetting>>& lists) {
+std::optional<std::string> first_disagreement(
+    const std::vector<std::vector<AgreedSetting>>& lists) {
   if (lists.size() < 2) return std::nullopt;
   const std::vector<AgreedSetting>& zero = lists[0];
   size_t longest = 0;

@@ -24,8 +24,8 @@ constexpr int64_t kHeaderHashLimit = int64_t{64} << 20;
 // Config keys each rank may set for itself: its machine's thread count.
 const char* const kPerRankKeys[] = {"threads"};
 // Config keys naming inputs: compared by content (the inputs' entries), not as paths.
-const char* const kInputKeys[] = {"model",         "tokenizer",      "data.train",
-                                  "data.eval",     "lora.adapter",   "dpo.reference",
+const char* const kInputKeys[] = {"model",          "tokenizer",     "data.train",
+                                  "data.eval",      "lora.adapter",  "dpo.reference",
                                   "grpo.reference", "ppo.reference", "ppo.value_model"};
 
 // Keys whose default is derived from another key (train_config.cpp fills them in): they go
@@ -131,8 +131,7 @@ std::vector<AgreedSetting> settings_ranks_must_share(const TrainConfig& c,
   // Config keys, sorted (nlohmann::json's object order), then those with derived defaults.
   const nlohmann::json j = c.to_json();
   for (const auto& [key, value] : j.items()) {
-    if (listed(key, kPerRankKeys) || listed(key, kInputKeys) || listed(key, kDerivedKeys))
-      continue;
+    if (listed(key, kPerRankKeys) || listed(key, kInputKeys) || listed(key, kDerivedKeys)) continue;
     out.push_back({key, config_value(value)});
   }
   for (const char* key : kDerivedKeys)

@@ -21,12 +21,13 @@ namespace sbp {
 
 // The list in its canonical order (the same on every rank for the same build): the config keys
 // in sorted order (those whose default derives from another key last), then the inputs in a
-// fixed order, each directory's files sorted by name. `resume` is the --resume argument ("" for a fresh run).
+// fixed order, each directory's files sorted by name. `resume` is the --resume argument ("" for a
+// fresh run).
 std::vector<AgreedSetting> settings_ranks_must_share(const TrainConfig& c,
                                                      const std::string& resume);
 
 // The entries of one input path under `key`: the file's digest; or "directory" and then one
-// entry "<key>/<name>" per regular file in it; or what is there instead ("missing: <path>").
+// entry "<key>/<name>" per regular file in it; or what is there instead ("no such file: <path>", a preset name).
 // `whole_content`: a file is hashed whole whatever its size (data); otherwise files over 64 MiB
 // are recorded by size only, and *.safetensors by size and header.
 void append_input_digests(std::vector<AgreedSetting>& out, const std::string& key,

@@ -104,8 +104,7 @@ TEST(DistAgreement, RanksWithAnotherModelEndAtOnceNamingIt) {
   const std::string layers = "\"num_hidden_layers\": 2";
   deeper.replace(deeper.find(layers), layers.size(), "\"num_hidden_layers\": 3");
   test::write_text(run.out("deeper.json"), deeper);
-  const TwoRanks r =
-      run_two(run, run.config, "", run.config, "model=" + run.out("deeper.json"));
+  const TwoRanks r = run_two(run, run.config, "", run.config, "model=" + run.out("deeper.json"));
   ASSERT_EQ(r.result.exit_code, 1) << r.result.output;
   const size_t at = r.result.output.find("ranks disagree on model (rank 0: ");
   ASSERT_NE(at, std::string::npos) << r.result.output;
@@ -126,12 +125,13 @@ TEST(DistAgreement, RanksWithOtherDataEndAtOnceNamingIt) {
   // which has a conversation changed by one byte (the same size).
   const std::string data = test::read_text(test::source_dir() + "/examples/tiny-chat/train.jsonl");
   std::string changed = data;
-  const size_t at = changed.find("\"content\": \"") + 12;
-  ASSERT_NE(at, std::string::npos + 12);
+  const size_t content = changed.find("\"content\": \"");
+  ASSERT_NE(content, std::string::npos);
+  const size_t at = content + 12;
   changed[at] = changed[at] == 'x' ? 'y' : 'x';
   test::write_text(run.out("changed.jsonl"), changed);
-  const TwoRanks r = run_two(run, run.config, "", run.config,
-                             "data.train=" + run.out("changed.jsonl"));
+  const TwoRanks r =
+      run_two(run, run.config, "", run.config, "data.train=" + run.out("changed.jsonl"));
   ASSERT_EQ(r.result.exit_code, 1) << r.result.output;
   const size_t m = r.result.output.find("ranks disagree on data.train (rank 0: ");
   ASSERT_NE(m, std::string::npos) << r.result.output;
@@ -149,9 +149,8 @@ TEST(DistAgreement, RanksThatAgreeInContentTrainWhateverTheirPaths) {
   fs::copy_file(test::source_dir() + "/examples/tiny-chat/train.jsonl", copy);
   const std::string config1 = run.out("config1.yaml");
   fs::copy_file(run.config, config1);
-  const TwoRanks r =
-      run_two(run, run.config, "max_steps=1", config1, "max_steps=1 data.train=" + copy +
-                                                          " threads=2");
+  const TwoRanks r = run_two(run, run.config, "max_steps=1", config1,
+                             "max_steps=1 data.train=" + copy + " threads=2");
   ASSERT_EQ(r.result.exit_code, 0) << r.result.output;
   EXPECT_TRUE(fs::exists(run.out("out/checkpoint-1/model.safetensors"))) << r.result.output;
 }
