@@ -156,9 +156,16 @@ std::vector<AgreedSetting> settings_ranks_must_share(const TrainConfig& c,
       ckpt = resume;  // recorded as what is there; the run reports it
     }
   }
+  const size_t resume_at = out.size();
   append_input_digests(out, "--resume", ckpt, false);
+  // Named by the checkpoint's own name (checkpoint-<step>), which ranks sharing the files share.
+  if (out[resume_at].value == "directory") {
+    fs::path p = fs::path(ckpt).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();  // "out/checkpoint-2/"
+    out[resume_at].value += " " + p.filename().string();
+  }
   if (!ckpt.empty() && fs::is_directory(fs::path(ckpt) / "value_model"))
-    append_input_digests(out, "--resume value_model", (fs::path(ckpt) / "value_model").string(),
+    append_input_digests(out, "--resume/value_model", (fs::path(ckpt) / "value_model").string(),
                          false);
   return out;
 }

@@ -51,7 +51,8 @@ TwoRanks run_two(const TrainDir& run, const std::string& config0, const std::str
 
 // Both ranks said `message` (which names the key) on one line each, and ended with exit 1,
 // quickly, having written nothing.
-void expect_disagreement(const TrainDir& run, const TwoRanks& r, const std::string& message) {
+void expect_disagreement(const TrainDir& run, const TwoRanks& r, const std::string& message,
+                         bool fresh = true) {
   EXPECT_EQ(r.result.exit_code, 1) << r.result.output;
   EXPECT_LT(r.seconds, kMaxSeconds) << r.result.output;
   for (int rank : {0, 1}) {
@@ -61,7 +62,9 @@ void expect_disagreement(const TrainDir& run, const TwoRanks& r, const std::stri
   }
   EXPECT_EQ(count(r.result.output, "ranks disagree on "), 2u) << r.result.output;
   EXPECT_EQ(r.result.output.find("MPI_ABORT"), std::string::npos) << r.result.output;
-  EXPECT_FALSE(fs::exists(run.out("out"))) << r.result.output;
+  if (fresh) {
+    EXPECT_FALSE(fs::exists(run.out("out"))) << r.result.output;
+  }
   std::printf("  %.2f s: %s\n", r.seconds, message.c_str());
 }
 
@@ -138,6 +141,21 @@ TEST(DistAgreement, RanksWithOtherDataEndAtOnceNamingIt) {
   const std::string line = r.result.output.substr(m, r.result.output.find('\n', m) - m);
   EXPECT_EQ(count(line, std::to_string(data.size()) + " bytes, fnv1a64 "), 2u) << line;
   expect_disagreement(run, r, line);
+}
+
+TEST(DistAgreement, RanksResumingFromOtherCheckpointsEndAtOnceNamingThem) {
+  SKIP_WITHOUT_MPIRUN();
+  TrainDir run(kSftYaml);
+  auto r = run.train(2, "out", "save_every=1 keep_last=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(fs::exists(run.out("out/checkpoint-1")));
+  const TwoRanks two = run_two(run, run.config, "--resume " + run.out("out/checkpoint-1"),
+                               run.config, "--resume " + run.out("out"));
+  expect_disagreement(run, two,
+                      "ranks disagree on --resume (rank 0: directory checkpoint-1, rank 1: "
+                      "directory checkpoint-2)",
+                      /*fresh=*/false);
+  EXPECT_FALSE(fs::exists(run.out("out/checkpoint-3")));
 }
 
 TEST(DistAgreement, RanksThatAgreeInContentTrainWhateverTheirPaths) {

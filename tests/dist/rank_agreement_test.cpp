@@ -158,6 +158,11 @@ TEST(RankSettings, EveryKeyButThreadsAndInputsByContentNotPath) {
   fs::create_directories(in.dir.file("ckpt"));
   test::write_text(in.dir.file("ckpt/trainer_state.json"), "{}");
   EXPECT_EQ(first_key(base, in.list({}, in.dir.file("ckpt"))), "--resume");
+  const List resumed = in.list({}, in.dir.file("ckpt/"));
+  ASSERT_NE(find(resumed, "--resume"), nullptr);
+  EXPECT_EQ(find(resumed, "--resume")->value, "directory ckpt");
+  ASSERT_NE(find(resumed, "--resume/trainer_state.json"), nullptr);
+  EXPECT_EQ(find(resumed, "--resume/trainer_state.json")->value.rfind("2 bytes, fnv1a64 ", 0), 0u);
 }
 
 TEST(RankSettings, AModelDirectoryByConfigAndSafetensorsHeaderNotItsWeights) {
