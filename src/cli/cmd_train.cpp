@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/rank_agreement.h"
 #include "dist/world.h"
 #include "train/checkpoint.h"
 #include "train/demo.h"
@@ -61,7 +62,7 @@ int run_config(CLI::App* c, const TrainArgs& a, Communicator& world) {
 
 // One process: as always. Under an MPI launcher: MPI for the run's length; an error on any rank
 // is printed with its rank and ends every rank (the others may be waiting in a collective, where
-// they would wait for ever).
+// they would wait for ever) — except ranks that disagree on the run, which all know it at once.
 int run(CLI::App* c, const TrainArgs& a) {
   const std::unique_ptr<Communicator> world = make_world_communicator();
   if (world->rank() == 0) warn_if_generic_blas();
@@ -72,6 +73,13 @@ int run(CLI::App* c, const TrainArgs& a) {
       throw InputError(
           "train: the built-in demo runs on one process; give a CONFIG.yaml to train with mpirun");
     return run_config(c, a, *world);
+  } catch (const RanksDisagree& e) {
+    // Every rank found the same disagreement in the same collective: each says so and ends by
+    // itself, with MPI finalised (no rank is left waiting, so no MPI_Abort).
+    std::fprintf(stderr, "streambp: error: rank %d of %d: %s\n", world->rank(), world->size(),
+                 e.what());
+    std::fflush(stderr);
+    return 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "streambp: error: rank %d of %d: %s\n", world->rank(), world->size(),
                  e.what());

@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -12,12 +14,19 @@ namespace sbp {
 
 namespace {
 
+// MPI's error code as an exception naming the call, on one line (the communicator returns
+// errors rather than ending the process: MPI_ERRORS_RETURN below), so that the rank reports it
+// the way it reports any error and ends the run (cli/cmd_train.cpp).
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
-    char msg[MPI_MAX_ERROR_STRING];
+    char msg[MPI_MAX_ERROR_STRING + 1] = {};
     int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw Error(std::string("MPI: ") + what + ": " + std::string(msg, static_cast<size_t>(len)));
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS || len <= 0)
+      len = std::snprintf(msg, sizeof msg, "error code %d", rc);
+    std::string text(msg, static_cast<size_t>(std::min(len, MPI_MAX_ERROR_STRING)));
+    for (char& ch : text)
+      if (ch == '\n' || ch == '\r') ch = ' ';
+    throw Error(std::string("MPI: ") + what + " failed: " + text);
   }
 }
 
@@ -35,6 +44,9 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+    // MPI's default ends the process from inside the library on any error (with a page of
+    // output per rank); returned codes become exceptions with one line naming the collective.
+    check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   }
   ~MpiCommunicator() override {
     for (Slot& s : slots_)

@@ -12,6 +12,7 @@
 #include "model/lora_io.h"
 #include "train/auto_chunks.h"
 #include "train/demo.h"
+#include "train/rank_settings.h"
 #include "train/resume_check.h"
 #include "core/stop_signal.h"
 #include "train/value_model_init.h"
@@ -77,6 +78,9 @@ int run_training(const TrainConfig& c, const std::string& resume, Communicator& 
     if (!resume.empty()) throw InputError("the built-in demo cannot be resumed");
     return run_demo(c.demo_options);
   }
+  // Ranks that disagree on what to run would crash, hang or train wrongly in silence: check
+  // before anything else talks to the other ranks (dist/rank_agreement.h).
+  if (comm.size() > 1) check_ranks_agree(comm, settings_ranks_must_share(c, resume));
   StopSignalScope stop_scope;
   set_cpu_threads(c.threads);
   // A GPU rank of a data-parallel run: its node-local GPU, and NCCL for the gradient and weight
