@@ -1832,6 +1832,22 @@ TEST(Hostile, Issue35LoraSettings) {
     expect_clean_error(c, tmp.path());
   }
   EXPECT_EQ(read_bytes(ckpt + "/trainer_state.json"), state_before);
+
+  // Its adapters made NaN: a run starting from them (lora.adapter) is refused naming the tensor
+  // before anything is written, not a NaN step blamed on optim.lr.
+  const std::string spoiled = tmp.file("spoiled");
+  fs::create_directories(spoiled);
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
+    fs::copy_file(ckpt + "/" + f, spoiled + "/" + f);
+  const std::string tensor = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+  issue35::set_adapter_value(spoiled, tensor, 0, std::nanf(""));
+  const std::string from = tiny_config(
+      tmp, "from-nan", kSftData + "lora:\n  r: 4\n  adapter: " + spoiled + "\n");
+  Case nan{"lora.adapter with a NaN", "train " + from,
+           {spoiled + "/adapter_model.safetensors", tensor, "is nan"},
+           {tmp.file("from-nan-out")}};
+  nan.stderr_only = true;
+  expect_clean_error(nan, tmp.path());
 }
 
 TEST(Hostile, Issue35GrpoNumbers) {
