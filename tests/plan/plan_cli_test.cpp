@@ -159,7 +159,8 @@ TEST(PlanCost, LongSequenceTakesHostMemoryOfItsTokenIdsOnly) {
                                       " --modes base,stream"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("| stream | 20000000 |"), std::string::npos) << r.output;
-  EXPECT_LT(children_max_rss(), 5 * T + (int64_t{64} << 20));
+  // AddressSanitizer's shadow and quarantine make resident sizes meaningless.
+  if (!test::kAddressSanitizer) EXPECT_LT(children_max_rss(), 5 * T + (int64_t{64} << 20));
 }
 
 TEST(PlanCost, ChunkLoopsSkipRepeatsWithTheSamePeak) {
@@ -195,7 +196,7 @@ TEST(PlanCost, ManyGenerationsTakeHostMemoryOfOneGroup) {
       "--max-completion-length 1024 --num-generations 4096 --modes stream"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("4096 completions of 1024 new tokens"), std::string::npos) << r.output;
-  EXPECT_LT(children_max_rss(), int64_t{256} << 20);
+  if (!test::kAddressSanitizer) EXPECT_LT(children_max_rss(), int64_t{256} << 20);
 }
 
 TEST(PlanCost, PastWhatThePlannerTakesIsARangeErrorNamingTheFlag) {
