@@ -69,6 +69,11 @@ class Backend : public MemorySpace {
   virtual std::string name() const = 0;
   // False for the shape-only backend: kernels do nothing, tensors have no data.
   virtual bool computes() const = 0;
+  // True for a shape-only backend that only the ledger is read from (the planner's): the engine
+  // may then skip the chunks of a loop that would repeat an earlier chunk's allocations exactly
+  // (engine.cpp, ChunkRange), so that planning work does not grow with T / chunk. FLOP counts
+  // then cover only the chunks run.
+  virtual bool skips_repeated_chunks() const { return false; }
 
   // ---- dense ----
   // C (M, N) = alpha * op(A) op(B) + beta * C, op(X) = X or X^T; A, B, C viewed as (rows, cols).

@@ -86,6 +86,9 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   return nullptr;
 }
 
-std::unique_ptr<Backend> make_shape_only_backend() { return std::make_unique<MetaBackend>(); }
+std::unique_ptr<Backend> make_shape_only_backend(bool every_chunk) {
+  return std::make_unique<MetaBackend>(every_chunk ? MetaBackend::Runs::all_work
+                                                   : MetaBackend::Runs::ledger_only);
+}
 
 }  // namespace sbp

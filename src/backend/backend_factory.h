@@ -42,6 +42,8 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
 
 // The shape-only backend `plan` runs a step on: tensors without memory, kernels that count FLOPs
 // (backend/meta/meta_backend.h), built here so that no layer above the backend names it.
-std::unique_ptr<Backend> make_shape_only_backend();
+// every_chunk false: the engine's chunk loops run only the chunks whose allocations differ
+// (MetaBackend::Runs::ledger_only: the ledger is exact, the FLOP count is not); true: all of them.
+std::unique_ptr<Backend> make_shape_only_backend(bool every_chunk);
 
 }  // namespace sbp

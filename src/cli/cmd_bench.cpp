@@ -211,7 +211,8 @@ struct Bench {
         r.head_block = r.head_chunk * src.cfg.vocab_size * static_cast<int64_t>(dtype_size(exec.act_dtype));
         if (src.cfg.has_sliding_layers()) {
           // The same step on the meta backend, with the windows and with every layer full.
-          const StepMemoryOptions mem{.param_dtype = storage_dtype(m->precision)};
+          const StepMemoryOptions mem{.param_dtype = storage_dtype(m->precision),
+                                        .count_flops = true};
           ModelConfig full = src.cfg;
           full.layer_sliding.assign(full.layer_sliding.size(), false);
           r.planned_flops = plan_step(src.cfg, setup, exec, step, mem).flops;

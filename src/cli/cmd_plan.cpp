@@ -128,7 +128,8 @@ Request parse_request(const Args& a) {
   else if (a.optimizer != "none")
     throw InputError("--optimizer: unknown optimizer '" + a.optimizer + "' (use none or adamw)");
   setup.master_weights = true;  // counted with adamw + bf16 (docs/BENCHMARKS.md says why)
-  if (a.ranks < 1) throw InputError("--ranks: must be at least 1");
+  if (a.ranks < 1 || a.ranks > kMaxPlanningRanks)  // int_in checks it too, when given
+    throw InputError("--ranks: must be between 1 and " + std::to_string(kMaxPlanningRanks));
   if (a.zero < 0 || a.zero > 2)
     throw InputError(
         "--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state) or 2 (sharded "
@@ -140,6 +141,17 @@ Request parse_request(const Args& a) {
       throw InputError("--max-completion-length: a generation phase is planned for online grpo "
                        "and ppo only (--objective grpo|ppo)");
     if (a.prompt_len < 1) throw InputError("--prompt-len: the prompt's tokens, at least 1");
+    // The generation's own check names max_new_tokens; here the flags are named.
+    const int64_t per_sequence = a.prompt_len + a.max_completion_length;  // each < 2^31 + 1
+    if (per_sequence > setup.cfg.max_position_embeddings)
+      throw InputError("--max-completion-length: --prompt-len " + std::to_string(a.prompt_len) +
+                       " + --max-completion-length " + std::to_string(a.max_completion_length) +
+                       " exceeds the model's max_position_embeddings (" +
+                       std::to_string(setup.cfg.max_position_embeddings) + ")");
+    if (per_sequence > kMaxPlanningGenerationTokens / a.num_generations)
+      throw InputError("--num-generations: " + std::to_string(a.num_generations) +
+                       " completions of " + std::to_string(per_sequence) +
+                       " tokens exceed the 2^27 tokens of generation the planner takes");
     setup.generate_prompt_tokens = a.prompt_len;
     setup.generate_new_tokens = a.max_completion_length;
     setup.generate_sequences = a.num_generations;
@@ -161,9 +173,15 @@ Request parse_request(const Args& a) {
         "sequence "
         "under, or both");
   const int64_t min_T = min_planning_tokens(setup.objective.kind, setup.group_size);
-  if (a.seq_len != 0 && (a.seq_len < min_T || a.seq_len > (int64_t{1} << 31) - 1))
-    throw InputError("--seq-len: must be between " + std::to_string(min_T) +
-                     " and 2^31-1 for objective " + objective_name(setup.objective.kind));
+  const int64_t max_T = max_planning_tokens(setup.objective.kind);
+  if (min_T > max_T)  // a GRPO group of at least 2 tokens a completion
+    throw InputError("--group-size: " + std::to_string(setup.group_size) +
+                     " completions of at least 2 tokens exceed the " + std::to_string(max_T) +
+                     " tokens plan takes for objective " + objective_name(setup.objective.kind));
+  if (a.seq_len != 0 && (a.seq_len < min_T || a.seq_len > max_T))
+    throw InputError("--seq-len: must be between " + std::to_string(min_T) + " and " +
+                     std::to_string(max_T) + " for objective " +
+                     objective_name(setup.objective.kind) + ", got " + std::to_string(a.seq_len));
   q.chunks = ChunkRequest{parse_chunk(a.layer_chunk, "--layer-chunk"),
                           parse_chunk(a.head_chunk, "--head-chunk")};
   q.modes = parse_modes(a.modes);
@@ -344,7 +362,8 @@ void register_plan(CLI::App& app) {
   c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--ranks", a->ranks, "Data parallel: plan the memory of one of this many ranks")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_in(1, kMaxPlanningRanks));
   c->add_option(
        "--zero", a->zero,
        "With --ranks > 1: 0 replicated optimizer, 1 AdamW state sharded, 2 gradients sharded too")

@@ -73,8 +73,14 @@ std::vector<int32_t> Batch::segment_starts() const {
 }
 
 double Batch::loss_weight_sum() const {
+  // target_weights() summed in row order, without its (T) table.
   double s = 0.0;
-  for (float w : target_weights()) s += w;
+  size_t row = 0;
+  for (int64_t len : seq_lens) {
+    for (int64_t i = 0; i + 1 < len; ++i)
+      s += loss_mask.empty() ? 1.0f : loss_mask[row + static_cast<size_t>(i) + 1];
+    row += static_cast<size_t>(len);
+  }
   return s;
 }
 

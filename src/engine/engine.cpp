@@ -10,17 +10,39 @@ namespace sbp {
 
 namespace {
 
+// The chunks a loop over [0, T) in `chunk`-row pieces runs. A backend that computes runs every
+// chunk. One that skips repeated chunks (the planner's) runs, of the full-sized chunks, the first
+// two and the last two, and the shorter last chunk: every buffer a chunk allocates is sized by its
+// row count alone (n rows of something), and each chunk frees what it allocated before the next
+// begins, so a skipped chunk would repeat the allocations of the one before it from the same
+// ledger state. The peak and its breakdown are unchanged (the plan-equals-measurement tests
+// compare them with real runs, which run every chunk) and planning 10^8 tokens costs what
+// planning 10^4 does. The second and second-to-last runs keep that true even if a first
+// chunk ever allocated something lazily that later chunks reuse.
+struct ChunkRange {
+  int64_t T, chunk, count, full;  // full: chunks of exactly `chunk` rows, indices [0, full)
+  bool skip;
+  ChunkRange(int64_t t, int64_t c, const Backend& be)
+      : T(t), chunk(c), count((t + c - 1) / c), full(t / c), skip(be.skips_repeated_chunks()) {}
+  bool runs(int64_t c) const { return !skip || c < 2 || c >= full - 2; }
+};
+
 // Calls fn(begin, end) for consecutive chunks of `chunk` rows covering [0, T).
 template <class Fn>
-void for_chunks(int64_t T, int64_t chunk, Fn fn) {
-  for (int64_t s = 0; s < T; s += chunk) fn(s, std::min(T, s + chunk));
+void for_chunks(const ChunkRange& r, Fn fn) {
+  for (int64_t c = 0; c < r.count; ++c) {
+    if (!r.runs(c)) c = r.full - 2;  // jump over the repeats
+    fn(c * r.chunk, std::min(r.T, (c + 1) * r.chunk));
+  }
 }
 
 // Same, last chunk first (the order StreamBP's backward needs).
 template <class Fn>
-void for_chunks_reversed(int64_t T, int64_t chunk, Fn fn) {
-  const int64_t count = (T + chunk - 1) / chunk;
-  for (int64_t c = count - 1; c >= 0; --c) fn(c * chunk, std::min(T, (c + 1) * chunk));
+void for_chunks_reversed(const ChunkRange& r, Fn fn) {
+  for (int64_t c = r.count - 1; c >= 0; --c) {
+    if (!r.runs(c)) c = 1;
+    fn(c * r.chunk, std::min(r.T, (c + 1) * r.chunk));
+  }
 }
 
 // The embedding multiplier in the activation dtype (ModelConfig::embed_scale).
@@ -89,13 +111,13 @@ void Engine::head_backward(const Step& step, const Tensor& hidden, Objective& ob
   // With a single block the gradient pass below reuses it instead of recomputing it.
   const bool one_block = hc >= T;
   for (int p = 0; p < passes && !one_block; ++p) {
-    for_chunks(T, hc, [&](int64_t s, int64_t e) {
+    for_chunks(ChunkRange(T, hc, be_), [&](int64_t s, int64_t e) {
       const HeadBlock b = block(s, e);
       if (computes) objective.prepass(p, b.chunk());
     });
     if (computes) objective.finish_prepass(p);
   }
-  for_chunks(T, hc, [&](int64_t s, int64_t e) {
+  for_chunks(ChunkRange(T, hc, be_), [&](int64_t s, int64_t e) {
     HeadBlock b = block(s, e);
     for (int p = 0; p < passes && one_block; ++p) {
       if (computes) objective.prepass(p, b.chunk());
@@ -132,11 +154,11 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
       // K/V phase: computed once per layer (not once per chunk). In recompute mode the raw
       // keys are kept, as autograd would keep them, so no extra product is needed.
       LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, /*keep_k_raw=*/!stream);
-      for_chunks(T, chunk,
+      for_chunks(ChunkRange(T, chunk, be_),
                  [&](int64_t s, int64_t e) { ops.kv_forward(w, x.slice_rows(s, e), s, kv); });
       Buffer dK = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
       Buffer dV = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
-      for_chunks_reversed(T, chunk, [&](int64_t s, int64_t e) {
+      for_chunks_reversed(ChunkRange(T, chunk, be_), [&](int64_t s, int64_t e) {
         ChunkActs acts;
         ops.rows_forward(w, x.slice_rows(s, e), s, kv, Tensor(), &acts, Category::layer_workspace);
         ops.rows_backward(w, gw, x.slice_rows(s, e), s, acts, kv, dK.view(), dV.view(),
@@ -186,7 +208,7 @@ Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
       // recompute and scoring: one chunk of T rows; stream: chunk by chunk, first to last, so
       // each chunk's K/V rows exist before its queries need them.
       LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, false);
-      for_chunks(T, chunk, [&](int64_t s, int64_t e) {
+      for_chunks(ChunkRange(T, chunk, be_), [&](int64_t s, int64_t e) {
         ops.kv_forward(w, x.rows(s, e), s, kv);
         ops.rows_forward(w, x.rows(s, e), s, kv, y.rows(s, e), nullptr, Category::layer_workspace);
       });
@@ -206,7 +228,7 @@ Engine::TokenScores Engine::score(const Batch& batch) {
   out.logp.assign(static_cast<size_t>(T), 0.0f);
   out.argmax.assign(static_cast<size_t>(T), 0);
   const int64_t hc = exec_.head_chunk_for(T);
-  for_chunks(T, hc, [&](int64_t s, int64_t e) {
+  for_chunks(ChunkRange(T, hc, be_), [&](int64_t s, int64_t e) {
     const int64_t n = e - s;
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::lm, false,
                       x.rows(s, e), step.targets.rows(s, e), s);
@@ -227,7 +249,7 @@ std::vector<float> Engine::values(const Batch& batch) {
   const int64_t T = batch.size();
   const Buffer x = forward_layers(step, T, nullptr);  // (T, d)
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
-  for_chunks(T, exec_.head_chunk_for(T), [&](int64_t s, int64_t e) {
+  for_chunks(ChunkRange(T, exec_.head_chunk_for(T), be_), [&](int64_t s, int64_t e) {
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value, false,
                       x.rows(s, e), step.targets.rows(s, e), s);
     if (be_.computes()) {

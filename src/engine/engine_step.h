@@ -19,6 +19,16 @@ inline Buffer upload_table(Pool& pool, const std::vector<int32_t>& v) {
   return b;
 }
 
+// Same, with its values made by `values()` only where the backend computes: a shape-only
+// backend never reads them, and at the lengths `plan` is asked about (10^8 tokens and more)
+// building three T-sized host tables that are thrown away was most of the planner's memory.
+template <class Values>
+Buffer index_table(const Backend& be, Pool& pool, int64_t n, Values values) {
+  Buffer b = pool.allocate(Category::other, DType::I32, {n});
+  if (be.computes()) upload_i32(b.view(), values());
+  return b;
+}
+
 // Tensors that live for one call: index tables and the rope table.
 struct Engine::Step {
   Buffer tokens;     // (T) I32
@@ -31,11 +41,11 @@ struct Engine::Step {
 
   Step(const ModelConfig& cfg, Backend& be, Pool& pool, const Batch& batch) {
     batch.validate(cfg.vocab_size);
+    const int64_t T = batch.size();
     tokens = upload_table(pool, batch.tokens);
-    targets = upload_table(pool, batch.targets());
-    const std::vector<int32_t> pos = batch.positions();
-    positions = upload_table(pool, pos);
-    seg_start = upload_table(pool, batch.segment_starts());
+    targets = index_table(be, pool, T, [&] { return batch.targets(); });
+    positions = index_table(be, pool, T, [&] { return batch.positions(); });
+    seg_start = index_table(be, pool, T, [&] { return batch.segment_starts(); });
     const int64_t max_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
     rope = pool.allocate(Category::other, DType::F32, {max_len, cfg.head_dim});
     const std::vector<float> inv_freq = cfg.rope_inv_freq();

@@ -76,12 +76,17 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
     bind_lora(ops.back(), l);
     cache.push_back(ops.back().alloc_kv(T, Category::kv_cache, false));
   }
-  // (n, d) final hidden rows -> the (n, V) logits, row-major in host memory.
+  // (n, d) final hidden rows -> the (n, V) logits, row-major in host memory. A shape-only
+  // backend's logits are zeros that nobody reads past the first token (the decoding loop stops
+  // after one step there), so only single rows are brought over: a (B, V) block of zeros for
+  // 4096 completions was gigabytes of the planner's host memory.
   const auto head_logits = [&](const Tensor& hidden) {
-    const Buffer no_target =
-        upload_table(pool_, std::vector<int32_t>(static_cast<size_t>(hidden.rows()), -1));
+    const Buffer no_target = index_table(be_, pool_, hidden.rows(), [&] {
+      return std::vector<int32_t>(static_cast<size_t>(hidden.rows()), -1);
+    });
     const HeadBlock head(cfg_, be_, pool_, weights_.views(), act, HeadKind::lm, false, hidden,
                          no_target.view(), 0);
+    if (!be_.computes() && hidden.rows() > 1) return std::vector<float>();
     return download_f32(head.logits());
   };
 
@@ -107,7 +112,10 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
     return head_logits(last.view());
   };
 
-  std::vector<std::vector<float>> logits(static_cast<size_t>(B));  // (V) per sequence
+  // (V) per sequence; a sequence that shares its predecessor's prompt reads that one's logits
+  // (`source`) until its first decoding step gives it its own, so a group holds one copy.
+  std::vector<std::vector<float>> logits(static_cast<size_t>(B));
+  std::vector<size_t> source(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const size_t i = static_cast<size_t>(b);
     const int64_t P = static_cast<int64_t>(prompts[i].size());
@@ -118,9 +126,10 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
         be_.copy(kv.k.rows(base[i], base[i] + P), kv.k.rows(base[i - 1], base[i - 1] + P));
         be_.copy(kv.v.rows(base[i], base[i] + P), kv.v.rows(base[i - 1], base[i - 1] + P));
       }
-      logits[i] = logits[i - 1];
+      source[i] = source[i - 1];
     } else {
       logits[i] = prefill(base[i], base[i] + P);
+      source[i] = i;
     }
   }
 
@@ -131,13 +140,26 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
     // Each active sequence draws its token t from its logits and its own rng.
     std::vector<int64_t> next, rows;
     std::vector<int32_t> ids, positions;
+    // Sequences that read the same logits (a group's first token) and draw the same id get the
+    // same log-prob, and greedy ones the same id: computed once per group, not once per
+    // sequence (each is O(V); 4096 completions of a 150k vocabulary took seconds).
+    size_t last_source = logits.size();
+    int32_t last_id = -1;
+    float last_logprob = 0.0f;
     for (int64_t b : active) {
       const size_t i = static_cast<size_t>(b);
       Generated& o = out[i];
-      SBP_CHECK(static_cast<int64_t>(logits[i].size()) == V, "generate: logits of the wrong size");
-      const int32_t id = choose_token(logits[i], g.sampling, rngs[i]);
+      const std::vector<float>& lg = logits[source[i]];
+      SBP_CHECK(static_cast<int64_t>(lg.size()) == V, "generate: logits of the wrong size");
+      const bool same_logits = source[i] == last_source;
+      const int32_t id = same_logits && g.sampling.greedy ? last_id
+                                                          : choose_token(lg, g.sampling, rngs[i]);
+      if (!same_logits || id != last_id)
+        last_logprob = static_cast<float>(token_logprob(lg, id));
+      last_source = source[i];
+      last_id = id;
       o.ids.push_back(id);
-      o.logprobs.push_back(static_cast<float>(token_logprob(logits[i], id)));
+      o.logprobs.push_back(last_logprob);
       if (std::find(g.stop_ids.begin(), g.stop_ids.end(), id) != g.stop_ids.end() ||
           (g.stop_after && g.stop_after(o.ids))) {
         o.finish = FinishReason::stop;
@@ -172,9 +194,11 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
     // The planner's backend computes nothing: the cache, the prompts' pass and one decoding
     // step of every sequence are its whole peak.
     if (!be_.computes()) break;
-    for (int64_t j = 0; j < n; ++j)
-      logits[static_cast<size_t>(active[static_cast<size_t>(j)])].assign(
-          block.begin() + j * V, block.begin() + (j + 1) * V);
+    for (int64_t j = 0; j < n; ++j) {
+      const size_t i = static_cast<size_t>(active[static_cast<size_t>(j)]);
+      logits[i].assign(block.begin() + j * V, block.begin() + (j + 1) * V);
+      source[i] = i;
+    }
   }
   return out;
 }

@@ -1,24 +1,34 @@
 #include "objective/sft.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace sbp {
 
-SftObjective::SftObjective(const Batch& batch, double normalizer) {
-  weights_ = batch.target_weights();
-  const double inv = normalizer > 0.0 ? 1.0 / normalizer : 0.0;
-  for (float& w : weights_) w = static_cast<float>(w * inv);
+SftObjective::SftObjective(const Batch& batch, double normalizer)
+    : batch_(batch), inv_(normalizer > 0.0 ? 1.0 / normalizer : 0.0) {
+  int64_t end = 0;
+  for (int64_t len : batch.seq_lens) seg_end_.push_back(end += len);
 }
 
 void SftObjective::token_grads(int64_t row_begin, std::span<const float> logp,
                                std::span<float> dlogp) {
-  SBP_CHECK(row_begin >= 0 && row_begin + static_cast<int64_t>(logp.size()) <=
-                                  static_cast<int64_t>(weights_.size()),
-            "sft: rows outside the batch");
-  for (size_t i = 0; i < logp.size(); ++i) {
-    const float w = weights_[static_cast<size_t>(row_begin) + i];
-    dlogp[i] = -w;
-    loss_ -= static_cast<double>(w) * logp[i];
+  const int64_t n = static_cast<int64_t>(logp.size());
+  SBP_CHECK(row_begin >= 0 && row_begin + n <= batch_.size(), "sft: rows outside the batch");
+  // The segment of row_begin, then walked along: row r's weight is Batch::target_weights()[r]
+  // (the mask of its target r + 1, 0 at a segment's last row), scaled by 1 / N.
+  size_t seg = static_cast<size_t>(
+      std::upper_bound(seg_end_.begin(), seg_end_.end(), row_begin) - seg_end_.begin());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = row_begin + i;
+    while (r >= seg_end_[seg]) ++seg;
+    const float m = r + 1 == seg_end_[seg]  ? 0.0f
+                    : batch_.loss_mask.empty() ? 1.0f
+                                               : batch_.loss_mask[static_cast<size_t>(r + 1)];
+    const float w = static_cast<float>(m * inv_);
+    dlogp[static_cast<size_t>(i)] = -w;
+    loss_ -= static_cast<double>(w) * logp[static_cast<size_t>(i)];
   }
 }
 

@@ -12,6 +12,8 @@ namespace sbp {
 class SftObjective final : public Objective {
  public:
   // normalizer: the step's total loss weight (sum of Batch::loss_weight_sum over micro-batches).
+  // `batch` must outlive the objective: row weights are read from it as the rows come, not
+  // copied into a (T) table (T can be 10^8 in a plan, and a plan never asks for them).
   SftObjective(const Batch& batch, double normalizer);
 
   void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp) override;
@@ -20,7 +22,9 @@ class SftObjective final : public Objective {
   double loss() const override { return loss_; }
 
  private:
-  std::vector<float> weights_;  // (T) m_t / N
+  const Batch& batch_;
+  double inv_ = 0.0;               // 1 / N
+  std::vector<int64_t> seg_end_;   // (segments) one past each segment's last row
   double loss_ = 0.0;
 };
 

@@ -32,6 +32,16 @@ int64_t min_planning_tokens(ObjectiveKind kind, int64_t group_size) {
   return kind == ObjectiveKind::sft ? 1 : 2 * planning_sequences(kind, group_size);
 }
 
+int64_t max_planning_tokens(ObjectiveKind kind) {
+  switch (kind) {
+    case ObjectiveKind::sft: return int64_t{1} << 28;
+    case ObjectiveKind::dpo:
+    case ObjectiveKind::grpo: return int64_t{1} << 25;
+    case ObjectiveKind::ppo: return int64_t{1} << 24;
+  }
+  return int64_t{1} << 24;
+}
+
 StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {
   SBP_CHECK(T >= min_planning_tokens(kind, group_size), "planning_step: too few tokens");
   MicroBatch mb;
@@ -53,14 +63,19 @@ StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {
   if (kind == ObjectiveKind::grpo || kind == ObjectiveKind::ppo)
     mb.rewards.assign(static_cast<size_t>(S), 0.0f);
   if (kind == ObjectiveKind::grpo) mb.group_size = S;
-  return StepBatches::whole({std::move(mb)});
+  // Moved, not listed: a braced list would copy the (T) token table once more.
+  std::vector<MicroBatch> micro;
+  micro.push_back(std::move(mb));
+  return StepBatches::whole(std::move(micro));
 }
 
 PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                       const ExecConfig& exec, const StepBatches& step,
                       const StepMemoryOptions& mem) {
   Ledger ledger(mem.budget);
-  const std::unique_ptr<Backend> shape_only = make_shape_only_backend();
+  // Ledger only (the skipped chunks would repeat an earlier chunk's allocations), unless bench
+  // wants the FLOPs of every chunk.
+  const std::unique_ptr<Backend> shape_only = make_shape_only_backend(mem.count_flops);
   Backend& be = *shape_only;
   Pool pool(ledger, be);
   ShapeOnlyCommunicator comm(0, mem.ranks);
@@ -92,7 +107,7 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
   StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
   p.peak_bytes = ledger.peak();
   p.breakdown = ledger.peak_breakdown();
-  p.flops = be.flops();
+  p.flops = mem.count_flops ? be.flops() : 0;
   return p;
 }
 

@@ -17,7 +17,7 @@ struct PlannedStep {
   int64_t peak_bytes = 0;      // the whole step: generation (when planned) and training
   int64_t generation_peak = 0;  // the generation phase alone (0 when none is planned)
   MemoryBreakdown breakdown;  // at the peak
-  int64_t flops = 0;
+  int64_t flops = 0;  // the step's FLOPs, with StepMemoryOptions::count_flops (else 0)
 };
 
 // What a step holds besides the model and the mode: the storage of weights and gradients and
@@ -48,11 +48,36 @@ struct StepMemoryOptions {
   // weights, gradients and moments in fp32, and no reference model (the base with the adapters
   // off). Null: full fine-tuning.
   const LoraConfig* lora = nullptr;
+  // Run every chunk of every loop so that PlannedStep::flops counts the whole step (bench).
+  // Without it, chunks that repeat an earlier chunk's allocations are skipped
+  // (MetaBackend::Runs::ledger_only): the same peak, in work that does not grow with T.
+  bool count_flops = false;
 };
 
 // The fewest tokens a micro-batch of the objective can have: SFT 1; otherwise 2 per sequence
 // (a prompt token and a completion token) of the planning shape below.
 int64_t min_planning_tokens(ObjectiveKind kind, int64_t group_size);
+
+// The most tokens `plan` takes for one micro-batch of the objective. The shape-only step holds
+// the host-side per-token tables the real step holds (token ids; with dpo, grpo and ppo also the
+// loss mask, per-row weights and segments, log-probs of the policy and reference, for ppo values,
+// returns and GAE terms in fp64): measured 4, 20, 32 and 64 bytes a token. These limits keep
+// them near 1 GiB and the planner's time at seconds; every other cost of a plan is bounded by
+// the model (the engine's chunk loops run a fixed number of chunks on the planner's backend,
+// engine.cpp). They are far past any step a device holds: 2^24 tokens of the smallest preset
+// (qwen3-0.6b) need more than 1 TiB in the leanest mode.
+int64_t max_planning_tokens(ObjectiveKind kind);
+
+// The most tokens of a planned generation phase (sequences x (prompt + new tokens)): the
+// planner holds their ids on the host, ~6 bytes a token with the prompts it makes.
+inline constexpr int64_t kMaxPlanningGenerationTokens = int64_t{1} << 27;
+
+// The most data-parallel ranks `plan` takes: the sharding code run for the planned rank keeps
+// every rank's slice size of every tensor (what reduce-scatter and all-gather are given), 8
+// bytes x ranks x tensors: at this limit 0.17 GB of host memory for qwen3-0.6b, 0.43 GB for
+// gemma3-27b (measured with --zero 2 --optimizer adamw). Past any cluster that trains
+// one model data-parallel only.
+inline constexpr int kMaxPlanningRanks = 65536;
 
 // One micro-batch of T tokens (token id 0: ids change no allocation) in the objective's shape:
 // SFT one sequence; DPO one (chosen, rejected) pair; GRPO one group of `group_size` completions

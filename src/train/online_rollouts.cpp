@@ -1,5 +1,8 @@
 #include "train/online_rollouts.h"
 
+#include <cstdio>
+#include <limits>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -216,6 +219,23 @@ void OnlineRollouts::score() {
     stats_.reward_std[k] = std_of(scores.per_reward[k]);
   }
   for (size_t i = 0; i < n; ++i) {
+    // Each reward is finite (RewardSet), but their weighted sum trains in fp32: past its range
+    // it would be inf there and every advantage of the group NaN, a step blamed on the lr.
+    if (!(std::fabs(scores.total[i]) <= std::numeric_limits<float>::max())) {
+      auto g = [](double x) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", x);
+        return std::string(buf);
+      };
+      std::string parts;
+      for (size_t k = 0; k < R; ++k)
+        parts += (k ? ", '" : "'") + rewards_->name(k) + "' " + g(scores.per_reward[k][i]);
+      throw RewardError("rewards: the total reward of completion " + std::to_string(i) +
+                        " of the prompt at " +
+                        prompts_[static_cast<size_t>(samples_[i].prompt)].where + " is " +
+                        g(scores.total[i]) + ", outside fp32 range (|x| <= 3.4e38): " + parts +
+                        ", each times its weight");
+    }
     samples_[i].reward = scores.total[i];
     samples_[i].per_reward.resize(R);
     for (size_t k = 0; k < R; ++k) samples_[i].per_reward[k] = scores.per_reward[k][i];

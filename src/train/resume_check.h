@@ -10,7 +10,9 @@
 
 namespace sbp {
 
-// Throws InputError naming the key (or the file) that differs. On another number of ranks the
+// Throws InputError naming the key (or the file) that differs; a LoRA run's lora.r, lora.alpha,
+// lora.use_rslora and lora.target_modules must be those of the checkpoint's
+// adapter_config.json (another alpha would rescale the trained adapters). On another number of ranks the
 // data order is the same but a step groups ranks x grad_accum micro-batches of it: the same
 // product continues exactly; another one is returned as a note for the log ("" when none).
 std::string check_resume_compatible(const TrainConfig& c, const TrainerState& s,

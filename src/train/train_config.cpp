@@ -687,7 +687,16 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
   for (const std::string obj : {"grpo", "ppo"}) {
     const RolloutSettings& r = obj == "grpo" ? c.grpo.rollout : c.ppo.rollout;
-    require_range(c, obj + ".num_generations", r.num_generations, 1, 4096);
+    // GRPO's advantage compares a completion with the others of its prompt's group: with one
+    // completion the group's std is undefined (0/0 with the unbiased std TRL uses, so every
+    // advantage and then the loss is NaN) and the step learns nothing. TRL refuses
+    // num_generations < 2 for GRPO in its config too. PPO's advantages are per token (GAE), so
+    // one completion per prompt is its default.
+    if (obj == "grpo")
+      require(r.num_generations != 1, c, "grpo.num_generations",
+              "is 1: GRPO compares each completion with the others of its prompt's group, and a "
+              "group of one has no advantage (its std is undefined); use at least 2");
+    require_range(c, obj + ".num_generations", r.num_generations, obj == "grpo" ? 2 : 1, 4096);
     require_range(c, obj + ".prompts_per_step", r.prompts_per_step, 1, int64_t{1} << 20);
     require_range(c, obj + ".max_completion_length", r.max_completion_length, 1, kMaxTokensPerBatch);
     require_range(c, obj + ".num_iterations", r.num_iterations, 1, 1024);
@@ -725,6 +734,26 @@ void fill_defaults_and_validate(TrainConfig& c) {
     c.lora.alpha = a.alpha;
     c.lora.use_rslora = a.use_rslora;
     c.lora.target_modules = a.target_modules;
+  }
+  if (c.lora.r == 0) {
+    // Full fine-tuning: adapter settings given beside it would be ignored without a word (a
+    // missing or zero lora.r in a config meant for LoRA trains every weight instead). Keys at
+    // their default change nothing and pass (a stored config lists every key).
+    const LoraConfig defaults;
+    std::string ignored, first;
+    auto given = [&](const char* key, bool changed) {
+      if (!changed || !c.origin.count(key)) return;
+      ignored += (ignored.empty() ? "" : ", ") + std::string(key);
+      if (first.empty()) first = key;
+    };
+    given("lora.alpha", c.lora.alpha != defaults.alpha);
+    given("lora.dropout", c.lora.dropout != defaults.dropout);
+    given("lora.use_rslora", c.lora.use_rslora != defaults.use_rslora);
+    given("lora.target_modules", c.lora.target_modules != defaults.target_modules);
+    if (!ignored.empty())
+      throw InputError(c.where(first) + ": " + ignored + " would be ignored: lora.r is 0 " +
+                       "(full fine-tuning); set lora.r to train LoRA adapters, or remove " +
+                       (ignored.find(',') == std::string::npos ? "it" : "them"));
   }
   if (c.lora.r != 0) {
     try {

@@ -179,6 +179,19 @@ void Trainer::load_prompts() {
   std::vector<PromptRecord> prompts =
       read_prompt_records(c_.data_train, &*prompt_encoder_, cfg_.vocab_size);
   const size_t n = prompts.size();
+  // Every prompt and its completion must fit the model's positions; checked here, with the
+  // config, so the error names the key before anything is written (generation would find it
+  // at the first prompt too long, after the output directory exists, naming max_new_tokens).
+  const RolloutSettings& rs = c_.rollout();
+  const std::string key = std::string(objective_name(c_.objective)) + ".max_completion_length";
+  for (const PromptRecord& p : prompts) {
+    const int64_t P = static_cast<int64_t>(p.ids.size());
+    if (P + rs.max_completion_length > cfg_.max_position_embeddings)
+      throw InputError(c_.where(key) + ": " + key + " " + std::to_string(rs.max_completion_length) +
+                       " + the " + std::to_string(P) + " tokens of the prompt at " + p.where +
+                       " exceed the model's max_position_embeddings (" +
+                       std::to_string(cfg_.max_position_embeddings) + ")");
+  }
   online_ = std::make_unique<OnlineRollouts>(c_, std::move(prompts), *prompt_encoder_,
                                              cfg_.vocab_size);
   data_.fingerprints = {{"train", file_fingerprint(c_.data_train)}};

@@ -87,6 +87,7 @@ class Trainer {
   // False (on every rank alike) when the step's loss or a gradient norm is not finite; then
   // on_nonfinite: stop throws, skip returns false and nothing is updated.
   bool finite_step(double loss, double grad_norm, double value_grad_norm);
+  std::string first_nonfinite_weight();
   void write_step_metrics(const StepResult& r, int64_t micro_batches, double lr, double grad_norm,
                           double value_grad_norm, double step_s, bool evaluated);
   // Online GRPO/PPO: the prompts, their encoder and the rollout source (null offline).

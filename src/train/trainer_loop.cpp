@@ -167,6 +167,18 @@ bool Trainer::finite_step(double loss, double grad_norm, double value_grad_norm)
   };
   std::string what = "loss " + number(loss) + ", gradient norm " + number(grad_norm);
   if (models_->has_value()) what += ", value gradient norm " + number(value_grad_norm);
+  // What enters a step from outside is checked where it enters (weights, adapters and the value
+  // head when read, rewards when scored or read, a GRPO group of at least two completions), so
+  // a non-finite step is the arithmetic's: the weights an earlier update wrote, or this step's
+  // numbers. The weights are looked at here (only on this path) to tell the two apart.
+  const std::string bad_tensor = first_nonfinite_weight();
+  const std::string cause =
+      bad_tensor.empty()
+          ? "lower optim.lr"
+          : "the weights entering the step are not finite (" + bad_tensor +
+                "): an earlier update overflowed them; lower optim.lr and resume from an earlier "
+                "checkpoint";
+  what += bad_tensor.empty() ? "" : "; " + bad_tensor + " is not finite";
   if (c_.on_nonfinite == NonFinitePolicy::skip) {
     log_.err("streambp: step %lld skipped (on_nonfinite: skip): %s; %lld skipped so far\n",
              static_cast<long long>(step), what.c_str(),
@@ -177,7 +189,21 @@ bool Trainer::finite_step(double loss, double grad_norm, double value_grad_norm)
   throw TrainingStopped("step " + std::to_string(step) + ": not finite (" + what +
                         "); stopped before updating the weights, nothing saved after step " +
                         std::to_string(state_.step) +
-                        " (on_nonfinite: stop; lower optim.lr, or set on_nonfinite: skip)");
+                        " (on_nonfinite: stop; " + cause + ", or set on_nonfinite: skip)");
+}
+
+// The name of the first trained tensor (adapters with LoRA, else the policy's weights; the
+// value model's) holding a NaN or an infinity, or "".
+std::string Trainer::first_nonfinite_weight() {
+  auto scan = [&](const auto& set) -> std::string {
+    for (size_t i = 0; i < set.size(); ++i)
+      if (!std::isfinite(be_->sum_squares(set.tensor(i)))) return set.name(i);
+    return "";
+  };
+  std::string bad = models_->has_lora() ? scan(models_->lora_weights())
+                                        : scan(models_->policy_weights());
+  if (bad.empty() && models_->has_value()) bad = scan(models_->value_weights());
+  return bad;
 }
 
 void Trainer::write_step_metrics(const StepResult& r, int64_t micro_batches, double lr,

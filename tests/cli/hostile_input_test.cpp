@@ -1715,3 +1715,179 @@ TEST(Hostile, AdaptersAndObjectiveNumbers) {
 
 }  // namespace
 }  // namespace sbp
+
+// ---- issue 35 classes 4/5/6 (second part): plan's cost, LoRA settings, GRPO numbers ----------
+// Class 4: `plan` past what it takes (tokens, ranks, generations) is a range error naming the
+// flag, and what it takes runs within the suite's cap (4 GB of address space, 30 s).
+// Class 5: resuming a LoRA run under another lora.alpha (or r, rsLoRA, targets), and lora.* keys
+// beside lora.r 0 (full fine-tuning would run and ignore them), are refused naming the keys.
+// Class 6: grpo.num_generations 1 (a group of one has no advantage), a completion length past the
+// model's positions (named before anything is written), and rewards whose weighted total is past
+// fp32 are named as what they are instead of a NaN step blamed on optim.lr.
+// Same six promises as every case above.
+
+namespace sbp {
+namespace {
+
+namespace issue35b {
+
+// A tiny-chat training config (examples/tiny-chat) with `extra` YAML appended.
+std::string tiny_config(const test::TempDir& tmp, const std::string& name,
+                        const std::string& extra) {
+  const std::string path = tmp.file(name + ".yaml");
+  test::write_text(path, "model: " + src() + "/examples/tiny-chat/config.json\ntokenizer: " +
+                             src() + "/examples/tiny-chat\noutput_dir: " +
+                             tmp.file(name + "-out") + "\nmax_tokens: 512\nmax_steps: 1\n" +
+                             "threads: 1\nseed: 0\n" + extra);
+  return path;
+}
+
+const std::string kSftData = "data:\n  train: " + src() +
+                             "/examples/tiny-chat/train.jsonl\n  eval_fraction: 0\n";
+
+// An online GRPO config of tiny-chat; `grpo` and `rewards` are YAML blocks' bodies.
+std::string grpo_run(const test::TempDir& tmp, const std::string& name, const std::string& grpo,
+                     const std::string& rewards) {
+  return tiny_config(tmp, name,
+                     "data:\n  train: " + src() +
+                         "/examples/tiny-chat/arith_prompts.jsonl\n  eval_fraction: 0\n"
+                         "objective: grpo\ngrpo:\n" +
+                         grpo + "rewards:\n" + rewards + "save_every: 0\noptim:\n  lr: 0.01\n");
+}
+
+}  // namespace issue35b
+
+TEST(Hostile, Issue35PlanCostBounded) {
+  test::TempDir tmp;
+  const std::string json = tmp.file("plan.json");
+  const std::string plan = "plan --model qwen3-0.6b --json " + json + " ";
+  std::vector<Case> cases = {
+      {"--seq-len 2^31-1", plan + "--seq-len 2147483647", {"--seq-len", "268435456"}, {json}},
+      {"ppo --seq-len 1e8", plan + "--objective ppo --seq-len 100000000",
+       {"--seq-len", "16777216", "ppo"}, {json}},
+      {"--ranks 1e9", plan + "--seq-len 4096 --ranks 1e9", {"--ranks", "65536"}, {json}},
+      {"--ranks 10^6", plan + "--seq-len 4096 --ranks 1000000", {"--ranks", "65536"}, {json}},
+      {"--group-size 10^8", plan + "--objective grpo --seq-len 4096 --group-size 100000000",
+       {"--group-size"}, {json}},
+      {"generation past the positions",
+       plan + "--objective grpo --seq-len 4096 --prompt-len 1000 --max-completion-length 40000",
+       {"--max-completion-length", "max_position_embeddings (40960)"}, {json}},
+      {"4096 generations of 40000 tokens",
+       plan + "--objective grpo --seq-len 4096 --prompt-len 20000 --max-completion-length 20000 "
+              "--num-generations 4096",
+       {"--num-generations", "2^27"}, {json}},
+  };
+  for (const Case& c : cases) expect_clean_error(c, tmp.path());
+  // What it takes, it plans cheaply: 10^8 tokens and 4096 generations (a 150k vocabulary)
+  // within the cap; these took 1.6 GB / 17 s and ~6 GB before. (10^7 tokens under
+  // AddressSanitizer, whose checked loops over the token ids would make 10^8 slow.)
+  const std::string T = kAsan ? "10000000" : "100000000";
+  for (const std::string args :
+       {plan + "--seq-len " + T, plan + "--objective grpo --seq-len 4096 --prompt-len 256 "
+                                        "--max-completion-length 1024 --num-generations 4096"}) {
+    SCOPED_TRACE(args);
+    const auto r = run_command("cd " + tmp.path() + " && " + memory_cap() +
+                               "OMP_NUM_THREADS=2 timeout 30 " + bin() + " " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(json));
+    fs::remove(json);
+  }
+}
+
+TEST(Hostile, Issue35LoraSettings) {
+  using namespace issue35b;
+  test::TempDir tmp;
+  std::vector<Case> cases;
+  // lora.* keys beside lora.r 0 (given, or the default).
+  for (const auto& [name, lora, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"r0-alpha", "lora:\n  r: 0\n  alpha: 32\n", "lora.alpha would be ignored"},
+           {"no-r-targets", "lora:\n  target_modules: all-linear\n",
+            "lora.target_modules would be ignored"},
+           {"r0-two", "lora:\n  r: 0\n  alpha: 8\n  use_rslora: true\n",
+            "lora.alpha, lora.use_rslora would be ignored"}}) {
+    const std::string config = tiny_config(tmp, name, kSftData + lora);
+    cases.push_back({"lora " + name, "train " + config, {config, says, "lora.r is 0"},
+                     {tmp.file(name + "-out")}});
+  }
+  for (const Case& c : cases) expect_clean_error(c, tmp.path());
+
+  // A LoRA run of one step, then resumes under other adapter settings.
+  const std::string config =
+      tiny_config(tmp, "lora", kSftData + "lora:\n  r: 4\n  alpha: 16\nsave_every: 1\n");
+  const auto first = run_command("cd " + tmp.path() + " && " + bin() + " train " + config);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string out = tmp.file("lora-out");
+  const std::string ckpt = out + "/checkpoint-1";
+  ASSERT_TRUE(fs::exists(ckpt + "/adapter_config.json"));
+  const std::string state_before = read_bytes(ckpt + "/trainer_state.json");
+  std::vector<Case> resumes = {
+      {"resume, another alpha", "train --resume " + out + " lora.alpha=64 max_steps=2",
+       {"lora.alpha is 64.0", "trained with 16.0", ckpt + "/adapter_config.json"},
+       {out + "/checkpoint-2"}},
+      {"resume, rsLoRA", "train --resume " + out + " lora.use_rslora=true max_steps=2",
+       {"lora.use_rslora is true", "trained with false"}, {out + "/checkpoint-2"}},
+      {"resume, full fine-tuning", "train --resume " + out + " lora.r=0 max_steps=2",
+       {"lora.r is 0", "holds LoRA adapters"}, {out + "/checkpoint-2"}},
+  };
+  for (Case& c : resumes) {
+    c.stderr_only = true;  // a resume summarises what it loaded before it cross-checks
+    expect_clean_error(c, tmp.path());
+  }
+  EXPECT_EQ(read_bytes(ckpt + "/trainer_state.json"), state_before);
+
+  // Its adapters made NaN: a run starting from them (lora.adapter) is refused naming the tensor
+  // before anything is written, not a NaN step blamed on optim.lr.
+  const std::string spoiled = tmp.file("spoiled");
+  fs::create_directories(spoiled);
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
+    fs::copy_file(ckpt + "/" + f, spoiled + "/" + f);
+  const std::string tensor = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+  issue35::set_adapter_value(spoiled, tensor, 0, std::nanf(""));
+  const std::string from = tiny_config(
+      tmp, "from-nan", kSftData + "lora:\n  r: 4\n  adapter: " + spoiled + "\n");
+  Case nan{"lora.adapter with a NaN", "train " + from,
+           {spoiled + "/adapter_model.safetensors", tensor, "is nan"},
+           {tmp.file("from-nan-out")}};
+  nan.stderr_only = true;
+  expect_clean_error(nan, tmp.path());
+}
+
+TEST(Hostile, Issue35GrpoNumbers) {
+  using namespace issue35b;
+  test::TempDir tmp;
+  const std::string ok_rewards = "  - {type: format, pattern: \".*\"}\n";
+  const std::string one = grpo_run(tmp, "g1",
+                                   "  num_generations: 1\n  prompts_per_step: 2\n"
+                                   "  max_completion_length: 6\n",
+                                   ok_rewards);
+  const std::string far = grpo_run(tmp, "far",
+                                   "  num_generations: 2\n  prompts_per_step: 2\n"
+                                   "  max_completion_length: 4096\n",
+                                   ok_rewards);
+  expect_clean_error({"grpo.num_generations 1", "train " + one,
+                      {one, "grpo.num_generations is 1", "a group of one has no advantage"}, {tmp.file("g1-out")}},
+                     tmp.path());
+  Case c{"grpo.max_completion_length past the positions", "train " + far,
+         {"grpo.max_completion_length 4096", "arith_prompts.jsonl:",
+          "max_position_embeddings (4096)"},
+         {tmp.file("far-out")}};
+  c.stderr_only = true;  // the data summary goes to stdout first
+  expect_clean_error(c, tmp.path());
+  // Finite rewards whose weighted total is past fp32: named with the prompt's record, not a NaN
+  // step. A failed reward saves the checkpoint of step 0 by design; step 1 is never written.
+  const std::string huge = grpo_run(tmp, "huge",
+                                    "  num_generations: 2\n  prompts_per_step: 2\n"
+                                    "  max_completion_length: 4\n",
+                                    "  - {type: format, pattern: \".*\", weight: 3.0e+38, "
+                                    "name: big}\n"
+                                    "  - {type: format, pattern: \".*\", weight: 3.0e+38, "
+                                    "name: bigger}\n");
+  Case h{"rewards past fp32", "train " + huge,
+         {"total reward", "arith_prompts.jsonl:", "outside fp32 range", "'big' 1, 'bigger' 1"},
+         {tmp.file("huge-out/checkpoint-1")}};
+  h.stderr_only = true;
+  expect_clean_error(h, tmp.path());
+}
+
+}  // namespace
+}  // namespace sbp

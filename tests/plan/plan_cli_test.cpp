@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include "plan/planner.h"
 #include "support/test_support.h"
 
@@ -134,6 +136,91 @@ TEST(PlanCli, ConfigFileWithAutoChunksUnderABudget) {
   EXPECT_EQ(m["layer_chunk"].get<int64_t>(), p.layer_chunk);
   EXPECT_EQ(m["head_chunk"].get<int64_t>(), p.head_chunk);
   EXPECT_EQ(m["peak_bytes"].get<int64_t>(), p.step.peak_bytes);
+}
+
+// Issue 35 class 4: the planner's work is bounded by what it prints. Its host memory is the step's
+// own per-token ids (4 bytes a token for SFT), never the engine's index tables or one run per
+// chunk; ranks and generations past what it takes are refused naming the flag.
+
+// The largest resident size of any child this process has waited for, in bytes (Linux reports
+// grandchildren a shell waited for too). ctest runs each test in its own process, so it is the
+// command's own.
+int64_t children_max_rss() {
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+TEST(PlanCost, LongSequenceTakesHostMemoryOfItsTokenIdsOnly) {
+  // 2*10^7 tokens: 80 MB of ids. Before the fix the three engine index tables, the SFT weights
+  // and a copy of the batch made it ~16 bytes a token (320 MB), and every chunk ran (seconds).
+  const int64_t T = 20000000;
+  const auto r = run_command(plan_cmd("--model qwen3-0.6b --seq-len " + std::to_string(T) +
+                                      " --modes base,stream"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("| stream | 20000000 |"), std::string::npos) << r.output;
+  // AddressSanitizer's shadow and quarantine make resident sizes meaningless.
+  if (!test::kAddressSanitizer) EXPECT_LT(children_max_rss(), 5 * T + (int64_t{64} << 20));
+}
+
+TEST(PlanCost, ChunkLoopsSkipRepeatsWithTheSamePeak) {
+  // The planner's backend runs a fixed number of chunks of each loop; the peak and breakdown are
+  // those of running every chunk (the agreement tests compare with real steps).
+  const ModelConfig cfg = preset_config("tiny-qwen3");
+  for (ObjectiveKind kind :
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+    ObjectiveSetup setup;
+    setup.kind = kind;
+    for (const char* m : {"stream", "store+chunked", "recompute+chunked"}) {
+      ExecConfig e = parse_mode(m);
+      e.layer_chunk = 7;
+      e.head_chunk = 5;
+      const StepBatches step = planning_step(kind, 4, 1001);
+      StepMemoryOptions all{.adamw = true, .count_flops = true};
+      StepMemoryOptions ledger_only{.adamw = true};
+      const PlannedStep a = plan_step(cfg, setup, e, step, all);
+      const PlannedStep b = plan_step(cfg, setup, e, step, ledger_only);
+      EXPECT_EQ(a.peak_bytes, b.peak_bytes) << objective_name(kind) << " " << m;
+      EXPECT_EQ(a.breakdown.bytes, b.breakdown.bytes) << objective_name(kind) << " " << m;
+      EXPECT_GT(a.flops, 0);
+      EXPECT_EQ(b.flops, 0);  // not counted when chunks are skipped
+    }
+  }
+}
+
+TEST(PlanCost, ManyGenerationsTakeHostMemoryOfOneGroup) {
+  // 4096 completions of a 151936-token vocabulary: the (B, V) logits block and a copy of the
+  // logits per completion were 5 GB; now one row per distinct prompt is kept.
+  const auto r = run_command(plan_cmd(
+      "--model qwen3-0.6b --objective grpo --seq-len 4096 --prompt-len 256 "
+      "--max-completion-length 1024 --num-generations 4096 --modes stream"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("4096 completions of 1024 new tokens"), std::string::npos) << r.output;
+  if (!test::kAddressSanitizer) EXPECT_LT(children_max_rss(), int64_t{256} << 20);
+}
+
+TEST(PlanCost, PastWhatThePlannerTakesIsARangeErrorNamingTheFlag) {
+  struct Bad {
+    const char* args;
+    const char* says;
+  };
+  for (const Bad& b : {
+           Bad{"--seq-len 2147483647", "--seq-len: must be between 1 and 268435456"},
+           Bad{"--seq-len 100000000 --objective ppo", "--seq-len: must be between 4 and 16777216"},
+           Bad{"--seq-len 4096 --ranks 1e9", "--ranks: must be an integer from 1 to 65536"},
+           Bad{"--seq-len 4096 --ranks 1000000", "--ranks: must be an integer from 1 to 65536"},
+           Bad{"--seq-len 4096 --objective grpo --group-size 100000000", "--group-size"},
+           Bad{"--seq-len 4096 --objective grpo --prompt-len 20000 --max-completion-length 40000",
+               "--max-completion-length: --prompt-len 20000 + --max-completion-length 40000 "
+               "exceeds the model's max_position_embeddings (40960)"},
+           Bad{"--seq-len 4096 --objective grpo --prompt-len 20000 --max-completion-length 20000 "
+               "--num-generations 4096",
+               "--num-generations: 4096 completions of 40000 tokens"}}) {
+    const auto r = run_command(plan_cmd(std::string("--model qwen3-0.6b ") + b.args));
+    EXPECT_EQ(r.exit_code, 1) << b.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << b.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(b.says), std::string::npos) << b.args << "\n" << r.output;
+  }
 }
 
 }  // namespace

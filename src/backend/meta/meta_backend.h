@@ -9,8 +9,16 @@ namespace sbp {
 
 class MetaBackend final : public Backend {
  public:
+  // What the caller reads from a run. `all_work`: every chunk runs, so flops() counts the whole
+  // step (bench, tests of the FLOP count). `ledger_only`: chunks that would repeat an earlier
+  // chunk's allocations are skipped (Backend::skips_repeated_chunks); the ledger's peak and
+  // breakdown are the same, the work is bounded by the model instead of by T.
+  enum class Runs { all_work, ledger_only };
+  explicit MetaBackend(Runs runs = Runs::all_work) : runs_(runs) {}
+
   std::string name() const override { return "meta"; }
   bool computes() const override { return false; }
+  bool skips_repeated_chunks() const override { return runs_ == Runs::ledger_only; }
 
   // Memory that holds nothing: tensors have shapes and null data; transfers do nothing.
   void* allocate_bytes(size_t) override { return nullptr; }
@@ -64,6 +72,8 @@ class MetaBackend final : public Backend {
                                     const Tensor&, const Tensor&) override {}
   void adamw_step_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                        const AdamWStep&) override {}
+
+  Runs runs_;
 };
 
 }  // namespace sbp
