@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/backend_checks.h"
+#include "backend/gemm_scratch.h"
 
 namespace sbp {
 
@@ -246,9 +247,17 @@ void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor&
   check_gemm(C, A, trans_a, B, trans_b, alpha, beta);
   owns("gemm", {&C, &A, &B});
   const Access access(*this);
+  // Conversion scratch (gemm_scratch.h), held for this call only. Rounded up to whole BF16
+  // elements; every part of the rule is a multiple of 2 bytes anyway.
+  const int64_t bytes =
+      gemm_scratch(C.dtype, A.dtype, B.dtype, C.numel(), A.numel(), B.numel()).total();
+  Buffer scratch;
+  if (bytes > 0)
+    scratch = (scratch_pool_ ? *scratch_pool_ : own_pool_)
+                  .allocate(Category::layer_workspace, DType::BF16, {(bytes + 1) / 2});
   run_op(
       OpFamily::layer_gemm, [&] { return nb(A) + nb(B) + nb(C) * (beta != 0.0f ? 2 : 1); },
-      [&] { gemm_impl(C, A, trans_a, B, trans_b, alpha, beta); });
+      [&] { gemm_impl(C, A, trans_a, B, trans_b, alpha, beta, scratch.view()); });
 }
 
 // ---- elementwise and reductions ----

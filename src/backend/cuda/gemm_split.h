@@ -19,10 +19,11 @@
 
 #include "backend/cuda/hd.h"
 #include "backend/cuda/kernel_math.h"
+#include "backend/gemm_scratch.h"
 
 namespace sbp::cuda {
 
-constexpr int kSplitParts = 3;
+constexpr int kSplitParts = kGemmSplitParts;
 
 struct Bf16Parts {
   uint16_t p[kSplitParts];  // hi, mid, lo
