@@ -332,7 +332,10 @@ stage plan_qwen3_8b_4layers_32k 30 cpu ours "$SB" plan --model qwen3-8b --layers
 # bench NAME MODEL T MODE LIMIT [LAYERS]: one mode, one timed step, no warm-up (the first
 # step's cuBLASLt heuristic queries are in its time: bounded, ~tens of us per shape).
 # Work estimates (bf16; ~0.6B: 0.44B layer parameters, V d = 0.16B; FLOPs ~ 8 P T for a
-# step with the forward recomputed, plus causal attention ~ 3.5 x 2 T^2 H h per layer):
+# step with the forward recomputed, plus causal attention ~ 3.5 x 2 T^2 H h per layer).
+# Start-up is mostly random weights, drawn on the host one tensor at a time: 22 ns of CPU per
+# parameter (core/rng.h normal, measured on the development machine), so ~13 s for 0.6B and
+# ~45 s for the 2B parameters of 8B's embeddings, head and 4 layers.
 bench() {
   local name=$1 model=$2 T=$3 mode=$4 limit=$5 layers=${6:-}
   stage "$name" "$limit" gpu ours "$SB" bench --model "$model" --backend cuda --precision bf16 \
