@@ -49,7 +49,8 @@ ONLY=${GPU_CHECK_STAGES:-.}
 PY=${GPU_CHECK_PYTHON:-python3}
 OUT=${OUT:-$ROOT/gpu-check-out}
 WORK=$(mktemp -d /tmp/sbp-gpu-check.XXXXXX)
-mkdir -p "$OUT" "$WORK/logs" "$WORK/results" "$WORK/cores" "$WORK/run"
+((DRY_RUN)) || mkdir -p "$OUT"
+mkdir -p "$WORK/logs" "$WORK/results" "$WORK/cores" "$WORK/run"
 : >"$WORK/stages.jsonl"
 
 now() { date +%s; }
