@@ -246,15 +246,17 @@ void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor&
                    float alpha, float beta) {
   check_gemm(C, A, trans_a, B, trans_b, alpha, beta);
   owns("gemm", {&C, &A, &B});
-  const Access access(*this);
-  // Conversion scratch (gemm_scratch.h), held for this call only. Rounded up to whole BF16
-  // elements; every part of the rule is a multiple of 2 bytes anyway.
+  // Conversion scratch (gemm_scratch.h), held for this call only; every part of the rule is a
+  // whole number of BF16 elements. Allocated before the memory opens: a space that keeps its
+  // memory out of reach (the checking backend) opens every block it holds when the op starts,
+  // and a pool that poisons new buffers writes them in an access scope of its own.
   const int64_t bytes =
       gemm_scratch(C.dtype, A.dtype, B.dtype, C.numel(), A.numel(), B.numel()).total();
   Buffer scratch;
   if (bytes > 0)
     scratch = (scratch_pool_ ? *scratch_pool_ : own_pool_)
-                  .allocate(Category::layer_workspace, DType::BF16, {(bytes + 1) / 2});
+                  .allocate(Category::layer_workspace, DType::BF16, {bytes / 2});
+  const Access access(*this);
   run_op(
       OpFamily::layer_gemm, [&] { return nb(A) + nb(B) + nb(C) * (beta != 0.0f ? 2 : 1); },
       [&] { gemm_impl(C, A, trans_a, B, trans_b, alpha, beta, scratch.view()); });
