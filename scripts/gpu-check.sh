@@ -48,7 +48,7 @@ LOG_LIMIT=${LOG_LIMIT:-$((12 << 20))}
 ONLY=${GPU_CHECK_STAGES:-.}
 PY=${GPU_CHECK_PYTHON:-python3}
 OUT=${OUT:-$ROOT/gpu-check-out}
-WORK=$(mktemp -d /tmp/sbp-gpu-check.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sbp-gpu-check.XXXXXX")
 ((DRY_RUN)) || mkdir -p "$OUT"
 mkdir -p "$WORK/logs" "$WORK/results" "$WORK/cores" "$WORK/run"
 : >"$WORK/stages.jsonl"
@@ -391,6 +391,7 @@ if ((DRY_RUN)); then
   exit 0
 fi
 report
+[[ -z ${GPU_CHECK_BUNDLE_DIR:-} ]] && rm -rf "$WORK/bundle"  # the unpacked programs (~100 MB); logs stay
 echo "gpu-check: report in $OUT/gpu-check.md, logs in $OUT/logs.tar.gz ($(stat -c %s "$OUT/logs.tar.gz") bytes), $(($(now) - START))s" >&2
 cat "$OUT/gpu-check.md"
 grep -q '"status": "\(fail\|timeout\)"' "$WORK/stages.jsonl" && exit 1

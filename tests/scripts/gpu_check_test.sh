@@ -54,7 +54,7 @@ prev=""; for a in "$@"; do [[ $prev == --json ]] && echo '{"status": "ok"}' >"$a
 exit 0
 SH
 chmod +x "$T/python"
-export FAKE_LOG=$T/fake.log FAKE_PIDS=$T/fake.pids GPU_CHECK_BUNDLE_DIR=$T/bundle GPU_CHECK_PYTHON=$T/python
+export FAKE_LOG=$T/fake.log FAKE_PIDS=$T/fake.pids TMPDIR=$T GPU_CHECK_BUNDLE_DIR=$T/bundle GPU_CHECK_PYTHON=$T/python
 unset LD_LIBRARY_PATH
 
 # ---- 1: limits, the rerun, cores, libraries ----
@@ -101,8 +101,15 @@ tar -C "$T" -xzf "$T/out2/logs.tar.gz" --one-top-level=stages2
 [[ $(status ops_gemma_test) == skipped ]] || fail "deadline: next stage $(status ops_gemma_test)"
 
 # ---- 3: the check killed mid-stage keeps the report of the stages before ----
+: >"$FAKE_PIDS"
 OUT=$T/out3 DEADLINE=120 GPU_CHECK_STAGES='^(environment|cuda_math_test|ops_layer_test)$' \
-  timeout -s KILL 6 "$ROOT/scripts/gpu-check.sh" >"$T/run3.txt" 2>&1 || true
+  "$ROOT/scripts/gpu-check.sh" >"$T/run3.txt" 2>&1 &
+check=$!
+for _ in $(seq 300); do [[ -s $FAKE_PIDS ]] && break; sleep 0.1; done  # the hang has begun
+[[ -s $FAKE_PIDS ]] || fail "the hanging stage never started"
+sleep 1
+kill -KILL "$check"
+wait "$check" 2>/dev/null || true
 grep -q "cuda_math_test | pass" "$T/out3/gpu-check.md" || fail "report lost when killed mid-stage"
 tar -tzf "$T/out3/logs.tar.gz" | grep -q "logs/cuda_math_test.log" || fail "logs lost when killed"
 # The fake of run 3 outlived the check (killed with it): end it by its id.
