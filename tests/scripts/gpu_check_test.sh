@@ -11,7 +11,14 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 T=$(mktemp -d /tmp/gpu-check-test.XXXXXX)
-trap '[[ -n ${KEEP:-} ]] || rm -rf "$T"' EXIT
+# On any exit: end the hanging fakes this test started (by their ids), then remove the folder.
+cleanup() {
+  if [[ -f $T/fake.pids ]]; then
+    while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done <"$T/fake.pids"
+  fi
+  [[ -n ${KEEP:-} ]] || rm -rf "$T"
+}
+trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # ---- the fake bundle ----
@@ -54,7 +61,9 @@ prev=""; for a in "$@"; do [[ $prev == --json ]] && echo '{"status": "ok"}' >"$a
 exit 0
 SH
 chmod +x "$T/python"
-export FAKE_LOG=$T/fake.log FAKE_PIDS=$T/fake.pids TMPDIR=$T GPU_CHECK_BUNDLE_DIR=$T/bundle GPU_CHECK_PYTHON=$T/python
+export FAKE_LOG=$T/fake.log FAKE_PIDS=$T/fake.pids TMPDIR=$T GPU_CHECK_BUNDLE_DIR=$T/bundle \
+  GPU_CHECK_PYTHON=$T/python
+: >"$FAKE_PIDS"
 unset LD_LIBRARY_PATH
 
 # ---- 1: limits, the rerun, cores, libraries ----
@@ -101,12 +110,12 @@ tar -C "$T" -xzf "$T/out2/logs.tar.gz" --one-top-level=stages2
 [[ $(status ops_gemma_test) == skipped ]] || fail "deadline: next stage $(status ops_gemma_test)"
 
 # ---- 3: the check killed mid-stage keeps the report of the stages before ----
-: >"$FAKE_PIDS"
 OUT=$T/out3 DEADLINE=120 GPU_CHECK_STAGES='^(environment|cuda_math_test|ops_layer_test)$' \
   "$ROOT/scripts/gpu-check.sh" >"$T/run3.txt" 2>&1 &
 check=$!
-for _ in $(seq 300); do [[ -s $FAKE_PIDS ]] && break; sleep 0.1; done  # the hang has begun
-[[ -s $FAKE_PIDS ]] || fail "the hanging stage never started"
+hangs=$(wc -l <"$FAKE_PIDS")
+for _ in $(seq 300); do (($(wc -l <"$FAKE_PIDS") > hangs)) && break; sleep 0.1; done  # begun
+(($(wc -l <"$FAKE_PIDS") > hangs)) || fail "the hanging stage never started"
 sleep 1
 kill -KILL "$check"
 wait "$check" 2>/dev/null || true
