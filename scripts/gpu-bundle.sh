@@ -14,8 +14,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 OUT=gpu-bundle
-TARGETS=(streambp ops_dense_test ops_layer_test ops_head_test misuse_test backend_factory_test
-         cuda_math_test cuda_arena_test hf_parity_test hf_parity_bf16_test)
+TARGETS=(streambp ops_dense_test ops_layer_test ops_head_test ops_gemma_test misuse_test
+         backend_factory_test cuda_math_test cuda_gemm_plan_test cuda_arena_test hf_parity_test
+         hf_parity_bf16_test)
+# The bundle travels with the working tree to the GPU machine (64 MiB in all there).
+LIMIT_BYTES=$((40 * 1000 * 1000))
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
@@ -42,6 +45,13 @@ ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   cp -L "$lib" "$stage/lib/"
 done
 tar -C "$stage" -cJf "$OUT/bundle.tar.xz" .
+echo "gpu-bundle.sh: unpacked $(du -sb "$stage" | cut -f1) bytes:"
+(cd "$stage" && du -b bin/* lib/* | sort -rn | head -8) || true
 rm -rf "$stage"
-ls -la "$OUT/bundle.tar.xz"
+size=$(stat -c %s "$OUT/bundle.tar.xz")
+echo "gpu-bundle.sh: $OUT/bundle.tar.xz is $size bytes ($((size / 1000000)) MB; limit $((LIMIT_BYTES / 1000000)) MB)"
+if ((size > LIMIT_BYTES)); then
+  echo "gpu-bundle.sh: the bundle is over its limit" >&2
+  exit 1
+fi
 echo "gpu-bundle.sh: carry gpu-bundle/ to the GPU machine and run scripts/gpu-check.sh there"

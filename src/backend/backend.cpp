@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/backend_checks.h"
+#include "backend/gemm_scratch.h"
 
 namespace sbp {
 
@@ -245,10 +246,20 @@ void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor&
                    float alpha, float beta) {
   check_gemm(C, A, trans_a, B, trans_b, alpha, beta);
   owns("gemm", {&C, &A, &B});
+  // Conversion scratch (gemm_scratch.h), held for this call only; every part of the rule is a
+  // whole number of BF16 elements. Allocated before the memory opens: a space that keeps its
+  // memory out of reach (the checking backend) opens every block it holds when the op starts,
+  // and a pool that poisons new buffers writes them in an access scope of its own.
+  const int64_t bytes =
+      gemm_scratch(C.dtype, A.dtype, B.dtype, C.numel(), A.numel(), B.numel()).total();
+  Buffer scratch;
+  if (bytes > 0)
+    scratch = (scratch_pool_ ? *scratch_pool_ : own_pool_)
+                  .allocate(Category::layer_workspace, DType::BF16, {bytes / 2});
   const Access access(*this);
   run_op(
       OpFamily::layer_gemm, [&] { return nb(A) + nb(B) + nb(C) * (beta != 0.0f ? 2 : 1); },
-      [&] { gemm_impl(C, A, trans_a, B, trans_b, alpha, beta); });
+      [&] { gemm_impl(C, A, trans_a, B, trans_b, alpha, beta, scratch.view()); });
 }
 
 // ---- elementwise and reductions ----

@@ -38,7 +38,9 @@
 #include <initializer_list>
 
 #include "backend/op_profile.h"
+#include "core/ledger.h"
 #include "core/memory.h"
+#include "core/pool.h"
 #include "core/tensor.h"
 
 namespace sbp {
@@ -78,8 +80,28 @@ class Backend : public MemorySpace {
   // ---- dense ----
   // C (M, N) = alpha * op(A) op(B) + beta * C, op(X) = X or X^T; A, B, C viewed as (rows, cols).
   // Checks: C, A, B float; op(A) is (M, K), op(B) (K, N), C (M, N); alpha, beta finite.
+  // A mixed-dtype call takes conversion scratch (gemm_scratch.h) from the lent pool for its
+  // duration, so the ledger records it (layer_workspace).
   void gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
             float alpha, float beta);
+
+  // Lends `pool` to the backend for the conversion scratch of its GEMMs while the loan lives
+  // (loans nest; the innermost wins). An engine lends its own pool for each of its passes, so
+  // the step's ledger holds the scratch and a plan counts it; without a loan the scratch comes
+  // from the backend's own unbudgeted pool (calls outside an engine: merging adapters, tests).
+  class ScratchLoan {
+   public:
+    ScratchLoan(Backend& be, Pool& pool) : be_(be), prev_(be.scratch_pool_) {
+      be.scratch_pool_ = &pool;
+    }
+    ~ScratchLoan() { be_.scratch_pool_ = prev_; }
+    ScratchLoan(const ScratchLoan&) = delete;
+    ScratchLoan& operator=(const ScratchLoan&) = delete;
+
+   private:
+    Backend& be_;
+    Pool* prev_;
+  };
 
   // ---- elementwise and reductions ----
   // Checks: x float.
@@ -244,8 +266,10 @@ class Backend : public MemorySpace {
   virtual void synchronize_impl() {}
 
   // The implementations, called with checked arguments only (see the public methods above).
+  // gemm's `scratch`: gemm_scratch(...).total() bytes as a BF16 vector of half as many elements
+  // (undefined when the rule asks for none), the backend's to use or ignore.
   virtual void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
-                         bool trans_b, float alpha, float beta) = 0;
+                         bool trans_b, float alpha, float beta, const Tensor& scratch) = 0;
   virtual void fill_impl(const Tensor& x, float value) = 0;
   virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
   virtual void add_inplace_impl(const Tensor& y, const Tensor& x) = 0;
@@ -305,6 +329,9 @@ class Backend : public MemorySpace {
   void run_op(OpFamily family, Bytes&& bytes, Impl&& impl);
 
   OpProfile* profile_ = nullptr;
+  Pool* scratch_pool_ = nullptr;  // lent by the innermost ScratchLoan
+  Ledger own_ledger_;             // the scratch of calls made without a loan
+  Pool own_pool_{own_ledger_, *this};
   bool in_op_ = false;  // an op's implementation is running (inner public calls are not timed)
 };
 

@@ -69,6 +69,7 @@ void Engine::forward_backward(const Batch& batch, Objective& objective, const Pa
                          ? "a value objective needs a value model (score.weight)"
                          : "an LM objective needs a model with an LM head");
   }
+  const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
   const Step step(cfg_, be_, pool_, batch);
   const int64_t T = batch.size(), d = cfg_.hidden_size;
   // A tied LM head writes the embedding's gradient too (grad_hook.h).
@@ -220,6 +221,7 @@ Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
 }
 
 Engine::TokenScores Engine::score(const Batch& batch) {
+  const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
   const Step step(cfg_, be_, pool_, batch);
   const int64_t T = batch.size();
   const Buffer x = forward_layers(step, T, nullptr);  // (T, d)
@@ -245,6 +247,7 @@ Engine::TokenScores Engine::score(const Batch& batch) {
 }
 
 std::vector<float> Engine::values(const Batch& batch) {
+  const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
   const Step step(cfg_, be_, pool_, batch);
   const int64_t T = batch.size();
   const Buffer x = forward_layers(step, T, nullptr);  // (T, d)
@@ -261,6 +264,7 @@ std::vector<float> Engine::values(const Batch& batch) {
 }
 
 std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t> rows) {
+  const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
   const Step step(cfg_, be_, pool_, batch);
   const int64_t T = batch.size(), d = cfg_.hidden_size, V = cfg_.vocab_size;
   const int64_t n = static_cast<int64_t>(rows.size());

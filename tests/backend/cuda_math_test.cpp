@@ -377,25 +377,8 @@ TEST(CudaMath, GemmRowMajorMapsToCublasLtColumnMajor) {
     }
 }
 
-TEST(CudaMath, GemmPlansWidenNeverNarrow) {
-  const DType F = DType::F32, B = DType::BF16;
-  struct Row {
-    DType a, b, c;
-    bool wa, wb, wc, bf16;
-  };
-  const Row rows[] = {
-      {F, F, F, false, false, false, false}, {F, F, B, false, false, true, false},
-      {B, B, F, false, false, false, true},  {B, B, B, false, false, false, true},
-      {B, F, F, true, false, false, false},  {F, B, F, false, true, false, false},
-      {B, F, B, true, false, true, false},   {F, B, B, false, true, true, false},
-  };
-  for (const Row& r : rows) {
-    const GemmPlan p = plan_gemm(r.a, r.b, r.c);
-    EXPECT_EQ(p.widen_a, r.wa);
-    EXPECT_EQ(p.widen_b, r.wb);
-    EXPECT_EQ(p.widen_c, r.wc);
-    EXPECT_EQ(p.operands_bf16, r.bf16);
-  }
+// The dtype plans are tested in cuda_gemm_plan_test.cpp.
+TEST(CudaMath, GemmOperandAlignment) {
   alignas(256) static char buf[512];
   EXPECT_EQ(alignment_of(buf), 256u);
   EXPECT_EQ(alignment_of(buf + 2), 2u);

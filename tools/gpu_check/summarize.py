@@ -33,7 +33,7 @@ def main():
     except OSError:
         pass
     for s in stages:
-        s["log_tail"] = tail(os.path.join(work, s["name"] + ".log"))
+        s["log_tail"] = tail(os.path.join(work, "logs", s["name"] + ".log"))
         for key in ("result_file",):
             if s.get(key):
                 s["result"] = load(os.path.join(work, s[key]))
@@ -42,6 +42,8 @@ def main():
         json.dump(report, f, indent=1)
 
     md = ["# streambp GPU check", "", "GPU: " + (report["gpu"] or "unknown"), "",
+          "Full logs, env.txt (driver, libraries) and any core file: logs.tar.gz beside this file.",
+          "A stage that failed was run once more with CUDA_LAUNCH_BLOCKING=1 (name.blocking).", "",
           "| stage | status | rc | seconds | limit s |", "|---|---|---:|---:|---:|"]
     for s in stages:
         md.append(f"| {s['name']} | {s['status']} | {s['rc']} | {s['seconds']:.1f} | {s['limit']} |")

@@ -29,8 +29,9 @@ class CpuBackend : public Backend {
  private:
   // Called by Backend's public methods with checked arguments (backend.h); every float tensor
   // may be F32 or BF16, in any combination (computed in fp32, see storage.h).
+  // Ignores `scratch`: mixed products widen bounded panels on the heap (gemm_bf16.cpp).
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
-                 float alpha, float beta) override;
+                 float alpha, float beta, const Tensor& scratch) override;
 
   void fill_impl(const Tensor& x, float value) override;
   void copy_impl(const Tensor& dst, const Tensor& src) override;

@@ -12,7 +12,7 @@
 namespace sbp {
 
 void CpuBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
-                           bool trans_b, float alpha, float beta) {
+                           bool trans_b, float alpha, float beta, const Tensor&) {
   // A viewed as (rows, cols); op(A) is (M, K), op(B) is (K, N), C is (M, N).
   const int64_t M = trans_a ? A.cols() : A.rows();
   const int64_t K = trans_a ? A.rows() : A.cols();

@@ -73,8 +73,10 @@ class CudaBackend : public Backend {
   void open_memory() override;
 
  private:
+  // Runs on bf16 tensor cores unless A and B are both F32 (gemm.cu, gemm_plan.h), with the
+  // conversions in `scratch` (backend/gemm_scratch.h).
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
-                 float alpha, float beta) override;
+                 float alpha, float beta, const Tensor& scratch) override;
   void gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, cudaDataType tab,
                int64_t lda, bool trans_a, const void* B, int64_t ldb, bool trans_b, int64_t M,
                int64_t N, int64_t K, float alpha, float beta);

@@ -1,6 +1,7 @@
-// Dense products through cuBLASLt, fp32 compute and accumulation (CUBLAS_COMPUTE_32F: no
-// TF32), alpha and beta in fp32, a workspace taken once (cuda_backend.cu); the conversions that
-// mixed dtypes need are planned in gemm_plan.h.
+// Dense products through cuBLASLt: fp32 compute and accumulation (CUBLAS_COMPUTE_32F, never
+// TF32), alpha and beta in fp32, a workspace taken once (cuda_backend.cu). BF16 operands run on
+// the tensor cores; an F32 operand beside a BF16 one is split into bf16 parts, one call per
+// part (gemm_plan.h says why and what each dtype mix becomes, gemm_split.h how a value splits).
 //
 // Row-major to cuBLASLt's column-major: a row-major (r, c) matrix is the column-major (c, r)
 // matrix of its transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with B's
@@ -9,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
 #include "backend/cuda/gemm_plan.h"
+#include "backend/cuda/gemm_split.h"
 
 namespace sbp {
 
@@ -20,6 +22,14 @@ __global__ void widen_kernel(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     dst[i] = cuda::bf16_to_float(src[i]);
+}
+// parts + p * stride (n) = part p of src (n), p < kSplitParts (gemm_split.h).
+__global__ void split_kernel(uint16_t* parts, int64_t stride, const float* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const cuda::Bf16Parts s = cuda::split_bf16(src[i]);
+    for (int p = 0; p < cuda::kSplitParts; ++p) parts[p * stride + i] = s.p[p];
+  }
 }
 __global__ void narrow_kernel(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -99,12 +109,12 @@ void CudaBackend::gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, 
 }
 
 void CudaBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
-                            bool trans_b, float alpha, float beta) {
+                            bool trans_b, float alpha, float beta, const Tensor& scratch) {
   // A viewed as (rows, cols); op(A) is (M, K), op(B) is (K, N), C is (M, N).
   const int64_t M = trans_a ? A.cols() : A.rows();
   const int64_t K = trans_a ? A.rows() : A.cols();
   const int64_t N = trans_b ? B.rows() : B.cols();
-  flops_ += 2 * M * N * K;
+  flops_ += 2 * M * N * K;  // the product's, not the calls' (a split runs it once per part)
   if (M == 0 || N == 0) return;
   if (K == 0) {  // C = beta C, no product; beta = 0 overwrites (NaN included)
     if (beta == 0.0f)
@@ -113,23 +123,43 @@ void CudaBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, cons
       scale_inplace_impl(C, beta);
     return;
   }
-  const cuda::GemmPlan plan = cuda::plan_gemm(A.dtype, B.dtype, C.dtype);
-  const void* a = A.data;
-  const void* b = B.data;
-  void* c = C.data;
-  auto widen = [&](Slot slot, const Tensor& t) -> float* {
-    auto* dst = static_cast<float*>(scratch(slot, sizeof(float) * t.numel()));
-    widen_kernel<<<cuda::grid_for(t.numel(), 256), 256, 0, stream_>>>(
-        dst, static_cast<const uint16_t*>(t.data), t.numel());
+  const cuda::GemmPlan plan =
+      cuda::plan_gemm(A.dtype, B.dtype, C.dtype, A.numel(), B.numel(), C.numel());
+  SBP_CHECK(static_cast<int64_t>(scratch.nbytes()) >= plan.scratch.total(),
+            "gemm: conversion scratch of " + std::to_string(scratch.nbytes()) + " bytes, " +
+                std::to_string(plan.scratch.total()) + " needed");
+  auto* base = static_cast<char*>(scratch.data);
+
+  // The split operand's parts, each laid out as the operand (same leading dimension).
+  const Tensor* split = plan.split == cuda::SplitOperand::a   ? &A
+                        : plan.split == cuda::SplitOperand::b ? &B
+                                                              : nullptr;
+  if (split) {
+    const int64_t n = split->numel();
+    split_kernel<<<cuda::grid_for(n, 256), 256, 0, stream_>>>(
+        reinterpret_cast<uint16_t*>(base), plan.scratch.part_stride / 2,
+        static_cast<const float*>(split->data), n);
     SBP_CUDA_LAUNCHED();
-    return dst;
-  };
-  if (plan.widen_a) a = widen(kScratchA, A);
-  if (plan.widen_b) b = widen(kScratchB, B);
-  if (plan.widen_c) c = widen(kScratchC, C);
+  }
+  void* c = C.data;
+  if (plan.widen_c) {
+    c = base + plan.scratch.c_offset();
+    if (beta != 0.0f) {  // beta = 0: cuBLASLt does not read C
+      widen_kernel<<<cuda::grid_for(C.numel(), 256), 256, 0, stream_>>>(
+          static_cast<float*>(c), static_cast<const uint16_t*>(C.data), C.numel());
+      SBP_CUDA_LAUNCHED();
+    }
+  }
   const cudaDataType tab = plan.operands_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  const cudaDataType tc = (plan.operands_bf16 && C.dtype == DType::BF16) ? CUDA_R_16BF : CUDA_R_32F;
-  gemm_lt(c, tc, N, a, tab, A.cols(), trans_a, b, B.cols(), trans_b, M, N, K, alpha, beta);
+  const cudaDataType tc = plan.c_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  for (int i = 0; i < plan.calls; ++i) {
+    const void* part = split ? base + cuda::part_of_call(plan, i) * plan.scratch.part_stride
+                             : nullptr;
+    const void* a = plan.split == cuda::SplitOperand::a ? part : A.data;
+    const void* b = plan.split == cuda::SplitOperand::b ? part : B.data;
+    gemm_lt(c, tc, N, a, tab, A.cols(), trans_a, b, B.cols(), trans_b, M, N, K, alpha,
+            cuda::beta_of_call(beta, i));
+  }
   if (plan.widen_c) {
     narrow_kernel<<<cuda::grid_for(C.numel(), 256), 256, 0, stream_>>>(
         static_cast<uint16_t*>(C.data), static_cast<const float*>(c), C.numel());

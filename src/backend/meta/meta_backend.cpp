@@ -5,7 +5,7 @@
 namespace sbp {
 
 void MetaBackend::gemm_impl(const Tensor&, const Tensor& A, bool trans_a, const Tensor& B,
-                            bool trans_b, float, float) {
+                            bool trans_b, float, float, const Tensor&) {
   const int64_t M = trans_a ? A.cols() : A.rows();
   const int64_t K = trans_a ? A.rows() : A.cols();
   const int64_t N = trans_b ? B.rows() : B.cols();

@@ -32,7 +32,7 @@ class MetaBackend final : public Backend {
   void zero_impl(const Tensor&) override {}
   void poison_impl(const Tensor&) override {}
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
-                 float, float) override;
+                 float, float, const Tensor&) override;
   void fill_impl(const Tensor&, float) override {}
   void copy_impl(const Tensor&, const Tensor&) override {}
   void add_inplace_impl(const Tensor&, const Tensor&) override {}
