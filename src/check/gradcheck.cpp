@@ -9,6 +9,7 @@
 #include "dist/data_parallel.h"
 #include "engine/engine.h"
 #include "objective/sequence_rows.h"
+#include "step/micro_batch_prep.h"
 
 namespace sbp::cli {
 
@@ -80,14 +81,15 @@ MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const Para
   const ExecConfig base = parse_mode("base");
   const SequenceRows rows(batch);
   Rng rng(opts.seed, "rollout-noise");
+  MicroBatchPrep prep(batch, be, pool);  // the policy's and the value model's passes share it
   if (opts.old_logp_noise != 0.0f) {
     Engine policy(cfg, weights, be, pool, base);
     policy.set_lora(lora, nullptr);
-    mb.old_logp = policy.score(batch).logp;
+    mb.old_logp = policy.score(prep.for_model(cfg)).logp;
     add_noise(mb.old_logp, rows, opts.old_logp_noise, rng);
   }
   if (kind == ObjectiveKind::ppo && value && opts.value_noise != 0.0f) {
-    mb.old_values = Engine(cfg, *value, be, pool, base).values(batch);
+    mb.old_values = Engine(cfg, *value, be, pool, base).values(prep.for_model(cfg));
     add_noise(mb.old_values, rows, opts.value_noise, rng);
   }
   return mb;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "engine/engine_step.h"
 #include "engine/head_block.h"
 #include "model/decoder_layer.h"
 
@@ -60,8 +59,14 @@ Engine::Engine(const ModelConfig& cfg, const ParameterSet& weights, Backend& bac
                ExecConfig exec)
     : cfg_(cfg), weights_(weights), be_(backend), pool_(pool), exec_(exec) {}
 
-void Engine::forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads,
-                              GradHook* hook) {
+const PreparedBatch& Engine::checked(const PreparedBatch& batch) const {
+  SBP_CHECK(batch.serves(cfg_, be_, pool_),
+            "Engine: the prepared batch was built for another model config (vocabulary, head dim "
+            "or rope), backend or pool");
+  return batch;
+}
+
+void Engine::check_head(const Objective& objective) const {
   const HeadKind kind = objective.head();
   if (kind == HeadKind::value ? !weights_.views().score.defined()
                               : !weights_.views().lm_head.defined()) {
@@ -69,15 +74,27 @@ void Engine::forward_backward(const Batch& batch, Objective& objective, const Pa
                          ? "a value objective needs a value model (score.weight)"
                          : "an LM objective needs a model with an LM head");
   }
+}
+
+void Engine::forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads,
+                              GradHook* hook) {
+  check_head(objective);  // before the tables, as a call with a prepared batch checks it first
+  forward_backward(PreparedBatch(cfg_, be_, pool_, batch), objective, grads, hook);
+}
+
+void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
+                              const ParameterSet& grads, GradHook* hook) {
+  check_head(objective);
+  const PreparedBatch& step = checked(batch);
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
-  const Step step(cfg_, be_, pool_, batch);
-  const int64_t T = batch.size(), d = cfg_.hidden_size;
+  const HeadKind kind = objective.head();
+  const int64_t T = step.size(), d = cfg_.hidden_size;
   // A tied LM head writes the embedding's gradient too (grad_hook.h).
   const bool head_writes_embedding = kind == HeadKind::lm && cfg_.tie_word_embeddings;
 
   // Forward: every layer's input x_l stays (and, in store mode, everything).
   Kept kept;
-  Buffer hidden = forward_layers(step, T, &kept);  // (T, d) final hidden, before the norm
+  Buffer hidden = forward_layers(step, &kept);  // (T, d) final hidden, before the norm
   Buffer gy = pool_.zeros(Category::grad_buffers, DType::F32, {T, d});  // (T, d) dL/d(hidden)
   if (hook && head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
   if (hook) hook->grads_begin(GradGroup::head, -1);
@@ -92,12 +109,12 @@ void Engine::forward_backward(const Batch& batch, Objective& objective, const Pa
   if (es != 1.0f) be_.scale_inplace(gy.view(), es);
   // The padding row's lookups add nothing, as in transformers (nn.Embedding's padding_idx).
   if (grads.views().embed.defined())  // frozen (LoRA): no gradient
-    be_.embedding_backward(grads.views().embed, gy.view(), step.tokens.view(),
+    be_.embedding_backward(grads.views().embed, gy.view(), step.tokens(),
                            cfg_.padding_row());
   if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
 
-void Engine::head_backward(const Step& step, const Tensor& hidden, Objective& objective,
+void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
                            const ModelTensors& G, const Tensor& gy) {
   const int64_t T = hidden.rows();
   const int64_t hc = exec_.head_chunk_for(T);
@@ -106,7 +123,7 @@ void Engine::head_backward(const Step& step, const Tensor& hidden, Objective& ob
   const int passes = objective.prepasses();
   auto block = [&](int64_t s, int64_t e) {
     return HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, objective.head(), entropy,
-                     hidden.slice_rows(s, e), step.targets.rows(s, e), s);
+                     hidden.slice_rows(s, e), step.targets().slice_rows(s, e), s);
   };
   // Pre-passes (no grad): every block once per pass, from the kept final hidden state.
   // With a single block the gradient pass below reuses it instead of recomputing it.
@@ -130,7 +147,7 @@ void Engine::head_backward(const Step& step, const Tensor& hidden, Objective& ob
   });
 }
 
-void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
+void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
                              GradHook* hook) {
   const int64_t T = gy.rows(), L = cfg_.num_hidden_layers;
   const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
@@ -139,7 +156,7 @@ void Engine::layers_backward(const Step& step, Kept& kept, const ModelTensors& G
   const bool stream = exec_.layers == LayerMode::stream;
   for (int64_t l = L - 1; l >= 0; --l) {
     const size_t li = static_cast<size_t>(l);
-    DecoderLayerOps ops(cfg_, be_, pool_, step.tables, exec_.act_dtype, l);
+    DecoderLayerOps ops(cfg_, be_, pool_, step.tables(), exec_.act_dtype, l);
     bind_lora(ops, li);
     if (hook) hook->grads_begin(GradGroup::layer, l);
     const LayerTensors& w = weights_.views().layers[li];
@@ -184,18 +201,18 @@ void Engine::embed(const Tensor& x, const Tensor& ids) {
   if (es != 1.0f) be_.scale_inplace(x, es);
 }
 
-Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
-  const int64_t d = cfg_.hidden_size;
+Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept) {
+  const int64_t T = step.size(), d = cfg_.hidden_size;
   const DType act = exec_.act_dtype;
   const ModelTensors& W = weights_.views();
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = kept != nullptr && exec_.layers == LayerMode::store;
 
   Buffer x = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) x_0
-  embed(x.view(), step.tokens.view());
+  embed(x.view(), step.tokens());
   for (size_t li = 0; li < W.layers.size(); ++li) {
     const LayerTensors& w = W.layers[li];
-    DecoderLayerOps ops(cfg_, be_, pool_, step.tables, act, static_cast<int64_t>(li));
+    DecoderLayerOps ops(cfg_, be_, pool_, step.tables(), act, static_cast<int64_t>(li));
     bind_lora(ops, li);
     Buffer y = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) layer output
     if (store) {
@@ -221,10 +238,14 @@ Buffer Engine::forward_layers(const Step& step, int64_t T, Kept* kept) {
 }
 
 Engine::TokenScores Engine::score(const Batch& batch) {
+  return score(PreparedBatch(cfg_, be_, pool_, batch));
+}
+
+Engine::TokenScores Engine::score(const PreparedBatch& batch) {
+  const PreparedBatch& step = checked(batch);
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
-  const Step step(cfg_, be_, pool_, batch);
-  const int64_t T = batch.size();
-  const Buffer x = forward_layers(step, T, nullptr);  // (T, d)
+  const int64_t T = step.size();
+  const Buffer x = forward_layers(step, nullptr);  // (T, d)
 
   TokenScores out;
   out.logp.assign(static_cast<size_t>(T), 0.0f);
@@ -233,7 +254,7 @@ Engine::TokenScores Engine::score(const Batch& batch) {
   for_chunks(ChunkRange(T, hc, be_), [&](int64_t s, int64_t e) {
     const int64_t n = e - s;
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::lm, false,
-                      x.rows(s, e), step.targets.rows(s, e), s);
+                      x.rows(s, e), step.targets().slice_rows(s, e), s);
     Buffer best = pool_.allocate(Category::other, DType::I32, {n});
     be_.argmax_rows(best.view(), b.logits());
     if (be_.computes()) {
@@ -247,14 +268,18 @@ Engine::TokenScores Engine::score(const Batch& batch) {
 }
 
 std::vector<float> Engine::values(const Batch& batch) {
+  return values(PreparedBatch(cfg_, be_, pool_, batch));
+}
+
+std::vector<float> Engine::values(const PreparedBatch& batch) {
+  const PreparedBatch& step = checked(batch);
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
-  const Step step(cfg_, be_, pool_, batch);
-  const int64_t T = batch.size();
-  const Buffer x = forward_layers(step, T, nullptr);  // (T, d)
+  const int64_t T = step.size();
+  const Buffer x = forward_layers(step, nullptr);  // (T, d)
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
   for_chunks(ChunkRange(T, exec_.head_chunk_for(T), be_), [&](int64_t s, int64_t e) {
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value, false,
-                      x.rows(s, e), step.targets.rows(s, e), s);
+                      x.rows(s, e), step.targets().slice_rows(s, e), s);
     if (be_.computes()) {
       const TokenChunk c = b.chunk();
       std::copy(c.value.begin(), c.value.end(), out.begin() + s);
@@ -264,9 +289,13 @@ std::vector<float> Engine::values(const Batch& batch) {
 }
 
 std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t> rows) {
+  return logits_at(PreparedBatch(cfg_, be_, pool_, batch), rows);
+}
+
+std::vector<float> Engine::logits_at(const PreparedBatch& batch, std::span<const int64_t> rows) {
+  const PreparedBatch& step = checked(batch);
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
-  const Step step(cfg_, be_, pool_, batch);
-  const int64_t T = batch.size(), d = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t T = step.size(), d = cfg_.hidden_size, V = cfg_.vocab_size;
   const int64_t n = static_cast<int64_t>(rows.size());
   for (int64_t r : rows) {
     if (r < 0 || r >= T)
@@ -274,7 +303,7 @@ std::vector<float> Engine::logits_at(const Batch& batch, std::span<const int64_t
                        " outside the batch (T = " + std::to_string(T) + ")");
   }
   SBP_CHECK(weights_.views().lm_head.defined(), "logits_at: the model has no LM head");
-  Buffer x = forward_layers(step, T, nullptr);  // (T, d)
+  Buffer x = forward_layers(step, nullptr);  // (T, d)
   std::vector<float> out(static_cast<size_t>(n * V), 0.0f);
   if (n == 0) return out;
   // Gather the requested rows (they need not be contiguous), then final norm and LM head.

@@ -12,6 +12,7 @@
 #include "engine/exec_config.h"
 #include "engine/generation.h"
 #include "engine/grad_hook.h"
+#include "engine/prepared_batch.h"
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/parameters.h"
@@ -34,6 +35,13 @@ class Engine {
   // with one head block (head: full, or a chunk >= T) the block is computed once for both.
   // `hook` (optional) hears when each group of gradients starts being written and when it is
   // final (grad_hook.h): once per group per call, after the group's whole chunk loop.
+  //
+  // Every pass takes the micro-batch prepared once (prepared_batch.h), so that passes of
+  // several models over one micro-batch share its tables; it must serve this engine's config,
+  // backend and pool (an internal error otherwise). The Batch overloads prepare one for the
+  // call, for callers with a single pass.
+  void forward_backward(const PreparedBatch& batch, Objective& objective,
+                        const ParameterSet& grads, GradHook* hook = nullptr);
   void forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads,
                         GradHook* hook = nullptr);
 
@@ -43,10 +51,12 @@ class Engine {
     std::vector<float> logp;      // (T) log-probability of each row's target, 0 where none
     std::vector<int32_t> argmax;  // (T) the most likely next token of each row
   };
+  TokenScores score(const PreparedBatch& batch);
   TokenScores score(const Batch& batch);
 
   // Forward only, value models (ModelHead::value): (T) the value of every row, computed from
   // the final-normed hidden state by score.weight. Same memory as score().
+  std::vector<float> values(const PreparedBatch& batch);
   std::vector<float> values(const Batch& batch);
 
   // Forward only: the (rows.size(), V) logits, row-major, of the given packed rows (each the
@@ -54,6 +64,7 @@ class Engine {
   // a model against another implementation (Hugging Face parity, checkpoint round trips):
   // training never needs the logits themselves. Peak: two (T, d) hidden states, one layer's
   // K/V and chunk working set, and the (rows, V) result.
+  std::vector<float> logits_at(const PreparedBatch& batch, std::span<const int64_t> rows);
   std::vector<float> logits_at(const Batch& batch, std::span<const int64_t> rows);
 
   // Samples one completion of `prompt` (generation.h), one token at a time with a KV cache:
@@ -87,21 +98,24 @@ class Engine {
   }
 
  private:
-  struct Step;  // per-call tensors (engine.cpp)
   struct Kept;  // what the forward keeps for the backward (engine.cpp)
+  // The prepared batch, checked against this engine's config, backend and pool.
+  const PreparedBatch& checked(const PreparedBatch& batch) const;
+  // Throws InputError when the model lacks the head the objective drives.
+  void check_head(const Objective& objective) const;
   // The forward through every layer, in row chunks of exec_.layer_chunk_for(T) (one chunk of T
   // in store and recompute modes). With `kept` (training): every layer's input x_l stays in
   // kept->inputs and, in store mode, every layer's K/V and activations too; without (scoring):
   // only the current layer's input and output are alive. Returns the final hidden state
   // (T, d) before the final norm.
-  Buffer forward_layers(const Step& step, int64_t T, Kept* kept);
+  Buffer forward_layers(const PreparedBatch& step, Kept* kept);
   // The head over blocks of rows (one block of T in `full` mode), driven by the objective:
   // pre-passes, then the gradient pass; head weight gradients ADD into G, dL/d(hidden) into
   // gy (T, d).
-  void head_backward(const Step& step, const Tensor& hidden, Objective& objective,
+  void head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
                      const ModelTensors& G, const Tensor& gy);
   // Layers L-1 .. 0 in the exec mode; gy (T, d): in dL/d(final hidden), out dL/d(x_0).
-  void layers_backward(const Step& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
+  void layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
                        GradHook* hook);
   // x (n, d) = the embeddings of ids (n).
   void embed(const Tensor& x, const Tensor& ids);

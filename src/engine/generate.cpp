@@ -6,8 +6,8 @@
 
 #include "core/checked_math.h"
 #include "engine/engine.h"
-#include "engine/engine_step.h"
 #include "engine/head_block.h"
+#include "engine/prepared_batch.h"
 #include "model/decoder_layer.h"
 
 namespace sbp {
@@ -65,7 +65,7 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
     whole.seq_lens.push_back(static_cast<int64_t>(p.size()) + g.max_new_tokens);
   }
   const int64_t T = static_cast<int64_t>(whole.tokens.size());
-  const Step step(cfg_, be_, pool_, whole);
+  const PreparedBatch step(cfg_, be_, pool_, whole);
   const int64_t d = cfg_.hidden_size, V = cfg_.vocab_size;
   const DType act = exec_.act_dtype;
   // One set of ops per layer: a layer's ops know its attention kind (Gemma: sliding or full).
@@ -73,7 +73,7 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
   std::vector<LayerKV> cache;
   ops.reserve(weights_.views().layers.size());
   for (size_t l = 0; l < weights_.views().layers.size(); ++l) {
-    ops.emplace_back(cfg_, be_, pool_, step.tables, act, static_cast<int64_t>(l));
+    ops.emplace_back(cfg_, be_, pool_, step.tables(), act, static_cast<int64_t>(l));
     bind_lora(ops.back(), l);
     cache.push_back(ops.back().alloc_kv(T, Category::kv_cache, false));
   }
@@ -99,7 +99,7 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
     for (int64_t cs = s; cs < e; cs += chunk) {
       const int64_t ce = std::min(e, cs + chunk);
       Buffer x = pool_.allocate(Category::layer_workspace, act, {ce - cs, d});  // (n, d)
-      embed(x.view(), step.tokens.rows(cs, ce));
+      embed(x.view(), step.tokens().slice_rows(cs, ce));
       for (size_t l = 0; l < cache.size(); ++l) {
         const LayerTensors& w = weights_.views().layers[l];
         Buffer y = pool_.allocate(Category::layer_workspace, act, {ce - cs, d});  // (n, d)

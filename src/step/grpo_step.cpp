@@ -73,10 +73,11 @@ void StepRunner::run_grpo(const StepBatches& step, StepResult& r) {
     const MicroBatch& mb = step.micro[i];
     const size_t at = rewards.begin[static_cast<size_t>(step.index[i])];
     const std::span<const float> adv(advantages.data() + at, mb.batch.seq_lens.size());  // (S)
-    std::vector<float> ref;                                                              // (T)
-    if (cfg.beta != 0.0) ref = reference_engine().score(mb.batch).logp;
+    MicroBatchPrep prep(mb.batch, be_, pool_);  // shared by the reference's pass and the policy's
+    std::vector<float> ref;                     // (T)
+    if (cfg.beta != 0.0) ref = reference_engine().score(prep.for_model(reference_config())).logp;
     GrpoObjective objective(mb.batch, adv, cfg, mb.old_logp, ref);
-    backward_slot(models_.policy, mb.batch, objective, slot, logp_slot(r, i));
+    backward_slot(models_.policy, prep, objective, slot, logp_slot(r, i));
     r.loss += objective.loss();
     stats.add(objective.metrics(), mb.batch.loss_weight_sum());
   });

@@ -13,12 +13,21 @@ void StepRunner::run_ppo(const StepBatches& step, StepResult& r) {
   };
   std::vector<Rollout> rollouts(step.micro.size());
   std::vector<PpoRolloutPart> parts;
+  // Each micro-batch prepared once for its (up to) five passes: these three and the two
+  // updates below. Its tables stay until its updates are done.
+  std::vector<MicroBatchPrep> preps;
+  preps.reserve(step.micro.size());
+  const ModelConfig& policy_cfg = *models_.policy.model.cfg;
+  const ModelConfig& value_cfg = *models_.value.model.cfg;
   for (size_t i = 0; i < step.micro.size(); ++i) {
     const MicroBatch& mb = step.micro[i];
     Rollout& ro = rollouts[i];
-    ro.old_logp = mb.old_logp.empty() ? score(mb.batch).logp : mb.old_logp;
-    ro.ref_logp = reference_engine().score(mb.batch).logp;
-    ro.old_values = mb.old_values.empty() ? value_engine().values(mb.batch) : mb.old_values;
+    MicroBatchPrep& prep = preps.emplace_back(mb.batch, be_, pool_);
+    ro.old_logp =
+        mb.old_logp.empty() ? policy_engine().score(prep.for_model(policy_cfg)).logp : mb.old_logp;
+    ro.ref_logp = reference_engine().score(prep.for_model(reference_config())).logp;
+    ro.old_values = mb.old_values.empty() ? value_engine().values(prep.for_model(value_cfg))
+                                          : mb.old_values;
     parts.push_back({&mb.batch, mb.rewards, ro.old_logp, ro.ref_logp, ro.old_values});
   }
   // Whitening over the whole step: its statistics are summed over the ranks.
@@ -35,9 +44,10 @@ void StepRunner::run_ppo(const StepBatches& step, StepResult& r) {
   for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     PpoPolicyObjective policy(b, adv[i].advantages, rollouts[i].old_logp, cfg);
-    backward_slot(models_.policy, b, policy, slot, logp_slot(r, i));
+    backward_slot(models_.policy, preps[i], policy, slot, logp_slot(r, i));
     PpoValueObjective value(b, adv[i].returns, rollouts[i].old_values, cfg);
-    backward_slot(models_.value, b, value, slot, nullptr);
+    backward_slot(models_.value, preps[i], value, slot, nullptr);
+    preps[i].release();  // its passes are done
     r.loss += policy.loss() + value.loss();
     std::map<std::string, double> m = policy.metrics();
     for (const auto& [k, v] : value.metrics()) m[k] = v;

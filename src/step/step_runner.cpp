@@ -101,15 +101,19 @@ Engine StepRunner::reference_engine() {
     return Engine(*models_.policy.model.cfg, *models_.policy.model.weights, be_, pool_, exec_);
   return Engine(*models_.reference.cfg, *models_.reference.weights, be_, pool_, exec_);
 }
+const ModelConfig& StepRunner::reference_config() const {
+  return models_.reference.defined() ? *models_.reference.cfg : *models_.policy.model.cfg;
+}
 Engine StepRunner::value_engine() {
   return Engine(*models_.value.model.cfg, *models_.value.model.weights, be_, pool_, exec_);
 }
 
 Engine::TokenScores StepRunner::score(const Batch& batch) { return policy_engine().score(batch); }
 
-void StepRunner::backward_slot(const TrainedView& model, const Batch& batch, Objective& objective,
-                               int64_t slot, std::vector<float>* logp) {
+void StepRunner::backward_slot(const TrainedView& model, MicroBatchPrep& prep,
+                               Objective& objective, int64_t slot, std::vector<float>* logp) {
   Engine engine(*model.model.cfg, *model.model.weights, be_, pool_, exec_);
+  const PreparedBatch& batch = prep.for_model(*model.model.cfg);
   // The LoRA policy: frozen base (no gradient buffers), the adapters' gradients instead.
   const bool lora = &model == &models_.policy && models_.lora.defined();
   if (lora) engine.set_lora(models_.lora.weights, models_.lora.grads);
@@ -174,7 +178,8 @@ void StepRunner::run_sft(const StepBatches& step, StepResult& r) {
   for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     SftObjective objective(b, r.loss_tokens);  // normalised by the loss tokens of the whole step
-    backward_slot(models_.policy, b, objective, slot, logp_slot(r, i));
+    MicroBatchPrep prep(b, be_, pool_);
+    backward_slot(models_.policy, prep, objective, slot, logp_slot(r, i));
     r.loss += objective.loss();
   });
   r.loss = comm_.sum(r.loss);
@@ -188,9 +193,11 @@ void StepRunner::run_dpo(const StepBatches& step, StepResult& r) {
   WeightedMeans stats;
   for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
-    const std::vector<float> ref = reference_engine().score(b).logp;  // (T)
+    MicroBatchPrep prep(b, be_, pool_);  // shared by the reference's pass and the policy's
+    const PreparedBatch& for_reference = prep.for_model(reference_config());
+    const std::vector<float> ref = reference_engine().score(for_reference).logp;  // (T)
     DpoObjective objective(b, ref, setup_.dpo, pairs);
-    backward_slot(models_.policy, b, objective, slot, logp_slot(r, i));
+    backward_slot(models_.policy, prep, objective, slot, logp_slot(r, i));
     r.loss += objective.loss();
     stats.add(objective.metrics(), static_cast<double>(b.seq_lens.size() / 2));
   });
@@ -226,7 +233,11 @@ double StepRunner::evaluate_dpo(std::span<const MicroBatch> eval) {
   for (size_t i = static_cast<size_t>(comm_.rank()); i < eval.size();
        i += static_cast<size_t>(comm_.size())) {
     const Batch& b = eval[i].batch;
-    const std::vector<float> pol = score(b).logp, ref = reference_engine().score(b).logp;
+    MicroBatchPrep prep(b, be_, pool_);  // shared by the policy's pass and the reference's
+    const std::vector<float> pol =
+        policy_engine().score(prep.for_model(*models_.policy.model.cfg)).logp;
+    const std::vector<float> ref =
+        reference_engine().score(prep.for_model(reference_config())).logp;
     const SequenceRows rows(b);
     std::vector<double> sp(b.seq_lens.size(), 0.0), sr(sp.size(), 0.0);
     for (int64_t t = 0; t < rows.num_rows(); ++t) {

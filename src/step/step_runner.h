@@ -26,6 +26,13 @@
 // Every forward pass of a reference or value model runs before the policy's backward of the
 // same micro-batch, so their working sets are never live beside the policy's checkpoints.
 //
+// Each micro-batch is prepared for the engine once (validation, index and rope tables:
+// step/micro_batch_prep.h) and every pass over it shares that, once per distinct model config.
+// The tables live from the micro-batch's first pass to its last: for PPO, whose rollout
+// constants of every micro-batch come before any update, that is the whole step, so all of the
+// rank's micro-batches' tables (16 T bytes + the (longest segment, h) F32 rope table each) are
+// alive together during its updates.
+//
 // Data parallelism (docs/DISTRIBUTED.md): each rank runs its share of the micro-batches, and
 // every step-wide quantity is made global before the first backward: the SFT token count and
 // the DPO pair count are summed, GRPO's rewards are gathered in step order, PPO's whitening
@@ -43,6 +50,7 @@
 #include "engine/exec_config.h"
 #include "objective/objective_setup.h"
 #include "step/micro_batch.h"
+#include "step/micro_batch_prep.h"
 #include "step/step_models.h"
 
 namespace sbp {
@@ -92,8 +100,9 @@ class StepRunner {
 
  private:
   Engine reference_engine();
+  const ModelConfig& reference_config() const;
   // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
-  void backward_slot(const TrainedView& model, const Batch& batch, Objective& objective,
+  void backward_slot(const TrainedView& model, MicroBatchPrep& prep, Objective& objective,
                      int64_t slot, std::vector<float>* logp);
   void skip_slot(int64_t slot);
   // fn(i, slot) for each of this rank's micro-batches i in its slot; the empty slots a rank has
