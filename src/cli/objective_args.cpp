@@ -73,7 +73,8 @@ ObjectiveSetup ObjectiveArgs::setup() const {
 std::string ObjectiveArgs::describe() const {
   const ObjectiveSetup s = setup();
   std::string d = s.describe();
-  if (s.kind == ObjectiveKind::grpo) d += ", group " + std::to_string(group_size);
+  if (s.traits().group == SequenceGroup::configured)
+    d += ", group " + std::to_string(group_size);
   return d;
 }
 

@@ -90,12 +90,14 @@ class StepRunner {
   // PPO: an engine on the value model's current weights (only a PPO runner has one).
   Engine value_engine();
 
- private:
+  // For the objectives' step functions (step/objective_steps.h), not for callers.
+  Communicator& comm() { return comm_; }
+  const StepModels& models() const { return models_; }
+  // The reference model, or with LoRA and no separate reference the policy's adapters off.
   Engine reference_engine();
   // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
   void backward_slot(const TrainedView& model, const Batch& batch, Objective& objective,
                      int64_t slot, std::vector<float>* logp);
-  void skip_slot(int64_t slot);
   // fn(i, slot) for each of this rank's micro-batches i in its slot; the empty slots a rank has
   // at a step's end are skipped for it (DataParallel::empty_slot), so every rank's collectives
   // match.
@@ -109,12 +111,11 @@ class StepRunner {
         skip_slot(slot);
     }
   }
+  // Where micro-batch i's log-probs are recorded, or null (StepRunnerOptions::record_logp).
   std::vector<float>* logp_slot(StepResult& r, size_t i);
-  void run_sft(const StepBatches& step, StepResult& r);
-  void run_dpo(const StepBatches& step, StepResult& r);
-  void run_grpo(const StepBatches& step, StepResult& r);
-  void run_ppo(const StepBatches& step, StepResult& r);
-  double evaluate_dpo(std::span<const MicroBatch> eval);
+
+ private:
+  void skip_slot(int64_t slot);
 
   ObjectiveSetup setup_;
   StepModels models_;

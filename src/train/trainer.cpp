@@ -150,8 +150,7 @@ void Trainer::load_inputs(const std::string& resume) {
     if (!note.empty()) log_.out("note: %s\n", note.c_str());
   }
   eval_ = pack_in_order(data_.eval, c_.max_tokens, c_.objective);
-  if ((c_.objective == ObjectiveKind::grpo || c_.objective == ObjectiveKind::ppo) &&
-      !eval_.empty()) {
+  if (setup_.traits().rollouts && !eval_.empty()) {
     log_.out("note: %s has no held-out loss (offline rollouts): %s is not evaluated\n",
              objective_name(c_.objective), data_.eval_source.c_str());
     eval_.clear();
@@ -445,7 +444,7 @@ StepBatches Trainer::next_step_batches() {
   if (!online_) return batches_->next(per_step_, comm_);
   // The rollouts are sampled from the weights the step starts from, with the adapters on.
   Engine policy = runner_->policy_engine();
-  if (setup_.kind != ObjectiveKind::ppo) return online_->next(policy, nullptr, state_.step);
+  if (!setup_.needs_value_model()) return online_->next(policy, nullptr, state_.step);
   Engine value = runner_->value_engine();
   return online_->next(policy, &value, state_.step);
 }
