@@ -125,6 +125,9 @@ std::string dpo_describe(const ObjectiveSetup& s) {
                 dpo_loss_name(s.dpo.loss_type), s.dpo.beta, s.dpo.label_smoothing);
   return buf;
 }
+const char* dpo_settings_error(const ObjectiveSetup& s) {
+  return s.dpo.beta > 0.0 ? nullptr : "beta must be > 0";
+}
 }  // namespace
 
 // extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
@@ -141,6 +144,7 @@ extern const ObjectiveTraits kDpoTraits = {
     .value_model = false,
     .analytic_memory = false,
     .describe = dpo_describe,
+    .settings_error = dpo_settings_error,
 };
 
 }  // namespace sbp

@@ -135,6 +135,7 @@ extern const ObjectiveTraits kGrpoTraits = {
     .value_model = false,
     .analytic_memory = false,
     .describe = grpo_describe,
+    .settings_error = nullptr,
 };
 
 }  // namespace sbp

@@ -5,9 +5,9 @@
 // ppo.cpp) and registers it with one line in objective_traits.cpp; how it runs a step and
 // scores held-out data is the step layer's row of the same kind (step/objective_steps.h).
 //
-// Adding an objective: its enum value below, its files (loss, row), one line in
-// objective_traits.cpp, one line in step/objective_steps.cpp, and its settings where settings
-// are read (objective_setup.h, train/train_config.*, cli/objective_args.*).
+// Adding an objective: its enum value below, its files (loss and row, step row), its entry in
+// the registries objective_traits.cpp and step/objective_steps.cpp, and its settings where
+// settings are read (objective_setup.h, train/train_config.*, cli/objective_args.*).
 #include <cstdint>
 #include <span>
 #include <string>
@@ -57,6 +57,8 @@ struct ObjectiveTraits {
   bool analytic_memory;
 
   std::string (*describe)(const ObjectiveSetup& s);  // "dpo (sigmoid, beta 0.1, ...)"
+  // What is wrong with its own settings, in a flag's words ("beta must be > 0"), or nullptr.
+  const char* (*settings_error)(const ObjectiveSetup& s);
 };
 
 const ObjectiveTraits& objective_traits(ObjectiveKind kind);
@@ -78,8 +80,5 @@ int64_t plan_sequences_of(const ObjectiveTraits& t, int64_t configured);
 
 // Whether the objective trains on records of format `format_name`.
 bool accepts_format(const ObjectiveTraits& t, const char* format_name);
-
-// The objectives' own rows (defined in sft.cpp, dpo.cpp, grpo.cpp, ppo.cpp).
-extern const ObjectiveTraits kSftTraits, kDpoTraits, kGrpoTraits, kPpoTraits;
 
 }  // namespace sbp

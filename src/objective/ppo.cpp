@@ -140,6 +140,7 @@ extern const ObjectiveTraits kPpoTraits = {
     .value_model = true,
     .analytic_memory = false,
     .describe = ppo_describe,
+    .settings_error = nullptr,
 };
 
 }  // namespace sbp

@@ -45,6 +45,7 @@ extern const ObjectiveTraits kSftTraits = {
     .value_model = false,
     .analytic_memory = true,
     .describe = sft_describe,
+    .settings_error = nullptr,
 };
 
 }  // namespace sbp

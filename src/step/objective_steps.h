@@ -26,7 +26,4 @@ struct ObjectiveStep {
 
 const ObjectiveStep& objective_step(ObjectiveKind kind);
 
-// The objectives' own rows.
-extern const ObjectiveStep kSftStep, kDpoStep, kGrpoStep, kPpoStep;
-
 }  // namespace sbp

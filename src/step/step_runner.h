@@ -23,6 +23,9 @@
 //         then per micro-batch PpoPolicyObjective on the policy and PpoValueObjective on the
 //         value model, both with ga = the step's micro-batches
 //
+// Each objective's step is its row in step/objective_steps.h (sft_step.cpp, dpo_step.cpp,
+// grpo_step.cpp, ppo_step.cpp); run() checks the micro-batches and dispatches to it.
+//
 // Every forward pass of a reference or value model runs before the policy's backward of the
 // same micro-batch, so their working sets are never live beside the policy's checkpoints.
 //
