@@ -1,8 +1,8 @@
 #include "objective/ppo.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "objective/objective_setup.h"

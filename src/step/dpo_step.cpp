@@ -30,7 +30,6 @@ void run_dpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
   r.metrics = stats.means();
 }
 
-
 // Per-sequence sums of the policy's and the reference's log-probs over the completions, then
 // the pair loss: DpoObjective's formulas, forward only.
 double evaluate_dpo(StepRunner& runner, std::span<const MicroBatch> eval) {
@@ -62,7 +61,6 @@ double evaluate_dpo(StepRunner& runner, std::span<const MicroBatch> eval) {
   comm.sum(sums);
   return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
 }
-
 
 }  // namespace
 

@@ -22,8 +22,7 @@ void run_ppo(StepRunner& runner, const StepBatches& step, StepResult& r) {
     Rollout& ro = rollouts[i];
     ro.old_logp = mb.old_logp.empty() ? runner.score(mb.batch).logp : mb.old_logp;
     ro.ref_logp = runner.reference_engine().score(mb.batch).logp;
-    ro.old_values =
-        mb.old_values.empty() ? runner.value_engine().values(mb.batch) : mb.old_values;
+    ro.old_values = mb.old_values.empty() ? runner.value_engine().values(mb.batch) : mb.old_values;
     parts.push_back({&mb.batch, mb.rewards, ro.old_logp, ro.ref_logp, ro.old_values});
   }
   // Whitening over the whole step: its statistics are summed over the ranks.
