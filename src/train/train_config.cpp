@@ -774,6 +774,18 @@ ExecConfig TrainConfig::exec() const {
   return e;
 }
 
+std::vector<TrainConfig::Input> TrainConfig::inputs() const {
+  return {{"model", model, false},
+          {"tokenizer", tokenizer, false},
+          {"data.train", data_train, true},
+          {"data.eval", data_eval, true},
+          {"lora.adapter", lora_adapter, false},
+          {"dpo.reference", dpo.reference, false},
+          {"grpo.reference", grpo.reference, false},
+          {"ppo.reference", ppo.reference, false},
+          {"ppo.value_model", ppo.value_model, false}};
+}
+
 // Per-objective settings sections: every objective is listed (no default:), so a new one is
 // named by the compiler here. sft has neither setting; it reads grpo's defaults, unused.
 const std::string& TrainConfig::reference_dir() const {

@@ -109,16 +109,9 @@ Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& 
   build_models();
   // Every input is valid: now what the run would overwrite (nothing is written before this).
   // The run's inputs: overwrite_output_dir must not delete any of them.
-  const std::vector<NamedPath> inputs = {{"model", c_.model},
-                                         {"tokenizer", c_.tokenizer},
-                                         {"data.train", c_.data_train},
-                                         {"data.eval", c_.data_eval},
-                                         {"lora.adapter", c_.lora_adapter},
-                                         {"dpo.reference", c_.dpo.reference},
-                                         {"grpo.reference", c_.grpo.reference},
-                                         {"ppo.reference", c_.ppo.reference},
-                                         {"ppo.value_model", c_.ppo.value_model},
-                                         {"the config", c_.source}};
+  std::vector<NamedPath> inputs;
+  for (const TrainConfig::Input& in : c_.inputs()) inputs.push_back({in.key, in.path});
+  inputs.push_back({"the config", c_.source});
   claim_output_dir(c_.output_dir, c_.metrics, ckpt_, c_.overwrite_output_dir, log_.lead, inputs);
   print_summary();
 }
