@@ -73,9 +73,9 @@ void add_noise(std::vector<float>& x, const SequenceRows& rows, float noise, Rng
 MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const ParameterSet& weights,
                                  const ParameterSet* value, const Batch& batch,
                                  const GradcheckOptions& opts, const LoraSet* lora) {
-  const ObjectiveKind kind = opts.objective.kind;
-  MicroBatch mb = random_micro_batch(kind, opts.group_size, batch, opts.seed);
-  if (kind != ObjectiveKind::grpo && kind != ObjectiveKind::ppo) return mb;
+  const ObjectiveTraits& traits = opts.objective.traits();
+  MicroBatch mb = random_micro_batch(traits.kind, opts.group_size, batch, opts.seed);
+  if (!traits.rollouts) return mb;
   Ledger ledger;
   Pool pool(ledger, be);
   const ExecConfig base = parse_mode("base");
@@ -88,7 +88,7 @@ MicroBatch gradcheck_micro_batch(Backend& be, const ModelConfig& cfg, const Para
     mb.old_logp = policy.score(prep.for_model(cfg)).logp;
     add_noise(mb.old_logp, rows, opts.old_logp_noise, rng);
   }
-  if (kind == ObjectiveKind::ppo && value && opts.value_noise != 0.0f) {
+  if (traits.value_model && value && opts.value_noise != 0.0f) {
     mb.old_values = Engine(cfg, *value, be, pool, base).values(prep.for_model(cfg));
     add_noise(mb.old_values, rows, opts.value_noise, rng);
   }

@@ -37,14 +37,13 @@ Batch random_batch(int64_t vocab, int64_t T, int64_t segments, uint64_t seed, bo
 }
 
 int64_t objective_group(ObjectiveKind kind, int64_t group_size, int64_t sequences) {
-  if (kind == ObjectiveKind::dpo) return 2;
-  if (kind == ObjectiveKind::grpo) return std::clamp<int64_t>(group_size, 1, sequences);
-  return 1;
+  return group_size_of(objective_traits(kind), group_size, sequences);
 }
 
 Batch random_objective_batch(ObjectiveKind kind, int64_t group_size, int64_t vocab, int64_t T,
                              int64_t segments, uint64_t seed) {
-  if (kind == ObjectiveKind::sft) return random_batch(vocab, T, segments, seed, true);
+  const ObjectiveTraits& traits = objective_traits(kind);
+  if (!traits.completions) return random_batch(vocab, T, segments, seed, true);
   if (T < 4)
     throw InputError("a random " + std::string(objective_name(kind)) +
                      " batch needs at least 4 tokens");
@@ -53,7 +52,7 @@ Batch random_objective_batch(ObjectiveKind kind, int64_t group_size, int64_t voc
   int64_t S = std::clamp<int64_t>(segments, 1, T / 2);
   // GRPO needs whole groups: at least one, even when --segments asks for fewer sequences (a
   // single sequence would be a group of one, whose advantage is 0/0).
-  if (kind == ObjectiveKind::grpo) S = std::max(S, std::min(group_size, T / 2));
+  if (traits.group == SequenceGroup::configured) S = std::max(S, std::min(group_size, T / 2));
   const int64_t G = objective_group(kind, group_size, S);
   S = std::max(G, S - S % G);
   // Every segment >= 2 tokens; the rest spread at random, so lengths differ.
@@ -84,11 +83,13 @@ Batch random_objective_batch(ObjectiveKind kind, int64_t group_size, int64_t voc
 MicroBatch random_micro_batch(ObjectiveKind kind, int64_t group_size, Batch batch, uint64_t seed) {
   MicroBatch mb;
   const int64_t S = static_cast<int64_t>(batch.seq_lens.size());
-  if (kind == ObjectiveKind::grpo || kind == ObjectiveKind::ppo) {
+  const ObjectiveTraits& traits = objective_traits(kind);
+  if (traits.rollouts) {
     Rng rng(seed, "rewards");
     for (int64_t s = 0; s < S; ++s) mb.rewards.push_back(rng.normal());
   }
-  if (kind == ObjectiveKind::grpo) mb.group_size = objective_group(kind, group_size, S);
+  if (traits.group == SequenceGroup::configured)
+    mb.group_size = objective_group(kind, group_size, S);
   mb.batch = std::move(batch);
   return mb;
 }

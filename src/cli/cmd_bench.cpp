@@ -144,10 +144,8 @@ struct Bench {
     src = resolve_model(a.model, a.layers);
     setup = a.objective.setup();
     lora = a.lora.config();
-    segments = a.segments > 0                      ? a.segments
-               : setup.kind == ObjectiveKind::sft  ? 1
-               : setup.kind == ObjectiveKind::grpo ? a.objective.group_size
-                                                   : 2;
+    segments = a.segments > 0 ? a.segments
+                              : plan_sequences_of(setup.traits(), a.objective.group_size);
     for (const Precision p : precisions_from_flag(a.precisions)) {
       models.push_back(std::make_unique<Models>(p, *be));
       build(*models.back());
@@ -184,7 +182,7 @@ struct Bench {
   // ratios of the medians stay fair. The sgemm probe runs between the rounds.
   void at_length(int64_t T, std::vector<Run>& runs) {
     check_segments(T, segments);
-    const Batch batch = setup.kind == ObjectiveKind::sft
+    const Batch batch = !setup.traits().completions
                             ? random_batch(src.cfg.vocab_size, T, segments, a.seed, false)
                             : random_objective_batch(setup.kind, a.objective.group_size,
                                                      src.cfg.vocab_size, T, segments, a.seed);
@@ -274,7 +272,7 @@ struct Bench {
     r.gflops = r.gflops / r.median_s / 1e9;
     r.activation_peak = r.peak - r.breakdown[Category::weights] - r.breakdown[Category::grads] -
                         r.breakdown[Category::optimizer];
-    if (setup.kind == ObjectiveKind::sft && exec.layers == LayerMode::stream &&
+    if (setup.traits().analytic_memory && exec.layers == LayerMode::stream &&
         exec.head == HeadMode::chunked)
       r.analytic = stream_memory_terms(src.cfg, r.T, r.layer_chunk, r.head_chunk, exec.act_dtype)
                        .activation_peak();

@@ -58,12 +58,12 @@ int run(const Args& a) {
   opts.group_size = a.objective.group_size;
   opts.precision = precision_from_flag(a.precision);
   opts.lora = a.lora.config();
-  if (opts.objective.kind != ObjectiveKind::sft && a.seq_len < 4)
+  if (opts.objective.traits().completions && a.seq_len < 4)
     throw InputError(std::string("--seq-len must be at least 4 for ") +
                      objective_name(opts.objective.kind));
   check_segments(a.seq_len, a.segments);
   const Batch batch =
-      opts.objective.kind == ObjectiveKind::sft
+      !opts.objective.traits().completions
           ? random_batch(src.cfg.vocab_size, a.seq_len, a.segments, a.seed, a.mask)
           : random_objective_batch(opts.objective.kind, a.objective.group_size, src.cfg.vocab_size,
                                    a.seq_len, a.segments, a.seed);

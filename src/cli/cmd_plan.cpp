@@ -137,7 +137,7 @@ Request parse_request(const Args& a) {
   setup.ranks = a.ranks;
   setup.zero = a.ranks > 1 ? a.zero : 0;
   if (a.max_completion_length > 0) {
-    if (setup.objective.kind != ObjectiveKind::grpo && setup.objective.kind != ObjectiveKind::ppo)
+    if (!setup.objective.traits().rollouts)
       throw InputError("--max-completion-length: a generation phase is planned for online grpo "
                        "and ppo only (--objective grpo|ppo)");
     if (a.prompt_len < 1) throw InputError("--prompt-len: the prompt's tokens, at least 1");
@@ -246,7 +246,7 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   print_table(rows, q.search, setup.budget > 0);
   const char* what =
       !q.search ? "peak of one step and the ledger's breakdown at that moment"
-      : setup.objective.kind == ObjectiveKind::sft
+      : !setup.objective.traits().completions
           ? "longest T: one sequence whose step fits the usable budget"
           : "longest T: the tokens of one micro-batch (its sequences together) whose step fits the "
             "usable budget, with the reference and value models the objective holds";

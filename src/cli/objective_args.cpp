@@ -60,20 +60,22 @@ ObjectiveSetup ObjectiveArgs::setup() const {
   s.grpo.entropy_coef = entropy_coef;
   s.ppo.entropy_coef = entropy_coef;
   if (beta >= 0.0) {
-    if (s.kind == ObjectiveKind::dpo && beta == 0.0) throw InputError("--beta must be > 0 for dpo");
     s.dpo.beta = beta;
     s.grpo.beta = beta;
     s.rollout.kl_coef = beta;
   } else {
     s.grpo.beta = 0.04;
   }
+  if (const char* error = s.traits().settings_error ? s.traits().settings_error(s) : nullptr)
+    throw InputError(std::string("--") + error + " for " + s.traits().name);
   return s;
 }
 
 std::string ObjectiveArgs::describe() const {
   const ObjectiveSetup s = setup();
   std::string d = s.describe();
-  if (s.kind == ObjectiveKind::grpo) d += ", group " + std::to_string(group_size);
+  if (s.traits().group == SequenceGroup::configured)
+    d += ", group " + std::to_string(group_size);
   return d;
 }
 

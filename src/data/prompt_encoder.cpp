@@ -16,8 +16,10 @@ const char* end_of_turn(ChatFamily f) {
     case ChatFamily::llama3:
     case ChatFamily::llama3_0: return "<|eot_id|>";
     case ChatFamily::gemma: return "<end_of_turn>";
-    default: return "<|im_end|>";
+    case ChatFamily::chatml:
+    case ChatFamily::qwen3: return "<|im_end|>";
   }
+  return "<|im_end|>";
 }
 
 }  // namespace

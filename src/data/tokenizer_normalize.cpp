@@ -193,8 +193,12 @@ bool NormalizerStep::can_delete() const {
     case Kind::StripAccents:
     case Kind::Nmt: return true;
     case Kind::Bert: return clean_text || strip_accents;
-    default: return false;
+    case Kind::Form:
+    case Kind::Prepend:
+    case Kind::Lowercase:
+    case Kind::ByteLevel: return false;
   }
+  return false;
 }
 
 std::string_view Normalizer::apply(std::string_view text, std::string& buffer) const {

@@ -149,8 +149,9 @@ const char* torch_dtype_name(DType dt) {
     case DType::F32: return "float32";
     case DType::BF16: return "bfloat16";
     case DType::F16: return "float16";
-    default: return nullptr;
+    case DType::I32: return nullptr;  // never a checkpoint's weights
   }
+  return nullptr;
 }
 
 // "a/b/" -> "a/b": the temporary and backup siblings are derived from the last component.

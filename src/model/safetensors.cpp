@@ -101,11 +101,13 @@ void convert(const unsigned char* src, DType s, unsigned char* dst, DType d, int
     switch (s) {
       case DType::F32: return load_f32(src + 4 * i);
       case DType::BF16: return bf16_to_f32(load_u16(src + 2 * i));
-      default: {
+      case DType::F16:
+      case DType::I32: {  // not a supported source (above); on the F16 path as before
         const uint16_t h = load_u16(src + 2 * i);
         return tab ? tab[h] : f16_to_f32(h);
       }
     }
+    return 0.0f;  // unreachable: every dtype is a case
   };
   // The two paths that matter for loading checkpoints get their own tight loops.
   if (s == DType::BF16 && d == DType::F32) {
@@ -124,7 +126,8 @@ void convert(const unsigned char* src, DType s, unsigned char* dst, DType d, int
     switch (d) {
       case DType::F32: store_f32(dst + 4 * i, f); break;
       case DType::BF16: store_u16(dst + 2 * i, f32_to_bf16(f)); break;
-      default: store_u16(dst + 2 * i, f32_to_f16(f)); break;
+      case DType::F16:
+      case DType::I32: store_u16(dst + 2 * i, f32_to_f16(f)); break;  // I32: as before
     }
   }
 }

@@ -1,8 +1,10 @@
 #include "objective/dpo.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
+#include "objective/objective_setup.h"
 
 namespace sbp {
 
@@ -112,5 +114,37 @@ std::map<std::string, double> DpoObjective::metrics() const {
           {"logps/chosen", lc / n},
           {"logps/rejected", lr / n}};
 }
+
+// DPO trains on (chosen, rejected) pairs and always scores against a reference model.
+namespace {
+constexpr const char* kDpoFormats[] = {"preference"};
+bool dpo_reference(const ObjectiveSetup&) { return true; }
+std::string dpo_describe(const ObjectiveSetup& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "dpo (%s, beta %g, label smoothing %g)",
+                dpo_loss_name(s.dpo.loss_type), s.dpo.beta, s.dpo.label_smoothing);
+  return buf;
+}
+const char* dpo_settings_error(const ObjectiveSetup& s) {
+  return s.dpo.beta > 0.0 ? nullptr : "beta must be > 0";
+}
+}  // namespace
+
+// extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
+extern const ObjectiveTraits kDpoTraits = {
+    .kind = ObjectiveKind::dpo,
+    .name = "dpo",
+    .formats = kDpoFormats,
+    .formats_text = "preference (prompt, chosen, rejected)",
+    .completions = true,
+    .group = SequenceGroup::pair,
+    .plan_sequences = 2,
+    .rollouts = false,
+    .needs_reference = dpo_reference,
+    .value_model = false,
+    .analytic_memory = false,
+    .describe = dpo_describe,
+    .settings_error = dpo_settings_error,
+};
 
 }  // namespace sbp

@@ -1,8 +1,10 @@
 #include "objective/grpo.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
+#include "objective/objective_setup.h"
 #include "objective/token_terms.h"
 
 namespace sbp {
@@ -106,5 +108,34 @@ std::map<std::string, double> GrpoObjective::metrics() const {
   if (wants_entropy()) m["entropy"] = entropy_sum_ / n;
   return m;
 }
+
+// GRPO trains on groups of rollouts of one prompt; a reference model only with a KL term.
+namespace {
+constexpr const char* kGrpoFormats[] = {"rollout"};
+bool grpo_reference(const ObjectiveSetup& s) { return s.grpo.beta != 0.0; }
+std::string grpo_describe(const ObjectiveSetup& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "grpo (%s, beta %g, scale_rewards %s)",
+                grpo_loss_name(s.grpo.loss_type), s.grpo.beta, scale_rewards_name(s.scale_rewards));
+  return buf;
+}
+}  // namespace
+
+// extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
+extern const ObjectiveTraits kGrpoTraits = {
+    .kind = ObjectiveKind::grpo,
+    .name = "grpo",
+    .formats = kGrpoFormats,
+    .formats_text = "rollout (prompt, completion, reward)",
+    .completions = true,
+    .group = SequenceGroup::configured,
+    .plan_sequences = 0,
+    .rollouts = true,
+    .needs_reference = grpo_reference,
+    .value_model = false,
+    .analytic_memory = false,
+    .describe = grpo_describe,
+    .settings_error = nullptr,
+};
 
 }  // namespace sbp

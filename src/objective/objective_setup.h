@@ -11,22 +11,14 @@
 //         constants (GAE) against a reference model
 #include <string>
 
-#include "core/enum_names.h"
 #include "objective/dpo.h"
 #include "objective/gae.h"
 #include "objective/group_advantages.h"
 #include "objective/grpo.h"
+#include "objective/objective_traits.h"
 #include "objective/ppo.h"
 
 namespace sbp {
-
-enum class ObjectiveKind { sft, dpo, grpo, ppo };
-inline constexpr EnumName<ObjectiveKind> kObjectiveNames[] = {{ObjectiveKind::sft, "sft"},
-                                                              {ObjectiveKind::dpo, "dpo"},
-                                                              {ObjectiveKind::grpo, "grpo"},
-                                                              {ObjectiveKind::ppo, "ppo"}};
-ObjectiveKind parse_objective(const std::string& name);  // InputError naming the choices
-const char* objective_name(ObjectiveKind k);
 
 struct ObjectiveSetup {
   ObjectiveKind kind = ObjectiveKind::sft;
@@ -38,12 +30,11 @@ struct ObjectiveSetup {
   PpoConfig ppo;
   PpoRolloutConfig rollout;
 
-  // DPO and PPO always score against a reference model (PPO's KL penalty is part of its
-  // per-token rewards and objective/kl is logged even when kl_coef is 0); GRPO only with a KL
-  // term.
-  bool needs_reference() const;
-  bool needs_value_model() const { return kind == ObjectiveKind::ppo; }
-  std::string describe() const;  // "dpo (sigmoid, beta 0.1, label smoothing 0)"
+  // The objective's row (objective_traits.h).
+  const ObjectiveTraits& traits() const { return objective_traits(kind); }
+  bool needs_reference() const { return traits().needs_reference(*this); }
+  bool needs_value_model() const { return traits().value_model; }
+  std::string describe() const { return traits().describe(*this); }  // "dpo (sigmoid, ...)"
 };
 
 }  // namespace sbp

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
+#include "objective/objective_setup.h"
 #include "objective/token_terms.h"
 
 namespace sbp {
@@ -109,5 +111,36 @@ std::map<std::string, double> PpoValueObjective::metrics() const {
   return {
       {"loss", loss_}, {"loss/value", 0.5 * vf_sum_ / n_}, {"val/clipfrac_avg", clip_sum_ / n_}};
 }
+
+// PPO trains on rollouts with a value model beside the policy; its KL penalty is part of the
+// per-token rewards and objective/kl is logged even when kl_coef is 0, so it always scores
+// against a reference model. Plan and bench shape two sequences, so that the advantages are
+// whitened over more than one.
+namespace {
+constexpr const char* kPpoFormats[] = {"rollout"};
+bool ppo_reference(const ObjectiveSetup&) { return true; }
+std::string ppo_describe(const ObjectiveSetup& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "ppo (kl_coef %g, vf_coef %g)", s.rollout.kl_coef, s.ppo.vf_coef);
+  return buf;
+}
+}  // namespace
+
+// extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
+extern const ObjectiveTraits kPpoTraits = {
+    .kind = ObjectiveKind::ppo,
+    .name = "ppo",
+    .formats = kPpoFormats,
+    .formats_text = "rollout (prompt, completion, reward)",
+    .completions = true,
+    .group = SequenceGroup::one,
+    .plan_sequences = 2,
+    .rollouts = true,
+    .needs_reference = ppo_reference,
+    .value_model = true,
+    .analytic_memory = false,
+    .describe = ppo_describe,
+    .settings_error = nullptr,
+};
 
 }  // namespace sbp

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "objective/objective_setup.h"
 
 namespace sbp {
 
@@ -31,5 +32,30 @@ void SftObjective::token_grads(int64_t row_begin, std::span<const float> logp,
     loss_ -= static_cast<double>(w) * logp[static_cast<size_t>(i)];
   }
 }
+
+// SFT trains on plain sequences (or prompt + completion with the prompt masked), alone, with
+// the policy only.
+namespace {
+constexpr const char* kSftFormats[] = {"messages", "prompt_completion", "text"};
+bool sft_reference(const ObjectiveSetup&) { return false; }
+std::string sft_describe(const ObjectiveSetup&) { return "sft"; }
+}  // namespace
+
+// extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
+extern const ObjectiveTraits kSftTraits = {
+    .kind = ObjectiveKind::sft,
+    .name = "sft",
+    .formats = kSftFormats,
+    .formats_text = "messages, prompt_completion or text",
+    .completions = false,
+    .group = SequenceGroup::one,
+    .plan_sequences = 1,
+    .rollouts = false,
+    .needs_reference = sft_reference,
+    .value_model = false,
+    .analytic_memory = true,
+    .describe = sft_describe,
+    .settings_error = nullptr,
+};
 
 }  // namespace sbp

@@ -14,22 +14,9 @@
 
 namespace sbp {
 
-namespace {
-
-int64_t planning_sequences(ObjectiveKind kind, int64_t group_size) {
-  switch (kind) {
-    case ObjectiveKind::sft: return 1;
-    case ObjectiveKind::grpo: return std::max<int64_t>(1, group_size);
-    case ObjectiveKind::dpo:
-    case ObjectiveKind::ppo: return 2;
-  }
-  return 1;
-}
-
-}  // namespace
-
 int64_t min_planning_tokens(ObjectiveKind kind, int64_t group_size) {
-  return kind == ObjectiveKind::sft ? 1 : 2 * planning_sequences(kind, group_size);
+  const ObjectiveTraits& t = objective_traits(kind);
+  return t.completions ? 2 * plan_sequences_of(t, group_size) : 1;
 }
 
 int64_t max_planning_tokens(ObjectiveKind kind) {
@@ -44,9 +31,10 @@ int64_t max_planning_tokens(ObjectiveKind kind) {
 
 StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {
   SBP_CHECK(T >= min_planning_tokens(kind, group_size), "planning_step: too few tokens");
+  const ObjectiveTraits& t = objective_traits(kind);
   MicroBatch mb;
-  const int64_t S = planning_sequences(kind, group_size);
-  if (kind == ObjectiveKind::sft) {
+  const int64_t S = plan_sequences_of(t, group_size);
+  if (!t.completions) {
     mb.batch.tokens.assign(static_cast<size_t>(T), 0);
     mb.batch.seq_lens = {T};
   } else {
@@ -60,9 +48,8 @@ StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {
     }
     mb.batch = prompt_completion_batch(seqs);
   }
-  if (kind == ObjectiveKind::grpo || kind == ObjectiveKind::ppo)
-    mb.rewards.assign(static_cast<size_t>(S), 0.0f);
-  if (kind == ObjectiveKind::grpo) mb.group_size = S;
+  if (t.rollouts) mb.rewards.assign(static_cast<size_t>(S), 0.0f);
+  if (t.group == SequenceGroup::configured) mb.group_size = S;
   // Moved, not listed: a braced list would copy the (T) token table once more.
   std::vector<MicroBatch> micro;
   micro.push_back(std::move(mb));

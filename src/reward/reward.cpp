@@ -8,36 +8,75 @@
 
 namespace sbp {
 
+namespace {
+
+std::unique_ptr<RewardFunction> make_length(const RewardSpec& spec, const std::string& where) {
+  if (spec.max_length < 1)
+    throw InputError(where + ": max_length must be at least 1, got " +
+                     std::to_string(spec.max_length));
+  if (spec.cache_length < 1 || spec.cache_length > spec.max_length)
+    throw InputError(where + ": cache_length must be in [1, max_length = " +
+                     std::to_string(spec.max_length) + "], got " +
+                     std::to_string(spec.cache_length));
+  return make_length_reward(spec.max_length, spec.cache_length);
+}
+
+std::unique_ptr<RewardFunction> make_command(const RewardSpec& spec, const std::string& where) {
+  if (spec.command.empty() || spec.command[0].empty())
+    throw InputError(where + ": a command reward needs a command (program and arguments)");
+  if (!(spec.timeout_s > 0.0 && spec.timeout_s <= 86400.0))
+    throw InputError(where + ": reward_timeout must be in (0, 86400] seconds");
+  return make_command_reward(spec.command, spec.timeout_s);
+}
+
+}  // namespace
+
+std::string reward_type_list() {
+  std::string s;
+  for (const EnumName<RewardType>& e : kRewardTypeNames) {
+    if (!s.empty()) s += ", ";
+    s += e.name;
+  }
+  return s;
+}
+
 std::unique_ptr<RewardFunction> make_reward(const RewardSpec& spec, const std::string& where) {
   if (!std::isfinite(spec.weight))
     throw InputError(where + ": weight must be a finite number");
-  if (spec.type == "accuracy") {
-    if (spec.answer_field.empty()) throw InputError(where + ": answer_field must not be empty");
-    return make_accuracy_reward(spec.answer_field);
+  RewardType type{};
+  if (!try_parse_enum<RewardType>(kRewardTypeNames, spec.type, &type))
+    throw InputError(where + ": unknown reward type '" + spec.type + "' (known: " +
+                     reward_type_list() + ")");
+  switch (type) {
+    case RewardType::accuracy:
+      if (spec.answer_field.empty()) throw InputError(where + ": answer_field must not be empty");
+      return make_accuracy_reward(spec.answer_field);
+    case RewardType::format:
+      if (spec.pattern.empty()) throw InputError(where + ": a format reward needs a pattern");
+      return make_format_reward(spec.pattern, where + ".pattern");
+    case RewardType::length: return make_length(spec, where);
+    case RewardType::command: return make_command(spec, where);
   }
-  if (spec.type == "format") {
-    if (spec.pattern.empty()) throw InputError(where + ": a format reward needs a pattern");
-    return make_format_reward(spec.pattern, where + ".pattern");
+  return nullptr;
+}
+
+nlohmann::json reward_spec_json(const RewardSpec& s) {
+  nlohmann::json r = {{"type", s.type}, {"name", s.name}, {"weight", s.weight}};
+  RewardType type{};
+  if (!try_parse_enum<RewardType>(kRewardTypeNames, s.type, &type)) return r;
+  switch (type) {
+    case RewardType::accuracy: r["answer_field"] = s.answer_field; break;
+    case RewardType::format: r["pattern"] = s.pattern; break;
+    case RewardType::length:
+      r["max_length"] = s.max_length;
+      r["cache_length"] = s.cache_length;
+      break;
+    case RewardType::command:
+      r["command"] = s.command;
+      if (s.timeout_s > 0.0) r["timeout"] = s.timeout_s;
+      break;
   }
-  if (spec.type == "length") {
-    if (spec.max_length < 1)
-      throw InputError(where + ": max_length must be at least 1, got " +
-                       std::to_string(spec.max_length));
-    if (spec.cache_length < 1 || spec.cache_length > spec.max_length)
-      throw InputError(where + ": cache_length must be in [1, max_length = " +
-                       std::to_string(spec.max_length) + "], got " +
-                       std::to_string(spec.cache_length));
-    return make_length_reward(spec.max_length, spec.cache_length);
-  }
-  if (spec.type == "command") {
-    if (spec.command.empty() || spec.command[0].empty())
-      throw InputError(where + ": a command reward needs a command (program and arguments)");
-    if (!(spec.timeout_s > 0.0 && spec.timeout_s <= 86400.0))
-      throw InputError(where + ": reward_timeout must be in (0, 86400] seconds");
-    return make_command_reward(spec.command, spec.timeout_s);
-  }
-  throw InputError(where + ": unknown reward type '" + spec.type +
-                   "' (known: accuracy, format, length, command)");
+  return r;
 }
 
 RewardSet::RewardSet(std::vector<RewardSpec> specs, const std::string& where)

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace sbp {
@@ -56,8 +57,17 @@ class RewardFunction {
   virtual std::vector<double> score(std::span<const RewardRequest> requests) = 0;
 };
 
+// The reward types, spelled as in a config file: the one list of them.
+enum class RewardType { accuracy, format, length, command };
+inline constexpr EnumName<RewardType> kRewardTypeNames[] = {{RewardType::accuracy, "accuracy"},
+                                                            {RewardType::format, "format"},
+                                                            {RewardType::length, "length"},
+                                                            {RewardType::command, "command"}};
+std::string reward_type_list();  // "accuracy, format, length, command"
+
 struct RewardSpec {
-  std::string type;  // accuracy | format | length | command
+  // kRewardTypeNames spelling, as written (checked by make_reward, which names the place).
+  std::string type;
   std::string name;  // the metric's name (reward/<name>); empty: the type
   double weight = 1.0;
   std::string answer_field = "answer";  // accuracy
@@ -72,6 +82,10 @@ struct RewardSpec {
 // is invalid: unknown type, non-finite weight, a pattern that does not compile, max_length < 1
 // or cache_length outside [1, max_length], an empty command, timeout_s not in (0, 86400].
 std::unique_ptr<RewardFunction> make_reward(const RewardSpec& spec, const std::string& where);
+
+// The spec as a config file writes it: type, name, weight and its type's own fields (only the
+// common ones when the type is unknown).
+nlohmann::json reward_spec_json(const RewardSpec& spec);
 
 class RewardSet {
  public:

@@ -1,6 +1,8 @@
 // StepRunner's GRPO step (step_runner.h): advantages over the step's groups, then one
 // GrpoObjective per micro-batch.
 #include "core/error.h"
+#include "step/micro_batch_prep.h"
+#include "step/objective_steps.h"
 #include "step/step_runner.h"
 #include "step/weighted_means.h"
 
@@ -53,40 +55,44 @@ StepRewards gather_rewards(const StepBatches& step, Communicator& comm) {
   return out;
 }
 
-}  // namespace
-
-void StepRunner::run_grpo(const StepBatches& step, StepResult& r) {
+void run_grpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
+  Communicator& comm = runner.comm();
   // Advantages over the step's groups, which sit as consecutive segments in order.
-  const StepRewards rewards = gather_rewards(step, comm_);
+  const StepRewards rewards = gather_rewards(step, comm);
   for (const MicroBatch& mb : step.micro)
     if (mb.group_size != rewards.group)
       throw InputError("grpo: the step's micro-batches have groups of " +
                        std::to_string(rewards.group) + " and " + std::to_string(mb.group_size) +
                        " completions (every group must have the same size)");
   const std::vector<float> advantages =
-      group_advantages(rewards.all, rewards.group, setup_.scale_rewards);
-  GrpoConfig cfg = setup_.grpo;
+      group_advantages(rewards.all, rewards.group, runner.objective().scale_rewards);
+  GrpoConfig cfg = runner.objective().grpo;
   cfg.grad_accum_steps = step.step_micro_batches;
   cfg.num_items_in_batch = r.loss_tokens;  // completion tokens of the whole step
   WeightedMeans stats;
-  for_each_slot(step, [&](size_t i, int64_t slot) {
+  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
     const MicroBatch& mb = step.micro[i];
     const size_t at = rewards.begin[static_cast<size_t>(step.index[i])];
     const std::span<const float> adv(advantages.data() + at, mb.batch.seq_lens.size());  // (S)
-    MicroBatchPrep prep(mb.batch, be_, pool_);  // shared by the reference's pass and the policy's
+    MicroBatchPrep prep(mb.batch, runner.backend(), runner.pool());  // shared by the reference's pass and the policy's
     std::vector<float> ref;                     // (T)
-    if (cfg.beta != 0.0) ref = reference_engine().score(prep.for_model(reference_config())).logp;
+    if (cfg.beta != 0.0) ref = runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
     GrpoObjective objective(mb.batch, adv, cfg, mb.old_logp, ref);
-    backward_slot(models_.policy, prep, objective, slot, logp_slot(r, i));
+    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
     r.loss += objective.loss();
     stats.add(objective.metrics(), mb.batch.loss_weight_sum());
   });
-  r.loss = comm_.sum(r.loss);
-  stats.merge_ranks(comm_);
+  r.loss = comm.sum(r.loss);
+  stats.merge_ranks(comm);
   r.metrics = stats.means();
   double reward = 0.0;
   for (float x : rewards.all) reward += x / static_cast<double>(rewards.all.size());
   r.metrics["reward"] = reward;
 }
+
+}  // namespace
+
+// extern: a namespace-scope const is file-local otherwise; objective_steps.cpp registers it.
+extern const ObjectiveStep kGrpoStep = {ObjectiveKind::grpo, run_grpo, nullptr};
 
 }  // namespace sbp

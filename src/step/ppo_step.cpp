@@ -1,11 +1,16 @@
 // StepRunner's PPO step (step_runner.h): the rollout constants of every micro-batch before any
 // backward, GAE whitened over the step, then the policy's and the value model's updates.
+#include "step/micro_batch_prep.h"
+#include "step/objective_steps.h"
 #include "step/step_runner.h"
 #include "step/weighted_means.h"
 
 namespace sbp {
 
-void StepRunner::run_ppo(const StepBatches& step, StepResult& r) {
+namespace {
+
+void run_ppo(StepRunner& runner, const StepBatches& step, StepResult& r) {
+  Communicator& comm = runner.comm();
   // The rollout constants of every micro-batch, before any backward: the weights they are
   // computed from are the ones the step starts with.
   struct Rollout {
@@ -17,36 +22,37 @@ void StepRunner::run_ppo(const StepBatches& step, StepResult& r) {
   // updates below. Its tables stay until its updates are done.
   std::vector<MicroBatchPrep> preps;
   preps.reserve(step.micro.size());
-  const ModelConfig& policy_cfg = *models_.policy.model.cfg;
-  const ModelConfig& value_cfg = *models_.value.model.cfg;
+  const ModelConfig& policy_cfg = *runner.models().policy.model.cfg;
+  const ModelConfig& value_cfg = *runner.models().value.model.cfg;
   for (size_t i = 0; i < step.micro.size(); ++i) {
     const MicroBatch& mb = step.micro[i];
     Rollout& ro = rollouts[i];
-    MicroBatchPrep& prep = preps.emplace_back(mb.batch, be_, pool_);
+    MicroBatchPrep& prep = preps.emplace_back(mb.batch, runner.backend(), runner.pool());
     ro.old_logp =
-        mb.old_logp.empty() ? policy_engine().score(prep.for_model(policy_cfg)).logp : mb.old_logp;
-    ro.ref_logp = reference_engine().score(prep.for_model(reference_config())).logp;
-    ro.old_values = mb.old_values.empty() ? value_engine().values(prep.for_model(value_cfg))
+        mb.old_logp.empty() ? runner.policy_engine().score(prep.for_model(policy_cfg)).logp : mb.old_logp;
+    ro.ref_logp = runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
+    ro.old_values = mb.old_values.empty() ? runner.value_engine().values(prep.for_model(value_cfg))
                                           : mb.old_values;
     parts.push_back({&mb.batch, mb.rewards, ro.old_logp, ro.ref_logp, ro.old_values});
   }
   // Whitening over the whole step: its statistics are summed over the ranks.
   SumOverRanks sum_over_ranks;
-  if (comm_.size() > 1) sum_over_ranks = [this](std::span<double> x) { comm_.sum(x); };
-  const std::vector<PpoAdvantages> adv = ppo_step_advantages(parts, setup_.rollout, sum_over_ranks);
+  if (comm.size() > 1) sum_over_ranks = [&comm](std::span<double> x) { comm.sum(x); };
+  const std::vector<PpoAdvantages> adv =
+      ppo_step_advantages(parts, runner.objective().rollout, sum_over_ranks);
 
   // One update per micro-batch; each term is already divided by ga, so the losses add up to the
   // mean over micro-batches of TRL's pg_loss + vf_coef * vf_loss.
-  PpoConfig cfg = setup_.ppo;
+  PpoConfig cfg = runner.objective().ppo;
   cfg.grad_accum_steps = step.step_micro_batches;
   WeightedMeans stats;    // TRL logs the mean of its per-micro-batch statistics
   WeightedMeans rollout;  // and its rollout statistics over the batch's sequences
-  for_each_slot(step, [&](size_t i, int64_t slot) {
+  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     PpoPolicyObjective policy(b, adv[i].advantages, rollouts[i].old_logp, cfg);
-    backward_slot(models_.policy, preps[i], policy, slot, logp_slot(r, i));
+    runner.backward_slot(runner.models().policy, preps[i], policy, slot, runner.logp_slot(r, i));
     PpoValueObjective value(b, adv[i].returns, rollouts[i].old_values, cfg);
-    backward_slot(models_.value, preps[i], value, slot, nullptr);
+    runner.backward_slot(runner.models().value, preps[i], value, slot, nullptr);
     preps[i].release();  // its passes are done
     r.loss += policy.loss() + value.loss();
     std::map<std::string, double> m = policy.metrics();
@@ -58,12 +64,17 @@ void StepRunner::run_ppo(const StepBatches& step, StepResult& r) {
                  {"objective/rlhf_reward", adv[i].mean_non_score_reward + adv[i].mean_score}},
                 static_cast<double>(b.seq_lens.size()));
   });
-  r.loss = comm_.sum(r.loss);
-  stats.merge_ranks(comm_);
-  rollout.merge_ranks(comm_);
+  r.loss = comm.sum(r.loss);
+  stats.merge_ranks(comm);
+  rollout.merge_ranks(comm);
   r.metrics = stats.means();
   for (const auto& [k, v] : rollout.means()) r.metrics[k] = v;
   r.metrics["reward"] = r.metrics["objective/scores"];
 }
+
+}  // namespace
+
+// extern: a namespace-scope const is file-local otherwise; objective_steps.cpp registers it.
+extern const ObjectiveStep kPpoStep = {ObjectiveKind::ppo, run_ppo, nullptr};
 
 }  // namespace sbp

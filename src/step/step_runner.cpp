@@ -4,9 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "objective/sft.h"
-#include "objective/token_terms.h"
-#include "step/weighted_means.h"
+#include "step/objective_steps.h"
 
 namespace sbp {
 
@@ -41,11 +39,11 @@ void check_model(bool ok, const ObjectiveSetup& s, const char* what) {
 void check_micro_batch(const ObjectiveSetup& s, const MicroBatch& mb, size_t i) {
   const std::string where = "micro-batch " + std::to_string(i) + ": ";
   const size_t S = mb.batch.seq_lens.size(), T = static_cast<size_t>(mb.batch.size());
-  const bool rl = s.kind == ObjectiveKind::grpo || s.kind == ObjectiveKind::ppo;
-  if (rl && mb.rewards.size() != S)
+  const ObjectiveTraits& t = s.traits();
+  if (t.rollouts && mb.rewards.size() != S)
     throw InputError(where + std::to_string(mb.rewards.size()) + " rewards for " +
                      std::to_string(S) + " sequences");
-  if (s.kind == ObjectiveKind::grpo &&
+  if (t.group == SequenceGroup::configured &&
       (mb.group_size < 1 || S % static_cast<size_t>(mb.group_size) != 0))
     throw InputError(where + std::to_string(S) + " sequences are not groups of " +
                      std::to_string(mb.group_size));
@@ -165,97 +163,13 @@ StepResult StepRunner::run(const StepBatches& step) {
     models_.policy.grads->begin_step(step.slots);
   }
   if (models_.value.defined()) models_.value.grads->begin_step(step.slots);
-  switch (setup_.kind) {
-    case ObjectiveKind::sft: run_sft(step, r); break;
-    case ObjectiveKind::dpo: run_dpo(step, r); break;
-    case ObjectiveKind::grpo: run_grpo(step, r); break;
-    case ObjectiveKind::ppo: run_ppo(step, r); break;
-  }
+  objective_step(setup_.kind).run(*this, step, r);
   return r;
 }
 
-void StepRunner::run_sft(const StepBatches& step, StepResult& r) {
-  for_each_slot(step, [&](size_t i, int64_t slot) {
-    const Batch& b = step.micro[i].batch;
-    SftObjective objective(b, r.loss_tokens);  // normalised by the loss tokens of the whole step
-    MicroBatchPrep prep(b, be_, pool_);
-    backward_slot(models_.policy, prep, objective, slot, logp_slot(r, i));
-    r.loss += objective.loss();
-  });
-  r.loss = comm_.sum(r.loss);
-}
-
-void StepRunner::run_dpo(const StepBatches& step, StepResult& r) {
-  double pairs = 0.0;
-  for (const MicroBatch& mb : step.micro)
-    pairs += static_cast<double>(mb.batch.seq_lens.size() / 2);
-  pairs = comm_.sum(pairs);
-  WeightedMeans stats;
-  for_each_slot(step, [&](size_t i, int64_t slot) {
-    const Batch& b = step.micro[i].batch;
-    MicroBatchPrep prep(b, be_, pool_);  // shared by the reference's pass and the policy's
-    const PreparedBatch& for_reference = prep.for_model(reference_config());
-    const std::vector<float> ref = reference_engine().score(for_reference).logp;  // (T)
-    DpoObjective objective(b, ref, setup_.dpo, pairs);
-    backward_slot(models_.policy, prep, objective, slot, logp_slot(r, i));
-    r.loss += objective.loss();
-    stats.add(objective.metrics(), static_cast<double>(b.seq_lens.size() / 2));
-  });
-  r.loss = comm_.sum(r.loss);
-  stats.merge_ranks(comm_);
-  r.metrics = stats.means();
-}
-
 double StepRunner::evaluate(std::span<const MicroBatch> eval) {
-  if (setup_.kind == ObjectiveKind::dpo) return evaluate_dpo(eval);
-  if (setup_.kind != ObjectiveKind::sft) return std::numeric_limits<double>::quiet_NaN();
-  double sums[2] = {0.0, 0.0};  // NLL, loss weight
-  for (size_t i = static_cast<size_t>(comm_.rank()); i < eval.size();
-       i += static_cast<size_t>(comm_.size())) {
-    const Batch& b = eval[i].batch;
-    const std::vector<float> logp = score(b).logp;
-    const std::vector<float> w = b.target_weights();
-    for (size_t t = 0; t < w.size(); ++t) {
-      sums[0] -= static_cast<double>(w[t]) * static_cast<double>(logp[t]);
-      sums[1] += w[t];
-    }
-  }
-  comm_.sum(sums);
-  return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
-}
-
-// Per-sequence sums of the policy's and the reference's log-probs over the completions, then
-// the pair loss: DpoObjective's formulas, forward only.
-double StepRunner::evaluate_dpo(std::span<const MicroBatch> eval) {
-  const DpoConfig& cfg = setup_.dpo;
-  const bool ipo = cfg.loss_type == DpoLoss::ipo;
-  double sums[2] = {0.0, 0.0};  // loss, pairs
-  for (size_t i = static_cast<size_t>(comm_.rank()); i < eval.size();
-       i += static_cast<size_t>(comm_.size())) {
-    const Batch& b = eval[i].batch;
-    MicroBatchPrep prep(b, be_, pool_);  // shared by the policy's pass and the reference's
-    const std::vector<float> pol =
-        policy_engine().score(prep.for_model(*models_.policy.model.cfg)).logp;
-    const std::vector<float> ref =
-        reference_engine().score(prep.for_model(reference_config())).logp;
-    const SequenceRows rows(b);
-    std::vector<double> sp(b.seq_lens.size(), 0.0), sr(sp.size(), 0.0);
-    for (int64_t t = 0; t < rows.num_rows(); ++t) {
-      const size_t s = static_cast<size_t>(rows.segment[static_cast<size_t>(t)]);
-      sp[s] +=
-          static_cast<double>(rows.weight[static_cast<size_t>(t)]) * pol[static_cast<size_t>(t)];
-      sr[s] +=
-          static_cast<double>(rows.weight[static_cast<size_t>(t)]) * ref[static_cast<size_t>(t)];
-    }
-    for (size_t q = 0; q + 1 < sp.size(); q += 2) {
-      const double nc = ipo ? rows.weight_sum[q] : 1.0, nr = ipo ? rows.weight_sum[q + 1] : 1.0;
-      const double z = (sp[q] / nc - sp[q + 1] / nr) - (sr[q] / nc - sr[q + 1] / nr);
-      sums[0] += dpo_pair_loss(z, cfg.loss_type, cfg.beta, cfg.label_smoothing).value;
-      sums[1] += 1.0;
-    }
-  }
-  comm_.sum(sums);
-  return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
+  const auto evaluate = objective_step(setup_.kind).evaluate;
+  return evaluate ? evaluate(*this, eval) : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace sbp

@@ -23,6 +23,9 @@
 //         then per micro-batch PpoPolicyObjective on the policy and PpoValueObjective on the
 //         value model, both with ga = the step's micro-batches
 //
+// Each objective's step is its row in step/objective_steps.h (sft_step.cpp, dpo_step.cpp,
+// grpo_step.cpp, ppo_step.cpp); run() checks the micro-batches and dispatches to it.
+//
 // Every forward pass of a reference or value model runs before the policy's backward of the
 // same micro-batch, so their working sets are never live beside the policy's checkpoints.
 //
@@ -98,13 +101,17 @@ class StepRunner {
   // PPO: an engine on the value model's current weights (only a PPO runner has one).
   Engine value_engine();
 
- private:
+  // For the objectives' step functions (step/objective_steps.h), not for callers.
+  Communicator& comm() { return comm_; }
+  Backend& backend() { return be_; }
+  Pool& pool() { return pool_; }
+  const StepModels& models() const { return models_; }
+  // The reference model, or with LoRA and no separate reference the policy's adapters off.
   Engine reference_engine();
   const ModelConfig& reference_config() const;
   // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
   void backward_slot(const TrainedView& model, MicroBatchPrep& prep, Objective& objective,
                      int64_t slot, std::vector<float>* logp);
-  void skip_slot(int64_t slot);
   // fn(i, slot) for each of this rank's micro-batches i in its slot; the empty slots a rank has
   // at a step's end are skipped for it (DataParallel::empty_slot), so every rank's collectives
   // match.
@@ -118,12 +125,11 @@ class StepRunner {
         skip_slot(slot);
     }
   }
+  // Where micro-batch i's log-probs are recorded, or null (StepRunnerOptions::record_logp).
   std::vector<float>* logp_slot(StepResult& r, size_t i);
-  void run_sft(const StepBatches& step, StepResult& r);
-  void run_dpo(const StepBatches& step, StepResult& r);
-  void run_grpo(const StepBatches& step, StepResult& r);
-  void run_ppo(const StepBatches& step, StepResult& r);
-  double evaluate_dpo(std::span<const MicroBatch> eval);
+
+ private:
+  void skip_slot(int64_t slot);
 
   ObjectiveSetup setup_;
   StepModels models_;

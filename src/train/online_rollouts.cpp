@@ -33,8 +33,8 @@ double std_of(const std::vector<double>& x) {
 }  // namespace
 
 bool trains_online(const TrainConfig& c) {
-  return (c.objective == ObjectiveKind::grpo || c.objective == ObjectiveKind::ppo) &&
-         !c.data_train.empty() && looks_like_prompt_records(c.data_train);
+  return objective_traits(c.objective).rollouts && !c.data_train.empty() &&
+         looks_like_prompt_records(c.data_train);
 }
 
 OnlineRollouts::OnlineRollouts(const TrainConfig& c, std::vector<PromptRecord> prompts,
@@ -46,7 +46,7 @@ OnlineRollouts::OnlineRollouts(const TrainConfig& c, std::vector<PromptRecord> p
       enc_(encoder),
       vocab_(vocab),
       rng_(c.seed, "prompt-order") {
-  const std::string obj = c.objective == ObjectiveKind::ppo ? "ppo" : "grpo";
+  const std::string obj = objective_name(c.objective);
   if (c.rewards.empty())
     throw InputError(c.where("data.train") + ": " + c.data_train +
                      " holds prompt records (online " + obj +

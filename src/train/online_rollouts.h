@@ -102,7 +102,7 @@ class OnlineRollouts {
   void pack();
   // PPO over several iterations: the micro-batches carry the old values of sampling time.
   bool keeps_old_values() const {
-    return kind_ == ObjectiveKind::ppo && s_.num_iterations > 1;
+    return objective_traits(kind_).value_model && s_.num_iterations > 1;
   }
 
   const TrainConfig& c_;

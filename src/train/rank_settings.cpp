@@ -23,10 +23,6 @@ constexpr int64_t kHeaderHashLimit = int64_t{64} << 20;
 
 // Config keys each rank may set for itself: its machine's thread count.
 const char* const kPerRankKeys[] = {"threads"};
-// Config keys naming inputs: compared by content (the inputs' entries), not as paths.
-const char* const kInputKeys[] = {"model",          "tokenizer",     "data.train",
-                                  "data.eval",      "lora.adapter",  "dpo.reference",
-                                  "grpo.reference", "ppo.reference", "ppo.value_model"};
 
 // Keys whose default is derived from another key (train_config.cpp fills them in): they go
 // last, so that ranks that differ in the source (output_dir, max_tokens) are told about it, not
@@ -35,6 +31,12 @@ const char* const kDerivedKeys[] = {"metrics", "data.max_seq_len"};
 
 bool listed(const std::string& key, std::span<const char* const> names) {
   return std::any_of(names.begin(), names.end(), [&](const char* n) { return key == n; });
+}
+
+bool is_input(const TrainConfig& c, const std::string& key) {
+  const std::vector<TrainConfig::Input> inputs = c.inputs();
+  return std::any_of(inputs.begin(), inputs.end(),
+                     [&](const TrainConfig::Input& in) { return key == in.key; });
 }
 
 // FNV-1a of up to `limit` bytes of `f` from its current position; false on a read error.
@@ -131,21 +133,15 @@ std::vector<AgreedSetting> settings_ranks_must_share(const TrainConfig& c,
   // Config keys, sorted (nlohmann::json's object order), then those with derived defaults.
   const nlohmann::json j = c.to_json();
   for (const auto& [key, value] : j.items()) {
-    if (listed(key, kPerRankKeys) || listed(key, kInputKeys) || listed(key, kDerivedKeys)) continue;
+    // Config keys naming inputs (TrainConfig::inputs) are compared by content, below.
+    if (listed(key, kPerRankKeys) || is_input(c, key) || listed(key, kDerivedKeys)) continue;
     out.push_back({key, config_value(value)});
   }
   for (const char* key : kDerivedKeys)
     if (j.contains(key)) out.push_back({key, config_value(j[key])});
   // Inputs by content. Data files are small next to weights and read whole by the run anyway.
-  append_input_digests(out, "model", c.model, false);
-  append_input_digests(out, "tokenizer", c.tokenizer, false);
-  append_input_digests(out, "data.train", c.data_train, true);
-  append_input_digests(out, "data.eval", c.data_eval, true);
-  append_input_digests(out, "lora.adapter", c.lora_adapter, false);
-  append_input_digests(out, "dpo.reference", c.dpo.reference, false);
-  append_input_digests(out, "grpo.reference", c.grpo.reference, false);
-  append_input_digests(out, "ppo.reference", c.ppo.reference, false);
-  append_input_digests(out, "ppo.value_model", c.ppo.value_model, false);
+  for (const TrainConfig::Input& in : c.inputs())
+    append_input_digests(out, in.key, in.path, in.data);
   // The checkpoint resumed from: the one each rank would pick (the newest in an output
   // directory), its state file whole and its weights and optimizer shards by header.
   std::string ckpt;

@@ -10,10 +10,11 @@ namespace sbp {
 MicroBatch to_micro_batch(PackedBatch p, ObjectiveKind kind) {
   MicroBatch mb;
   mb.batch = std::move(p.batch);
-  if (kind == ObjectiveKind::grpo || kind == ObjectiveKind::ppo) {
+  const ObjectiveTraits& t = objective_traits(kind);
+  if (t.rollouts) {
     for (double r : p.segment_reward) mb.rewards.push_back(static_cast<float>(r));
   }
-  if (kind == ObjectiveKind::grpo && !p.segment_example.empty()) {
+  if (t.group == SequenceGroup::configured && !p.segment_example.empty()) {
     mb.group_size =
         std::count(p.segment_example.begin(), p.segment_example.end(), p.segment_example.front());
   }

@@ -244,40 +244,34 @@ Key rewards_key() {
         }
       }
       if (spec.type.empty())
-        throw InputError(where + ": " + at + ": type is required (accuracy, format, length, "
-                                             "command)");
+        throw InputError(where + ": " + at + ": type is required (" + reward_type_list() + ")");
       if (spec.name.empty()) spec.name = spec.type;
       c.rewards.push_back(std::move(spec));
     }
   };
   k.get = [](const TrainConfig& c) {
     nlohmann::json a = nlohmann::json::array();
-    for (const RewardSpec& s : c.rewards) {
-      nlohmann::json r = {{"type", s.type}, {"name", s.name}, {"weight", s.weight}};
-      if (s.type == "accuracy") r["answer_field"] = s.answer_field;
-      if (s.type == "format") r["pattern"] = s.pattern;
-      if (s.type == "length") {
-        r["max_length"] = s.max_length;
-        r["cache_length"] = s.cache_length;
-      }
-      if (s.type == "command") {
-        r["command"] = s.command;
-        if (s.timeout_s > 0.0) r["timeout"] = s.timeout_s;
-      }
-      a.push_back(r);
-    }
+    for (const RewardSpec& s : c.rewards) a.push_back(reward_spec_json(s));
     return a;
   };
   return k;
 }
 
+// The config sections that hold rollout settings (RolloutSettings), one row each.
+struct RolloutSection {
+  ObjectiveKind kind;
+  const char* name;
+  RolloutSettings& (*of)(TrainConfig& c);
+};
+const RolloutSection kRolloutSections[] = {
+    {ObjectiveKind::grpo, "grpo", [](TrainConfig& c) -> RolloutSettings& { return c.grpo.rollout; }},
+    {ObjectiveKind::ppo, "ppo", [](TrainConfig& c) -> RolloutSettings& { return c.ppo.rollout; }}};
+
 // grpo.stop / ppo.stop: a list of stop strings, or one string.
-Key rollout_stop_key(const std::string& obj) {
+Key rollout_stop_key(const RolloutSection& section) {
   Key k;
-  k.name = obj + ".stop";
-  const auto of = [obj](TrainConfig& c) -> RolloutSettings& {
-    return obj == "grpo" ? c.grpo.rollout : c.ppo.rollout;
-  };
+  k.name = std::string(section.name) + ".stop";
+  const auto of = section.of;
   k.set = [of, name = k.name](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     std::vector<std::string> v;
     if (n.IsScalar()) {
@@ -352,7 +346,7 @@ const std::vector<Key>& keys() {
         KEY(bool, "data.shuffle", shuffle),
         KEY(bool, "data.append_eos", append_eos),
         AUTO_KEY(bool, "data.add_bos", add_bos, kBoolNames),
-        ENUM_KEY(ObjectiveKind, "objective", objective, kObjectiveNames),
+        ENUM_KEY(ObjectiveKind, "objective", objective, objective_names()),
         KEY(double, "dpo.beta", dpo.beta),
         ENUM_KEY(DpoLoss, "dpo.loss_type", dpo.loss_type, kDpoLossNames),
         KEY(double, "dpo.label_smoothing", dpo.label_smoothing),
@@ -428,10 +422,9 @@ const std::vector<Key>& keys() {
         KEY(std::string, "demo.out", demo_options.out),
     };
     // grpo.* and ppo.*: the rollout settings of online training (RolloutSettings).
-    for (const std::string obj : {"grpo", "ppo"}) {
-      auto of = [obj](TrainConfig& c) -> RolloutSettings& {
-        return obj == "grpo" ? c.grpo.rollout : c.ppo.rollout;
-      };
+    for (const RolloutSection& section : kRolloutSections) {
+      const std::string obj = section.name;
+      const auto of = section.of;
 #define ROLLOUT_KEY(T, field) \
   sbp::bind<T>(obj + "." #field, [of](TrainConfig& c) -> T& { return of(c).field; })
       const std::vector<Key> r = {
@@ -439,9 +432,9 @@ const std::vector<Key>& keys() {
           ROLLOUT_KEY(int64_t, max_completion_length), ROLLOUT_KEY(int64_t, num_iterations),
           ROLLOUT_KEY(double, temperature),          ROLLOUT_KEY(double, top_p),
           ROLLOUT_KEY(int64_t, top_k),               ROLLOUT_KEY(double, min_p),
-          ROLLOUT_KEY(bool, mask_truncated_completions), rollout_stop_key(obj)};
+          ROLLOUT_KEY(bool, mask_truncated_completions), rollout_stop_key(section)};
 #undef ROLLOUT_KEY
-      const std::string last = obj == "grpo" ? "grpo.reference" : "ppo.reference";
+      const std::string last = obj + ".reference";
       const auto at =
           std::find_if(k.begin(), k.end(), [&](const Key& x) { return x.name == last; });
       k.insert(at + 1, r.begin(), r.end());
@@ -685,18 +678,23 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.ppo.vf_coef >= 0.0, c, "ppo.vf_coef", "must be >= 0");
   require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0, c, "ppo.gamma", "must be in [0, 1]");
   require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
-  for (const std::string obj : {"grpo", "ppo"}) {
-    const RolloutSettings& r = obj == "grpo" ? c.grpo.rollout : c.ppo.rollout;
-    // GRPO's advantage compares a completion with the others of its prompt's group: with one
-    // completion the group's std is undefined (0/0 with the unbiased std TRL uses, so every
-    // advantage and then the loss is NaN) and the step learns nothing. TRL refuses
+  for (const RolloutSection& section : kRolloutSections) {
+    const std::string obj = section.name;
+    const RolloutSettings& r = section.of(c);
+    // An objective whose advantage compares a completion with the others of its prompt's group
+    // (GRPO) has no advantage for a group of one: the group's std is undefined (0/0 with the
+    // unbiased std TRL uses, so every advantage and then the loss is NaN). TRL refuses
     // num_generations < 2 for GRPO in its config too. PPO's advantages are per token (GAE), so
     // one completion per prompt is its default.
-    if (obj == "grpo")
-      require(r.num_generations != 1, c, "grpo.num_generations",
-              "is 1: GRPO compares each completion with the others of its prompt's group, and a "
-              "group of one has no advantage (its std is undefined); use at least 2");
-    require_range(c, obj + ".num_generations", r.num_generations, obj == "grpo" ? 2 : 1, 4096);
+    const bool compares_in_group =
+        objective_traits(section.kind).group == SequenceGroup::configured;
+    if (compares_in_group)
+      require(r.num_generations != 1, c, obj + ".num_generations",
+              "is 1: " + std::string(objective_traits(section.kind).name) +
+                  " compares each completion with the others of its prompt's group, and a "
+                  "group of one has no advantage (its std is undefined); use at least 2");
+    require_range(c, obj + ".num_generations", r.num_generations, compares_in_group ? 2 : 1,
+                  4096);
     require_range(c, obj + ".prompts_per_step", r.prompts_per_step, 1, int64_t{1} << 20);
     require_range(c, obj + ".max_completion_length", r.max_completion_length, 1, kMaxTokensPerBatch);
     require_range(c, obj + ".num_iterations", r.num_iterations, 1, 1024);
@@ -810,16 +808,38 @@ ExecConfig TrainConfig::exec() const {
   return e;
 }
 
+std::vector<TrainConfig::Input> TrainConfig::inputs() const {
+  return {{"model", model, false},
+          {"tokenizer", tokenizer, false},
+          {"data.train", data_train, true},
+          {"data.eval", data_eval, true},
+          {"lora.adapter", lora_adapter, false},
+          {"dpo.reference", dpo.reference, false},
+          {"grpo.reference", grpo.reference, false},
+          {"ppo.reference", ppo.reference, false},
+          {"ppo.value_model", ppo.value_model, false}};
+}
+
+// Per-objective settings sections: every objective is listed (no default:), so a new one is
+// named by the compiler here. sft has neither setting; it reads grpo's defaults, unused.
 const std::string& TrainConfig::reference_dir() const {
   switch (objective) {
     case ObjectiveKind::dpo: return dpo.reference;
     case ObjectiveKind::ppo: return ppo.reference;
-    default: return grpo.reference;
+    case ObjectiveKind::sft:
+    case ObjectiveKind::grpo: return grpo.reference;
   }
+  return grpo.reference;
 }
 
 const RolloutSettings& TrainConfig::rollout() const {
-  return objective == ObjectiveKind::ppo ? ppo.rollout : grpo.rollout;
+  switch (objective) {
+    case ObjectiveKind::ppo: return ppo.rollout;
+    case ObjectiveKind::sft:
+    case ObjectiveKind::dpo:
+    case ObjectiveKind::grpo: return grpo.rollout;
+  }
+  return grpo.rollout;
 }
 
 std::vector<std::string> resume_identity_keys() {

@@ -193,6 +193,16 @@ struct TrainConfig {
   const std::string& reference_dir() const;
   // The rollout settings of the objective (grpo.* or ppo.*).
   const RolloutSettings& rollout() const;
+
+  // Every input the config names, in one list: compared by content across ranks
+  // (rank_settings.h), never overwritten by the run (trainer). data: a data file, digested
+  // whole; otherwise a model directory (or a preset name), digested by its headers.
+  struct Input {
+    const char* key;  // "model", "dpo.reference", ...
+    const std::string& path;
+    bool data;
+  };
+  std::vector<Input> inputs() const;
 };
 
 // Reads `yaml_path` (may be "" for overrides only), applies the overrides in order, fills the

@@ -16,21 +16,14 @@ namespace sbp {
 
 namespace {
 
-std::string formats_for(ObjectiveKind objective) {
-  switch (objective) {
-    case ObjectiveKind::sft: return "messages, prompt_completion or text";
-    case ObjectiveKind::dpo: return "preference (prompt, chosen, rejected)";
-    default: return "rollout (prompt, completion, reward)";
-  }
-}
-
 void check_objective(const TrainConfig& c, const Dataset& d, const std::string& key) {
   if (!objective_accepts(c.objective, d.format)) {
     throw InputError(c.where(key) + ": " + key + ": objective " + objective_name(c.objective) +
-                     " trains on " + formats_for(c.objective) + " records, but " + d.path +
+                     " trains on " + objective_traits(c.objective).formats_text +
+                     " records, but " + d.path +
                      " holds " + data_format_name(d.format) + " records");
   }
-  if (c.objective != ObjectiveKind::grpo) return;
+  if (objective_traits(c.objective).group != SequenceGroup::configured) return;
   // GRPO's advantages compare completions within a group: every prompt needs the same number
   // of them (TRL's num_generations), at least two.
   const size_t n = d.examples.front().sequences.size();
@@ -53,13 +46,7 @@ std::optional<int32_t> token_id(const Tokenizer& tok, const std::optional<std::s
 }  // namespace
 
 bool objective_accepts(ObjectiveKind objective, DataFormat f) {
-  switch (objective) {
-    case ObjectiveKind::sft:
-      return f == DataFormat::messages || f == DataFormat::prompt_completion ||
-             f == DataFormat::text;
-    case ObjectiveKind::dpo: return f == DataFormat::preference;
-    default: return f == DataFormat::rollout;  // grpo, ppo
-  }
+  return accepts_format(objective_traits(objective), data_format_name(f));
 }
 
 void split_eval(std::vector<Example>& train, std::vector<Example>& eval, double fraction,

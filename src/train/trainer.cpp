@@ -109,16 +109,9 @@ Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& 
   build_models();
   // Every input is valid: now what the run would overwrite (nothing is written before this).
   // The run's inputs: overwrite_output_dir must not delete any of them.
-  const std::vector<NamedPath> inputs = {{"model", c_.model},
-                                         {"tokenizer", c_.tokenizer},
-                                         {"data.train", c_.data_train},
-                                         {"data.eval", c_.data_eval},
-                                         {"lora.adapter", c_.lora_adapter},
-                                         {"dpo.reference", c_.dpo.reference},
-                                         {"grpo.reference", c_.grpo.reference},
-                                         {"ppo.reference", c_.ppo.reference},
-                                         {"ppo.value_model", c_.ppo.value_model},
-                                         {"the config", c_.source}};
+  std::vector<NamedPath> inputs;
+  for (const TrainConfig::Input& in : c_.inputs()) inputs.push_back({in.key, in.path});
+  inputs.push_back({"the config", c_.source});
   claim_output_dir(c_.output_dir, c_.metrics, ckpt_, c_.overwrite_output_dir, log_.lead, inputs);
   print_summary();
 }
@@ -150,8 +143,7 @@ void Trainer::load_inputs(const std::string& resume) {
     if (!note.empty()) log_.out("note: %s\n", note.c_str());
   }
   eval_ = pack_in_order(data_.eval, c_.max_tokens, c_.objective);
-  if ((c_.objective == ObjectiveKind::grpo || c_.objective == ObjectiveKind::ppo) &&
-      !eval_.empty()) {
+  if (setup_.traits().rollouts && !eval_.empty()) {
     log_.out("note: %s has no held-out loss (offline rollouts): %s is not evaluated\n",
              objective_name(c_.objective), data_.eval_source.c_str());
     eval_.clear();
@@ -458,7 +450,7 @@ StepBatches Trainer::next_step_batches() {
   if (!online_) return batches_->next(per_step_, comm_);
   // The rollouts are sampled from the weights the step starts from, with the adapters on.
   Engine policy = runner_->policy_engine();
-  if (setup_.kind != ObjectiveKind::ppo) return online_->next(policy, nullptr, state_.step);
+  if (!setup_.needs_value_model()) return online_->next(policy, nullptr, state_.step);
   Engine value = runner_->value_engine();
   return online_->next(policy, &value, state_.step);
 }

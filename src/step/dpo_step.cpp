@@ -1,0 +1,77 @@
+// DPO on the step runner (step_runner.h): the reference's log-probs before the policy's
+// backward of each micro-batch, the loss a mean over the step's pairs; the held-out loss is the
+// mean pair loss.
+#include "objective/dpo.h"
+#include "step/micro_batch_prep.h"
+#include "step/objective_steps.h"
+#include "step/step_runner.h"
+#include "step/weighted_means.h"
+
+namespace sbp {
+
+namespace {
+
+void run_dpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
+  Communicator& comm = runner.comm();
+  double pairs = 0.0;
+  for (const MicroBatch& mb : step.micro)
+    pairs += static_cast<double>(mb.batch.seq_lens.size() / 2);
+  pairs = comm.sum(pairs);
+  WeightedMeans stats;
+  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
+    const Batch& b = step.micro[i].batch;
+    // One preparation shared by the reference's pass and the policy's.
+    MicroBatchPrep prep(b, runner.backend(), runner.pool());
+    const std::vector<float> ref =
+        runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;  // (T)
+    DpoObjective objective(b, ref, runner.objective().dpo, pairs);
+    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
+    r.loss += objective.loss();
+    stats.add(objective.metrics(), static_cast<double>(b.seq_lens.size() / 2));
+  });
+  r.loss = comm.sum(r.loss);
+  stats.merge_ranks(comm);
+  r.metrics = stats.means();
+}
+
+// Per-sequence sums of the policy's and the reference's log-probs over the completions, then
+// the pair loss: DpoObjective's formulas, forward only.
+double evaluate_dpo(StepRunner& runner, std::span<const MicroBatch> eval) {
+  Communicator& comm = runner.comm();
+  const DpoConfig& cfg = runner.objective().dpo;
+  const bool ipo = cfg.loss_type == DpoLoss::ipo;
+  double sums[2] = {0.0, 0.0};  // loss, pairs
+  for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
+       i += static_cast<size_t>(comm.size())) {
+    const Batch& b = eval[i].batch;
+    MicroBatchPrep prep(b, runner.backend(), runner.pool());  // shared by the policy and reference
+    const std::vector<float> pol =
+        runner.policy_engine().score(prep.for_model(*runner.models().policy.model.cfg)).logp;
+    const std::vector<float> ref =
+        runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
+    const SequenceRows rows(b);
+    std::vector<double> sp(b.seq_lens.size(), 0.0), sr(sp.size(), 0.0);
+    for (int64_t t = 0; t < rows.num_rows(); ++t) {
+      const size_t s = static_cast<size_t>(rows.segment[static_cast<size_t>(t)]);
+      sp[s] +=
+          static_cast<double>(rows.weight[static_cast<size_t>(t)]) * pol[static_cast<size_t>(t)];
+      sr[s] +=
+          static_cast<double>(rows.weight[static_cast<size_t>(t)]) * ref[static_cast<size_t>(t)];
+    }
+    for (size_t q = 0; q + 1 < sp.size(); q += 2) {
+      const double nc = ipo ? rows.weight_sum[q] : 1.0, nr = ipo ? rows.weight_sum[q + 1] : 1.0;
+      const double z = (sp[q] / nc - sp[q + 1] / nr) - (sr[q] / nc - sr[q + 1] / nr);
+      sums[0] += dpo_pair_loss(z, cfg.loss_type, cfg.beta, cfg.label_smoothing).value;
+      sums[1] += 1.0;
+    }
+  }
+  comm.sum(sums);
+  return sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
+}
+
+}  // namespace
+
+// extern: a namespace-scope const is file-local otherwise; objective_steps.cpp registers it.
+extern const ObjectiveStep kDpoStep = {ObjectiveKind::dpo, run_dpo, evaluate_dpo};
+
+}  // namespace sbp
