@@ -6,9 +6,10 @@
 #if defined(SBP_CUDA_EMULATION)
 #include "backend/cuda/host_emulation.h"  // CPU tests of the kernels (host_emulation.h)
 #else
-#include <cuda_runtime.h>
+#include <cuda_runtime.h>  // nvcc's, or the emulation build's (emulation/cuda_runtime.h)
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.h"
 #endif
 #include "backend/cuda/device_ptr.cuh"
 
@@ -24,8 +25,8 @@ struct AttnArgs {
   float scale;
 };
 
-// `#pragma unroll` for nvcc; nothing for the host emulation (g++ would warn).
-#if defined(SBP_CUDA_EMULATION)
+// `#pragma unroll` for nvcc; nothing for the host emulations (g++ would warn).
+#if defined(SBP_CUDA_EMULATION) || defined(STREAMBP_CUDA_EMULATION)
 #define SBP_UNROLL
 #else
 #define SBP_UNROLL _Pragma("unroll")
@@ -34,6 +35,8 @@ struct AttnArgs {
 // A kernel's dynamic shared memory, 128-byte aligned.
 #if defined(SBP_CUDA_EMULATION)
 #define SBP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sbp::emu::dynamic_shared())
+#elif defined(STREAMBP_CUDA_EMULATION)
+#define SBP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sbp::cudaemu::dynamic_shared())
 #else
 #define SBP_DYNAMIC_SHARED(T, name) extern __shared__ __align__(128) T name[]
 #endif
@@ -48,10 +51,7 @@ void launch_attention(Kernel kernel, dim3 grid, int threads, size_t smem, cudaSt
   if (smem > 48 * 1024)  // past the default, shared memory must be asked for per kernel
     SBP_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
-  // clang-format off
-  kernel<<<grid, threads, smem, stream>>>(a);
-  // clang-format on
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(kernel, grid, threads, smem, stream, a);
 #endif
 }
 

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 
 namespace sbp {
 
@@ -57,8 +58,7 @@ void CudaBackend::check_index_range(const Tensor& t, int64_t lo, int64_t hi,
   auto* r = static_cast<CheckResult*>(scratch(kScratchIndex, sizeof(CheckResult)));
   const CheckResult init{ULLONG_MAX, 0};
   SBP_CUDA(cudaMemcpyAsync(r, &init, sizeof init, cudaMemcpyHostToDevice, stream_));
-  check_range_kernel<<<cuda::grid_for(n, 256), 256, 0, stream_>>>(r, t.i32(), n, lo, hi);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(check_range_kernel, cuda::grid_for(n, 256), 256, 0, stream_, r, t.i32(), n, lo, hi);
   auto* host = static_cast<CheckResult*>(pinned_);
   SBP_CUDA(cudaMemcpyAsync(host, r, sizeof *host, cudaMemcpyDeviceToHost, stream_));
   SBP_CUDA(cudaStreamSynchronize(stream_));
@@ -76,9 +76,8 @@ int64_t CudaBackend::check_segments(const char* op, const Tensor& seg_start, int
   auto* r = static_cast<CheckResult*>(scratch(kScratchIndex, sizeof(CheckResult)));
   const CheckResult init{ULLONG_MAX, 0};
   SBP_CUDA(cudaMemcpyAsync(r, &init, sizeof init, cudaMemcpyHostToDevice, stream_));
-  check_segments_kernel<<<cuda::grid_for(n, 256), 256, 0, stream_>>>(r, seg_start.i32(), q_offset,
-                                                                      n, window);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(check_segments_kernel, cuda::grid_for(n, 256), 256, 0, stream_,
+             r, seg_start.i32(), q_offset, n, window);
   auto* host = static_cast<CheckResult*>(pinned_);
   SBP_CUDA(cudaMemcpyAsync(host, r, sizeof *host, cudaMemcpyDeviceToHost, stream_));
   SBP_CUDA(cudaStreamSynchronize(stream_));

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_factory.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 
 namespace sbp {
 
@@ -128,8 +129,8 @@ void CudaBackend::zero_impl(const Tensor& t) {
 
 void CudaBackend::poison_impl(const Tensor& t) {
   if (t.dtype != DType::F32 && t.dtype != DType::BF16) return;
-  fill_nan_kernel<<<cuda::grid_for(t.numel(), 256), 256, 0, stream_>>>(cuda::fptr(t), t.numel());
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(fill_nan_kernel, cuda::grid_for(t.numel(), 256), 256, 0, stream_,
+             cuda::fptr(t), t.numel());
 }
 
 // ---- factory (cuda_factory.h) ----

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/reduce.cuh"
 
 namespace sbp {
@@ -79,8 +80,7 @@ struct BiasGradValue {
 void CudaBackend::fill_impl(const Tensor& x, float value) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  fill_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(fptr(x), n, value);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(fill_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(x), n, value);
 }
 
 void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
@@ -90,32 +90,28 @@ void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
     SBP_CUDA(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDeviceToDevice, stream_));
     return;
   }
-  convert_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(fptr(dst), fptr(src), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(convert_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(dst), fptr(src), n);
 }
 
 void CudaBackend::add_inplace_impl(const Tensor& y, const Tensor& x) {
   const int64_t n = y.numel();
   if (n == 0) return;
-  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(fptr(y), fptr(x), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(add_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(y), fptr(x), n);
 }
 
 void CudaBackend::scale_inplace_impl(const Tensor& x, float s) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(fptr(x), n, s);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(scale_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(x), n, s);
 }
 
 double CudaBackend::sum_squares_impl(const Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   auto* partial = static_cast<double*>(scratch(kScratchRows, (kSumBlocks + 1) * sizeof(double)));
-  sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, stream_>>>(partial, fptr(x), n);
-  SBP_CUDA_LAUNCHED();
-  sum_partials_kernel<<<1, kThreads, 0, stream_>>>(partial + kSumBlocks, partial, kSumBlocks);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(sum_squares_partial_kernel, kSumBlocks, kThreads, 0, stream_, partial, fptr(x), n);
+  SBP_LAUNCH(sum_partials_kernel, 1, kThreads, 0, stream_,
+             partial + kSumBlocks, partial, kSumBlocks);
   double result = 0.0;
   SBP_CUDA(cudaMemcpyAsync(&result, partial + kSumBlocks, sizeof result, cudaMemcpyDeviceToHost,
                            stream_));
@@ -126,8 +122,8 @@ double CudaBackend::sum_squares_impl(const Tensor& x) {
 void CudaBackend::add_bias_impl(const Tensor& y, const Tensor& b) {
   const int64_t n = y.rows(), m = y.cols();
   if (n * m == 0) return;
-  add_bias_kernel<<<grid_for(n * m, kThreads), kThreads, 0, stream_>>>(fptr(y), fptr(b), n, m);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(add_bias_kernel, grid_for(n * m, kThreads), kThreads, 0, stream_,
+             fptr(y), fptr(b), n, m);
 }
 
 void CudaBackend::bias_backward_impl(const Tensor& db, const Tensor& dy) {
@@ -136,12 +132,10 @@ void CudaBackend::bias_backward_impl(const Tensor& db, const Tensor& dy) {
   const int blocks = static_cast<int>(std::min<int64_t>(cuda::kRowBlocks, std::max<int64_t>(n, 1)));
   auto* partial = static_cast<double*>(scratch(kScratchRows, sizeof(double) * blocks * m));
   const dim3 grid(static_cast<unsigned>((m + kThreads - 1) / kThreads), blocks);
-  cuda::column_partials_kernel<<<grid, kThreads, 0, stream_>>>(partial, n, m, blocks,
-                                                               BiasGradValue{fptr(dy), m});
-  SBP_CUDA_LAUNCHED();
-  cuda::column_finish_kernel<<<grid_for(m, kThreads), kThreads, 0, stream_>>>(fptr(db), partial, m,
-                                                                              blocks);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(cuda::column_partials_kernel<BiasGradValue>, grid, kThreads, 0, stream_,
+             partial, n, m, blocks, BiasGradValue{fptr(dy), m});
+  SBP_LAUNCH(cuda::column_finish_kernel<FPtr>, grid_for(m, kThreads), kThreads, 0, stream_,
+             fptr(db), partial, m, blocks);
 }
 
 }  // namespace sbp

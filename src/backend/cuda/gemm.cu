@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/gemm_plan.h"
 
 namespace sbp {
@@ -119,9 +120,8 @@ void CudaBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, cons
   void* c = C.data;
   auto widen = [&](Slot slot, const Tensor& t) -> float* {
     auto* dst = static_cast<float*>(scratch(slot, sizeof(float) * t.numel()));
-    widen_kernel<<<cuda::grid_for(t.numel(), 256), 256, 0, stream_>>>(
-        dst, static_cast<const uint16_t*>(t.data), t.numel());
-    SBP_CUDA_LAUNCHED();
+    SBP_LAUNCH(widen_kernel, cuda::grid_for(t.numel(), 256), 256, 0, stream_,
+               dst, static_cast<const uint16_t*>(t.data), t.numel());
     return dst;
   };
   if (plan.widen_a) a = widen(kScratchA, A);
@@ -131,9 +131,8 @@ void CudaBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, cons
   const cudaDataType tc = (plan.operands_bf16 && C.dtype == DType::BF16) ? CUDA_R_16BF : CUDA_R_32F;
   gemm_lt(c, tc, N, a, tab, A.cols(), trans_a, b, B.cols(), trans_b, M, N, K, alpha, beta);
   if (plan.widen_c) {
-    narrow_kernel<<<cuda::grid_for(C.numel(), 256), 256, 0, stream_>>>(
-        static_cast<uint16_t*>(C.data), static_cast<const float*>(c), C.numel());
-    SBP_CUDA_LAUNCHED();
+    SBP_LAUNCH(narrow_kernel, cuda::grid_for(C.numel(), 256), 256, 0, stream_,
+               static_cast<uint16_t*>(C.data), static_cast<const float*>(c), C.numel());
   }
 }
 

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 
 namespace sbp {
 
@@ -64,8 +65,7 @@ void CudaBackend::rope_table_impl(const Tensor& table, std::span<const float> in
   auto* f = static_cast<float*>(scratch(kScratchA, sizeof(float) * half));
   SBP_CUDA(cudaMemcpyAsync(f, inv_freq.data(), sizeof(float) * half, cudaMemcpyHostToDevice,
                            stream_));
-  rope_table_kernel<<<grid_for(P * half, 256), 256, 0, stream_>>>(table.f32(), f, P, half);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(rope_table_kernel, grid_for(P * half, 256), 256, 0, stream_, table.f32(), f, P, half);
   SBP_CUDA(cudaStreamSynchronize(stream_));  // inv_freq is the caller's host memory
 }
 
@@ -79,9 +79,8 @@ void rope_apply(CudaBackend& be, const Tensor& x, const Tensor& positions, const
   const int64_t heads = x.cols() / h;
   const int64_t work = n * heads * (h / 2);
   if (work == 0) return;
-  rope_apply_kernel<<<grid_for(work, 256), 256, 0, be.stream()>>>(fptr(x), positions.i32(),
-                                                                  table.f32(), n, heads, h, sign);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(rope_apply_kernel, grid_for(work, 256), 256, 0, be.stream(),
+             fptr(x), positions.i32(), table.f32(), n, heads, h, sign);
 }
 }  // namespace
 
@@ -97,17 +96,16 @@ void CudaBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions,
 void CudaBackend::swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  swiglu_forward_kernel<<<grid_for(n, 256), 256, 0, stream_>>>(fptr(out), fptr(gate), fptr(up), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(swiglu_forward_kernel, grid_for(n, 256), 256, 0, stream_,
+             fptr(out), fptr(gate), fptr(up), n);
 }
 
 void CudaBackend::swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                                        const Tensor& gate, const Tensor& up) {
   const int64_t n = dout.numel();
   if (n == 0) return;
-  swiglu_backward_kernel<<<grid_for(n, 256), 256, 0, stream_>>>(fptr(dgate), fptr(dup), fptr(dout),
-                                                                fptr(gate), fptr(up), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(swiglu_backward_kernel, grid_for(n, 256), 256, 0, stream_,
+             fptr(dgate), fptr(dup), fptr(dout), fptr(gate), fptr(up), n);
 }
 
 }  // namespace sbp
