@@ -223,6 +223,8 @@ class Backend : public MemorySpace {
 
   // FLOPs performed by gemm and attention since the last reset (counted by the kernels,
   // recomputation included), for the achieved-GFLOP/s figure of `streambp bench`.
+  // A backend that counts data-dependent FLOPs on its device (CUDA: attention's visible pairs)
+  // adds them at its next synchronisation: read flops() after synchronize().
   int64_t flops() const { return flops_; }
   void reset_flops() { flops_ = 0; }
 
@@ -231,6 +233,11 @@ class Backend : public MemorySpace {
   // after each profiled op, so the time is the op's own, not its launch's; a profiled step is
   // then slower than an unprofiled one by the lost overlap.
   void set_profile(OpProfile* p) { profile_ = p; }
+
+  // Waits until every operation queued so far has finished, and reports what the backend checks
+  // on its device without waiting (the CUDA backend's index contents checks: a bad token id
+  // throws here, or at the next download, not in the op that was given it). The step's end.
+  void synchronize() { synchronize_impl(); }
   OpProfile* profile() const { return profile_; }
 
  protected:

@@ -23,7 +23,15 @@ struct AttnArgs {
   int64_t n, q_offset, window;
   int H, G, h;
   float scale;
+  // Device word raised by a failed index check (checks.cu): every kernel returns at once, so bad
+  // segment starts never steer a read outside K/V. nullptr in the kernels' own CPU tests.
+  const unsigned* failed = nullptr;
 };
+
+// First statement of every attention kernel (uniform across the block: no barrier is skipped
+// by only some threads).
+#define SBP_ATTN_RETURN_IF_CHECK_FAILED(a) \
+  if ((a).failed && *(a).failed) return
 
 // `#pragma unroll` for nvcc; nothing for the host emulations (g++ would warn).
 #if defined(SBP_CUDA_EMULATION) || defined(STREAMBP_CUDA_EMULATION)

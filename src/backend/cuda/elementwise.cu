@@ -113,9 +113,7 @@ double CudaBackend::sum_squares_impl(const Tensor& x) {
   SBP_LAUNCH(sum_partials_kernel, 1, kThreads, 0, stream_,
              partial + kSumBlocks, partial, kSumBlocks);
   double result = 0.0;
-  SBP_CUDA(cudaMemcpyAsync(&result, partial + kSumBlocks, sizeof result, cudaMemcpyDeviceToHost,
-                           stream_));
-  SBP_CUDA(cudaStreamSynchronize(stream_));
+  download_impl(&result, partial + kSumBlocks, sizeof result);  // the one wait, checks read too
   return result;
 }
 

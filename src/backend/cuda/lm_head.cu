@@ -18,8 +18,9 @@ using cuda::fptr;
 
 constexpr int kThreads = 256;
 
-__global__ void logsoftmax_target_kernel(float* lse, float* logp, FPtr logits, const int32_t* t,
-                                         int64_t V) {
+__global__ void logsoftmax_target_kernel(const unsigned* failed, float* lse, float* logp,
+                                         FPtr logits, const int32_t* t, int64_t V) {
+  if (*failed) return;  // a target is out of the vocabulary (checks.cu)
   __shared__ float sh[32];
   const int64_t base = blockIdx.x * V;
   float mx = -INFINITY;
@@ -113,7 +114,7 @@ void CudaBackend::logsoftmax_target_impl(const Tensor& lse, const Tensor& logp,
   check_targets(*this, targets, V);
   if (n == 0) return;
   SBP_LAUNCH(logsoftmax_target_kernel, static_cast<unsigned>(n), kThreads, 0, stream_,
-             lse.f32(), logp.f32(), fptr(logits), targets.i32(), V);
+             check_failed(), lse.f32(), logp.f32(), fptr(logits), targets.i32(), V);
 }
 
 void CudaBackend::dlogits_inplace_impl(const Tensor& logits, const Tensor& lse,

@@ -31,8 +31,10 @@ __global__ void rope_table_kernel(float* table, const float* inv_freq, int64_t P
 }
 
 // x (n, heads * h) in place; one thread per rotated pair.
-__global__ void rope_apply_kernel(FPtr x, const int32_t* pos, const float* table, int64_t n,
-                                  int64_t heads, int64_t h, float sign) {
+__global__ void rope_apply_kernel(const unsigned* failed, FPtr x, const int32_t* pos,
+                                  const float* table, int64_t n, int64_t heads, int64_t h,
+                                  float sign) {
+  if (*failed) return;  // a position is out of the table (checks.cu)
   const int64_t half = h / 2;
   SBP_GRID_STRIDE(e, n * heads * half) {
     const int64_t j = e % half, hd = (e / half) % heads, i = e / (half * heads);
@@ -66,7 +68,7 @@ void CudaBackend::rope_table_impl(const Tensor& table, std::span<const float> in
   SBP_CUDA(cudaMemcpyAsync(f, inv_freq.data(), sizeof(float) * half, cudaMemcpyHostToDevice,
                            stream_));
   SBP_LAUNCH(rope_table_kernel, grid_for(P * half, 256), 256, 0, stream_, table.f32(), f, P, half);
-  SBP_CUDA(cudaStreamSynchronize(stream_));  // inv_freq is the caller's host memory
+  // No sync for inv_freq (the caller's pageable memory): the runtime staged it (upload_impl).
 }
 
 namespace {
@@ -79,7 +81,7 @@ void rope_apply(CudaBackend& be, const Tensor& x, const Tensor& positions, const
   const int64_t heads = x.cols() / h;
   const int64_t work = n * heads * (h / 2);
   if (work == 0) return;
-  SBP_LAUNCH(rope_apply_kernel, grid_for(work, 256), 256, 0, be.stream(),
+  SBP_LAUNCH(rope_apply_kernel, grid_for(work, 256), 256, 0, be.stream(), be.check_failed(),
              fptr(x), positions.i32(), table.f32(), n, heads, h, sign);
 }
 }  // namespace
