@@ -9,7 +9,11 @@
 namespace sbp::cudaemu {
 
 struct Counters {
-  int64_t syncs = 0;     // host waits for the device: stream/device/event syncs, sync copies
+  // Host waits for the device (stream/device/event syncs, synchronous copies, copies into
+  // pageable host memory, cudaFree) that found work queued; sync_calls counts every such call.
+  // STREAMBP_CUDA_EMULATION_TRACE_SYNCS=1 prints a backtrace for each counted wait.
+  int64_t syncs = 0;
+  int64_t sync_calls = 0;
   int64_t launches = 0;  // kernels queued
   int64_t kernels_run = 0;
   int64_t blocks_run = 0;

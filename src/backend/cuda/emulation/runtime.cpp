@@ -14,6 +14,7 @@
 // while it runs and sets it back after, so any host access to device memory outside kernels and
 // copies faults at once (the SIGSEGV handler names the allocation). cudaMallocHost memory is
 // ordinary host memory.
+#include <execinfo.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -67,6 +68,7 @@ struct Runtime {
   std::deque<Op> queue;
   bool draining = false;
   bool launch_blocking = false;
+  bool trace_syncs = false;  // STREAMBP_CUDA_EMULATION_TRACE_SYNCS=1: a backtrace per wait
   size_t memory_limit = size_t{16} << 30;
   size_t memory_used = 0;
   int malloc_fail_after = -1;
@@ -81,6 +83,8 @@ struct Runtime {
       memory_limit = std::strtoull(m, nullptr, 10);
     const char* b = std::getenv("CUDA_LAUNCH_BLOCKING");
     launch_blocking = b && std::string(b) == "1";
+    const char* t = std::getenv("STREAMBP_CUDA_EMULATION_TRACE_SYNCS");
+    trace_syncs = t && std::string(t) == "1";
   }
 };
 
@@ -183,8 +187,20 @@ void drain() {
   r.draining = false;
 }
 
+// A host wait. Counted when the device has queued work to finish (a wait on an idle device costs
+// no GPU time): that is what a step must not do.
 void host_wait() {
-  ++rt().counters.syncs;
+  Runtime& r = rt();
+  ++r.counters.sync_calls;
+  if (!r.queue.empty()) {
+    ++r.counters.syncs;
+    if (r.trace_syncs) {
+      std::fprintf(stderr, "cuda emulation: host wait #%lld with %zu queued operations, from:\n",
+                   static_cast<long long>(r.counters.syncs), r.queue.size());
+      void* frames[32];
+      backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+    }
+  }
   drain();
 }
 
