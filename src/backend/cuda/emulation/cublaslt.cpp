@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "cublasLt.h"
 #include "runtime_internal.h"
@@ -326,24 +327,34 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
     return CUBLAS_STATUS_INVALID_VALUE;
   (void)stream;  // one queue in issue order (runtime.cpp)
   enqueue_op("cublasLtMatmul", [=] {
+    // op(A) as (m, k) and op(B)^T as (n, k), row-major, in the values the compute type reads.
+    std::vector<float> a(m * k), bt(n * k);
     for (int64_t batch = 0; batch < ld.batch; ++batch) {
       const int64_t oa = batch * la.stride, ob = batch * lb.stride, oc = batch * lc.stride,
                     od = batch * ld.stride;
+      for (uint64_t i = 0; i < m; ++i)
+        for (uint64_t p = 0; p < k; ++p)
+          a[i * k + p] = operand(A, la.type,
+                                 oa + static_cast<int64_t>(o.transa == CUBLAS_OP_N ? i + p * la.ld
+                                                                                   : p + i * la.ld),
+                                 o.compute);
+      for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t p = 0; p < k; ++p)
+          bt[j * k + p] = operand(B, lb.type,
+                                  ob + static_cast<int64_t>(o.transb == CUBLAS_OP_N ? p + j * lb.ld
+                                                                                    : j + p * lb.ld),
+                                  o.compute);
       for (uint64_t j = 0; j < n; ++j)
         for (uint64_t i = 0; i < m; ++i) {
+          // fp32 accumulation in k order (products of BF16 inputs are exact in fp32).
+          const float* x = a.data() + i * k;
+          const float* y = bt.data() + j * k;
           float acc = 0.0f;
-          for (uint64_t p = 0; p < k; ++p) {
-            const int64_t ia = o.transa == CUBLAS_OP_N ? static_cast<int64_t>(i + p * la.ld)
-                                                       : static_cast<int64_t>(p + i * la.ld);
-            const int64_t ib = o.transb == CUBLAS_OP_N ? static_cast<int64_t>(p + j * lb.ld)
-                                                       : static_cast<int64_t>(j + p * lb.ld);
-            acc = std::fma(operand(A, la.type, oa + ia, o.compute),
-                           operand(B, lb.type, ob + ib, o.compute), acc);
-          }
+          for (uint64_t p = 0; p < k; ++p) acc = std::fma(x[p], y[p], acc);
           float v = fa * acc;
-          if (fb != 0.0f)
-            v = std::fma(fb, static_cast<float>(load(C, lc.type, oc + static_cast<int64_t>(i + j * lc.ld))), v);
-          store(D, ld.type, od + static_cast<int64_t>(i + j * ld.ld), v);
+          const int64_t at = static_cast<int64_t>(i + j * static_cast<uint64_t>(lc.ld));
+          if (fb != 0.0f) v = std::fma(fb, static_cast<float>(load(C, lc.type, oc + at)), v);
+          store(D, ld.type, od + static_cast<int64_t>(i + j * static_cast<uint64_t>(ld.ld)), v);
         }
     }
   });

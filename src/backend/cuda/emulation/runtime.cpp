@@ -54,6 +54,9 @@ struct Op {
   std::function<void()> run;
 };
 
+struct Runtime;
+Runtime& rt();
+
 struct Runtime {
   std::recursive_mutex mu;
   int devices = 1;
@@ -85,6 +88,17 @@ struct Runtime {
     launch_blocking = b && std::string(b) == "1";
     const char* t = std::getenv("STREAMBP_CUDA_EMULATION_TRACE_SYNCS");
     trace_syncs = t && std::string(t) == "1";
+    // STREAMBP_CUDA_EMULATION_REPORT=1: the counters on stderr at exit (for measurements).
+    const char* rep = std::getenv("STREAMBP_CUDA_EMULATION_REPORT");
+    if (rep && std::string(rep) == "1")
+      std::atexit([] {
+        const Counters& c = rt().counters;
+        std::fprintf(stderr,
+                     "cuda emulation: %lld host waits with work queued (%lld wait calls), %lld "
+                     "launches, %lld blocks\n",
+                     static_cast<long long>(c.syncs), static_cast<long long>(c.sync_calls),
+                     static_cast<long long>(c.launches), static_cast<long long>(c.blocks_run));
+      });
   }
 };
 

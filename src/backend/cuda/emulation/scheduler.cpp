@@ -125,13 +125,19 @@ void* prepare(void* top) {
   return sp;
 }
 
-// Lanes of thread t's warp that are alive and in `mask`.
-bool warp_arrived(const Block& b, int t) {
-  const int w0 = t / 32 * 32, w1 = std::min(b.n, w0 + 32);
-  const unsigned mask = b.warp_mask[static_cast<size_t>(t)];
-  for (int u = w0; u < w1; ++u) {
-    if (!(mask >> (u - w0) & 1u)) continue;
-    const State s = b.state[static_cast<size_t>(u)];
+// Whether the warp barrier of lanes [t0, t1) is complete: every live lane in the mask of the
+// first waiting lane has arrived.
+bool warp_complete(const Block& b, int t0, int t1) {
+  unsigned mask = 0;
+  for (int t = t0; t < t1; ++t)
+    if (b.state[static_cast<size_t>(t)] == State::at_warp) {
+      mask = b.warp_mask[static_cast<size_t>(t)];
+      break;
+    }
+  if (mask == 0) return false;
+  for (int t = t0; t < t1; ++t) {
+    if (!(mask >> (t - t0) & 1u)) continue;
+    const State s = b.state[static_cast<size_t>(t)];
     if (s != State::done && s != State::at_warp) return false;
   }
   return true;
@@ -165,11 +171,11 @@ void run_block(Block& b, std::mt19937_64& rng) {
           if (b.fault) return;
         }
         // Lanes whose warp barrier is complete go on.
-        std::vector<int> wake;
-        for (int t = t0; t < t1; ++t)
-          if (b.state[static_cast<size_t>(t)] == State::at_warp && warp_arrived(b, t))
-            wake.push_back(t);
-        for (int t : wake) b.state[static_cast<size_t>(t)] = State::ready;
+        if (warp_complete(b, t0, t1))
+          for (int t = t0; t < t1; ++t) {
+            State& st = b.state[static_cast<size_t>(t)];
+            if (st == State::at_warp) st = State::ready;
+          }
       }
     }
     if (b.live == 0) return;
