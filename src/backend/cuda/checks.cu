@@ -13,6 +13,7 @@
 // check. The segment check also counts the visible (query, key) pairs on the device, for the
 // FLOP count, which reaches flops() at the same read.
 #include <climits>
+#include <cstddef>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"

@@ -95,6 +95,7 @@ class CudaBackend : public Backend {
   void add_inplace_impl(const Tensor& y, const Tensor& x) override;
   void scale_inplace_impl(const Tensor& x, float s) override;
   double sum_squares_impl(const Tensor& x) override;
+  void sum_squares_each_impl(std::span<const Tensor> xs, std::span<double> out) override;
   void add_bias_impl(const Tensor& y, const Tensor& b) override;
   void bias_backward_impl(const Tensor& db, const Tensor& dy) override;
 

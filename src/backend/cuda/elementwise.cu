@@ -1,6 +1,8 @@
 // Fill, copy (with F32/BF16 conversion), residual add, scale, bias and its backward, sum of
 // squares. Float tensors may be F32 or BF16 (device_ptr.cuh); arithmetic in fp32, sums in fp64
 // in a fixed order (reduce.cuh).
+#include <vector>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
@@ -115,6 +117,26 @@ double CudaBackend::sum_squares_impl(const Tensor& x) {
   double result = 0.0;
   download_impl(&result, partial + kSumBlocks, sizeof result);  // the one wait, checks read too
   return result;
+}
+
+// Every tensor's partials and total into one scratch buffer, then one download for all totals.
+void CudaBackend::sum_squares_each_impl(std::span<const Tensor> xs, std::span<double> out) {
+  const size_t per = kSumBlocks + 1;  // partials, then the total
+  auto* partial = static_cast<double*>(scratch(kScratchRows, per * xs.size() * sizeof(double)));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    double* p = partial + i * per;
+    const int64_t n = xs[i].numel();
+    if (n == 0) {
+      SBP_CUDA(cudaMemsetAsync(p + kSumBlocks, 0, sizeof(double), stream_));
+      continue;
+    }
+    SBP_LAUNCH(sum_squares_partial_kernel, kSumBlocks, kThreads, 0, stream_, p, fptr(xs[i]), n);
+    SBP_LAUNCH(sum_partials_kernel, 1, kThreads, 0, stream_, p + kSumBlocks, p, kSumBlocks);
+  }
+  if (xs.empty()) return;
+  std::vector<double> all(per * xs.size());
+  download_impl(all.data(), partial, sizeof(double) * all.size());  // the one wait
+  for (size_t i = 0; i < xs.size(); ++i) out[i] = all[i * per + kSumBlocks];
 }
 
 void CudaBackend::add_bias_impl(const Tensor& y, const Tensor& b) {
