@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds one build tree. Usage: scripts/build.sh [release|sanitize]
+# Configures and builds one build tree. Usage: scripts/build.sh [release|sanitize|emu]
+#   emu: the CUDA backend on the emulated CUDA runtime (STREAMBP_CUDA_EMULATION, build-emu), only
+#        the program and the test programs that run the backend on it (scripts/test-emu.sh).
 # STREAMBP_BLAS=blis|mkl in the environment builds with that BLAS instead of OpenBLAS, in a tree
 # of its own (build-blis, build-mkl; STREAMBP_BLAS_ROOT: where the provider is, CMakeLists.txt).
 set -euo pipefail
@@ -13,7 +15,8 @@ case "$kind" in
   sanitize) dir=build-sanitize; flags=(-DCMAKE_BUILD_TYPE=Debug -DSTREAMBP_SANITIZE=ON
                                         -DSTREAMBP_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++
                                         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1") ;;
-  *) echo "usage: scripts/build.sh [release|sanitize]" >&2; exit 2 ;;
+  emu)      dir=build-emu;      flags=(-DCMAKE_BUILD_TYPE=Release -DSTREAMBP_CUDA_EMULATION=ON) ;;
+  *) echo "usage: scripts/build.sh [release|sanitize|emu]" >&2; exit 2 ;;
 esac
 blas="${STREAMBP_BLAS:-openblas}"
 if [ "$blas" != openblas ]; then
@@ -32,4 +35,8 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
 fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
-cmake --build "$dir" -j "$jobs"
+if [ "$kind" = emu ]; then
+  cmake --build "$dir" -j "$jobs" --target streambp $(bash scripts/test-emu.sh --targets)
+else
+  cmake --build "$dir" -j "$jobs"
+fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fresh machine -> the whole test suite: installs packages, builds the release tree and runs
-# every test, then builds with AddressSanitizer + UBSan (clang) and runs the tests not labelled
-# slow, then replays and runs the libFuzzer harnesses (fuzz/README.md) for a short fixed time.
+# every test, then the CUDA backend on the emulated CUDA runtime (build-emu, docs/CUDA.md), then
+# builds with AddressSanitizer + UBSan (clang) and runs the tests not labelled slow, then replays
+# and runs the libFuzzer harnesses (fuzz/README.md) for a short fixed time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -18,6 +19,10 @@ no_backend_memory+='|AnswerMatch|Rewards|CommandReward|Sampling|CudaMath|CudaAtt
 no_backend_memory+='|ModelConfig|ModelConfigLimits|GemmaConfig|TrainConfig|TrainConfigNumbers|PlanAgreement)\.'
 (cd build && STREAMBP_CHECK_MEMORY=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
    -E "$no_backend_memory")
+# The CUDA backend compiled as C++ against the emulated CUDA runtime: its op suite, gradchecks
+# and parity fixtures with --backend cuda, on the CPU (scripts/test-emu.sh).
+bash scripts/build.sh emu
+bash scripts/test-emu.sh
 bash scripts/build.sh sanitize
 # The multi-rank runs (mpirun, checked in the release pass and on the checking backend) and the
 # bf16 plan agreement are the slowest third of this pass under ASan and add no code path of ours

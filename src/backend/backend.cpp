@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "backend/backend_checks.h"
 #include "backend/gemm_scratch.h"
@@ -310,6 +311,26 @@ double Backend::sum_squares(const Tensor& x) {
   run_op(
       OpFamily::elementwise, [&] { return nb(x); }, [&] { r = sum_squares_impl(x); });
   return r;
+}
+
+double Backend::sum_squares(std::span<const Tensor> xs) {
+  for (const Tensor& x : xs) {
+    check_float("sum_squares", "x", x);
+    owns("sum_squares", {&x});
+  }
+  const Access access(*this);
+  std::vector<double> each(xs.size());
+  run_op(
+      OpFamily::elementwise,
+      [&] {
+        int64_t b = 0;
+        for (const Tensor& x : xs) b += nb(x);
+        return b;
+      },
+      [&] { sum_squares_each_impl(xs, each); });
+  double ss = 0.0;
+  for (double v : each) ss += v;  // in order: the loop's bits
+  return ss;
 }
 
 void Backend::add_bias(const Tensor& y, const Tensor& b) {

@@ -115,6 +115,9 @@ class Backend : public MemorySpace {
   void scale_inplace(const Tensor& x, float s);
   // sum of x^2 in fp64, fixed order. Checks: x float.
   double sum_squares(const Tensor& x);
+  // sum over xs in order of sum_squares(x), each in fp64 as above: the same bits as the loop,
+  // with one wait for the device instead of one per tensor (a gradient norm). Checks: as above.
+  double sum_squares(std::span<const Tensor> xs);
   // y (n, m) += b (m). Checks: y, b float; b.numel() == y.cols().
   void add_bias(const Tensor& y, const Tensor& b);
   // db (m) += sum_rows dy (n, m). Checks: db, dy float; db.numel() == dy.cols().
@@ -250,6 +253,8 @@ class Backend : public MemorySpace {
 
   // FLOPs performed by gemm and attention since the last reset (counted by the kernels,
   // recomputation included), for the achieved-GFLOP/s figure of `streambp bench`.
+  // A backend that counts data-dependent FLOPs on its device (CUDA: attention's visible pairs)
+  // adds them at its next synchronisation: read flops() after synchronize().
   int64_t flops() const { return flops_; }
   void reset_flops() { flops_ = 0; }
 
@@ -258,6 +263,11 @@ class Backend : public MemorySpace {
   // after each profiled op, so the time is the op's own, not its launch's; a profiled step is
   // then slower than an unprofiled one by the lost overlap.
   void set_profile(OpProfile* p) { profile_ = p; }
+
+  // Waits until every operation queued so far has finished, and reports what the backend checks
+  // on its device without waiting (the CUDA backend's index contents checks: a bad token id
+  // throws here, or at the next download, not in the op that was given it). The step's end.
+  void synchronize() { synchronize_impl(); }
   OpProfile* profile() const { return profile_; }
 
  protected:
@@ -275,6 +285,10 @@ class Backend : public MemorySpace {
   virtual void add_inplace_impl(const Tensor& y, const Tensor& x) = 0;
   virtual void scale_inplace_impl(const Tensor& x, float s) = 0;
   virtual double sum_squares_impl(const Tensor& x) = 0;
+  // Each tensor's sum of squares into out (xs.size()); the default calls sum_squares_impl.
+  virtual void sum_squares_each_impl(std::span<const Tensor> xs, std::span<double> out) {
+    for (size_t i = 0; i < xs.size(); ++i) out[i] = sum_squares_impl(xs[i]);
+  }
   virtual void add_bias_impl(const Tensor& y, const Tensor& b) = 0;
   virtual void bias_backward_impl(const Tensor& db, const Tensor& dy) = 0;
   virtual void rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const Tensor& g, float eps,

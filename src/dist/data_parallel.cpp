@@ -1,6 +1,7 @@
 #include "dist/data_parallel.h"
 
 #include <cmath>
+#include <vector>
 #include <cstring>
 
 #include "core/error.h"
@@ -188,9 +189,10 @@ double DataParallel::clip(double max_norm) {
     return max_norm > 0.0 ? clip_grad_norm(grads_, be_, max_norm) : global_grad_norm(grads_, be_);
   // Each rank squares its slice of the reduced gradient; the sum over ranks is the global norm
   // (the same value on every rank, so every rank clips alike).
-  double ss = 0.0;
-  for (size_t i = 0; i < grads_.size(); ++i) ss += be_.sum_squares(owned_grad(i));
-  const double norm = std::sqrt(comm_.sum(ss));
+  std::vector<Tensor> g;
+  g.reserve(grads_.size());
+  for (size_t i = 0; i < grads_.size(); ++i) g.push_back(owned_grad(i));
+  const double norm = std::sqrt(comm_.sum(be_.sum_squares(g)));  // one device wait
   if (max_norm > 0.0 && norm > max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // as clip_grad_norm
     for (size_t i = 0; i < grads_.size(); ++i)

@@ -1,6 +1,7 @@
 #include "optim/adamw.h"
 
 #include <cmath>
+#include <vector>
 
 namespace sbp {
 
@@ -32,9 +33,10 @@ void AdamW::step(const ParameterSet& params, const ParameterSet& grads, Backend&
 }
 
 double global_grad_norm(const ParameterSet& grads, Backend& be) {
-  double ss = 0.0;
-  for (size_t i = 0; i < grads.size(); ++i) ss += be.sum_squares(grads.tensor(i));
-  return std::sqrt(ss);
+  std::vector<Tensor> g;
+  g.reserve(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) g.push_back(grads.tensor(i));
+  return std::sqrt(be.sum_squares(g));  // one device wait for all of them
 }
 
 double clip_grad_norm(const ParameterSet& grads, Backend& be, double max_norm) {

@@ -1,6 +1,7 @@
 #include "optim/lora_adamw.h"
 
 #include <cmath>
+#include <vector>
 
 namespace sbp {
 
@@ -36,9 +37,10 @@ void LoraAdamW::save(const std::string& dir) const { write_optimizer_file(dir, s
 void LoraAdamW::load(const std::string& dir) { steps_ = read_optimizer_state(dir, slices()); }
 
 double clip_lora_grads(const LoraSet& grads, Backend& be, double max_norm) {
-  double ss = 0.0;
-  for (size_t i = 0; i < grads.size(); ++i) ss += be.sum_squares(grads.tensor(i));
-  const double norm = std::sqrt(ss);
+  std::vector<Tensor> g;
+  g.reserve(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) g.push_back(grads.tensor(i));
+  const double norm = std::sqrt(be.sum_squares(g));  // one device wait for all of them
   if (max_norm > 0.0 && norm > max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // as clip_grad_norm
     for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);

@@ -49,9 +49,19 @@ TEST_P(BackendOps, LogSoftmaxTargetAndLogitsGradient) {
   for (int64_t j = 0; j < V; ++j) EXPECT_EQ(got[1 * V + j], 0.0f);  // no target
   // Target ids index the row: only a backend with the data can check them.
   Buffer bad = ids({5, -1, static_cast<int32_t>(V), 0});
-  EXPECT_THROW(be.logsoftmax_target(lse.view(), logp.view(), logits.view(), bad.view()),
-               ShapeError);
-  EXPECT_THROW(be.dlogits_inplace(logits.view(), lse.view(), bad.view(), w.view()), ShapeError);
+  // Reported by the op or, on a GPU, at the next synchronisation (Backend::synchronize).
+  EXPECT_THROW(
+      {
+        be.logsoftmax_target(lse.view(), logp.view(), logits.view(), bad.view());
+        be.synchronize();
+      },
+      ShapeError);
+  EXPECT_THROW(
+      {
+        be.dlogits_inplace(logits.view(), lse.view(), bad.view(), w.view());
+        be.synchronize();
+      },
+      ShapeError);
 }
 
 TEST_P(BackendOps, LogSoftmaxIsStableForLargeLogits) {
@@ -173,9 +183,13 @@ TEST_P(BackendOps, EntropyGradientMatchesFiniteDifferences) {
     EXPECT_NEAR(g[k], fd[k], 1e-5 * gmax + 1e-6) << "logit " << k;
   // Target ids index the row: only a backend with the data can check them.
   Buffer bad = ids({0, -1, static_cast<int32_t>(V), 0});
-  EXPECT_THROW(be.dlogits_entropy_inplace(g1.view(), tlse.view(), bad.view(), av.view(), tH.view(),
-                                          bv.view()),
-               ShapeError);
+  EXPECT_THROW(
+      {
+        be.dlogits_entropy_inplace(g1.view(), tlse.view(), bad.view(), av.view(), tH.view(),
+                                   bv.view());
+        be.synchronize();
+      },
+      ShapeError);
 }
 
 // ---- BF16 logits (a bf16 step's LM-head block) ----

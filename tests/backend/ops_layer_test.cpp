@@ -154,9 +154,12 @@ TEST_P(BackendOps, RopeForwardBackward) {
       numeric_grad([&](const Vec& v) { return dot(ref_rope(v, pos, inv, heads, h), Rd); }, xd);
   EXPECT_LT(rel_err_vec(down(R), nd), 1e-6);
   Buffer bad = ids({0, 1, 2, 3, P});
-  EXPECT_THROW(be.rope_forward(x.view(), bad.view(), table.view()), ShapeError);
+  // Reported by the op or, on a GPU, at the next synchronisation (Backend::synchronize).
+  EXPECT_THROW({ be.rope_forward(x.view(), bad.view(), table.view()); be.synchronize(); },
+               ShapeError);
   Buffer negative = ids({0, 1, -1, 3, 4});
-  EXPECT_THROW(be.rope_backward(x.view(), negative.view(), table.view()), ShapeError);
+  EXPECT_THROW({ be.rope_backward(x.view(), negative.view(), table.view()); be.synchronize(); },
+               ShapeError);
 }
 
 // A BF16 x is rotated in fp32 and rounded once, forward and backward.
@@ -271,7 +274,8 @@ TEST_P(BackendOps, EmbeddingForwardBackwardWithRepeatedIds) {
       rel_err_vec(dtg, plus(dt0, numeric_grad([&](const Vec& t) { return dot(ref(t), dxd); }, td))),
       1e-6);
   Buffer bad = ids({0, 1, 2, 3, static_cast<int32_t>(V)});
-  EXPECT_THROW(be.embedding_forward(x.view(), bad.view(), table.view()), ShapeError);
+  EXPECT_THROW({ be.embedding_forward(x.view(), bad.view(), table.view()); be.synchronize(); },
+               ShapeError);
   Buffer negative = ids({0, -1, 2, 3, 4});
   EXPECT_THROW(be.embedding_backward(dt.view(), dx.view(), negative.view()), ShapeError);
 }
@@ -422,6 +426,7 @@ TEST_P(BackendOps, AttentionMatchesFloat64AndFiniteDifferences) {
     be.reset_flops();
     be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
                          c.q_offset, c.dims());
+    be.synchronize();  // the CUDA backend counts attention's FLOPs on the device
     EXPECT_GT(be.flops(), 0);
     // Non-zero gradients: the backward must add to them.
     Buffer dq = rand({c.n, Hh}, 1.0f, &dq0), dk = rand({c.tk, Gh}, 1.0f, &dk0);
@@ -628,10 +633,12 @@ TEST_P(BackendOps, AttentionWindowCountsOnlyTheWindow) {
     be.reset_flops();
     be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
                          c.q_offset, c.dims());
+    be.synchronize();  // the CUDA backend counts attention's FLOPs on the device
     const int64_t fwd = be.flops();
     be.reset_flops();
     be.attention_backward(dq.view(), dk.view(), dv.view(), out.view(), q.view(), k.view(), v.view(),
                           out.view(), lse.view(), seg_start.view(), c.q_offset, c.dims());
+    be.synchronize();
     const int64_t bwd = be.flops();
     int64_t pairs = 0;
     for (int64_t row = c.q_offset; row < c.q_offset + c.n; ++row)
@@ -662,12 +669,21 @@ TEST_P(BackendOps, AttentionRejectsBadSegmentStarts) {
   be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
                        ids({0, 0, 0, 0, 0, 0}).view(), 0, c.dims());
   if (!computes()) return;  // segment contents: only a backend with the data can check them
-  EXPECT_THROW(be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
-                                    past_row.view(), 0, c.dims()),
-               ShapeError);
-  EXPECT_THROW(be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
-                                    decreasing.view(), 0, c.dims()),
-               ShapeError);
+  // Reported by the op or, on a GPU, at the next synchronisation (Backend::synchronize).
+  EXPECT_THROW(
+      {
+        be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
+                             past_row.view(), 0, c.dims());
+        be.synchronize();
+      },
+      ShapeError);
+  EXPECT_THROW(
+      {
+        be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
+                             decreasing.view(), 0, c.dims());
+        be.synchronize();
+      },
+      ShapeError);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),

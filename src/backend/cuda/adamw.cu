@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 
 namespace sbp {
 
@@ -25,9 +26,8 @@ void CudaBackend::adamw_step_impl(const Tensor& param, const Tensor& grad, const
   if (n == 0) return;
   const cuda::AdamWScalars sc =
       cuda::adamw_scalars(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
-  adamw_kernel<<<cuda::grid_for(n, 256), 256, 0, stream_>>>(cuda::fptr(param), cuda::fptr(grad),
-                                                            m.f32(), v.f32(), n, sc);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(adamw_kernel, cuda::grid_for(n, 256), 256, 0, stream_,
+             cuda::fptr(param), cuda::fptr(grad), m.f32(), v.f32(), n, sc);
 }
 
 }  // namespace sbp

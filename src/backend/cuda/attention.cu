@@ -57,10 +57,12 @@ void CudaBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, c
                                          int64_t q_offset, const AttentionDims& dims) {
   check_head_dim("attention_forward", dims);
   const int64_t n = q.rows();
-  const int64_t pairs = check_segments("attention_forward", seg_start, q_offset, n, dims.window);
-  flops_ += 4 * dims.head_dim * dims.n_heads * pairs;  // Q K^T and P V per visible pair
+  // Q K^T and P V per visible pair, counted on the device (checks.cu).
+  check_segments("attention_forward", seg_start, q_offset, n, dims.window,
+                 4 * dims.head_dim * dims.n_heads);
   if (n == 0) return;
   AttnArgs a = args(q, k, v, seg_start, q_offset, dims);
+  a.failed = check_failed();
   a.out = fptr(out);
   a.lse = lse.f32();
   if (use_tensor_core_attention(a.h))
@@ -76,13 +78,14 @@ void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, co
                                           const AttentionDims& dims) {
   check_head_dim("attention_backward", dims);
   const int64_t n = q.rows();
-  const int64_t pairs = check_segments("attention_backward", seg_start, q_offset, n, dims.window);
   const bool d_from_p = out.dtype != DType::F32;
   // Per visible pair: dQ kernel S, dP, dQ; dK/dV kernel S, dP, dV, dK; with a BF16 out the
-  // delta kernel's S and dP as well.
-  flops_ += (d_from_p ? 18 : 14) * dims.head_dim * dims.n_heads * pairs;
+  // delta kernel's S and dP as well. Counted on the device (checks.cu).
+  check_segments("attention_backward", seg_start, q_offset, n, dims.window,
+                 (d_from_p ? 18 : 14) * dims.head_dim * dims.n_heads);
   if (n == 0) return;
   AttnArgs a = args(q, k, v, seg_start, q_offset, dims);
+  a.failed = check_failed();
   a.out = fptr(out);
   a.dout = fptr(dout);
   a.dq = fptr(dq);

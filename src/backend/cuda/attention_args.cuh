@@ -6,9 +6,10 @@
 #if defined(SBP_CUDA_EMULATION)
 #include "backend/cuda/host_emulation.h"  // CPU tests of the kernels (host_emulation.h)
 #else
-#include <cuda_runtime.h>
+#include <cuda_runtime.h>  // nvcc's, or the emulation build's (emulation/cuda_runtime.h)
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.h"
 #endif
 #include "backend/cuda/device_ptr.cuh"
 
@@ -22,10 +23,18 @@ struct AttnArgs {
   int64_t n, q_offset, window;
   int H, G, h;
   float scale;
+  // Device word raised by a failed index check (checks.cu): every kernel returns at once, so bad
+  // segment starts never steer a read outside K/V. nullptr in the kernels' own CPU tests.
+  const unsigned* failed = nullptr;
 };
 
-// `#pragma unroll` for nvcc; nothing for the host emulation (g++ would warn).
-#if defined(SBP_CUDA_EMULATION)
+// First statement of every attention kernel (uniform across the block: no barrier is skipped
+// by only some threads).
+#define SBP_ATTN_RETURN_IF_CHECK_FAILED(a) \
+  if ((a).failed && *(a).failed) return
+
+// `#pragma unroll` for nvcc; nothing for the host emulations (g++ would warn).
+#if defined(SBP_CUDA_EMULATION) || defined(STREAMBP_CUDA_EMULATION)
 #define SBP_UNROLL
 #else
 #define SBP_UNROLL _Pragma("unroll")
@@ -34,6 +43,8 @@ struct AttnArgs {
 // A kernel's dynamic shared memory, 128-byte aligned.
 #if defined(SBP_CUDA_EMULATION)
 #define SBP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sbp::emu::dynamic_shared())
+#elif defined(STREAMBP_CUDA_EMULATION)
+#define SBP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sbp::cudaemu::dynamic_shared())
 #else
 #define SBP_DYNAMIC_SHARED(T, name) extern __shared__ __align__(128) T name[]
 #endif
@@ -48,10 +59,7 @@ void launch_attention(Kernel kernel, dim3 grid, int threads, size_t smem, cudaSt
   if (smem > 48 * 1024)  // past the default, shared memory must be asked for per kernel
     SBP_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
-  // clang-format off
-  kernel<<<grid, threads, smem, stream>>>(a);
-  // clang-format on
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(kernel, grid, threads, smem, stream, a);
 #endif
 }
 

@@ -81,6 +81,7 @@ __device__ __forceinline__ float dot_row(const float* x, const float* y, int h) 
 }
 
 __global__ void attn_forward_kernel(AttnArgs a) {
+  SBP_ATTN_RETURN_IF_CHECK_FAILED(a);
   SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + 1;
   float* Kt = sm;
@@ -133,6 +134,7 @@ __global__ void attn_forward_kernel(AttnArgs a) {
 
 // D = rowsum(dout * out), out F32 (the forward's unrounded output).
 __global__ void attn_delta_dot_kernel(AttnArgs a) {
+  SBP_ATTN_RETURN_IF_CHECK_FAILED(a);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r = blockIdx.x * int64_t{kRows} + warp;
   if (r >= a.n) return;
@@ -149,6 +151,7 @@ __global__ void attn_delta_dot_kernel(AttnArgs a) {
 // kDq: the dQ kernel instead, which needs D (computed before) and the same per-pair values.
 template <bool kDq>
 __global__ void attn_rows_backward_kernel(AttnArgs a) {
+  SBP_ATTN_RETURN_IF_CHECK_FAILED(a);
   SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + 1;
   float* Kt = sm;
@@ -216,6 +219,7 @@ __global__ void attn_rows_backward_kernel(AttnArgs a) {
 
 // dK, dV of keys [32 b, 32 b + 32) of kv head g: one warp, lane jj owns key 32 b + jj.
 __global__ void attn_dkdv_kernel(AttnArgs a) {
+  SBP_ATTN_RETURN_IF_CHECK_FAILED(a);
   SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + 1, lane = threadIdx.x;
   float* Kt = sm;

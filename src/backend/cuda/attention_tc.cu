@@ -178,6 +178,7 @@ int warps_for(Floats floats, int h, size_t smem_limit) {
 }
 
 __global__ void tc_forward_kernel(AttnArgs a) {
+  SBP_ATTN_RETURN_IF_CHECK_FAILED(a);
   SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const Rows f = rows_frame(a, W);
@@ -245,6 +246,7 @@ __global__ void tc_forward_kernel(AttnArgs a) {
 // with dS = P (dP - D). Shaped like the forward.
 template <bool kDq>
 __global__ void tc_rows_backward_kernel(AttnArgs a) {
+  SBP_ATTN_RETURN_IF_CHECK_FAILED(a);
   SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const Rows f = rows_frame(a, W);
@@ -310,6 +312,7 @@ __global__ void tc_rows_backward_kernel(AttnArgs a) {
 // dK, dV of keys [k0, k0 + 16 W) of kv head g (block (key block, g)); warp w owns 16 of them
 // and lane pairs one key (rr = lane / 2) and half of each query tile's rows.
 __global__ void tc_dkdv_kernel(AttnArgs a) {
+  SBP_ATTN_RETURN_IF_CHECK_FAILED(a);
   SBP_DYNAMIC_SHARED(float, sm);
   const int h = a.h, ld = h + kPad, W = blockDim.x / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rr = lane / 2, half = lane % 2;

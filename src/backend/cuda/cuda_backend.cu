@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda_factory.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 
 namespace sbp {
 
@@ -42,11 +43,16 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   arena_ = std::make_unique<cuda::DeviceArena>(
       [dev](size_t bytes) -> void* {
         void* p = nullptr;
-        cudaSetDevice(dev);
-        if (cudaMalloc(&p, bytes) != cudaSuccess) {
-          cudaGetLastError();  // clear the sticky-free out-of-memory error
+        SBP_CUDA(cudaSetDevice(dev));
+        const cudaError_t e = cudaMalloc(&p, bytes);
+        if (e == cudaErrorMemoryAllocation) {
+          // Out of memory, and only that: the arena trims and retries, the Pool reports it.
+          cudaGetLastError();  // not sticky: clear it
           return nullptr;
         }
+        // Anything else (a sticky fault of an earlier kernel, most likely) is not "out of
+        // memory": name the call and the last kernel launched.
+        if (e != cudaSuccess) cuda::fail_cuda(e, "cudaMalloc", __FILE__, __LINE__);
         return p;
       },
       [dev](void* p, size_t) {
@@ -56,7 +62,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
       kSegmentBytes);
   workspace_ = arena_->allocate(kWorkspaceBytes);
   SBP_CHECK(workspace_, "cuda: cannot allocate the 32 MiB cuBLASLt workspace");
-  SBP_CUDA(cudaMallocHost(&pinned_, 64));
+  SBP_CUDA(cudaMallocHost(&pinned_, sizeof(cuda::CheckState)));
+  checks_ = static_cast<cuda::CheckState*>(arena_->allocate(sizeof(cuda::CheckState)));
+  SBP_CHECK(checks_, "cuda: cannot allocate the index check records");
+  SBP_CUDA(cudaMemsetAsync(checks_, 0, sizeof(cuda::CheckState), stream_));
   int optin = 0;
   SBP_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
   smem_optin_ = static_cast<size_t>(optin);
@@ -110,16 +119,26 @@ void* CudaBackend::scratch(Slot slot, size_t bytes) {
 
 void CudaBackend::open_memory() { SBP_CUDA(cudaSetDevice(device_)); }
 
+// No synchronisation: from pageable host memory (every caller's: vectors, spans) the runtime
+// stages the bytes before cudaMemcpyAsync returns, so the caller may reuse its buffer at once
+// (CUDA runtime API, "API synchronization behavior"). Pinned memory would need a sync here.
 void CudaBackend::upload_impl(void* dst, const void* host, size_t bytes) {
   SBP_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
-  SBP_CUDA(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::synchronize_impl() { SBP_CUDA(cudaStreamSynchronize(stream_)); }
+// The step's end (and the profiler): waits for the stream and reports failed index checks.
+void CudaBackend::synchronize_impl() {
+  queue_check_readback();
+  SBP_CUDA(cudaStreamSynchronize(stream_));
+  flush_checks();
+}
 
+// One wait for the copy and the check records together.
 void CudaBackend::download_impl(void* host, const void* src, size_t bytes) {
+  queue_check_readback();
   SBP_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
   SBP_CUDA(cudaStreamSynchronize(stream_));
+  flush_checks();
 }
 
 void CudaBackend::zero_impl(const Tensor& t) {
@@ -128,8 +147,8 @@ void CudaBackend::zero_impl(const Tensor& t) {
 
 void CudaBackend::poison_impl(const Tensor& t) {
   if (t.dtype != DType::F32 && t.dtype != DType::BF16) return;
-  fill_nan_kernel<<<cuda::grid_for(t.numel(), 256), 256, 0, stream_>>>(cuda::fptr(t), t.numel());
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(fill_nan_kernel, cuda::grid_for(t.numel(), 256), 256, 0, stream_,
+             cuda::fptr(t), t.numel());
 }
 
 // ---- factory (cuda_factory.h) ----

@@ -19,9 +19,11 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/arena.h"
+#include "backend/cuda/check_state.h"
 
 namespace sbp {
 
@@ -51,15 +53,18 @@ class CudaBackend : public Backend {
   // slot.
   enum Slot { kScratchA, kScratchB, kScratchC, kScratchRows, kScratchIndex, kSlots };
   void* scratch(Slot slot, size_t bytes);
-  // Index contents checks (checks.cu): throw the CPU backend's messages for bad values.
-  // Every entry of t (I32) in [lo, hi); else throws ShapeError(message(index, value)) for the
-  // first bad entry, as the CPU backend's checks do.
+  // Index contents checks (checks.cu), on the device: a bad entry is reported by the next
+  // download or synchronisation (flush_checks), as the CPU backend's message for the first bad
+  // entry; kernels that index with a checked tensor skip their work once a check has failed.
+  // Every entry of t (I32) in [lo, hi); else ShapeError(message(index, value)).
   void check_index_range(const Tensor& t, int64_t lo, int64_t hi,
-                         const std::function<std::string(int64_t, int64_t)>& message);
-  // seg_start rows [q_offset, q_offset + n): 0 <= s <= r, non-decreasing. Returns the number of
-  // visible (query, key) pairs per head, for the FLOP count.
-  int64_t check_segments(const char* op, const Tensor& seg_start, int64_t q_offset, int64_t n,
-                         int64_t window);
+                         std::function<std::string(int64_t, int64_t)> message);
+  // seg_start rows [q_offset, q_offset + n): 0 <= s <= r, non-decreasing. The visible
+  // (query, key) pairs times flops_per_pair are added to flops() at the same read.
+  void check_segments(const char* op, const Tensor& seg_start, int64_t q_offset, int64_t n,
+                      int64_t window, int64_t flops_per_pair);
+  // Device word that is non-zero once a check has failed (for the kernels' early return).
+  const unsigned* check_failed() const { return &checks_->failed; }
 
  protected:
   void synchronize_impl() override;  // the backend's stream
@@ -73,6 +78,12 @@ class CudaBackend : public Backend {
   void open_memory() override;
 
  private:
+  int open_check(std::function<std::string(int64_t, int64_t)> message);  // a record's slot
+  // Queues the copy of the check records to pinned_ (before the caller's synchronisation)...
+  void queue_check_readback();
+  // ...and after it: adds the device-counted FLOPs, clears the records, throws the first error.
+  void flush_checks();
+
   // Runs on bf16 tensor cores unless A and B are both F32 (gemm.cu, gemm_plan.h), with the
   // conversions in `scratch` (backend/gemm_scratch.h).
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
@@ -86,6 +97,7 @@ class CudaBackend : public Backend {
   void add_inplace_impl(const Tensor& y, const Tensor& x) override;
   void scale_inplace_impl(const Tensor& x, float s) override;
   double sum_squares_impl(const Tensor& x) override;
+  void sum_squares_each_impl(std::span<const Tensor> xs, std::span<double> out) override;
   void add_bias_impl(const Tensor& y, const Tensor& b) override;
   void bias_backward_impl(const Tensor& db, const Tensor& dy) override;
 
@@ -150,8 +162,11 @@ class CudaBackend : public Backend {
     size_t bytes = 0;
   };
   ScratchBuf scratch_[kSlots];
-  // Pinned host words the check kernels report through (checks.cu).
+  // The check records (device) and their pinned host copy (checks.cu); the message makers of
+  // the records in use, by slot.
+  cuda::CheckState* checks_ = nullptr;
   void* pinned_ = nullptr;
+  std::vector<std::function<std::string(int64_t, int64_t)>> checks_pending_;
   // cuBLASLt's heuristic pick per problem (types, transposes, sizes, leading dims, alignment):
   // asking costs tens of microseconds, and the engine repeats the same few shapes.
   using GemmKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,

@@ -10,9 +10,19 @@
 
 namespace sbp::cuda {
 
+// The kernel launched last by this host thread (launch.h): a fault reported by a later call
+// (a copy, a sync, cudaMalloc) was most likely caused by it. Per host thread, like CUDA's own
+// last-error state.
+inline const char*& last_kernel() {
+  thread_local const char* name = nullptr;
+  return name;
+}
+
 [[noreturn]] inline void fail_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  const char* k = last_kernel();
   throw Error(std::string(file) + ":" + std::to_string(line) + ": " + call + ": " +
-              cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+              cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + " (last kernel launched: " +
+              (k ? k : "none") + ")");
 }
 [[noreturn]] inline void fail_cublas(cublasStatus_t s, const char* call, const char* file,
                                      int line) {
@@ -33,6 +43,6 @@ namespace sbp::cuda {
     if (sbp_s_ != CUBLAS_STATUS_SUCCESS)                                                \
       ::sbp::cuda::fail_cublas(sbp_s_, #call, __FILE__, __LINE__);                      \
   } while (0)
-// After a kernel launch: launch configuration errors show here, execution errors at the next
-// synchronisation.
+// After a kernel launched without SBP_LAUNCH (launch.h): configuration errors show here,
+// execution errors at the next synchronisation.
 #define SBP_CUDA_LAUNCHED() SBP_CUDA(cudaGetLastError())

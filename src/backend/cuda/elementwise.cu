@@ -1,9 +1,12 @@
 // Fill, copy (with F32/BF16 conversion), residual add, scale, bias and its backward, sum of
 // squares. Float tensors may be F32 or BF16 (device_ptr.cuh); arithmetic in fp32, sums in fp64
 // in a fixed order (reduce.cuh).
+#include <vector>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/reduce.cuh"
 
 namespace sbp {
@@ -79,8 +82,7 @@ struct BiasGradValue {
 void CudaBackend::fill_impl(const Tensor& x, float value) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  fill_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(fptr(x), n, value);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(fill_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(x), n, value);
 }
 
 void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
@@ -90,44 +92,58 @@ void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
     SBP_CUDA(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDeviceToDevice, stream_));
     return;
   }
-  convert_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(fptr(dst), fptr(src), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(convert_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(dst), fptr(src), n);
 }
 
 void CudaBackend::add_inplace_impl(const Tensor& y, const Tensor& x) {
   const int64_t n = y.numel();
   if (n == 0) return;
-  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(fptr(y), fptr(x), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(add_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(y), fptr(x), n);
 }
 
 void CudaBackend::scale_inplace_impl(const Tensor& x, float s) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_>>>(fptr(x), n, s);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(scale_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(x), n, s);
 }
 
 double CudaBackend::sum_squares_impl(const Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   auto* partial = static_cast<double*>(scratch(kScratchRows, (kSumBlocks + 1) * sizeof(double)));
-  sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, stream_>>>(partial, fptr(x), n);
-  SBP_CUDA_LAUNCHED();
-  sum_partials_kernel<<<1, kThreads, 0, stream_>>>(partial + kSumBlocks, partial, kSumBlocks);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(sum_squares_partial_kernel, kSumBlocks, kThreads, 0, stream_, partial, fptr(x), n);
+  SBP_LAUNCH(sum_partials_kernel, 1, kThreads, 0, stream_,
+             partial + kSumBlocks, partial, kSumBlocks);
   double result = 0.0;
-  SBP_CUDA(cudaMemcpyAsync(&result, partial + kSumBlocks, sizeof result, cudaMemcpyDeviceToHost,
-                           stream_));
-  SBP_CUDA(cudaStreamSynchronize(stream_));
+  download_impl(&result, partial + kSumBlocks, sizeof result);  // the one wait, checks read too
   return result;
+}
+
+// Every tensor's partials and total into one scratch buffer, then one download for all totals.
+void CudaBackend::sum_squares_each_impl(std::span<const Tensor> xs, std::span<double> out) {
+  const size_t per = kSumBlocks + 1;  // partials, then the total
+  auto* partial = static_cast<double*>(scratch(kScratchRows, per * xs.size() * sizeof(double)));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    double* p = partial + i * per;
+    const int64_t n = xs[i].numel();
+    if (n == 0) {
+      SBP_CUDA(cudaMemsetAsync(p + kSumBlocks, 0, sizeof(double), stream_));
+      continue;
+    }
+    SBP_LAUNCH(sum_squares_partial_kernel, kSumBlocks, kThreads, 0, stream_, p, fptr(xs[i]), n);
+    SBP_LAUNCH(sum_partials_kernel, 1, kThreads, 0, stream_, p + kSumBlocks, p, kSumBlocks);
+  }
+  if (xs.empty()) return;
+  std::vector<double> all(per * xs.size());
+  download_impl(all.data(), partial, sizeof(double) * all.size());  // the one wait
+  for (size_t i = 0; i < xs.size(); ++i) out[i] = all[i * per + kSumBlocks];
 }
 
 void CudaBackend::add_bias_impl(const Tensor& y, const Tensor& b) {
   const int64_t n = y.rows(), m = y.cols();
   if (n * m == 0) return;
-  add_bias_kernel<<<grid_for(n * m, kThreads), kThreads, 0, stream_>>>(fptr(y), fptr(b), n, m);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(add_bias_kernel, grid_for(n * m, kThreads), kThreads, 0, stream_,
+             fptr(y), fptr(b), n, m);
 }
 
 void CudaBackend::bias_backward_impl(const Tensor& db, const Tensor& dy) {
@@ -136,12 +152,10 @@ void CudaBackend::bias_backward_impl(const Tensor& db, const Tensor& dy) {
   const int blocks = static_cast<int>(std::min<int64_t>(cuda::kRowBlocks, std::max<int64_t>(n, 1)));
   auto* partial = static_cast<double*>(scratch(kScratchRows, sizeof(double) * blocks * m));
   const dim3 grid(static_cast<unsigned>((m + kThreads - 1) / kThreads), blocks);
-  cuda::column_partials_kernel<<<grid, kThreads, 0, stream_>>>(partial, n, m, blocks,
-                                                               BiasGradValue{fptr(dy), m});
-  SBP_CUDA_LAUNCHED();
-  cuda::column_finish_kernel<<<grid_for(m, kThreads), kThreads, 0, stream_>>>(fptr(db), partial, m,
-                                                                              blocks);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(cuda::column_partials_kernel<BiasGradValue>, grid, kThreads, 0, stream_,
+             partial, n, m, blocks, BiasGradValue{fptr(dy), m});
+  SBP_LAUNCH(cuda::column_finish_kernel<FPtr>, grid_for(m, kThreads), kThreads, 0, stream_,
+             fptr(db), partial, m, blocks);
 }
 
 }  // namespace sbp

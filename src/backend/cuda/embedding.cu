@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 
 namespace sbp {
 
@@ -25,7 +26,9 @@ std::string id_message(int64_t i, int64_t v, int64_t vocab) {
          " outside the vocabulary of " + std::to_string(vocab);
 }
 
-__global__ void gather_kernel(FPtr x, FPtr table, const int32_t* ids, int64_t n, int64_t d) {
+__global__ void gather_kernel(const unsigned* failed, FPtr x, FPtr table, const int32_t* ids,
+                              int64_t n, int64_t d) {
+  if (*failed) return;  // an id is out of the table (checks.cu)
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n * d;
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = e / d, j = e % d;
@@ -55,9 +58,8 @@ void CudaBackend::embedding_forward_impl(const Tensor& x, const Tensor& ids, con
   const int64_t V = table.rows(), n = x.rows(), d = x.cols();
   check_index_range(ids, 0, V, [V](int64_t i, int64_t v) { return id_message(i, v, V); });
   if (n * d == 0) return;
-  gather_kernel<<<cuda::grid_for(n * d, 256), 256, 0, stream_>>>(fptr(x), fptr(table), ids.i32(),
-                                                                 n, d);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(gather_kernel, cuda::grid_for(n * d, 256), 256, 0, stream_, check_failed(),
+             fptr(x), fptr(table), ids.i32(), n, d);
 }
 
 void CudaBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dx,
@@ -91,10 +93,9 @@ void CudaBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dx
   runs.insert(runs.end(), offsets.begin(), offsets.end());
   runs.insert(runs.end(), order.begin(), order.end());
   auto* dev = static_cast<int32_t*>(scratch(kScratchB, sizeof(int32_t) * runs.size()));
-  upload_impl(dev, runs.data(), sizeof(int32_t) * runs.size());  // synchronous: runs is local
+  upload_impl(dev, runs.data(), sizeof(int32_t) * runs.size());  // staged: runs may go (upload_impl)
   const dim3 grid(static_cast<unsigned>(u), static_cast<unsigned>((d + 255) / 256));
-  scatter_runs_kernel<<<grid, 256, 0, stream_>>>(fptr(dtable), fptr(dx), dev, u, d);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(scatter_runs_kernel, grid, 256, 0, stream_, fptr(dtable), fptr(dx), dev, u, d);
 }
 
 }  // namespace sbp

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/gemm_plan.h"
 #include "backend/cuda/gemm_split.h"
 
@@ -136,18 +137,16 @@ void CudaBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, cons
                                                               : nullptr;
   if (split) {
     const int64_t n = split->numel();
-    split_kernel<<<cuda::grid_for(n, 256), 256, 0, stream_>>>(
-        reinterpret_cast<uint16_t*>(base), plan.scratch.part_stride / 2,
-        static_cast<const float*>(split->data), n);
-    SBP_CUDA_LAUNCHED();
+    SBP_LAUNCH(split_kernel, cuda::grid_for(n, 256), 256, 0, stream_,
+               reinterpret_cast<uint16_t*>(base), plan.scratch.part_stride / 2,
+               static_cast<const float*>(split->data), n);
   }
   void* c = C.data;
   if (plan.widen_c) {
     c = base + plan.scratch.c_offset();
     if (beta != 0.0f) {  // beta = 0: cuBLASLt does not read C
-      widen_kernel<<<cuda::grid_for(C.numel(), 256), 256, 0, stream_>>>(
-          static_cast<float*>(c), static_cast<const uint16_t*>(C.data), C.numel());
-      SBP_CUDA_LAUNCHED();
+      SBP_LAUNCH(widen_kernel, cuda::grid_for(C.numel(), 256), 256, 0, stream_,
+                 static_cast<float*>(c), static_cast<const uint16_t*>(C.data), C.numel());
     }
   }
   const cudaDataType tab = plan.operands_bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -161,9 +160,8 @@ void CudaBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, cons
             cuda::beta_of_call(beta, i));
   }
   if (plan.widen_c) {
-    narrow_kernel<<<cuda::grid_for(C.numel(), 256), 256, 0, stream_>>>(
-        static_cast<uint16_t*>(C.data), static_cast<const float*>(c), C.numel());
-    SBP_CUDA_LAUNCHED();
+    SBP_LAUNCH(narrow_kernel, cuda::grid_for(C.numel(), 256), 256, 0, stream_,
+               static_cast<uint16_t*>(C.data), static_cast<const float*>(c), C.numel());
   }
 }
 

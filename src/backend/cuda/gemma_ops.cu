@@ -1,6 +1,7 @@
 // GeGLU and logit soft-capping (gemma_ops.h): elementwise, F32 or BF16 storage, fp32 math.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/gemma_ops.h"
 #include "backend/cuda/cuda_backend.h"
 
@@ -35,31 +36,27 @@ __global__ void softcap_backward_kernel(FPtr dx, FPtr y, int64_t n, float cap) {
 void launch_geglu_forward(cudaStream_t s, const Tensor& out, const Tensor& gate, const Tensor& up) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  geglu_forward_kernel<<<grid_for(n, 256), 256, 0, s>>>(fptr(out), fptr(gate), fptr(up), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(geglu_forward_kernel, grid_for(n, 256), 256, 0, s, fptr(out), fptr(gate), fptr(up), n);
 }
 
 void launch_geglu_backward(cudaStream_t s, const Tensor& dgate, const Tensor& dup,
                            const Tensor& dout, const Tensor& gate, const Tensor& up) {
   const int64_t n = dout.numel();
   if (n == 0) return;
-  geglu_backward_kernel<<<grid_for(n, 256), 256, 0, s>>>(fptr(dgate), fptr(dup), fptr(dout),
-                                                         fptr(gate), fptr(up), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(geglu_backward_kernel, grid_for(n, 256), 256, 0, s,
+             fptr(dgate), fptr(dup), fptr(dout), fptr(gate), fptr(up), n);
 }
 
 void launch_softcap_forward(cudaStream_t s, const Tensor& x, float cap) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  softcap_forward_kernel<<<grid_for(n, 256), 256, 0, s>>>(fptr(x), n, cap);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(softcap_forward_kernel, grid_for(n, 256), 256, 0, s, fptr(x), n, cap);
 }
 
 void launch_softcap_backward(cudaStream_t s, const Tensor& dx, const Tensor& y, float cap) {
   const int64_t n = dx.numel();
   if (n == 0) return;
-  softcap_backward_kernel<<<grid_for(n, 256), 256, 0, s>>>(fptr(dx), fptr(y), n, cap);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(softcap_backward_kernel, grid_for(n, 256), 256, 0, s, fptr(dx), fptr(y), n, cap);
 }
 
 }  // namespace sbp::cuda

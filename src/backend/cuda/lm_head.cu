@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 
 namespace sbp {
 
@@ -17,8 +18,9 @@ using cuda::fptr;
 
 constexpr int kThreads = 256;
 
-__global__ void logsoftmax_target_kernel(float* lse, float* logp, FPtr logits, const int32_t* t,
-                                         int64_t V) {
+__global__ void logsoftmax_target_kernel(const unsigned* failed, float* lse, float* logp,
+                                         FPtr logits, const int32_t* t, int64_t V) {
+  if (*failed) return;  // a target is out of the vocabulary (checks.cu)
   __shared__ float sh[32];
   const int64_t base = blockIdx.x * V;
   float mx = -INFINITY;
@@ -111,9 +113,8 @@ void CudaBackend::logsoftmax_target_impl(const Tensor& lse, const Tensor& logp,
   const int64_t n = logits.rows(), V = logits.cols();
   check_targets(*this, targets, V);
   if (n == 0) return;
-  logsoftmax_target_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(
-      lse.f32(), logp.f32(), fptr(logits), targets.i32(), V);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(logsoftmax_target_kernel, static_cast<unsigned>(n), kThreads, 0, stream_,
+             check_failed(), lse.f32(), logp.f32(), fptr(logits), targets.i32(), V);
 }
 
 void CudaBackend::dlogits_inplace_impl(const Tensor& logits, const Tensor& lse,
@@ -121,26 +122,23 @@ void CudaBackend::dlogits_inplace_impl(const Tensor& logits, const Tensor& lse,
   const int64_t n = logits.rows(), V = logits.cols();
   check_targets(*this, targets, V);
   if (n == 0) return;
-  dlogits_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(fptr(logits), lse.f32(),
-                                                                     targets.i32(), dlogp.f32(), V);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(dlogits_kernel, static_cast<unsigned>(n), kThreads, 0, stream_,
+             fptr(logits), lse.f32(), targets.i32(), dlogp.f32(), V);
 }
 
 void CudaBackend::argmax_rows_impl(const Tensor& out, const Tensor& logits) {
   const int64_t n = logits.rows();
   if (n == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(out.i32(), fptr(logits),
-                                                                    logits.cols());
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(argmax_kernel, static_cast<unsigned>(n), kThreads, 0, stream_,
+             out.i32(), fptr(logits), logits.cols());
 }
 
 void CudaBackend::softmax_entropy_impl(const Tensor& entropy, const Tensor& logits,
                                        const Tensor& lse) {
   const int64_t n = logits.rows();
   if (n == 0) return;
-  entropy_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(entropy.f32(), fptr(logits),
-                                                                     lse.f32(), logits.cols());
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(entropy_kernel, static_cast<unsigned>(n), kThreads, 0, stream_,
+             entropy.f32(), fptr(logits), lse.f32(), logits.cols());
 }
 
 void CudaBackend::dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse,
@@ -149,9 +147,8 @@ void CudaBackend::dlogits_entropy_inplace_impl(const Tensor& logits, const Tenso
   const int64_t n = logits.rows(), V = logits.cols();
   check_targets(*this, targets, V);
   if (n == 0) return;
-  dlogits_entropy_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(
-      fptr(logits), lse.f32(), targets.i32(), dlogp.f32(), entropy.f32(), dentropy.f32(), V);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(dlogits_entropy_kernel, static_cast<unsigned>(n), kThreads, 0, stream_,
+             fptr(logits), lse.f32(), targets.i32(), dlogp.f32(), entropy.f32(), dentropy.f32(), V);
 }
 
 }  // namespace sbp

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/reduce.cuh"
 
 namespace sbp {
@@ -68,9 +69,8 @@ void CudaBackend::rmsnorm_forward_impl(const Tensor& y, const Tensor& x, const T
   const int64_t d = g.numel(), rows = x.numel() / d;
   if (rows == 0) return;
   // Rows go on grid x (up to 2^31 - 1 blocks): T * heads for q/k-norm fits.
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads(d), 0, stream_>>>(
-      fptr(y), fptr(x), fptr(g), d, eps, weight_offset);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(rmsnorm_forward_kernel, static_cast<unsigned>(rows), row_threads(d), 0, stream_,
+             fptr(y), fptr(x), fptr(g), d, eps, weight_offset);
 }
 
 void CudaBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy,
@@ -79,18 +79,15 @@ void CudaBackend::rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, cons
   const int64_t d = g.numel(), rows = x.numel() / d;
   if (rows == 0) return;
   auto* rstd = static_cast<float*>(scratch(kScratchA, sizeof(float) * rows));
-  rmsnorm_backward_rows_kernel<<<static_cast<unsigned>(rows), row_threads(d), 0, stream_>>>(
-      fptr(dx), rstd, fptr(dy), fptr(x), fptr(g), d, eps, weight_offset);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(rmsnorm_backward_rows_kernel, static_cast<unsigned>(rows), row_threads(d), 0, stream_,
+             fptr(dx), rstd, fptr(dy), fptr(x), fptr(g), d, eps, weight_offset);
   const int blocks = static_cast<int>(std::min<int64_t>(cuda::kRowBlocks, rows));
   auto* partial = static_cast<double*>(scratch(kScratchRows, sizeof(double) * blocks * d));
   const dim3 grid(static_cast<unsigned>((d + 255) / 256), blocks);
-  cuda::column_partials_kernel<<<grid, 256, 0, stream_>>>(partial, rows, d, blocks,
-                                                          NormGradValue{fptr(dy), fptr(x), rstd, d});
-  SBP_CUDA_LAUNCHED();
-  cuda::column_finish_kernel<<<cuda::grid_for(d, 256), 256, 0, stream_>>>(fptr(dg), partial, d,
-                                                                          blocks);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(cuda::column_partials_kernel<NormGradValue>, grid, 256, 0, stream_,
+             partial, rows, d, blocks, NormGradValue{fptr(dy), fptr(x), rstd, d});
+  SBP_LAUNCH(cuda::column_finish_kernel<FPtr>, cuda::grid_for(d, 256), 256, 0, stream_,
+             fptr(dg), partial, d, blocks);
 }
 
 }  // namespace sbp

@@ -15,7 +15,7 @@ void cuda_reset_device_peaks(Backend& be) {
 }
 
 void cuda_synchronize(Backend& be) {
-  if (auto* c = dynamic_cast<CudaBackend*>(&be)) SBP_CUDA(cudaStreamSynchronize(c->stream()));
+  be.synchronize();  // the stream, and the device-side checks' reports
 }
 
 double cuda_bf16_gemm_gflops(Backend& be, int64_t n) {

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
 
 namespace sbp {
 
@@ -30,8 +31,10 @@ __global__ void rope_table_kernel(float* table, const float* inv_freq, int64_t P
 }
 
 // x (n, heads * h) in place; one thread per rotated pair.
-__global__ void rope_apply_kernel(FPtr x, const int32_t* pos, const float* table, int64_t n,
-                                  int64_t heads, int64_t h, float sign) {
+__global__ void rope_apply_kernel(const unsigned* failed, FPtr x, const int32_t* pos,
+                                  const float* table, int64_t n, int64_t heads, int64_t h,
+                                  float sign) {
+  if (*failed) return;  // a position is out of the table (checks.cu)
   const int64_t half = h / 2;
   SBP_GRID_STRIDE(e, n * heads * half) {
     const int64_t j = e % half, hd = (e / half) % heads, i = e / (half * heads);
@@ -64,9 +67,8 @@ void CudaBackend::rope_table_impl(const Tensor& table, std::span<const float> in
   auto* f = static_cast<float*>(scratch(kScratchA, sizeof(float) * half));
   SBP_CUDA(cudaMemcpyAsync(f, inv_freq.data(), sizeof(float) * half, cudaMemcpyHostToDevice,
                            stream_));
-  rope_table_kernel<<<grid_for(P * half, 256), 256, 0, stream_>>>(table.f32(), f, P, half);
-  SBP_CUDA_LAUNCHED();
-  SBP_CUDA(cudaStreamSynchronize(stream_));  // inv_freq is the caller's host memory
+  SBP_LAUNCH(rope_table_kernel, grid_for(P * half, 256), 256, 0, stream_, table.f32(), f, P, half);
+  // No sync for inv_freq (the caller's pageable memory): the runtime staged it (upload_impl).
 }
 
 namespace {
@@ -79,9 +81,8 @@ void rope_apply(CudaBackend& be, const Tensor& x, const Tensor& positions, const
   const int64_t heads = x.cols() / h;
   const int64_t work = n * heads * (h / 2);
   if (work == 0) return;
-  rope_apply_kernel<<<grid_for(work, 256), 256, 0, be.stream()>>>(fptr(x), positions.i32(),
-                                                                  table.f32(), n, heads, h, sign);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(rope_apply_kernel, grid_for(work, 256), 256, 0, be.stream(), be.check_failed(),
+             fptr(x), positions.i32(), table.f32(), n, heads, h, sign);
 }
 }  // namespace
 
@@ -97,17 +98,16 @@ void CudaBackend::rope_backward_impl(const Tensor& dx, const Tensor& positions,
 void CudaBackend::swiglu_forward_impl(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  swiglu_forward_kernel<<<grid_for(n, 256), 256, 0, stream_>>>(fptr(out), fptr(gate), fptr(up), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(swiglu_forward_kernel, grid_for(n, 256), 256, 0, stream_,
+             fptr(out), fptr(gate), fptr(up), n);
 }
 
 void CudaBackend::swiglu_backward_impl(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                                        const Tensor& gate, const Tensor& up) {
   const int64_t n = dout.numel();
   if (n == 0) return;
-  swiglu_backward_kernel<<<grid_for(n, 256), 256, 0, stream_>>>(fptr(dgate), fptr(dup), fptr(dout),
-                                                                fptr(gate), fptr(up), n);
-  SBP_CUDA_LAUNCHED();
+  SBP_LAUNCH(swiglu_backward_kernel, grid_for(n, 256), 256, 0, stream_,
+             fptr(dgate), fptr(dup), fptr(dout), fptr(gate), fptr(up), n);
 }
 
 }  // namespace sbp

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The CUDA backend on the emulated CUDA runtime (build-emu, scripts/build.sh emu; README "CUDA
+# emulation"): the op suite's ".../cuda" cases, the emulator's own tests, gradcheck of every
+# objective in fp32 and bf16 (every mode) and with LoRA, and the LoRA and Hugging Face parity
+# fixtures with STREAMBP_TEST_BACKEND=cuda. Everything a CPU can check of the CUDA backend.
+#   scripts/test-emu.sh            run (after scripts/build.sh emu)
+#   scripts/test-emu.sh --targets  print the test programs it needs (scripts/build.sh builds them)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Programs whose ".../cuda" cases run here (backend_suite.h), then those that run whole.
+suite=(ops_dense_test ops_head_test ops_layer_test ops_gemma_test misuse_test)
+whole=(cuda_emulation_test cuda_arena_test)
+# Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
+on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test)
+declare -A filter=(
+  [lora_parity_test]='*'
+  [hf_parity_bf16_test]='*'
+  # The fixtures' every-mode gradients are the slow third of this program emulated; the bf16
+  # program above runs every mode on every fixture already.
+  [hf_parity_test]='-*LossLogprobsAndGradientsMatchInEveryMode*'
+)
+if [ "${1:-}" = --targets ]; then
+  echo "${suite[@]}" "${whole[@]}" "${on_cuda[@]}"
+  exit 0
+fi
+dir=build-emu
+bin="$dir/streambp"
+start=$(date +%s)
+export OMP_WAIT_POLICY=passive
+pids=()
+logs=()
+run() {  # name, command...: in the background, two at a time (CI has two cores)
+  local log
+  log=$(mktemp)
+  logs+=("$1:$log")
+  shift
+  ( "$@" >"$log" 2>&1 ) &
+  pids+=($!)
+  if [ "${#pids[@]}" -ge 2 ]; then wait_one; fi
+}
+failed=0
+wait_one() {
+  local pid=${pids[0]} entry=${logs[0]}
+  pids=("${pids[@]:1}")
+  logs=("${logs[@]:1}")
+  if ! wait "$pid"; then
+    echo "test-emu: FAILED: ${entry%%:*}" >&2
+    cat "${entry#*:}" >&2
+    failed=1
+  else
+    echo "test-emu: ok: ${entry%%:*} ($(tail -n 1 "${entry#*:}"))"
+  fi
+  rm -f "${entry#*:}"
+}
+for t in "${suite[@]}"; do run "$t" "$dir/tests/$t" --gtest_filter='*/cuda' --gtest_brief=1; done
+for t in "${whole[@]}"; do run "$t" "$dir/tests/$t" --gtest_brief=1; done
+for t in "${on_cuda[@]}"; do
+  run "$t" env STREAMBP_TEST_BACKEND=cuda "$dir/tests/$t" --gtest_filter="${filter[$t]}" --gtest_brief=1
+done
+for o in sft dpo grpo ppo; do
+  segments=2
+  [ "$o" = grpo ] && segments=4
+  for p in fp32 bf16; do
+    run "gradcheck $o $p" "$bin" gradcheck --model tiny-qwen3 --seq-len 24 --segments "$segments" \
+      --backend cuda --objective "$o" --precision "$p"
+  done
+done
+run "gradcheck sft lora" "$bin" gradcheck --model tiny-qwen3 --seq-len 24 --segments 2 \
+  --backend cuda --lora-r 4 --lora-targets all-linear
+run "gradcheck sft simt attention" env STREAMBP_CUDA_ATTENTION=simt "$bin" gradcheck \
+  --model tiny-qwen3 --seq-len 24 --segments 2 --backend cuda
+while [ "${#pids[@]}" -gt 0 ]; do wait_one; done
+if [ "$failed" != 0 ]; then
+  echo "test-emu: some emulated CUDA tests failed" >&2
+  exit 1
+fi
+echo "test-emu: the emulated CUDA suite passed in $(( $(date +%s) - start )) s"
