@@ -139,6 +139,7 @@ extern const ObjectiveTraits kDpoTraits = {
     .completions = true,
     .group = SequenceGroup::pair,
     .plan_sequences = 2,
+    .host_bytes_per_token = 20,
     .rollouts = false,
     .needs_reference = dpo_reference,
     .value_model = false,

@@ -130,6 +130,7 @@ extern const ObjectiveTraits kGrpoTraits = {
     .completions = true,
     .group = SequenceGroup::configured,
     .plan_sequences = 0,
+    .host_bytes_per_token = 32,
     .rollouts = true,
     .needs_reference = grpo_reference,
     .value_model = false,

@@ -43,6 +43,11 @@ struct ObjectiveTraits {
   bool completions;
   SequenceGroup group;
   int64_t plan_sequences;
+  // Host bytes a token of one micro-batch takes in the step's own per-token tables (token ids;
+  // with completions also the loss mask, row weights, segments, log-probs, for ppo values,
+  // returns and GAE terms in fp64), measured: what bounds the tokens `plan` takes
+  // (plan/plan_step.h max_planning_tokens).
+  int64_t host_bytes_per_token;
 
   // Rollouts: one reward per sequence, old log-probs of the sampling policy; trains online from
   // prompt records, has no held-out loss.

@@ -135,6 +135,7 @@ extern const ObjectiveTraits kPpoTraits = {
     .completions = true,
     .group = SequenceGroup::one,
     .plan_sequences = 2,
+    .host_bytes_per_token = 64,
     .rollouts = true,
     .needs_reference = ppo_reference,
     .value_model = true,

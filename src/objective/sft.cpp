@@ -50,6 +50,7 @@ extern const ObjectiveTraits kSftTraits = {
     .completions = false,
     .group = SequenceGroup::one,
     .plan_sequences = 1,
+    .host_bytes_per_token = 4,
     .rollouts = false,
     .needs_reference = sft_reference,
     .value_model = false,

@@ -1,6 +1,7 @@
 #include "plan/plan_step.h"
 
 #include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "backend/backend_factory.h"
@@ -20,13 +21,11 @@ int64_t min_planning_tokens(ObjectiveKind kind, int64_t group_size) {
 }
 
 int64_t max_planning_tokens(ObjectiveKind kind) {
-  switch (kind) {
-    case ObjectiveKind::sft: return int64_t{1} << 28;
-    case ObjectiveKind::dpo:
-    case ObjectiveKind::grpo: return int64_t{1} << 25;
-    case ObjectiveKind::ppo: return int64_t{1} << 24;
-  }
-  return int64_t{1} << 24;
+  // The largest power of two whose tables stay within 1 GiB: 2^28 tokens for sft (4 bytes a
+  // token), 2^25 for dpo and grpo, 2^24 for ppo.
+  const int64_t per_token = objective_traits(kind).host_bytes_per_token;
+  const auto within = static_cast<uint64_t>((int64_t{1} << 30) / per_token);
+  return static_cast<int64_t>(std::bit_floor(within));
 }
 
 StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {

@@ -61,10 +61,11 @@ int64_t min_planning_tokens(ObjectiveKind kind, int64_t group_size);
 // The most tokens `plan` takes for one micro-batch of the objective. The shape-only step holds
 // the host-side per-token tables the real step holds (token ids; with dpo, grpo and ppo also the
 // loss mask, per-row weights and segments, log-probs of the policy and reference, for ppo values,
-// returns and GAE terms in fp64): measured 4, 20, 32 and 64 bytes a token. These limits keep
-// them near 1 GiB and the planner's time at seconds; every other cost of a plan is bounded by
-// the model (the engine's chunk loops run a fixed number of chunks on the planner's backend,
-// engine.cpp). They are far past any step a device holds: 2^24 tokens of the smallest preset
+// returns and GAE terms in fp64): ObjectiveTraits::host_bytes_per_token, measured 4, 20, 32 and
+// 64 bytes a token. The limit is the largest power of two that keeps them within 1 GiB and the
+// planner's time at seconds; every other cost of a plan is bounded by the model (the engine's
+// chunk loops run a fixed number of chunks on the planner's backend, engine.cpp). The limits
+// are far past any step a device holds: 2^24 tokens of the smallest preset
 // (qwen3-0.6b) need more than 1 TiB in the leanest mode.
 int64_t max_planning_tokens(ObjectiveKind kind);
 
