@@ -11,13 +11,15 @@ cd "$(dirname "$0")/.."
 suite=(ops_dense_test ops_head_test ops_layer_test ops_gemma_test misuse_test)
 whole=(cuda_emulation_test cuda_arena_test)
 # Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
-on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test)
+on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test)
 declare -A filter=(
   [lora_parity_test]='*'
   [hf_parity_bf16_test]='*'
   # The fixtures' every-mode gradients are the slow third of this program emulated; the bf16
   # program above runs every mode on every fixture already.
   [hf_parity_test]='-*LossLogprobsAndGradientsMatchInEveryMode*'
+  # Greedy decoding on the CUDA backend, token for token against transformers.
+  [generate_test]='Fixtures/GreedyParity.*'
 )
 if [ "${1:-}" = --targets ]; then
   echo "${suite[@]}" "${whole[@]}" "${on_cuda[@]}"
@@ -69,7 +71,16 @@ run "gradcheck sft lora" "$bin" gradcheck --model tiny-qwen3 --seq-len 24 --segm
   --backend cuda --lora-r 4 --lora-targets all-linear
 run "gradcheck sft simt attention" env STREAMBP_CUDA_ATTENTION=simt "$bin" gradcheck \
   --model tiny-qwen3 --seq-len 24 --segments 2 --backend cuda
+# A short training run on the CUDA backend: the trainer's loop, optimizer, checkpoint and metrics.
+train_out=$(mktemp -d)
+run "train sft (3 steps)" "$bin" train examples/tiny-chat/sft.yaml backend=cuda max_steps=3 \
+  save_every=3 eval_every=3 output_dir="$train_out/run"
 while [ "${#pids[@]}" -gt 0 ]; do wait_one; done
+if [ "$failed" = 0 ] && ! grep -q '"step":3' "$train_out/run/metrics.jsonl"; then
+  echo "test-emu: FAILED: train sft wrote no metrics for step 3" >&2
+  failed=1
+fi
+rm -rf "$train_out"
 if [ "$failed" != 0 ]; then
   echo "test-emu: some emulated CUDA tests failed" >&2
   exit 1

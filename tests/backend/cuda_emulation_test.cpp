@@ -418,6 +418,26 @@ TEST_F(CudaEmulatedBackend, BadIdReportedAtTheNextDownloadNamingIndexAndValue) {
   EXPECT_EQ(download_f32(x.view())[0], 1.0f);
 }
 
+// The step's end reads the check records through synchronize(), not a download: the records
+// must be copied back and the stream waited for before they are read there too (without that
+// wait the record still holds no error when the host looks, and the bad id passes silently).
+TEST_F(CudaEmulatedBackend, BadIdReportedAtTheNextSynchronisation) {
+  const int64_t V = 4, d = 8;
+  Buffer table = f32({V, d}), x = f32({3, d});
+  be->fill(table.view(), 1.0f);
+  Buffer bad = i32({0, 1, 5});
+  be->embedding_forward(x.view(), bad.view(), table.view());
+  try {
+    be->synchronize();
+    FAIL() << "the bad id was not reported by synchronize()";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 5 at position 2 outside the vocabulary of 4"),
+              std::string::npos)
+        << e.what();
+  }
+  be->synchronize();  // reported once
+}
+
 TEST_F(CudaEmulatedBackend, CudaMallocFailureIsOutOfMemoryOnlyWhenTheRuntimeSaysSo) {
   // More than the arena's free space: a new segment, i.e. a cudaMalloc.
   const Shape big{int64_t{3} << 28};  // 3 GiB of floats

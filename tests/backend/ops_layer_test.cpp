@@ -335,8 +335,9 @@ TEST_P(BackendOps, EmbeddingBackwardSkipsThePaddingRow) {
       if (!computes()) continue;
       const Vec dtg = down(dt);
       test::expect_close(dtg, expect, d0, 1e-7, "dtable");
-      if (pad >= 0)
+      if (pad >= 0) {
         for (int64_t j = 0; j < d; ++j) EXPECT_EQ(dtg[pad * d + j], dt0[pad * d + j]);
+      }
     }
   }
   Buffer dt = zeros({V, d}), dx = zeros({n, d});

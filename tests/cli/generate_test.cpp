@@ -5,6 +5,8 @@
 // given as text or conversations go through the trainer's tokenizer and chat template.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -33,6 +35,13 @@ std::string fixture_dir(const std::string& name) {
 }
 
 // Runs `streambp generate` with `flags` on prompts written as prompt_ids; returns its records.
+// STREAMBP_TEST_BACKEND=<name> (test_support.h) runs the program on that backend too, so that
+// scripts/test-emu.sh checks greedy parity on the emulated CUDA backend.
+std::string backend_flag() {
+  const char* name = std::getenv("STREAMBP_TEST_BACKEND");
+  return name && *name ? std::string("--backend ") + name + " " : std::string();
+}
+
 std::vector<json> generate(const test::TempDir& tmp, const std::string& model,
                            const std::vector<std::vector<int>>& prompts, const std::string& flags) {
   std::string lines;
@@ -41,7 +50,7 @@ std::vector<json> generate(const test::TempDir& tmp, const std::string& model,
   const test::CommandResult r =
       test::run_command(test::streambp_binary() + " generate --model " + model + " --input " +
                         tmp.file("prompts.jsonl") + " --output " + tmp.file("out.jsonl") +
-                        " --threads 2 " + flags + " 2>&1");
+                        " --threads 2 " + backend_flag() + flags + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return read_jsonl(tmp.file("out.jsonl"));
 }

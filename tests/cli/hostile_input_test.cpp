@@ -1782,7 +1782,7 @@ TEST(Hostile, Issue35PlanCostBounded) {
   // within the cap; these took 1.6 GB / 17 s and ~6 GB before. (10^7 tokens under
   // AddressSanitizer, whose checked loops over the token ids would make 10^8 slow.)
   const std::string T = kAsan ? "10000000" : "100000000";
-  for (const std::string args :
+  for (const std::string& args :
        {plan + "--seq-len " + T, plan + "--objective grpo --seq-len 4096 --prompt-len 256 "
                                         "--max-completion-length 1024 --num-generations 4096"}) {
     SCOPED_TRACE(args);
