@@ -321,6 +321,10 @@ done
 stage gradcheck_grpo_lora 45 gpu ours "$SB" gradcheck --model "$GC_MODEL" --backend cuda \
   --objective grpo --seq-len 96 --segments 4 --layer-chunk 7 --head-chunk 13 \
   --modes checkpoint,stream,recompute+chunked --lora-r 4 --json "$R/gradcheck_grpo_lora.json"
+# Host offload: the copy stream, its events and pinned blocks; the same gradients as base.
+stage gradcheck_dpo_offload 45 gpu ours "$SB" gradcheck --model "$GC_MODEL" --backend cuda \
+  --objective dpo --seq-len 96 --segments 4 --layer-chunk 7 --head-chunk 13 \
+  --modes checkpoint,stream --offload checkpoints --json "$R/gradcheck_dpo_offload.json"
 
 # ---- memory and speed ----
 # The plans (CPU only: the meta backend) of the bench stages below, to set beside their ledgers.
@@ -366,6 +370,15 @@ bench bench_qwen3_0.6b_128k_stream_4layers qwen3-0.6b 131072 stream 60 4
 # 1.2e14 attention FLOPs per layer, 0.7 PFLOP, plus ~2.5B random weights (embeddings and head).
 WORK_NOTE="4 layers: 0.7 PFLOP + 2.5B random weights"
 bench bench_qwen3_8b_32k_stream_4layers qwen3-8b 32768 stream 90 4
+# The same step with and without offloaded checkpoints, interleaved (time: the copies should
+# hide behind the layers), the device ledger beside the plan's two spaces.
+stage plan_qwen3_8b_4layers_32k_offload 30 cpu ours "$SB" plan --model qwen3-8b --layers 4 \
+  --dtype bf16 --grad-dtype bf16 --optimizer none --seq-len 32768 --modes stream \
+  --offload checkpoints --json "$R/plan_qwen3_8b_4layers_32k_offload.json"
+WORK_NOTE="4 layers: 2 x 0.7 PFLOP + 2.5B random weights"
+stage bench_qwen3_8b_32k_stream_4layers_offload 120 gpu ours "$SB" bench --model qwen3-8b \
+  --backend cuda --precision bf16 --seq-len 32768 --modes stream --layers 4 --repeat 1 \
+  --warmup 0 --offload none,checkpoints --json "$R/bench_qwen3_8b_32k_stream_4layers_offload.json"
 
 # ---- diagnostics, with the time that is left ----
 # Where the 0.6B 8k step's time goes, by kernel family (each op synchronised).

@@ -200,7 +200,83 @@ void Backend::owns(const char* op, std::initializer_list<const Tensor*> tensors)
     SBP_CHECK(t->memory == this, std::string(op) + ": tensor " + t->describe() +
                                      " lives in another memory space than this " + name() +
                                      " backend's (move data with upload/download)");
+    if (!in_flight_.empty()) {
+      if (const char* busy = in_flight(t->data, t->nbytes()))
+        SBP_CHECK(false, std::string(op) + ": tensor " + t->describe() + " " + busy);
+    }
   }
+}
+
+// ---- host offload ----
+
+namespace {
+
+// Whether two byte ranges overlap; a range without bytes overlaps nothing.
+bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
+  if (a == nullptr || b == nullptr || na == 0 || nb == 0) return false;
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + nb && pb < pa + na;
+}
+
+void check_copy(const char* op, const Tensor& dst, const Tensor& src) {
+  SBP_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(),
+            arg(op, "dst", dst) + " must have the dtype and numel of src " + src.describe());
+}
+
+}  // namespace
+
+const char* Backend::in_flight(const void* p, size_t bytes) const {
+  for (const InFlight& f : in_flight_) {
+    if (overlaps(p, bytes, f.device.data, f.device.nbytes()) ||
+        overlaps(p, bytes, f.host.data, f.host.nbytes()))
+      return "is in flight: an asynchronous copy not yet waited for (wait_copy) reads or writes it";
+  }
+  return nullptr;
+}
+
+void Backend::drain_copies() {
+  if (!in_flight_.empty()) wait_copy(in_flight_.back().ticket);
+}
+
+Backend::CopyTicket Backend::queue_copy(const Tensor& device, const Tensor& host, bool to_host) {
+  const char* op = to_host ? "offload_async" : "prefetch_async";
+  owns(op, {&device});  // (also: not in flight already)
+  SBP_CHECK(host.memory == &host_memory(),
+            arg(op, to_host ? "dst" : "src", host) + " must live in the backend's host memory");
+  SBP_CHECK(host.data != nullptr || !holds_data() || host.numel() == 0,
+            arg(op, to_host ? "dst" : "src", host) + " has no bytes");
+  if (const char* busy = in_flight(host.data, host.nbytes()))
+    SBP_CHECK(false, arg(op, to_host ? "dst" : "src", host) + " " + busy);
+  const CopyTicket ticket = next_ticket_++;
+  const size_t bytes = device.nbytes();
+  if (holds_data() && bytes > 0) {
+    if (to_host)
+      copy_async_impl(host.data, device.data, bytes, true, ticket);
+    else
+      copy_async_impl(device.data, host.data, bytes, false, ticket);
+  }
+  (to_host ? offloaded_bytes_ : prefetched_bytes_) += static_cast<int64_t>(bytes);
+  in_flight_.push_back(InFlight{device, host, ticket});
+  return ticket;
+}
+
+Backend::CopyTicket Backend::offload_async(const Tensor& dst, const Tensor& src) {
+  check_copy("offload_async", dst, src);
+  return queue_copy(src, dst, true);
+}
+
+Backend::CopyTicket Backend::prefetch_async(const Tensor& dst, const Tensor& src) {
+  check_copy("prefetch_async", dst, src);
+  return queue_copy(dst, src, false);
+}
+
+void Backend::wait_copy(CopyTicket ticket) {
+  SBP_CHECK(ticket >= 1 && ticket < next_ticket_,
+            "wait_copy: ticket " + num(ticket) + " was not issued by this backend");
+  // Tickets already waited for have left the list; the copy queue is first in, first out.
+  if (in_flight_.empty() || in_flight_.front().ticket > ticket) return;
+  if (holds_data()) wait_copy_impl(ticket);
+  std::erase_if(in_flight_, [&](const InFlight& f) { return f.ticket <= ticket; });
 }
 
 template <class Bytes, class Impl>

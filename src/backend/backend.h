@@ -36,6 +36,7 @@
 #include <string>
 
 #include <initializer_list>
+#include <vector>
 
 #include "backend/op_profile.h"
 #include "core/ledger.h"
@@ -270,10 +271,55 @@ class Backend : public MemorySpace {
   void synchronize() { synchronize_impl(); }
   OpProfile* profile() const { return profile_; }
 
+  // ---- host offload (DESIGN §4 "Offload"): a second memory space beside the backend's own ----
+  // Host memory (pinned on a GPU, so that copies run asynchronously), where a step parks what
+  // grows with T while it is not needed (layer-input checkpoints). Its tensors are refused by
+  // every op above; they move only by the two copies below. Each backend keeps a host space
+  // that is as strict as its own memory: the checking backend's is out of reach outside the
+  // copies too, the shape-only backend's holds no data.
+  MemorySpace& host_memory() { return host_memory_impl(); }
+
+  // A queued copy; wait_copy() orders later operations after it.
+  using CopyTicket = int64_t;
+  // Queues dst (host_memory()'s) = src (this backend's), after every operation queued so far,
+  // on a copy queue of the backend's own so that it overlaps the operations queued after it.
+  // Until wait_copy(ticket) src is in flight: an op, transfer or release that touches it is an
+  // ShapeError (so is one that touches dst), and no op may be queued on it.
+  // Checks: dst in host_memory(), src in this backend; equal dtypes and numel.
+  CopyTicket offload_async(const Tensor& dst, const Tensor& src);
+  // Queues dst (this backend's) = src (host_memory()'s), ordered as offload_async (and after
+  // every copy queued before it: the copy queue is first in, first out). dst is in flight until
+  // wait_copy(ticket). Checks: as offload_async, the spaces swapped.
+  CopyTicket prefetch_async(const Tensor& dst, const Tensor& src);
+  // Every operation queued after this call runs after copy `ticket` and every copy queued
+  // before it completed; their tensors are no longer in flight. The host does not wait (a GPU's
+  // compute stream waits for the copy stream's event). Checks: a ticket this backend issued.
+  void wait_copy(CopyTicket ticket);
+  // Copies queued and not yet waited for (tests: none at a step's end).
+  int64_t copies_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
+  // Bytes moved by offload_async / prefetch_async since the backend was made (bench reports it).
+  int64_t offloaded_bytes() const { return offloaded_bytes_; }
+  int64_t prefetched_bytes() const { return prefetched_bytes_; }
+
  protected:
   // Waits until every operation queued so far has finished. Nothing to do for a backend whose
   // operations complete before they return (CPU); the profiler calls it around each op.
   virtual void synchronize_impl() {}
+
+  // The host space (see host_memory()).
+  virtual MemorySpace& host_memory_impl() = 0;
+  // Queue the copy of `bytes` bytes; `to_host` says which way. `ticket` numbers the copies of
+  // this backend in order (1, 2, ...). A backend may copy at once (CPU), on a copy stream (CUDA),
+  // or not before wait_copy_impl (the checking backend: so a missing wait shows as stale data as
+  // well as by the in-flight check).
+  virtual void copy_async_impl(void* dst, const void* src, size_t bytes, bool to_host,
+                               CopyTicket ticket) = 0;
+  // Make later operations wait for copy `ticket` and every one before it.
+  virtual void wait_copy_impl(CopyTicket ticket) = 0;
+  // Whether [p, p + bytes) of this backend's memory overlaps a copy in flight, and which
+  // (MemorySpace::in_flight; releases and transfers ask it).
+  const char* in_flight(const void* p, size_t bytes) const override;
+  void drain_copies() override;
 
   // The implementations, called with checked arguments only (see the public methods above).
   // gemm's `scratch`: gemm_scratch(...).total() bytes as a BF16 vector of half as many elements
@@ -347,6 +393,15 @@ class Backend : public MemorySpace {
   Ledger own_ledger_;             // the scratch of calls made without a loan
   Pool own_pool_{own_ledger_, *this};
   bool in_op_ = false;  // an op's implementation is running (inner public calls are not timed)
+  // Copies queued and not yet waited for: the device-side tensor, the host-side one, the ticket.
+  struct InFlight {
+    Tensor device, host;
+    CopyTicket ticket;
+  };
+  std::vector<InFlight> in_flight_;
+  CopyTicket next_ticket_ = 1;
+  int64_t offloaded_bytes_ = 0, prefetched_bytes_ = 0;
+  CopyTicket queue_copy(const Tensor& device, const Tensor& host, bool to_host);
 };
 
 }  // namespace sbp

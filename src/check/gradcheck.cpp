@@ -99,8 +99,10 @@ ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet
                          const ParameterSet* reference, const ParameterSet* value,
                          const MicroBatch& mb, const ExecConfig& exec, const GradcheckOptions& opts,
                          const LoraSet* lora) {
-  Ledger ledger;
+  Ledger ledger, host_ledger;
   Pool pool(ledger, be, PoolOptions{.poison = opts.poison});
+  Pool host_pool(host_ledger, be.host_memory(), PoolOptions{.poison = opts.poison});
+  if (exec.offload.any()) pool.set_host(&host_pool);
   // LoRA: the base is frozen (no gradient buffers at all), the adapters get zeroed gradients.
   std::unique_ptr<DataParallel> policy_grads;
   LoraSet lora_grads;
@@ -122,6 +124,7 @@ ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet
   ModeGrads out;
   out.result = StepRunner(opts.objective, models, be, pool, exec).run(StepBatches::whole({mb}));
   out.peak_bytes = ledger.peak();
+  out.host_peak_bytes = host_ledger.peak();
   out.grads_bytes = ledger.category_peak(Category::grads);
   if (lora) {
     for (size_t i = 0; i < lora_grads.size(); ++i)
@@ -155,6 +158,7 @@ void compare_modes(Backend& be, const ModelConfig& cfg, const ParameterSet& weig
     if (std::isnan(run.result.loss)) m.loss_rel_err = INFINITY;
     m.max_rel_err = m.loss_rel_err;
     m.peak_bytes = run.peak_bytes;
+    m.host_peak_bytes = run.host_peak_bytes;
     m.grads_bytes = run.grads_bytes;
     for (size_t i = 0; i < base.grads.size(); ++i) {
       const double e = scaled_err(run.grads[i], base.grads[i], scale[i]);

@@ -75,6 +75,7 @@ struct ModeResult {
   std::map<std::string, double> per_param;  // HF name -> rel err vs base ("value:" prefix for
                                             // the PPO value model's parameters)
   int64_t peak_bytes = 0;
+  int64_t host_peak_bytes = 0;  // the host pool's peak (exec.offload)
   int64_t grads_bytes = 0;  // the ledger's peak of category `grads` (LoRA: adapters only)
 };
 
@@ -107,6 +108,7 @@ struct ModeGrads {
   StepResult result;
   std::vector<std::vector<float>> grads;  // policy tensors (LoRA: adapters), then value tensors
   int64_t peak_bytes = 0;
+  int64_t host_peak_bytes = 0;  // the host pool's peak (exec.offload)
   int64_t grads_bytes = 0;  // peak of the ledger's `grads` category
 };
 // `lora`: the policy's adapters (then only they get gradients, in an adapter-shaped set).

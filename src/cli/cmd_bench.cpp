@@ -57,6 +57,7 @@ struct Args {
   std::string json;
   std::string backend = "cpu";
   std::string precisions = "fp32";
+  std::string offloads = "none";  // each item one configuration, interleaved with the modes
   ObjectiveArgs objective;
   LoraArgs lora;
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
@@ -69,6 +70,8 @@ struct Run {
   int64_t T = 0, layer_chunk = 0, head_chunk = 0;
   double median_s = 0, tokens_per_s = 0, gflops = 0, loss = 0;
   int64_t peak = 0, activation_peak = 0, rss_peak = 0, analytic = 0;
+  std::string offload = "none";
+  int64_t host_peak = 0;  // the host pool's peak (offload)
   int64_t logits_peak = 0, head_block = 0;  // ledger peak of `logits`; one head block's logits
   // CUDA backend: device memory its arena took at most / handed out at most (-1: not a GPU).
   int64_t device_reserved_peak = -1, device_in_use_peak = -1;
@@ -123,11 +126,23 @@ const char* gemm_probe_name(const Backend& be) {
 // their gradients, in a ledger of their own, so that each precision's peak counts its own bytes.
 struct Models {
   Precision precision;
-  Ledger ledger;
-  Pool pool;
+  Ledger ledger, host_ledger;
+  Pool pool, host_pool;  // host_pool: where offloaded tensors wait (set per configuration)
   std::unique_ptr<ModelSet> set;
-  Models(Precision p, Backend& be) : precision(p), pool(ledger, be) {}
+  Models(Precision p, Backend& be)
+      : precision(p), pool(ledger, be), host_pool(host_ledger, be.host_memory()) {}
 };
+
+// --offload: "none", "checkpoints", or several of them separated by '+'-free commas, each one
+// configuration ("none,checkpoints" times both, interleaved).
+std::vector<Offload> offloads_from_flag(const std::string& list) {
+  std::vector<Offload> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(parse_offload(item));
+  if (out.empty()) throw InputError("--offload: empty list (use none, checkpoints or both)");
+  return out;
+}
 
 // What every length and mode of the run shares: the models per precision, one backend.
 struct Bench {
@@ -196,12 +211,16 @@ struct Bench {
     std::vector<Config> configs;
     const size_t first = runs.size();
     for (const std::unique_ptr<Models>& m : models) {
-      for (ExecConfig exec : parse_modes(a.modes)) {
+      for (ExecConfig exec_mode : parse_modes(a.modes))
+      for (const Offload& offload : offloads_from_flag(a.offloads)) {
+        ExecConfig exec = exec_mode;
+        exec.offload = offload;
         exec.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : std::max<int64_t>(1, (T + 3) / 4);
         exec.head_chunk = a.head_chunk;
         exec.act_dtype = storage_dtype(m->precision);
         Run r;
-        r.mode = mode_name(exec);
+        r.mode = mode_name(exec) + (offload.any() ? "/offload" : "");
+        r.offload = offload_name(offload);
         r.precision = enum_name<Precision>(kPrecisionNames, m->precision);
         r.T = T;
         r.layer_chunk = exec.layer_chunk_for(T);
@@ -228,6 +247,8 @@ struct Bench {
                      static_cast<long long>(T), i + 1, a.warmup + a.repeat);
         reset_peak_rss();
         c.m->ledger.reset_peak();
+        c.m->host_ledger.reset_peak();
+        c.m->pool.set_host(c.exec.offload.any() ? &c.m->host_pool : nullptr);
 #if defined(STREAMBP_HAVE_CUDA)
         cuda_reset_device_peaks(*be);
 #endif
@@ -253,6 +274,7 @@ struct Bench {
           r.peak = ledger.peak();
           r.breakdown = ledger.peak_breakdown();
         }
+        r.host_peak = std::max(r.host_peak, c.m->host_ledger.peak());
         r.logits_peak = std::max(r.logits_peak, ledger.category_peak(Category::logits));
         r.rss_peak = std::max(r.rss_peak, peak_rss_bytes());
 #if defined(STREAMBP_HAVE_CUDA)
@@ -353,14 +375,14 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
   std::printf("\nledger breakdown at the peak (MiB)\n| mode | precision | T |");
   for (int c = 0; c < kNumCategories; ++c)
     std::printf(" %s |", category_name(static_cast<Category>(c)));
-  std::printf("\n|---|---|---|");
+  std::printf(" host peak |\n|---|---|---|");
   for (int c = 0; c < kNumCategories; ++c) std::printf("---|");
-  std::printf("\n");
+  std::printf("---|\n");
   for (const Run& r : runs) {
     std::printf("| %s | %s | %lld |", r.mode.c_str(), r.precision.c_str(), static_cast<long long>(r.T));
     for (int c = 0; c < kNumCategories; ++c)
       std::printf(" %.1f |", mib(r.breakdown.bytes[static_cast<size_t>(c)]));
-    std::printf("\n");
+    std::printf(" %.1f |\n", mib(r.host_peak));
   }
 }
 
@@ -439,7 +461,9 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
                          {"achieved_gflops", r.gflops},
                          {"loss", r.loss},
                          {"logits_peak_bytes", r.logits_peak},
-                         {"head_block_logits_bytes", r.head_block}};
+                         {"head_block_logits_bytes", r.head_block},
+                         {"offload", r.offload},
+                         {"host_peak_bytes", r.host_peak}};
     if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
     jr["step_flops"] = r.step_flops;
     if (r.planned_flops > 0) {
@@ -531,6 +555,9 @@ void register_bench(CLI::App& app) {
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
   c->add_option("--backend", a->backend, "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");
+  c->add_option("--offload", a->offloads,
+                "Comma-separated offload settings, interleaved with the modes: none, checkpoints "
+                "(layer inputs wait in host memory)");
   c->add_option("--precision", a->precisions,
                 "Comma-separated precisions, interleaved with the modes: fp32, bf16");
   c->add_option("--segments", a->segments,

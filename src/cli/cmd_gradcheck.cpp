@@ -30,6 +30,7 @@ struct Args {
   int64_t head_chunk = 0;
   int64_t layers = 0;
   std::string modes = "checkpoint,stream,recompute+chunked";
+  std::string offload = "none";  // applied to every compared mode (base never offloads)
   uint64_t seed = 0;
   bool mask = false;
   int threads = 0;
@@ -85,6 +86,7 @@ int run(const Args& a) {
   for (ExecConfig& e : opts.modes) {
     e.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : T / 4 + 1;
     e.head_chunk = a.head_chunk > 0 ? a.head_chunk : T / 3 + 1;
+    e.offload = parse_offload(a.offload);
   }
   const GradcheckResult r = run_gradcheck(*be, src.cfg, w, batch, opts);
 
@@ -190,6 +192,9 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens (default: T/3 + 1)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--modes", a->modes, "Comma-separated modes compared against base");
+  c->add_option("--offload", a->offload,
+                "none, or checkpoints: the compared modes keep layer inputs in host memory")
+      ->capture_default_str();
   c->add_option("--layers", a->layers, "Override the number of layers (random weights)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--seed", a->seed, "Seed for weights and batch");

@@ -28,6 +28,8 @@ struct Args {
   std::string grad_dtype = "f32";   // the trainer's grad_dtype
   std::string budget;
   std::string reserve = "2GiB";
+  std::string offload = "none";  // what waits in host memory (ExecConfig::offload)
+  std::string host_budget;       // the host memory offloaded bytes may use
   std::string optimizer = "none";
   ObjectiveArgs objective;
   std::string modes = "base,checkpoint,stream";
@@ -76,15 +78,19 @@ Unit unit_for(int64_t largest) {
   return {"MiB", 1024.0 * 1024.0};
 }
 
-void print_table(const std::vector<Row>& rows, bool search, bool budgeted) {
+// `host`: a column for the host space's peak (offload).
+void print_table(const std::vector<Row>& rows, bool search, bool budgeted, bool host) {
   int64_t largest = 0;
-  for (const Row& r : rows) largest = std::max(largest, r.plan.step.peak_bytes);
+  for (const Row& r : rows)
+    largest = std::max({largest, r.plan.step.peak_bytes, r.plan.step.host_peak_bytes});
   const Unit u = unit_for(largest);
-  std::printf("| mode | %s | layer chunk | head chunk | peak %s |%s", search ? "longest T" : "T",
-              u.name, budgeted && !search ? " fits |" : "");
+  std::printf("| mode | %s | layer chunk | head chunk | peak %s |%s%s",
+              search ? "longest T" : "T", u.name, host ? " host peak |" : "",
+              budgeted && !search ? " fits |" : "");
   for (int c = 0; c < kNumCategories; ++c)
     std::printf(" %s |", category_name(static_cast<Category>(c)));
-  std::printf("\n|---|---:|---:|---:|---:|%s", budgeted && !search ? "---|" : "");
+  std::printf("\n|---|---:|---:|---:|---:|%s%s", host ? "---:|" : "",
+              budgeted && !search ? "---|" : "");
   for (int c = 0; c < kNumCategories; ++c) std::printf("---:|");
   std::printf("\n");
   for (const Row& r : rows) {
@@ -93,6 +99,7 @@ void print_table(const std::vector<Row>& rows, bool search, bool budgeted) {
                 static_cast<long long>(p.seq_len), static_cast<long long>(p.layer_chunk),
                 static_cast<long long>(p.head_chunk),
                 static_cast<double>(p.step.peak_bytes) / u.scale);
+    if (host) std::printf(" %.2f |", static_cast<double>(p.step.host_peak_bytes) / u.scale);
     if (budgeted && !search) std::printf(" %s |", p.fits ? "yes" : "NO");
     for (int c = 0; c < kNumCategories; ++c)
       std::printf(" %.2f |",
@@ -105,6 +112,7 @@ void print_table(const std::vector<Row>& rows, bool search, bool budgeted) {
 struct Request {
   PlanSetup setup;
   int64_t budget = 0, reserve = 0;  // as given (setup.budget = budget - reserve)
+  Offload offload;
   ChunkRequest chunks;
   std::vector<ExecConfig> modes;
   bool search = false;  // no --seq-len: the longest T under the budget
@@ -167,6 +175,14 @@ Request parse_request(const Args& a) {
                        format_bytes(q.budget) + " budget");
     setup.budget = q.budget - q.reserve;
   }
+  q.offload = parse_offload(a.offload);
+  if (!a.host_budget.empty()) {
+    if (!q.offload.any())
+      throw InputError("--host-budget: nothing is offloaded (give --offload checkpoints)");
+    if (setup.budget == 0)
+      throw InputError("--host-budget: applies with a device budget (give --budget too)");
+    setup.host_budget = parse_size(a.host_budget, "--host-budget");
+  }
   if (a.seq_len == 0 && setup.budget == 0)
     throw InputError(
         "--seq-len or --budget: give a sequence length to plan, a budget to search the longest "
@@ -185,6 +201,7 @@ Request parse_request(const Args& a) {
   q.chunks = ChunkRequest{parse_chunk(a.layer_chunk, "--layer-chunk"),
                           parse_chunk(a.head_chunk, "--head-chunk")};
   q.modes = parse_modes(a.modes);
+  for (ExecConfig& m : q.modes) m.offload = q.offload;
   q.search = a.seq_len == 0;
   return q;
 }
@@ -242,8 +259,13 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   if (setup.budget > 0)
     std::printf("budget %s - reserve %s = %s usable\n", format_bytes(q.budget).c_str(),
                 format_bytes(q.reserve).c_str(), format_bytes(setup.budget).c_str());
+  if (q.offload.any())
+    std::printf("offload: %s to host memory (%s); peak = device, host peak = host memory\n",
+                offload_name(q.offload).c_str(),
+                setup.host_budget > 0 ? (format_bytes(setup.host_budget) + " usable").c_str()
+                                      : "no host budget");
   std::printf("\n");
-  print_table(rows, q.search, setup.budget > 0);
+  print_table(rows, q.search, setup.budget > 0, q.offload.any());
   const char* what =
       !q.search ? "peak of one step and the ledger's breakdown at that moment"
       : !setup.objective.traits().completions
@@ -262,8 +284,13 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
                   format_bytes(r.plan.step.peak_bytes).c_str());
   for (const Row& r : rows) {
     if (!r.plan.fits) {
-      std::printf("%s does not fit: it needs %s more than the usable budget\n", r.mode.c_str(),
-                  format_bytes(r.plan.step.peak_bytes - setup.budget).c_str());
+      if (r.plan.step.peak_bytes > setup.budget)
+        std::printf("%s does not fit: it needs %s more than the usable budget\n",
+                    r.mode.c_str(), format_bytes(r.plan.step.peak_bytes - setup.budget).c_str());
+      else
+        std::printf("%s does not fit: it needs %s more host memory than --host-budget\n",
+                    r.mode.c_str(),
+                    format_bytes(r.plan.step.host_peak_bytes - setup.host_budget).c_str());
     }
   }
   for (const Row& r : rows) {
@@ -294,6 +321,8 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
     j["reserve_bytes"] = q.reserve;
     j["usable_bytes"] = q.setup.budget;
   }
+  j["offload"] = offload_name(q.offload);
+  if (q.setup.host_budget > 0) j["host_budget_bytes"] = q.setup.host_budget;
   j["modes"] = nlohmann::json::object();
   for (const Row& r : rows) {
     nlohmann::json m;
@@ -312,6 +341,13 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
     for (int c = 0; c < kNumCategories; ++c)
       m["breakdown"][category_name(static_cast<Category>(c))] =
           r.plan.step.breakdown.bytes[static_cast<size_t>(c)];
+    if (q.offload.any()) {
+      m["host_peak_bytes"] = r.plan.step.host_peak_bytes;
+      m["host_breakdown"] = nlohmann::json::object();
+      for (int c = 0; c < kNumCategories; ++c)
+        m["host_breakdown"][category_name(static_cast<Category>(c))] =
+            r.plan.step.host_breakdown.bytes[static_cast<size_t>(c)];
+    }
     j["modes"][r.mode] = m;
   }
   write_file_atomically(a.json, j.dump(2) + "\n");
@@ -343,6 +379,12 @@ void register_plan(CLI::App& app) {
                 "Gradient buffers: f32 (the trainer's default) or bf16 (the paper's setup)")
       ->capture_default_str();
   c->add_option("--budget", a->budget, "Device memory, e.g. 80GiB, 2.5GB, 512MiB, bytes");
+  c->add_option("--offload", a->offload,
+                "What waits in host memory: none, or checkpoints (layer inputs, prefetched back "
+                "one layer ahead)")
+      ->capture_default_str();
+  c->add_option("--host-budget", a->host_budget,
+                "Host memory the offloaded bytes may use, e.g. 1TiB (with --budget)");
   c->add_option("--reserve", a->reserve,
                 "Part of the budget kept for the runtime (CUDA context, allocator slack)")
       ->capture_default_str();

@@ -44,6 +44,7 @@ struct Args {
   std::string model;
   std::string input;
   std::string mode = "stream";
+  std::string offload = "none";
   int64_t layer_chunk = 0;
   int64_t head_chunk = 0;
   std::string grads;
@@ -164,14 +165,17 @@ int run(const Args& a) {
     throw InputError("--layer-chunk and --head-chunk must be positive");
   if (a.layer_chunk > 0) exec.layer_chunk = a.layer_chunk;
   if (a.head_chunk > 0) exec.head_chunk = a.head_chunk;
+  exec.offload = parse_offload(a.offload);
 
   const Batch batch = read_tokens_file(a.input, cfg.vocab_size);
   const int64_t T = batch.size();
   const double n_loss = batch.loss_weight_sum();
 
   const std::unique_ptr<Backend> be = backend_from_flag(a.backend);
-  Ledger ledger;
+  Ledger ledger, host_ledger;
   Pool pool(ledger, *be);
+  Pool host_pool(host_ledger, be->host_memory());  // --offload: what waits in host memory
+  if (exec.offload.any()) pool.set_host(&host_pool);
   const Precision precision = precision_from_flag(a.precision);
   exec.act_dtype = storage_dtype(precision);
   const ParameterSet w =
@@ -296,6 +300,9 @@ void register_score(CLI::App& app) {
   c->add_option("--mode", a->mode,
                 "base, checkpoint, stream or <store|recompute|stream>+<full|chunked>");
   c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens");
+  c->add_option("--offload", a->offload,
+                "none, or checkpoints: with --grads, layer inputs wait in host memory")
+      ->capture_default_str();
   c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens");
   c->add_option("--grads", a->grads, "Write every parameter's gradient (F32 safetensors)");
   c->add_option("--adapter", a->adapter,

@@ -50,21 +50,21 @@ std::string format_bytes(int64_t bytes) {
 namespace {
 
 std::string oom_message(Category cat, int64_t req, int64_t bud, const MemoryBreakdown& lv,
-                        OomCause cause) {
+                        OomCause cause, const std::string& space) {
   const std::string what =
       format_bytes(req) + " (" + std::to_string(req) + " bytes) for '" + category_name(cat) + "'";
+  const std::string out = space.empty() ? "out of memory" : "out of " + space + " memory";
   if (cause == OomCause::allocator)
-    return "out of memory: the allocator could not provide " + what +
-           "; allocated now: " + lv.str();
-  return "out of memory: allocating " + what + " would exceed the budget of " + format_bytes(bud) +
-         "; allocated now: " + lv.str();
+    return out + ": the allocator could not provide " + what + "; allocated now: " + lv.str();
+  return out + ": allocating " + what + " would exceed the " + (space.empty() ? "" : space + " ") +
+         "budget of " + format_bytes(bud) + "; allocated now: " + lv.str();
 }
 
 }  // namespace
 
 OutOfMemoryError::OutOfMemoryError(Category cat, int64_t req, int64_t bud, MemoryBreakdown lv,
-                                   OomCause why)
-    : Error(oom_message(cat, req, bud, lv, why)),
+                                   OomCause why, const std::string& space)
+    : Error(oom_message(cat, req, bud, lv, why, space)),
       category(cat),
       requested(req),
       budget(bud),
@@ -75,7 +75,7 @@ void Ledger::allocate(Category c, int64_t bytes) {
   SBP_CHECK(bytes >= 0, "negative allocation");
   // Compared as a difference: live + bytes may not fit int64 when bytes comes from absurd shapes.
   if (budget_ > 0 && bytes > budget_ - live_total_) {
-    throw OutOfMemoryError(c, bytes, budget_, live_);
+    throw OutOfMemoryError(c, bytes, budget_, live_, OomCause::budget, space_);
   }
   const size_t i = static_cast<size_t>(c);
   // Both sums are checked before either is stored, so a failed request records nothing.

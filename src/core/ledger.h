@@ -40,7 +40,7 @@ enum class OomCause : uint8_t { budget, allocator };
 class OutOfMemoryError : public Error {
  public:
   OutOfMemoryError(Category category, int64_t requested, int64_t budget, MemoryBreakdown live,
-                   OomCause cause = OomCause::budget);
+                   OomCause cause = OomCause::budget, const std::string& space = "");
   Category category;
   int64_t requested;
   int64_t budget;
@@ -56,6 +56,10 @@ class Ledger {
   Ledger& operator=(const Ledger&) = delete;
 
   void set_budget(int64_t bytes) { budget_ = bytes; }
+  // The memory space this ledger counts, for messages ("out of host memory: ..."); empty: the
+  // device's (or the only one).
+  void set_space(std::string name) { space_ = std::move(name); }
+  const std::string& space() const { return space_; }
   int64_t budget() const { return budget_; }
 
   // Records an allocation; throws OutOfMemoryError (recording nothing) past the budget, and
@@ -73,6 +77,7 @@ class Ledger {
 
  private:
   int64_t budget_ = 0;
+  std::string space_;
   int64_t peak_total_ = 0;
   int64_t live_total_ =
       0;  // == live_.total(), kept so allocate() is O(1) (the planner calls it a lot)

@@ -11,6 +11,8 @@ void MemorySpace::check_owner(const Tensor& t, const char* what) const {
             std::string(what) + ": tensor " + t.describe() + " does not live in this memory space");
   SBP_CHECK(t.data != nullptr || !holds_data() || t.numel() == 0,
             std::string(what) + ": tensor " + t.describe() + " has no bytes");
+  if (const char* busy = in_flight(t.data, t.nbytes()))
+    SBP_CHECK(false, std::string(what) + ": tensor " + t.describe() + " " + busy);
 }
 
 void MemorySpace::upload(const Tensor& dst, const void* host) {

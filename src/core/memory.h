@@ -33,6 +33,16 @@ class MemorySpace {
   // runs (the CPU backend), so a communicator may reduce them in place; false for a GPU's memory
   // and for the checking backend's.
   virtual bool host_addressable() const = 0;
+  // Null, or what is wrong with touching [p, p + bytes) now: a queued asynchronous copy
+  // (Backend::offload_async / prefetch_async) still reads or writes it. Transfers and the Pool's
+  // releases ask, so a use or a release before the copy was waited for is refused (ShapeError).
+  virtual const char* in_flight(const void* p, size_t bytes) const {
+    (void)p;
+    (void)bytes;
+    return nullptr;
+  }
+  // Lets every queued copy finish (an exception abandoned the step that queued them).
+  virtual void drain_copies() {}
 
   // ---- transfers (checked: `t` lives in this space; the host side holds t.nbytes() bytes of
   // t's dtype) ----

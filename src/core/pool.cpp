@@ -1,8 +1,10 @@
 #include "core/pool.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <new>
 #include <string>
 
@@ -47,7 +49,7 @@ Buffer Pool::allocate(Category c, DType dt, Shape shape) {
     if (!data) {
       ledger_.release(c, bytes);
       throw OutOfMemoryError(c, bytes, ledger_.budget(), ledger_.live_breakdown(),
-                             OomCause::allocator);
+                             OomCause::allocator, ledger_.space());
     }
   }
   Buffer b;
@@ -66,6 +68,17 @@ Buffer Pool::zeros(Category c, DType dt, Shape shape) {
 }
 
 void Pool::release(Category c, void* data, int64_t bytes) {
+  if (const char* busy = memory_.in_flight(data, static_cast<size_t>(bytes))) {
+    // Freed memory under a running copy would be reused while the copy still reads or writes
+    // it. While an exception unwinds an abandoned step, its copies are let finish first; any
+    // other such release is a bug, and a release runs in a destructor, which cannot throw.
+    if (std::uncaught_exceptions() == 0) {
+      std::fprintf(stderr, "internal error: a '%s' buffer released while %s\n",
+                   category_name(c), busy);
+      std::abort();
+    }
+    memory_.drain_copies();
+  }
   if (data) memory_.release_bytes(data, static_cast<size_t>(bytes));
   ledger_.release(c, bytes);
 }

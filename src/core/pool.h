@@ -31,6 +31,12 @@ class Pool {
   // Same, with the memory zeroed (for accumulators).
   Buffer zeros(Category c, DType dt, Shape shape);
 
+  // The pool of the host space (Backend::host_memory) that this pool's step offloads to, with
+  // its own ledger; null (the default): nothing is offloaded. Set by whoever owns the step's
+  // memory; the host pool must outlive every use of this one.
+  void set_host(Pool* host) { host_ = host; }
+  Pool* host() const { return host_; }
+
   Ledger& ledger() { return ledger_; }
   MemorySpace& memory() { return memory_; }
   bool materialize() const { return memory_.holds_data(); }
@@ -42,6 +48,7 @@ class Pool {
   Ledger& ledger_;
   MemorySpace& memory_;
   PoolOptions opts_;
+  Pool* host_ = nullptr;
 };
 
 // Move-only owner of one allocation.

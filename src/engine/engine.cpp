@@ -50,7 +50,10 @@ float embed_scale_in(const ModelConfig& cfg, DType act) { return cfg.embed_scale
 }  // namespace
 
 struct Engine::Kept {
-  std::vector<Buffer> inputs;   // (T, d) x_l of every layer l < L
+  // (T, d) x_l of every layer l < L: on the device (inputs[l]), or, offloaded, in host memory
+  // (host_inputs[l]) until the backward prefetches it back into inputs[l].
+  std::vector<Buffer> inputs;
+  std::vector<Buffer> host_inputs;
   std::vector<LayerKV> kv;      // store mode: every layer's K/V
   std::vector<ChunkActs> acts;  // store mode: every layer's activations (one chunk of T rows)
 };
@@ -154,8 +157,20 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = exec_.layers == LayerMode::store;
   const bool stream = exec_.layers == LayerMode::stream;
+  Buffer arriving;  // (T, d) x_{l-1} on its way back from the host while layer l runs
+  Backend::CopyTicket arriving_copy = 0;
   for (int64_t l = L - 1; l >= 0; --l) {
     const size_t li = static_cast<size_t>(l);
+    if (!kept.inputs[li].defined()) {  // offloaded: prefetched during layer l + 1
+      be_.wait_copy(arriving_copy);
+      kept.inputs[li] = std::move(arriving);
+      kept.host_inputs[li].reset();
+    }
+    if (l > 0 && kept.host_inputs[li - 1].defined()) {
+      const Tensor& from = kept.host_inputs[li - 1].view();
+      arriving = pool_.allocate(Category::checkpoints, from.dtype, from.shape);
+      arriving_copy = be_.prefetch_async(arriving.view(), from);
+    }
     DecoderLayerOps ops(cfg_, be_, pool_, step.tables(), exec_.act_dtype, l);
     bind_lora(ops, li);
     if (hook) hook->grads_begin(GradGroup::layer, l);
@@ -189,6 +204,13 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
   }
 }
 
+Pool* Engine::offload_pool() const {
+  if (!exec_.offload.any()) return nullptr;
+  if (!pool_.host())
+    throw InputError("offload: the step's memory has no host pool (Pool::set_host)");
+  return pool_.host();
+}
+
 void Engine::bind_lora(DecoderLayerOps& ops, size_t l) const {
   if (!lora_w_) return;
   ops.set_lora(&lora_w_->layers()[l], lora_g_ ? &lora_g_->layers()[l] : nullptr, lora_w_->scale());
@@ -208,9 +230,20 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept) {
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = kept != nullptr && exec_.layers == LayerMode::store;
 
+  const size_t L = W.layers.size();
+  Pool* host = offload_pool();
+  if (kept) {
+    kept->inputs.resize(L);
+    kept->host_inputs.resize(L);
+  }
+  // Offload: x_l's copy to the host runs while layer l + 1 computes; its device bytes are
+  // released once that copy is waited for, after layer l + 1.
+  Buffer leaving;  // (T, d) the device x_l whose copy is in flight
+  Backend::CopyTicket leaving_copy = 0;
+
   Buffer x = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) x_0
   embed(x.view(), step.tokens());
-  for (size_t li = 0; li < W.layers.size(); ++li) {
+  for (size_t li = 0; li < L; ++li) {
     const LayerTensors& w = W.layers[li];
     DecoderLayerOps ops(cfg_, be_, pool_, step.tables(), act, static_cast<int64_t>(li));
     bind_lora(ops, li);
@@ -231,7 +264,17 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept) {
         ops.rows_forward(w, x.rows(s, e), s, kv, y.rows(s, e), nullptr, Category::layer_workspace);
       });
     }
-    if (kept) kept->inputs.push_back(std::move(x));
+    if (leaving.defined()) {
+      be_.wait_copy(leaving_copy);
+      leaving.reset();
+    }
+    if (kept && host && li + 1 < L) {  // the last layer's input stays: the backward starts there
+      kept->host_inputs[li] = host->allocate(Category::checkpoints, act, {T, d});
+      leaving_copy = be_.offload_async(kept->host_inputs[li].view(), x.view());
+      leaving = std::move(x);
+    } else if (kept) {
+      kept->inputs[li] = std::move(x);
+    }
     x = std::move(y);
   }
   return x;

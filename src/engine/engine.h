@@ -119,6 +119,9 @@ class Engine {
                        GradHook* hook);
   // x (n, d) = the embeddings of ids (n).
   void embed(const Tensor& x, const Tensor& ids);
+  // The host pool checkpoints are offloaded to (exec_.offload), or null when nothing is;
+  // InputError when offload is asked for and the pool has no host pool.
+  Pool* offload_pool() const;
 
   const ModelConfig& cfg_;
   const ParameterSet& weights_;

@@ -71,4 +71,21 @@ std::string mode_name(const ExecConfig& e) {
   return std::string(l) + (e.head == HeadMode::full ? "+full" : "+chunked");
 }
 
+Offload parse_offload(const std::string& list) {
+  Offload o;
+  if (list == "none") return o;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item == "checkpoints")
+      o.checkpoints = true;
+    else
+      throw InputError("--offload: unknown item '" + item + "' (use none or checkpoints)");
+  }
+  if (!o.any()) throw InputError("--offload: empty list (use none or checkpoints)");
+  return o;
+}
+
+std::string offload_name(const Offload& o) { return o.checkpoints ? "checkpoints" : "none"; }
+
 }  // namespace sbp

@@ -15,12 +15,27 @@ namespace sbp {
 enum class LayerMode { store, recompute, stream };
 enum class HeadMode { full, chunked };
 
+// What grows with T and may wait in host memory (Backend::host_memory) while the step does not
+// need it (DESIGN §4 "Offload"). The engine then needs a host pool (Pool::set_host).
+struct Offload {
+  // Every layer's input checkpoint but the last layer's: copied to the host as soon as the next
+  // layer has run, prefetched back one layer ahead of its backward. At most two layers'
+  // checkpoints are on the device at once, in every layer mode.
+  bool checkpoints = false;
+  bool any() const { return checkpoints; }
+};
+// "none" or a comma list of "checkpoints" (the one item today). Throws InputError naming the
+// item otherwise.
+Offload parse_offload(const std::string& list);
+std::string offload_name(const Offload& o);  // "none", "checkpoints"
+
 struct ExecConfig {
   LayerMode layers = LayerMode::stream;
   HeadMode head = HeadMode::chunked;
   int64_t layer_chunk = 1024;    // tokens per chunk in stream mode (any size >= 1)
   int64_t head_chunk = 512;      // rows per LM-head block in chunked mode
   DType act_dtype = DType::F32;  // storage of activations, checkpoints and K/V
+  Offload offload;               // what waits in host memory (none by default)
 
   // Effective sizes for a batch of T tokens.
   int64_t layer_chunk_for(int64_t T) const;

@@ -58,12 +58,15 @@ StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {
 PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                       const ExecConfig& exec, const StepBatches& step,
                       const StepMemoryOptions& mem) {
-  Ledger ledger(mem.budget);
+  Ledger ledger(mem.budget), host_ledger(mem.host_budget);
+  host_ledger.set_space("host");
   // Ledger only (the skipped chunks would repeat an earlier chunk's allocations), unless bench
   // wants the FLOPs of every chunk.
   const std::unique_ptr<Backend> shape_only = make_shape_only_backend(mem.count_flops);
   Backend& be = *shape_only;
   Pool pool(ledger, be);
+  Pool host_pool(host_ledger, be.host_memory());
+  if (exec.offload.any()) pool.set_host(&host_pool);
   ShapeOnlyCommunicator comm(0, mem.ranks);
   const AdamWConfig optim;
   ModelSet models(objective, cfg, pool, be,
@@ -93,6 +96,8 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
   StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
   p.peak_bytes = ledger.peak();
   p.breakdown = ledger.peak_breakdown();
+  p.host_peak_bytes = host_ledger.peak();
+  p.host_breakdown = host_ledger.peak_breakdown();
   p.flops = mem.count_flops ? be.flops() : 0;
   return p;
 }

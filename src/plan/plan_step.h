@@ -17,6 +17,10 @@ struct PlannedStep {
   int64_t peak_bytes = 0;      // the whole step: generation (when planned) and training
   int64_t generation_peak = 0;  // the generation phase alone (0 when none is planned)
   MemoryBreakdown breakdown;  // at the peak
+  // The host space (ExecConfig::offload): its own ledger's peak and breakdown at that peak;
+  // zero when nothing is offloaded.
+  int64_t host_peak_bytes = 0;
+  MemoryBreakdown host_breakdown;
   int64_t flops = 0;  // the step's FLOPs, with StepMemoryOptions::count_flops (else 0)
 };
 
@@ -31,6 +35,7 @@ struct StepMemoryOptions {
   // update smaller than 2^-8 of the weight. Only meaningful with adamw and a non-F32 param_dtype.
   bool master_weights = true;
   int64_t budget = 0;  // > 0: an allocation past it throws OutOfMemoryError
+  int64_t host_budget = 0;  // the same for the host space (offload); <= 0: unlimited
   // Data parallelism (dist/data_parallel.h): the step of one of `ranks` ranks, with gradients
   // and optimizer state (moments and master weights) divided as ZeRO stage `zero` divides them.
   // Planned for rank 0, which holds the largest slices. The real sharding code runs, against a

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -21,6 +22,7 @@ StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
                            .adamw = s.adamw,
                            .master_weights = s.master_weights,
                            .budget = budget,
+                           .host_budget = budget > 0 ? s.host_budget : 0,
                            .ranks = s.ranks,
                            .zero = s.zero,
                            .generate_prompt_tokens = s.generate_prompt_tokens,
@@ -30,6 +32,19 @@ StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
 }
 
 bool within(const PlanSetup& s, int64_t peak) { return s.budget <= 0 || peak <= s.budget; }
+
+// Both peaks of a step as one number for the searches, which see a single non-decreasing
+// function of T or of a chunk size against the device budget B: the device peak, or the host
+// peak scaled by B / host budget H where that is larger. Rounded up, so that it is <= B exactly
+// when the host peak is <= H; both peaks are non-decreasing, so their maximum is too.
+int64_t effective_peak(const PlanSetup& s, const PlannedStep& p) {
+  if (s.budget <= 0 || s.host_budget <= 0 || p.host_peak_bytes == 0) return p.peak_bytes;
+  using Wide = __int128;
+  const Wide num = static_cast<Wide>(p.host_peak_bytes) * s.budget;
+  const Wide scaled = (num + s.host_budget - 1) / s.host_budget;
+  const Wide cap = std::numeric_limits<int64_t>::max();
+  return std::max(p.peak_bytes, static_cast<int64_t>(std::min(scaled, cap)));
+}
 
 // Largest x in [lo, hi] with f(x) <= limit, for a non-decreasing f with f(lo) = f_lo <= limit
 // < f(hi) = f_hi. The peak is piecewise affine and convex in practice (one line per phase of
@@ -103,8 +118,9 @@ class Prober {
     }
     return it->second;
   }
+  // The step's effective peak (device and host: effective_peak).
   int64_t peak(int64_t T, int64_t layer_chunk, int64_t head_chunk) {
-    return at(T, layer_chunk, head_chunk).peak_bytes;
+    return effective_peak(setup_, at(T, layer_chunk, head_chunk));
   }
   const ExecConfig& mode() const { return mode_; }
   int runs() const { return runs_; }
@@ -180,7 +196,7 @@ ChunkedPlan choose_chunks_with(Prober& probe, const PlanSetup& setup, int64_t T,
   m.head_chunk = head;
   p.layer_chunk = m.layer_chunk_for(T);
   p.head_chunk = m.head_chunk_for(T);
-  p.fits = within(setup, p.step.peak_bytes);
+  p.fits = within(setup, effective_peak(setup, p.step));
   return p;
 }
 

@@ -31,6 +31,9 @@ struct PlanSetup {
   bool adamw = false;               // fp32 moments
   bool master_weights = true;       // with adamw and non-F32 params: an fp32 master copy
   int64_t budget = 0;               // usable bytes (budget minus reserve); <= 0: unlimited
+  // Usable host bytes for what the mode offloads (ExecConfig::offload), applied with a device
+  // budget; <= 0: unlimited. A step fits when both peaks fit their budgets.
+  int64_t host_budget = 0;
   int ranks = 1;                    // data parallel: the memory of one of `ranks` ranks
   int zero = 0;                     // with gradients and optimizer divided by ZeRO stage 0-2
   // Online GRPO/PPO: a generation phase of generate_sequences completions of one prompt
@@ -64,8 +67,8 @@ struct ChunkedPlan {
   int64_t seq_len = 0;
   int64_t layer_chunk = 0;  // effective rows per chunk (T where the mode does not chunk)
   int64_t head_chunk = 0;
-  PlannedStep step;   // planned without a budget: the peak it needs
-  bool fits = false;  // step.peak_bytes <= budget (always true without a budget)
+  PlannedStep step;   // planned without a budget: the peaks it needs
+  bool fits = false;  // both peaks within their budgets (always true without a budget)
 };
 
 // The step at T tokens (one micro-batch of the objective's planning shape, plan_step.h) in

@@ -35,6 +35,9 @@ ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
   setup.adamw = true;
   setup.master_weights = false;
   setup.budget = r.budget;
+  if (!c.host_memory_budget.empty())
+    setup.host_budget =
+        parse_size(c.host_memory_budget, c.where("host_memory_budget") + ": host_memory_budget");
   setup.ranks = ranks;
   setup.zero = c.dist.zero;
   if (longest_prompt > 0) {

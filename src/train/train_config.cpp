@@ -376,6 +376,8 @@ const std::vector<Key>& keys() {
         chunk_key("layer_chunk", &TrainConfig::layer_chunk),
         chunk_key("head_chunk", &TrainConfig::head_chunk),
         KEY(std::string, "memory_budget", memory_budget),
+        KEY(std::string, "offload", offload),
+        KEY(std::string, "host_memory_budget", host_memory_budget),
         KEY(int64_t, "max_tokens", max_tokens),
         KEY(int64_t, "grad_accum", grad_accum),
         KEY(int64_t, "epochs", epochs),
@@ -642,6 +644,13 @@ void fill_defaults_and_validate(TrainConfig& c) {
           "must be in [0, 1)");
   require(c.data_eval.empty() || c.eval_fraction == 0.0, c, "data.eval_fraction",
           "cannot be combined with data.eval (one held-out set)");
+  try {
+    parse_offload(c.offload);
+  } catch (const InputError&) {
+    require(false, c, "offload", "must be none or checkpoints, got '" + c.offload + "'");
+  }
+  require(c.host_memory_budget.empty() || c.offload != "none", c, "host_memory_budget",
+          "applies with offload: checkpoints");
   require(c.layer_chunk >= 0, c, "layer_chunk", "must be at least 1, or auto");
   require(c.head_chunk >= 0, c, "head_chunk", "must be at least 1, or auto");
   require(c.grad_accum >= 1, c, "grad_accum", "must be at least 1");
@@ -805,6 +814,7 @@ ExecConfig TrainConfig::exec() const {
   e.act_dtype = storage_dtype(precision);
   e.layer_chunk = layer_chunk;
   e.head_chunk = head_chunk;
+  e.offload = parse_offload(offload);
   return e;
 }
 

@@ -140,6 +140,8 @@ struct TrainConfig {
   int64_t head_chunk = 512;    // 0: auto
   std::string
       memory_budget;  // "16GiB", ...: what `auto` chunks may use; "" = 90% of physical memory
+  std::string offload = "none";  // "checkpoints": layer inputs wait in host memory (Offload)
+  std::string host_memory_budget;  // with offload: the host bytes `auto` chunks may plan with
   int64_t max_tokens = 4096;  // tokens per micro-batch (packed)
   int64_t grad_accum = 1;     // micro-batches per optimizer step
   int64_t epochs = 1;

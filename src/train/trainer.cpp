@@ -240,6 +240,7 @@ void Trainer::plan_schedule() {
 // divide them (step/model_set.h).
 void Trainer::build_models() {
   exec_ = c_.exec();
+  if (exec_.offload.any()) pool_.set_host(&host_pool_);
   if (c_.layer_chunk == 0 || c_.head_chunk == 0) {
     const ResolvedChunks rc = resolve_auto_chunks(c_, cfg_, exec_, comm_.size(),
                                                   online_ ? online_->longest_prompt() : 0);

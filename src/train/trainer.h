@@ -127,6 +127,8 @@ class Trainer {
   std::unique_ptr<Backend> be_;
   Ledger ledger_;
   Pool pool_{ledger_, *be_};  // in the backend's memory (be_ is made first)
+  Ledger host_ledger_;        // offload (config `offload`): what waits in host memory
+  Pool host_pool_{host_ledger_, be_->host_memory()};
   ExecConfig exec_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<StepRunner> runner_;

@@ -24,6 +24,8 @@ namespace {
 struct Measured {
   int64_t peak = 0;
   MemoryBreakdown breakdown;
+  int64_t host_peak = 0;  // the host space's ledger (offload)
+  MemoryBreakdown host_breakdown;
 };
 
 // One real fp32 step on the CPU, allocated in the order a training run allocates: weights,
@@ -122,10 +124,12 @@ TEST_F(PlanAgreement, LedgerPeakAndBreakdownEqualARealStepExactly) {
 Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
                              const ExecConfig& exec, const StepBatches& planned,
                              const StepMemoryOptions& mem) {
-  Ledger ledger;
+  Ledger ledger, host_ledger;
   const std::unique_ptr<Backend> backend_ = test::backend();
   Backend& be = *backend_;
   Pool pool(ledger, be);
+  Pool host_pool(host_ledger, be.host_memory());
+  if (exec.offload.any()) pool.set_host(&host_pool);
   const AdamWConfig optim;
   ModelSet models(s, cfg, pool, be,
                   ModelSetOptions{.param_dtype = mem.param_dtype,
@@ -145,7 +149,8 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
     for (float& r : mb.rewards) r = rng.normal();
   }
   StepRunner(s, models.views(), be, pool, exec).run(step);
-  return Measured{ledger.peak(), ledger.peak_breakdown()};
+  return Measured{ledger.peak(), ledger.peak_breakdown(), host_ledger.peak(),
+                  host_ledger.peak_breakdown()};
 }
 
 // The planned peak and breakdown of one objective step equal the real CPU step's, to the byte.
@@ -160,6 +165,43 @@ void expect_plan_is_the_step(const ModelConfig& model, const ObjectiveSetup& s, 
       << what << " chunks " << e.layer_chunk << "/" << e.head_chunk;
   ASSERT_EQ(plan.breakdown.bytes, real.breakdown.bytes)
       << what << "\nplan " << plan.breakdown.str() << "\nreal " << real.breakdown.str();
+  ASSERT_EQ(plan.host_peak_bytes, real.host_peak) << what << " (host)";
+  ASSERT_EQ(plan.host_breakdown.bytes, real.host_breakdown.bytes)
+      << what << " (host)\nplan " << plan.host_breakdown.str() << "\nreal "
+      << real.host_breakdown.str();
+}
+
+// Offloaded checkpoints: both spaces' peaks and breakdowns equal a real step's, for every
+// objective of the registry, fp32 and bf16, LoRA, in every layer mode.
+TEST_F(PlanAgreement, EveryObjectiveWithOffloadEqualsARealStepInBothSpaces) {
+  const ModelConfig model = preset_config("tiny-qwen3");
+  const LoraConfig lora{.r = 2};
+  int cases = 0;
+  for (const auto& name : objective_names()) {
+    ObjectiveSetup s;
+    s.kind = name.value;
+    s.grpo.beta = 0.04;
+    const int64_t T = 41;
+    const StepBatches step = planning_step(s.kind, 3, T);
+    for (ExecConfig e : {mode("base", 0, 0), mode("checkpoint", 0, 0), mode("stream", 7, 5),
+                         mode("stream", T, T)}) {
+      e.offload.checkpoints = true;
+      for (int variant = 0; variant < 3; ++variant) {  // fp32 + AdamW, bf16, LoRA
+        StepMemoryOptions mem{.param_dtype = DType::F32, .adamw = variant == 0};
+        if (variant == 1) {
+          mem.param_dtype = DType::BF16;
+          e.act_dtype = DType::BF16;
+        } else {
+          e.act_dtype = DType::F32;
+        }
+        if (variant == 2) mem.lora = &lora;
+        ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 0, T));
+        ASSERT_GT(plan_step(model, s, e, step, mem).host_peak_bytes, 0);
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, static_cast<int>(objective_names().size()) * 4 * 3);
 }
 
 TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {

@@ -1,80 +1,24 @@
 #include "backend/cpu/checked_cpu_backend.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <new>
-
-#include "core/error.h"
+#include <algorithm>
+#include <cstring>
 
 namespace sbp {
 
-namespace {
-constexpr size_t kAlignment = 64;
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
-}  // namespace
-
 CheckedCpuBackend::CheckedCpuBackend(size_t reserve_bytes)
-    : reserved_(round_up(reserve_bytes, page_size())) {
-  void* p = mmap(nullptr, reserved_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) throw Error("cpu-checked backend: cannot reserve address space");
-  base_ = static_cast<char*>(p);
+    : arena_(reserve_bytes), host_(*this, reserve_bytes) {}
+
+void CheckedCpuBackend::copy_async_impl(void* dst, const void* src, size_t bytes, bool,
+                                        CopyTicket ticket) {
+  pending_.push_back(Pending{dst, src, bytes, ticket});
 }
 
-CheckedCpuBackend::~CheckedCpuBackend() { munmap(base_, reserved_); }
-
-void* CheckedCpuBackend::allocate_bytes(size_t bytes) {
-  const size_t n = round_up(std::max<size_t>(bytes, 1), kAlignment);
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < n) continue;
-    const size_t offset = it->first, rest = it->second - n;
-    free_.erase(it);
-    if (rest > 0) free_[offset + n] = rest;
-    used_[offset] = n;
-    return base_ + offset;
-  }
-  // Grow: the new part of the range stays PROT_NONE until the memory is next opened.
-  const size_t offset = top_;
-  const size_t grown = round_up(top_ + n, page_size());
-  if (grown > reserved_) return nullptr;  // the Pool reports out of memory
-  if (grown > offset + n) free_[offset + n] = grown - offset - n;
-  top_ = grown;
-  used_[offset] = n;
-  return base_ + offset;
+void CheckedCpuBackend::wait_copy_impl(CopyTicket ticket) {
+  const Access device(*this), host(host_);
+  size_t done = 0;
+  for (; done < pending_.size() && pending_[done].ticket <= ticket; ++done)
+    std::memcpy(pending_[done].dst, pending_[done].src, pending_[done].bytes);
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
-
-void CheckedCpuBackend::release_bytes(void* p, size_t) {
-  const size_t offset = static_cast<size_t>(static_cast<char*>(p) - base_);
-  auto it = used_.find(offset);
-  SBP_CHECK(it != used_.end(), "cpu-checked backend: release of memory it did not allocate");
-  size_t start = offset, size = it->second;
-  used_.erase(it);
-  // Coalesce with the free neighbours.
-  auto next = free_.find(start + size);
-  if (next != free_.end()) {
-    size += next->second;
-    free_.erase(next);
-  }
-  auto prev = free_.lower_bound(start);
-  if (prev != free_.begin()) {
-    --prev;
-    if (prev->first + prev->second == start) {
-      start = prev->first;
-      size += prev->second;
-      free_.erase(prev);
-    }
-  }
-  free_[start] = size;
-}
-
-void CheckedCpuBackend::protect(int prot) {
-  if (top_ == 0) return;
-  if (mprotect(base_, top_, prot) != 0) throw Error("cpu-checked backend: mprotect failed");
-}
-
-void CheckedCpuBackend::open_memory() { protect(PROT_READ | PROT_WRITE); }
-
-void CheckedCpuBackend::close_memory() { protect(PROT_NONE); }
 
 }  // namespace sbp

@@ -5,6 +5,7 @@
 // adamw.cpp, attention.cpp).
 #include "backend/backend.h"
 #include "backend/cpu_threads.h"
+#include "backend/host_space.h"
 
 namespace sbp {
 
@@ -25,6 +26,12 @@ class CpuBackend : public Backend {
   void download_impl(void* host, const void* src, size_t bytes) override;
   void zero_impl(const Tensor& t) override;
   void poison_impl(const Tensor& t) override;
+  // Host offload: plain host memory; a copy is one memcpy, done when it is queued (the CPU has
+  // no compute to overlap it with), so there is nothing to wait for.
+  MemorySpace& host_memory_impl() override { return host_; }
+  void copy_async_impl(void* dst, const void* src, size_t bytes, bool to_host,
+                       CopyTicket ticket) override;
+  void wait_copy_impl(CopyTicket) override {}
 
  private:
   // Called by Backend's public methods with checked arguments (backend.h); every float tensor
@@ -86,6 +93,8 @@ class CpuBackend : public Backend {
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;
+ private:
+  PlainHostSpace host_{*this};
 };
 
 }  // namespace sbp

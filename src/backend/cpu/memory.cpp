@@ -28,15 +28,11 @@ void CpuBackend::download_impl(void* host, const void* src, size_t bytes) {
 
 void CpuBackend::zero_impl(const Tensor& t) { std::memset(t.data, 0, t.nbytes()); }
 
-void CpuBackend::poison_impl(const Tensor& t) {
-  if (t.dtype == DType::F32) {
-    float* f = static_cast<float*>(t.data);
-    for (int64_t i = 0; i < t.numel(); ++i) f[i] = NAN;
-  } else if (t.dtype == DType::BF16 || t.dtype == DType::F16) {
-    uint16_t* h = static_cast<uint16_t*>(t.data);
-    const uint16_t nan = t.dtype == DType::BF16 ? 0x7fc0 : 0x7e00;
-    for (int64_t i = 0; i < t.numel(); ++i) h[i] = nan;
-  }
+void CpuBackend::poison_impl(const Tensor& t) { poison_host(t); }
+
+void CpuBackend::copy_async_impl(void* dst, const void* src, size_t bytes, bool, CopyTicket) {
+  const Access device(*this), host(host_);
+  std::memcpy(dst, src, bytes);
 }
 
 }  // namespace sbp

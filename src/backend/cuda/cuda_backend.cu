@@ -27,7 +27,8 @@ __global__ void fill_nan_kernel(cuda::FPtr x, int64_t n) {
 }
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device)
+    : device_(device), host_(std::make_unique<PinnedHostSpace>(*this)) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess)
@@ -87,6 +88,8 @@ bool CudaBackend::use_tensor_core_attention(int h) const {
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  destroy_copy_resources();
+  host_.reset();  // the pinned blocks, before the device goes
   if (lt_) cublasLtDestroy(lt_);
   if (stream_) cudaStreamDestroy(stream_);
   if (pinned_) cudaFreeHost(pinned_);

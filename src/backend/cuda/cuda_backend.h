@@ -14,6 +14,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/arena.h"
 #include "backend/cuda/check_state.h"
+#include "backend/cuda/pinned_host_space.h"
 
 namespace sbp {
 
@@ -76,6 +78,12 @@ class CudaBackend : public Backend {
   // this backend's GPU the current device, so two backends on two GPUs in one process (policy
   // and reference, say) each launch on their own.
   void open_memory() override;
+  // Host offload (host_offload.cu): pinned host blocks; copies on copy_stream_, ordered with
+  // stream_ by events.
+  MemorySpace& host_memory_impl() override;
+  void copy_async_impl(void* dst, const void* src, size_t bytes, bool to_host,
+                       CopyTicket ticket) override;
+  void wait_copy_impl(CopyTicket ticket) override;
 
  private:
   int open_check(std::function<std::string(int64_t, int64_t)> message);  // a record's slot
@@ -172,6 +180,13 @@ class CudaBackend : public Backend {
   using GemmKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t, int, bool>;
   std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;
+  // Host offload (host_offload.cu).
+  std::unique_ptr<PinnedHostSpace> host_;
+  cudaStream_t copy_stream_ = nullptr;                        // created by the first copy
+  std::deque<std::pair<CopyTicket, cudaEvent_t>> copy_events_;  // queued copies' done events
+  std::vector<cudaEvent_t> free_events_;                       // events to record again
+  cudaEvent_t take_event();
+  void destroy_copy_resources();
 };
 
 }  // namespace sbp

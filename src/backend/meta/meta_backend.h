@@ -4,6 +4,7 @@
 // seconds, for any model size. The Backend base checks every call as for any backend (so a plan
 // rejects what a run would reject); the kernels here compute nothing and count FLOPs.
 #include "backend/backend.h"
+#include "backend/host_space.h"
 
 namespace sbp {
 
@@ -31,6 +32,10 @@ class MetaBackend final : public Backend {
   void download_impl(void*, const void*, size_t) override {}
   void zero_impl(const Tensor&) override {}
   void poison_impl(const Tensor&) override {}
+  // A host space that holds nothing either: offloaded bytes are recorded in its pool's ledger.
+  MemorySpace& host_memory_impl() override { return host_; }
+  void copy_async_impl(void*, const void*, size_t, bool, CopyTicket) override {}
+  void wait_copy_impl(CopyTicket) override {}
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
                  float, float, const Tensor&) override;
   void fill_impl(const Tensor&, float) override {}
@@ -74,6 +79,7 @@ class MetaBackend final : public Backend {
                        const AdamWStep&) override {}
 
   Runs runs_;
+  ShapeOnlyHostSpace host_{*this};
 };
 
 }  // namespace sbp
