@@ -164,9 +164,9 @@ void check_attention(const char* op, const Tensor& out, const Tensor& lse, const
             std::string(op) + ": key offset " + num(k0) + " needs a sliding window with k0 <= " +
                 "q_offset - window + 1 (q_offset " + num(q_offset) + ", window " +
                 num(dims.window) + "): queries would see keys below it");
-  SBP_CHECK(k0 + tk < std::numeric_limits<int32_t>::max(),
-            arg(op, "k", k) + ": key rows up to " + num(k0 + tk) +
-                " do not fit the I32 segment starts");
+  SBP_CHECK(
+      k0 + tk < std::numeric_limits<int32_t>::max(),
+      arg(op, "k", k) + ": key rows up to " + num(k0 + tk) + " do not fit the I32 segment starts");
   check_dtype(op, "seg_start", seg_start, DType::I32);
   SBP_CHECK(seg_start.numel() >= q_offset + n,
             arg(op, "seg_start", seg_start) +

@@ -42,8 +42,8 @@ bool window_stream_applies(const ModelConfig& cfg, int64_t layer, int64_t T, int
   return w > 0 && chunk + w - 1 < T;
 }
 
-void window_layer_forward(DecoderLayerOps& ops, Backend& be, const LayerTensors& w,
-                          const Tensor& x, const Tensor& y, int64_t window, int64_t chunk) {
+void window_layer_forward(DecoderLayerOps& ops, Backend& be, const LayerTensors& w, const Tensor& x,
+                          const Tensor& y, int64_t window, int64_t chunk) {
   const int64_t T = x.rows(), c = chunk, wm = window - 1;
   const Category ws = Category::layer_workspace;
   LayerKV buf = ops.alloc_kv(c + wm, ws, /*keep_k_raw=*/false);  // (c + w - 1, G*h) K, V

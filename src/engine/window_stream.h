@@ -46,8 +46,8 @@ bool window_stream_applies(const ModelConfig& cfg, int64_t layer, int64_t T, int
 
 // Forward of one sliding layer in stream mode: y (T, d) from the layer input x (T, d), in chunks
 // of `chunk` rows, first to last. `window` is the layer's (ModelConfig::layer_window).
-void window_layer_forward(DecoderLayerOps& ops, Backend& be, const LayerTensors& w,
-                          const Tensor& x, const Tensor& y, int64_t window, int64_t chunk);
+void window_layer_forward(DecoderLayerOps& ops, Backend& be, const LayerTensors& w, const Tensor& x,
+                          const Tensor& y, int64_t window, int64_t chunk);
 
 // Backward of one sliding layer in stream mode, chunks last to first: gy (T, d) F32 in dL/dy,
 // out dL/dx (in place); weight gradients accumulate (+=) into gw.

@@ -138,7 +138,7 @@ void DecoderLayerOps::project_queries(const LayerTensors& w, const Tensor& a,
 void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t s,
                                  const KVRows& kv) {
   const int64_t n = x.rows(), d = cfg_.hidden_size;
-  const int64_t r = s - kv.k0;  // kv's row of global row s
+  const int64_t r = s - kv.k0;                              // kv's row of global row s
   Buffer a = alloc(Category::layer_workspace, n, d, act_);  // (n, d)
   be_.rmsnorm_forward(a.view(), x, w.input_norm, static_cast<float>(cfg_.rms_norm_eps), off_);
   project_kv(w, a.view(), tables_.positions.slice_rows(s, s + n), kv.k.slice_rows(r, r + n),

@@ -948,20 +948,20 @@ TEST(Attention, KeyOffsetPastAWindowStartIsRefused) {
   std::vector<float> out(static_cast<size_t>(p.n * p.H * p.h)), lse(static_cast<size_t>(p.n * p.H));
   for (int64_t k0 : {int64_t{22}, int64_t{30}}) {  // first key of row 30 is 21
     dims.k_offset = k0;
-    EXPECT_THROW(cpu::attention_forward(Problem::view(out, p.n, p.H * p.h),
-                                        Problem::view(lse, p.n, p.H), p.qt(),
-                                        p.kt().slice_rows(k0, p.tk), p.vt().slice_rows(k0, p.tk),
-                                        p.segt(), p.q_offset, dims, nullptr),
-                 Error)
+    EXPECT_THROW(
+        cpu::attention_forward(Problem::view(out, p.n, p.H * p.h), Problem::view(lse, p.n, p.H),
+                               p.qt(), p.kt().slice_rows(k0, p.tk), p.vt().slice_rows(k0, p.tk),
+                               p.segt(), p.q_offset, dims, nullptr),
+        Error)
         << k0;
   }
   dims.window = 0;  // no window: every row could see key 0
   dims.k_offset = 5;
-  EXPECT_THROW(cpu::attention_forward(Problem::view(out, p.n, p.H * p.h),
-                                      Problem::view(lse, p.n, p.H), p.qt(),
-                                      p.kt().slice_rows(5, p.tk), p.vt().slice_rows(5, p.tk),
-                                      p.segt(), p.q_offset, dims, nullptr),
-               Error);
+  EXPECT_THROW(
+      cpu::attention_forward(Problem::view(out, p.n, p.H * p.h), Problem::view(lse, p.n, p.H),
+                             p.qt(), p.kt().slice_rows(5, p.tk), p.vt().slice_rows(5, p.tk),
+                             p.segt(), p.q_offset, dims, nullptr),
+      Error);
 }
 
 TEST(VecMath, ExpMatchesStdExp) {

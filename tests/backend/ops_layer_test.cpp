@@ -656,18 +656,18 @@ TEST_P(BackendOps, AttentionKeyOffsetGivesTheBitsOfAllKeys) {
         Buffer q = up(qd, {c.n, Hh}, act), k = up(kk, {rows, Gh}, act), v = up(vv, {rows, Gh}, act);
         Buffer out = zeros({c.n, Hh}, act), lse = zeros({c.n, c.H});
         Buffer dq = zeros({c.n, Hh});
-        Buffer dk = up(offset ? tail(dk0) : dk0, {rows, Gh}), dv = up(offset ? tail(dv0) : dv0, {rows, Gh});
+        Buffer dk = up(offset ? tail(dk0) : dk0, {rows, Gh}),
+               dv = up(offset ? tail(dv0) : dv0, {rows, Gh});
         Buffer dout = up(dod, {c.n, Hh});
         Run r;
         be.reset_flops();
-        be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(),
-                             seg_start.view(), c.q_offset, dims);
+        be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
+                             c.q_offset, dims);
         be.synchronize();  // the CUDA backend counts attention's FLOPs on the device
         r.fwd = be.flops();
         be.reset_flops();
         be.attention_backward(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(),
-                              v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset,
-                              dims);
+                              v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset, dims);
         be.synchronize();
         r.bwd = be.flops();
         if (!computes()) return r;

@@ -77,7 +77,7 @@ LayerRun run_layer(const ModelConfig& cfg, int64_t layer, DType act, int64_t T, 
   test::fill_normal(x32.view(), rng);
   Buffer x = pool.allocate(Category::checkpoints, act, {T, d});  // (T, d) layer input
   be->copy(x.view(), x32.view());
-  Buffer y = pool.allocate(Category::checkpoints, act, {T, d});  // (T, d)
+  Buffer y = pool.allocate(Category::checkpoints, act, {T, d});           // (T, d)
   Buffer gy = pool.allocate(Category::grad_buffers, DType::F32, {T, d});  // (T, d)
   test::fill_normal(gy.view(), rng, 0.1f);
 
@@ -101,7 +101,8 @@ LayerRun run_layer(const ModelConfig& cfg, int64_t layer, DType act, int64_t T, 
       }
     }
     LayerKV kv = ops.alloc_kv(T, ws, false);
-    for (int64_t s = 0; s < T; s += chunk) ops.kv_forward(lw, x.rows(s, std::min(T, s + chunk)), s, kv);
+    for (int64_t s = 0; s < T; s += chunk)
+      ops.kv_forward(lw, x.rows(s, std::min(T, s + chunk)), s, kv);
     const int64_t Gh = cfg.num_key_value_heads * cfg.head_dim;
     Buffer dK = pool.zeros(ws, DType::F32, {T, Gh});
     Buffer dV = pool.zeros(ws, DType::F32, {T, Gh});
@@ -212,8 +213,7 @@ TEST(WindowStream, StepInBf16IsCloserToBaseThanBf16RoundingIs) {
     ASSERT_FALSE(r.rounding.empty());
     for (const cli::ModeResult& m : r.modes) {
       for (const auto& [name, err] : m.per_param)
-        EXPECT_LE(err, r.rounding.at(name))
-            << a.name << " lc=" << m.layer_chunk << " " << name;
+        EXPECT_LE(err, r.rounding.at(name)) << a.name << " lc=" << m.layer_chunk << " " << name;
     }
   }
 }
