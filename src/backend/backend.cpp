@@ -153,11 +153,20 @@ void check_attention(const char* op, const Tensor& out, const Tensor& lse, const
   check_dtype(op, "lse", lse, DType::F32);
   SBP_CHECK(lse.rows() == n && lse.cols() == H,
             arg(op, "lse", lse) + " must be (n=" + num(n) + ", H=" + num(H) + ")");
-  SBP_CHECK(q_offset >= 0 && q_offset <= tk - n,
+  const int64_t k0 = dims.k_offset;
+  SBP_CHECK(k0 >= 0 && k0 < std::numeric_limits<int32_t>::max(),
+            std::string(op) + ": key offset " + num(k0) + " must be in [0, 2^31)");
+  SBP_CHECK(q_offset >= 0 && q_offset <= k0 + tk - n,
             std::string(op) + ": queries [" + num(q_offset) + ", " + num(q_offset + n) +
-                ") must lie within the " + num(tk) + " key rows");
-  SBP_CHECK(tk < std::numeric_limits<int32_t>::max(),
-            arg(op, "k", k) + ": " + num(tk) + " key rows do not fit the I32 segment starts");
+                ") must lie within the key rows [" + num(k0) + ", " + num(k0 + tk) + ")");
+  // A key offset leaves out keys [0, k0): allowed only where no query row can see them.
+  SBP_CHECK(k0 == 0 || (dims.window > 0 && k0 <= q_offset - dims.window + 1),
+            std::string(op) + ": key offset " + num(k0) + " needs a sliding window with k0 <= " +
+                "q_offset - window + 1 (q_offset " + num(q_offset) + ", window " +
+                num(dims.window) + "): queries would see keys below it");
+  SBP_CHECK(
+      k0 + tk < std::numeric_limits<int32_t>::max(),
+      arg(op, "k", k) + ": key rows up to " + num(k0 + tk) + " do not fit the I32 segment starts");
   check_dtype(op, "seg_start", seg_start, DType::I32);
   SBP_CHECK(seg_start.numel() >= q_offset + n,
             arg(op, "seg_start", seg_start) +

@@ -52,6 +52,11 @@ struct AttentionDims {
   int64_t head_dim = 0;    // h
   float scale = 0.0f;      // softmax scale, usually 1/sqrt(h)
   int64_t window = 0;      // sliding window: a row sees its last `window` keys; 0 = no window
+  // Global row of k's first row (attention_forward): a sliding layer in stream mode holds only
+  // the keys of its window (engine/window_stream.h). Not a property of the layer but of the
+  // call; it lives here so that the many attention call sites and every backend's signature
+  // stay as they are.
+  int64_t k_offset = 0;
 };
 
 struct AdamWStep {
@@ -175,9 +180,14 @@ class Backend : public MemorySpace {
 
   // ---- attention: causal within segments, GQA, query offset; never a T x T buffer ----
   // q (n, H*h): queries of global rows [q_offset, q_offset + n).
-  // k, v (Tk, G*h): keys/values of global rows [0, Tk), Tk >= q_offset + n.
+  // k, v (Tk, G*h): keys/values of global rows [k0, k0 + Tk), k0 = dims.k_offset (0: the
+  // whole prefix), k0 + Tk >= q_offset + n.
   // seg_start (>= q_offset + n) I32, indexed by global row: the first row of that row's
   // segment. Query row i attends to keys j with seg_start[i] <= j <= i.
+  // Key offset k0 > 0: only with a window, and k0 <= q_offset - w + 1, so that no query row
+  // sees a key below k0 (its first key max(seg_start[i], i - w + 1) >= i - w + 1 >= k0). The
+  // result is that of the same call with all keys [0, k0 + Tk) and k_offset 0 (with the CPU
+  // backend, the same bits: its key tiles stay at global multiples), restricted to k's rows.
   // Sliding window (dims.window = w > 0, Hugging Face's sliding-window layers: Gemma 2/3,
   // Mistral, Qwen2 use_sliding_window): row i attends to keys j with
   // max(seg_start[i], i - w + 1) <= j <= i, i.e. itself and at most w - 1 keys before it. w = 0
@@ -187,13 +197,15 @@ class Backend : public MemorySpace {
   // out (n, H*h); lse (n, H) F32: log-sum-exp of the scaled scores per row and head.
   // Checks: H, G, h > 0; H % G == 0; scale finite; window >= 0; q, k, v, out float;
   // q.cols() == H*h; k (Tk, G*h) and v of k's shape; out of q's shape; lse (n, H) F32;
-  // 0 <= q_offset and q_offset + n <= Tk; Tk < 2^31 (segment starts are I32); seg_start I32
+  // 0 <= q_offset and q_offset + n <= k0 + Tk; k0 >= 0, and k0 = 0 or (window > 0 and
+  // k0 <= q_offset - window + 1); k0 + Tk < 2^31 (segment starts are I32); seg_start I32
   // with at least q_offset + n entries. (Segment starts monotone and <= their row: the
   // computing backend.)
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& seg_start, int64_t q_offset,
                          const AttentionDims& dims);
-  // dq (n, H*h) +=, dk, dv (Tk, G*h) +=; recomputes the probabilities from q, k, lse.
+  // dq (n, H*h) +=, dk, dv (Tk, G*h) += (rows of global keys [k0, k0 + Tk), as k);
+  // recomputes the probabilities from q, k, lse.
   // D_i = sum_j P_ij dP_ij may be taken as rowsum(dout * out) when out is the forward's F32
   // output; a BF16 out is rounded, and D from it would break sum_j dS_ij = 0 by 2^-9, so with
   // a BF16 out a backend computes D from P and dP (the result is that of the unrounded out).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/head_block.h"
+#include "engine/window_stream.h"
 #include "model/decoder_layer.h"
 
 namespace sbp {
@@ -183,6 +184,9 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
       ops.rows_backward(w, gw, x, 0, kept.acts[li], kept.kv[li], dK.view(), dV.view(), gy);
       kept.acts[li] = ChunkActs();
       kept.kv[li] = LayerKV();
+    } else if (stream && window_stream_applies(cfg_, l, T, chunk)) {
+      // A sliding layer holds K/V and dK/dV of its window plus one chunk (window_stream.h).
+      window_layer_backward(ops, be_, pool_, w, gw, x, gy, cfg_.layer_window(l), chunk);
     } else {
       // K/V phase: computed once per layer (not once per chunk). In recompute mode the raw
       // keys are kept, as autograd would keep them, so no extra product is needed.
@@ -255,6 +259,11 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept) {
       ops.kv_forward(w, x.view(), 0, kept->kv.back());
       ops.rows_forward(w, x.view(), 0, kept->kv.back(), y.view(), &kept->acts.back(),
                        Category::checkpoints);
+    } else if (exec_.layers == LayerMode::stream &&
+               window_stream_applies(cfg_, static_cast<int64_t>(li), T, chunk)) {
+      // A sliding layer holds the K/V of its window plus one chunk (window_stream.h).
+      window_layer_forward(ops, be_, w, x.view(), y.view(),
+                           cfg_.layer_window(static_cast<int64_t>(li)), chunk);
     } else {
       // recompute and scoring: one chunk of T rows; stream: chunk by chunk, first to last, so
       // each chunk's K/V rows exist before its queries need them.

@@ -34,8 +34,15 @@ StreamMemoryTerms stream_memory_terms(const ModelConfig& cfg, int64_t T, int64_t
   StreamMemoryTerms m;
   m.checkpoints = prod({L + 1, T, d, a});
   m.grad_buffer = prod({T, d, f});
-  m.kv = prod({2, T, Gh, a});
-  m.dkv = prod({2, T, Gh, f});
+  // K/V rows the largest layer holds: T, or for a sliding layer whose window plus one chunk is
+  // shorter than T, that many (engine/window_stream.h); the largest layer sets the peak.
+  int64_t kv_rows = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t w = cfg.layer_window(l);
+    kv_rows = std::max(kv_rows, w > 0 && c + w - 1 < T ? c + w - 1 : T);
+  }
+  m.kv = prod({2, kv_rows, Gh, a});
+  m.dkv = prod({2, kv_rows, Gh, f});
   // One chunk recomputed for its backward keeps: the normed input (d), queries (Hh, plus the
   // pre-norm queries for qk-norm models), the attention output (Hh) and its log-sum-exp (H),
   // the residual after attention and its norm (2d), gate and up (2F); the MLP backward's

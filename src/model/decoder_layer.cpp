@@ -80,6 +80,15 @@ Tensor DecoderLayerOps::norm_grad(const Tensor& dg, int64_t numel, Buffer& scrat
   return scratch.view();
 }
 
+KVRows KVRows::rows(int64_t r0, int64_t r1) const {
+  KVRows r;
+  r.k = k.slice_rows(r0, r1);
+  r.v = v.slice_rows(r0, r1);
+  if (k_raw.defined()) r.k_raw = k_raw.slice_rows(r0, r1);
+  r.k0 = k0 + r0;
+  return r;
+}
+
 LayerKV DecoderLayerOps::alloc_kv(int64_t T, Category c, bool keep_k_raw) {
   const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
   LayerKV kv;
@@ -126,16 +135,19 @@ void DecoderLayerOps::project_queries(const LayerTensors& w, const Tensor& a,
   be_.rope_forward(t.q.view(), positions, rope_);
 }
 
-void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t s, LayerKV& kv) {
+void DecoderLayerOps::kv_forward(const LayerTensors& w, const Tensor& x, int64_t s,
+                                 const KVRows& kv) {
   const int64_t n = x.rows(), d = cfg_.hidden_size;
+  const int64_t r = s - kv.k0;                              // kv's row of global row s
   Buffer a = alloc(Category::layer_workspace, n, d, act_);  // (n, d)
   be_.rmsnorm_forward(a.view(), x, w.input_norm, static_cast<float>(cfg_.rms_norm_eps), off_);
-  project_kv(w, a.view(), tables_.positions.slice_rows(s, s + n), kv.k.rows(s, s + n),
-             kv.v.rows(s, s + n), kv.k_raw.defined() ? kv.k_raw.rows(s, s + n) : Tensor());
+  project_kv(w, a.view(), tables_.positions.slice_rows(s, s + n), kv.k.slice_rows(r, r + n),
+             kv.v.slice_rows(r, r + n),
+             kv.k_raw.defined() ? kv.k_raw.slice_rows(r, r + n) : Tensor());
 }
 
 void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64_t s,
-                                   const LayerKV& kv, const Tensor& y, ChunkActs* save,
+                                   const KVRows& kv, const Tensor& y, ChunkActs* save,
                                    Category save_cat) {
   const int64_t n = x.rows(), d = cfg_.hidden_size;
   const int64_t H = cfg_.num_attention_heads, Hh = H * cfg_.head_dim;
@@ -151,8 +163,10 @@ void DecoderLayerOps::rows_forward(const LayerTensors& w, const Tensor& x, int64
 
   t.attn = alloc(c, n, Hh, act_);      // (n, H*h)
   t.lse = alloc(c, n, H, DType::F32);  // (n, H)
-  be_.attention_forward(t.attn.view(), t.lse.view(), t.q.view(), kv.k.view(), kv.v.view(),
-                        tables_.seg_start, s, dims_);
+  AttentionDims dims = dims_;
+  dims.k_offset = kv.k0;
+  be_.attention_forward(t.attn.view(), t.lse.view(), t.q.view(), kv.k, kv.v, tables_.seg_start, s,
+                        dims);
   if (!keep) {
     t.q.reset();
     t.lse.reset();
@@ -251,7 +265,7 @@ void DecoderLayerOps::output_and_mlp(const LayerTensors& w, const Tensor& x, Chu
 }
 
 void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x,
-                                    int64_t s, ChunkActs& t, const LayerKV& kv, const Tensor& dK,
+                                    int64_t s, ChunkActs& t, const KVRows& kv, const Tensor& dK,
                                     const Tensor& dV, const Tensor& gy) {
   const int64_t n = x.rows(), d = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int64_t Hh = cfg_.num_attention_heads * cfg_.head_dim;
@@ -317,8 +331,10 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
                     LoraTarget::o_proj);
     dp.reset();
     Buffer dq = pool_.zeros(ws, DType::F32, {n, Hh});  // (n, H*h)
-    be_.attention_backward(dq.view(), dK, dV, dattn.view(), t.q.view(), kv.k.view(), kv.v.view(),
-                           t.attn.view(), t.lse.view(), tables_.seg_start, s, dims_);
+    AttentionDims dims = dims_;
+    dims.k_offset = kv.k0;
+    be_.attention_backward(dq.view(), dK, dV, dattn.view(), t.q.view(), kv.k, kv.v, t.attn.view(),
+                           t.lse.view(), tables_.seg_start, s, dims);
     dattn.reset();
     t.attn.reset();
     t.q.reset();
@@ -338,13 +354,14 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
   // Keys and values of rows [s, s+n): complete now, since every query that sees them
   // (rows >= s) has been processed.
   {
-    const Tensor dk = dK.slice_rows(s, s + n);  // (n, G*h)
+    const int64_t r = s - kv.k0;                // kv's (and dK's) row of global row s
+    const Tensor dk = dK.slice_rows(r, r + n);  // (n, G*h)
     be_.rope_backward(dk, positions, rope_);
     if (cfg_.qk_norm()) {
       Buffer k_raw_tmp;
       Tensor k_raw;  // (n, G*h)
       if (kv.k_raw.defined()) {
-        k_raw = kv.k_raw.rows(s, s + n);
+        k_raw = kv.k_raw.slice_rows(r, r + n);
       } else {  // recompute a Wk^T: the one extra product StreamBP pays per chunk
         k_raw_tmp = alloc(ws, n, Gh, act_);
         linear(k_raw_tmp.view(), t.a.view(), w.k_proj, w.k_bias, LoraTarget::k_proj);
@@ -360,7 +377,7 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
       linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk, t.a.view(), w.k_proj,
                       LoraTarget::k_proj);
     }
-    linear_backward(da.view(), 1.0f, gw.v_proj, gw.v_bias, dV.slice_rows(s, s + n), t.a.view(),
+    linear_backward(da.view(), 1.0f, gw.v_proj, gw.v_bias, dV.slice_rows(r, r + n), t.a.view(),
                     w.v_proj, LoraTarget::v_proj);
   }
 

@@ -47,6 +47,20 @@ struct LayerKV {
   Buffer k_raw;  // (T, G*h) before k-norm; qk-norm models, only when kept for the backward
 };
 
+// Views of K/V rows of global rows [k0, k0 + k.rows()): the whole of a LayerKV (k0 = 0), or a
+// sliding layer's window in stream mode (engine/window_stream.h), where k0 > 0 needs the window
+// to start at or after k0 for every query row the call computes (backend.h, k_offset).
+struct KVRows {
+  Tensor k, v;   // (Tk, G*h)
+  Tensor k_raw;  // (Tk, G*h) or undefined
+  int64_t k0 = 0;
+  KVRows() = default;
+  KVRows(const LayerKV& kv)  // NOLINT(google-explicit-constructor): every layer's K/V is one
+      : k(kv.k.view()), v(kv.v.view()), k_raw(kv.k_raw.defined() ? kv.k_raw.view() : Tensor()) {}
+  // Rows [r0, r1) of this view (global rows k0 + r0 ...).
+  KVRows rows(int64_t r0, int64_t r1) const;
+};
+
 // Intermediates of rows [begin, end) saved by rows_forward for rows_backward; n = end - begin.
 struct ChunkActs {
   Buffer a;      // (n, d) input-norm output
@@ -77,14 +91,15 @@ class DecoderLayerOps {
   // Allocates K/V for T rows in category `c` (k_raw only if keep_k_raw and the model has qk-norm).
   LayerKV alloc_kv(int64_t T, Category c, bool keep_k_raw);
 
-  // K/V of rows [s, s+n) from the layer input rows x (n, d).
-  void kv_forward(const LayerTensors& w, const Tensor& x, int64_t s, LayerKV& kv);
+  // K/V of rows [s, s+n) from the layer input rows x (n, d), written into kv's rows s - kv.k0.
+  void kv_forward(const LayerTensors& w, const Tensor& x, int64_t s, const KVRows& kv);
 
-  // Forward of rows [s, s+n) given K/V of rows [0, s+n). Writes y (n, d) if defined; saves
+  // Forward of rows [s, s+n) given K/V of rows [kv.k0, s+n) (k0 = 0: all of them; k0 > 0 only on
+  // a sliding layer, at or before every row's window start). Writes y (n, d) if defined; saves
   // intermediates into *save (allocated in `save_cat`) if non-null. Without y, the down
   // projection is skipped (a backward-only recompute does not need the layer output) — except
   // with sandwich norms, whose backward needs the MLP output.
-  void rows_forward(const LayerTensors& w, const Tensor& x, int64_t s, const LayerKV& kv,
+  void rows_forward(const LayerTensors& w, const Tensor& x, int64_t s, const KVRows& kv,
                     const Tensor& y, ChunkActs* save, Category save_cat);
 
   // One decoding step of B sequences packed in one cache (engine/generate.cpp): x (B, d) holds
@@ -98,11 +113,12 @@ class DecoderLayerOps {
 
   // Backward of rows [s, s+n). gy (n, d) F32: in dL/dy, out dL/dx (in place). The saved
   // intermediates are consumed: each is released as soon as the backward is done with it.
-  // dK, dV (T, G*h) F32 accumulators: attention adds into rows [0, s+n); rows [s, s+n) must be
+  // dK, dV F32 accumulators of kv's rows (global rows [kv.k0, ...); (T, G*h) for a whole
+  // LayerKV): attention adds into rows [kv.k0, s+n); rows [s, s+n) must be
   // final after this chunk's attention backward (all later rows already processed), and are
   // then consumed here (their rope is undone in place). Weight gradients accumulate into gw.
   void rows_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x, int64_t s,
-                     ChunkActs& acts, const LayerKV& kv, const Tensor& dK, const Tensor& dV,
+                     ChunkActs& acts, const KVRows& kv, const Tensor& dK, const Tensor& dV,
                      const Tensor& gy);
 
  private:

@@ -865,6 +865,105 @@ TEST(Attention, Bf16OutKeepsTheSoftmaxBackwardExact) {
   check_bf16_out(Case{"bf16_out_window", 4, 2, 24, {100, 3, 90}, 0, -1, -1, 50});
 }
 
+// ---- key offset (AttentionDims::k_offset): a window's keys only ----
+
+// Kernel forward + backward on keys [k0, tk) only (k_offset = k0), gradients pre-zeroed; dk/dv
+// are (tk - k0) rows.
+Result run_kernel_offset(const Problem& p, int64_t k0) {
+  Result r;
+  r.out.assign(static_cast<size_t>(p.n * p.H * p.h), 0.0f);
+  r.lse.assign(static_cast<size_t>(p.n * p.H), 0.0f);
+  r.g.dq.assign(r.out.size(), 0.0f);
+  const int64_t nk = p.tk - k0, Gh = p.G * p.h;
+  r.g.dk.assign(static_cast<size_t>(nk * Gh), 0.0f);
+  r.g.dv.assign(r.g.dk.size(), 0.0f);
+  AttentionDims dims = p.dims();
+  dims.k_offset = k0;
+  const Tensor k = p.kt().slice_rows(k0, p.tk), v = p.vt().slice_rows(k0, p.tk);
+  const Tensor out = Problem::view(r.out, p.n, p.H * p.h);
+  const Tensor lse = Problem::view(r.lse, p.n, p.H);
+  cpu::attention_forward(out, lse, p.qt(), k, v, p.segt(), p.q_offset, dims, &r.fwd_flops);
+  cpu::attention_backward(Problem::view(r.g.dq, p.n, p.H * p.h), Problem::view(r.g.dk, nk, Gh),
+                          Problem::view(r.g.dv, nk, Gh), p.doutt(), p.qt(), k, v, out, lse,
+                          p.segt(), p.q_offset, dims, &r.bwd_flops);
+  return r;
+}
+
+// A sliding layer in stream mode (engine/window_stream.h) attends with the keys of the window
+// only: rows [k0, tk) with k0 <= q_offset - w + 1. Every output, and dk/dv of those rows, must
+// be the bits of the same call on all keys [0, tk) (which the cases above hold against the
+// float64 reference), on both backward paths, with the same FLOP count: k0 at the window's
+// start (as the engine passes it), below it, on and off key tiles (64), with segments that
+// start after k0, GQA and MQA, the window longer and shorter than the chunk.
+TEST(Attention, KeyOffsetGivesTheBitsOfAllKeys) {
+  struct OffsetCase {
+    Case c;
+    std::vector<int64_t> k0s;
+  };
+  const std::vector<OffsetCase> cases = {
+      // queries [140, 230), window 50: first key 91
+      {{"w50_chunk90", 4, 2, 24, {300}, 140, 90, 230, 50}, {91, 90, 64, 63, 1}},
+      // queries [130, 200) over segments [0, 100), [100, 300), window 70: first key 100 (the
+      // segment cuts more than the window), offsets up to q_offset - w + 1 = 61
+      {{"w70_segment", 4, 2, 16, {100, 200}, 130, 70, 250, 70}, {61, 60, 1}},
+      // window longer than the chunk: queries [250, 310), window 200, k0 <= 51
+      {{"w200_chunk60_mqa", 4, 1, 8, {360}, 250, 60, 360, 200}, {51, 50, 7}},
+      // query block of 128 rows, window 128, keys up to the last query only
+      {{"w128_block", 2, 1, 32, {700}, 300, 256, 556, 128}, {173, 128, 129}},
+      // one query row, window 1: its own key only
+      {{"w1_one_row", 4, 2, 16, {90}, 77, 1, 78, 1}, {77, 76, 64}},
+  };
+  for (const OffsetCase& oc : cases) {
+    const Problem p(oc.c);
+    for (int path = 0; path < 2; ++path) {
+      ThreadCount tc(path == 0 ? threads_per_kv_head_path(p) : threads_two_pass_path(p));
+      const Result all = run_kernel(p);
+      for (int64_t k0 : oc.k0s) {
+        SCOPED_TRACE(describe(oc.c) + " k0 " + std::to_string(k0) + " path " +
+                     std::to_string(path));
+        ASSERT_LE(k0, p.q_offset - p.window + 1);
+        const Result win = run_kernel_offset(p, k0);
+        EXPECT_TRUE(bit_equal(win.out, all.out));
+        EXPECT_TRUE(bit_equal(win.lse, all.lse));
+        EXPECT_TRUE(bit_equal(win.g.dq, all.g.dq));
+        const size_t skip = static_cast<size_t>(k0 * p.G * p.h);
+        const std::vector<float> dk_rows(all.g.dk.begin() + static_cast<std::ptrdiff_t>(skip),
+                                         all.g.dk.end());
+        const std::vector<float> dv_rows(all.g.dv.begin() + static_cast<std::ptrdiff_t>(skip),
+                                         all.g.dv.end());
+        EXPECT_TRUE(bit_equal(win.g.dk, dk_rows));
+        EXPECT_TRUE(bit_equal(win.g.dv, dv_rows));
+        EXPECT_EQ(win.fwd_flops, all.fwd_flops);
+        EXPECT_EQ(win.bwd_flops, all.bwd_flops);
+      }
+    }
+  }
+}
+
+// The kernel refuses an offset that a query row would see past (the Backend's shape check
+// allows k0 <= q_offset - w + 1; the kernel also checks the first key with the segment starts).
+TEST(Attention, KeyOffsetPastAWindowStartIsRefused) {
+  const Problem p(Case{"w10", 2, 1, 8, {60}, 30, 10, 60, 10});
+  AttentionDims dims = p.dims();
+  std::vector<float> out(static_cast<size_t>(p.n * p.H * p.h)), lse(static_cast<size_t>(p.n * p.H));
+  for (int64_t k0 : {int64_t{22}, int64_t{30}}) {  // first key of row 30 is 21
+    dims.k_offset = k0;
+    EXPECT_THROW(
+        cpu::attention_forward(Problem::view(out, p.n, p.H * p.h), Problem::view(lse, p.n, p.H),
+                               p.qt(), p.kt().slice_rows(k0, p.tk), p.vt().slice_rows(k0, p.tk),
+                               p.segt(), p.q_offset, dims, nullptr),
+        Error)
+        << k0;
+  }
+  dims.window = 0;  // no window: every row could see key 0
+  dims.k_offset = 5;
+  EXPECT_THROW(
+      cpu::attention_forward(Problem::view(out, p.n, p.H * p.h), Problem::view(lse, p.n, p.H),
+                             p.qt(), p.kt().slice_rows(5, p.tk), p.vt().slice_rows(5, p.tk),
+                             p.segt(), p.q_offset, dims, nullptr),
+      Error);
+}
+
 TEST(VecMath, ExpMatchesStdExp) {
   double worst = 0.0;
   for (double x = -87.3; x <= 88.72; x += 1e-3) {

@@ -227,6 +227,21 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
        [&] { be.attention_forward(out, lse_a, q, k, v, seg, 3, dims); }},
       {"attention_forward", "queries [-1, 3)",
        [&] { be.attention_forward(out, lse_a, q, k, v, seg, -1, dims); }},
+      {"attention_forward", "key offset 1 needs a sliding window",
+       [&] {
+         be.attention_forward(out, lse_a, q, k.slice_rows(1, k.rows()), v.slice_rows(1, v.rows()),
+                              seg, 2, {H, G, h, 0.5f, 0, 1});
+       }},
+      {"attention_forward", "key offset 2 needs a sliding window with k0 <= q_offset - window + 1",
+       [&] {
+         be.attention_forward(out.slice_rows(0, 1), lse_a.slice_rows(0, 1), q.slice_rows(0, 1),
+                              k.slice_rows(2, k.rows()), v.slice_rows(2, v.rows()), seg, 3,
+                              {H, G, h, 0.5f, 3, 2});
+       }},
+      {"attention_forward", "key offset -1 must be in [0, 2^31)",
+       [&] {
+         be.attention_forward(out, lse_a, q, k, v, seg, 0, {H, G, h, 0.5f, 2, -1});
+       }},
       {"attention_forward", "lse F32(4, 2)",
        [&] {
          be.attention_forward(out, t({n, 2}), q, k, v, seg, 0, dims);

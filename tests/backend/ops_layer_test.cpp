@@ -618,6 +618,82 @@ TEST_P(BackendOps, AttentionModelHeadDimsAcrossTiles) {
   }
 }
 
+// A key offset (AttentionDims::k_offset; engine/window_stream.h): keys [k0, tk) only, k0 at or
+// before every query row's window start, give on every backend the bits of the same call on all
+// keys [0, tk) (out, lse, dq, and dk/dv of rows [k0, tk)), with the same FLOP count: the CPU's
+// head dims 8 and 64; on CUDA the fp32 kernels (h 8) and the tensor-core ones (h 64), k0 inside
+// and on a tile, F32 and BF16 q, k, v, out.
+TEST_P(BackendOps, AttentionKeyOffsetGivesTheBitsOfAllKeys) {
+  struct OffsetCase {
+    AttentionCase c;
+    int64_t k0;
+  };
+  const std::vector<OffsetCase> cases = {
+      {{"h8_gqa_window5", 4, 2, 8, {9, 41}, 20, 25, 50, 5}, 16},
+      {{"h8_mqa_window9_segment", 3, 1, 8, {3, 30}, 18, 12, 33, 9}, 3},
+      {{"h64_mqa_window37", 4, 1, 64, {30, 130}, 100, 60, 160, 37}, 64},
+      {{"h64_gqa_window40_k0_inside_tile", 4, 2, 64, {200}, 120, 70, 190, 40}, 70},
+  };
+  for (const OffsetCase& oc : cases) {
+    const AttentionCase& c = oc.c;
+    const int64_t Hh = c.H * c.h, Gh = c.G * c.h, k0 = oc.k0, nk = c.tk - k0;
+    ASSERT_LE(k0, c.q_offset - c.window + 1);
+    Buffer seg_start = ids(c.seg_start());
+    const Vec qd = randb(c.n * Hh, 2.0f), kd = randb(c.tk * Gh), vd = randb(c.tk * Gh);
+    const Vec dod = randn(c.n * Hh), dk0 = randn(c.tk * Gh), dv0 = randn(c.tk * Gh);
+    const auto tail = [&](const Vec& x) { return Vec(x.begin() + k0 * Gh, x.end()); };
+    for (const DType act : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(c.name) + (act == DType::BF16 ? " bf16" : " f32"));
+      struct Run {
+        Vec out, lse, dq, dk, dv;
+        int64_t fwd = 0, bwd = 0;
+      };
+      auto run = [&](bool offset) {
+        AttentionDims dims = c.dims();
+        dims.k_offset = offset ? k0 : 0;
+        const Vec kk = offset ? tail(kd) : kd, vv = offset ? tail(vd) : vd;
+        const int64_t rows = offset ? nk : c.tk;
+        Buffer q = up(qd, {c.n, Hh}, act), k = up(kk, {rows, Gh}, act), v = up(vv, {rows, Gh}, act);
+        Buffer out = zeros({c.n, Hh}, act), lse = zeros({c.n, c.H});
+        Buffer dq = zeros({c.n, Hh});
+        Buffer dk = up(offset ? tail(dk0) : dk0, {rows, Gh}),
+               dv = up(offset ? tail(dv0) : dv0, {rows, Gh});
+        Buffer dout = up(dod, {c.n, Hh});
+        Run r;
+        be.reset_flops();
+        be.attention_forward(out.view(), lse.view(), q.view(), k.view(), v.view(), seg_start.view(),
+                             c.q_offset, dims);
+        be.synchronize();  // the CUDA backend counts attention's FLOPs on the device
+        r.fwd = be.flops();
+        be.reset_flops();
+        be.attention_backward(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(),
+                              v.view(), out.view(), lse.view(), seg_start.view(), c.q_offset, dims);
+        be.synchronize();
+        r.bwd = be.flops();
+        if (!computes()) return r;
+        r.out = down(out);
+        r.lse = down(lse);
+        r.dq = down(dq);
+        r.dk = down(dk);
+        r.dv = down(dv);
+        if (!offset) {
+          r.dk = tail(r.dk);
+          r.dv = tail(r.dv);
+        }
+        return r;
+      };
+      const Run all = run(false), win = run(true);
+      EXPECT_EQ(win.fwd, all.fwd);
+      EXPECT_EQ(win.bwd, all.bwd);
+      EXPECT_TRUE(win.out == all.out);
+      EXPECT_TRUE(win.lse == all.lse);
+      EXPECT_TRUE(win.dq == all.dq);
+      EXPECT_TRUE(win.dk == all.dk);
+      EXPECT_TRUE(win.dv == all.dv);
+    }
+  }
+}
+
 // A sliding window cuts the work on every backend: the computing ones count the tile products
 // they skip, the planner (meta) counts the (query, key) pairs the window allows,
 // 4 h H per pair forward and 10 h H backward, exactly.

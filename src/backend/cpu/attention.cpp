@@ -5,7 +5,10 @@
 // keys the block can see, so the arithmetic a query row goes through does not depend on which
 // other rows share its block: a forward over row chunks [s, e) with q_offset = s gives the same
 // bits as one forward over all rows. Masked scores contribute exact zeros (p = 0), which is why
-// trimming and skipping never change a result.
+// trimming and skipping never change a result. A key offset k0 (AttentionDims::k_offset: k
+// holds global rows [k0, k0 + Tk)) moves only the addresses: tiles stay at global multiples of
+// kBk and are trimmed at k0 like at any first key, so a call on a window's keys gives the bits
+// of the same call on all keys.
 //
 // Every tile product is one small GEMM, C (M, N) (=, +=, or row-scaled +=) A (M, K) B (K, N),
 // done by a register-blocked micro-kernel (kMR rows x 16 columns held in 12 AVX registers)
@@ -449,6 +452,7 @@ struct Problem {
   int64_t n = 0;                           // query rows
   int64_t q_offset = 0;                    // global row of query row 0
   int64_t tk = 0;                          // key rows
+  int64_t k0 = 0;  // global row of k's first row (AttentionDims::k_offset): key j is row j - k0
   int64_t H = 0, G = 0, h = 0, group = 0;  // group = H / G query heads per kv head
   float scale = 0.0f;
   int64_t ldq_g = 0;   // H*h: row stride of q, out, dq, dout
@@ -698,8 +702,8 @@ int64_t forward_block(const Problem& p, const FwdTensors& t, int64_t hq, int64_t
     const int64_t nk = kr.je - kr.js;
     if (nk <= 0) continue;
     // (nk, h) key and value rows of kv head g
-    pack_rows(w.kn, ldh, t.k + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
-    pack_rows(w.vn, ldh, t.v + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
+    pack_rows(w.kn, ldh, t.k + (kr.js - p.k0) * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
+    pack_rows(w.vn, ldh, t.v + (kr.js - p.k0) * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
     const MaskGeometry mg{w.lo, b.gi0, b.nr, kr.js, nk};
     // (nk, ncp) S^T = K Qs^T
     flops += tile_gemm<Store::kSet>(nk, b.ncp, h, w.kn, ldh, 1, w.qt, kLdq, w.s, kLdq, nullptr,
@@ -853,8 +857,8 @@ int64_t backward_pair(const Problem& p, const BwdTensors& t, int64_t g, const Bl
   const int64_t nk = kr.je - kr.js;
   int64_t flops = 0;
   // (nk, h) key and value rows of kv head g
-  pack_rows(w.kn, ldh, t.k + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
-  pack_rows(w.vn, ldh, t.v + kr.js * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
+  pack_rows(w.kn, ldh, t.k + (kr.js - p.k0) * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
+  pack_rows(w.vn, ldh, t.v + (kr.js - p.k0) * p.ldkv_g + g * h, p.ldkv_g, nk, h, 1.0f);
   const MaskGeometry mg{w.lo, b.gi0, b.nr, kr.js, nk};
   const KeyRowsQueryCols score_terms{{}, mg};
   // (nk, ncp) S^T = K Qs^T and dP^T = V dO^T
@@ -868,7 +872,7 @@ int64_t backward_pair(const Problem& p, const BwdTensors& t, int64_t g, const Bl
                                     QueryRowsKeySteps{{}, mg});
   }
   if (need_dkdv) {  // the per-kv-head path: dk and dv are F32 (see attention_backward)
-    const int64_t off = kr.js * p.ldkv_g + g * h;
+    const int64_t off = (kr.js - p.k0) * p.ldkv_g + g * h;
     const KeyRowsQuerySteps terms{{}, mg};
     // (nk, h) dV += P^T dO and dK += dS^T Q; A(j, i) = s[j, i]
     flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, kLdq, 1, w.don, ldh, t.dv.f32() + off,
@@ -920,7 +924,10 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
                           Scratch& w) {
   const int64_t h = p.h, ldh = p.ldh;
   const int64_t j0 = tile * kBk;
-  const int64_t j1 = std::min({j0 + kBk, p.tk, p.q_offset + p.n});  // keys past j1 get nothing
+  const int64_t j1 = std::min({j0 + kBk, p.k0 + p.tk, p.q_offset + p.n});  // keys past j1: nothing
+  // With a key offset the tile may start below k's first row; keys below it are seen by no
+  // query (backend.h), so their columns stay zero and their rows are neither read nor written.
+  const int64_t ja = std::max(j0, p.k0);
   int64_t flops = 0;
   // (h, kLdk) K^T and V^T of the tile; columns past j1 are zero
   for (int64_t d = 0; d < h; ++d) {
@@ -930,22 +937,22 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
     }
   }
   auto transpose_rows = [&](float* dst, FloatData src) {
-    with_data(src + j0 * p.ldkv_g + g * h, [&](const auto* x) {
-      for (int64_t j = 0; j < j1 - j0; ++j)
-        for (int64_t d = 0; d < h; ++d) dst[d * kLdk + j] = load(x[j * p.ldkv_g + d]);
+    with_data(src + (ja - p.k0) * p.ldkv_g + g * h, [&](const auto* x) {
+      for (int64_t j = 0; j < j1 - ja; ++j)
+        for (int64_t d = 0; d < h; ++d) dst[d * kLdk + (ja - j0) + j] = load(x[j * p.ldkv_g + d]);
     });
   };
   transpose_rows(w.kt, t.k);
   transpose_rows(w.vt, t.v);
-  // Where rows [j0, j1) of dk and dv (kv head g) accumulate: in place when F32; when BF16, in
+  // Where rows [ja, j1) of dk and dv (kv head g) accumulate: in place when F32; when BF16, in
   // fp32 tiles that start from their widened values and are rounded once at the end.
   struct Rows {
-    float* p;    // row j0
+    float* p;    // row ja
     int64_t ld;  // row stride
   };
   auto accumulator = [&](FloatData x, float* tile) {
-    if (!x.bf16) return Rows{x.f32() + j0 * p.ldkv_g + g * h, p.ldkv_g};
-    pack_rows(tile, ldh, x + j0 * p.ldkv_g + g * h, p.ldkv_g, j1 - j0, h, 1.0f);
+    if (!x.bf16) return Rows{x.f32() + (ja - p.k0) * p.ldkv_g + g * h, p.ldkv_g};
+    pack_rows(tile, ldh, x + (ja - p.k0) * p.ldkv_g + g * h, p.ldkv_g, j1 - ja, h, 1.0f);
     return Rows{tile, ldh};
   };
   const Rows dk = accumulator(t.dk, w.dka), dv = accumulator(t.dv, w.dva);
@@ -978,14 +985,15 @@ int64_t backward_key_tile(const Problem& p, const BwdTensors& t, int64_t g, int6
       ds_query_major(w, p, b.nr, nkp, kr.js, kr.full);
       // (nk, h) dV += P^T dO and dK += dS^T Q; A(j, i) = s[i, j]
       const KeyRowsQuerySteps terms{{}, mg};
-      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, 1, kLdk, w.don, ldh, dv.p + joff * dv.ld,
+      const int64_t jr = kr.js - ja;  // accumulator row of key kr.js (>= 0: kr.js >= k0)
+      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.s, 1, kLdk, w.don, ldh, dv.p + jr * dv.ld,
                                       dv.ld, nullptr, terms);
-      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, 1, kLdk, w.qn, ldh, dk.p + joff * dk.ld,
+      flops += tile_gemm<Store::kAdd>(nk, h, b.nr, w.ds, 1, kLdk, w.qn, ldh, dk.p + jr * dk.ld,
                                       dk.ld, nullptr, terms);
     }
   }
-  for (int64_t j = 0; j < j1 - j0; ++j) {
-    const int64_t off = (j0 + j) * p.ldkv_g + g * h;
+  for (int64_t j = 0; j < j1 - ja; ++j) {
+    const int64_t off = (ja - p.k0 + j) * p.ldkv_g + g * h;
     if (t.dk.bf16) store_row(t.dk + off, dk.p + j * ldh, h, 1.0f, /*add=*/false);
     if (t.dv.bf16) store_row(t.dv + off, dv.p + j * ldh, h, 1.0f, /*add=*/false);
   }
@@ -1010,6 +1018,7 @@ Problem make_problem(const char* fn, const Tensor& q, const Tensor& k, const Ten
   p.ldh = round_up(p.h, 16) + 16;
   p.n = q.rows();
   p.tk = k.rows();
+  p.k0 = dims.k_offset;
   p.q_offset = q_offset;
   p.n_blocks = (p.n + kBq - 1) / kBq;
   p.seg = seg_start.i32();
@@ -1025,6 +1034,11 @@ Problem make_problem(const char* fn, const Tensor& q, const Tensor& k, const Ten
     SBP_CHECK(ok, where + "seg_start[" + std::to_string(r) + "] = " + std::to_string(s) +
                       " must satisfy 0 <= seg_start[i] <= i and be non-decreasing");
   }
+  // First keys are non-decreasing: the first row's is the smallest any row reads (backend.h's
+  // window condition implies it; checked here where the data is, as the reads rely on it).
+  SBP_CHECK(p.n == 0 || p.first_key(q_offset) >= p.k0,
+            where + "query row " + std::to_string(q_offset) + " sees keys below the key offset " +
+                std::to_string(p.k0));
   return p;
 }
 

@@ -34,6 +34,7 @@ AttnArgs args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s
   a.n = q.rows();
   a.q_offset = q_offset;
   a.window = dims.window;
+  a.k_offset = dims.k_offset;
   a.H = static_cast<int>(dims.n_heads);
   a.G = static_cast<int>(dims.n_kv_heads);
   a.h = static_cast<int>(dims.head_dim);

@@ -1,8 +1,9 @@
 #pragma once
 // What the attention kernels of attention.cu (fp32 CUDA cores) and attention_tc.cu (tensor
 // cores) are given, and their launch helper. Layout: q, out, dq, dout (n, H*h); k, v, dk, dv
-// (Tk, G*h); lse, D (n, H) F32; seg (>= q_offset + n) I32. Query head hq reads kv head
-// hq / (H / G).
+// (Tk, G*h), rows of global keys [k_offset, k_offset + Tk); lse, D (n, H) F32; seg
+// (>= q_offset + n) I32. Query head hq reads kv head hq / (H / G). Keys below k_offset are
+// seen by no query (backend.h): tiles that reach below it load zeros there and write nothing.
 #if defined(SBP_CUDA_EMULATION)
 #include "backend/cuda/host_emulation.h"  // CPU tests of the kernels (host_emulation.h)
 #else
@@ -21,6 +22,7 @@ struct AttnArgs {
   float* D;  // (n, H) backward only
   const int32_t* seg;
   int64_t n, q_offset, window;
+  int64_t k_offset = 0;  // global row of k's (and dk's) first row: key j is row j - k_offset
   int H, G, h;
   float scale;
   // Device word raised by a failed index check (checks.cu): every kernel returns at once, so bad

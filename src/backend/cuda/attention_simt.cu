@@ -60,7 +60,8 @@ __device__ RowFrame row_frame(const AttnArgs& a) {
   return f;
 }
 
-// Loads keys [k0, k0 + 32) of kv head g into Kt and Vt (zeros past `k_last`).
+// Loads keys [k0, k0 + 32) of kv head g into Kt and Vt (zeros past `k_last` and below
+// a.k_offset).
 __device__ void load_kv_tile(float* Kt, float* Vt, const AttnArgs& a, int g, int64_t k0,
                              int64_t k_last) {
   const int h = a.h, ld = h + 1;
@@ -68,9 +69,10 @@ __device__ void load_kv_tile(float* Kt, float* Vt, const AttnArgs& a, int g, int
   for (int e = threadIdx.x; e < kTile * h; e += blockDim.x) {
     const int jj = e / h, d = e % h;
     const int64_t j = k0 + jj;
-    const bool in = j <= k_last;
-    Kt[jj * ld + d] = in ? a.k.ld(j * ldkv + g * h + d) : 0.0f;
-    Vt[jj * ld + d] = in ? a.v.ld(j * ldkv + g * h + d) : 0.0f;
+    const bool in = j >= a.k_offset && j <= k_last;
+    const int64_t jr = j - a.k_offset;  // k's row
+    Kt[jj * ld + d] = in ? a.k.ld(jr * ldkv + g * h + d) : 0.0f;
+    Vt[jj * ld + d] = in ? a.v.ld(jr * ldkv + g * h + d) : 0.0f;
   }
 }
 
@@ -275,8 +277,9 @@ __global__ void attn_dkdv_kernel(AttnArgs a) {
     const int jj = e / h, d = e % h;
     const int64_t jr = k0 + jj;
     if (jr > k_last) break;
-    a.dk.add(jr * ldkv + g * h + d, dKa[jj * ld + d]);
-    a.dv.add(jr * ldkv + g * h + d, dVa[jj * ld + d]);
+    if (jr < a.k_offset) continue;  // seen by no query, and not in dk
+    a.dk.add((jr - a.k_offset) * ldkv + g * h + d, dKa[jj * ld + d]);
+    a.dv.add((jr - a.k_offset) * ldkv + g * h + d, dVa[jj * ld + d]);
   }
 }
 

@@ -102,12 +102,15 @@ __device__ __forceinline__ void mma_acc_rows(float* c, int ldc, int h, const flo
 
 // dst (rows, h) at ld <- rows [row0, row0 + rows) of src (stride floats per row, column
 // offset col) as fp32; rows outside [0, row_end) are zeros. All threads of the block.
+// Rows below `src_row0` are not in src (a key offset: src's first row is row src_row0) and
+// load as zeros too.
 __device__ void load_rows(float* dst, int ld, FPtr src, int64_t row0, int64_t row_end, int rows,
-                          int64_t stride, int64_t col, int h) {
+                          int64_t stride, int64_t col, int h, int64_t src_row0 = 0) {
   for (int e = threadIdx.x; e < rows * h; e += blockDim.x) {
     const int rr = e / h, d = e % h;
     const int64_t row = row0 + rr;
-    dst[rr * ld + d] = row < row_end ? src.ld(row * stride + col + d) : 0.0f;
+    const bool in = row >= src_row0 && row < row_end;
+    dst[rr * ld + d] = in ? src.ld((row - src_row0) * stride + col + d) : 0.0f;
   }
 }
 
@@ -196,8 +199,8 @@ __global__ void tc_forward_kernel(AttnArgs a) {
   float m = -INFINITY, l = 0.0f;  // this row's running max and sum (both lanes of the pair)
   for (int64_t k0 = f.k_begin; k0 <= f.i_last; k0 += kBc) {
     __syncthreads();  // the previous tile is no longer read (and Q, O are written)
-    load_rows(Ks, ld, a.k, k0, f.i_last + 1, kBc, ldkv, int64_t{f.g} * h, h);
-    load_rows(Vs, ld, a.v, k0, f.i_last + 1, kBc, ldkv, int64_t{f.g} * h, h);
+    load_rows(Ks, ld, a.k, k0, f.i_last + 1, kBc, ldkv, int64_t{f.g} * h, h, a.k_offset);
+    load_rows(Vs, ld, a.v, k0, f.i_last + 1, kBc, ldkv, int64_t{f.g} * h, h, a.k_offset);
     __syncthreads();
     if (warp_skips(f, k0)) continue;
     mma_abt(Sw, kLdS, kBc / 16, Qw, ld, Ks, ld, h, !a.q.bf16, !a.k.bf16);
@@ -271,8 +274,8 @@ __global__ void tc_rows_backward_kernel(AttnArgs a) {
   float dsum = 0.0f;  // !kDq: this lane's half of sum_j P dP
   for (int64_t k0 = f.k_begin; k0 <= f.i_last; k0 += kBc) {
     __syncthreads();
-    load_rows(Ks, ld, a.k, k0, f.i_last + 1, kBc, ldkv, int64_t{f.g} * h, h);
-    load_rows(Vs, ld, a.v, k0, f.i_last + 1, kBc, ldkv, int64_t{f.g} * h, h);
+    load_rows(Ks, ld, a.k, k0, f.i_last + 1, kBc, ldkv, int64_t{f.g} * h, h, a.k_offset);
+    load_rows(Vs, ld, a.v, k0, f.i_last + 1, kBc, ldkv, int64_t{f.g} * h, h, a.k_offset);
     __syncthreads();
     if (warp_skips(f, k0)) continue;
     mma_abt(Sw, kLdS, kBc / 16, Qw, ld, Ks, ld, h, !a.q.bf16, !a.k.bf16);
@@ -338,8 +341,8 @@ __global__ void tc_dkdv_kernel(AttnArgs a) {
   // later row does.
   if (first_key(a.seg[i_begin], i_begin, a.window) > k_last) return;
   const int64_t ldq = int64_t{a.H} * h, ldkv = int64_t{a.G} * h;
-  load_rows(Kb, ld, a.k, k0, k_last + 1, KB, ldkv, int64_t{g} * h, h);
-  load_rows(Vb, ld, a.v, k0, k_last + 1, KB, ldkv, int64_t{g} * h, h);
+  load_rows(Kb, ld, a.k, k0, k_last + 1, KB, ldkv, int64_t{g} * h, h, a.k_offset);
+  load_rows(Vb, ld, a.v, k0, k_last + 1, KB, ldkv, int64_t{g} * h, h, a.k_offset);
   zero(dKa, 2 * KB * ld);
   const int64_t wk0 = k0 + 16 * warp, wk_last = min(wk0 + 15, k_last);
   const int64_t j = wk0 + rr;  // this lane pair's key
@@ -390,8 +393,9 @@ __global__ void tc_dkdv_kernel(AttnArgs a) {
     const int kk = e / h, d = e % h;
     const int64_t jr = k0 + kk;
     if (jr > k_last) break;
-    a.dk.add(jr * ldkv + int64_t{g} * h + d, a.scale * dKa[kk * ld + d]);
-    a.dv.add(jr * ldkv + int64_t{g} * h + d, dVa[kk * ld + d]);
+    if (jr < a.k_offset) continue;  // seen by no query, and not in dk
+    a.dk.add((jr - a.k_offset) * ldkv + int64_t{g} * h + d, a.scale * dKa[kk * ld + d]);
+    a.dv.add((jr - a.k_offset) * ldkv + int64_t{g} * h + d, dVa[kk * ld + d]);
   }
 }
 

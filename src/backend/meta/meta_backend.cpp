@@ -26,7 +26,8 @@ void MetaBackend::gemm_impl(const Tensor&, const Tensor& A, bool trans_a, const 
 namespace {
 // Causal (query, key) pairs of queries [q_offset, q_offset + n) of one segment-free sequence:
 // the planner's FLOP estimate. Row i sees i + 1 keys, or min(i + 1, window) with a sliding
-// window: rows below the window see a triangle, the rest `window` keys each.
+// window: rows below the window see a triangle, the rest `window` keys each. A key offset
+// (AttentionDims::k_offset) leaves out only keys no row sees: the same pairs.
 int64_t causal_pairs(int64_t q_offset, int64_t n, int64_t window) {
   const int64_t a = q_offset, b = q_offset + n;
   const int64_t m = window > 0 ? std::clamp(window, a, b) : b;  // rows [a, m) see i + 1 keys
