@@ -2,8 +2,8 @@
 // What the rest of the program needs to know about an objective, one row per objective, so
 // that step, plan, train, check and cli read the row instead of asking "which one is it?"
 // (DESIGN §5). Each objective defines its row in its own file (sft.cpp, dpo.cpp, grpo.cpp,
-// ppo.cpp) and registers it with one line in objective_traits.cpp; how it runs a step and
-// scores held-out data is the step layer's row of the same kind (step/objective_steps.h).
+// ppo.cpp, orpo.cpp) and registers it with one line in objective_traits.cpp; how it runs a step
+// and scores held-out data is the step layer's row of the same kind (step/objective_steps.h).
 //
 // Adding an objective: its enum value below, its files (loss and row, step row), its entry in
 // the registries objective_traits.cpp and step/objective_steps.cpp, and its settings where
@@ -16,7 +16,7 @@
 
 namespace sbp {
 
-enum class ObjectiveKind { sft, dpo, grpo, ppo };
+enum class ObjectiveKind { sft, dpo, grpo, ppo, orpo };
 
 struct ObjectiveSetup;
 

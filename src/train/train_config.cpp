@@ -351,6 +351,7 @@ const std::vector<Key>& keys() {
         ENUM_KEY(DpoLoss, "dpo.loss_type", dpo.loss_type, kDpoLossNames),
         KEY(double, "dpo.label_smoothing", dpo.label_smoothing),
         KEY(std::string, "dpo.reference", dpo.reference),
+        KEY(double, "orpo.beta", orpo.beta),
         KEY(double, "grpo.beta", grpo.beta),
         KEY(double, "grpo.epsilon", grpo.epsilon),
         KEY(double, "grpo.epsilon_high", grpo.epsilon_high),
@@ -669,6 +670,7 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.dpo.beta > 0.0, c, "dpo.beta", "must be positive");
   require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing",
           "must be in [0, 0.5)");
+  require(c.orpo.beta > 0.0, c, "orpo.beta", "must be positive");
   require(c.grpo.beta >= 0.0, c, "grpo.beta", "must be >= 0");
   require(c.grpo.epsilon > 0.0 && c.grpo.epsilon_high >= 0.0, c, "grpo.epsilon",
           "must be positive");
@@ -785,6 +787,7 @@ ObjectiveSetup TrainConfig::objective_setup() const {
   s.dpo.beta = dpo.beta;
   s.dpo.loss_type = dpo.loss_type;
   s.dpo.label_smoothing = dpo.label_smoothing;
+  s.orpo.beta = orpo.beta;
   s.grpo.beta = grpo.beta;
   s.grpo.epsilon_low = grpo.epsilon;
   s.grpo.epsilon_high = grpo.epsilon_high > 0.0 ? grpo.epsilon_high : grpo.epsilon;
@@ -821,12 +824,14 @@ std::vector<TrainConfig::Input> TrainConfig::inputs() const {
 }
 
 // Per-objective settings sections: every objective is listed (no default:), so a new one is
-// named by the compiler here. sft has neither setting; it reads grpo's defaults, unused.
+// named by the compiler here. sft and orpo have neither setting; they read grpo's defaults,
+// unused.
 const std::string& TrainConfig::reference_dir() const {
   switch (objective) {
     case ObjectiveKind::dpo: return dpo.reference;
     case ObjectiveKind::ppo: return ppo.reference;
     case ObjectiveKind::sft:
+    case ObjectiveKind::orpo:
     case ObjectiveKind::grpo: return grpo.reference;
   }
   return grpo.reference;
@@ -837,6 +842,7 @@ const RolloutSettings& TrainConfig::rollout() const {
     case ObjectiveKind::ppo: return ppo.rollout;
     case ObjectiveKind::sft:
     case ObjectiveKind::dpo:
+    case ObjectiveKind::orpo:
     case ObjectiveKind::grpo: return grpo.rollout;
   }
   return grpo.rollout;

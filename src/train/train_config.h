@@ -51,6 +51,10 @@ struct DpoSettings {
   std::string reference;  // reference model directory ("" = the starting model)
 };
 
+struct OrpoSettings {
+  double beta = 0.1;  // weight of the odds-ratio term (TRL ORPOConfig.beta)
+};
+
 struct GrpoSettings {
   double beta = 0.0;          // KL coefficient (0: no reference model)
   double epsilon = 0.2;       // clip range, low side
@@ -118,6 +122,7 @@ struct TrainConfig {
   // Objective.
   ObjectiveKind objective = ObjectiveKind::sft;
   DpoSettings dpo;
+  OrpoSettings orpo;
   GrpoSettings grpo;
   PpoSettings ppo;
 

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "objective/dpo.h"
 #include "objective/grpo.h"
+#include "objective/orpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
 #include "objective/token_terms.h"
@@ -134,6 +135,18 @@ std::vector<Case> cases() {
     cfg.beta = loss == DpoLoss::hinge ? 0.05 : 0.3;  // hinge: stay on the active side
     const Batch b = c.batch;
     c.make = [b, d, cfg] { return std::make_unique<DpoObjective>(b, d.ref_logp, cfg, 3.0); };
+    c.inputs = {Input::logp};
+    out.push_back(c);
+  }
+  // ORPO: the chosen rows' NLL plus the odds term, with the step's normalisers.
+  for (double beta : {0.1, 2.0}) {
+    Case c;
+    c.name = beta > 1.0 ? "orpo_beta2" : "orpo";
+    c.batch = batch_for(ObjectiveKind::orpo, 37, 4, seed);
+    OrpoConfig cfg;
+    cfg.beta = beta;
+    const Batch b = c.batch;
+    c.make = [b, cfg] { return std::make_unique<OrpoObjective>(b, cfg, 3.0, 40.0); };
     c.inputs = {Input::logp};
     out.push_back(c);
   }
@@ -359,6 +372,10 @@ TEST(ObjectiveInputs, BadShapesAreInputErrors) {
   EXPECT_NO_THROW(GrpoObjective(g, std::vector<float>(3, 0.0f), GrpoConfig{}));  // beta 0: no ref
   EXPECT_THROW(parse_grpo_loss("ppo"), InputError);
   EXPECT_THROW(parse_dpo_loss("kto"), InputError);
+  EXPECT_THROW(OrpoObjective(odd, OrpoConfig{}), InputError);
+  OrpoConfig zero;
+  zero.beta = 0.0;
+  EXPECT_THROW(OrpoObjective(dpo, zero), InputError);
 }
 
 }  // namespace

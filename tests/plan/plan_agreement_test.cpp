@@ -166,7 +166,8 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
   const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), tied_qwen3_with_bias()};
   int cases = 0;
   for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
+        ObjectiveKind::orpo}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;  // with its reference model
@@ -186,7 +187,7 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 2 * 2 * 7);
+  EXPECT_EQ(cases, 5 * 2 * 2 * 7);
 }
 
 // Mixed precision (`precision: bf16`): bf16 weights, activations, checkpoints, K/V and head
@@ -197,7 +198,8 @@ TEST_F(PlanAgreement, EveryObjectiveInBf16EqualsARealBf16StepExactly) {
                                            mqa_llama()};
   int cases = 0;
   for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
+        ObjectiveKind::orpo}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;
@@ -218,7 +220,7 @@ TEST_F(PlanAgreement, EveryObjectiveInBf16EqualsARealBf16StepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 3 * 2 * 7);
+  EXPECT_EQ(cases, 5 * 3 * 2 * 7);
 }
 
 // LoRA (`plan --lora-r`): frozen weights (no gradients, moments or master weights for them),
@@ -231,7 +233,8 @@ TEST_F(PlanAgreement, EveryObjectiveWithLoraEqualsARealStepExactly) {
   lora.target_modules = {"all-linear"};
   int cases = 0;
   for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
+        ObjectiveKind::orpo}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;  // a reference pass: the base with the adapters off
@@ -251,7 +254,7 @@ TEST_F(PlanAgreement, EveryObjectiveWithLoraEqualsARealStepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 2 * 2 * 5);
+  EXPECT_EQ(cases, 5 * 2 * 2 * 5);
 }
 
 // A mid-sized model where activations dominate (tens of MB), through the planner's own entry

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Regenerates tests/fixtures/objectives/: an independent PyTorch implementation of the DPO,
-GRPO and PPO losses on tiny Hugging Face models, for tests/engine/objective_parity_test.cpp.
+ORPO, GRPO and PPO losses on tiny Hugging Face models, for tests/engine/objective_parity_test.cpp.
 
     pip install -r tools/objective_parity/requirements.txt
     python tools/objective_parity/make_fixtures.py           # rewrites tests/fixtures/objectives/
@@ -21,7 +21,7 @@ Layout:
     cases/<name>.grads.safetensors  d(loss)/d(parameter): the policy's under its HF names, the
                                   value model's (PPO) under "value_model." + its HF name
 
-Cases: DPO sigmoid (with and without label smoothing), hinge, ipo; GRPO with each loss_type
+Cases: ORPO (beta 0.1 and 2; no reference model) on the DPO pairs; DPO sigmoid (with and without label smoothing), hinge, ipo; GRPO with each loss_type
 (grpo, bnpo, dr_grpo, dapo; KL beta 0.04, epsilon 0.2 / 0.28, supplied old log-probs), GRPO dapo
 with old = current detached and beta = 0 (no reference model) and scale_rewards batch, GRPO bnpo
 with an entropy bonus (our extension); PPO policy + value loss after the rollout (k1 KL penalty,
@@ -153,6 +153,72 @@ def dpo_case(policy, reference, pairs, loss_type, beta, label_smoothing):
         "rewards/margins": (chosen_rewards - rejected_rewards).mean().item(),
         "logps/chosen": chosen.detach().mean().item(),
         "logps/rejected": rejected.detach().mean().item(),
+    }
+    return loss, metrics, {}
+
+
+def padded_logits(model, seqs):
+    """Each sequence (prompt + completion) alone through the model, then right-padded to
+    (B, L, V) with input_ids (B, L), the attention mask, and labels = input_ids with -100 on the
+    prompt and the padding: TRL's concatenated batch."""
+    L = max(len(p) + len(c) for p, c in seqs)
+    V = CONFIG["vocab_size"]
+    logits = torch.zeros(len(seqs), L, V)
+    ids = torch.zeros(len(seqs), L, dtype=torch.long)
+    attn = torch.zeros(len(seqs), L, dtype=torch.long)
+    labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+    rows = []
+    for i, (p, c) in enumerate(seqs):
+        n = len(p) + len(c)
+        x = torch.tensor([p + c], dtype=torch.long)
+        rows.append(F.pad(model(input_ids=x).logits[0], (0, 0, 0, L - n)))
+        ids[i, :n] = x[0]
+        attn[i, :n] = 1
+        labels[i, len(p):n] = x[0, len(p):]
+    return torch.stack(rows), ids, attn, labels
+
+
+def batch_logps(logits, labels, average_log_prob):
+    """TRL get_batch_logps: labels shifted left, -100 masked, sum (or mean) per sequence."""
+    labels = labels[:, 1:].clone()
+    logits = logits[:, :-1, :]
+    loss_mask = labels != -100
+    labels[labels == -100] = 0
+    per_token = torch.gather(logits.log_softmax(-1), 2, labels.unsqueeze(2)).squeeze(2)
+    if average_log_prob:
+        return (per_token * loss_mask).sum(-1) / loss_mask.sum(-1)
+    return (per_token * loss_mask).sum(-1)
+
+
+def orpo_case(policy, pairs, beta):
+    """TRL v0.23.0 ORPOTrainer: concatenated_forward (the chosen NLL over every token of the
+    chosen sequences, prompt included: labels = input_ids where the attention mask is 1, one
+    CrossEntropyLoss mean over the batch; average completion log-probs), odds_ratio_loss and
+    get_batch_loss_metrics (loss = nll - mean(beta * logsigmoid(log_odds)))."""
+    seqs = [(p, c) for p, c, _ in pairs] + [(p, r) for p, _, r in pairs]
+    logits, ids, attn, labels = padded_logits(policy, seqs)
+    B = len(pairs)
+    nll_labels = torch.where(attn == 1, ids, -100)[:B, 1:]
+    nll = F.cross_entropy(logits[:B, :-1, :].reshape(-1, logits.size(-1)), nll_labels.reshape(-1))
+    all_logps = batch_logps(logits, labels, average_log_prob=True)
+    chosen, rejected = all_logps[:B], all_logps[B:]
+    log_odds = (chosen - rejected) - (torch.log1p(-torch.exp(chosen))
+                                      - torch.log1p(-torch.exp(rejected)))
+    ratio = F.logsigmoid(log_odds)
+    losses = beta * ratio
+    loss = nll - losses.mean()
+    chosen_rewards = beta * chosen.detach()
+    rejected_rewards = beta * rejected.detach()
+    metrics = {
+        "nll_loss": nll.item(),
+        "rewards/chosen": chosen_rewards.mean().item(),
+        "rewards/rejected": rejected_rewards.mean().item(),
+        "rewards/accuracies": (chosen_rewards > rejected_rewards).float().mean().item(),
+        "rewards/margins": (chosen_rewards - rejected_rewards).mean().item(),
+        "logps/chosen": chosen.detach().mean().item(),
+        "logps/rejected": rejected.detach().mean().item(),
+        "log_odds_ratio": ratio.mean().item(),
+        "log_odds_chosen": log_odds.mean().item(),
     }
     return loss, metrics, {}
 
@@ -327,6 +393,10 @@ def build_cases(policy, reference, value_model):
         cases.append((name, inputs, lambda cfg=cfg: dpo_case(policy, reference, pairs,
                                                               cfg["loss_type"], cfg["beta"],
                                                               cfg["label_smoothing"])))
+    for name, beta in [("orpo", 0.1), ("orpo_beta2", 2.0)]:
+        inputs = {"objective": "orpo", "config": {"beta": beta},
+                  "pairs": [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]}
+        cases.append((name, inputs, lambda beta=beta: orpo_case(policy, pairs, beta)))
     seqs = group_inputs(22, groups=2, G=3)
     gen = torch.Generator().manual_seed(23)
     rewards = torch.randn(len(seqs), generator=gen).tolist()
