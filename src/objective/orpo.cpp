@@ -22,7 +22,8 @@ OrpoLogOdds orpo_log_odds(double a_c, double a_r) {
 
 double orpo_nll_rows(const Batch& batch) {
   double n = 0.0;
-  for (size_t s = 0; s < batch.seq_lens.size(); s += 2) n += static_cast<double>(batch.seq_lens[s] - 1);
+  for (size_t s = 0; s < batch.seq_lens.size(); s += 2)
+    n += static_cast<double>(batch.seq_lens[s] - 1);
   return n;
 }
 
