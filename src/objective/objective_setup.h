@@ -8,6 +8,7 @@
 //   dpo   DpoObjective, against a reference model
 //   grpo  GrpoObjective, against a reference model when beta != 0
 //   orpo  OrpoObjective, the policy alone
+//   kto   KtoObjective, against a reference model, with a KL estimate from mismatched pairs
 //   ppo   PpoPolicyObjective on the policy and PpoValueObjective on a value model, rollout
 //         constants (GAE) against a reference model
 #include <string>
@@ -16,6 +17,7 @@
 #include "objective/gae.h"
 #include "objective/group_advantages.h"
 #include "objective/grpo.h"
+#include "objective/kto.h"
 #include "objective/objective_traits.h"
 #include "objective/orpo.h"
 #include "objective/ppo.h"
@@ -32,6 +34,7 @@ struct ObjectiveSetup {
   PpoConfig ppo;
   PpoRolloutConfig rollout;
   OrpoConfig orpo;
+  KtoConfig kto;
 
   // The objective's row (objective_traits.h).
   const ObjectiveTraits& traits() const { return objective_traits(kind); }

@@ -1893,13 +1893,13 @@ TEST(Hostile, Issue35GrpoNumbers) {
 }  // namespace
 }  // namespace sbp
 
-// ---- issue 30: ORPO's settings and data ------------------------------------------------------
-// orpo.beta out of range, --beta on the command line, and SFT data for orpo: one line naming the
-// key, flag or file, nothing written.
+// ---- issue 30: ORPO's and KTO's settings and data ----------------------------------------------
+// orpo.beta and kto.* out of range, --beta on the command line, a KTO label that is not a boolean,
+// and the wrong data format for each: one line naming the key, flag or file, nothing written.
 namespace sbp {
 namespace {
 
-TEST(Hostile, Issue30Orpo) {
+TEST(Hostile, Issue30OrpoKto) {
   test::TempDir tmp;
   std::vector<Case> cases;
   const std::string orpo = "train examples/tiny-chat/orpo.yaml output_dir=";
@@ -1913,6 +1913,21 @@ TEST(Hostile, Issue30Orpo) {
             "data.train=examples/tiny-chat/train.jsonl data.eval_fraction=0", "train.jsonl"}}) {
     const std::string o = tmp.file("orpo" + std::to_string(n++));
     cases.push_back({name, orpo + o + " " + override_, {says}, {o}});
+  }
+  // KTO: its numbers, its data (a label that is not a boolean, preference data for kto).
+  const std::string bad_label = tmp.file("bad_label.jsonl");
+  test::write_text(bad_label, R"({"prompt": "a", "completion": "b", "label": "yes"})"
+                              "\n");
+  const std::string kto = "train examples/tiny-chat/kto.yaml output_dir=";
+  for (const auto& [name, override_, says] : std::vector<std::array<std::string, 3>>{
+           {"kto.beta zero", "kto.beta=0", "kto.beta"},
+           {"kto.desirable_weight negative", "kto.desirable_weight=-1", "kto.desirable_weight"},
+           {"kto.undesirable_weight nan", "kto.undesirable_weight=nan", "kto.undesirable_weight"},
+           {"kto label a string", "data.train=" + bad_label, "bad_label.jsonl:1"},
+           {"preference data for kto", "data.train=examples/data/arith_preference.jsonl",
+            "arith_preference.jsonl"}}) {
+    const std::string o = tmp.file("kto" + std::to_string(n++));
+    cases.push_back({name, kto + o + " " + override_, {says}, {o}});
   }
   const std::string g = "gradcheck --model tiny-qwen3 --seq-len 16 --objective orpo ";
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "objective/dpo.h"
 #include "objective/grpo.h"
+#include "objective/kto.h"
 #include "objective/orpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
@@ -147,6 +148,24 @@ std::vector<Case> cases() {
     cfg.beta = beta;
     const Batch b = c.batch;
     c.make = [b, cfg] { return std::make_unique<OrpoObjective>(b, cfg, 3.0, 40.0); };
+    c.inputs = {Input::logp};
+    out.push_back(c);
+  }
+  // KTO: desirable and undesirable sequences, with and without the KL estimate, weighted.
+  for (double kl : {0.0, 0.7}) {
+    Case c;
+    c.name = kl > 0.0 ? "kto_kl_weighted" : "kto";
+    c.batch = batch_for(ObjectiveKind::kto, 37, 5, seed);
+    const Data d = make_data(c.batch, seed);
+    KtoConfig cfg;
+    cfg.beta = kl > 0.0 ? 0.5 : 0.1;
+    cfg.desirable_weight = kl > 0.0 ? 1.33 : 1.0;
+    cfg.undesirable_weight = kl > 0.0 ? 0.7 : 1.0;
+    const std::vector<float> labels = {1, 0, 0, 1, 1};
+    const Batch b = c.batch;
+    c.make = [b, d, labels, kl, cfg] {
+      return std::make_unique<KtoObjective>(b, d.ref_logp, labels, kl, cfg, 7.0);
+    };
     c.inputs = {Input::logp};
     out.push_back(c);
   }
@@ -376,6 +395,14 @@ TEST(ObjectiveInputs, BadShapesAreInputErrors) {
   OrpoConfig zero;
   zero.beta = 0.0;
   EXPECT_THROW(OrpoObjective(dpo, zero), InputError);
+  const Batch k = batch_for(ObjectiveKind::kto, 20, 2, 1);
+  const std::vector<float> ref(20, 0.0f), two = {1.0f, 0.0f};
+  EXPECT_NO_THROW(KtoObjective(k, ref, two, 0.0, KtoConfig{}));
+  EXPECT_THROW(KtoObjective(k, ref, std::vector<float>{1.0f}, 0.0, KtoConfig{}), InputError);
+  EXPECT_THROW(KtoObjective(k, ref, std::vector<float>{1.0f, 0.5f}, 0.0, KtoConfig{}),
+               InputError);
+  EXPECT_THROW(KtoObjective(k, short_ref, two, 0.0, KtoConfig{}), InputError);
+  EXPECT_THROW(KtoObjective(k, ref, two, -0.1, KtoConfig{}), InputError);  // KL is clamped at 0
 }
 
 }  // namespace

@@ -628,5 +628,22 @@ TEST(TrainCli, OrpoExampleLossFalls) {
   EXPECT_LT(eval_last, 0.5 * eval_first);
 }
 
+// KTO through the trainer: labels reach the step, the reference is the starting model (loss 0.5
+// at step 1: every log-ratio and the KL estimate are 0), the example's loss falls.
+TEST(TrainCli, KtoExampleStartsAtOneHalfAndFalls) {
+  test::TempDir tmp;
+  const auto r = run_command("cd " + src() + " && " + bin() +
+                             " train examples/tiny-chat/kto.yaml output_dir=" + tmp.file("kto"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("96 unpaired_preference records"), std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(tmp.file("kto/metrics.jsonl"));
+  ASSERT_GT(m.size(), 10u);
+  EXPECT_NEAR(m.front()["loss"].get<double>(), 0.5, 1e-6);
+  EXPECT_NEAR(m.front()["kl"].get<double>(), 0.0, 1e-6);
+  EXPECT_LT(m.back()["loss"].get<double>(), 0.45);
+  for (const char* k : {"kl", "rewards/chosen", "rewards/rejected", "logps/chosen", "count/chosen"})
+    EXPECT_TRUE(m.back().contains(k)) << k;
+}
+
 }  // namespace
 }  // namespace sbp

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Regenerates tests/fixtures/objectives/: an independent PyTorch implementation of the DPO,
-ORPO, GRPO and PPO losses on tiny Hugging Face models, for tests/engine/objective_parity_test.cpp.
+ORPO, KTO, GRPO and PPO losses on tiny Hugging Face models, for tests/engine/objective_parity_test.cpp.
 
     pip install -r tools/objective_parity/requirements.txt
     python tools/objective_parity/make_fixtures.py           # rewrites tests/fixtures/objectives/
@@ -21,7 +21,8 @@ Layout:
     cases/<name>.grads.safetensors  d(loss)/d(parameter): the policy's under its HF names, the
                                   value model's (PPO) under "value_model." + its HF name
 
-Cases: ORPO (beta 0.1 and 2; no reference model) on the DPO pairs; DPO sigmoid (with and without label smoothing), hinge, ipo; GRPO with each loss_type
+Cases: ORPO (beta 0.1 and 2; no reference model) on the DPO pairs; KTO (TRL's defaults, and
+beta 0.5 with desirable / undesirable weights; the KL pairs shifted within the batch); DPO sigmoid (with and without label smoothing), hinge, ipo; GRPO with each loss_type
 (grpo, bnpo, dr_grpo, dapo; KL beta 0.04, epsilon 0.2 / 0.28, supplied old log-probs), GRPO dapo
 with old = current detached and beta = 0 (no reference model) and scale_rewards batch, GRPO bnpo
 with an entropy bonus (our extension); PPO policy + value loss after the rollout (k1 KL penalty,
@@ -223,6 +224,47 @@ def orpo_case(policy, pairs, beta):
     return loss, metrics, {}
 
 
+def kto_case(policy, reference, seqs, labels, cfg):
+    """TRL v0.23.0 KTOTrainer, loss_type "kto": _get_kl_dataset (the KL pairs: prompt i with the
+    completion of i - 1, cyclically, over the batch), forward (summed completion log-probs, the
+    KL pairs' under no_grad), kto_loss (kl = mean(policy_KL - reference_KL), detached, clamped
+    at 0; desirable 1 - sigmoid(beta (logratio - kl)), undesirable 1 - sigmoid(beta (kl -
+    logratio)), weighted) and get_batch_loss_metrics (loss = losses.nanmean())."""
+    beta, wd, wu = cfg["beta"], cfg["desirable_weight"], cfg["undesirable_weight"]
+    kl_seqs = [(seqs[i][0], seqs[i - 1][1]) for i in range(len(seqs))]  # [-1] + [:-1]
+    logits, _, _, labels_t = padded_logits(policy, seqs)
+    logps = batch_logps(logits, labels_t, average_log_prob=False)
+    with torch.no_grad():
+        kl_logits, _, _, kl_labels = padded_logits(policy, kl_seqs)
+        policy_kl = batch_logps(kl_logits, kl_labels, average_log_prob=False)
+        ref_logits, _, _, _ = padded_logits(reference, seqs)
+        ref_logps = batch_logps(ref_logits, labels_t, average_log_prob=False)
+        rkl_logits, _, _, _ = padded_logits(reference, kl_seqs)
+        ref_kl = batch_logps(rkl_logits, kl_labels, average_log_prob=False)
+    chosen_idx = [i for i in range(len(seqs)) if labels[i] is True]
+    rejected_idx = [i for i in range(len(seqs)) if labels[i] is False]
+    kl = (policy_kl - ref_kl).mean().detach().clamp(min=0)
+    chosen_logratios = logps[chosen_idx] - ref_logps[chosen_idx]
+    rejected_logratios = logps[rejected_idx] - ref_logps[rejected_idx]
+    chosen_losses = 1 - F.sigmoid(beta * (chosen_logratios - kl))
+    rejected_losses = 1 - F.sigmoid(beta * (kl - rejected_logratios))
+    losses = torch.cat((wd * chosen_losses, wu * rejected_losses), 0)
+    loss = losses.nanmean()
+    chosen_rewards = beta * chosen_logratios.detach()
+    rejected_rewards = beta * rejected_logratios.detach()
+    metrics = {
+        "kl": kl.item(),
+        "rewards/chosen": chosen_rewards.mean().item(),
+        "rewards/rejected": rejected_rewards.mean().item(),
+        "rewards/margins": (chosen_rewards.mean() - rejected_rewards.mean()).item(),
+        "logps/chosen": logps[chosen_idx].detach().mean().item(),
+        "logps/rejected": logps[rejected_idx].detach().mean().item(),
+        "count/chosen": float(len(chosen_idx)),
+        "count/rejected": float(len(rejected_idx)),
+    }
+    return loss, metrics, {"kl_unclamped": (policy_kl - ref_kl).mean().item()}
+
+
 def grpo_advantages(rewards, G, scale):
     """TRL v0.23.0 _generate_and_score_completions."""
     mean = rewards.view(-1, G).mean(dim=1).repeat_interleave(G, dim=0)
@@ -397,6 +439,15 @@ def build_cases(policy, reference, value_model):
         inputs = {"objective": "orpo", "config": {"beta": beta},
                   "pairs": [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]}
         cases.append((name, inputs, lambda beta=beta: orpo_case(policy, pairs, beta)))
+    kseqs = group_inputs(26, groups=5, G=1)
+    klabels = [True, False, True, True, False]
+    for name, cfg in [("kto", {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0}),
+                      ("kto_weighted", {"beta": 0.5, "desirable_weight": 1.33,
+                                        "undesirable_weight": 0.7})]:
+        inputs = {"objective": "kto", "config": cfg, "labels": klabels,
+                  "sequences": [{"prompt": p, "completion": c} for p, c in kseqs]}
+        cases.append((name, inputs, lambda cfg=cfg: kto_case(policy, reference, kseqs, klabels,
+                                                              cfg)))
     seqs = group_inputs(22, groups=2, G=3)
     gen = torch.Generator().manual_seed(23)
     rewards = torch.randn(len(seqs), generator=gen).tolist()
