@@ -88,6 +88,11 @@ MicroBatch random_micro_batch(ObjectiveKind kind, int64_t group_size, Batch batc
     Rng rng(seed, "rewards");
     for (int64_t s = 0; s < S; ++s) mb.rewards.push_back(rng.normal());
   }
+  if (traits.sequence_labels) {  // both classes: random labels, the first two 1 and 0
+    Rng rng(seed, "labels");
+    for (int64_t s = 0; s < S; ++s)
+      mb.rewards.push_back(s < 2 ? static_cast<float>(1 - s) : static_cast<float>(rng.below(2)));
+  }
   if (traits.group == SequenceGroup::configured)
     mb.group_size = objective_group(kind, group_size, S);
   mb.batch = std::move(batch);

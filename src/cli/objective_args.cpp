@@ -25,7 +25,7 @@ auto flag(const char* name, F parse) {
 }  // namespace
 
 void ObjectiveArgs::add_flags(CLI::App* c) {
-  c->add_option("--objective", objective, "sft, dpo, grpo or ppo");
+  c->add_option("--objective", objective, "sft, dpo, grpo, ppo, orpo or kto");
   c->add_option("--dpo-loss", dpo_loss, "DPO loss: sigmoid, hinge or ipo");
   // Every number is checked for range and finiteness here, where it is parsed: a NaN fails
   // every comparison, so a later `beta >= 0` would have taken it for "not given".
@@ -34,7 +34,8 @@ void ObjectiveArgs::add_flags(CLI::App* c) {
   c->add_option("--grpo-loss", grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
   c->add_option("--scale-rewards", scale_rewards, "GRPO: group, batch or none");
   c->add_option("--beta", beta,
-                "DPO beta / GRPO KL coefficient / PPO kl_coef (default 0.1 / 0.04 / 0.05)")
+                "DPO beta / GRPO KL coefficient / PPO kl_coef / ORPO, KTO beta (default 0.1 / "
+                "0.04 / 0.05 / 0.1)")
       ->check(finite_in(0.0, kMaxCoefficient));
   c->add_option("--group-size", group_size, "GRPO completions per prompt");
   c->add_option("--entropy-coef", entropy_coef, "GRPO/PPO entropy bonus")
@@ -61,6 +62,8 @@ ObjectiveSetup ObjectiveArgs::setup() const {
   s.ppo.entropy_coef = entropy_coef;
   if (beta >= 0.0) {
     s.dpo.beta = beta;
+    s.orpo.beta = beta;
+    s.kto.beta = beta;
     s.grpo.beta = beta;
     s.rollout.kl_coef = beta;
   } else {

@@ -11,12 +11,13 @@
 namespace sbp::cli {
 
 struct ObjectiveArgs {
-  std::string objective = "sft";     // sft | dpo | grpo | ppo
+  std::string objective = "sft";     // sft | dpo | grpo | ppo | orpo | kto
   std::string dpo_loss = "sigmoid";  // sigmoid | hinge | ipo
   double label_smoothing = 0.0;
   std::string grpo_loss = "dapo";  // grpo | bnpo | dr_grpo | dapo
   std::string scale_rewards = "group";
-  double beta = -1.0;  // DPO beta / GRPO KL coefficient / PPO kl_coef; < 0: 0.1 / 0.04 / 0.05
+  double beta = -1.0;  // DPO beta / GRPO KL coefficient / PPO kl_coef / ORPO, KTO
+                      // beta; < 0: 0.1 / 0.04 / 0.05 / 0.1
   int64_t group_size = 4;
   double entropy_coef = 0.0;
 

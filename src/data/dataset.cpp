@@ -173,6 +173,8 @@ Dataset load_dataset(const std::string& path, const ExampleEncoder& encoder,
       } else {
         Example e;
         e.lines.assign(r.sequences.size(), line_no);
+        // KTO's label travels as the sequence's reward (1 desirable, 0 undesirable).
+        if (*format == DataFormat::unpaired_preference) e.rewards = {r.record.label ? 1.0 : 0.0};
         e.sequences = std::move(r.sequences);
         ds.examples.push_back(std::move(e));
       }

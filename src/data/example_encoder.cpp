@@ -61,6 +61,7 @@ std::vector<TokenizedSequence> ExampleEncoder::encode(const Record& r) const {
     case DataFormat::messages: return {conversation(r.messages, 0)};
     case DataFormat::text: return {plain("", r.text)};
     case DataFormat::prompt_completion:
+    case DataFormat::unpaired_preference:
     case DataFormat::rollout: return {prompt_and_completion(r.prompt, r.completion)};
     case DataFormat::preference:
       return {prompt_and_completion(r.prompt, r.chosen),

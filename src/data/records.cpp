@@ -127,11 +127,13 @@ DataFormat detect_data_format(const json& row, const std::string& where) {
   if (has(row, "messages")) return DataFormat::messages;
   if (has(row, "chosen") || has(row, "rejected")) return DataFormat::preference;
   if (has(row, "prompt") && has(row, "completion"))
-    return has(row, "reward") ? DataFormat::rollout : DataFormat::prompt_completion;
+    return has(row, "reward")  ? DataFormat::rollout
+           : has(row, "label") ? DataFormat::unpaired_preference
+                               : DataFormat::prompt_completion;
   if (has(row, "text")) return DataFormat::text;
   fail(where,
        "cannot tell the record format: expected \"messages\", \"prompt\" + \"completion\" "
-       "(+ \"reward\"), \"text\", or \"chosen\" + \"rejected\" (+ \"prompt\")");
+       "(+ \"reward\" or \"label\"), \"text\", or \"chosen\" + \"rejected\" (+ \"prompt\")");
 }
 
 Record parse_record(const json& row, DataFormat format, const std::string& where,
@@ -156,6 +158,7 @@ Record parse_record(const json& row, DataFormat format, const std::string& where
       break;
     }
     case DataFormat::prompt_completion:
+    case DataFormat::unpaired_preference:
     case DataFormat::rollout: {
       r.prompt =
           parse_text_or_chat(field(row, "prompt", where, fmt, detected_from), "prompt", where);
@@ -172,6 +175,12 @@ Record parse_record(const json& row, DataFormat format, const std::string& where
         if (std::fabs(r.reward) > std::numeric_limits<float>::max())
           fail(where, "\"reward\" " + reward.dump() + " is outside fp32 range (|x| <= 3.4e38)");
         r.group_key = row["prompt"].dump();
+      }
+      if (format == DataFormat::unpaired_preference) {
+        const json& label = field(row, "label", where, fmt, detected_from);
+        if (!label.is_boolean())
+          fail(where, std::string("\"label\" must be true or false, got ") + json_kind(label));
+        r.label = label.get<bool>();
       }
       break;
     }

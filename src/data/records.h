@@ -7,6 +7,7 @@
 //   preference         {"prompt": P, "chosen": C, "rejected": R}, or implicit prompt:
 //                      {"chosen": [...], "rejected": [...]} sharing their first messages  DPO
 //   rollout            {"prompt": P, "completion": C, "reward": number}, grouped by P  GRPO/PPO
+//   unpaired_preference {"prompt": P, "completion": C, "label": true|false}          KTO
 //
 // P, C, R are strings or lists of messages (both sides of a record the same kind). A message is
 // {"role": system|user|assistant|tool, "content": string} with optional "reasoning_content"
@@ -23,14 +24,22 @@
 
 namespace sbp {
 
-enum class DataFormat { messages, prompt_completion, text, preference, rollout };
+enum class DataFormat {
+  messages,
+  prompt_completion,
+  text,
+  preference,
+  rollout,
+  unpaired_preference
+};
 
 inline constexpr EnumName<DataFormat> kDataFormatNames[] = {
     {DataFormat::messages, "messages"},
     {DataFormat::prompt_completion, "prompt_completion"},
     {DataFormat::text, "text"},
     {DataFormat::preference, "preference"},
-    {DataFormat::rollout, "rollout"}};
+    {DataFormat::rollout, "rollout"},
+    {DataFormat::unpaired_preference, "unpaired_preference"}};
 const char* data_format_name(DataFormat f);
 
 // A prompt or completion: plain text or a conversation.
@@ -47,6 +56,7 @@ struct Record {
   TextOrChat prompt, completion;      // prompt_completion, rollout; prompt of preference
   TextOrChat chosen, rejected;        // preference (completions after the prompt)
   double reward = 0.0;                // rollout
+  bool label = false;                 // unpaired_preference: desirable
   std::string group_key;              // rollout: the prompt as canonical JSON
 };
 

@@ -7,6 +7,8 @@
 //   sft   SftObjective
 //   dpo   DpoObjective, against a reference model
 //   grpo  GrpoObjective, against a reference model when beta != 0
+//   orpo  OrpoObjective, the policy alone
+//   kto   KtoObjective, against a reference model, with a KL estimate from mismatched pairs
 //   ppo   PpoPolicyObjective on the policy and PpoValueObjective on a value model, rollout
 //         constants (GAE) against a reference model
 #include <string>
@@ -15,7 +17,9 @@
 #include "objective/gae.h"
 #include "objective/group_advantages.h"
 #include "objective/grpo.h"
+#include "objective/kto.h"
 #include "objective/objective_traits.h"
+#include "objective/orpo.h"
 #include "objective/ppo.h"
 
 namespace sbp {
@@ -29,6 +33,8 @@ struct ObjectiveSetup {
   // grad_accum_steps is the step's: the runner sets it.
   PpoConfig ppo;
   PpoRolloutConfig rollout;
+  OrpoConfig orpo;
+  KtoConfig kto;
 
   // The objective's row (objective_traits.h).
   const ObjectiveTraits& traits() const { return objective_traits(kind); }

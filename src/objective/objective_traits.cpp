@@ -9,12 +9,14 @@
 namespace sbp {
 
 // The objectives' own rows, each defined in its objective's file (sft.cpp, dpo.cpp, ...).
-extern const ObjectiveTraits kSftTraits, kDpoTraits, kGrpoTraits, kPpoTraits;
+extern const ObjectiveTraits kSftTraits, kDpoTraits, kGrpoTraits, kPpoTraits, kOrpoTraits,
+    kKtoTraits;
 
 namespace {
 
 // The registry: one entry per objective, in enum order (checked below).
-const ObjectiveTraits* const kObjectives[] = {&kSftTraits, &kDpoTraits, &kGrpoTraits, &kPpoTraits};
+const ObjectiveTraits* const kObjectives[] = {&kSftTraits, &kDpoTraits, &kGrpoTraits, &kPpoTraits,
+                                              &kOrpoTraits, &kKtoTraits};
 
 }  // namespace
 

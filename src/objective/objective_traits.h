@@ -2,8 +2,9 @@
 // What the rest of the program needs to know about an objective, one row per objective, so
 // that step, plan, train, check and cli read the row instead of asking "which one is it?"
 // (DESIGN §5). Each objective defines its row in its own file (sft.cpp, dpo.cpp, grpo.cpp,
-// ppo.cpp) and registers it with one line in objective_traits.cpp; how it runs a step and
-// scores held-out data is the step layer's row of the same kind (step/objective_steps.h).
+// ppo.cpp, orpo.cpp, kto.cpp) and registers it with one line in objective_traits.cpp; how it
+// runs a step and scores held-out data is the step layer's row of the same kind
+// (step/objective_steps.h).
 //
 // Adding an objective: its enum value below, its files (loss and row, step row), its entry in
 // the registries objective_traits.cpp and step/objective_steps.cpp, and its settings where
@@ -16,7 +17,7 @@
 
 namespace sbp {
 
-enum class ObjectiveKind { sft, dpo, grpo, ppo };
+enum class ObjectiveKind { sft, dpo, grpo, ppo, orpo, kto };
 
 struct ObjectiveSetup;
 
@@ -52,6 +53,9 @@ struct ObjectiveTraits {
   // Rollouts: one reward per sequence, old log-probs of the sampling policy; trains online from
   // prompt records, has no held-out loss.
   bool rollouts;
+  // One 0/1 label per sequence, carried in MicroBatch::rewards (KTO's desirable / undesirable);
+  // batch sources that make their own batches (plan, gradcheck) give every sequence one.
+  bool sequence_labels = false;
 
   // Models besides the policy: a reference model (its log-probs are constants of the step) and
   // a value model (a value head trained beside the policy's LM head; PPO).

@@ -48,6 +48,8 @@ StepBatches planning_step(ObjectiveKind kind, int64_t group_size, int64_t T) {
     mb.batch = prompt_completion_batch(seqs);
   }
   if (t.rollouts) mb.rewards.assign(static_cast<size_t>(S), 0.0f);
+  if (t.sequence_labels)  // desirable and undesirable alike: labels change no allocation
+    for (int64_t s = 0; s < S; ++s) mb.rewards.push_back(static_cast<float>(s % 2));
   if (t.group == SequenceGroup::configured) mb.group_size = S;
   // Moved, not listed: a braced list would copy the (T) token table once more.
   std::vector<MicroBatch> micro;

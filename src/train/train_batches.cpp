@@ -11,7 +11,7 @@ MicroBatch to_micro_batch(PackedBatch p, ObjectiveKind kind) {
   MicroBatch mb;
   mb.batch = std::move(p.batch);
   const ObjectiveTraits& t = objective_traits(kind);
-  if (t.rollouts) {
+  if (t.rollouts || t.sequence_labels) {
     for (double r : p.segment_reward) mb.rewards.push_back(static_cast<float>(r));
   }
   if (t.group == SequenceGroup::configured && !p.segment_example.empty()) {

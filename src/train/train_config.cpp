@@ -351,6 +351,11 @@ const std::vector<Key>& keys() {
         ENUM_KEY(DpoLoss, "dpo.loss_type", dpo.loss_type, kDpoLossNames),
         KEY(double, "dpo.label_smoothing", dpo.label_smoothing),
         KEY(std::string, "dpo.reference", dpo.reference),
+        KEY(double, "orpo.beta", orpo.beta),
+        KEY(double, "kto.beta", kto.beta),
+        KEY(double, "kto.desirable_weight", kto.desirable_weight),
+        KEY(double, "kto.undesirable_weight", kto.undesirable_weight),
+        KEY(std::string, "kto.reference", kto.reference),
         KEY(double, "grpo.beta", grpo.beta),
         KEY(double, "grpo.epsilon", grpo.epsilon),
         KEY(double, "grpo.epsilon_high", grpo.epsilon_high),
@@ -678,6 +683,10 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.dpo.beta > 0.0, c, "dpo.beta", "must be positive");
   require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing",
           "must be in [0, 0.5)");
+  require(c.orpo.beta > 0.0, c, "orpo.beta", "must be positive");
+  require(c.kto.beta > 0.0, c, "kto.beta", "must be positive");
+  require(c.kto.desirable_weight >= 0.0, c, "kto.desirable_weight", "must be >= 0");
+  require(c.kto.undesirable_weight >= 0.0, c, "kto.undesirable_weight", "must be >= 0");
   require(c.grpo.beta >= 0.0, c, "grpo.beta", "must be >= 0");
   require(c.grpo.epsilon > 0.0 && c.grpo.epsilon_high >= 0.0, c, "grpo.epsilon",
           "must be positive");
@@ -794,6 +803,10 @@ ObjectiveSetup TrainConfig::objective_setup() const {
   s.dpo.beta = dpo.beta;
   s.dpo.loss_type = dpo.loss_type;
   s.dpo.label_smoothing = dpo.label_smoothing;
+  s.orpo.beta = orpo.beta;
+  s.kto.beta = kto.beta;
+  s.kto.desirable_weight = kto.desirable_weight;
+  s.kto.undesirable_weight = kto.undesirable_weight;
   s.grpo.beta = grpo.beta;
   s.grpo.epsilon_low = grpo.epsilon;
   s.grpo.epsilon_high = grpo.epsilon_high > 0.0 ? grpo.epsilon_high : grpo.epsilon;
@@ -825,18 +838,22 @@ std::vector<TrainConfig::Input> TrainConfig::inputs() const {
           {"data.eval", data_eval, true},
           {"lora.adapter", lora_adapter, false},
           {"dpo.reference", dpo.reference, false},
+          {"kto.reference", kto.reference, false},
           {"grpo.reference", grpo.reference, false},
           {"ppo.reference", ppo.reference, false},
           {"ppo.value_model", ppo.value_model, false}};
 }
 
 // Per-objective settings sections: every objective is listed (no default:), so a new one is
-// named by the compiler here. sft has neither setting; it reads grpo's defaults, unused.
+// named by the compiler here. sft and orpo have neither setting; they read grpo's defaults,
+// unused.
 const std::string& TrainConfig::reference_dir() const {
   switch (objective) {
     case ObjectiveKind::dpo: return dpo.reference;
+    case ObjectiveKind::kto: return kto.reference;
     case ObjectiveKind::ppo: return ppo.reference;
     case ObjectiveKind::sft:
+    case ObjectiveKind::orpo:
     case ObjectiveKind::grpo: return grpo.reference;
   }
   return grpo.reference;
@@ -847,6 +864,8 @@ const RolloutSettings& TrainConfig::rollout() const {
     case ObjectiveKind::ppo: return ppo.rollout;
     case ObjectiveKind::sft:
     case ObjectiveKind::dpo:
+    case ObjectiveKind::orpo:
+    case ObjectiveKind::kto:
     case ObjectiveKind::grpo: return grpo.rollout;
   }
   return grpo.rollout;

@@ -51,6 +51,17 @@ struct DpoSettings {
   std::string reference;  // reference model directory ("" = the starting model)
 };
 
+struct OrpoSettings {
+  double beta = 0.1;  // weight of the odds-ratio term (TRL ORPOConfig.beta)
+};
+
+struct KtoSettings {
+  double beta = 0.1;
+  double desirable_weight = 1.0;    // weight of the desirable (label true) sequences' losses
+  double undesirable_weight = 1.0;  // and of the undesirable ones'
+  std::string reference;            // reference model directory ("" = the starting model)
+};
+
 struct GrpoSettings {
   double beta = 0.0;          // KL coefficient (0: no reference model)
   double epsilon = 0.2;       // clip range, low side
@@ -118,6 +129,8 @@ struct TrainConfig {
   // Objective.
   ObjectiveKind objective = ObjectiveKind::sft;
   DpoSettings dpo;
+  OrpoSettings orpo;
+  KtoSettings kto;
   GrpoSettings grpo;
   PpoSettings ppo;
 

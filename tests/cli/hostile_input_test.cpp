@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1887,6 +1888,52 @@ TEST(Hostile, Issue35GrpoNumbers) {
          {tmp.file("huge-out/checkpoint-1")}};
   h.stderr_only = true;
   expect_clean_error(h, tmp.path());
+}
+
+}  // namespace
+}  // namespace sbp
+
+// ---- issue 30: ORPO's and KTO's settings and data ----------------------------------------------
+// orpo.beta and kto.* out of range, --beta on the command line, a KTO label that is not a boolean,
+// and the wrong data format for each: one line naming the key, flag or file, nothing written.
+namespace sbp {
+namespace {
+
+TEST(Hostile, Issue30OrpoKto) {
+  test::TempDir tmp;
+  std::vector<Case> cases;
+  const std::string orpo = "train examples/tiny-chat/orpo.yaml output_dir=";
+  int n = 0;
+  for (const auto& [name, override_, says] : std::vector<std::array<std::string, 3>>{
+           {"orpo.beta zero", "orpo.beta=0", "orpo.beta"},
+           {"orpo.beta negative", "orpo.beta=-0.1", "orpo.beta"},
+           {"orpo.beta nan", "orpo.beta=nan", "orpo.beta"},
+           {"orpo.beta not a number", "orpo.beta=high", "orpo.beta"},
+           {"messages data for orpo",
+            "data.train=examples/tiny-chat/train.jsonl data.eval_fraction=0", "train.jsonl"}}) {
+    const std::string o = tmp.file("orpo" + std::to_string(n++));
+    cases.push_back({name, orpo + o + " " + override_, {says}, {o}});
+  }
+  // KTO: its numbers, its data (a label that is not a boolean, preference data for kto).
+  const std::string bad_label = tmp.file("bad_label.jsonl");
+  test::write_text(bad_label, R"({"prompt": "a", "completion": "b", "label": "yes"})"
+                              "\n");
+  const std::string kto = "train examples/tiny-chat/kto.yaml output_dir=";
+  for (const auto& [name, override_, says] : std::vector<std::array<std::string, 3>>{
+           {"kto.beta zero", "kto.beta=0", "kto.beta"},
+           {"kto.desirable_weight negative", "kto.desirable_weight=-1", "kto.desirable_weight"},
+           {"kto.undesirable_weight nan", "kto.undesirable_weight=nan", "kto.undesirable_weight"},
+           {"kto label a string", "data.train=" + bad_label, "bad_label.jsonl:1"},
+           {"preference data for kto", "data.train=examples/data/arith_preference.jsonl",
+            "arith_preference.jsonl"}}) {
+    const std::string o = tmp.file("kto" + std::to_string(n++));
+    cases.push_back({name, kto + o + " " + override_, {says}, {o}});
+  }
+  const std::string g = "gradcheck --model tiny-qwen3 --seq-len 16 --objective orpo ";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--beta nan", "--beta"}, {"--beta -1", "--beta"}, {"--segments 3", "--segments 3"}})
+    cases.push_back({"gradcheck orpo " + args, g + args, {says}});
+  for (const Case& c : cases) expect_clean_error(c, src());
 }
 
 }  // namespace

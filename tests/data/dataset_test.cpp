@@ -140,6 +140,28 @@ TEST(Dataset, RolloutsAreGroupedByPrompt) {
   EXPECT_EQ(trained_text(ds.examples[0].sequences[1]), " c<|im_end|>");
 }
 
+// KTO's unpaired records: one sequence each, its label carried as the example's reward (1 / 0).
+TEST(Dataset, UnpairedPreferenceCarriesTheLabel) {
+  test::TempDir dir;
+  const Dataset ds = load(dir, R"({"prompt": "p1", "completion": " a", "label": true})"
+                               "\n"
+                               R"({"prompt": "p2", "completion": " b", "label": false})"
+                               "\n");
+  EXPECT_EQ(ds.format, DataFormat::unpaired_preference);
+  ASSERT_EQ(ds.examples.size(), 2u);
+  EXPECT_EQ(ds.examples[0].rewards, (std::vector<double>{1.0}));
+  EXPECT_EQ(ds.examples[1].rewards, (std::vector<double>{0.0}));
+  EXPECT_EQ(trained_text(ds.examples[1].sequences[0]), " b<|im_end|>");
+  EXPECT_NE(error_of(R"({"prompt": "a", "completion": "b", "label": 1})")
+                .find(":1: \"label\" must be true or false, got a number"),
+            std::string::npos);
+  DatasetOptions kto;
+  kto.format = DataFormat::unpaired_preference;
+  EXPECT_NE(
+      error_of(R"({"prompt": "a", "completion": "b"})", kto).find(":1: missing field \"label\""),
+      std::string::npos);
+}
+
 TEST(Dataset, EveryMalformedInputNamesFileAndLine) {
   const std::string ok =
       R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"

@@ -1,5 +1,5 @@
 // Every execution mode gives base's loss and gradients (fp32, 1e-5 relative) for DPO (each loss
-// type), GRPO (each loss_type, with and without the reference model, old log-probs and an
+// type), ORPO, KTO, GRPO (each loss_type, with and without the reference model, old log-probs and an
 // entropy bonus) and PPO (policy and value model), for chunk sizes 1, 7, T/3, T and sizes that
 // do not divide T, and two segment layouts each, through the step runner `train` runs. The
 // reference model's forward (and PPO's rollout) runs in each mode too; the step's given
@@ -41,6 +41,21 @@ std::vector<Case> cases() {
   d.dpo.loss_type = DpoLoss::ipo;
   d.dpo.beta = 0.1;
   add("dpo_ipo", "tiny-llama", dpo, {4, 6});
+
+  cli::GradcheckOptions orpo;
+  orpo.objective.kind = ObjectiveKind::orpo;
+  orpo.objective.orpo.beta = 0.5;
+  add("orpo", "tiny-qwen3", orpo, {2, 6});
+  orpo.objective.orpo.beta = 2.0;
+  add("orpo_tied", "tiny-qwen2", orpo, {4, 8});
+
+  cli::GradcheckOptions kto;
+  kto.objective.kind = ObjectiveKind::kto;
+  kto.objective.kto.beta = 0.5;
+  add("kto", "tiny-qwen3", kto, {3, 6});
+  kto.objective.kto.desirable_weight = 1.33;
+  kto.objective.kto.undesirable_weight = 0.7;
+  add("kto_weighted_tied", "tiny-qwen2", kto, {2, 5});
 
   cli::GradcheckOptions grpo;
   ObjectiveSetup& g = grpo.objective;

@@ -1,6 +1,6 @@
 // Parity with an independent PyTorch implementation of the objectives (the llm.c pattern):
 // tools/objective_parity/make_fixtures.py writes tiny transformers models (policy, reference,
-// value model) and, for DPO (sigmoid, smoothed sigmoid, hinge, ipo), GRPO (each loss_type, the
+// value model) and, for DPO (sigmoid, smoothed sigmoid, hinge, ipo), ORPO, KTO, GRPO (each loss_type, the
 // detached / no-KL form, an entropy bonus) and PPO, the loss, TRL's metrics, intermediate values
 // (advantages, returns) and every parameter's gradient, computed by autograd from losses written
 // the way TRL v0.23.0 writes them, on unpacked, right-padded sequences. Here the same inputs go
@@ -26,6 +26,8 @@
 #include "objective/gae.h"
 #include "objective/group_advantages.h"
 #include "objective/grpo.h"
+#include "objective/kto.h"
+#include "objective/orpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
 #include "support/test_support.h"
@@ -155,6 +157,79 @@ TEST_P(DpoParity, LossMetricsAndGradients) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, DpoParity,
                          ::testing::Values("dpo_sigmoid", "dpo_sigmoid_smoothing", "dpo_hinge",
                                            "dpo_ipo"));
+
+std::vector<PreferencePair> preference_pairs(const json& j) {
+  std::vector<PreferencePair> pairs;
+  for (const json& p : j.at("pairs"))
+    pairs.push_back({p.at("prompt").get<std::vector<int32_t>>(),
+                     p.at("chosen").get<std::vector<int32_t>>(),
+                     p.at("rejected").get<std::vector<int32_t>>()});
+  return pairs;
+}
+
+// ORPO: the policy alone; the NLL over the chosen sequences' every row (prompt included) and the
+// odds term from length-averaged completion log-probs, as TRL's ORPOTrainer computes them.
+class OrpoParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(OrpoParity, LossMetricsAndGradients) {
+  Models& m = models();
+  const json j = read_case(GetParam());
+  const Batch batch = preference_batch(preference_pairs(j));
+  OrpoConfig cfg;
+  cfg.beta = j.at("config").at("beta");
+  const SafetensorsFile grads(root() + "/cases/" + GetParam() + ".grads.safetensors");
+  for (const ExecConfig& exec : modes()) {
+    const std::string what = std::string(GetParam()) + " " + mode_name(exec);
+    OrpoObjective obj(batch, cfg);
+    ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
+    Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);
+    expect_loss(obj.loss(), j.at("expected").at("loss"), what);
+    expect_metrics(obj.metrics(), j.at("expected").at("metrics"), what);
+    expect_grads(g, grads, "", what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OrpoParity, ::testing::Values("orpo", "orpo_beta2"));
+
+// KTO: the KL estimate from the batch's mismatched pairs (kto_kl_batch: prompt i with completion
+// i - 1, as TRL's _get_kl_dataset shifts a batch), scored by the policy and the reference model,
+// then the loss against the reference's completion sums.
+class KtoParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KtoParity, KlLossMetricsAndGradients) {
+  Models& m = models();
+  const json j = read_case(GetParam());
+  const Batch batch = prompt_completion_batch(sequences(j));
+  std::vector<float> labels;
+  for (const json& l : j.at("labels")) labels.push_back(l.get<bool>() ? 1.0f : 0.0f);
+  KtoConfig cfg;
+  cfg.beta = j.at("config").at("beta");
+  cfg.desirable_weight = j.at("config").at("desirable_weight");
+  cfg.undesirable_weight = j.at("config").at("undesirable_weight");
+  const SafetensorsFile grads(root() + "/cases/" + GetParam() + ".grads.safetensors");
+  const Batch kl_batch = kto_kl_batch(batch);
+  ASSERT_EQ(kl_batch.size(), batch.size());
+  for (const ExecConfig& exec : modes()) {
+    const std::string what = std::string(GetParam()) + " " + mode_name(exec);
+    const std::vector<double> pk = completion_sums(
+        kl_batch, Engine(m.cfg, m.policy, m.be, m.pool, exec).score(kl_batch).logp);
+    const std::vector<double> rk = completion_sums(
+        kl_batch, Engine(m.cfg, m.reference, m.be, m.pool, exec).score(kl_batch).logp);
+    double kl = 0.0;
+    for (size_t s = 0; s < pk.size(); ++s) kl += (pk[s] - rk[s]) / static_cast<double>(pk.size());
+    EXPECT_NEAR(kl, j.at("expected").at("kl_unclamped").get<double>(), 1e-5) << what;
+    const std::vector<float> ref_logp =
+        Engine(m.cfg, m.reference, m.be, m.pool, exec).score(batch).logp;
+    KtoObjective obj(batch, ref_logp, labels, std::max(0.0, kl), cfg);
+    ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
+    Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);
+    expect_loss(obj.loss(), j.at("expected").at("loss"), what);
+    expect_metrics(obj.metrics(), j.at("expected").at("metrics"), what);
+    expect_grads(g, grads, "", what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, KtoParity, ::testing::Values("kto", "kto_weighted"));
 
 class GrpoParity : public ::testing::TestWithParam<const char*> {};
 

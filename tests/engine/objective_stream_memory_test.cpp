@@ -1,6 +1,6 @@
 // Memory of the objectives' steps, from the ledger: in stream mode the `logits` category never
-// holds more than one head block (c_h x V fp32) — also for DPO's extra pre-pass, GRPO's entropy,
-// PPO's two models and its rollout, and the reference model's forward — while `head: full` holds
+// holds more than one head block (c_h x V fp32) — also for DPO's and ORPO's extra pre-pass, KTO's
+// KL passes, GRPO's entropy, PPO's two models and its rollout, and the reference model's forward — while `head: full` holds
 // (T, V). And a
 // shape-only run (meta backend, non-materialising pool: what `streambp plan` runs) records
 // exactly the allocations of the real step.
@@ -44,7 +44,8 @@ TEST(ObjectiveMemory, StreamHoldsOneHeadBlockOfLogits) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   const int64_t T = 120, V = cfg.vocab_size, hc = 16;
   for (ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
+        ObjectiveKind::orpo, ObjectiveKind::kto}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;

@@ -13,6 +13,8 @@
 #include "core/rng.h"
 #include "objective/dpo.h"
 #include "objective/grpo.h"
+#include "objective/kto.h"
+#include "objective/orpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
 #include "objective/token_terms.h"
@@ -134,6 +136,36 @@ std::vector<Case> cases() {
     cfg.beta = loss == DpoLoss::hinge ? 0.05 : 0.3;  // hinge: stay on the active side
     const Batch b = c.batch;
     c.make = [b, d, cfg] { return std::make_unique<DpoObjective>(b, d.ref_logp, cfg, 3.0); };
+    c.inputs = {Input::logp};
+    out.push_back(c);
+  }
+  // ORPO: the chosen rows' NLL plus the odds term, with the step's normalisers.
+  for (double beta : {0.1, 2.0}) {
+    Case c;
+    c.name = beta > 1.0 ? "orpo_beta2" : "orpo";
+    c.batch = batch_for(ObjectiveKind::orpo, 37, 4, seed);
+    OrpoConfig cfg;
+    cfg.beta = beta;
+    const Batch b = c.batch;
+    c.make = [b, cfg] { return std::make_unique<OrpoObjective>(b, cfg, 3.0, 40.0); };
+    c.inputs = {Input::logp};
+    out.push_back(c);
+  }
+  // KTO: desirable and undesirable sequences, with and without the KL estimate, weighted.
+  for (double kl : {0.0, 0.7}) {
+    Case c;
+    c.name = kl > 0.0 ? "kto_kl_weighted" : "kto";
+    c.batch = batch_for(ObjectiveKind::kto, 37, 5, seed);
+    const Data d = make_data(c.batch, seed);
+    KtoConfig cfg;
+    cfg.beta = kl > 0.0 ? 0.5 : 0.1;
+    cfg.desirable_weight = kl > 0.0 ? 1.33 : 1.0;
+    cfg.undesirable_weight = kl > 0.0 ? 0.7 : 1.0;
+    const std::vector<float> labels = {1, 0, 0, 1, 1};
+    const Batch b = c.batch;
+    c.make = [b, d, labels, kl, cfg] {
+      return std::make_unique<KtoObjective>(b, d.ref_logp, labels, kl, cfg, 7.0);
+    };
     c.inputs = {Input::logp};
     out.push_back(c);
   }
@@ -359,6 +391,18 @@ TEST(ObjectiveInputs, BadShapesAreInputErrors) {
   EXPECT_NO_THROW(GrpoObjective(g, std::vector<float>(3, 0.0f), GrpoConfig{}));  // beta 0: no ref
   EXPECT_THROW(parse_grpo_loss("ppo"), InputError);
   EXPECT_THROW(parse_dpo_loss("kto"), InputError);
+  EXPECT_THROW(OrpoObjective(odd, OrpoConfig{}), InputError);
+  OrpoConfig zero;
+  zero.beta = 0.0;
+  EXPECT_THROW(OrpoObjective(dpo, zero), InputError);
+  const Batch k = batch_for(ObjectiveKind::kto, 20, 2, 1);
+  const std::vector<float> ref(20, 0.0f), two = {1.0f, 0.0f};
+  EXPECT_NO_THROW(KtoObjective(k, ref, two, 0.0, KtoConfig{}));
+  EXPECT_THROW(KtoObjective(k, ref, std::vector<float>{1.0f}, 0.0, KtoConfig{}), InputError);
+  EXPECT_THROW(KtoObjective(k, ref, std::vector<float>{1.0f, 0.5f}, 0.0, KtoConfig{}),
+               InputError);
+  EXPECT_THROW(KtoObjective(k, short_ref, two, 0.0, KtoConfig{}), InputError);
+  EXPECT_THROW(KtoObjective(k, ref, two, -0.1, KtoConfig{}), InputError);  // KL is clamped at 0
 }
 
 }  // namespace

@@ -149,7 +149,9 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
   for (MicroBatch& mb : step.micro) {
     for (int32_t& id : mb.batch.tokens)
       id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
-    for (float& r : mb.rewards) r = rng.normal();
+    // Rollout rewards are random; labels (KTO) stay the planner's 0/1.
+    if (!objective_traits(s.kind).sequence_labels)
+      for (float& r : mb.rewards) r = rng.normal();
   }
   StepRunner(s, models.views(), be, pool, exec).run(step);
   return Measured{ledger.peak(), ledger.peak_breakdown(), host_ledger.peak(),
@@ -211,7 +213,8 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
   const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), tied_qwen3_with_bias()};
   int cases = 0;
   for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
+        ObjectiveKind::orpo, ObjectiveKind::kto}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;  // with its reference model
@@ -231,7 +234,7 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 2 * 2 * 7);
+  EXPECT_EQ(cases, 6 * 2 * 2 * 7);
 }
 
 // Mixed precision (`precision: bf16`): bf16 weights, activations, checkpoints, K/V and head
@@ -242,7 +245,8 @@ TEST_F(PlanAgreement, EveryObjectiveInBf16EqualsARealBf16StepExactly) {
                                            mqa_llama()};
   int cases = 0;
   for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
+        ObjectiveKind::orpo, ObjectiveKind::kto}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;
@@ -263,7 +267,7 @@ TEST_F(PlanAgreement, EveryObjectiveInBf16EqualsARealBf16StepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 3 * 2 * 7);
+  EXPECT_EQ(cases, 6 * 3 * 2 * 7);
 }
 
 // LoRA (`plan --lora-r`): frozen weights (no gradients, moments or master weights for them),
@@ -276,7 +280,8 @@ TEST_F(PlanAgreement, EveryObjectiveWithLoraEqualsARealStepExactly) {
   lora.target_modules = {"all-linear"};
   int cases = 0;
   for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo}) {
+       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
+        ObjectiveKind::orpo, ObjectiveKind::kto}) {
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;  // a reference pass: the base with the adapters off
@@ -296,7 +301,7 @@ TEST_F(PlanAgreement, EveryObjectiveWithLoraEqualsARealStepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 2 * 2 * 5);
+  EXPECT_EQ(cases, 6 * 2 * 2 * 5);
 }
 
 // A mid-sized model where activations dominate (tens of MB), through the planner's own entry

@@ -87,7 +87,7 @@ TEST(TrainConfig, UnknownKeysAndBadValuesNameTheLine) {
   EXPECT_EQ(error_of(std::string(kMinimal) + "grad_accum: 0\n"),
             "cfg.yaml:4: grad_accum must be at least 1");
   EXPECT_EQ(error_of(std::string(kMinimal) + "objective: ppo2\n"),
-            "cfg.yaml:4: objective must be sft, dpo, grpo or ppo");
+            "cfg.yaml:4: objective must be sft, dpo, grpo, ppo, orpo or kto");
   EXPECT_EQ(error_of(std::string(kMinimal) + "data:\n  truncation: maybe\n").substr(0, 11),
             "cfg.yaml:5:");
   EXPECT_NE(error_of(std::string(kMinimal) + "mode: fast\n").find("cfg.yaml:4: mode: "),

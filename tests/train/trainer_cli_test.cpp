@@ -605,5 +605,45 @@ TEST(TrainCli, ExampleConfigsRun) {
   EXPECT_TRUE(fs::exists(tmp.file("demo/model.safetensors"))) << r.output;
 }
 
+// ORPO (no reference model) through the trainer: the runnable example's loss and held-out loss
+// fall, and TRL's ORPO statistics are logged.
+TEST(TrainCli, OrpoExampleLossFalls) {
+  test::TempDir tmp;
+  const auto r = run_command("cd " + src() + " && " + bin() +
+                             " train examples/tiny-chat/orpo.yaml output_dir=" + tmp.file("orpo"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("48 preference records"), std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(tmp.file("orpo/metrics.jsonl"));
+  ASSERT_GT(m.size(), 10u);
+  const json& first = m.front().contains("loss") ? m.front() : m[1];
+  EXPECT_LT(m.back()["loss"].get<double>(), 0.5 * first["loss"].get<double>());
+  for (const char* k : {"nll_loss", "log_odds_ratio", "log_odds_chosen", "rewards/accuracies"})
+    EXPECT_TRUE(m.back().contains(k)) << k;
+  double eval_first = NAN, eval_last = NAN;
+  for (const json& line : m) {
+    if (!line.contains("eval_loss")) continue;
+    if (std::isnan(eval_first)) eval_first = line["eval_loss"].get<double>();
+    eval_last = line["eval_loss"].get<double>();
+  }
+  EXPECT_LT(eval_last, 0.5 * eval_first);
+}
+
+// KTO through the trainer: labels reach the step, the reference is the starting model (loss 0.5
+// at step 1: every log-ratio and the KL estimate are 0), the example's loss falls.
+TEST(TrainCli, KtoExampleStartsAtOneHalfAndFalls) {
+  test::TempDir tmp;
+  const auto r = run_command("cd " + src() + " && " + bin() +
+                             " train examples/tiny-chat/kto.yaml output_dir=" + tmp.file("kto"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("96 unpaired_preference records"), std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(tmp.file("kto/metrics.jsonl"));
+  ASSERT_GT(m.size(), 10u);
+  EXPECT_NEAR(m.front()["loss"].get<double>(), 0.5, 1e-6);
+  EXPECT_NEAR(m.front()["kl"].get<double>(), 0.0, 1e-6);
+  EXPECT_LT(m.back()["loss"].get<double>(), 0.45);
+  for (const char* k : {"kl", "rewards/chosen", "rewards/rejected", "logps/chosen", "count/chosen"})
+    EXPECT_TRUE(m.back().contains(k)) << k;
+}
+
 }  // namespace
 }  // namespace sbp

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Regenerates tests/fixtures/objectives/: an independent PyTorch implementation of the DPO,
-GRPO and PPO losses on tiny Hugging Face models, for tests/engine/objective_parity_test.cpp.
+ORPO, KTO, GRPO and PPO losses on tiny Hugging Face models, for tests/engine/objective_parity_test.cpp.
 
     pip install -r tools/objective_parity/requirements.txt
     python tools/objective_parity/make_fixtures.py           # rewrites tests/fixtures/objectives/
@@ -21,7 +21,8 @@ Layout:
     cases/<name>.grads.safetensors  d(loss)/d(parameter): the policy's under its HF names, the
                                   value model's (PPO) under "value_model." + its HF name
 
-Cases: DPO sigmoid (with and without label smoothing), hinge, ipo; GRPO with each loss_type
+Cases: ORPO (beta 0.1 and 2; no reference model) on the DPO pairs; KTO (TRL's defaults, and
+beta 0.5 with desirable / undesirable weights; the KL pairs shifted within the batch); DPO sigmoid (with and without label smoothing), hinge, ipo; GRPO with each loss_type
 (grpo, bnpo, dr_grpo, dapo; KL beta 0.04, epsilon 0.2 / 0.28, supplied old log-probs), GRPO dapo
 with old = current detached and beta = 0 (no reference model) and scale_rewards batch, GRPO bnpo
 with an entropy bonus (our extension); PPO policy + value loss after the rollout (k1 KL penalty,
@@ -155,6 +156,113 @@ def dpo_case(policy, reference, pairs, loss_type, beta, label_smoothing):
         "logps/rejected": rejected.detach().mean().item(),
     }
     return loss, metrics, {}
+
+
+def padded_logits(model, seqs):
+    """Each sequence (prompt + completion) alone through the model, then right-padded to
+    (B, L, V) with input_ids (B, L), the attention mask, and labels = input_ids with -100 on the
+    prompt and the padding: TRL's concatenated batch."""
+    L = max(len(p) + len(c) for p, c in seqs)
+    V = CONFIG["vocab_size"]
+    logits = torch.zeros(len(seqs), L, V)
+    ids = torch.zeros(len(seqs), L, dtype=torch.long)
+    attn = torch.zeros(len(seqs), L, dtype=torch.long)
+    labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+    rows = []
+    for i, (p, c) in enumerate(seqs):
+        n = len(p) + len(c)
+        x = torch.tensor([p + c], dtype=torch.long)
+        rows.append(F.pad(model(input_ids=x).logits[0], (0, 0, 0, L - n)))
+        ids[i, :n] = x[0]
+        attn[i, :n] = 1
+        labels[i, len(p):n] = x[0, len(p):]
+    return torch.stack(rows), ids, attn, labels
+
+
+def batch_logps(logits, labels, average_log_prob):
+    """TRL get_batch_logps: labels shifted left, -100 masked, sum (or mean) per sequence."""
+    labels = labels[:, 1:].clone()
+    logits = logits[:, :-1, :]
+    loss_mask = labels != -100
+    labels[labels == -100] = 0
+    per_token = torch.gather(logits.log_softmax(-1), 2, labels.unsqueeze(2)).squeeze(2)
+    if average_log_prob:
+        return (per_token * loss_mask).sum(-1) / loss_mask.sum(-1)
+    return (per_token * loss_mask).sum(-1)
+
+
+def orpo_case(policy, pairs, beta):
+    """TRL v0.23.0 ORPOTrainer: concatenated_forward (the chosen NLL over every token of the
+    chosen sequences, prompt included: labels = input_ids where the attention mask is 1, one
+    CrossEntropyLoss mean over the batch; average completion log-probs), odds_ratio_loss and
+    get_batch_loss_metrics (loss = nll - mean(beta * logsigmoid(log_odds)))."""
+    seqs = [(p, c) for p, c, _ in pairs] + [(p, r) for p, _, r in pairs]
+    logits, ids, attn, labels = padded_logits(policy, seqs)
+    B = len(pairs)
+    nll_labels = torch.where(attn == 1, ids, -100)[:B, 1:]
+    nll = F.cross_entropy(logits[:B, :-1, :].reshape(-1, logits.size(-1)), nll_labels.reshape(-1))
+    all_logps = batch_logps(logits, labels, average_log_prob=True)
+    chosen, rejected = all_logps[:B], all_logps[B:]
+    log_odds = (chosen - rejected) - (torch.log1p(-torch.exp(chosen))
+                                      - torch.log1p(-torch.exp(rejected)))
+    ratio = F.logsigmoid(log_odds)
+    losses = beta * ratio
+    loss = nll - losses.mean()
+    chosen_rewards = beta * chosen.detach()
+    rejected_rewards = beta * rejected.detach()
+    metrics = {
+        "nll_loss": nll.item(),
+        "rewards/chosen": chosen_rewards.mean().item(),
+        "rewards/rejected": rejected_rewards.mean().item(),
+        "rewards/accuracies": (chosen_rewards > rejected_rewards).float().mean().item(),
+        "rewards/margins": (chosen_rewards - rejected_rewards).mean().item(),
+        "logps/chosen": chosen.detach().mean().item(),
+        "logps/rejected": rejected.detach().mean().item(),
+        "log_odds_ratio": ratio.mean().item(),
+        "log_odds_chosen": log_odds.mean().item(),
+    }
+    return loss, metrics, {}
+
+
+def kto_case(policy, reference, seqs, labels, cfg):
+    """TRL v0.23.0 KTOTrainer, loss_type "kto": _get_kl_dataset (the KL pairs: prompt i with the
+    completion of i - 1, cyclically, over the batch), forward (summed completion log-probs, the
+    KL pairs' under no_grad), kto_loss (kl = mean(policy_KL - reference_KL), detached, clamped
+    at 0; desirable 1 - sigmoid(beta (logratio - kl)), undesirable 1 - sigmoid(beta (kl -
+    logratio)), weighted) and get_batch_loss_metrics (loss = losses.nanmean())."""
+    beta, wd, wu = cfg["beta"], cfg["desirable_weight"], cfg["undesirable_weight"]
+    kl_seqs = [(seqs[i][0], seqs[i - 1][1]) for i in range(len(seqs))]  # [-1] + [:-1]
+    logits, _, _, labels_t = padded_logits(policy, seqs)
+    logps = batch_logps(logits, labels_t, average_log_prob=False)
+    with torch.no_grad():
+        kl_logits, _, _, kl_labels = padded_logits(policy, kl_seqs)
+        policy_kl = batch_logps(kl_logits, kl_labels, average_log_prob=False)
+        ref_logits, _, _, _ = padded_logits(reference, seqs)
+        ref_logps = batch_logps(ref_logits, labels_t, average_log_prob=False)
+        rkl_logits, _, _, _ = padded_logits(reference, kl_seqs)
+        ref_kl = batch_logps(rkl_logits, kl_labels, average_log_prob=False)
+    chosen_idx = [i for i in range(len(seqs)) if labels[i] is True]
+    rejected_idx = [i for i in range(len(seqs)) if labels[i] is False]
+    kl = (policy_kl - ref_kl).mean().detach().clamp(min=0)
+    chosen_logratios = logps[chosen_idx] - ref_logps[chosen_idx]
+    rejected_logratios = logps[rejected_idx] - ref_logps[rejected_idx]
+    chosen_losses = 1 - F.sigmoid(beta * (chosen_logratios - kl))
+    rejected_losses = 1 - F.sigmoid(beta * (kl - rejected_logratios))
+    losses = torch.cat((wd * chosen_losses, wu * rejected_losses), 0)
+    loss = losses.nanmean()
+    chosen_rewards = beta * chosen_logratios.detach()
+    rejected_rewards = beta * rejected_logratios.detach()
+    metrics = {
+        "kl": kl.item(),
+        "rewards/chosen": chosen_rewards.mean().item(),
+        "rewards/rejected": rejected_rewards.mean().item(),
+        "rewards/margins": (chosen_rewards.mean() - rejected_rewards.mean()).item(),
+        "logps/chosen": logps[chosen_idx].detach().mean().item(),
+        "logps/rejected": logps[rejected_idx].detach().mean().item(),
+        "count/chosen": float(len(chosen_idx)),
+        "count/rejected": float(len(rejected_idx)),
+    }
+    return loss, metrics, {"kl_unclamped": (policy_kl - ref_kl).mean().item()}
 
 
 def grpo_advantages(rewards, G, scale):
@@ -327,6 +435,19 @@ def build_cases(policy, reference, value_model):
         cases.append((name, inputs, lambda cfg=cfg: dpo_case(policy, reference, pairs,
                                                               cfg["loss_type"], cfg["beta"],
                                                               cfg["label_smoothing"])))
+    for name, beta in [("orpo", 0.1), ("orpo_beta2", 2.0)]:
+        inputs = {"objective": "orpo", "config": {"beta": beta},
+                  "pairs": [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]}
+        cases.append((name, inputs, lambda beta=beta: orpo_case(policy, pairs, beta)))
+    kseqs = group_inputs(26, groups=5, G=1)
+    klabels = [True, False, True, True, False]
+    for name, cfg in [("kto", {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0}),
+                      ("kto_weighted", {"beta": 0.5, "desirable_weight": 1.33,
+                                        "undesirable_weight": 0.7})]:
+        inputs = {"objective": "kto", "config": cfg, "labels": klabels,
+                  "sequences": [{"prompt": p, "completion": c} for p, c in kseqs]}
+        cases.append((name, inputs, lambda cfg=cfg: kto_case(policy, reference, kseqs, klabels,
+                                                              cfg)))
     seqs = group_inputs(22, groups=2, G=3)
     gen = torch.Generator().manual_seed(23)
     rewards = torch.randn(len(seqs), generator=gen).tolist()

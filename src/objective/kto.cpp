@@ -1,0 +1,181 @@
+#include "objective/kto.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "objective/objective_setup.h"
+
+namespace sbp {
+
+Batch kto_kl_batch(const Batch& batch) {
+  const size_t S = batch.seq_lens.size();
+  auto mask = [&](size_t t) { return batch.loss_mask.empty() ? 1.0f : batch.loss_mask[t]; };
+  // Each segment's [begin, prompt end, end).
+  std::vector<size_t> begin(S), split(S), end(S);
+  size_t row = 0;
+  for (size_t s = 0; s < S; ++s) {
+    begin[s] = row;
+    end[s] = row + static_cast<size_t>(batch.seq_lens[s]);
+    split[s] = begin[s];
+    while (split[s] < end[s] && mask(split[s]) == 0.0f) ++split[s];
+    row = end[s];
+  }
+  Batch kl;
+  kl.tokens.reserve(batch.tokens.size());
+  kl.loss_mask.reserve(batch.tokens.size());
+  for (size_t j = 0; j < S; ++j) {
+    const size_t c = (j + S - 1) % S;  // the completion of the sequence before
+    for (size_t t = begin[j]; t < split[j]; ++t) {
+      kl.tokens.push_back(batch.tokens[t]);
+      kl.loss_mask.push_back(0.0f);
+    }
+    for (size_t t = split[c]; t < end[c]; ++t) {
+      kl.tokens.push_back(batch.tokens[t]);
+      kl.loss_mask.push_back(mask(t));
+    }
+    kl.seq_lens.push_back(static_cast<int64_t>((split[j] - begin[j]) + (end[c] - split[c])));
+  }
+  return kl;
+}
+
+std::vector<double> completion_sums(const Batch& batch, std::span<const float> logp) {
+  const SequenceRows rows(batch);
+  SBP_CHECK(static_cast<int64_t>(logp.size()) == rows.num_rows(), "completion_sums: sizes");
+  std::vector<double> sum(static_cast<size_t>(rows.num_sequences()), 0.0);
+  for (int64_t t = 0; t < rows.num_rows(); ++t) {
+    const size_t u = static_cast<size_t>(t);
+    sum[static_cast<size_t>(rows.segment[u])] += static_cast<double>(rows.weight[u]) * logp[u];
+  }
+  return sum;
+}
+
+KtoObjective::KtoObjective(const Batch& batch, std::span<const float> ref_logp,
+                           std::span<const float> labels, double kl, const KtoConfig& cfg,
+                           double sequences_in_step)
+    : cfg_(cfg), rows_(batch), kl_(kl) {
+  const int64_t S = rows_.num_sequences();
+  if (static_cast<int64_t>(labels.size()) != S)
+    throw InputError("kto: " + std::to_string(labels.size()) + " labels for " +
+                     std::to_string(S) + " sequences");
+  if (static_cast<int64_t>(ref_logp.size()) != rows_.num_rows())
+    throw InputError("kto: " + std::to_string(ref_logp.size()) +
+                     " reference log-probs for a batch of " + std::to_string(rows_.num_rows()));
+  if (!(cfg.beta > 0.0)) throw InputError("kto: beta must be > 0");
+  if (!(cfg.desirable_weight >= 0.0) || !(cfg.undesirable_weight >= 0.0))
+    throw InputError("kto: desirable_weight and undesirable_weight must be >= 0");
+  if (!std::isfinite(kl) || kl < 0.0) throw InputError("kto: the KL estimate must be >= 0");
+  for (int64_t s = 0; s < S; ++s) {
+    const float l = labels[static_cast<size_t>(s)];
+    if (l != 0.0f && l != 1.0f)
+      throw InputError("kto: sequence " + std::to_string(s) + " has label " + std::to_string(l) +
+                       "; labels are 1 (desirable) or 0 (undesirable)");
+    desirable_.push_back(l == 1.0f);
+    if (!(rows_.weight_sum[static_cast<size_t>(s)] > 0.0))
+      throw InputError("kto: sequence " + std::to_string(s) + " has no completion token");
+  }
+  sequences_in_step_ = sequences_in_step > 0 ? sequences_in_step : static_cast<double>(S);
+  policy_sum_.assign(static_cast<size_t>(S), 0.0);
+  ref_sum_ = completion_sums(batch, ref_logp);
+  coef_.assign(static_cast<size_t>(S), 0.0);
+}
+
+void KtoObjective::prepass(int, const TokenChunk& in) {
+  for (int64_t i = 0; i < in.size(); ++i) {
+    const size_t t = static_cast<size_t>(in.row_begin + i);
+    policy_sum_[static_cast<size_t>(rows_.segment[t])] +=
+        static_cast<double>(rows_.weight[t]) * in.logp[static_cast<size_t>(i)];
+  }
+}
+
+void KtoObjective::finish_prepass(int) {
+  loss_ = 0.0;
+  for (size_t s = 0; s < policy_sum_.size(); ++s) {
+    const double ratio = policy_sum_[s] - ref_sum_[s];
+    // desirable: w (1 - sigmoid(x)), x = beta (ratio - KL), dx/dratio = beta;
+    // undesirable: w (1 - sigmoid(x)), x = beta (KL - ratio), dx/dratio = -beta.
+    const bool good = desirable_[s];
+    const double x = good ? cfg_.beta * (ratio - kl_) : cfg_.beta * (kl_ - ratio);
+    const double w = good ? cfg_.desirable_weight : cfg_.undesirable_weight;
+    const double sig = 1.0 / (1.0 + std::exp(-x));
+    loss_ += w * (1.0 - sig) / sequences_in_step_;
+    const double dl_dx = -w * sig * (1.0 - sig);
+    coef_[s] = dl_dx * (good ? cfg_.beta : -cfg_.beta) / sequences_in_step_;
+  }
+  ready_ = true;
+}
+
+void KtoObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+  SBP_CHECK(ready_, "kto: gradient pass before the pre-pass finished");
+  for (int64_t i = 0; i < in.size(); ++i) {
+    const size_t t = static_cast<size_t>(in.row_begin + i);
+    out.dlogp[static_cast<size_t>(i)] =
+        static_cast<float>(coef_[static_cast<size_t>(rows_.segment[t])] * rows_.weight[t]);
+  }
+  std::fill(out.dentropy.begin(), out.dentropy.end(), 0.0f);
+}
+
+std::map<std::string, double> KtoObjective::metrics() const {
+  double n[2] = {0, 0}, reward[2] = {0, 0}, logps[2] = {0, 0};  // [undesirable, desirable]
+  for (size_t s = 0; s < policy_sum_.size(); ++s) {
+    const int k = desirable_[s] ? 1 : 0;
+    n[k] += 1.0;
+    reward[k] += cfg_.beta * (policy_sum_[s] - ref_sum_[s]);
+    logps[k] += policy_sum_[s];
+  }
+  std::map<std::string, double> m = {
+      {"loss", loss_}, {"kl", kl_}, {"count/chosen", n[1]}, {"count/rejected", n[0]}};
+  if (n[1] > 0) {
+    m["rewards/chosen"] = reward[1] / n[1];
+    m["logps/chosen"] = logps[1] / n[1];
+  }
+  if (n[0] > 0) {
+    m["rewards/rejected"] = reward[0] / n[0];
+    m["logps/rejected"] = logps[0] / n[0];
+  }
+  if (n[0] > 0 && n[1] > 0) m["rewards/margins"] = m["rewards/chosen"] - m["rewards/rejected"];
+  return m;
+}
+
+// KTO trains on unpaired (prompt, completion, label) records, each sequence alone, against a
+// reference model.
+namespace {
+constexpr const char* kKtoFormats[] = {"unpaired_preference"};
+bool kto_reference(const ObjectiveSetup&) { return true; }
+std::string kto_describe(const ObjectiveSetup& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "kto (beta %g, desirable_weight %g, undesirable_weight %g)",
+                s.kto.beta, s.kto.desirable_weight, s.kto.undesirable_weight);
+  return buf;
+}
+const char* kto_settings_error(const ObjectiveSetup& s) {
+  if (!(s.kto.beta > 0.0)) return "beta must be > 0";
+  if (!(s.kto.desirable_weight >= 0.0) || !(s.kto.undesirable_weight >= 0.0))
+    return "desirable and undesirable weights must be >= 0";
+  return nullptr;
+}
+}  // namespace
+
+// extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
+extern const ObjectiveTraits kKtoTraits = {
+    .kind = ObjectiveKind::kto,
+    .name = "kto",
+    .formats = kKtoFormats,
+    .formats_text = "unpaired_preference (prompt, completion, label)",
+    .completions = true,
+    .group = SequenceGroup::one,
+    .plan_sequences = 2,
+    // DPO's tables (ids, mask, segments, weights, reference log-probs) and the KL batch's ids
+    // and mask
+    .host_bytes_per_token = 28,
+    .rollouts = false,
+    .sequence_labels = true,
+    .needs_reference = kto_reference,
+    .value_model = false,
+    .analytic_memory = false,
+    .describe = kto_describe,
+    .settings_error = kto_settings_error,
+};
+
+}  // namespace sbp

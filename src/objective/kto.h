@@ -1,0 +1,80 @@
+#pragma once
+// Kahneman-Tversky Optimization (Ethayarajh et al. 2024) with the semantics of TRL v0.23.0
+// KTOTrainer (loss_type "kto": kto_loss, forward, _get_kl_dataset, get_batch_loss_metrics), on
+// unpaired records {prompt, completion, label}, against a reference model:
+//
+//   S_i, R_i  = sum over completion tokens of the policy's / the reference's log-probs
+//   KL        = max(0, mean over the KL pairs of (S'_j - R'_j)), detached: S', R' are the sums on
+//               mismatched pairs (prompt j, completion j-1), see kto_kl_batch
+//   desirable (label true):    l_i = w_d (1 - sigmoid(beta (S_i - R_i - KL)))
+//   undesirable (label false): l_i = w_u (1 - sigmoid(beta (KL - (S_i - R_i))))
+//   L         = sum_i l_i / sequences_in_step          (TRL: losses.nanmean())
+//
+// The loss is not a sum over tokens, but its gradient is: dL/dlogp_t = m_t dl_i/d(S_i) /
+// sequences_in_step, so the engine streams it in two passes over the head (DESIGN §2): a no-grad
+// pre-pass that sums the policy's log-probs per sequence, then the gradient pass. The KL term and
+// the reference sums are constants of the step (real forwards of the policy, no grad, and of the
+// reference model, computed by the step before any backward).
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/batch.h"
+#include "objective/objective.h"
+#include "objective/sequence_rows.h"
+
+namespace sbp {
+
+struct KtoConfig {
+  double beta = 0.1;
+  double desirable_weight = 1.0;    // TRL KTOConfig.desirable_weight
+  double undesirable_weight = 1.0;  // TRL KTOConfig.undesirable_weight
+};
+
+// TRL's KL dataset, within one micro-batch: sequence j of the result is the prompt of sequence j
+// followed by the completion (with its loss mask) of sequence j-1, cyclically (the first takes
+// the last's), as _get_kl_dataset shifts the completions of each batch by one. The prompt of a
+// sequence is its tokens before its first loss-masked token. A batch of one sequence pairs it
+// with itself (TRL's shift of a batch of one does the same). Same total tokens as `batch`.
+Batch kto_kl_batch(const Batch& batch);
+
+// Per-sequence sums of m_t logp_t over a batch's rows (the completion log-probs).
+std::vector<double> completion_sums(const Batch& batch, std::span<const float> logp);
+
+class KtoObjective final : public Objective {
+ public:
+  // labels: (S) 1 desirable, 0 undesirable. ref_logp: (T) the reference's log-probs on `batch`.
+  // kl: the step's KL estimate (already clamped at 0). sequences_in_step: the step's sequences
+  // (all micro-batches, all ranks); <= 0: this batch's.
+  // Throws InputError on a label that is not 0 or 1, wrong sizes, or a sequence with no
+  // completion token.
+  KtoObjective(const Batch& batch, std::span<const float> ref_logp, std::span<const float> labels,
+               double kl, const KtoConfig& cfg, double sequences_in_step = 0);
+
+  int prepasses() const override { return 1; }
+  void prepass(int pass, const TokenChunk& rows) override;
+  void finish_prepass(int pass) override;
+  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
+
+  double loss() const override { return loss_; }
+  // TRL's names: loss, kl, rewards/chosen, rewards/rejected (means of beta (S - R) over this
+  // batch's desirable / undesirable sequences), logps/chosen, logps/rejected (means of S),
+  // rewards/margins (chosen - rejected), count/chosen, count/rejected. A class absent from the
+  // batch has no rewards/logps keys (TRL logs none either).
+  std::map<std::string, double> metrics() const override;
+
+ private:
+  KtoConfig cfg_;
+  SequenceRows rows_;
+  std::vector<bool> desirable_;     // (S)
+  double kl_, sequences_in_step_;
+  std::vector<double> policy_sum_;  // (S) pre-pass
+  std::vector<double> ref_sum_;     // (S)
+  std::vector<double> coef_;        // (S) dL/dlogp_t / m_t
+  bool ready_ = false;
+  double loss_ = 0.0;
+};
+
+}  // namespace sbp
