@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -242,6 +243,7 @@ void enqueue_launch(const char* name, const void* fn, dim3 grid, dim3 block, siz
     return;
   }
   ++r.counters.launches;
+  r.counters.max_dynamic_smem = std::max(r.counters.max_dynamic_smem, smem);
   enqueue(name, [name = std::string(name), grid, block, smem, body = std::move(body)] {
     Runtime& rr = rt();
     ++rr.counters.kernels_run;
@@ -270,6 +272,7 @@ void reset_errors() {
   r.sticky = cudaSuccess;
   r.last = cudaSuccess;
   r.malloc_fail_after = -1;
+  r.counters.max_dynamic_smem = 0;
 }
 
 void set_device_memory(size_t bytes) { rt().memory_limit = bytes; }
