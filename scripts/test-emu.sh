@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Programs whose ".../cuda" cases run here (backend_suite.h), then those that run whole.
 suite=(ops_dense_test ops_head_test ops_layer_test ops_gemma_test misuse_test)
-whole=(cuda_emulation_test cuda_arena_test cuda_attention_tc_test)
+whole=(cuda_emulation_test cuda_arena_test cuda_attention_tc_test dist_nccl_emulated_test)
 # Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
 on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test)
 declare -A filter=(

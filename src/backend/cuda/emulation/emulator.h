@@ -17,6 +17,7 @@ struct Counters {
   int64_t launches = 0;  // kernels queued
   int64_t kernels_run = 0;
   int64_t blocks_run = 0;
+  int64_t collective_runs = 0;  // queue runs for emulated NCCL collectives (nccl.h)
   size_t max_dynamic_smem = 0;  // the largest dynamic shared memory a queued launch asked for
 };
 Counters counters();

@@ -96,9 +96,10 @@ struct Runtime {
         const Counters& c = rt().counters;
         std::fprintf(stderr,
                      "cuda emulation: %lld host waits with work queued (%lld wait calls), %lld "
-                     "launches, %lld blocks\n",
+                     "launches, %lld blocks, %lld NCCL collective runs\n",
                      static_cast<long long>(c.syncs), static_cast<long long>(c.sync_calls),
-                     static_cast<long long>(c.launches), static_cast<long long>(c.blocks_run));
+                     static_cast<long long>(c.launches), static_cast<long long>(c.blocks_run),
+                     static_cast<long long>(c.collective_runs));
       });
   }
 };
@@ -216,6 +217,11 @@ void host_wait() {
       backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
     }
   }
+  drain();
+}
+
+void run_collectives() {
+  ++rt().counters.collective_runs;
   drain();
 }
 
