@@ -373,6 +373,7 @@ TEST_F(CudaEmulatedBackend, NoSynchronisationInsideASequenceOfOps) {
   st.lr = 1e-3f;
   st.step = 1;
   be->adamw_step(W.view(), gW.view(), m.view(), s2.view(), st);
+  be->embedding_backward(table.view(), x.view(), ids.view());  // ids sorted on the device
   EXPECT_EQ(syncs() - before, 0) << "a backend op waited for the device";
   const std::vector<float> out = download_f32(logp.view());
   EXPECT_EQ(syncs() - before, 1);
@@ -394,6 +395,44 @@ TEST_F(CudaEmulatedBackend, SumSquaresOfManyTensorsWaitsOnce) {
   EXPECT_EQ(syncs() - before, 1);
   EXPECT_EQ(together, each);
   EXPECT_EQ(together, 15 * 0.25 + 7 * 1.5625);
+}
+
+// The embedding backward sorts its ids on the device and adds each id's rows in row order: the
+// CPU backend's bits, for many rows (a sort of 1000 keys, padded to 1024) with many repeats and a
+// padding id, without a wait.
+TEST_F(CudaEmulatedBackend, EmbeddingBackwardSortsOnTheDeviceWithTheCpuBits) {
+  const int64_t V = 37, d = 19, n = 1000, padding = 5;
+  std::vector<int32_t> idv(static_cast<size_t>(n));
+  std::vector<float> dxv(static_cast<size_t>(n * d)), tv(static_cast<size_t>(V * d));
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (int32_t& i : idv) i = static_cast<int32_t>(next() % (next() % 2 ? 3 : V));  // 0..2 often
+  idv[7] = static_cast<int32_t>(padding);
+  for (float& x : dxv) x = static_cast<float>(static_cast<int32_t>(next())) * 0x1p-31f;
+  for (float& x : tv) x = static_cast<float>(static_cast<int32_t>(next())) * 0x1p-30f;
+  std::unique_ptr<Backend> cpu = make_backend(BackendSpec{BackendKind::cpu, 0});
+  Ledger cpu_ledger;
+  Pool cpu_pool{cpu_ledger, *cpu};
+  std::vector<std::vector<float>> got;
+  for (Pool* p : {&pool, &cpu_pool}) {
+    Buffer t = p->allocate(Category::other, DType::F32, Shape{V, d});
+    Buffer dx = p->allocate(Category::other, DType::F32, Shape{n, d});
+    Buffer ids = p->allocate(Category::other, DType::I32, Shape{n});
+    upload_f32(t.view(), tv);
+    upload_f32(dx.view(), dxv);
+    upload_i32(ids.view(), idv);
+    Backend& b = p == &pool ? *be : *cpu;
+    b.synchronize();
+    const int64_t before = syncs();
+    b.embedding_backward(t.view(), dx.view(), ids.view(), padding);
+    if (p == &pool) {
+      EXPECT_EQ(syncs(), before);
+    }
+    got.push_back(download_f32(t.view()));
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0);
+  for (int64_t j = 0; j < d; ++j) EXPECT_EQ(got[0][padding * d + j], tv[padding * d + j]);
 }
 
 TEST_F(CudaEmulatedBackend, BadIdReportedAtTheNextDownloadNamingIndexAndValue) {
