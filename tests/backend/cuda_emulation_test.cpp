@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "backend/backend_factory.h"
 #include "backend/cuda/emulation/emulator.h"
 #include "backend/cuda/launch.h"
+#include "core/error.h"
 #include "core/ledger.h"
 #include "core/memory.h"
 #include "core/pool.h"
@@ -516,6 +518,56 @@ TEST_F(CudaEmulatedBackend, StickyFaultNamesTheLastKernelAtTheNextCall) {
     EXPECT_NE(what.find("last kernel launched: fill_kernel"), std::string::npos) << what;
   }
   cudaemu::reset_errors();
+}
+
+// The constructor's refusals: a device the machine does not have, and an attention kernel set
+// that does not exist (both InputError: the user's setting, not a fault).
+TEST(CudaEmulatedBackendStart, RefusesAMissingDeviceAndAMisspeltAttentionKernelSet) {
+  try {
+    make_backend(BackendSpec{BackendKind::cuda, 7});
+    FAIL() << "device 7 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no device 7"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(setenv("STREAMBP_CUDA_ATTENTION", "wmma", 1), 0);
+  try {
+    make_backend(BackendSpec{BackendKind::cuda, 0});
+    FAIL() << "STREAMBP_CUDA_ATTENTION=wmma accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'wmma' is not an attention kernel"), std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(setenv("STREAMBP_CUDA_ATTENTION", "simt", 1), 0);
+  EXPECT_NO_THROW(make_backend(BackendSpec{BackendKind::cuda, 0}));
+  unsetenv("STREAMBP_CUDA_ATTENTION");
+}
+
+// zero() and poison() (fresh buffers in checked pools): every byte 0, every float NaN, on the
+// stream, without a wait.
+TEST_F(CudaEmulatedBackend, ZeroAndPoisonFillOnTheDevice) {
+  Buffer x = f32({5, 7});
+  be->fill(x.view(), 2.0f);
+  const int64_t before = syncs();
+  be->poison(x.view());
+  EXPECT_EQ(syncs(), before);
+  for (float v : download_f32(x.view())) EXPECT_TRUE(std::isnan(v));
+  be->zero(x.view());
+  for (float v : download_f32(x.view())) EXPECT_EQ(v, 0.0f);
+}
+
+// More checked calls than there are check records before any download: the backend reads the
+// records it has (one wait) and goes on, and a bad index in a later call is still reported.
+TEST_F(CudaEmulatedBackend, ChecksBeyondTheRecordsWaitOnceAndStillReport) {
+  const int64_t V = 4, d = 8;
+  Buffer table = f32({V, d}), x = f32({3, d});
+  be->fill(table.view(), 1.0f);
+  Buffer good = i32({0, 1, 3}), bad = i32({0, 4, 1});
+  be->synchronize();
+  const int64_t before = syncs();
+  for (int i = 0; i < 300; ++i) be->embedding_forward(x.view(), good.view(), table.view());
+  EXPECT_EQ(syncs() - before, 1);  // 256 records
+  be->embedding_forward(x.view(), bad.view(), table.view());
+  EXPECT_THROW(be->synchronize(), ShapeError);
 }
 
 }  // namespace
