@@ -25,6 +25,7 @@
 #include "core/ledger.h"
 #include "core/memory.h"
 #include "core/pool.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -540,6 +541,19 @@ TEST(CudaEmulatedBackendStart, RefusesAMissingDeviceAndAMisspeltAttentionKernelS
   ASSERT_EQ(setenv("STREAMBP_CUDA_ATTENTION", "simt", 1), 0);
   EXPECT_NO_THROW(make_backend(BackendSpec{BackendKind::cuda, 0}));
   unsetenv("STREAMBP_CUDA_ATTENTION");
+}
+
+// No usable driver or device (the emulated runtime reads STREAMBP_CUDA_EMULATION_DEVICES at
+// start, so in a process of its own): one line naming the runtime's reason, a non-zero exit.
+TEST(CudaEmulatedBackendStart, NoDeviceIsAnInputErrorNamingTheRuntimesReason) {
+  const test::CommandResult r =
+      test::run_command("STREAMBP_CUDA_EMULATION_DEVICES=0 " + test::streambp_binary() +
+                        " gradcheck --model tiny-qwen3 --seq-len 8 --backend cuda");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("cuda: no usable CUDA driver or device (no CUDA-capable device is "
+                          "detected)"),
+            std::string::npos)
+      << r.output;
 }
 
 // zero() and poison() (fresh buffers in checked pools): every byte 0, every float NaN, on the
