@@ -30,7 +30,15 @@
 # For tests on a machine without a GPU (tests/scripts/gpu_check_test.sh): GPU_CHECK_BUNDLE_DIR
 # (an unpacked bundle: bin/, lib/), GPU_CHECK_MAX_LIMIT (caps every stage's limit, seconds),
 # GPU_CHECK_PYTHON (the interpreter of the PyTorch stages), GPU_CHECK_STAGES (a regex: run only
-# the stages whose name matches).
+# the stages whose name matches), GPU_CHECK_SKIP (a regex: leave out the stages whose name
+# matches).
+#
+# GPU_CHECK_SMALL=1: every stage at a small size, for the dry run against the emulated CUDA
+# backend in CI (tests/scripts/gpu_check_emulated.sh, a bundle of build-emu's programs): gtest
+# stages run one of every GPU_CHECK_SMALL_SHARDS (default 8) cases (gtest sharding), gradchecks
+# at T = 32, bench and profile stages on tiny-qwen3 at T = 64, the PyTorch baseline with
+# --small (a tiny model, on the CPU when torch has no GPU). Each stage's command is otherwise the
+# one a GPU run uses: the dry run shows every stage able to pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -46,8 +54,13 @@ RESERVE=15  # seconds kept for the last report and packing
 MAX_LIMIT=${GPU_CHECK_MAX_LIMIT:-100000}
 LOG_LIMIT=${LOG_LIMIT:-$((12 << 20))}
 ONLY=${GPU_CHECK_STAGES:-.}
+SKIP_RE=${GPU_CHECK_SKIP:-}
 PY=${GPU_CHECK_PYTHON:-python3}
 OUT=${OUT:-$ROOT/gpu-check-out}
+SMALL=${GPU_CHECK_SMALL:-0}
+if ((SMALL)); then
+  export GTEST_TOTAL_SHARDS=${GPU_CHECK_SMALL_SHARDS:-8} GTEST_SHARD_INDEX=0
+fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sbp-gpu-check.XXXXXX")
 ((DRY_RUN)) || mkdir -p "$OUT"
 mkdir -p "$WORK/logs" "$WORK/results" "$WORK/cores" "$WORK/run"
@@ -180,6 +193,7 @@ stage() {
   local name=$1 limit=$2 kind=$3
   shift 3
   [[ $name =~ $ONLY ]] || return 0
+  [[ -n $SKIP_RE && $name =~ $SKIP_RE ]] && return 0
   if ((DRY_RUN)); then
     PLAN_NAMES+=("$name") PLAN_LIMITS+=("$limit") PLAN_WORK+=("$WORK_NOTE")
     WORK_NOTE=""
@@ -239,6 +253,12 @@ run_stage() {
   report
 }
 R=$WORK/results  # stage results: $R/NAME.json
+SMALL_PY=""
+((SMALL)) && SMALL_PY=--small
+# The profile and simt-attention bench stages' model and length (GPU_CHECK_SMALL: tiny ones).
+PROFILE_ARGS="--model qwen3-0.6b --seq-len 8192"
+((SMALL)) && PROFILE_ARGS="--model tiny-qwen3 --seq-len 64"
+export PROFILE_ARGS
 
 # ---- the environment: what ran, on what ----
 environment() {
@@ -312,18 +332,20 @@ done
 # gradcheck of each objective in every mode (T = 96, a tiny fixture model; a few seconds on
 # the CPU), and LoRA's adapter gradients.
 GC_MODEL=$ROOT/tests/fixtures/hf/qwen3_gqa_qknorm/model
+GC_T=96
+((SMALL)) && GC_T=32
 for obj in sft dpo grpo ppo; do
   WORK_NOTE="gradcheck: one step per mode plus the float64 reference, T = 96"
   stage "gradcheck_$obj" 45 gpu ours "$SB" gradcheck --model "$GC_MODEL" --backend cuda \
-    --objective $obj --seq-len 96 --segments 4 --layer-chunk 7 --head-chunk 13 \
+    --objective $obj --seq-len $GC_T --segments 4 --layer-chunk 7 --head-chunk 13 \
     --modes checkpoint,stream,recompute+chunked --json "$R/gradcheck_$obj.json"
 done
 stage gradcheck_grpo_lora 45 gpu ours "$SB" gradcheck --model "$GC_MODEL" --backend cuda \
-  --objective grpo --seq-len 96 --segments 4 --layer-chunk 7 --head-chunk 13 \
+  --objective grpo --seq-len $GC_T --segments 4 --layer-chunk 7 --head-chunk 13 \
   --modes checkpoint,stream,recompute+chunked --lora-r 4 --json "$R/gradcheck_grpo_lora.json"
 # Host offload: the copy stream, its events and pinned blocks; the same gradients as base.
 stage gradcheck_dpo_offload 45 gpu ours "$SB" gradcheck --model "$GC_MODEL" --backend cuda \
-  --objective dpo --seq-len 96 --segments 4 --layer-chunk 7 --head-chunk 13 \
+  --objective dpo --seq-len $GC_T --segments 4 --layer-chunk 7 --head-chunk 13 \
   --modes checkpoint,stream --offload checkpoints --json "$R/gradcheck_dpo_offload.json"
 
 # ---- memory and speed ----
@@ -343,13 +365,16 @@ stage plan_qwen3_8b_4layers_32k 30 cpu ours "$SB" plan --model qwen3-8b --layers
 # ~45 s for the 2B parameters of 8B's embeddings, head and 4 layers.
 bench() {
   local name=$1 model=$2 T=$3 mode=$4 limit=$5 layers=${6:-}
+  ((SMALL)) && model=tiny-qwen3 T=64 layers=""
   stage "$name" "$limit" gpu ours "$SB" bench --model "$model" --backend cuda --precision bf16 \
     --seq-len "$T" --modes "$mode" --repeat 1 --warmup 0 ${layers:+--layers "$layers"} \
     --json "$R/$name.json"
 }
 torch_ckpt() {  # torch_ckpt NAME T LIMIT LAYERS: PyTorch's own environment, no LD_LIBRARY_PATH
-  stage "$1" "$3" gpu "$PY" "$ROOT/tools/gpu_check/hf_checkpoint_step.py" --seq-len "$2" \
-    --repeat 1 --layers "$4" --json "$R/$1.json"
+  local T=$2
+  ((SMALL)) && T=64
+  stage "$1" "$3" gpu "$PY" "$ROOT/tools/gpu_check/hf_checkpoint_step.py" --seq-len "$T" \
+    --repeat 1 --layers "$4" ${SMALL_PY:+$SMALL_PY} --json "$R/$1.json"
 }
 # 0.6B, 8k, 28 layers: ~3e13 layer + 1e13 head + 3e13 attention FLOPs = 0.07 PFLOP, under 1 s
 # at 100 TFLOP/s; the rest is start-up (random weights for 0.6B parameters, CUDA context).
@@ -375,21 +400,23 @@ bench bench_qwen3_8b_32k_stream_4layers qwen3-8b 32768 stream 90 4
 stage plan_qwen3_8b_4layers_32k_offload 30 cpu ours "$SB" plan --model qwen3-8b --layers 4 \
   --dtype bf16 --grad-dtype bf16 --optimizer none --seq-len 32768 --modes stream \
   --offload checkpoints --json "$R/plan_qwen3_8b_4layers_32k_offload.json"
+OFFLOAD_ARGS="--model qwen3-8b --seq-len 32768 --layers 4"
+((SMALL)) && OFFLOAD_ARGS="--model tiny-qwen3 --seq-len 64"
 WORK_NOTE="4 layers: 2 x 0.7 PFLOP + 2.5B random weights"
-stage bench_qwen3_8b_32k_stream_4layers_offload 120 gpu ours "$SB" bench --model qwen3-8b \
-  --backend cuda --precision bf16 --seq-len 32768 --modes stream --layers 4 --repeat 1 \
-  --warmup 0 --offload none,checkpoints --json "$R/bench_qwen3_8b_32k_stream_4layers_offload.json"
+stage bench_qwen3_8b_32k_stream_4layers_offload 120 gpu ours "$SB" bench $OFFLOAD_ARGS \
+  --backend cuda --precision bf16 --modes stream --repeat 1 --warmup 0 \
+  --offload none,checkpoints --json "$R/bench_qwen3_8b_32k_stream_4layers_offload.json"
 
 # ---- diagnostics, with the time that is left ----
 # Where the 0.6B 8k step's time goes, by kernel family (each op synchronised).
 WORK_NOTE="0.07 PFLOP, every op synchronised"
-stage profile_qwen3_0.6b_8k_stream 60 gpu ours "$SB" bench --model qwen3-0.6b --backend cuda \
-  --precision bf16 --seq-len 8192 --modes stream --repeat 1 --warmup 0 --profile \
+stage profile_qwen3_0.6b_8k_stream 60 gpu ours "$SB" bench $PROFILE_ARGS --backend cuda \
+  --precision bf16 --modes stream --repeat 1 --warmup 0 --profile \
   --json "$R/profile_qwen3_0.6b_8k_stream.json"
 # The same step with the fp32 attention kernels: what the tensor cores bring.
 WORK_NOTE="0.07 PFLOP, attention on CUDA cores"
 stage bench_qwen3_0.6b_8k_stream_simt_attention 60 gpu env STREAMBP_CUDA_ATTENTION=simt \
-  bash -c 'ours "$SB" bench --model qwen3-0.6b --backend cuda --precision bf16 --seq-len 8192 \
+  bash -c 'ours "$SB" bench $PROFILE_ARGS --backend cuda --precision bf16 \
     --modes stream --repeat 1 --warmup 0 --json "$WORK/results/bench_qwen3_0.6b_8k_stream_simt_attention.json"'
 
 if ((DRY_RUN)); then

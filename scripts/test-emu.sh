@@ -2,14 +2,15 @@
 # The CUDA backend on the emulated CUDA runtime (build-emu, scripts/build.sh emu; README "CUDA
 # emulation"): the op suite's ".../cuda" cases, the emulator's own tests, gradcheck of every
 # objective in fp32 and bf16 (every mode) and with LoRA, and the LoRA and Hugging Face parity
-# fixtures with STREAMBP_TEST_BACKEND=cuda. Everything a CPU can check of the CUDA backend.
+# fixtures with STREAMBP_TEST_BACKEND=cuda, the NCCL communicator over emulated NCCL, and a run of
+# scripts/gpu-check.sh at small sizes. Everything a CPU can check of the CUDA backend.
 #   scripts/test-emu.sh            run (after scripts/build.sh emu)
 #   scripts/test-emu.sh --targets  print the test programs it needs (scripts/build.sh builds them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Programs whose ".../cuda" cases run here (backend_suite.h), then those that run whole.
 suite=(ops_dense_test ops_head_test ops_layer_test ops_gemma_test misuse_test)
-whole=(cuda_emulation_test cuda_arena_test)
+whole=(cuda_emulation_test cuda_arena_test cuda_attention_tc_test dist_nccl_emulated_test)
 # Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
 on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test)
 declare -A filter=(
@@ -21,11 +22,13 @@ declare -A filter=(
   # Greedy decoding on the CUDA backend, token for token against transformers.
   [generate_test]='Fixtures/GreedyParity.*'
 )
+# The rest of the programs scripts/gpu-check.sh runs (its dry run below, on a bundle of this tree).
+gpu_check_only=(cuda_math_test cuda_gemm_plan_test backend_factory_test)
 if [ "${1:-}" = --targets ]; then
-  echo "${suite[@]}" "${whole[@]}" "${on_cuda[@]}"
+  echo "${suite[@]}" "${whole[@]}" "${on_cuda[@]}" "${gpu_check_only[@]}"
   exit 0
 fi
-dir=build-emu
+dir=${STREAMBP_EMU_DIR:-build-emu}  # another emulation tree (e.g. the coverage one, docs/CUDA.md)
 bin="$dir/streambp"
 start=$(date +%s)
 export OMP_WAIT_POLICY=passive
@@ -71,6 +74,8 @@ run "gradcheck sft lora" "$bin" gradcheck --model tiny-qwen3 --seq-len 24 --segm
   --backend cuda --lora-r 4 --lora-targets all-linear
 run "gradcheck sft simt attention" env STREAMBP_CUDA_ATTENTION=simt "$bin" gradcheck \
   --model tiny-qwen3 --seq-len 24 --segments 2 --backend cuda
+# scripts/gpu-check.sh itself, every stage at a small size against this tree's programs.
+run "gpu-check.sh, emulated" bash tests/scripts/gpu_check_emulated.sh "$dir"
 # A short training run on the CUDA backend: the trainer's loop, optimizer, checkpoint and metrics.
 train_out=$(mktemp -d)
 run "train sft (3 steps)" "$bin" train examples/tiny-chat/sft.yaml backend=cuda max_steps=3 \

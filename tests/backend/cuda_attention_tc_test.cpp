@@ -4,12 +4,14 @@
 //    product taken as the tensor cores take it from split TF32 operands (kernel_math.h
 //    tf32_split: hi hi + hi lo + lo hi, 8 terms per step, summed in fp32), against float64
 //    attention forward and backward to the op suite's fp32 tolerance, for the engine's operand
-//    mix (BF16 q, k, v; F32 dout) and all-F32; a control shows the split is what makes it;
-//  - the kernels' own source, compiled by g++ against host_emulation.h (real threads per
-//    block, real barriers, NaN-filled shared memory, WMMA reading only TF32 bits and checking
-//    alignment): their indexing, masks, tiling, warps-per-block choices and synchronisation,
-//    against the same float64 reference. Only the launch on a GPU and the hardware's own WMMA
-//    remain for the op suite's ".../cuda" cases.
+//    mix (BF16 q, k, v; F32 dout) and all-F32; a control shows the split is what makes it
+//    (every build);
+//  - the kernels themselves on the emulated CUDA runtime (STREAMBP_CUDA_EMULATION builds only,
+//    src/backend/cuda/emulation/: fibre threads in permuted orders, NaN-filled shared memory,
+//    WMMA reading only TF32 bits and checking alignment, device memory the host cannot touch):
+//    their indexing, masks, tiling, warps-per-block choices under smaller shared-memory limits
+//    than the device's, and synchronisation, against the same float64 reference. The op suite's
+//    ".../cuda" cases run them through the backend at the device's own limit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,11 +23,12 @@
 #include "core/rng.h"
 #include "support/test_support.h"
 
-#define SBP_CUDA_EMULATION 1
-// NOLINTBEGIN(bugprone-suspicious-include): the kernels' source, compiled for the host
-#include "backend/cuda/attention_simt.cu"
-#include "backend/cuda/attention_tc.cu"
-// NOLINTEND(bugprone-suspicious-include)
+#if defined(STREAMBP_CUDA_EMULATION)
+#include <cuda_runtime.h>
+
+#include "backend/cuda/attention_args.cuh"
+#include "backend/cuda/emulation/emulator.h"
+#endif
 
 namespace sbp::cuda {
 namespace {
@@ -266,24 +269,48 @@ TEST(CudaAttentionTc, Tf32SplitIsExactForBf16AndCloseForF32) {
 }
 
 // ---- the kernels, emulated ----
+#if defined(STREAMBP_CUDA_EMULATION)
 
-// Host storage of one float tensor as F32 or BF16, behind an FPtr.
-struct HostTensor {
-  std::vector<float> f32;
-  std::vector<uint16_t> b16;
-  bool bf16 = false;
-  HostTensor(const std::vector<float>& v, bool as_bf16) : bf16(as_bf16) {
-    if (bf16) {
-      for (float x : v) b16.push_back(f32_to_bf16(x));
-    } else {
-      f32 = v;
-    }
+void cuda_ok(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
+
+// One tensor in emulated device memory, F32 or BF16, behind an FPtr; values() downloads it
+// (a synchronous copy: the queued kernels run first).
+template <class T>
+struct DeviceBuffer {
+  T* p = nullptr;
+  size_t count = 0;
+  explicit DeviceBuffer(const std::vector<T>& host) : count(host.size()) {
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(count, 1) * sizeof(T)));
+    cuda_ok(cudaMemcpy(p, host.data(), count * sizeof(T), cudaMemcpyHostToDevice));
   }
-  FPtr ptr() { return FPtr{bf16 ? static_cast<void*>(b16.data()) : f32.data(), bf16}; }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(p); }
+  std::vector<T> download() const {
+    std::vector<T> host(count);
+    cuda_ok(cudaMemcpy(host.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+struct DeviceTensor {
+  bool bf16;
+  DeviceBuffer<float> f32;
+  DeviceBuffer<uint16_t> b16;
+  static std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+    std::vector<uint16_t> b;
+    for (float x : v) b.push_back(f32_to_bf16(x));
+    return b;
+  }
+  DeviceTensor(const std::vector<float>& v, bool as_bf16)
+      : bf16(as_bf16),
+        f32(as_bf16 ? std::vector<float>() : v),
+        b16(as_bf16 ? to_bf16(v) : std::vector<uint16_t>()) {}
+  FPtr ptr() const { return FPtr{bf16 ? static_cast<void*>(b16.p) : f32.p, bf16}; }
   std::vector<float> values() const {
-    if (!bf16) return f32;
+    if (!bf16) return f32.download();
     std::vector<float> v;
-    for (uint16_t b : b16) v.push_back(bf16_to_f32(b));
+    for (uint16_t b : b16.download()) v.push_back(bf16_to_f32(b));
     return v;
   }
 };
@@ -323,10 +350,12 @@ void check_emulated(const EmulatedCase& c) {
   std::vector<int64_t> seg(static_cast<size_t>(Tk));
   for (int64_t i = 0; i < Tk; ++i) seg[i] = i < 30 ? 0 : (i < 90 ? 30 : 90);
   const std::vector<int32_t> seg32(seg.begin(), seg.end());
-  HostTensor q(qv, c.act_bf16), k(kv, c.act_bf16), v(vv, c.act_bf16), dout(dov, false);
-  HostTensor out(std::vector<float>(static_cast<size_t>(dm.n * Hh), 0.0f), c.act_bf16);
-  HostTensor dq(dq0, c.grads_bf16), dk(dk0, c.grads_bf16), dv(dv0, c.grads_bf16);
-  std::vector<float> lse(static_cast<size_t>(dm.n * dm.H)), D(lse.size());
+  DeviceTensor q(qv, c.act_bf16), k(kv, c.act_bf16), v(vv, c.act_bf16), dout(dov, false);
+  DeviceTensor out(std::vector<float>(static_cast<size_t>(dm.n * Hh), 0.0f), c.act_bf16);
+  DeviceTensor dq(dq0, c.grads_bf16), dk(dk0, c.grads_bf16), dv(dv0, c.grads_bf16);
+  const std::vector<float> nan_rows(static_cast<size_t>(dm.n * dm.H), NAN);  // written first
+  DeviceBuffer<float> lse(nan_rows), D(nan_rows);
+  DeviceBuffer<int32_t> seg_dev(seg32);
   AttnArgs a{};
   a.q = q.ptr();
   a.k = k.ptr();
@@ -336,9 +365,9 @@ void check_emulated(const EmulatedCase& c) {
   a.dq = dq.ptr();
   a.dk = dk.ptr();
   a.dv = dv.ptr();
-  a.lse = lse.data();
-  a.D = D.data();
-  a.seg = seg32.data();
+  a.lse = lse.p;
+  a.D = D.p;
+  a.seg = seg_dev.p;
   a.n = dm.n;
   a.q_offset = dm.q_offset;
   a.window = dm.window;
@@ -348,14 +377,14 @@ void check_emulated(const EmulatedCase& c) {
   a.scale = dm.scale;
   ASSERT_TRUE(c.tensor_cores ? tc_attention_supported(dm.h, c.smem_limit)
                              : simt_attention_supported(dm.h));
-  emu::launches() = {};
+  cudaemu::reset_errors();
   if (c.tensor_cores)
     tc_attention_forward(a, c.smem_limit, nullptr);
   else
     simt_attention_forward(a, nullptr);
   const Ref ref = reference(dm, qv, kv, vv, dov, seg);
   expect_close(out.values(), ref.out, c.act_bf16, "out");
-  expect_close(lse, ref.lse, false, "lse");
+  expect_close(lse.download(), ref.lse, false, "lse");
   const bool d_from_p = c.act_bf16;  // attention.cu's rule
   if (!d_from_p) attention_delta_from_out(a, nullptr);
   if (c.tensor_cores)
@@ -370,8 +399,9 @@ void check_emulated(const EmulatedCase& c) {
   expect_close(dq.values(), plus(dq0, ref.dq), c.grads_bf16, "dq");
   expect_close(dk.values(), plus(dk0, ref.dk), c.grads_bf16, "dk");
   expect_close(dv.values(), plus(dv0, ref.dv), c.grads_bf16, "dv");
+  cuda_ok(cudaDeviceSynchronize());
   if (c.tensor_cores) {
-    EXPECT_LE(emu::launches().max_smem_bytes, c.smem_limit);
+    EXPECT_LE(cudaemu::counters().max_dynamic_smem, c.smem_limit);
   }
 }
 
@@ -414,6 +444,8 @@ TEST(CudaAttentionTcEmulated, SimtKernelsMatchFloat64) {
   check_emulated({{4, 1, 32, 40, 50, 20, 1.0f / std::sqrt(32.0f)}, true, false, 0, false});
   check_emulated({{2, 2, 16, 40, 17, 7, 0.25f}, false, true, 0, false});
 }
+
+#endif  // STREAMBP_CUDA_EMULATION
 
 }  // namespace
 }  // namespace sbp::cuda

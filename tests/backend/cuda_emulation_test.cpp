@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -20,9 +21,11 @@
 #include "backend/backend_factory.h"
 #include "backend/cuda/emulation/emulator.h"
 #include "backend/cuda/launch.h"
+#include "core/error.h"
 #include "core/ledger.h"
 #include "core/memory.h"
 #include "core/pool.h"
+#include "support/test_support.h"
 
 namespace sbp {
 namespace {
@@ -373,6 +376,7 @@ TEST_F(CudaEmulatedBackend, NoSynchronisationInsideASequenceOfOps) {
   st.lr = 1e-3f;
   st.step = 1;
   be->adamw_step(W.view(), gW.view(), m.view(), s2.view(), st);
+  be->embedding_backward(table.view(), x.view(), ids.view());  // ids sorted on the device
   EXPECT_EQ(syncs() - before, 0) << "a backend op waited for the device";
   const std::vector<float> out = download_f32(logp.view());
   EXPECT_EQ(syncs() - before, 1);
@@ -394,6 +398,44 @@ TEST_F(CudaEmulatedBackend, SumSquaresOfManyTensorsWaitsOnce) {
   EXPECT_EQ(syncs() - before, 1);
   EXPECT_EQ(together, each);
   EXPECT_EQ(together, 15 * 0.25 + 7 * 1.5625);
+}
+
+// The embedding backward sorts its ids on the device and adds each id's rows in row order: the
+// CPU backend's bits, for many rows (a sort of 1000 keys, padded to 1024) with many repeats and a
+// padding id, without a wait.
+TEST_F(CudaEmulatedBackend, EmbeddingBackwardSortsOnTheDeviceWithTheCpuBits) {
+  const int64_t V = 37, d = 19, n = 1000, padding = 5;
+  std::vector<int32_t> idv(static_cast<size_t>(n));
+  std::vector<float> dxv(static_cast<size_t>(n * d)), tv(static_cast<size_t>(V * d));
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (int32_t& i : idv) i = static_cast<int32_t>(next() % (next() % 2 ? 3 : V));  // 0..2 often
+  idv[7] = static_cast<int32_t>(padding);
+  for (float& x : dxv) x = static_cast<float>(static_cast<int32_t>(next())) * 0x1p-31f;
+  for (float& x : tv) x = static_cast<float>(static_cast<int32_t>(next())) * 0x1p-30f;
+  std::unique_ptr<Backend> cpu = make_backend(BackendSpec{BackendKind::cpu, 0});
+  Ledger cpu_ledger;
+  Pool cpu_pool{cpu_ledger, *cpu};
+  std::vector<std::vector<float>> got;
+  for (Pool* p : {&pool, &cpu_pool}) {
+    Buffer t = p->allocate(Category::other, DType::F32, Shape{V, d});
+    Buffer dx = p->allocate(Category::other, DType::F32, Shape{n, d});
+    Buffer ids = p->allocate(Category::other, DType::I32, Shape{n});
+    upload_f32(t.view(), tv);
+    upload_f32(dx.view(), dxv);
+    upload_i32(ids.view(), idv);
+    Backend& b = p == &pool ? *be : *cpu;
+    b.synchronize();
+    const int64_t before = syncs();
+    b.embedding_backward(t.view(), dx.view(), ids.view(), padding);
+    if (p == &pool) {
+      EXPECT_EQ(syncs(), before);
+    }
+    got.push_back(download_f32(t.view()));
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0);
+  for (int64_t j = 0; j < d; ++j) EXPECT_EQ(got[0][padding * d + j], tv[padding * d + j]);
 }
 
 TEST_F(CudaEmulatedBackend, BadIdReportedAtTheNextDownloadNamingIndexAndValue) {
@@ -477,6 +519,69 @@ TEST_F(CudaEmulatedBackend, StickyFaultNamesTheLastKernelAtTheNextCall) {
     EXPECT_NE(what.find("last kernel launched: fill_kernel"), std::string::npos) << what;
   }
   cudaemu::reset_errors();
+}
+
+// The constructor's refusals: a device the machine does not have, and an attention kernel set
+// that does not exist (both InputError: the user's setting, not a fault).
+TEST(CudaEmulatedBackendStart, RefusesAMissingDeviceAndAMisspeltAttentionKernelSet) {
+  try {
+    make_backend(BackendSpec{BackendKind::cuda, 7});
+    FAIL() << "device 7 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no device 7"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(setenv("STREAMBP_CUDA_ATTENTION", "wmma", 1), 0);
+  try {
+    make_backend(BackendSpec{BackendKind::cuda, 0});
+    FAIL() << "STREAMBP_CUDA_ATTENTION=wmma accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'wmma' is not an attention kernel"), std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(setenv("STREAMBP_CUDA_ATTENTION", "simt", 1), 0);
+  EXPECT_NO_THROW(make_backend(BackendSpec{BackendKind::cuda, 0}));
+  unsetenv("STREAMBP_CUDA_ATTENTION");
+}
+
+// No usable driver or device (the emulated runtime reads STREAMBP_CUDA_EMULATION_DEVICES at
+// start, so in a process of its own): one line naming the runtime's reason, a non-zero exit.
+TEST(CudaEmulatedBackendStart, NoDeviceIsAnInputErrorNamingTheRuntimesReason) {
+  const test::CommandResult r =
+      test::run_command("STREAMBP_CUDA_EMULATION_DEVICES=0 " + test::streambp_binary() +
+                        " gradcheck --model tiny-qwen3 --seq-len 8 --backend cuda");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("cuda: no usable CUDA driver or device (no CUDA-capable device is "
+                          "detected)"),
+            std::string::npos)
+      << r.output;
+}
+
+// zero() and poison() (fresh buffers in checked pools): every byte 0, every float NaN, on the
+// stream, without a wait.
+TEST_F(CudaEmulatedBackend, ZeroAndPoisonFillOnTheDevice) {
+  Buffer x = f32({5, 7});
+  be->fill(x.view(), 2.0f);
+  const int64_t before = syncs();
+  be->poison(x.view());
+  EXPECT_EQ(syncs(), before);
+  for (float v : download_f32(x.view())) EXPECT_TRUE(std::isnan(v));
+  be->zero(x.view());
+  for (float v : download_f32(x.view())) EXPECT_EQ(v, 0.0f);
+}
+
+// More checked calls than there are check records before any download: the backend reads the
+// records it has (one wait) and goes on, and a bad index in a later call is still reported.
+TEST_F(CudaEmulatedBackend, ChecksBeyondTheRecordsWaitOnceAndStillReport) {
+  const int64_t V = 4, d = 8;
+  Buffer table = f32({V, d}), x = f32({3, d});
+  be->fill(table.view(), 1.0f);
+  Buffer good = i32({0, 1, 3}), bad = i32({0, 4, 1});
+  be->synchronize();
+  const int64_t before = syncs();
+  for (int i = 0; i < 300; ++i) be->embedding_forward(x.view(), good.view(), table.view());
+  EXPECT_EQ(syncs() - before, 1);  // 256 records
+  be->embedding_forward(x.view(), bad.view(), table.view());
+  EXPECT_THROW(be->synchronize(), ShapeError);
 }
 
 }  // namespace

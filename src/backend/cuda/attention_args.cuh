@@ -4,14 +4,10 @@
 // (Tk, G*h), rows of global keys [k_offset, k_offset + Tk); lse, D (n, H) F32; seg
 // (>= q_offset + n) I32. Query head hq reads kv head hq / (H / G). Keys below k_offset are
 // seen by no query (backend.h): tiles that reach below it load zeros there and write nothing.
-#if defined(SBP_CUDA_EMULATION)
-#include "backend/cuda/host_emulation.h"  // CPU tests of the kernels (host_emulation.h)
-#else
 #include <cuda_runtime.h>  // nvcc's, or the emulation build's (emulation/cuda_runtime.h)
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.h"
-#endif
 #include "backend/cuda/device_ptr.cuh"
 
 namespace sbp::cuda {
@@ -26,7 +22,7 @@ struct AttnArgs {
   int H, G, h;
   float scale;
   // Device word raised by a failed index check (checks.cu): every kernel returns at once, so bad
-  // segment starts never steer a read outside K/V. nullptr in the kernels' own CPU tests.
+  // segment starts never steer a read outside K/V. nullptr: no check (the kernels' own tests).
   const unsigned* failed = nullptr;
 };
 
@@ -35,17 +31,15 @@ struct AttnArgs {
 #define SBP_ATTN_RETURN_IF_CHECK_FAILED(a) \
   if ((a).failed && *(a).failed) return
 
-// `#pragma unroll` for nvcc; nothing for the host emulations (g++ would warn).
-#if defined(SBP_CUDA_EMULATION) || defined(STREAMBP_CUDA_EMULATION)
+// `#pragma unroll` for nvcc; nothing for the emulation build (g++ would warn).
+#if defined(STREAMBP_CUDA_EMULATION)
 #define SBP_UNROLL
 #else
 #define SBP_UNROLL _Pragma("unroll")
 #endif
 
 // A kernel's dynamic shared memory, 128-byte aligned.
-#if defined(SBP_CUDA_EMULATION)
-#define SBP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sbp::emu::dynamic_shared())
-#elif defined(STREAMBP_CUDA_EMULATION)
+#if defined(STREAMBP_CUDA_EMULATION)
 #define SBP_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::sbp::cudaemu::dynamic_shared())
 #else
 #define SBP_DYNAMIC_SHARED(T, name) extern __shared__ __align__(128) T name[]
@@ -54,15 +48,10 @@ struct AttnArgs {
 template <class Kernel>
 void launch_attention(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream,
                       const AttnArgs& a) {
-#if defined(SBP_CUDA_EMULATION)
-  (void)stream;
-  emu::launch(kernel, grid, threads, smem, a);
-#else
   if (smem > 48 * 1024)  // past the default, shared memory must be asked for per kernel
     SBP_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
   SBP_LAUNCH(kernel, grid, threads, smem, stream, a);
-#endif
 }
 
 // ---- the fp32 CUDA-core kernels (attention_simt.cu) ----

@@ -19,9 +19,7 @@
 // Every output element is owned by one block and summed in a fixed order: deterministic, no
 // atomics. Tiles nobody in a warp sees are skipped by that warp (causal and window masks);
 // partially visible tiles are masked per element.
-#if !defined(SBP_CUDA_EMULATION)  // the CPU tests bring their own (host_emulation.h)
-#include <mma.h>
-#endif
+#include <mma.h>  // nvcc's, or the emulation build's (emulation/mma.h)
 
 #include <algorithm>
 #include <cstdint>

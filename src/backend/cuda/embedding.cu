@@ -1,13 +1,17 @@
 // Token embedding lookup and its scatter-add backward.
 //
-// Backward, deterministic without float atomics: the ids (n I32, small) are copied to the host,
-// checked there (the CPU backend's message), and sorted stably by id into runs: for each
-// distinct id v other than the padding row, the rows i with ids[i] == v in increasing i. One
-// thread per (run, column) then sums its run in that order in fp32, starting from the stored
-// dtable value, and stores once: the same additions in the same order as the CPU backend (cpu/embedding.cpp), so an F32 dtable
-// gets the CPU's bits and a BF16 one is rounded once per element and call.
-#include <algorithm>
-#include <vector>
+// Backward, deterministic without float atomics and without a host wait: the ids are checked on
+// the device (checks.cu: a bad id is reported at the next download or synchronisation, as the
+// forward's), and the rows that add are sorted on the device by the key (id << 32 | row): keys
+// are distinct, so any sort gives the one order "by id, rows increasing" (a bitonic network
+// here: log2(P) (log2(P) + 1) / 2 small launches for P = n rounded up to a power of two). A row
+// with the padding id gets the largest key and sorts last. One block column per sorted position
+// whose key starts a run of one id; its threads (one per column) sum the run's rows in that
+// order in fp32, starting from the stored dtable value, and store once: the same additions in
+// the same order as the CPU backend (cpu/embedding.cpp), so an F32 dtable gets the CPU's bits
+// and a BF16 one is rounded once per element and call. Blocks at positions that start no run
+// return at once (the number of runs is not known on the host).
+#include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -36,19 +40,53 @@ __global__ void gather_kernel(const unsigned* failed, FPtr x, FPtr table, const 
   }
 }
 
-// runs: [u ids | u + 1 offsets | m rows]; grid (u, ceil(d / 256)): the runs go on grid x, whose
-// limit is 2^31 - 1 (a long sequence has far more than grid y's 65535 distinct ids).
-__global__ void scatter_runs_kernel(FPtr dtable, FPtr dx, const int32_t* runs, int64_t u,
-                                    int64_t d) {
+constexpr uint64_t kNoRow = ~uint64_t{0};  // the padding id's rows and the power-of-two tail
+
+// keys[i] = (id << 32) | i for the rows that add; kNoRow for the rest of [0, P).
+__global__ void embedding_keys_kernel(const unsigned* failed, uint64_t* keys, const int32_t* ids,
+                                      int64_t n, int64_t P, int64_t padding_row) {
+  if (*failed) return;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < P;
+       i += int64_t{gridDim.x} * blockDim.x)
+    keys[i] = i < n && ids[i] != padding_row
+                  ? (static_cast<uint64_t>(static_cast<uint32_t>(ids[i])) << 32) |
+                        static_cast<uint64_t>(i)
+                  : kNoRow;
+}
+
+// One compare-exchange pass of the bitonic sorting network over P (a power of two) keys:
+// stage k (the size of the sequences being merged), distance j.
+__global__ void bitonic_pass_kernel(const unsigned* failed, uint64_t* keys, int64_t P, int64_t k,
+                                    int64_t j) {
+  if (*failed) return;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < P;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t l = i ^ j;
+    if (l <= i) continue;
+    const bool ascending = (i & k) == 0;
+    const uint64_t a = keys[i], b = keys[l];
+    if ((a > b) == ascending) {
+      keys[i] = b;
+      keys[l] = a;
+    }
+  }
+}
+
+// grid (n, ceil(d / 256)): block x = a sorted position (grid x's limit is 2^31 - 1); only a
+// position that starts a run of one id works: it adds the run's rows, in order, to its row.
+__global__ void scatter_runs_kernel(const unsigned* failed, FPtr dtable, FPtr dx,
+                                    const uint64_t* keys, int64_t n, int64_t d) {
+  if (*failed) return;
+  const int64_t k = blockIdx.x;
   const int64_t j = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t r = blockIdx.x;
-  if (j >= d) return;
-  const int32_t* offsets = runs + u;
-  const int32_t* rows = runs + 2 * u + 1;
-  const int64_t at = static_cast<int64_t>(runs[r]) * d + j;
+  const uint64_t key = keys[k];
+  if (key == kNoRow || j >= d) return;
+  const uint64_t id = key >> 32;
+  if (k > 0 && (keys[k - 1] >> 32) == id) return;  // not the run's first row
+  const int64_t at = static_cast<int64_t>(id) * d + j;
   float acc = dtable.ld(at);
-  for (int32_t k = offsets[r]; k < offsets[r + 1]; ++k)
-    acc += dx.ld(static_cast<int64_t>(rows[k]) * d + j);
+  for (int64_t r = k; r < n && keys[r] != kNoRow && (keys[r] >> 32) == id; ++r)
+    acc += dx.ld(static_cast<int64_t>(keys[r] & 0xffffffffu) * d + j);
   dtable.st(at, acc);
 }
 
@@ -66,36 +104,21 @@ void CudaBackend::embedding_backward_impl(const Tensor& dtable, const Tensor& dx
                                           const Tensor& ids, int64_t padding_row) {
   const int64_t V = dtable.rows(), n = dx.rows(), d = dx.cols();
   if (n == 0) return;
-  std::vector<int32_t> id(static_cast<size_t>(n));
-  download_impl(id.data(), ids.data, sizeof(int32_t) * n);
-  for (int64_t i = 0; i < n; ++i)
-    SBP_CHECK(id[i] >= 0 && id[i] < V, id_message(i, id[i], V));
+  check_index_range(ids, 0, V, [V](int64_t i, int64_t v) { return id_message(i, v, V); });
   if (d == 0) return;
-  std::vector<int32_t> order;  // the rows that add, stably sorted by id
-  order.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    if (id[i] != padding_row) order.push_back(static_cast<int32_t>(i));
-  if (order.empty()) return;
-  const int64_t m = static_cast<int64_t>(order.size());
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return id[a] < id[b]; });
-  std::vector<int32_t> uniq, offsets;
-  for (int64_t k = 0; k < m; ++k) {
-    if (k == 0 || id[order[k]] != id[order[k - 1]]) {
-      uniq.push_back(id[order[k]]);
-      offsets.push_back(static_cast<int32_t>(k));
-    }
-  }
-  offsets.push_back(static_cast<int32_t>(m));
-  const int64_t u = static_cast<int64_t>(uniq.size());
-  std::vector<int32_t> runs;  // [u ids | u + 1 offsets | m rows]
-  runs.reserve(static_cast<size_t>(2 * u + 1 + m));
-  runs.insert(runs.end(), uniq.begin(), uniq.end());
-  runs.insert(runs.end(), offsets.begin(), offsets.end());
-  runs.insert(runs.end(), order.begin(), order.end());
-  auto* dev = static_cast<int32_t*>(scratch(kScratchB, sizeof(int32_t) * runs.size()));
-  upload_impl(dev, runs.data(), sizeof(int32_t) * runs.size());  // staged: runs may go (upload_impl)
-  const dim3 grid(static_cast<unsigned>(u), static_cast<unsigned>((d + 255) / 256));
-  SBP_LAUNCH(scatter_runs_kernel, grid, 256, 0, stream_, fptr(dtable), fptr(dx), dev, u, d);
+  SBP_CHECK(n <= int64_t{INT32_MAX}, "embedding_backward: more rows than the sort keys hold");
+  int64_t P = 1;
+  while (P < n) P *= 2;
+  auto* keys = static_cast<uint64_t*>(scratch(kScratchB, sizeof(uint64_t) * P));
+  const unsigned grid = cuda::grid_for(P, 256);
+  SBP_LAUNCH(embedding_keys_kernel, grid, 256, 0, stream_, check_failed(), keys, ids.i32(), n, P,
+             padding_row);
+  for (int64_t k = 2; k <= P; k *= 2)
+    for (int64_t j = k / 2; j > 0; j /= 2)
+      SBP_LAUNCH(bitonic_pass_kernel, grid, 256, 0, stream_, check_failed(), keys, P, k, j);
+  const dim3 runs(static_cast<unsigned>(n), static_cast<unsigned>((d + 255) / 256));
+  SBP_LAUNCH(scatter_runs_kernel, runs, 256, 0, stream_, check_failed(), fptr(dtable), fptr(dx),
+             keys, n, d);
 }
 
 }  // namespace sbp

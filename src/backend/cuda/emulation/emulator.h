@@ -17,6 +17,8 @@ struct Counters {
   int64_t launches = 0;  // kernels queued
   int64_t kernels_run = 0;
   int64_t blocks_run = 0;
+  int64_t collective_runs = 0;  // queue runs for emulated NCCL collectives (nccl.h)
+  size_t max_dynamic_smem = 0;  // the largest dynamic shared memory a queued launch asked for
 };
 Counters counters();
 
@@ -26,8 +28,8 @@ void inject_malloc_error(cudaError_t error, int after = 0);
 // Makes every later call return `error`, as a fault in a kernel does (sticky). `what` is
 // printed to stderr.
 void inject_sticky_error(cudaError_t error, const std::string& what);
-// Clears a sticky error, the opt-ins and the last error (the real runtime needs a new process;
-// tests reset instead). Device memory stays.
+// Clears a sticky error, the opt-ins, the last error and Counters::max_dynamic_smem (the real
+// runtime needs a new process; tests reset instead). Device memory stays.
 void reset_errors();
 // Bytes of device memory cudaMalloc hands out before it reports cudaErrorMemoryAllocation
 // (default 16 GiB, or STREAMBP_CUDA_EMULATION_MEMORY in bytes).

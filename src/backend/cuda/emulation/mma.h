@@ -1,10 +1,10 @@
 #pragma once
 // WMMA (nvcuda::wmma, m16n16k8 with TF32 inputs and an fp32 accumulator) for the emulation
-// build, as host_emulation.h models it: every lane holds the whole tile (the real per-lane
-// layout is opaque and the kernels only use elementwise fragment operations), products read only
-// the TF32 bits of their inputs as the tensor cores do, and load/store check the pointer
-// alignment (32 bytes) and leading dimension (multiple of 4 floats) that WMMA requires: a
-// violation is a kernel fault (sticky error), as a misaligned access is on the device.
+// build: every lane holds the whole tile (the real per-lane layout is opaque and the kernels only
+// use elementwise fragment operations), products read only the TF32 bits of their inputs as the
+// tensor cores do, and load/store check the pointer alignment (32 bytes) and leading dimension
+// (multiple of 4 floats) that WMMA requires: a violation is a kernel fault (sticky error), as a
+// misaligned access is on the device.
 #include <cstdint>
 #include <cstring>
 #include <type_traits>

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -95,9 +96,10 @@ struct Runtime {
         const Counters& c = rt().counters;
         std::fprintf(stderr,
                      "cuda emulation: %lld host waits with work queued (%lld wait calls), %lld "
-                     "launches, %lld blocks\n",
+                     "launches, %lld blocks, %lld NCCL collective runs\n",
                      static_cast<long long>(c.syncs), static_cast<long long>(c.sync_calls),
-                     static_cast<long long>(c.launches), static_cast<long long>(c.blocks_run));
+                     static_cast<long long>(c.launches), static_cast<long long>(c.blocks_run),
+                     static_cast<long long>(c.collective_runs));
       });
   }
 };
@@ -218,6 +220,11 @@ void host_wait() {
   drain();
 }
 
+void run_collectives() {
+  ++rt().counters.collective_runs;
+  drain();
+}
+
 void enqueue_op(const char* name, std::function<void()> run) { enqueue(name, std::move(run)); }
 
 bool device_range(const void* p, size_t bytes) { return is_device(p, bytes); }
@@ -242,6 +249,7 @@ void enqueue_launch(const char* name, const void* fn, dim3 grid, dim3 block, siz
     return;
   }
   ++r.counters.launches;
+  r.counters.max_dynamic_smem = std::max(r.counters.max_dynamic_smem, smem);
   enqueue(name, [name = std::string(name), grid, block, smem, body = std::move(body)] {
     Runtime& rr = rt();
     ++rr.counters.kernels_run;
@@ -270,6 +278,7 @@ void reset_errors() {
   r.sticky = cudaSuccess;
   r.last = cudaSuccess;
   r.malloc_fail_after = -1;
+  r.counters.max_dynamic_smem = 0;
 }
 
 void set_device_memory(size_t bytes) { rt().memory_limit = bytes; }

@@ -24,5 +24,8 @@ void enqueue_op(const char* name, std::function<void()> run);
 bool device_range(const void* p, size_t bytes);
 // Runs the queue.
 void drain();
+// Runs the queue for an emulated NCCL collective (nccl.h): counted as a collective run, not as
+// a host wait.
+void run_collectives();
 
 }  // namespace sbp::cudaemu

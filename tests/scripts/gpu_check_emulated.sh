@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh run for real against the emulated CUDA backend (build-emu, docs/CUDA.md):
+# a bundle of build-emu's programs, every stage at a small size (GPU_CHECK_SMALL=1: a share of
+# each gtest program's cases, gradchecks at T = 32, benches on tiny-qwen3). Every stage must
+# pass: the commands, flags, fixtures and result files the GPU run will use all work, so the
+# first GPU run can only find what needs a GPU. The PyTorch baseline stages run when the Python
+# interpreter (GPU_CHECK_PYTHON, default python3) has torch and transformers, else are left
+# out (said so). Part of scripts/test-emu.sh; about a minute on two cores.
+#
+#   tests/scripts/gpu_check_emulated.sh [build-dir]     (default build-emu)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+DIR=$(cd "$ROOT/${1:-build-emu}" && pwd)
+T=$(mktemp -d /tmp/gpu-check-emulated.XXXXXX)
+trap '[[ -n ${KEEP:-} ]] || rm -rf "$T"' EXIT
+fail() { echo "gpu_check_emulated: FAIL: $*" >&2; exit 1; }
+
+mkdir -p "$T/bundle/bin" "$T/bundle/lib"
+ln -s "$DIR/streambp" "$T/bundle/bin/streambp"
+for p in cuda_math_test cuda_gemm_plan_test cuda_arena_test backend_factory_test ops_dense_test \
+  ops_layer_test ops_head_test ops_gemma_test misuse_test hf_parity_test hf_parity_bf16_test; do
+  [[ -x $DIR/tests/$p ]] || fail "$DIR/tests/$p not built (scripts/build.sh emu builds it)"
+  ln -s "$DIR/tests/$p" "$T/bundle/bin/$p"
+done
+PY=${GPU_CHECK_PYTHON:-python3}
+skip=""
+if ! "$PY" -c 'import torch, transformers' 2>/dev/null; then
+  skip='^torch_'
+  echo "gpu_check_emulated: $PY has no torch/transformers: the PyTorch baseline stages are left out"
+fi
+start=$(date +%s)
+rc=0
+OUT=$T/out TMPDIR=$T GPU_CHECK_BUNDLE_DIR=$T/bundle GPU_CHECK_PYTHON=$PY GPU_CHECK_SMALL=1 \
+  GPU_CHECK_SKIP=$skip STREAMBP_CUDA_EMULATION_MEMORY=$((8 << 30)) OMP_WAIT_POLICY=passive \
+  DEADLINE=400 "$ROOT/scripts/gpu-check.sh" >"$T/run.txt" 2>&1 || rc=$?
+elapsed=$(($(date +%s) - start))
+mkdir -p "$T/logs"
+tar -C "$T/logs" -xzf "$T/out/logs.tar.gz"
+# Every planned stage ran and passed the first time.
+planned=$(GPU_CHECK_SMALL=1 GPU_CHECK_SKIP=$skip "$ROOT/scripts/gpu-check.sh" --dry-run |
+  awk '/ stages; limits/ {print $1}')
+python3 - "$T/logs/stages.jsonl" "$planned" <<'PY' || { cat "$T/out/gpu-check.md" >&2; fail "stages above"; }
+import json, sys
+stages = [json.loads(l) for l in open(sys.argv[1])]
+bad = [s for s in stages if s["status"] != "pass" or s["rerun"]]
+for s in bad:
+    print(f"gpu_check_emulated: stage {s['name']}: {s['status']} (rc {s['rc']}, {s['seconds']} s)",
+          file=sys.stderr)
+if len(stages) != int(sys.argv[2]):
+    print(f"gpu_check_emulated: {len(stages)} stages ran, {sys.argv[2]} planned", file=sys.stderr)
+    sys.exit(1)
+slowest = sorted(stages, key=lambda s: -float(s["seconds"]))[:3]
+print("gpu_check_emulated: slowest stages: " +
+      ", ".join(f"{s['name']} {float(s['seconds']):.0f} s" for s in slowest))
+sys.exit(1 if bad else 0)
+PY
+((rc == 0)) || { tail -40 "$T/run.txt" >&2; fail "gpu-check.sh exited $rc"; }
+echo "gpu_check_emulated: ok: $planned stages passed in ${elapsed} s"
