@@ -25,6 +25,7 @@
 #include "backend/cuda_factory.h"
 #endif
 #include "cli/commands.h"
+#include "cli/exec_args.h"
 #include "cli/flag_checks.h"
 #include "cli/lora_args.h"
 #include "cli/model_source.h"
@@ -43,20 +44,23 @@ namespace sbp::cli {
 
 namespace {
 
+constexpr ExecFlags kBenchExec{.mode_list = true, .chunks = ChunkDefault::quarter,
+                               .precision_list = true};
+ExecArgs bench_exec() {
+  ExecArgs e;
+  e.modes = "checkpoint,stream";
+  return e;
+}
+
 struct Args {
   std::string model;
   std::string seq_lens = "1024";
-  std::string modes = "checkpoint,stream";
-  int64_t layer_chunk = 0;  // 0: T/4
-  int64_t head_chunk = 512;
+  ExecArgs exec = bench_exec();  // --modes, chunks (layer T/4, head 512), --precision list
   int64_t layers = 0;
   int repeat = 3;
   int warmup = 0;
-  int threads = 0;
   uint64_t seed = 0;
   std::string json;
-  std::string backend = "cpu";
-  std::string precisions = "fp32";
   ObjectiveArgs objective;
   LoraArgs lora;
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
@@ -140,13 +144,13 @@ struct Bench {
   std::vector<std::unique_ptr<Models>> models;  // one per --precision
   std::vector<double> sgemm_probes;
 
-  explicit Bench(const Args& args) : a(args), be(backend_from_flag(args.backend)) {
+  explicit Bench(const Args& args) : a(args), be(args.exec.make_backend()) {
     src = resolve_model(a.model, a.layers);
     setup = a.objective.setup();
     lora = a.lora.config();
     segments = a.segments > 0 ? a.segments
                               : plan_sequences_of(setup.traits(), a.objective.group_size);
-    for (const Precision p : precisions_from_flag(a.precisions)) {
+    for (const Precision p : a.exec.precision_values()) {
       models.push_back(std::make_unique<Models>(p, *be));
       build(*models.back());
     }
@@ -196,10 +200,7 @@ struct Bench {
     std::vector<Config> configs;
     const size_t first = runs.size();
     for (const std::unique_ptr<Models>& m : models) {
-      for (ExecConfig exec : parse_modes(a.modes)) {
-        exec.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : std::max<int64_t>(1, (T + 3) / 4);
-        exec.head_chunk = a.head_chunk;
-        exec.act_dtype = storage_dtype(m->precision);
+      for (const ExecConfig& exec : a.exec.configs(ChunkDefault::quarter, T, m->precision)) {
         Run r;
         r.mode = mode_name(exec);
         r.precision = enum_name<Precision>(kPrecisionNames, m->precision);
@@ -471,16 +472,16 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
 int run(const Args& a) {
   check_output_dir("--json", a.json);
   refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
-  set_cpu_threads(a.threads);
+  a.exec.set_threads();
   warn_if_generic_blas();
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
-  parse_modes(a.modes);  // a bad mode fails before any work
+  a.exec.configs(ChunkDefault::quarter, 1, Precision::fp32);  // a bad mode fails before any work
   // Probed again after every round of steps: the median is the yardstick of the same moments
   // the steps ran in (a shared machine's speed drifts). On the CPU the first probe runs before
   // the models exist (as it always did); a GPU's needs the backend.
   double first_probe = -1;
-  if (a.backend.rfind("cuda", 0) != 0) {
+  if (a.exec.backend.rfind("cuda", 0) != 0) {
     std::fprintf(stderr, "bench: measuring sgemm...\n");
     first_probe = measure_sgemm_gflops();
   }
@@ -498,7 +499,7 @@ int run(const Args& a) {
   print_tables(b, runs, sgemm, probes);
   double copy_gbs = 0;  // the host's copy bandwidth: the yardstick of the CPU's memory-bound ops
   if (a.profile) {
-    if (a.backend == "cpu") {
+    if (a.exec.backend == "cpu") {
       std::fprintf(stderr, "bench: measuring copy bandwidth...\n");
       copy_gbs = measure_copy_bandwidth_gbs();
     }
@@ -515,11 +516,6 @@ void register_bench(CLI::App& app) {
   CLI::App* c = app.add_subcommand("bench", "Time and memory of a training step per mode and T");
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
   c->add_option("--seq-len", a->seq_lens, "Comma-separated sequence lengths");
-  c->add_option("--modes", a->modes, "Comma-separated modes");
-  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk (default T/4)")
-      ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk in chunked modes")
-      ->check(int_in(1, kMaxFlagInt));
   c->add_option("--layers", a->layers, "Override the number of layers (random weights)")
       ->check(int_in(1, kMaxFlagInt));
   // CLI::PositiveNumber accepted 0 and named the range as 0 to 1.8e308.
@@ -527,12 +523,9 @@ void register_bench(CLI::App& app) {
       ->check(int_in(1, 1000000));
   c->add_option("--warmup", a->warmup, "Untimed steps before the timed ones")
       ->check(int_in(0, 1000000));
-  c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
-  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");
-  c->add_option("--precision", a->precisions,
-                "Comma-separated precisions, interleaved with the modes: fp32, bf16");
+  a->exec.add_flags(c, kBenchExec);
   c->add_option("--segments", a->segments,
                 "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)")
       ->check(int_in(1, kMaxFlagInt));
