@@ -207,8 +207,8 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
       "plan: %s (%s, %lld layers, %s parameters), %s weights and activations, %s gradients, "
       "optimizer %s%s, objective %s, batch 1\n",
       a.model.c_str(), model_type_name(cfg.model_type),
-      static_cast<long long>(cfg.num_hidden_layers), params, a.exec.precision.c_str(), a.exec.grad_dtype.c_str(),
-      a.optimizer.c_str(),
+      static_cast<long long>(cfg.num_hidden_layers), params, a.exec.precision.c_str(),
+      a.exec.grad_dtype.c_str(), a.optimizer.c_str(),
       setup.adamw
           ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
           : "",

@@ -53,8 +53,8 @@ void ExecArgs::add_flags(CLI::App* c, const ExecFlags& takes) {
     const char* layer_default = takes.chunks == ChunkDefault::quarter  ? " (default: T/4)"
                                 : takes.chunks == ChunkDefault::uneven ? " (default: T/4 + 1)"
                                                                        : " (default: 1024)";
-    const char* head_default = takes.chunks == ChunkDefault::uneven ? " (default: T/3 + 1)"
-                                                                    : " (default: 512)";
+    const char* head_default =
+        takes.chunks == ChunkDefault::uneven ? " (default: T/3 + 1)" : " (default: 512)";
     c->add_option("--layer-chunk", layer_chunk,
                   std::string("Stream-mode chunk length in tokens") + layer_default)
         ->check(int_in(1, kMaxFlagInt));
@@ -81,8 +81,7 @@ void ExecArgs::add_flags(CLI::App* c, const ExecFlags& takes) {
         ->capture_default_str();
   if (takes.runs) {
     c->add_option("--threads", threads, "Threads (default: all)")->check(int_in(0, 4096));
-    c->add_option("--backend", backend,
-                  "Backend that computes: cpu, cuda or cuda:N (CUDA builds)")
+    c->add_option("--backend", backend, "Backend that computes: cpu, cuda or cuda:N (CUDA builds)")
         ->capture_default_str();
   }
 }

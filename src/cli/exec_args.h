@@ -30,7 +30,7 @@ enum class ChunkDefault {
 struct ExecFlags {
   bool mode_list = false;  // --modes, a comma-separated list (else --mode, one)
   const char* mode_help = "base, checkpoint, stream or <store|recompute|stream>+<full|chunked>";
-  bool head_chunk = true;       // generate's prompt has no LM-head blocks
+  bool head_chunk = true;  // generate's prompt has no LM-head blocks
   ChunkDefault chunks = ChunkDefault::exec_config;
   bool precision_list = false;  // bench: precisions compared, interleaved with the modes
   bool grad_dtype = false;      // plan: the gradient buffers' dtype
@@ -39,8 +39,8 @@ struct ExecFlags {
 
 struct ExecArgs {
   // The flags' values; a command changes a default before add_flags.
-  std::string modes = "stream";    // --mode or --modes
-  std::string layer_chunk;         // "" (not given): ChunkDefault; `auto` where planned
+  std::string modes = "stream";  // --mode or --modes
+  std::string layer_chunk;       // "" (not given): ChunkDefault; `auto` where planned
   std::string head_chunk;
   std::string precision = "fp32";  // one, or a comma-separated list with precision_list
   std::string grad_dtype = "f32";  // f32 | bf16 (core/dtype.h kGradDtypeNames)
@@ -57,7 +57,7 @@ struct ExecArgs {
   // --layer-chunk / --head-chunk as numbers, 0 for not given or `auto`.
   int64_t layer_chunk_rows() const;
   int64_t head_chunk_rows() const;
-  Precision precision_value() const;              // --precision, one
+  Precision precision_value() const;                // --precision, one
   std::vector<Precision> precision_values() const;  // --precision, a list
   DType grad_dtype_value() const;
   // Sets the CPU threads (--threads) and makes the backend (--backend).

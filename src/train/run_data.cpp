@@ -75,15 +75,16 @@ void RunData::load_prompts(const ModelConfig& policy) {
                        " exceed the model's max_position_embeddings (" +
                        std::to_string(policy.max_position_embeddings) + ")");
   }
-  online_ = std::make_unique<OnlineRollouts>(c_, std::move(prompts), *prompt_encoder_,
-                                             policy.vocab_size);
+  online_ =
+      std::make_unique<OnlineRollouts>(c_, std::move(prompts), *prompt_encoder_, policy.vocab_size);
   data_.fingerprints = {{"train", file_fingerprint(c_.data_train)}};
-  log_.out("data: %zu prompts from %s (online %s: %lld prompts x %lld completions per batch, "
-           "up to %lld new tokens each, %lld step%s per batch)\n",
-           n, c_.data_train.c_str(), objective_name(c_.objective),
-           static_cast<long long>(rs.prompts_per_step), static_cast<long long>(rs.num_generations),
-           static_cast<long long>(rs.max_completion_length),
-           static_cast<long long>(rs.num_iterations), rs.num_iterations == 1 ? "" : "s");
+  log_.out(
+      "data: %zu prompts from %s (online %s: %lld prompts x %lld completions per batch, "
+      "up to %lld new tokens each, %lld step%s per batch)\n",
+      n, c_.data_train.c_str(), objective_name(c_.objective),
+      static_cast<long long>(rs.prompts_per_step), static_cast<long long>(rs.num_generations),
+      static_cast<long long>(rs.max_completion_length), static_cast<long long>(rs.num_iterations),
+      rs.num_iterations == 1 ? "" : "s");
 }
 
 int64_t RunData::total_steps(int64_t per_step) {

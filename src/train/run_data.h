@@ -43,7 +43,7 @@ class RunData {
   const DataCursor& cursor() const;
   double epoch_progress() const;
   const std::vector<MicroBatch>& eval() const { return eval_; }  // empty: no evaluation
-  OnlineRollouts* online() { return online_.get(); }               // null offline
+  OnlineRollouts* online() { return online_.get(); }             // null offline
   const nlohmann::json& fingerprints() const { return data_.fingerprints; }
   int64_t longest_prompt() const { return online_ ? online_->longest_prompt() : 0; }
 

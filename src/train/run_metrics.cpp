@@ -114,7 +114,9 @@ void RunMetrics::log_completions(int64_t step, const OnlineRollouts& online) {
                              {"rewards", rewards}});
     }
     const PromptRecord& rec = online.prompt(p);
-    groups.push_back({{"prompt", rec.text}, {"record", rec.where}, {"fields", rec.fields},
+    groups.push_back({{"prompt", rec.text},
+                      {"record", rec.where},
+                      {"fields", rec.fields},
                       {"completions", completions}});
   }
   completions_->write({{"step", step}, {"prompts", groups}});

@@ -28,11 +28,11 @@ void round_into_weights(Backend& be, const ParameterSet& weights, DataParallel& 
 // different checkpoints disagree here.
 void check_optimizer_steps(int64_t optimizer_steps, const std::string& dir,
                            const ModelSources& from) {
-  const TrainerState& r = from.resumed;
+  const TrainerState& r = from.start.resumed;
   const int64_t want = r.step - r.skipped_steps;
   if (optimizer_steps == want) return;
   throw InputError(dir + ": the optimizer state has made " + std::to_string(optimizer_steps) +
-                   " updates, but " + from.ckpt + "/trainer_state.json says " +
+                   " updates, but " + from.start.ckpt + "/trainer_state.json says " +
                    std::to_string(want) + " (step " + std::to_string(r.step) + " minus " +
                    std::to_string(r.skipped_steps) +
                    " skipped): the files are not from one checkpoint");
@@ -41,19 +41,19 @@ void check_optimizer_steps(int64_t optimizer_steps, const std::string& dir,
 void load_full_policy(ModelSet& models, Backend& be, const ModelSources& from, const RunLog& log) {
   const TrainConfig& c = from.c;
   ParameterSet& w = fp32_values(models.policy_weights(), models.policy());
-  if (from.ckpt.empty()) {
-    if (from.start_dir.empty()) {
+  if (from.start.ckpt.empty()) {
+    if (from.start.dir.empty()) {
       init_parameters(w, c.seed, InitStyle::hf);
       log.out("model: %s, random weights (seed %llu)\n", c.model.c_str(),
               static_cast<unsigned long long>(c.seed));
     } else {
-      load_weights(from.start_dir, from.policy, w);
-      log.out("model: %s\n", from.start_dir.c_str());
+      load_weights(from.start.dir, from.start.policy, w);
+      log.out("model: %s\n", from.start.dir.c_str());
     }
   } else {
-    load_checkpoint_weights(from.ckpt, from.policy, w);
-    models.policy().load_optimizer(from.ckpt);
-    check_optimizer_steps(models.policy().optimizer_steps(), from.ckpt, from);
+    load_checkpoint_weights(from.start.ckpt, from.start.policy, w);
+    models.policy().load_optimizer(from.start.ckpt);
+    check_optimizer_steps(models.policy().optimizer_steps(), from.start.ckpt, from);
   }
   round_into_weights(be, models.policy_weights(), models.policy());
 }
@@ -64,15 +64,15 @@ void load_full_policy(ModelSet& models, Backend& be, const ModelSources& from, c
 void load_lora_policy(ModelSet& models, const ModelSources& from, const RunLog& log) {
   const TrainConfig& c = from.c;
   ParameterSet& w = models.policy_weights();
-  if (from.start_dir.empty())
+  if (from.start.dir.empty())
     init_parameters(w, c.seed, InitStyle::hf);
   else
-    load_weights(from.start_dir, from.policy, w);
+    load_weights(from.start.dir, from.start.policy, w);
   LoraSet& ad = models.lora_weights();
   log.out("model: %s (frozen), LoRA %s: %.3fM adapter parameters\n",
-          from.start_dir.empty() ? (c.model + ", random weights").c_str() : from.start_dir.c_str(),
+          from.start.dir.empty() ? (c.model + ", random weights").c_str() : from.start.dir.c_str(),
           c.lora.describe().c_str(), static_cast<double>(ad.numel()) / 1e6);
-  if (from.ckpt.empty()) {
+  if (from.start.ckpt.empty()) {
     if (c.lora_adapter.empty()) {
       init_lora(ad, c.seed);
     } else {
@@ -81,9 +81,9 @@ void load_lora_policy(ModelSet& models, const ModelSources& from, const RunLog& 
     }
     return;
   }
-  load_lora_weights(from.ckpt, ad);
-  models.lora_optimizer()->load(from.ckpt);
-  check_optimizer_steps(models.lora_optimizer()->steps(), from.ckpt, from);
+  load_lora_weights(from.start.ckpt, ad);
+  models.lora_optimizer()->load(from.start.ckpt);
+  check_optimizer_steps(models.lora_optimizer()->steps(), from.start.ckpt, from);
 }
 
 }  // namespace
@@ -103,7 +103,7 @@ void load_reference(ModelSet& models, const ModelSources& from, const RunLog& lo
     log.out("reference model: the base model with the adapters off (no second copy)\n");
   if (!models.has_reference()) return;
   const std::string& ref_dir = c.reference_dir();
-  const std::string dir = ref_dir.empty() ? from.start_dir : ref_dir;
+  const std::string dir = ref_dir.empty() ? from.start.dir : ref_dir;
   if (dir.empty())
     init_parameters(models.reference_weights(), c.seed, InitStyle::hf);
   else
@@ -116,15 +116,15 @@ void load_reference(ModelSet& models, const ModelSources& from, const RunLog& lo
 void load_value(ModelSet& models, Backend& be, const ModelSources& from, const RunLog& log) {
   if (!models.has_value()) return;
   ParameterSet& w = fp32_values(models.value_weights(), models.value());
-  if (from.ckpt.empty()) {
-    const std::string src = init_value_weights(from.c, from.start_dir, models.value_config(), w);
+  if (from.start.ckpt.empty()) {
+    const std::string src = init_value_weights(from.c, from.start.dir, models.value_config(), w);
     log.out("value model: %s\n", src.c_str());
   } else {
-    const std::string dir = from.ckpt + "/" + kValueModelDir;
-    load_value_checkpoint_weights(from.ckpt, models.value_config(), w);
+    const std::string dir = from.start.ckpt + "/" + kValueModelDir;
+    load_value_checkpoint_weights(from.start.ckpt, models.value_config(), w);
     models.value().load_optimizer(dir);
     check_optimizer_steps(models.value().optimizer_steps(), dir, from);
-    log.out("value model: %s/%s\n", from.ckpt.c_str(), kValueModelDir);
+    log.out("value model: %s/%s\n", from.start.ckpt.c_str(), kValueModelDir);
   }
   round_into_weights(be, models.value_weights(), models.value());
 }
@@ -138,15 +138,15 @@ std::string save_models(ModelSet& models, const ModelSources& from, DType save_d
   };
   std::optional<ValueModelContents> value;
   if (models.has_value())
-    value.emplace(ValueModelContents{
-        models.value_config(), fp32(models.value_weights(), models.value()),
-        [&](const std::string& dir) { models.value().save_optimizer(dir); }});
+    value.emplace(
+        ValueModelContents{models.value_config(), fp32(models.value_weights(), models.value()),
+                           [&](const std::string& dir) { models.value().save_optimizer(dir); }});
   // LoRA: the adapters (PEFT files) and their optimizer; the frozen base is not written.
   const bool lora = models.has_lora();
   const std::string path = save_checkpoint(
       c.output_dir,
       CheckpointContents{
-          from.policy,
+          from.start.policy,
           lora ? models.policy_weights() : fp32(models.policy_weights(), models.policy()),
           save_dtype,
           [&](const std::string& dir) {
@@ -155,7 +155,7 @@ std::string save_models(ModelSet& models, const ModelSources& from, DType save_d
             else
               models.policy().save_optimizer(dir);
           },
-          state, c.tokenizer, from.start_dir, value ? &*value : nullptr,
+          state, c.tokenizer, from.start.dir, value ? &*value : nullptr,
           lora ? &models.lora_weights() : nullptr, c.model},
       comm);
   if (lead) rotate_checkpoints(c.output_dir, c.keep_last);

@@ -18,13 +18,18 @@
 
 namespace sbp {
 
-// Where a run's models come from.
+// Where a run starts from.
+struct RunStart {
+  ModelConfig policy;    // the starting model's config
+  std::string dir;       // the starting model's directory ("" when randomly initialised)
+  std::string ckpt;      // the checkpoint resumed from ("" for a fresh run)
+  TrainerState resumed;  // its trainer_state.json (a fresh run: empty)
+};
+
+// Where a run's models come from: the config and the start.
 struct ModelSources {
   const TrainConfig& c;
-  const ModelConfig& policy;  // the starting model's config
-  std::string start_dir;      // the starting model's directory ("" when randomly initialised)
-  std::string ckpt;           // the checkpoint resumed from ("" for a fresh run)
-  const TrainerState& resumed;  // its trainer_state.json
+  const RunStart& start;
 };
 
 // The policy's weights (or the frozen base and its adapters) and, resuming, its optimizer state.

@@ -113,19 +113,20 @@ Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& 
   std::vector<NamedPath> inputs;
   for (const TrainConfig::Input& in : c_.inputs()) inputs.push_back({in.key, in.path});
   inputs.push_back({"the config", c_.source});
-  claim_output_dir(c_.output_dir, c_.metrics, ckpt_, c_.overwrite_output_dir, log_.lead, inputs);
+  claim_output_dir(c_.output_dir, c_.metrics, start_.ckpt, c_.overwrite_output_dir, log_.lead,
+                   inputs);
   print_summary();
 }
 
 // The starting model, the checkpoint's state when resuming, and the data.
 void Trainer::load_inputs(const std::string& resume) {
-  std::tie(cfg_, start_dir_) = resolve_starting_model(c_);
+  std::tie(start_.policy, start_.dir) = resolve_starting_model(c_);
   if (!resume.empty()) {
-    ckpt_ = resolve_resume_dir(resume);
-    resumed_ = read_trainer_state(ckpt_);
+    start_.ckpt = resolve_resume_dir(resume);
+    start_.resumed = read_trainer_state(start_.ckpt);
   }
-  if (setup_.needs_value_model() && ckpt_.empty()) check_ppo_value_model(c_, cfg_);
-  data_.emplace(c_, cfg_, comm_, ckpt_, resumed_, log_);
+  if (setup_.needs_value_model() && start_.ckpt.empty()) check_ppo_value_model(c_, start_.policy);
+  data_.emplace(c_, start_.policy, comm_, start_.ckpt, start_.resumed, log_);
 }
 
 // The run's length (max_steps, or the steps of `epochs` epochs) and its LR schedule. Every rank
@@ -147,7 +148,7 @@ void Trainer::plan_schedule() {
                        .beta2 = static_cast<float>(c_.beta2),
                        .eps = static_cast<float>(c_.eps),
                        .weight_decay = static_cast<float>(c_.weight_decay)};
-  save_dtype_ = c_.save_dtype ? *c_.save_dtype : model_storage_dtype(start_dir_, cfg_);
+  save_dtype_ = c_.save_dtype ? *c_.save_dtype : model_storage_dtype(start_.dir, start_.policy);
   state_.total_steps = total;
   state_.config = c_.to_json();
   state_.config_hash = fnv_hex(state_.config.dump());
@@ -162,7 +163,7 @@ void Trainer::build_models() {
   exec_ = c_.exec();
   if (c_.layer_chunk == 0 || c_.head_chunk == 0) {
     const ResolvedChunks rc =
-        resolve_auto_chunks(c_, cfg_, exec_, comm_.size(), data_->longest_prompt());
+        resolve_auto_chunks(c_, start_.policy, exec_, comm_.size(), data_->longest_prompt());
     exec_.layer_chunk = rc.layer_chunk;
     exec_.head_chunk = rc.head_chunk;
     log_.out(
@@ -176,10 +177,10 @@ void Trainer::build_models() {
   const std::string& ref_dir = c_.reference_dir();
   if (setup_.needs_reference() && !ref_dir.empty()) {
     ref_cfg = load_config(ref_dir);
-    if (ref_cfg->vocab_size != cfg_.vocab_size)
+    if (ref_cfg->vocab_size != start_.policy.vocab_size)
       throw InputError(ref_dir + ": the reference model's vocab_size differs from the policy's");
   }
-  if (setup_.needs_value_model()) value_cfg = value_model_config(c_, cfg_, ckpt_);
+  if (setup_.needs_value_model()) value_cfg = value_model_config(c_, start_.policy, start_.ckpt);
   if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && comm_.size() > 1)
     throw InputError(
         c_.where("dist.zero") + ": dist.zero " + std::to_string(c_.dist.zero) +
@@ -192,8 +193,8 @@ void Trainer::build_models() {
                              .zero = c_.dist.zero,
                              .lora = c_.lora.enabled() ? &c_.lora : nullptr};
   models_ =
-      std::make_unique<ModelSet>(setup_, cfg_, pool_, *be_, opts, ref_cfg ? &*ref_cfg : nullptr,
-                                 value_cfg ? &*value_cfg : nullptr);
+      std::make_unique<ModelSet>(setup_, start_.policy, pool_, *be_, opts,
+                                 ref_cfg ? &*ref_cfg : nullptr, value_cfg ? &*value_cfg : nullptr);
   const ModelSources from = sources();
   load_policy(*models_, *be_, from, log_);
   start_data();
@@ -204,27 +205,28 @@ void Trainer::build_models() {
 
 // The models' sources (train/run_models.h).
 ModelSources Trainer::sources() const {
-  return ModelSources{c_, cfg_, start_dir_, ckpt_, resumed_};
+  return ModelSources{c_, start_};
 }
 
 // A fresh run's data at epoch 0; a resumed one's at the checkpoint's cursor, with its counters.
 void Trainer::start_data() {
-  if (ckpt_.empty()) {
+  if (start_.ckpt.empty()) {
     data_->start();
     return;
   }
-  data_->resume(resumed_, ckpt_ + "/trainer_state.json");
-  state_.step = resumed_.step;
-  state_.tokens_seen = resumed_.tokens_seen;
-  state_.skipped_steps = resumed_.skipped_steps;
-  log_.out("resuming from %s: step %lld of %lld, epoch %lld\n", ckpt_.c_str(),
+  data_->resume(start_.resumed, start_.ckpt + "/trainer_state.json");
+  state_.step = start_.resumed.step;
+  state_.tokens_seen = start_.resumed.tokens_seen;
+  state_.skipped_steps = start_.resumed.skipped_steps;
+  log_.out("resuming from %s: step %lld of %lld, epoch %lld\n", start_.ckpt.c_str(),
            static_cast<long long>(state_.step), static_cast<long long>(state_.total_steps),
-           static_cast<long long>(resumed_.epoch));
-  if (resumed_.total_steps != state_.total_steps)
+           static_cast<long long>(start_.resumed.epoch));
+  if (start_.resumed.total_steps != state_.total_steps)
     log_.out(
         "note: the run now has %lld steps (the checkpoint's run had %lld): the LR schedule follows "
         "the new length\n",
-        static_cast<long long>(state_.total_steps), static_cast<long long>(resumed_.total_steps));
+        static_cast<long long>(state_.total_steps),
+        static_cast<long long>(start_.resumed.total_steps));
 }
 
 void Trainer::print_summary() const {
@@ -232,8 +234,10 @@ void Trainer::print_summary() const {
       "model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, "
       "head "
       "chunk %lld); precision %s (gradients %s); %d thread%s; saves %s weights\n",
-      model_type_name(cfg_.model_type), static_cast<long long>(cfg_.num_hidden_layers),
-      static_cast<long long>(cfg_.hidden_size), static_cast<long long>(cfg_.vocab_size),
+      model_type_name(start_.policy.model_type),
+      static_cast<long long>(start_.policy.num_hidden_layers),
+      static_cast<long long>(start_.policy.hidden_size),
+      static_cast<long long>(start_.policy.vocab_size),
       static_cast<double>(models_->policy_weights().numel()) / 1e6, mode_name(exec_).c_str(),
       static_cast<long long>(exec_.layer_chunk), static_cast<long long>(exec_.head_chunk),
       enum_name<Precision>(kPrecisionNames, c_.precision), dtype_name(c_.grad_dtype), cpu_threads(),

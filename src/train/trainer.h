@@ -106,10 +106,7 @@ class Trainer : private StepHooks {
   RunLog log_;
   RunMetrics metrics_;  // metrics.jsonl, completions.jsonl (rank 0)
   ObjectiveSetup setup_;
-  ModelConfig cfg_;        // the policy's
-  std::string start_dir_;  // the starting model's directory ("" when randomly initialised)
-  std::string ckpt_;       // the checkpoint resumed from ("" for a fresh run)
-  TrainerState resumed_;
+  RunStart start_;  // the starting model, and the checkpoint resumed from (run_models.h)
   std::optional<RunData> data_;  // the data and where each step's micro-batches come from
   int64_t per_step_ = 1;  // micro-batches per step, all ranks
   LrSchedule schedule_;

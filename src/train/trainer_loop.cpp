@@ -27,7 +27,7 @@ int Trainer::run() {
   // Rank 0 writes the metrics and the checkpoints (each rank its optimizer shards).
   if (log_.lead) {
     remove_stale_staging(c_.output_dir);
-    metrics_.open_metrics(c_.metrics, ckpt_.empty() ? -1 : state_.step);
+    metrics_.open_metrics(c_.metrics, start_.ckpt.empty() ? -1 : state_.step);
   }
   if (stop_requested_anywhere()) {
     log_.err("streambp: interrupted before the first step; nothing saved\n");
@@ -41,7 +41,7 @@ int Trainer::run() {
   progress_.emplace(state_.step, state_.total_steps);
   if (data_->online() && log_.lead && c_.log_completions_every > 0)
     metrics_.open_completions(c_.output_dir + "/completions.jsonl",
-                              ckpt_.empty() ? -1 : state_.step);
+                              start_.ckpt.empty() ? -1 : state_.step);
   TrainingLoop loop(*models_, *runner_, *be_, schedule_, c_.max_grad_norm);
   try {
     loop.run(state_.step, stop_at_, *this);  // next_batches, accept, after_step below
@@ -91,7 +91,7 @@ int Trainer::stop_after_signal() {
 
 void Trainer::evaluate_before_training() {
   last_eval_ = std::nan("");
-  if (!ckpt_.empty() || data_->eval().empty()) return;
+  if (!start_.ckpt.empty() || data_->eval().empty()) return;
   last_eval_ = runner_->evaluate(data_->eval());
   metrics_.write_eval(0, last_eval_);
   log_.out("eval loss before training: %.4f\n", last_eval_);

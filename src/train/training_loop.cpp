@@ -43,8 +43,7 @@ std::string first_nonfinite_weight(ModelSet& models, Backend& be) {
       if (!std::isfinite(be.sum_squares(set.tensor(i)))) return set.name(i);
     return "";
   };
-  std::string bad =
-      models.has_lora() ? scan(models.lora_weights()) : scan(models.policy_weights());
+  std::string bad = models.has_lora() ? scan(models.lora_weights()) : scan(models.policy_weights());
   if (bad.empty() && models.has_value()) bad = scan(models.value_weights());
   return bad;
 }
