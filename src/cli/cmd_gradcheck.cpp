@@ -25,8 +25,8 @@ namespace {
 
 constexpr ExecFlags kGradcheckExec{
     .mode_list = true,
-    .mode_help = "compared against base: base, checkpoint, stream or "
-                 "<store|recompute|stream>+<full|chunked>",
+    .mode_help = "each compared against base (base, checkpoint, stream or "
+                 "<store|recompute|stream>+<full|chunked>)",
     .chunks = ChunkDefault::uneven};
 ExecArgs gradcheck_exec() {
   ExecArgs e;

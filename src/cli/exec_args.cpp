@@ -50,11 +50,14 @@ void ExecArgs::add_flags(CLI::App* c, const ExecFlags& takes) {
                     "LM-head rows per block (chunked head), or auto: the largest that fits")
           ->capture_default_str();
   } else {
-    const char* layer_default = takes.chunks == ChunkDefault::quarter  ? " (default: T/4)"
-                                : takes.chunks == ChunkDefault::uneven ? " (default: T/4 + 1)"
-                                                                       : " (default: 1024)";
-    const char* head_default =
-        takes.chunks == ChunkDefault::uneven ? " (default: T/3 + 1)" : " (default: 512)";
+    const ExecConfig e;
+    const std::string layer_default =
+        takes.chunks == ChunkDefault::quarter  ? " (default: T/4)"
+        : takes.chunks == ChunkDefault::uneven ? " (default: T/4 + 1)"
+                                               : " (default: " + std::to_string(e.layer_chunk) + ")";
+    const std::string head_default = takes.chunks == ChunkDefault::uneven
+                                         ? " (default: T/3 + 1)"
+                                         : " (default: " + std::to_string(e.head_chunk) + ")";
     c->add_option("--layer-chunk", layer_chunk,
                   std::string("Stream-mode chunk length in tokens") + layer_default)
         ->check(int_in(1, kMaxFlagInt));
