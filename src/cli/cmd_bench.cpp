@@ -25,6 +25,7 @@
 #include "backend/cuda_factory.h"
 #endif
 #include "cli/commands.h"
+#include "cli/exec_args.h"
 #include "cli/flag_checks.h"
 #include "cli/lora_args.h"
 #include "cli/model_source.h"
@@ -43,21 +44,23 @@ namespace sbp::cli {
 
 namespace {
 
+constexpr ExecFlags kBenchExec{.mode_list = true, .chunks = ChunkDefault::quarter,
+                               .precision_list = true, .offload_list = true};
+ExecArgs bench_exec() {
+  ExecArgs e;
+  e.modes = "checkpoint,stream";
+  return e;
+}
+
 struct Args {
   std::string model;
   std::string seq_lens = "1024";
-  std::string modes = "checkpoint,stream";
-  int64_t layer_chunk = 0;  // 0: T/4
-  int64_t head_chunk = 512;
+  ExecArgs exec = bench_exec();  // --modes, chunks (layer T/4, head 512), --precision list
   int64_t layers = 0;
   int repeat = 3;
   int warmup = 0;
-  int threads = 0;
   uint64_t seed = 0;
   std::string json;
-  std::string backend = "cpu";
-  std::string precisions = "fp32";
-  std::string offloads = "none";  // each item one configuration, interleaved with the modes
   ObjectiveArgs objective;
   LoraArgs lora;
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
@@ -133,17 +136,6 @@ struct Models {
       : precision(p), pool(ledger, be), host_pool(host_ledger, be.host_memory()) {}
 };
 
-// --offload: "none", "checkpoints", or several of them separated by '+'-free commas, each one
-// configuration ("none,checkpoints" times both, interleaved).
-std::vector<Offload> offloads_from_flag(const std::string& list) {
-  std::vector<Offload> out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(parse_offload(item));
-  if (out.empty()) throw InputError("--offload: empty list (use none, checkpoints or both)");
-  return out;
-}
-
 // What every length and mode of the run shares: the models per precision, one backend.
 struct Bench {
   const Args& a;
@@ -155,13 +147,13 @@ struct Bench {
   std::vector<std::unique_ptr<Models>> models;  // one per --precision
   std::vector<double> sgemm_probes;
 
-  explicit Bench(const Args& args) : a(args), be(backend_from_flag(args.backend)) {
+  explicit Bench(const Args& args) : a(args), be(args.exec.make_backend()) {
     src = resolve_model(a.model, a.layers);
     setup = a.objective.setup();
     lora = a.lora.config();
     segments = a.segments > 0 ? a.segments
                               : plan_sequences_of(setup.traits(), a.objective.group_size);
-    for (const Precision p : precisions_from_flag(a.precisions)) {
+    for (const Precision p : a.exec.precision_values()) {
       models.push_back(std::make_unique<Models>(p, *be));
       build(*models.back());
     }
@@ -211,13 +203,10 @@ struct Bench {
     std::vector<Config> configs;
     const size_t first = runs.size();
     for (const std::unique_ptr<Models>& m : models) {
-      for (ExecConfig exec_mode : parse_modes(a.modes))
-      for (const Offload& offload : offloads_from_flag(a.offloads)) {
+      for (const ExecConfig& exec_mode : a.exec.configs(ChunkDefault::quarter, T, m->precision))
+      for (const Offload& offload : a.exec.offload_values()) {
         ExecConfig exec = exec_mode;
         exec.offload = offload;
-        exec.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : std::max<int64_t>(1, (T + 3) / 4);
-        exec.head_chunk = a.head_chunk;
-        exec.act_dtype = storage_dtype(m->precision);
         Run r;
         r.mode = mode_name(exec) + (offload.any() ? "/offload" : "");
         r.offload = offload_name(offload);
@@ -495,16 +484,16 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
 int run(const Args& a) {
   check_output_dir("--json", a.json);
   refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
-  set_cpu_threads(a.threads);
+  a.exec.set_threads();
   warn_if_generic_blas();
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
-  parse_modes(a.modes);  // a bad mode fails before any work
+  a.exec.configs(ChunkDefault::quarter, 1, Precision::fp32);  // a bad mode fails before any work
   // Probed again after every round of steps: the median is the yardstick of the same moments
   // the steps ran in (a shared machine's speed drifts). On the CPU the first probe runs before
   // the models exist (as it always did); a GPU's needs the backend.
   double first_probe = -1;
-  if (a.backend.rfind("cuda", 0) != 0) {
+  if (a.exec.backend.rfind("cuda", 0) != 0) {
     std::fprintf(stderr, "bench: measuring sgemm...\n");
     first_probe = measure_sgemm_gflops();
   }
@@ -522,7 +511,7 @@ int run(const Args& a) {
   print_tables(b, runs, sgemm, probes);
   double copy_gbs = 0;  // the host's copy bandwidth: the yardstick of the CPU's memory-bound ops
   if (a.profile) {
-    if (a.backend == "cpu") {
+    if (a.exec.backend == "cpu") {
       std::fprintf(stderr, "bench: measuring copy bandwidth...\n");
       copy_gbs = measure_copy_bandwidth_gbs();
     }
@@ -539,11 +528,6 @@ void register_bench(CLI::App& app) {
   CLI::App* c = app.add_subcommand("bench", "Time and memory of a training step per mode and T");
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
   c->add_option("--seq-len", a->seq_lens, "Comma-separated sequence lengths");
-  c->add_option("--modes", a->modes, "Comma-separated modes");
-  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk (default T/4)")
-      ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk in chunked modes")
-      ->check(int_in(1, kMaxFlagInt));
   c->add_option("--layers", a->layers, "Override the number of layers (random weights)")
       ->check(int_in(1, kMaxFlagInt));
   // CLI::PositiveNumber accepted 0 and named the range as 0 to 1.8e308.
@@ -551,15 +535,9 @@ void register_bench(CLI::App& app) {
       ->check(int_in(1, 1000000));
   c->add_option("--warmup", a->warmup, "Untimed steps before the timed ones")
       ->check(int_in(0, 1000000));
-  c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
-  c->add_option("--backend", a->backend, "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");
-  c->add_option("--offload", a->offloads,
-                "Comma-separated offload settings, interleaved with the modes: none, checkpoints "
-                "(layer inputs wait in host memory)");
-  c->add_option("--precision", a->precisions,
-                "Comma-separated precisions, interleaved with the modes: fp32, bf16");
+  a->exec.add_flags(c, kBenchExec);
   c->add_option("--segments", a->segments,
                 "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)")
       ->check(int_in(1, kMaxFlagInt));

@@ -23,6 +23,7 @@
 #include "backend/copy_probe.h"
 #include "backend/cpu_threads.h"
 #include "cli/commands.h"
+#include "cli/exec_args.h"
 #include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "core/input_file.h"
@@ -39,6 +40,11 @@ namespace sbp::cli {
 namespace {
 
 using json = nlohmann::json;
+
+constexpr ExecFlags kGenerateExec{
+    .mode_help = "How the prompt's forward is chunked (stream: --layer-chunk)",
+    .head_chunk = false,
+    .offload = false};
 
 struct Args {
   std::string model;
@@ -58,11 +64,7 @@ struct Args {
   std::vector<std::string> stop;
   std::vector<int64_t> stop_ids;
   uint64_t seed = 0;
-  int threads = 0;
-  std::string backend = "cpu";
-  std::string precision = "fp32";
-  std::string mode = "stream";
-  int64_t layer_chunk = 0;
+  ExecArgs exec;  // --mode, --layer-chunk (the prompt's forward), --precision, --threads, --backend
   bool accuracy = false;
   std::string answer_field = "answer";
   bool bandwidth_bound = false;
@@ -75,7 +77,7 @@ int run(const Args& a) {
                                                      {"--model", a.model},
                                                      {"--adapter", a.adapter},
                                                      {"--tokenizer", a.tokenizer}});
-  set_cpu_threads(a.threads);
+  a.exec.set_threads();
   const ModelSource src = resolve_model(a.model);
   const ModelConfig& cfg = src.cfg;
 
@@ -115,13 +117,11 @@ int run(const Args& a) {
     g.stop_after = enc->stop_strings(a.stop);
   }
 
-  const std::unique_ptr<Backend> be = backend_from_flag(a.backend);
+  const std::unique_ptr<Backend> be = a.exec.make_backend();
   Ledger ledger;
   Pool pool(ledger, *be);
-  const Precision precision = precision_from_flag(a.precision);
-  ExecConfig exec = parse_mode(a.mode);
-  if (a.layer_chunk > 0) exec.layer_chunk = a.layer_chunk;
-  exec.act_dtype = storage_dtype(precision);
+  const Precision precision = a.exec.precision_value();
+  const ExecConfig exec = a.exec.config(ChunkDefault::exec_config, 0, precision);
   const ParameterSet w =
       materialize_weights(src, pool, a.seed, InitStyle::test, storage_dtype(precision));
   Engine engine(cfg, w, *be, pool, exec);
@@ -256,12 +256,7 @@ void register_generate(CLI::App& app) {
   c->add_option("--stop-id", a->stop_ids,
                 "Stop token id (repeatable), besides eos and the template's end of turn");
   c->add_option("--seed", a->seed, "Sampling seed (and random weights for a preset)");
-  c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
-  c->add_option("--backend", a->backend, "Backend that computes: cpu");
-  c->add_option("--precision", a->precision, "fp32 or bf16");
-  c->add_option("--mode", a->mode, "How the prompt's forward is chunked (stream: --layer-chunk)");
-  c->add_option("--layer-chunk", a->layer_chunk, "Prompt chunk length in tokens")
-      ->check(int_in(1, kMaxFlagInt));
+  a->exec.add_flags(c, kGenerateExec);
   c->add_flag("--accuracy", a->accuracy,
               "Score each completion with the accuracy reward against the record's answer field; "
               "prints the share that match");

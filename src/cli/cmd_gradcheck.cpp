@@ -8,6 +8,7 @@
 
 #include "backend/cpu_threads.h"
 #include "cli/commands.h"
+#include "cli/exec_args.h"
 #include "cli/flag_checks.h"
 #include "check/gradcheck.h"
 #include "cli/lora_args.h"
@@ -22,22 +23,27 @@ namespace sbp::cli {
 
 namespace {
 
+constexpr ExecFlags kGradcheckExec{
+    .mode_list = true,
+    .mode_help = "each compared against base (base, checkpoint, stream or "
+                 "<store|recompute|stream>+<full|chunked>)",
+    .chunks = ChunkDefault::uneven};
+ExecArgs gradcheck_exec() {
+  ExecArgs e;
+  e.modes = "checkpoint,stream,recompute+chunked";
+  return e;
+}
+
 struct Args {
   std::string model;
   int64_t seq_len = 256;
   int64_t segments = 0;  // 0: the objective's least (sft 1, dpo a pair, grpo one group)
-  int64_t layer_chunk = 0;
-  int64_t head_chunk = 0;
+  ExecArgs exec = gradcheck_exec();  // --modes, chunks (T/4 + 1, T/3 + 1), --precision
   int64_t layers = 0;
-  std::string modes = "checkpoint,stream,recompute+chunked";
-  std::string offload = "none";  // applied to every compared mode (base never offloads)
   uint64_t seed = 0;
   bool mask = false;
-  int threads = 0;
   std::string json;
   double tolerance = 1e-4;
-  std::string backend = "cpu";
-  std::string precision = "fp32";
   ObjectiveArgs objective;
   LoraArgs lora;
 };
@@ -45,11 +51,11 @@ struct Args {
 int run(const Args& a) {
   check_output_dir("--json", a.json);
   refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
-  set_cpu_threads(a.threads);
+  a.exec.set_threads();
   warn_if_generic_blas();
   if (a.seq_len < 2) throw InputError("--seq-len must be at least 2");
   const ModelSource src = resolve_model(a.model, a.layers);
-  const std::unique_ptr<Backend> be = backend_from_flag(a.backend);
+  const std::unique_ptr<Backend> be = a.exec.make_backend();
   Ledger ledger;
   Pool pool(ledger, *be);
   // Random weights with perturbed norms and biases, so every parameter gets a gradient.
@@ -57,7 +63,7 @@ int run(const Args& a) {
   GradcheckOptions opts;
   opts.objective = a.objective.setup();
   opts.group_size = a.objective.group_size;
-  opts.precision = precision_from_flag(a.precision);
+  opts.precision = a.exec.precision_value();
   opts.lora = a.lora.config();
   if (opts.objective.traits().completions && a.seq_len < 4)
     throw InputError(std::string("--seq-len must be at least 4 for ") +
@@ -69,9 +75,7 @@ int run(const Args& a) {
           : random_objective_batch(opts.objective.kind, a.objective.group_size, src.cfg.vocab_size,
                                    a.seq_len, a.segments, a.seed);
   opts.seed = a.seed;
-  opts.modes = parse_modes(a.modes);
-  // Default chunks that split the batch (uneven last chunks included): the trainer's defaults
-  // (1024, 512) exceed a short check's T, and a single chunk checks nothing of the streaming.
+  a.exec.configs(ChunkDefault::uneven, 0, opts.precision);  // a bad mode fails here
   // DPO and GRPO pack whole groups: a count that is no multiple would silently run another.
   const auto ran = static_cast<int64_t>(batch.seq_lens.size());
   if (a.segments > 0 && ran != a.segments) {
@@ -83,11 +87,8 @@ int run(const Args& a) {
                      std::to_string(g));
   }
   const int64_t T = batch.size();
-  for (ExecConfig& e : opts.modes) {
-    e.layer_chunk = a.layer_chunk > 0 ? a.layer_chunk : T / 4 + 1;
-    e.head_chunk = a.head_chunk > 0 ? a.head_chunk : T / 3 + 1;
-    e.offload = parse_offload(a.offload);
-  }
+  // Chunks that split the batch (cli/exec_args.h ChunkDefault::uneven).
+  opts.modes = a.exec.configs(ChunkDefault::uneven, T, Precision::fp32);
   const GradcheckResult r = run_gradcheck(*be, src.cfg, w, batch, opts);
 
   std::printf("gradcheck: %s (%s), objective %s, T=%lld in %zu segment(s), seed %llu\n",
@@ -186,27 +187,14 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--seq-len", a->seq_len, "Tokens in the batch")->check(int_in(2, kMaxFlagInt));
   c->add_option("--segments", a->segments, "Number of packed sequences")
       ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--layer-chunk", a->layer_chunk,
-                "Stream-mode chunk length in tokens (default: T/4 + 1)")
-      ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens (default: T/3 + 1)")
-      ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--modes", a->modes, "Comma-separated modes compared against base");
-  c->add_option("--offload", a->offload,
-                "none, or checkpoints: the compared modes keep layer inputs in host memory")
-      ->capture_default_str();
+  a->exec.add_flags(c, kGradcheckExec);
   c->add_option("--layers", a->layers, "Override the number of layers (random weights)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_flag("--mask", a->mask, "Mask about a third of the targets at random");
-  c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error")
       ->check(positive_finite(1e3));
   c->add_option("--json", a->json, "Write the result as JSON");
-  c->add_option("--backend", a->backend,
-                "Backend that computes the steps: cpu, cuda or cuda:N (CUDA builds)");
-  c->add_option("--precision", a->precision,
-                "fp32, or bf16: each mode in bf16 against base in bf16, within bf16 rounding");
   a->objective.add_flags(c);
   a->lora.add_flags(c);
   c->callback([a] {

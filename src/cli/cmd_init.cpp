@@ -32,7 +32,7 @@ void register_init(CLI::App& app) {
   c->add_option("--layers", a->layers, "Override the number of layers")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--dtype", a->dtype, "Weights dtype on disk: f32, bf16")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+      ->check(weight_dtype_names());
   c->add_option("--init-std", a->std, "Standard deviation of matrix weights")
       ->check(positive_finite(1e6));
   c->add_flag("--test-init", a->test_init, "Also randomise norms and biases (for tests)");
@@ -46,8 +46,7 @@ void register_init(CLI::App& app) {
       cfg.set_num_layers(a->layers);
       cfg.validate("--layers");  // the override is bounded like the config's own value
     }
-    DType dt;
-    parse_dtype(a->dtype, &dt);
+    const DType dt = weight_dtype_from_flag(a->dtype);
     const std::unique_ptr<Backend> be = make_backend(BackendSpec{});
     Ledger ledger;
     Pool pool(ledger, *be);

@@ -6,6 +6,7 @@
 
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "core/error.h"
 #include "core/output_paths.h"
@@ -35,7 +36,7 @@ void register_merge(CLI::App& app) {
                 "Directory whose tokenizer files are copied (default: --adapter if it has a "
                 "tokenizer, else --model)");
   c->add_option("--dtype", a->dtype, "Weights dtype on disk: f32, bf16")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+      ->check(weight_dtype_names());
   c->callback([a] {
     // The base, the adapter and the tokenizer are read while --out is replaced.
     refuse_output_over_inputs({"--out", a->out}, {{"--model", a->model},
@@ -44,8 +45,7 @@ void register_merge(CLI::App& app) {
     const ModelSource src = resolve_model(a->model);
     if (!src.has_weights) throw InputError("merge: --model " + a->model + " has no weights");
     const LoraConfig lc = read_lora_config(a->adapter);
-    DType dt;
-    parse_dtype(a->dtype, &dt);
+    const DType dt = weight_dtype_from_flag(a->dtype);
     const std::unique_ptr<Backend> be = make_backend(BackendSpec{});
     Ledger ledger;
     Pool pool(ledger, *be);

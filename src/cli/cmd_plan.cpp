@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/exec_args.h"
 #include "cli/flag_checks.h"
 #include "cli/lora_args.h"
 #include "cli/model_source.h"
@@ -22,20 +23,26 @@ namespace sbp::cli {
 
 namespace {
 
+constexpr ExecFlags kPlanExec{.mode_list = true,
+                              .chunks = ChunkDefault::planned,
+                              .grad_dtype = true,
+                              .runs = false};
+ExecArgs plan_exec() {
+  ExecArgs e;
+  e.modes = "base,checkpoint,stream";
+  e.precision = "bf16";
+  return e;
+}
+
 struct Args {
   std::string model;
-  std::string dtype = "bf16";       // --precision (--dtype: its older name)
-  std::string grad_dtype = "f32";   // the trainer's grad_dtype
+  ExecArgs exec = plan_exec();  // --modes, chunks (auto), --precision (bf16), --grad-dtype
   std::string budget;
+  std::string host_budget;  // the host memory offloaded bytes may use (--offload)
   std::string reserve = "2GiB";
-  std::string offload = "none";  // what waits in host memory (ExecConfig::offload)
-  std::string host_budget;       // the host memory offloaded bytes may use
   std::string optimizer = "none";
   ObjectiveArgs objective;
-  std::string modes = "base,checkpoint,stream";
   int64_t seq_len = 0;
-  std::string layer_chunk = "auto";
-  std::string head_chunk = "auto";
   int64_t layers = 0;
   int ranks = 1;
   int zero = 0;
@@ -45,21 +52,6 @@ struct Args {
   int64_t max_completion_length = 0;  // and new tokens (0: no generation phase)
   LoraArgs lora;
 };
-
-// "auto" -> 0, else a positive integer.
-int64_t parse_chunk(const std::string& s, const std::string& field) {
-  if (s == "auto") return 0;
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != s.size() || v < 1)
-    throw InputError(field + ": '" + s + "' is neither a positive number of rows nor auto");
-  return v;
-}
 
 // One mode's line of the report.
 struct Row {
@@ -124,13 +116,8 @@ Request parse_request(const Args& a) {
   setup.objective = a.objective.setup();
   setup.group_size = a.objective.group_size;
   setup.cfg = resolve_model(a.model, a.layers).cfg;
-  setup.param_dtype = setup.act_dtype = storage_dtype(precision_from_flag(a.dtype));
-  if (a.grad_dtype == "bf16")
-    setup.grad_dtype = DType::BF16;
-  else if (a.grad_dtype == "f32")
-    setup.grad_dtype = DType::F32;
-  else
-    throw InputError("--grad-dtype: unknown dtype '" + a.grad_dtype + "' (use f32 or bf16)");
+  setup.param_dtype = setup.act_dtype = storage_dtype(a.exec.precision_value());
+  setup.grad_dtype = a.exec.grad_dtype_value();
   if (a.optimizer == "adamw")
     setup.adamw = true;
   else if (a.optimizer != "none")
@@ -175,7 +162,7 @@ Request parse_request(const Args& a) {
                        format_bytes(q.budget) + " budget");
     setup.budget = q.budget - q.reserve;
   }
-  q.offload = parse_offload(a.offload);
+  q.offload = a.exec.offload_value();
   if (!a.host_budget.empty()) {
     if (!q.offload.any())
       throw InputError("--host-budget: nothing is offloaded (give --offload checkpoints)");
@@ -198,10 +185,8 @@ Request parse_request(const Args& a) {
     throw InputError("--seq-len: must be between " + std::to_string(min_T) + " and " +
                      std::to_string(max_T) + " for objective " +
                      objective_name(setup.objective.kind) + ", got " + std::to_string(a.seq_len));
-  q.chunks = ChunkRequest{parse_chunk(a.layer_chunk, "--layer-chunk"),
-                          parse_chunk(a.head_chunk, "--head-chunk")};
-  q.modes = parse_modes(a.modes);
-  for (ExecConfig& m : q.modes) m.offload = q.offload;
+  q.chunks = ChunkRequest{a.exec.layer_chunk_rows(), a.exec.head_chunk_rows()};
+  q.modes = a.exec.configs(ChunkDefault::planned, 0, a.exec.precision_value());
   q.search = a.seq_len == 0;
   return q;
 }
@@ -237,8 +222,8 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
       "plan: %s (%s, %lld layers, %s parameters), %s weights and activations, %s gradients, "
       "optimizer %s%s, objective %s, batch 1\n",
       a.model.c_str(), model_type_name(cfg.model_type),
-      static_cast<long long>(cfg.num_hidden_layers), params, a.dtype.c_str(), a.grad_dtype.c_str(),
-      a.optimizer.c_str(),
+      static_cast<long long>(cfg.num_hidden_layers), params, a.exec.precision.c_str(),
+      a.exec.grad_dtype.c_str(), a.optimizer.c_str(),
       setup.adamw
           ? (setup.param_dtype == DType::F32 ? " (fp32 m, v)" : " (fp32 m, v and master weights)")
           : "",
@@ -259,6 +244,7 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   if (setup.budget > 0)
     std::printf("budget %s - reserve %s = %s usable\n", format_bytes(q.budget).c_str(),
                 format_bytes(q.reserve).c_str(), format_bytes(setup.budget).c_str());
+  std::printf("\n");
   if (q.offload.any())
     std::printf("offload: %s to host memory (%s); peak = device, host peak = host memory\n",
                 offload_name(q.offload).c_str(),
@@ -309,8 +295,8 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
 void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
   nlohmann::json j;
   j["model"] = a.model;
-  j["dtype"] = a.dtype;
-  j["grad_dtype"] = a.grad_dtype;
+  j["dtype"] = a.exec.precision;
+  j["grad_dtype"] = a.exec.grad_dtype;
   j["optimizer"] = a.optimizer;
   j["objective"] = a.objective.describe();
   j["ranks"] = q.setup.ranks;
@@ -372,19 +358,10 @@ void register_plan(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "plan", "Peak memory of a training step, or the longest trainable sequence under a budget");
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
-  c->add_option("--precision,--dtype", a->dtype,
-                "bf16 (weights, activations, checkpoints, head blocks in bf16) or fp32")
-      ->capture_default_str();
-  c->add_option("--grad-dtype", a->grad_dtype,
-                "Gradient buffers: f32 (the trainer's default) or bf16 (the paper's setup)")
-      ->capture_default_str();
+  a->exec.add_flags(c, kPlanExec);
   c->add_option("--budget", a->budget, "Device memory, e.g. 80GiB, 2.5GB, 512MiB, bytes");
-  c->add_option("--offload", a->offload,
-                "What waits in host memory: none, or checkpoints (layer inputs, prefetched back "
-                "one layer ahead)")
-      ->capture_default_str();
   c->add_option("--host-budget", a->host_budget,
-                "Host memory the offloaded bytes may use, e.g. 1TiB (with --budget)");
+                "Host memory the offloaded bytes may use, e.g. 1TiB (with --budget, --offload)");
   c->add_option("--reserve", a->reserve,
                 "Part of the budget kept for the runtime (CUDA context, allocator slack)")
       ->capture_default_str();
@@ -393,14 +370,7 @@ void register_plan(CLI::App& app) {
       ->capture_default_str();
   a->objective.add_flags(c);
   a->lora.add_flags(c);
-  c->add_option("--modes", a->modes, "Comma-separated modes")->capture_default_str();
   c->add_option("--seq-len", a->seq_len, "Plan this many tokens (else: search the longest)");
-  c->add_option("--layer-chunk", a->layer_chunk,
-                "Stream-mode rows per chunk, or auto: the largest that fits the budget")
-      ->capture_default_str();
-  c->add_option("--head-chunk", a->head_chunk,
-                "LM-head rows per block (chunked head), or auto: the largest that fits")
-      ->capture_default_str();
   c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--ranks", a->ranks, "Data parallel: plan the memory of one of this many ranks")

@@ -22,6 +22,7 @@
 #include "backend/backend_factory.h"
 #include "backend/cpu_threads.h"
 #include "cli/commands.h"
+#include "cli/exec_args.h"
 #include "cli/flag_checks.h"
 #include "cli/model_source.h"
 #include "core/error.h"
@@ -43,17 +44,11 @@ using json = nlohmann::json;
 struct Args {
   std::string model;
   std::string input;
-  std::string mode = "stream";
-  std::string offload = "none";
-  int64_t layer_chunk = 0;
-  int64_t head_chunk = 0;
+  ExecArgs exec;  // --mode (stream), chunks (ExecConfig's), --precision, --threads, --backend
   std::string grads;
   std::string adapter;  // a PEFT LoRA adapter directory on top of --model
   std::string json_out;
-  int threads = 0;
   uint64_t seed = 0;
-  std::string backend = "cpu";
-  std::string precision = "fp32";
 };
 
 std::string where(const std::string& file, const std::string& field, size_t i) {
@@ -155,29 +150,23 @@ int run(const Args& a) {
   refuse_output_over_inputs({"--json", a.json_out}, inputs);
   refuse_output_over_inputs({"--grads", a.grads}, inputs);
   if (!a.json_out.empty()) refuse_output_over_inputs({"--grads", a.grads}, {{"--json", a.json_out}});
-  set_cpu_threads(a.threads);
+  a.exec.set_threads();
   const ModelSource src = resolve_model(a.model);
   if (!src.dir.empty() && !src.has_weights)
     throw InputError(a.model + ": no model.safetensors or model.safetensors.index.json to score");
   const ModelConfig& cfg = src.cfg;
-  ExecConfig exec = parse_mode(a.mode);
-  if (a.layer_chunk < 0 || a.head_chunk < 0)
-    throw InputError("--layer-chunk and --head-chunk must be positive");
-  if (a.layer_chunk > 0) exec.layer_chunk = a.layer_chunk;
-  if (a.head_chunk > 0) exec.head_chunk = a.head_chunk;
-  exec.offload = parse_offload(a.offload);
+  const Precision precision = a.exec.precision_value();
+  const ExecConfig exec = a.exec.config(ChunkDefault::exec_config, 0, precision);
 
   const Batch batch = read_tokens_file(a.input, cfg.vocab_size);
   const int64_t T = batch.size();
   const double n_loss = batch.loss_weight_sum();
 
-  const std::unique_ptr<Backend> be = backend_from_flag(a.backend);
+  const std::unique_ptr<Backend> be = a.exec.make_backend();
   Ledger ledger, host_ledger;
   Pool pool(ledger, *be);
   Pool host_pool(host_ledger, be->host_memory());  // --offload: what waits in host memory
   if (exec.offload.any()) pool.set_host(&host_pool);
-  const Precision precision = precision_from_flag(a.precision);
-  exec.act_dtype = storage_dtype(precision);
   const ParameterSet w =
       materialize_weights(src, pool, a.seed, InitStyle::test, storage_dtype(precision));
   // The step `train` runs (one SFT micro-batch), recording the log-probs of its own gradient
@@ -297,23 +286,13 @@ void register_score(CLI::App& app) {
   c->add_option("--input", a->input,
                 "tokens.json: {\"sequences\": [[ids...]...], \"loss_mask\": [[0/1...]...]}")
       ->required();
-  c->add_option("--mode", a->mode,
-                "base, checkpoint, stream or <store|recompute|stream>+<full|chunked>");
-  c->add_option("--layer-chunk", a->layer_chunk, "Stream-mode chunk length in tokens");
-  c->add_option("--offload", a->offload,
-                "none, or checkpoints: with --grads, layer inputs wait in host memory")
-      ->capture_default_str();
-  c->add_option("--head-chunk", a->head_chunk, "LM-head chunk length in tokens");
+  a->exec.add_flags(c, ExecFlags{});
   c->add_option("--grads", a->grads, "Write every parameter's gradient (F32 safetensors)");
   c->add_option("--adapter", a->adapter,
                 "A LoRA adapter directory (PEFT format) on top of --model; --grads then writes "
                 "the adapters' gradients");
   c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON");
-  c->add_option("--threads", a->threads, "Threads (default: all)")->check(int_in(0, 4096));
   c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");
-  c->add_option("--backend", a->backend, "Backend that computes: cpu, cuda or cuda:N (CUDA builds)");
-  c->add_option("--precision", a->precision,
-                "fp32, or bf16: weights (a bf16 checkpoint as it is), activations and head blocks");
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -113,12 +113,7 @@ void run_bench(const TokenizeOptions& opt) {
   auto t0 = clock::now();
   const Tokenizer tok = load_tokenizer(opt.tokenizer);
   auto t1 = clock::now();
-  check_input_file(opt.bench);
-  std::ifstream in(opt.bench, std::ios::binary);
-  if (!in) throw InputError(opt.bench + ": cannot open benchmark file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_input_file(opt.bench);
   auto t2 = clock::now();
   // Process CPU time as well as wall time: on a busy machine the CPU time is the steadier number.
   const std::clock_t c2 = std::clock();

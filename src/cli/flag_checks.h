@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/output_file.h"
 
@@ -78,6 +80,16 @@ inline void check_output_dir(const char* flag, const std::string& path) {
   } catch (const InputError& e) {
     throw InputError(std::string(flag) + " " + e.what());
   }
+}
+
+// --dtype of init and merge: a weights dtype as core/dtype.h spells it (f32, bf16, f16).
+inline CLI::IsMember weight_dtype_names() {
+  std::vector<std::string> names;
+  for (const EnumName<DType>& n : kWeightDTypeNames) names.push_back(n.name);
+  return CLI::IsMember(names);
+}
+inline DType weight_dtype_from_flag(const std::string& s) {
+  return parse_enum<DType>(kWeightDTypeNames, s, "--dtype");
 }
 
 constexpr int64_t kMaxFlagInt = 2147483647;  // 2^31-1: tokens, chunks, layers, repeats

@@ -17,28 +17,30 @@ size_t dtype_size(DType dt) {
 }
 
 const char* dtype_name(DType dt) {
-  switch (dt) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I32: return "I32";
-  }
+  for (const DTypeNames& n : kDTypeNames)
+    if (n.dtype == dt) return n.safetensors;
+  return "?";
+}
+
+const char* torch_dtype_name(DType dt) {
+  for (const DTypeNames& n : kDTypeNames)
+    if (n.dtype == dt) return n.torch;
   return "?";
 }
 
 bool parse_dtype(const std::string& s, DType* out) {
-  if (s == "F32" || s == "float32" || s == "f32" || s == "fp32") {
-    *out = DType::F32;
-  } else if (s == "BF16" || s == "bfloat16" || s == "bf16") {
-    *out = DType::BF16;
-  } else if (s == "F16" || s == "float16" || s == "f16" || s == "fp16") {
-    *out = DType::F16;
-  } else if (s == "I32" || s == "int32") {
-    *out = DType::I32;
-  } else {
-    return false;
+  for (const DTypeNames& n : kDTypeNames) {
+    if (s == n.safetensors || s == n.torch || s == n.flag) {
+      *out = n.dtype;
+      return true;
+    }
   }
-  return true;
+  // The precision names (core/dtype.h kPrecisionNames) spell fp32; fp16 alike.
+  if (s == "fp32" || s == "fp16") {
+    *out = s == "fp32" ? DType::F32 : DType::F16;
+    return true;
+  }
+  return false;
 }
 
 float f16_to_f32(uint16_t h) {

@@ -11,9 +11,28 @@ namespace sbp {
 
 enum class DType : uint8_t { F32, BF16, F16, I32 };
 
+// Every spelling of a dtype, in one table: safetensors' ("F32"), a Hugging Face config's
+// torch_dtype ("float32"), and ours on the command line and in train configs ("f32").
+struct DTypeNames {
+  DType dtype;
+  const char* safetensors;
+  const char* torch;
+  const char* flag;
+};
+inline constexpr DTypeNames kDTypeNames[] = {{DType::F32, "F32", "float32", "f32"},
+                                             {DType::BF16, "BF16", "bfloat16", "bf16"},
+                                             {DType::F16, "F16", "float16", "f16"},
+                                             {DType::I32, "I32", "int32", "i32"}};
+// The dtypes weights are written in (save_dtype, init/merge --dtype), and gradient buffers take
+// (grad_dtype, plan --grad-dtype), as flags spell them.
+inline constexpr EnumName<DType> kWeightDTypeNames[] = {
+    {DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::F16, "f16"}};
+inline constexpr EnumName<DType> kGradDTypeNames[] = {{DType::F32, "f32"}, {DType::BF16, "bf16"}};
+
 size_t dtype_size(DType dt);
-const char* dtype_name(DType dt);  // safetensors spelling: "F32", "BF16", "F16", "I32"
-// Parses a safetensors / config spelling ("F32", "BF16", "float32", "bfloat16", ...).
+const char* dtype_name(DType dt);        // safetensors spelling: "F32", "BF16", "F16", "I32"
+const char* torch_dtype_name(DType dt);  // config.json's torch_dtype: "float32", "bfloat16", ...
+// Parses any spelling of the table ("F32", "float32", "f32", and "fp32" / "fp16").
 // Returns false for anything unknown.
 bool parse_dtype(const std::string& s, DType* out);
 

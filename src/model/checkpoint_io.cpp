@@ -144,16 +144,6 @@ std::map<std::string, Located> open_checkpoint(const std::string& dir,
   return where;
 }
 
-const char* torch_dtype_name(DType dt) {
-  switch (dt) {
-    case DType::F32: return "float32";
-    case DType::BF16: return "bfloat16";
-    case DType::F16: return "float16";
-    case DType::I32: return nullptr;  // never a checkpoint's weights
-  }
-  return nullptr;
-}
-
 // "a/b/" -> "a/b": the temporary and backup siblings are derived from the last component.
 fs::path normalized_dir(const std::string& dir) {
   fs::path p = fs::path(dir).lexically_normal();
@@ -338,7 +328,7 @@ void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const Pa
                     DType dtype, int64_t max_shard_bytes,
                     const std::vector<std::string>& companions) {
   const char* torch_dtype = torch_dtype_name(dtype);
-  if (!torch_dtype) {
+  if (dtype == DType::I32) {  // never a checkpoint's weights
     throw InputError(dir_arg + ": cannot save weights as " + std::string(dtype_name(dtype)) +
                      " (F32, BF16 or F16)");
   }

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -46,6 +47,25 @@ int64_t parse_size(const std::string& text, const std::string& field) {
   const double bytes = std::floor(value * scale);
   if (bytes > 4.6e18) throw InputError(field + ": '" + text + "' is too large");
   return static_cast<int64_t>(bytes);
+}
+
+std::optional<int64_t> parse_chunk_size(const std::string& text) {
+  if (text == "auto") return 0;
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (...) {
+    return std::nullopt;
+  }
+  if (used != text.size() || v < 1) return std::nullopt;
+  return v;
+}
+
+int64_t parse_chunk_flag(const std::string& text, const std::string& flag) {
+  const std::optional<int64_t> v = parse_chunk_size(text);
+  if (!v) throw InputError(flag + ": '" + text + "' is neither a positive number of rows nor auto");
+  return *v;
 }
 
 }  // namespace sbp

@@ -137,9 +137,7 @@ nlohmann::json value_model_config_json(const ModelConfig& cfg, DType dtype) {
   j["num_labels"] = 1;
   j["id2label"] = {{"0", "LABEL_0"}};
   j["label2id"] = {{"LABEL_0", 0}};
-  const char* name = dtype == DType::BF16  ? "bfloat16"
-                     : dtype == DType::F16 ? "float16"
-                                           : "float32";
+  const char* name = torch_dtype_name(dtype == DType::I32 ? DType::F32 : dtype);
   j["torch_dtype"] = name;
   if (j.contains("dtype")) j["dtype"] = name;  // newer transformers' spelling
   return j;

@@ -13,7 +13,8 @@
 #include "plan/plan_step.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
-#include "train/progress.h"
+#include "train/step_progress.h"
+#include "train/training_loop.h"
 #include "train/retrieval_task.h"
 
 namespace sbp {
@@ -69,6 +70,41 @@ EvalResult evaluate(StepRunner& runner, const std::vector<RetrievalTask::Sample>
   return r;
 }
 
+// The demo's side of the loop: the task's sequences, a smoothed loss, accuracy when due.
+struct DemoSteps : StepHooks {
+  DemoSteps(const RetrievalTask& t, StepRunner& r, const std::vector<RetrievalTask::Sample>& e,
+            const DemoOptions& opts, const EvalResult& first)
+      : task(t), runner(r), eval_set(e), o(opts), data_rng(o.seed, "demo-train"),
+        progress(0, o.steps), last(first), loss_ema(std::log(static_cast<double>(t.num_values))) {}
+
+  StepBatches next_batches(int64_t) override {
+    MicroBatch mb;
+    mb.batch = task.sample(data_rng).batch;
+    return StepBatches::whole({std::move(mb)});
+  }
+  bool accept(const StepRecord&) override { return true; }
+  bool after_step(const StepRecord& s) override {
+    loss_ema = s.step == 1 ? s.result.loss : 0.9 * loss_ema + 0.1 * s.result.loss;
+    const bool eval_now = s.step % o.eval_every == 0 || s.step == o.steps;
+    if (eval_now) last = evaluate(runner, eval_set);
+    char fields[200];
+    std::snprintf(fields, sizeof fields,
+                  "loss %.3f | eval acc %5.1f%% long-range %5.1f%% | grad %.2f | lr %.1e", loss_ema,
+                  100.0 * last.accuracy, 100.0 * last.first_accuracy, s.grad_norm, s.lr);
+    progress.update(s.step, fields, eval_now);
+    return true;
+  }
+
+  const RetrievalTask& task;
+  StepRunner& runner;
+  const std::vector<RetrievalTask::Sample>& eval_set;
+  const DemoOptions& o;
+  Rng data_rng;
+  StepProgress progress;
+  EvalResult last;
+  double loss_ema;
+};
+
 }  // namespace
 
 int run_demo(const DemoOptions& o) {
@@ -99,7 +135,6 @@ int run_demo(const DemoOptions& o) {
       .kind = ScheduleKind::constant, .lr = o.lr, .warmup_steps = o.warmup, .total_steps = o.steps};
   StepRunner runner(sft, models.views(), be, pool, exec);
 
-  Rng data_rng(o.seed, "demo-train");
   Rng eval_rng(o.seed, "demo-eval");
   std::vector<RetrievalTask::Sample> eval_set;
   for (int64_t i = 0; i < o.eval_sequences; ++i) eval_set.push_back(task.sample(eval_rng));
@@ -126,25 +161,12 @@ int run_demo(const DemoOptions& o) {
   std::fflush(stdout);
 
   ledger.reset_peak();
-  Progress progress(o.steps);
-  EvalResult last = first;
-  double loss_ema = std::log(static_cast<double>(task.num_values));
-  for (int64_t step = 1; step <= o.steps; ++step) {
-    MicroBatch mb;
-    mb.batch = task.sample(data_rng).batch;
-    const double loss = runner.run(StepBatches::whole({std::move(mb)})).loss;
-    const double norm = models.policy().clip(o.clip);
-    models.policy().update(w, static_cast<float>(lr.at(step)));
-    loss_ema = step == 1 ? loss : 0.9 * loss_ema + 0.1 * loss;
-    const bool eval_now = step % o.eval_every == 0 || step == o.steps;
-    if (eval_now) last = evaluate(runner, eval_set);
-    char fields[200];
-    std::snprintf(fields, sizeof fields,
-                  "loss %.3f | eval acc %5.1f%% long-range %5.1f%% | grad %.2f | lr %.1e", loss_ema,
-                  100.0 * last.accuracy, 100.0 * last.first_accuracy, norm, lr.at(step));
-    progress.update(step, fields, eval_now);
-  }
-  progress.finish();
+  // The trainer's loop (train/training_loop.h), on a fresh sequence of the task each step.
+  DemoSteps hooks(task, runner, eval_set, o, first);
+  TrainingLoop loop(models, runner, be, lr, o.clip);
+  loop.run(0, o.steps, hooks);
+  hooks.progress.finish();
+  const EvalResult& last = hooks.last;
   std::printf(
       "after %lld steps: eval loss %.3f (from %.3f), accuracy %.1f%% (from %.1f%%), "
       "long-range %.1f%% (from %.1f%%)\n",
@@ -159,7 +181,7 @@ int run_demo(const DemoOptions& o) {
   // the same engine code).
   const MemoryBreakdown& pk = ledger.peak_breakdown();
   const int64_t fixed = pk[Category::weights] + pk[Category::grads] + pk[Category::optimizer];
-  const Batch probe = task.sample(data_rng).batch;
+  const Batch probe = task.sample(hooks.data_rng).batch;
   const PlannedStep plan_stream = plan_sft_step(cfg, exec, probe, DType::F32, true);
   const PlannedStep plan_ckpt =
       plan_sft_step(cfg, parse_mode("checkpoint"), probe, DType::F32, true);

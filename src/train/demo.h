@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/exec_config.h"
+
 namespace sbp {
 
 struct DemoOptions {
@@ -15,8 +17,8 @@ struct DemoOptions {
   double lr = 3e-3;
   int64_t warmup = 20;
   double clip = 1.0;
-  int64_t layer_chunk = 1024;
-  int64_t head_chunk = 512;
+  int64_t layer_chunk = ExecConfig{}.layer_chunk;
+  int64_t head_chunk = ExecConfig{}.head_chunk;
   int64_t hidden = 64;
   int64_t layers = 2;
   int64_t heads = 4;

@@ -5,9 +5,19 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "train/progress.h"
-
 namespace sbp {
+
+std::string format_duration(double s) {
+  char buf[32];
+  const long t = static_cast<long>(s + 0.5);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", t);
+  return buf;
+}
 
 StepProgress::StepProgress(int64_t first_step, int64_t total_steps)
     : first_(first_step),

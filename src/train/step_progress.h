@@ -1,7 +1,7 @@
 #pragma once
-// The trainer's progress line on stderr: redrawn in place on a terminal; elsewhere (logs, CI) a
-// line every ~5% of the run and at every evaluation. Unlike train/progress.h (the demo's), it
-// knows a resumed run starts at step k > 0, so its ETA uses only the steps this process ran.
+// The training loop's progress line on stderr (the trainer's and the demo's): redrawn in place on
+// a terminal; elsewhere (logs, CI) a line every ~5% of the run and at every evaluation. A resumed
+// run starts at step k > 0: the ETA uses only the steps this process ran.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -22,5 +22,7 @@ class StepProgress {
   std::chrono::steady_clock::time_point start_;
   size_t last_width_ = 0;
 };
+
+std::string format_duration(double seconds);  // "3m05s", "42s", "1h02m"
 
 }  // namespace sbp

@@ -17,6 +17,7 @@
 #include "engine/exec_config.h"
 #include "engine/sampling.h"
 #include "model/lora_io.h"
+#include "plan/size_arg.h"
 
 namespace sbp {
 
@@ -112,7 +113,7 @@ Key chunk_key(const std::string& name, int64_t TrainConfig::*member) {
   Key k;
   k.name = name;
   k.set = [name, member](TrainConfig& c, const YAML::Node& n, const std::string& where) {
-    if (n.IsScalar() && n.Scalar() == "auto") {
+    if (n.IsScalar() && parse_chunk_size(n.Scalar()) == 0) {  // auto
       c.*member = 0;
       return;
     }
@@ -164,9 +165,6 @@ Key auto_enum_key(const std::string& name, Ref ref, std::span<const EnumName<E>>
   return k;
 }
 
-constexpr EnumName<DType> kSaveDtypeNames[] = {
-    {DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::F16, "f16"}};
-constexpr EnumName<DType> kGradDtypeNames[] = {{DType::F32, "f32"}, {DType::BF16, "bf16"}};
 constexpr EnumName<bool> kBoolNames[] = {{true, "true"}, {false, "false"}};
 
 // mode: a preset or layers+head (engine/exec_config.h); the chunk sizes are separate keys.
@@ -334,7 +332,7 @@ const std::vector<Key>& keys() {
         KEY(std::string, "output_dir", output_dir),
         KEY(std::string, "metrics", metrics),
         KEY(bool, "overwrite_output_dir", overwrite_output_dir),
-        AUTO_KEY(DType, "save_dtype", save_dtype, kSaveDtypeNames),
+        AUTO_KEY(DType, "save_dtype", save_dtype, kWeightDTypeNames),
         KEY(std::string, "data.train", data_train),
         KEY(std::string, "data.eval", data_eval),
         KEY(double, "data.eval_fraction", eval_fraction),
@@ -376,7 +374,7 @@ const std::vector<Key>& keys() {
         KEY(int64_t, "log_completions_every", log_completions_every),
         backend_key(),
         ENUM_KEY(Precision, "precision", precision, kPrecisionNames),
-        ENUM_KEY(DType, "grad_dtype", grad_dtype, kGradDtypeNames),
+        ENUM_KEY(DType, "grad_dtype", grad_dtype, kGradDTypeNames),
         mode_key(),
         chunk_key("layer_chunk", &TrainConfig::layer_chunk),
         chunk_key("head_chunk", &TrainConfig::head_chunk),

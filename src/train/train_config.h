@@ -149,8 +149,8 @@ struct TrainConfig {
   DType grad_dtype = DType::F32;  // f32 (default: fp32 gradient accumulation) or bf16
   ExecConfig mode;  // base | checkpoint | stream | <store|recompute|stream>+<full|chunked>;
                     // its chunk sizes are layer_chunk / head_chunk below
-  int64_t layer_chunk = 1024;  // 0: auto, the largest that fits memory_budget
-  int64_t head_chunk = 512;    // 0: auto
+  int64_t layer_chunk = ExecConfig{}.layer_chunk;  // 0: auto, the largest that fits memory_budget
+  int64_t head_chunk = ExecConfig{}.head_chunk;    // 0: auto
   std::string
       memory_budget;  // "16GiB", ...: what `auto` chunks may use; "" = 90% of physical memory
   std::string offload = "none";  // "checkpoints": layer inputs wait in host memory (Offload)

@@ -1,16 +1,25 @@
 #pragma once
-// `streambp train CONFIG.yaml`: the training loop (docs/TRAINING.md).
+// `streambp train CONFIG.yaml`: a training run (docs/TRAINING.md).
 //
 // One optimizer step = `grad_accum` packed micro-batches per rank of the current epoch
 // (train_batches.h), run by the step runner every command shares (step/step_runner.h), then
 // gradient clipping and AdamW. The SFT loss of a step is normalised by the loss tokens of ALL
 // its micro-batches, so accumulation equals one big batch. A checkpoint stores the weights, the
 // optimizer, the data cursor and the RNG state, so a resumed run continues bit-exactly.
-#include <chrono>
+//
+// The Trainer ties together parts with one job each:
+//   run_data.h       the data, and where each step's micro-batches come from
+//   step/model_set.h the models (weights, gradients, optimizer states), as the ranks divide them
+//   run_models.h     what the models are loaded from, and the checkpoints they are saved to
+//   training_loop.h  the loop: gradients, clipping, update (the demo runs on it too)
+//   run_metrics.h    metrics.jsonl and completions.jsonl
+//   step_progress.h  the progress line
+// and decides what only a run decides: its length and schedule, when to evaluate and save, what
+// a non-finite step does (on_nonfinite), and how a signal stops it.
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "backend/backend.h"
 #include "core/pool.h"
@@ -20,12 +29,13 @@
 #include "step/model_set.h"
 #include "step/step_runner.h"
 #include "train/checkpoint.h"
-#include "train/metrics.h"
-#include "train/online_rollouts.h"
+#include "train/run_data.h"
+#include "train/run_log.h"
+#include "train/run_metrics.h"
+#include "train/run_models.h"
 #include "train/step_progress.h"
-#include "train/train_batches.h"
 #include "train/train_config.h"
-#include "train/train_data.h"
+#include "train/training_loop.h"
 
 namespace sbp {
 
@@ -43,7 +53,7 @@ int run_training(const TrainConfig& cfg, const std::string& resume, Communicator
 
 // One training run, set up and ready to step. run_training builds one and calls run(); tests
 // can also take a step's pieces apart.
-class Trainer {
+class Trainer : private StepHooks {
  public:
   // Sets up everything (model, data, optimizer, reference and value models, resume state) and
   // prints the run's summary. InputError on bad input, before anything is written.
@@ -66,60 +76,38 @@ class Trainer {
   const ExecConfig& exec() const { return exec_; }
 
  private:
-  using Clock = std::chrono::steady_clock;
   // Set-up, in order.
   void load_inputs(const std::string& resume);
   void plan_schedule();
   void build_models();
-  void load_policy();
-  void load_policy_values(ParameterSet& fp32);
-  // LoRA: the frozen base from the starting model, the adapters drawn (or from the checkpoint).
-  void load_lora_policy();
-  // A resumed run's data cursor and counters.
-  void resume_state();
-  void load_reference();
-  void load_value();
+  ModelSources sources() const;  // where the models come from (train/run_models.h)
+  // The data at epoch 0, or a resumed run's data cursor and counters.
+  void start_data();
   void print_summary() const;
-  // The loop.
-  // One step: gradients, clipping, update, evaluation when due, metrics; true to save now.
-  void train_step(int64_t stop_at, bool* save_now, bool* stop);
-  void check_optimizer_steps(int64_t optimizer_steps, const std::string& dir) const;
+  // The loop (train/training_loop.h) and what this run does around its steps.
+  void evaluate_before_training();
+  StepBatches next_batches(int64_t step) override;
+  bool accept(const StepRecord& s) override;  // finite_step
+  bool after_step(const StepRecord& s) override;
   // False (on every rank alike) when the step's loss or a gradient norm is not finite; then
   // on_nonfinite: stop throws, skip returns false and nothing is updated.
   bool finite_step(double loss, double grad_norm, double value_grad_norm);
-  std::string first_nonfinite_weight();
-  void write_step_metrics(const StepResult& r, int64_t micro_batches, double lr, double grad_norm,
-                          double value_grad_norm, double step_s, bool evaluated);
-  // Online GRPO/PPO: the prompts, their encoder and the rollout source (null offline).
-  void load_prompts();
-  void log_completions();
-  const DataCursor& data_cursor() const;
-  double epoch_progress() const;
   std::string save();
   bool stop_requested_anywhere();
+  // The ways out of run(): a signal while a reward was pending, a reward's failure (throws),
+  // a signal after a step, the end (or stop_after_steps).
+  int stop_while_reward_pending();
+  [[noreturn]] void stop_after_reward_error(const RewardError& e);
+  int stop_after_signal();
   int finish(int64_t last_saved);
-
-  struct Log {
-    bool lead = true;  // rank 0 speaks; errors are thrown, and reported, on every rank
-    void out(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
-    void err(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
-  };
 
   const TrainConfig& c_;
   Communicator& comm_;
-  Log log_;
-  Clock::time_point t_start_;
+  RunLog log_;
+  RunMetrics metrics_;  // metrics.jsonl, completions.jsonl (rank 0)
   ObjectiveSetup setup_;
-  ModelConfig cfg_;        // the policy's
-  std::string start_dir_;  // the starting model's directory ("" when randomly initialised)
-  std::string ckpt_;       // the checkpoint resumed from ("" for a fresh run)
-  TrainerState resumed_;
-  TrainingData data_;
-  std::vector<MicroBatch> eval_;
-  std::unique_ptr<TrainBatches> batches_;  // offline data
-  std::optional<PromptEncoder> prompt_encoder_;
-  std::unique_ptr<OnlineRollouts> online_;  // online GRPO/PPO (prompt records)
-  std::optional<MetricsLog> completions_;   // <output_dir>/completions.jsonl
+  RunStart start_;  // the starting model, and the checkpoint resumed from (run_models.h)
+  std::optional<RunData> data_;  // the data and where each step's micro-batches come from
   int64_t per_step_ = 1;  // micro-batches per step, all ranks
   LrSchedule schedule_;
   AdamWConfig optim_;
@@ -133,10 +121,12 @@ class Trainer {
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<StepRunner> runner_;
   TrainerState state_;
-  std::optional<MetricsLog> metrics_;
   std::optional<StepProgress> progress_;
   double last_loss_ = 0.0;
   double last_eval_ = 0.0;
+  int64_t stop_at_ = 0;     // this invocation's last step (stop_after_steps)
+  int64_t last_saved_ = -1;  // the step of the last checkpoint this invocation wrote
+  bool stopped_ = false;     // by a signal (to any rank)
 };
 
 }  // namespace sbp

@@ -60,6 +60,43 @@ TEST(ParseSize, UnitsAndErrors) {
   }
 }
 
+// Chunk sizes: `auto` is 0, a positive number is itself, anything else is refused (and named
+// by the flag that gave it).
+TEST(ParseChunkSize, AutoNumbersAndErrors) {
+  EXPECT_EQ(parse_chunk_size("auto"), 0);
+  EXPECT_EQ(parse_chunk_size("1"), 1);
+  EXPECT_EQ(parse_chunk_size("2048"), 2048);
+  for (const char* bad : {"", "0", "-3", "Auto", "12x", "1.5", "99999999999999999999"}) {
+    EXPECT_FALSE(parse_chunk_size(bad).has_value()) << bad;
+    try {
+      parse_chunk_flag(bad, "--head-chunk");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("--head-chunk: '") + bad +
+                                           "' is neither a positive number of rows nor auto");
+    }
+  }
+}
+
+// Every dtype's spellings parse back to it, and name it as before the table.
+TEST(DTypeNames, EverySpellingParsesBack) {
+  for (const DTypeNames& n : kDTypeNames) {
+    for (const char* spelling : {n.safetensors, n.torch, n.flag}) {
+      DType d{};
+      ASSERT_TRUE(parse_dtype(spelling, &d)) << spelling;
+      EXPECT_EQ(d, n.dtype) << spelling;
+    }
+    EXPECT_STREQ(dtype_name(n.dtype), n.safetensors);
+    EXPECT_STREQ(torch_dtype_name(n.dtype), n.torch);
+  }
+  EXPECT_STREQ(torch_dtype_name(DType::BF16), "bfloat16");
+  EXPECT_STREQ(dtype_name(DType::F16), "F16");
+  DType d{};
+  EXPECT_TRUE(parse_dtype("fp32", &d));
+  EXPECT_EQ(d, DType::F32);
+  EXPECT_FALSE(parse_dtype("fp8", &d));
+}
+
 // The searches assume the peak never shrinks when T or a chunk size grows.
 TEST(Planner, PeakIsMonotoneInTAndChunkSizes) {
   for (const ModelConfig& cfg : models()) {

@@ -1,0 +1,60 @@
+#include "train/training_loop.h"
+
+#include <cmath>
+
+#include "optim/lora_adamw.h"
+
+namespace sbp {
+
+int64_t TrainingLoop::run(int64_t first, int64_t last, StepHooks& hooks) {
+  int64_t done = first;
+  while (done < last) {
+    const StepRecord s = step(done + 1, hooks);
+    done = s.step;
+    if (!hooks.after_step(s)) break;
+  }
+  return done;
+}
+
+StepRecord TrainingLoop::step(int64_t step, StepHooks& hooks) {
+  StepRecord s;
+  s.step = step;
+  s.started = std::chrono::steady_clock::now();
+  const StepBatches batches = hooks.next_batches(step);
+  s.micro_batches = batches.step_micro_batches;
+  s.lr = schedule_.at(step);
+  s.result = runner_.run(batches);
+  clip(s);
+  s.updated = hooks.accept(s);
+  if (s.updated) update(s.lr);
+  return s;
+}
+
+void TrainingLoop::clip(StepRecord& s) {
+  s.grad_norm = models_.has_lora() ? clip_lora_grads(models_.lora_grads(), be_, max_norm_)
+                                   : models_.policy().clip(max_norm_);
+  // PPO: the value model is clipped and stepped on its own.
+  s.value_grad_norm = models_.has_value() ? models_.value().clip(max_norm_) : 0.0;
+}
+
+std::string first_nonfinite_weight(ModelSet& models, Backend& be) {
+  auto scan = [&](const auto& set) -> std::string {
+    for (size_t i = 0; i < set.size(); ++i)
+      if (!std::isfinite(be.sum_squares(set.tensor(i)))) return set.name(i);
+    return "";
+  };
+  std::string bad = models.has_lora() ? scan(models.lora_weights()) : scan(models.policy_weights());
+  if (bad.empty() && models.has_value()) bad = scan(models.value_weights());
+  return bad;
+}
+
+void TrainingLoop::update(double lr) {
+  const auto rate = static_cast<float>(lr);
+  if (models_.has_lora())
+    models_.lora_optimizer()->step(models_.lora_weights(), models_.lora_grads(), be_, rate);
+  else
+    models_.policy().update(models_.policy_weights(), rate);
+  if (models_.has_value()) models_.value().update(models_.value_weights(), rate);
+}
+
+}  // namespace sbp
