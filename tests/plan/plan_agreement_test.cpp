@@ -45,7 +45,7 @@ Measured real_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& 
   SftObjective obj(batch, batch.loss_weight_sum());
   engine.forward_backward(batch, obj, g);
   if (opt) opt->step(w, g, be, 1e-3f);
-  return Measured{ledger.peak(), ledger.peak_breakdown()};
+  return Measured{ledger.peak(), ledger.peak_breakdown(), 0, {}};
 }
 
 ModelConfig tied_qwen3_with_bias() {
