@@ -3,7 +3,7 @@
 # layers below it in this graph (transitively), nothing else: cmake/check_layers.cmake fails the
 # build on an include that runs back up, naming the file, the line and the layers involved.
 #
-#   core                      errors, tensors, the ledger, files (no streambp dependency)
+#   core                      errors, tensors, the ledger, files, the collectives' interface
 #   backend   <- core         the backend contract and its CPU / meta / CUDA implementations
 #   data      <- core         tokenizers, datasets, chat templates
 #   objective <- core         losses on one chunk of logits (no model, no engine)

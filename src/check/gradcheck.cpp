@@ -122,7 +122,11 @@ ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet
     models.value = {{&cfg, value}, value_grads.get()};
   }
   ModeGrads out;
-  out.result = StepRunner(opts.objective, models, be, pool, exec).run(StepBatches::whole({mb}));
+  // Base (store) is the yardstick every rank computes alone; the other modes split the rows.
+  Communicator* context = exec.layers == LayerMode::store ? nullptr : opts.context;
+  out.result = StepRunner(opts.objective, models, be, pool, exec, single_process(),
+                          StepRunnerOptions{.context = context})
+                   .run(StepBatches::whole({mb}));
   out.peak_bytes = ledger.peak();
   out.host_peak_bytes = host_ledger.peak();
   out.grads_bytes = ledger.category_peak(Category::grads);
@@ -133,6 +137,13 @@ ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet
     copy_out(policy_grads->grads(), &out.grads);
   }
   if (value_grads) copy_out(value_grads->grads(), &out.grads);
+  if (context) {  // each rank holds its rows' share: the micro-batch's gradient is the sum
+    for (std::vector<float>& g : out.grads) {
+      std::vector<double> sum(g.begin(), g.end());
+      context->sum(std::span<double>(sum));
+      std::copy(sum.begin(), sum.end(), g.begin());
+    }
+  }
   return out;
 }
 

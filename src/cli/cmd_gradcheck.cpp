@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/output_paths.h"
 #include "core/output_file.h"
+#include "dist/world.h"
 
 namespace sbp::cli {
 
@@ -46,11 +47,23 @@ struct Args {
   double tolerance = 1e-4;
   ObjectiveArgs objective;
   LoraArgs lora;
+  int64_t cp = 1;  // context parallelism: the ranks of `mpirun -np cp` share the rows
 };
 
 int run(const Args& a) {
   check_output_dir("--json", a.json);
   refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
+  // --cp N: one context group of the N ranks of `mpirun -np N`; rank 0 reports for all.
+  std::unique_ptr<Communicator> world;
+  if (a.cp > 1) {
+    world = make_world_communicator();
+    if (world->size() != a.cp)
+      throw InputError("--cp " + std::to_string(a.cp) + ": run under mpirun -np " +
+                       std::to_string(a.cp) + " (this run has " + std::to_string(world->size()) +
+                       " process" + (world->size() == 1 ? "" : "es") + ")");
+    if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+      throw Error("gradcheck: cannot silence rank " + std::to_string(world->rank()));
+  }
   a.exec.set_threads();
   warn_if_generic_blas();
   if (a.seq_len < 2) throw InputError("--seq-len must be at least 2");
@@ -65,6 +78,7 @@ int run(const Args& a) {
   opts.group_size = a.objective.group_size;
   opts.precision = a.exec.precision_value();
   opts.lora = a.lora.config();
+  opts.context = world.get();
   if (opts.objective.traits().completions && a.seq_len < 4)
     throw InputError(std::string("--seq-len must be at least 4 for ") +
                      objective_name(opts.objective.kind));
@@ -95,6 +109,9 @@ int run(const Args& a) {
               a.model.c_str(), model_type_name(src.cfg.model_type), a.objective.describe().c_str(),
               static_cast<long long>(a.seq_len), batch.seq_lens.size(),
               static_cast<unsigned long long>(a.seed));
+  if (world)
+    std::printf("context parallel: %d ranks share each mode's rows (base: every rank alone)\n",
+                world->size());
   if (opts.lora.enabled())
     std::printf("lora: %s; base weights frozen, reference = base with adapters off\n",
                 opts.lora.describe().c_str());
@@ -152,7 +169,7 @@ int run(const Args& a) {
   }
   if (!finite) std::printf("a loss or gradient error is not finite (NaN or inf): FAIL\n");
 
-  if (!a.json.empty()) {
+  if (!a.json.empty() && (!world || world->rank() == 0)) {
     nlohmann::json j;
     j["max_rel_err"] = r.max_rel_err;
     j["objective"] = a.objective.describe();
@@ -197,6 +214,10 @@ void register_gradcheck(CLI::App& app) {
   c->add_option("--json", a->json, "Write the result as JSON");
   a->objective.add_flags(c);
   a->lora.add_flags(c);
+  c->add_option("--cp", a->cp,
+                "Context parallelism: under mpirun -np N, --cp N splits every mode's rows (not "
+                "base's) across the N ranks and sums their gradients before the comparison")
+      ->check(int_in(1, 4096));
   c->callback([a] {
     const int rc = run(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -39,19 +39,21 @@ int as_count(int64_t n, const char* what) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
+  // The world: MPI_Init here, MPI_Finalize in the destructor.
+  MpiCommunicator() : comm_(MPI_COMM_WORLD), world_(true) {
     int provided = 0;
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
-    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
-    // MPI's default ends the process from inside the library on any error (with a page of
-    // output per rank); returned codes become exceptions with one line naming the collective.
-    check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    init();
   }
+  // A group split from another communicator (split()); freed, not finalised, when destroyed.
+  explicit MpiCommunicator(MPI_Comm group) : comm_(group), world_(false) { init(); }
   ~MpiCommunicator() override {
     for (Slot& s : slots_)
       if (s.request != MPI_REQUEST_NULL) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
-    MPI_Finalize();
+    if (world_)
+      MPI_Finalize();
+    else
+      MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -59,17 +61,17 @@ class MpiCommunicator final : public Communicator {
 
   void sum(std::span<double> x) override {
     check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "sum"),
-                        MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+                        MPI_DOUBLE, MPI_SUM, comm_),
           "MPI_Allreduce");
   }
   void sum(std::span<int64_t> x) override {
     check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "sum"),
-                        MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
+                        MPI_INT64_T, MPI_SUM, comm_),
           "MPI_Allreduce");
   }
   void max(std::span<int64_t> x) override {
     check(MPI_Allreduce(MPI_IN_PLACE, x.data(), as_count(static_cast<int64_t>(x.size()), "max"),
-                        MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD),
+                        MPI_INT64_T, MPI_MAX, comm_),
           "MPI_Allreduce");
   }
 
@@ -78,7 +80,7 @@ class MpiCommunicator final : public Communicator {
     const int total = gather_counts(static_cast<int64_t>(mine.size()), counts, displs);
     std::vector<double> all(static_cast<size_t>(total));
     check(MPI_Allgatherv(mine.data(), counts[static_cast<size_t>(rank_)], MPI_DOUBLE, all.data(),
-                         counts.data(), displs.data(), MPI_DOUBLE, MPI_COMM_WORLD),
+                         counts.data(), displs.data(), MPI_DOUBLE, comm_),
           "MPI_Allgatherv");
     std::vector<std::vector<double>> out;
     for (int r = 0; r < size_; ++r)
@@ -92,7 +94,7 @@ class MpiCommunicator final : public Communicator {
     const int total = gather_counts(static_cast<int64_t>(mine.size()), counts, displs);
     std::string all(static_cast<size_t>(total), '\0');
     check(MPI_Allgatherv(mine.data(), counts[static_cast<size_t>(rank_)], MPI_CHAR, all.data(),
-                         counts.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD),
+                         counts.data(), displs.data(), MPI_CHAR, comm_),
           "MPI_Allgatherv");
     std::vector<std::string> out;
     for (int r = 0; r < size_; ++r)
@@ -100,16 +102,37 @@ class MpiCommunicator final : public Communicator {
                                static_cast<size_t>(counts[static_cast<size_t>(r)])));
     return out;
   }
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
   [[noreturn]] void abort(int exit_code) override {
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::_Exit(exit_code);  // MPI_Abort does not return; this is for the compiler
   }
 
+  Request ibroadcast(void* x, int64_t bytes, int root) override {
+    const int64_t id = take_slot();
+    check(MPI_Ibcast(x, as_count(bytes, "broadcast"), MPI_BYTE, root, comm_,
+                     &slots_[static_cast<size_t>(id)].request),
+          "MPI_Ibcast");
+    return Request{id};
+  }
+  Request ireduce_sum(float* x, int64_t n, int root) override {
+    const int64_t id = take_slot();
+    check(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : x, rank_ == root ? x : nullptr,
+                      as_count(n, "reduce"), MPI_FLOAT, MPI_SUM, root, comm_,
+                      &slots_[static_cast<size_t>(id)].request),
+          "MPI_Ireduce");
+    return Request{id};
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm group = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &group), "MPI_Comm_split");
+    return std::make_unique<MpiCommunicator>(group);
+  }
+
   Request iallreduce_sum(float* x, int64_t n) override {
     const int64_t id = take_slot();
     check(MPI_Iallreduce(MPI_IN_PLACE, x, as_count(n, "allreduce"), MPI_FLOAT, MPI_SUM,
-                         MPI_COMM_WORLD, &slots_[static_cast<size_t>(id)].request),
+                         comm_, &slots_[static_cast<size_t>(id)].request),
           "MPI_Iallreduce");
     return Request{id};
   }
@@ -117,7 +140,7 @@ class MpiCommunicator final : public Communicator {
     const int64_t id = take_slot();
     Slot& s = slots_[static_cast<size_t>(id)];
     set_counts(s, counts, "reduce_scatter");
-    check(MPI_Ireduce_scatter(MPI_IN_PLACE, x, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+    check(MPI_Ireduce_scatter(MPI_IN_PLACE, x, s.counts.data(), MPI_FLOAT, MPI_SUM, comm_,
                               &s.request),
           "MPI_Ireduce_scatter");
     return Request{id};
@@ -127,7 +150,7 @@ class MpiCommunicator final : public Communicator {
     Slot& s = slots_[static_cast<size_t>(id)];
     set_counts(s, counts, "allgather");
     check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, s.counts.data(), s.displs.data(),
-                          MPI_FLOAT, MPI_COMM_WORLD, &s.request),
+                          MPI_FLOAT, comm_, &s.request),
           "MPI_Iallgatherv");
     return Request{id};
   }
@@ -146,6 +169,14 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  void init() {
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    // MPI's default ends the process from inside the library on any error (with a page of
+    // output per rank); returned codes become exceptions with one line naming the collective.
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  }
+
   // A request and the count arrays MPI reads until it completes (they must outlive the call).
   struct Slot {
     MPI_Request request = MPI_REQUEST_NULL;
@@ -155,7 +186,7 @@ class MpiCommunicator final : public Communicator {
   int gather_counts(int64_t mine, std::vector<int>& counts, std::vector<int>& displs) {
     int n = as_count(mine, "allgather");
     counts.assign(static_cast<size_t>(size_), 0);
-    check(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD),
+    check(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_),
           "MPI_Allgather");
     displs.assign(static_cast<size_t>(size_), 0);
     int64_t total = 0;
@@ -191,6 +222,8 @@ class MpiCommunicator final : public Communicator {
     r.id = -1;
   }
 
+  MPI_Comm comm_;
+  bool world_;  // MPI_COMM_WORLD, whose object owns MPI's init/finalize
   int rank_ = 0, size_ = 1;
   std::vector<Slot> slots_;  // by request id; moving a Slot keeps the count arrays MPI reads
   std::vector<int64_t> free_;

@@ -125,6 +125,19 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
     return record();
   }
+  Request ibroadcast(void* x, int64_t bytes, int root) override {
+    after_compute();
+    check_nccl(ncclBroadcast(x, x, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_),
+               "ncclBroadcast");
+    return record();
+  }
+  // An all-reduce: the sum reaches every rank, a superset of what the contract asks for, and
+  // the one reduction the emulated NCCL (src/backend/cuda/emulation/nccl.h) also offers.
+  Request ireduce_sum(float* x, int64_t n, int /*root*/) override { return iallreduce_sum(x, n); }
+  // NCCL communicators are made over a host group (make_gpu_collectives), not split.
+  std::unique_ptr<Communicator> split(int, int) override {
+    throw Error("NCCL: split the host communicator, then make a NCCL one over the group");
+  }
   bool device_collectives() const override { return true; }
   bool test(Request& r) override {
     if (!r.pending()) return true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/context_rows.h"
 #include "engine/head_block.h"
 #include "engine/window_stream.h"
 #include "model/decoder_layer.h"
@@ -48,6 +49,35 @@ void for_chunks_reversed(const ChunkRange& r, Fn fn) {
 // The embedding multiplier in the activation dtype (ModelConfig::embed_scale).
 float embed_scale_in(const ModelConfig& cfg, DType act) { return cfg.embed_scale(act == DType::BF16); }
 
+// Calls fn(piece, begin, end) for the chunks of `chunk` rows of each of this rank's pieces, in
+// row order; begin and end are rows of the piece (global rows piece.begin + begin ..., local
+// rows piece.local + begin ...).
+template <class Fn>
+void for_piece_chunks(const ContextSlice& cs, int64_t chunk, const Backend& be, Fn fn) {
+  for (const RowPiece& p : cs.mine())
+    for_chunks(ChunkRange(p.size(), chunk, be), [&](int64_t s, int64_t e) { fn(p, s, e); });
+}
+
+// Same, last chunk of the last piece first.
+template <class Fn>
+void for_piece_chunks_reversed(const ContextSlice& cs, int64_t chunk, const Backend& be, Fn fn) {
+  const std::span<const RowPiece> mine = cs.mine();
+  for (auto p = mine.rbegin(); p != mine.rend(); ++p)
+    for_chunks_reversed(ChunkRange(p->size(), chunk, be),
+                        [&](int64_t s, int64_t e) { fn(*p, s, e); });
+}
+
+// Sums the objective's row-additive accumulators over the context group (Objective::pass_sums).
+void sum_over_group(Communicator* group, std::vector<std::span<double>> parts) {
+  if (!group || parts.empty()) return;
+  std::vector<double> all;
+  for (const std::span<double>& part : parts) all.insert(all.end(), part.begin(), part.end());
+  group->sum(std::span<double>(all));
+  size_t at = 0;
+  for (const std::span<double>& part : parts)
+    for (double& v : part) v = all[at++];
+}
+
 }  // namespace
 
 struct Engine::Kept {
@@ -92,14 +122,15 @@ void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
   const PreparedBatch& step = checked(batch);
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
   const HeadKind kind = objective.head();
-  const int64_t T = step.size(), d = cfg_.hidden_size;
+  const ContextSlice cs = slice(step.size());  // this rank's rows (all of them without a group)
+  const int64_t Tl = cs.local_rows(), d = cfg_.hidden_size;
   // A tied LM head writes the embedding's gradient too (grad_hook.h).
   const bool head_writes_embedding = kind == HeadKind::lm && cfg_.tie_word_embeddings;
 
   // Forward: every layer's input x_l stays (and, in store mode, everything).
   Kept kept;
-  Buffer hidden = forward_layers(step, &kept);  // (T, d) final hidden, before the norm
-  Buffer gy = pool_.zeros(Category::grad_buffers, DType::F32, {T, d});  // (T, d) dL/d(hidden)
+  Buffer hidden = forward_layers(step, &kept);  // (Tl, d) final hidden, before the norm
+  Buffer gy = pool_.zeros(Category::grad_buffers, DType::F32, {Tl, d});  // (Tl, d) dL/d(hidden)
   if (hook && head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
   if (hook) hook->grads_begin(GradGroup::head, -1);
   head_backward(step, hidden.view(), objective, grads.views(), gy.view());
@@ -113,47 +144,55 @@ void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
   if (es != 1.0f) be_.scale_inplace(gy.view(), es);
   // The padding row's lookups add nothing, as in transformers (nn.Embedding's padding_idx).
   if (grads.views().embed.defined())  // frozen (LoRA): no gradient
-    be_.embedding_backward(grads.views().embed, gy.view(), step.tokens(),
-                           cfg_.padding_row());
+    for (const RowPiece& p : cs.mine())
+      be_.embedding_backward(grads.views().embed, gy.rows(p.local, p.local + p.size()),
+                             step.tokens().slice_rows(p.begin, p.end), cfg_.padding_row());
   if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
 
 void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
                            const ModelTensors& G, const Tensor& gy) {
-  const int64_t T = hidden.rows();
+  const int64_t T = step.size();
+  const ContextSlice cs = slice(T);  // hidden and gy hold this rank's rows (local rows)
   const int64_t hc = exec_.head_chunk_for(T);
   const bool entropy = objective.wants_entropy();
   const bool computes = be_.computes();
   const int passes = objective.prepasses();
-  auto block = [&](int64_t s, int64_t e) {
+  // Rows [s, e) of piece p: hidden's local rows, the batch's global rows.
+  auto block = [&](const RowPiece& p, int64_t s, int64_t e) {
     return HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, objective.head(), entropy,
-                     hidden.slice_rows(s, e), step.targets().slice_rows(s, e), s);
+                     hidden.slice_rows(p.local + s, p.local + e),
+                     step.targets().slice_rows(p.begin + s, p.begin + e), p.begin + s);
   };
-  // Pre-passes (no grad): every block once per pass, from the kept final hidden state.
+  // Pre-passes (no grad): every block once per pass, from the kept final hidden state; with a
+  // context group, each rank its own blocks, then the group sums what they added up.
   // With a single block the gradient pass below reuses it instead of recomputing it.
-  const bool one_block = hc >= T;
+  const bool one_block = !cs.split() && hc >= T;
   for (int p = 0; p < passes && !one_block; ++p) {
-    for_chunks(ChunkRange(T, hc, be_), [&](int64_t s, int64_t e) {
-      const HeadBlock b = block(s, e);
+    for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
+      const HeadBlock b = block(piece, s, e);
       if (computes) objective.prepass(p, b.chunk());
     });
+    if (computes) sum_over_group(context_, objective.prepass_sums(p));
     if (computes) objective.finish_prepass(p);
   }
-  for_chunks(ChunkRange(T, hc, be_), [&](int64_t s, int64_t e) {
-    HeadBlock b = block(s, e);
+  for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
+    HeadBlock b = block(piece, s, e);
     for (int p = 0; p < passes && one_block; ++p) {
       if (computes) objective.prepass(p, b.chunk());
       if (computes) objective.finish_prepass(p);
     }
     const TokenChunkGrads g = b.alloc_grads();
     if (computes) objective.chunk_grads(b.chunk(), g);
-    b.backward(G, gy.slice_rows(s, e));
+    b.backward(G, gy.slice_rows(piece.local + s, piece.local + e));
   });
+  if (computes) sum_over_group(context_, objective.pass_sums());
 }
 
 void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
                              GradHook* hook) {
-  const int64_t T = gy.rows(), L = cfg_.num_hidden_layers;
+  const int64_t T = step.size(), L = cfg_.num_hidden_layers;
+  const ContextSlice cs = slice(T);  // gy and the checkpoints hold this rank's rows
   const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
   const int64_t chunk = exec_.layer_chunk_for(T);
   const bool store = exec_.layers == LayerMode::store;
@@ -177,13 +216,36 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
     if (hook) hook->grads_begin(GradGroup::layer, l);
     const LayerTensors& w = weights_.views().layers[li];
     const LayerTensors& gw = G.layers[li];
-    const Tensor x = kept.inputs[li].view();  // (T, d)
+    const Tensor x = kept.inputs[li].view();  // (Tl, d) this rank's rows
     if (store) {
       Buffer dK = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
       Buffer dV = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
       ops.rows_backward(w, gw, x, 0, kept.acts[li], kept.kv[li], dK.view(), dV.view(), gy);
       kept.acts[li] = ChunkActs();
       kept.kv[li] = LayerKV();
+    } else if (cs.split()) {
+      // Context parallelism: K/V of every rank's rows; this rank's queries add into every key
+      // row's dK/dV; once the group has summed them onto the rows' owners, each rank finishes
+      // the K/V part of its own rows' backward.
+      LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, /*keep_k_raw=*/!stream);
+      context_kv(ops, w, cs, x, chunk, kv);
+      Buffer dK = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
+      Buffer dV = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
+      for_piece_chunks_reversed(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+        const int64_t a = p.local + s, b = p.local + e;  // local rows of global [p.begin + s, ...)
+        ChunkActs acts;
+        ops.rows_forward(w, x.slice_rows(a, b), p.begin + s, kv, Tensor(), &acts,
+                         Category::layer_workspace);
+        ops.rows_backward(w, gw, x.slice_rows(a, b), p.begin + s, acts, kv, dK.view(), dV.view(),
+                          gy.slice_rows(a, b), /*finish_kv=*/false);
+      });
+      const Tensor sums[] = {dK.view(), dV.view()};
+      reduce_rows_to_owners(*context_, cs, sums);
+      for_piece_chunks(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+        const int64_t a = p.local + s, b = p.local + e;
+        ops.kv_backward(w, gw, x.slice_rows(a, b), p.begin + s, kv, dK.view(), dV.view(),
+                        gy.slice_rows(a, b));
+      });
     } else if (stream && window_stream_applies(cfg_, l, T, chunk)) {
       // A sliding layer holds K/V and dK/dV of its window plus one chunk (window_stream.h).
       window_layer_backward(ops, be_, pool_, w, gw, x, gy, cfg_.layer_window(l), chunk);
@@ -215,6 +277,23 @@ Pool* Engine::offload_pool() const {
   return pool_.host();
 }
 
+void Engine::check_context() const {
+  if (exec_.layers == LayerMode::store)
+    throw InputError(
+        "context parallelism runs the stream and checkpoint modes, not base (store): its step "
+        "keeps every activation of the whole sequence");
+}
+
+void Engine::context_kv(DecoderLayerOps& ops, const LayerTensors& w, const ContextSlice& cs,
+                        const Tensor& x, int64_t chunk, LayerKV& kv) {
+  for_piece_chunks(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+    ops.kv_forward(w, x.slice_rows(p.local + s, p.local + e), p.begin + s, kv);
+  });
+  std::vector<Tensor> rows{kv.k.view(), kv.v.view()};
+  if (kv.k_raw.defined()) rows.push_back(kv.k_raw.view());
+  gather_rows(*context_, cs, rows);
+}
+
 void Engine::bind_lora(DecoderLayerOps& ops, size_t l) const {
   if (!lora_w_) return;
   ops.set_lora(&lora_w_->layers()[l], lora_g_ ? &lora_g_->layers()[l] : nullptr, lora_w_->scale());
@@ -227,8 +306,11 @@ void Engine::embed(const Tensor& x, const Tensor& ids) {
   if (es != 1.0f) be_.scale_inplace(x, es);
 }
 
-Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept) {
+Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept, bool whole) {
   const int64_t T = step.size(), d = cfg_.hidden_size;
+  const ContextSlice cs = whole ? ContextSlice(T, 1, 0) : slice(T);
+  if (cs.split()) check_context();
+  const int64_t Tl = cs.local_rows();
   const DType act = exec_.act_dtype;
   const ModelTensors& W = weights_.views();
   const int64_t chunk = exec_.layer_chunk_for(T);
@@ -245,13 +327,14 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept) {
   Buffer leaving;  // (T, d) the device x_l whose copy is in flight
   Backend::CopyTicket leaving_copy = 0;
 
-  Buffer x = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) x_0
-  embed(x.view(), step.tokens());
+  Buffer x = pool_.allocate(Category::checkpoints, act, {Tl, d});  // (Tl, d) x_0 of this rank's rows
+  for (const RowPiece& p : cs.mine())
+    embed(x.rows(p.local, p.local + p.size()), step.tokens().slice_rows(p.begin, p.end));
   for (size_t li = 0; li < L; ++li) {
     const LayerTensors& w = W.layers[li];
     DecoderLayerOps ops(cfg_, be_, pool_, step.tables(), act, static_cast<int64_t>(li));
     bind_lora(ops, li);
-    Buffer y = pool_.allocate(Category::checkpoints, act, {T, d});  // (T, d) layer output
+    Buffer y = pool_.allocate(Category::checkpoints, act, {Tl, d});  // (Tl, d) layer output
     if (store) {
       // Every activation stays for the backward, as plain backprop keeps it.
       kept->kv.push_back(ops.alloc_kv(T, Category::checkpoints, /*keep_k_raw=*/true));
@@ -259,6 +342,16 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept) {
       ops.kv_forward(w, x.view(), 0, kept->kv.back());
       ops.rows_forward(w, x.view(), 0, kept->kv.back(), y.view(), &kept->acts.back(),
                        Category::checkpoints);
+    } else if (cs.split()) {
+      // Context parallelism: this rank's K/V rows, every rank's (gathered), then this rank's
+      // query rows against all of them.
+      LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, false);
+      context_kv(ops, w, cs, x.view(), chunk, kv);
+      for_piece_chunks(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+        const int64_t a = p.local + s, b = p.local + e;
+        ops.rows_forward(w, x.rows(a, b), p.begin + s, kv, y.rows(a, b), nullptr,
+                         Category::layer_workspace);
+      });
     } else if (exec_.layers == LayerMode::stream &&
                window_stream_applies(cfg_, static_cast<int64_t>(li), T, chunk)) {
       // A sliding layer holds the K/V of its window plus one chunk (window_stream.h).
@@ -278,7 +371,7 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept) {
       leaving.reset();
     }
     if (kept && host && li + 1 < L) {  // the last layer's input stays: the backward starts there
-      kept->host_inputs[li] = host->allocate(Category::checkpoints, act, {T, d});
+      kept->host_inputs[li] = host->allocate(Category::checkpoints, act, {Tl, d});
       leaving_copy = be_.offload_async(kept->host_inputs[li].view(), x.view());
       leaving = std::move(x);
     } else if (kept) {
@@ -297,25 +390,31 @@ Engine::TokenScores Engine::score(const PreparedBatch& batch) {
   const PreparedBatch& step = checked(batch);
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
   const int64_t T = step.size();
-  const Buffer x = forward_layers(step, nullptr);  // (T, d)
+  const ContextSlice cs = slice(T);
+  const Buffer x = forward_layers(step, nullptr);  // (Tl, d) this rank's rows
 
   TokenScores out;
   out.logp.assign(static_cast<size_t>(T), 0.0f);
   out.argmax.assign(static_cast<size_t>(T), 0);
   const int64_t hc = exec_.head_chunk_for(T);
-  for_chunks(ChunkRange(T, hc, be_), [&](int64_t s, int64_t e) {
-    const int64_t n = e - s;
+  for_piece_chunks(cs, hc, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+    const int64_t n = e - s, at = p.begin + s;
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::lm, false,
-                      x.rows(s, e), step.targets().slice_rows(s, e), s);
+                      x.rows(p.local + s, p.local + e), step.targets().slice_rows(at, p.begin + e),
+                      at);
     Buffer best = pool_.allocate(Category::other, DType::I32, {n});
     be_.argmax_rows(best.view(), b.logits());
     if (be_.computes()) {
       const TokenChunk c = b.chunk();
-      std::copy(c.logp.begin(), c.logp.end(), out.logp.begin() + s);
+      std::copy(c.logp.begin(), c.logp.end(), out.logp.begin() + at);
       const std::vector<int32_t> am = download_i32(best.view());
-      std::copy(am.begin(), am.end(), out.argmax.begin() + s);
+      std::copy(am.begin(), am.end(), out.argmax.begin() + at);
     }
   });
+  if (cs.split() && be_.computes()) {  // every row on every rank
+    gather_host_rows(*context_, cs, std::span<float>(out.logp));
+    gather_host_rows(*context_, cs, std::span<int32_t>(out.argmax));
+  }
   return out;
 }
 
@@ -327,16 +426,20 @@ std::vector<float> Engine::values(const PreparedBatch& batch) {
   const PreparedBatch& step = checked(batch);
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
   const int64_t T = step.size();
-  const Buffer x = forward_layers(step, nullptr);  // (T, d)
+  const ContextSlice cs = slice(T);
+  const Buffer x = forward_layers(step, nullptr);  // (Tl, d) this rank's rows
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
-  for_chunks(ChunkRange(T, exec_.head_chunk_for(T), be_), [&](int64_t s, int64_t e) {
+  for_piece_chunks(cs, exec_.head_chunk_for(T), be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+    const int64_t at = p.begin + s;
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value, false,
-                      x.rows(s, e), step.targets().slice_rows(s, e), s);
+                      x.rows(p.local + s, p.local + e), step.targets().slice_rows(at, p.begin + e),
+                      at);
     if (be_.computes()) {
       const TokenChunk c = b.chunk();
-      std::copy(c.value.begin(), c.value.end(), out.begin() + s);
+      std::copy(c.value.begin(), c.value.end(), out.begin() + at);
     }
   });
+  if (cs.split() && be_.computes()) gather_host_rows(*context_, cs, std::span<float>(out));
   return out;
 }
 
@@ -355,7 +458,7 @@ std::vector<float> Engine::logits_at(const PreparedBatch& batch, std::span<const
                        " outside the batch (T = " + std::to_string(T) + ")");
   }
   SBP_CHECK(weights_.views().lm_head.defined(), "logits_at: the model has no LM head");
-  Buffer x = forward_layers(step, nullptr);  // (T, d)
+  Buffer x = forward_layers(step, nullptr, /*whole=*/true);  // (T, d)
   std::vector<float> out(static_cast<size_t>(n * V), 0.0f);
   if (n == 0) return out;
   // Gather the requested rows (they need not be contiguous), then final norm and LM head.

@@ -7,8 +7,10 @@
 
 #include "backend/backend.h"
 #include "core/batch.h"
+#include "core/communicator.h"
 #include "core/pool.h"
 #include "core/rng.h"
+#include "engine/context_slice.h"
 #include "engine/exec_config.h"
 #include "engine/generation.h"
 #include "engine/grad_hook.h"
@@ -88,6 +90,20 @@ class Engine {
 
   const ExecConfig& exec() const { return exec_; }
 
+  // Context parallelism (engine/context_slice.h, docs/DISTRIBUTED.md): this engine is rank
+  // group->rank() of a context group whose ranks run the same passes on the same micro-batch,
+  // each over its own rows. forward_backward then ADDS only this rank's rows' share of the
+  // gradient (the group's sum is the micro-batch's gradient; the caller reduces it); the
+  // objective's loss and metrics are the whole micro-batch's on every rank (Objective::
+  // pass_sums); score() and values() return every row on every rank. Stream and checkpoint
+  // modes only (InputError otherwise). Null (the default) or a group of one: the ordinary step.
+  // logits_at() and generation always run the whole sequence on this rank.
+  void set_context(Communicator* group) { context_ = group && group->size() > 1 ? group : nullptr; }
+  // The rows this rank owns of a T-row micro-batch (one piece [0, T) without a context group).
+  ContextSlice slice(int64_t T) const {
+    return context_ ? ContextSlice(T, context_->size(), context_->rank()) : ContextSlice(T, 1, 0);
+  }
+
   // LoRA (model/lora.h): every layer runs with these adapters; forward_backward adds their
   // gradients into `grads` (null: none). Null weights: the base model, adapters off (LoRA's
   // reference model). The base gradients passed to forward_backward may then be unallocated
@@ -108,7 +124,8 @@ class Engine {
   // kept->inputs and, in store mode, every layer's K/V and activations too; without (scoring):
   // only the current layer's input and output are alive. Returns the final hidden state
   // (T, d) before the final norm.
-  Buffer forward_layers(const PreparedBatch& step, Kept* kept);
+  // With a context group: only this rank's rows, in its local rows (context_slice.h).
+  Buffer forward_layers(const PreparedBatch& step, Kept* kept, bool whole = false);
   // The head over blocks of rows (one block of T in `full` mode), driven by the objective:
   // pre-passes, then the gradient pass; head weight gradients ADD into G, dL/d(hidden) into
   // gy (T, d).
@@ -132,6 +149,12 @@ class Engine {
   const LoraSet* lora_g_ = nullptr;
   // Binds layer l's adapters (if any) to ops.
   void bind_lora(DecoderLayerOps& ops, size_t l) const;
+  // InputError when the exec mode cannot run with a context group.
+  void check_context() const;
+  // The K/V phase of layer l on this rank's rows of x (local rows), then every rank's rows.
+  void context_kv(DecoderLayerOps& ops, const LayerTensors& w, const ContextSlice& cs,
+                  const Tensor& x, int64_t chunk, LayerKV& kv);
+  Communicator* context_ = nullptr;
 };
 
 }  // namespace sbp

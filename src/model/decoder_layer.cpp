@@ -266,10 +266,9 @@ void DecoderLayerOps::output_and_mlp(const LayerTensors& w, const Tensor& x, Chu
 
 void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x,
                                     int64_t s, ChunkActs& t, const KVRows& kv, const Tensor& dK,
-                                    const Tensor& dV, const Tensor& gy) {
+                                    const Tensor& dV, const Tensor& gy, bool finish_kv) {
   const int64_t n = x.rows(), d = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int64_t Hh = cfg_.num_attention_heads * cfg_.head_dim;
-  const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const Category ws = Category::layer_workspace;
   const Tensor positions = tables_.positions.slice_rows(s, s + n);
@@ -352,37 +351,63 @@ void DecoderLayerOps::rows_backward(const LayerTensors& w, const LayerTensors& g
   }
 
   // Keys and values of rows [s, s+n): complete now, since every query that sees them
-  // (rows >= s) has been processed.
-  {
-    const int64_t r = s - kv.k0;                // kv's (and dK's) row of global row s
-    const Tensor dk = dK.slice_rows(r, r + n);  // (n, G*h)
-    be_.rope_backward(dk, positions, rope_);
-    if (cfg_.qk_norm()) {
-      Buffer k_raw_tmp;
-      Tensor k_raw;  // (n, G*h)
-      if (kv.k_raw.defined()) {
-        k_raw = kv.k_raw.slice_rows(r, r + n);
-      } else {  // recompute a Wk^T: the one extra product StreamBP pays per chunk
-        k_raw_tmp = alloc(ws, n, Gh, act_);
-        linear(k_raw_tmp.view(), t.a.view(), w.k_proj, w.k_bias, LoraTarget::k_proj);
-        k_raw = k_raw_tmp.view();
-      }
-      Buffer dk_raw = pool_.zeros(ws, DType::F32, {n, Gh});  // (n, G*h)
-      be_.rmsnorm_backward(dk_raw.view(), norm_grad(gw.k_norm, w.k_norm.numel(), ng), dk, k_raw,
-                           w.k_norm, eps, off_);
-      k_raw_tmp.reset();
-      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk_raw.view(), t.a.view(), w.k_proj,
-                      LoraTarget::k_proj);
-    } else {
-      linear_backward(da.view(), 1.0f, gw.k_proj, gw.k_bias, dk, t.a.view(), w.k_proj,
-                      LoraTarget::k_proj);
-    }
-    linear_backward(da.view(), 1.0f, gw.v_proj, gw.v_bias, dV.slice_rows(r, r + n), t.a.view(),
-                    w.v_proj, LoraTarget::v_proj);
-  }
-
+  // (rows >= s) has been processed — unless another rank's queries still add to them (context
+  // parallelism: kv_backward, once their sums have arrived).
+  if (finish_kv) keys_values_backward(w, gw, t.a.view(), s, kv, dK, dV, da.view(), ng);
   t.a.reset();
   // Input norm; gy becomes dL/dx = d(x2) + rmsnorm_backward(da).
+  be_.rmsnorm_backward(gy, norm_grad(gw.input_norm, w.input_norm.numel(), ng), da.view(), x,
+                       w.input_norm, eps, off_);
+}
+
+void DecoderLayerOps::keys_values_backward(const LayerTensors& w, const LayerTensors& gw,
+                                           const Tensor& a, int64_t s, const KVRows& kv,
+                                           const Tensor& dK, const Tensor& dV, const Tensor& da,
+                                           Buffer& ng) {
+  const int64_t n = a.rows();
+  const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const Category ws = Category::layer_workspace;
+  const Tensor positions = tables_.positions.slice_rows(s, s + n);
+  const int64_t r = s - kv.k0;                // kv's (and dK's) row of global row s
+  const Tensor dk = dK.slice_rows(r, r + n);  // (n, G*h)
+  be_.rope_backward(dk, positions, rope_);
+  if (cfg_.qk_norm()) {
+    Buffer k_raw_tmp;
+    Tensor k_raw;  // (n, G*h)
+    if (kv.k_raw.defined()) {
+      k_raw = kv.k_raw.slice_rows(r, r + n);
+    } else {  // recompute a Wk^T: the one extra product StreamBP pays per chunk
+      k_raw_tmp = alloc(ws, n, Gh, act_);
+      linear(k_raw_tmp.view(), a, w.k_proj, w.k_bias, LoraTarget::k_proj);
+      k_raw = k_raw_tmp.view();
+    }
+    Buffer dk_raw = pool_.zeros(ws, DType::F32, {n, Gh});  // (n, G*h)
+    be_.rmsnorm_backward(dk_raw.view(), norm_grad(gw.k_norm, w.k_norm.numel(), ng), dk, k_raw,
+                         w.k_norm, eps, off_);
+    k_raw_tmp.reset();
+    linear_backward(da, 1.0f, gw.k_proj, gw.k_bias, dk_raw.view(), a, w.k_proj,
+                    LoraTarget::k_proj);
+  } else {
+    linear_backward(da, 1.0f, gw.k_proj, gw.k_bias, dk, a, w.k_proj, LoraTarget::k_proj);
+  }
+  linear_backward(da, 1.0f, gw.v_proj, gw.v_bias, dV.slice_rows(r, r + n), a, w.v_proj,
+                  LoraTarget::v_proj);
+}
+
+void DecoderLayerOps::kv_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x,
+                                  int64_t s, const KVRows& kv, const Tensor& dK, const Tensor& dV,
+                                  const Tensor& gy) {
+  const int64_t n = x.rows(), d = cfg_.hidden_size;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const Category ws = Category::layer_workspace;
+  Buffer ng;
+  Buffer a = alloc(ws, n, d, act_);  // (n, d) the input-norm output, recomputed
+  be_.rmsnorm_forward(a.view(), x, w.input_norm, eps, off_);
+  Buffer da = pool_.zeros(ws, DType::F32, {n, d});  // (n, d) its gradient through K and V
+  keys_values_backward(w, gw, a.view(), s, kv, dK, dV, da.view(), ng);
+  a.reset();
+  // The input norm's backward is linear in da: this adds the K/V path's share of dL/dx.
   be_.rmsnorm_backward(gy, norm_grad(gw.input_norm, w.input_norm.numel(), ng), da.view(), x,
                        w.input_norm, eps, off_);
 }

@@ -117,9 +117,20 @@ class DecoderLayerOps {
   // LayerKV): attention adds into rows [kv.k0, s+n); rows [s, s+n) must be
   // final after this chunk's attention backward (all later rows already processed), and are
   // then consumed here (their rope is undone in place). Weight gradients accumulate into gw.
+  //
+  // finish_kv false (context parallelism, engine/context_slice.h): rows [s, s+n)'s dK/dV are not
+  // final yet (other ranks' queries add to them), so their part of the backward is left out:
+  // gy then lacks the K/V path's share of dL/dx, which kv_backward adds once they are.
   void rows_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x, int64_t s,
                      ChunkActs& acts, const KVRows& kv, const Tensor& dK, const Tensor& dV,
-                     const Tensor& gy);
+                     const Tensor& gy, bool finish_kv = true);
+
+  // The K/V part of rows [s, s+n)'s backward that rows_backward(finish_kv = false) left out,
+  // from their final dK, dV rows (consumed: their rope is undone in place): recomputes the
+  // input norm of x (n, d), ADDS the K/V path's share of dL/dx into gy (n, d) F32 and the k/v
+  // projection, k-norm and input-norm weight gradients into gw.
+  void kv_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& x, int64_t s,
+                   const KVRows& kv, const Tensor& dK, const Tensor& dV, const Tensor& gy);
 
  private:
   Buffer alloc(Category c, int64_t rows, int64_t cols, DType dt);
@@ -146,6 +157,12 @@ class DecoderLayerOps {
   // is released as soon as it is used.
   void output_and_mlp(const LayerTensors& w, const Tensor& x, ChunkActs& t, const Tensor& y,
                       Category c, bool keep);
+  // dK/dV rows [s, s+n) through rope, k-norm and the k/v projections: ADDS into da (n, d) F32,
+  // the gradient of the input-norm output a (n, d), and into the weight gradients. ng: the
+  // caller's frozen-norm scratch (norm_grad).
+  void keys_values_backward(const LayerTensors& w, const LayerTensors& gw, const Tensor& a,
+                            int64_t s, const KVRows& kv, const Tensor& dK, const Tensor& dV,
+                            const Tensor& da, Buffer& ng);
   // dg itself, or (frozen norm weights: dg undefined) a zeroed (numel) scratch in `scratch`,
   // since the norm backward writes its weight gradient beside dx.
   Tensor norm_grad(const Tensor& dg, int64_t numel, Buffer& scratch);

@@ -63,6 +63,7 @@ class DpoObjective final : public Objective {
   int prepasses() const override { return 1; }
   void prepass(int pass, const TokenChunk& rows) override;
   void finish_prepass(int pass) override;
+  std::vector<std::span<double>> prepass_sums(int) override { return {policy_sum_}; }
   void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
 
   double loss() const override { return loss_; }

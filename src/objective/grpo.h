@@ -64,6 +64,9 @@ class GrpoObjective final : public Objective {
   bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
   void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
   double loss() const override { return loss_; }
+  std::vector<std::span<double>> pass_sums() override {
+    return {{&loss_, 1}, {&kl_sum_, 1}, {&entropy_sum_, 1}, {&low_, 1}, {&high_, 1}, {&mask_sum_, 1}};
+  }
   // loss, kl (if beta != 0), entropy (if computed), clip_ratio/low_mean, clip_ratio/high_mean,
   // clip_ratio/region_mean: masked means over this batch's completion tokens, as TRL logs them.
   std::map<std::string, double> metrics() const override;

@@ -19,6 +19,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace sbp {
 
@@ -65,6 +66,16 @@ class Objective {
   // The simple form: rows [row_begin, row_begin + n), logp (n) in, dlogp (n) out. Objectives
   // override either this or chunk_grads().
   virtual void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp);
+
+  // Context parallelism (engine/context_slice.h): each rank of a context group is shown only
+  // its own rows' blocks, so what an objective sums over rows is partial on each rank, and the
+  // engine sums it over the group: prepass_sums(p) once every rank has seen its blocks of
+  // pre-pass p, before finish_prepass(p); pass_sums() after the gradient pass. Each lists the
+  // objective's row-additive accumulators (per-sequence sums, loss and metric sums); whatever
+  // is computed from them must be computed after the sum. An accumulator left out shows as a
+  // loss or metric that differs from one process's (tests/dist/context_parallel_test.cpp).
+  virtual std::vector<std::span<double>> prepass_sums(int pass) { return {}; }
+  virtual std::vector<std::span<double>> pass_sums() { return {}; }
 
   // This micro-batch's contribution to the step loss (complete after the gradient pass; for
   // objectives with pre-passes, after the last pre-pass).

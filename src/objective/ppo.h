@@ -45,6 +45,9 @@ class PpoPolicyObjective final : public Objective {
   bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
   void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
   double loss() const override { return loss_; }
+  std::vector<std::span<double>> pass_sums() override {
+    return {{&loss_, 1}, {&pg_sum_, 1}, {&clip_sum_, 1}, {&approxkl_sum_, 1}, {&entropy_sum_, 1}};
+  }
   // loss, loss/policy (pg_loss before /ga), policy/clipfrac_avg, policy/approxkl_avg,
   // policy/entropy_avg (if computed).
   std::map<std::string, double> metrics() const override;
@@ -66,6 +69,9 @@ class PpoValueObjective final : public Objective {
   HeadKind head() const override { return HeadKind::value; }
   void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
   double loss() const override { return loss_; }
+  std::vector<std::span<double>> pass_sums() override {
+    return {{&loss_, 1}, {&vf_sum_, 1}, {&clip_sum_, 1}};
+  }
   // loss (vf_coef included), loss/value (TRL's vf_loss), val/clipfrac_avg.
   std::map<std::string, double> metrics() const override;
 

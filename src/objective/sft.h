@@ -20,6 +20,7 @@ class SftObjective final : public Objective {
 
   // This micro-batch's share of the step loss, accumulated over the rows seen so far.
   double loss() const override { return loss_; }
+  std::vector<std::span<double>> pass_sums() override { return {{&loss_, 1}}; }
 
  private:
   const Batch& batch_;

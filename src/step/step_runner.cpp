@@ -1,5 +1,7 @@
 #include "step/step_runner.h"
 
+#include "engine/context_rows.h"
+
 #include <cmath>
 #include <limits>
 
@@ -19,6 +21,10 @@ class RecordingObjective final : public Objective {
   int prepasses() const override { return inner_.prepasses(); }
   void prepass(int pass, const TokenChunk& rows) override { inner_.prepass(pass, rows); }
   void finish_prepass(int pass) override { inner_.finish_prepass(pass); }
+  std::vector<std::span<double>> prepass_sums(int pass) override {
+    return inner_.prepass_sums(pass);
+  }
+  std::vector<std::span<double>> pass_sums() override { return inner_.pass_sums(); }
   void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override {
     std::copy(in.logp.begin(), in.logp.end(), logp_.begin() + in.row_begin);
     inner_.chunk_grads(in, out);
@@ -88,29 +94,34 @@ StepRunner::StepRunner(const ObjectiveSetup& objective, const StepModels& models
               "a value model and its gradients");
 }
 
+Engine StepRunner::engine(const ModelConfig& cfg, const ParameterSet& weights) {
+  Engine e(cfg, weights, be_, pool_, exec_);
+  e.set_context(opts_.context);
+  return e;
+}
 Engine StepRunner::policy_engine() {
-  Engine e(*models_.policy.model.cfg, *models_.policy.model.weights, be_, pool_, exec_);
+  Engine e = engine(*models_.policy.model.cfg, *models_.policy.model.weights);
   e.set_lora(models_.lora.weights, nullptr);
   return e;
 }
 Engine StepRunner::reference_engine() {
   // LoRA without a separate reference: the policy's base weights with the adapters off.
   if (!models_.reference.defined())
-    return Engine(*models_.policy.model.cfg, *models_.policy.model.weights, be_, pool_, exec_);
-  return Engine(*models_.reference.cfg, *models_.reference.weights, be_, pool_, exec_);
+    return engine(*models_.policy.model.cfg, *models_.policy.model.weights);
+  return engine(*models_.reference.cfg, *models_.reference.weights);
 }
 const ModelConfig& StepRunner::reference_config() const {
   return models_.reference.defined() ? *models_.reference.cfg : *models_.policy.model.cfg;
 }
 Engine StepRunner::value_engine() {
-  return Engine(*models_.value.model.cfg, *models_.value.model.weights, be_, pool_, exec_);
+  return engine(*models_.value.model.cfg, *models_.value.model.weights);
 }
 
 Engine::TokenScores StepRunner::score(const Batch& batch) { return policy_engine().score(batch); }
 
 void StepRunner::backward_slot(const TrainedView& model, MicroBatchPrep& prep,
                                Objective& objective, int64_t slot, std::vector<float>* logp) {
-  Engine engine(*model.model.cfg, *model.model.weights, be_, pool_, exec_);
+  Engine engine = this->engine(*model.model.cfg, *model.model.weights);
   const PreparedBatch& batch = prep.for_model(*model.model.cfg);
   // The LoRA policy: frozen base (no gradient buffers), the adapters' gradients instead.
   const bool lora = &model == &models_.policy && models_.lora.defined();
@@ -121,6 +132,9 @@ void StepRunner::backward_slot(const TrainedView& model, MicroBatchPrep& prep,
     logp->assign(static_cast<size_t>(batch.size()), 0.0f);
     RecordingObjective recording(objective, *logp);
     engine.forward_backward(batch, recording, grads, hook);
+    // A context group's ranks each saw their own rows: every row on every rank.
+    if (opts_.context && be_.computes())
+      gather_host_rows(*opts_.context, engine.slice(batch.size()), std::span<float>(*logp));
   } else {
     engine.forward_backward(batch, objective, grads, hook);
   }

@@ -70,6 +70,11 @@ struct StepResult {
 
 struct StepRunnerOptions {
   bool record_logp = false;  // fill StepResult::logp
+  // Context parallelism (engine/context_slice.h): every engine of the step is a rank of this
+  // group, which shares each micro-batch's rows. The gradients each rank ADDS are then its
+  // rows' share; the group's sum is the micro-batch's gradient (summing is the caller's: the
+  // models' DataParallel over every rank, or a test). Null: none.
+  Communicator* context = nullptr;
 };
 
 class StepRunner {
@@ -130,6 +135,8 @@ class StepRunner {
 
  private:
   void skip_slot(int64_t slot);
+  // An engine on these weights, in the step's exec config and context group.
+  Engine engine(const ModelConfig& cfg, const ParameterSet& weights);
 
   ObjectiveSetup setup_;
   StepModels models_;

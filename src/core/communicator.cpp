@@ -1,4 +1,4 @@
-#include "dist/communicator.h"
+#include "core/communicator.h"
 
 #include <cstdlib>
 
@@ -37,6 +37,11 @@ std::vector<std::vector<double>> ShapeOnlyCommunicator::allgather(std::span<cons
 
 std::vector<std::string> ShapeOnlyCommunicator::allgather(const std::string& mine) {
   return std::vector<std::string>(static_cast<size_t>(ranks_), mine);
+}
+
+std::unique_ptr<Communicator> ShapeOnlyCommunicator::split(int, int) {
+  SBP_CHECK(ranks_ == 1, "ShapeOnlyCommunicator: split of a shape-only world of several ranks");
+  return std::make_unique<ShapeOnlyCommunicator>(0, 1);
 }
 
 void ShapeOnlyCommunicator::abort(int exit_code) { std::exit(exit_code); }
