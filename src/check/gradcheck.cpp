@@ -122,8 +122,7 @@ ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet
     models.value = {{&cfg, value}, value_grads.get()};
   }
   ModeGrads out;
-  // Base (store) is the yardstick every rank computes alone; the other modes split the rows.
-  Communicator* context = exec.layers == LayerMode::store ? nullptr : opts.context;
+  Communicator* context = opts.context;
   out.result = StepRunner(opts.objective, models, be, pool, exec, single_process(),
                           StepRunnerOptions{.context = context})
                    .run(StepBatches::whole({mb}));
@@ -197,8 +196,10 @@ GradcheckResult run_gradcheck_bf16(Backend& be, const ModelConfig& cfg, const Pa
   GradcheckResult res;
   // The yardstick: base in fp32 on the fp32 weights.
   opts.precision = Precision::fp32;
+  GradcheckOptions alone = opts;  // base: the yardstick every rank computes on its own
+  alone.context = nullptr;
   const ModeGrads f32 =
-      gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts);
+      gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), alone);
   // Every model rounded to bf16; each mode in bf16.
   Ledger ledger;
   Pool pool(ledger, be);
@@ -212,7 +213,8 @@ GradcheckResult run_gradcheck_bf16(Backend& be, const ModelConfig& cfg, const Pa
   for (ExecConfig& e : opts.modes) e.act_dtype = DType::BF16;
   ExecConfig base_exec = parse_mode("base");
   base_exec.act_dtype = DType::BF16;
-  const ModeGrads base = gradcheck_step(be, cfg, w16, r, v, mb, base_exec, opts);
+  alone.precision = Precision::bf16;
+  const ModeGrads base = gradcheck_step(be, cfg, w16, r, v, mb, base_exec, alone);
   res.base_loss = base.result.loss;
   res.base_metrics = base.result.metrics;
   res.base_metrics["loss"] = base.result.loss;
@@ -263,8 +265,10 @@ GradcheckResult run_gradcheck(Backend& be, const ModelConfig& cfg, const Paramet
   if (opts.precision == Precision::bf16)
     return run_gradcheck_bf16(be, cfg, weights, ref_p, value_p, mb, names, opts);
   GradcheckResult res;
+  GradcheckOptions alone = opts;  // base: the yardstick every rank computes on its own
+  alone.context = nullptr;
   const ModeGrads base =
-      gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), opts, lora_p);
+      gradcheck_step(be, cfg, weights, ref_p, value_p, mb, parse_mode("base"), alone, lora_p);
   res.base_loss = base.result.loss;
   res.base_metrics = base.result.metrics;
   res.base_metrics["loss"] = base.result.loss;

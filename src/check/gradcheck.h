@@ -63,9 +63,10 @@ struct GradcheckOptions {
   // reference model is the base weights with the adapters off. fp32 only.
   LoraConfig lora{.r = 0};
   float lora_b_std = 0.05f;
-  // Context parallelism: every mode but base runs as a rank of this group (each rank over its
+  // Context parallelism: every mode of `modes` runs as a rank of this group (each rank over its
   // share of the rows, step/step_runner.h StepRunnerOptions::context), and the ranks' gradients
-  // are summed before the comparison with base, which every rank runs on its own. Null: none.
+  // are summed before the comparison with base, which every rank runs on its own (a store mode
+  // among `modes` is refused: engine.h set_context). Null: none.
   Communicator* context = nullptr;
 };
 

@@ -1,6 +1,7 @@
 // streambp plan: the memory of a training step by shape-only execution of the engine's own
 // code (DESIGN §4). With --seq-len: the peak and its breakdown per mode. With --budget alone:
 // the longest T each mode can train, with the chunk sizes it would use.
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/output_paths.h"
+#include "engine/context_slice.h"
 #include "plan/planner.h"
 #include "plan/size_arg.h"
 
@@ -46,6 +48,7 @@ struct Args {
   int64_t layers = 0;
   int ranks = 1;
   int zero = 0;
+  int cp = 1;  // context parallelism: ranks sharing each sequence
   std::string json;
   int64_t prompt_len = 0;             // online GRPO/PPO: the generation phase's prompt
   int64_t num_generations = 8;        // online GRPO/PPO: completions per prompt, decoded together
@@ -130,7 +133,15 @@ Request parse_request(const Args& a) {
         "--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state) or 2 (sharded "
         "gradients too)");
   setup.ranks = a.ranks;
-  setup.zero = a.ranks > 1 ? a.zero : 0;
+  if (a.cp > 1) {
+    // --ranks counts every rank (data x context); alone, --cp N plans N ranks on one sequence.
+    setup.ranks = a.ranks == 1 ? a.cp : a.ranks;
+    if (setup.ranks % a.cp != 0)
+      throw InputError("--cp " + std::to_string(a.cp) + ": must divide --ranks " +
+                       std::to_string(setup.ranks) + " (ranks = data-parallel groups x --cp)");
+    setup.context_parallel = a.cp;
+  }
+  setup.zero = setup.ranks > 1 ? a.zero : 0;
   if (a.max_completion_length > 0) {
     if (!setup.objective.traits().rollouts)
       throw InputError("--max-completion-length: a generation phase is planned for online grpo "
@@ -152,8 +163,13 @@ Request parse_request(const Args& a) {
     setup.generate_sequences = a.num_generations;
   }
   setup.lora = a.lora.config();
-  if (setup.lora.enabled() && setup.ranks > 1)
-    throw InputError("--lora-r: LoRA is single-process only (no --ranks)");
+  if (setup.lora.enabled() && setup.ranks > setup.context_parallel)
+    throw InputError("--lora-r: LoRA is planned on one process or one context group (no --ranks "
+                     "beyond --cp)");
+  if (setup.lora.enabled()) {  // the adapters are whole on every rank: nothing is divided
+    setup.ranks = 1;
+    setup.zero = 0;
+  }
   if (!a.budget.empty()) {
     q.budget = parse_size(a.budget, "--budget");
     q.reserve = parse_size(a.reserve, "--reserve");
@@ -187,6 +203,12 @@ Request parse_request(const Args& a) {
                      objective_name(setup.objective.kind) + ", got " + std::to_string(a.seq_len));
   q.chunks = ChunkRequest{a.exec.layer_chunk_rows(), a.exec.head_chunk_rows()};
   q.modes = a.exec.configs(ChunkDefault::planned, 0, a.exec.precision_value());
+  if (setup.context_parallel > 1) {
+    // A store mode keeps every activation of the whole sequence: no context parallelism.
+    std::erase_if(q.modes, [](const ExecConfig& m) { return m.layers == LayerMode::store; });
+    if (q.modes.empty())
+      throw InputError("--cp: context parallelism plans the checkpoint and stream modes (--modes)");
+  }
   q.search = a.seq_len == 0;
   return q;
 }
@@ -197,7 +219,11 @@ std::vector<Row> plan_rows(const Request& q, int64_t seq_len) {
     Row r;
     r.mode = mode_name(mode);
     if (q.search) {
-      const MaxLenResult m = find_max_seq_len(q.setup, mode, q.chunks);
+      // The search's ceiling, 2^22 tokens, is per rank's share with context parallelism.
+      const int64_t ceiling = std::min<int64_t>(
+          int64_t{1} << 22 << std::bit_width(static_cast<unsigned>(q.setup.context_parallel - 1)),
+          max_planning_tokens(q.setup.objective.kind));
+      const MaxLenResult m = find_max_seq_len(q.setup, mode, q.chunks, {}, ceiling);
       if (!m.fits_at_all) throw InputError("--budget: " + explain_too_small(q.setup, mode));
       r.plan = m.plan;
       r.hit_limit = m.hit_limit;
@@ -207,6 +233,25 @@ std::vector<Row> plan_rows(const Request& q, int64_t seq_len) {
     rows.push_back(r);
   }
   return rows;
+}
+
+// Context parallelism at T: the planned rank's rows and the per-rank attention work of one
+// sequence of T (the planning step's shape for sft; the others pack their sequences, which the
+// work counts as one here too: a bound on the imbalance of the shape plan runs).
+struct Balance {
+  int64_t rows = 0;
+  std::vector<int64_t> work;
+  double ratio = 1.0;
+};
+Balance balance(const PlanSetup& setup, int64_t T) {
+  Balance b;
+  const int C = setup.context_parallel;
+  b.rows = ContextSlice(T, C, 0).local_rows(busiest_rank(T, C));
+  const std::vector<int64_t> one{T};
+  b.work = attention_work(ContextSlice(T, C, 0), one);
+  const auto [lo, hi] = std::minmax_element(b.work.begin(), b.work.end());
+  b.ratio = *lo > 0 ? static_cast<double>(*hi) / static_cast<double>(*lo) : 1.0;
+  return b;
 }
 
 void print_report(const Args& a, const Request& q, const std::vector<Row>& rows, double seconds) {
@@ -241,6 +286,11 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
         setup.zero == 0   ? ""
         : setup.zero == 1 ? "; optimizer state divided"
                           : "; optimizer state and gradients divided");
+  if (setup.context_parallel > 1)
+    std::printf(
+        "context parallel: %d ranks share each sequence (rows in 2 x %d pieces, rank r owning "
+        "pieces r and %d - r): the memory of the rank with the most rows; base not planned\n",
+        setup.context_parallel, setup.context_parallel, 2 * setup.context_parallel - 1);
   if (setup.budget > 0)
     std::printf("budget %s - reserve %s = %s usable\n", format_bytes(q.budget).c_str(),
                 format_bytes(q.reserve).c_str(), format_bytes(setup.budget).c_str());
@@ -268,6 +318,14 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
                   static_cast<long long>(setup.generate_prompt_tokens),
                   format_bytes(r.plan.step.generation_peak).c_str(),
                   format_bytes(r.plan.step.peak_bytes).c_str());
+  for (const Row& r : rows) {
+    if (setup.context_parallel <= 1) break;
+    const Balance b = balance(setup, r.plan.seq_len);
+    std::printf("%s: T = %lld, %lld rows on the planned rank; causal attention work per rank "
+                "max / min = %.4f\n",
+                r.mode.c_str(), static_cast<long long>(r.plan.seq_len),
+                static_cast<long long>(b.rows), b.ratio);
+  }
   for (const Row& r : rows) {
     if (!r.plan.fits) {
       if (r.plan.step.peak_bytes > setup.budget)
@@ -301,6 +359,7 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
   j["objective"] = a.objective.describe();
   j["ranks"] = q.setup.ranks;
   j["zero"] = q.setup.zero;
+  j["context_parallel"] = q.setup.context_parallel;
   if (q.setup.lora.enabled()) j["lora"] = q.setup.lora.describe();
   if (q.setup.budget > 0) {
     j["budget_bytes"] = q.budget;
@@ -322,6 +381,11 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
     m["layer_chunk"] = r.plan.layer_chunk;
     m["head_chunk"] = r.plan.head_chunk;
     m["peak_bytes"] = r.plan.step.peak_bytes;
+    if (q.setup.context_parallel > 1) {
+      const Balance b = balance(q.setup, r.plan.seq_len);
+      m["rank_rows"] = b.rows;
+      m["attention_work"] = b.work;
+    }
     if (q.setup.generate_new_tokens > 0) m["generation_peak_bytes"] = r.plan.step.generation_peak;
     m["breakdown"] = nlohmann::json::object();
     for (int c = 0; c < kNumCategories; ++c)
@@ -374,6 +438,11 @@ void register_plan(CLI::App& app) {
   c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--ranks", a->ranks, "Data parallel: plan the memory of one of this many ranks")
+      ->capture_default_str()
+      ->check(int_in(1, kMaxPlanningRanks));
+  c->add_option("--cp", a->cp,
+                "Context parallelism: this many of the --ranks share each sequence (default "
+                "--ranks = --cp)")
       ->capture_default_str()
       ->check(int_in(1, kMaxPlanningRanks));
   c->add_option(

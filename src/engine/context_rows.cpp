@@ -35,7 +35,8 @@ void gather_host(Communicator& group, const ContextSlice& slice, std::span<T> v)
   std::vector<double> mine;
   mine.reserve(static_cast<size_t>(slice.local_rows()));
   for (const RowPiece& p : slice.mine())
-    for (int64_t t = p.begin; t < p.end; ++t) mine.push_back(static_cast<double>(v[static_cast<size_t>(t)]));
+    for (int64_t t = p.begin; t < p.end; ++t)
+      mine.push_back(static_cast<double>(v[static_cast<size_t>(t)]));
   const std::vector<std::vector<double>> all = group.allgather(std::span<const double>(mine));
   for (const RowPiece& p : slice.pieces()) {
     const std::vector<double>& from = all.at(static_cast<size_t>(p.owner));
@@ -83,7 +84,8 @@ void reduce_rows_to_owners(Communicator& group, const ContextSlice& slice,
       if (p.size() == 0) continue;
       const Tensor rows = t.slice_rows(p.begin, p.end);
       if (direct(t, group)) {
-        requests.push_back(group.ireduce_sum(static_cast<float*>(rows.data), rows.numel(), p.owner));
+        requests.push_back(
+            group.ireduce_sum(static_cast<float*>(rows.data), rows.numel(), p.owner));
         continue;
       }
       Staged s{rows, std::vector<char>(rows.nbytes()), p.owner == slice.rank()};

@@ -6,8 +6,8 @@
 // backend's protected memory; a GPU's under MPI).
 #include <span>
 
-#include "core/tensor.h"
 #include "core/communicator.h"
+#include "core/tensor.h"
 #include "engine/context_slice.h"
 
 namespace sbp {

@@ -7,7 +7,8 @@
 namespace sbp {
 
 ContextSlice::ContextSlice(int64_t T, int ranks, int rank) : T_(T), ranks_(ranks), rank_(rank) {
-  SBP_CHECK(T >= 0 && ranks >= 1 && rank >= 0 && rank < ranks, "ContextSlice: bad T, ranks or rank");
+  SBP_CHECK(T >= 0 && ranks >= 1 && rank >= 0 && rank < ranks,
+            "ContextSlice: bad T, ranks or rank");
   if (ranks == 1) {
     pieces_.push_back({0, T, 0, 0});
   } else {
@@ -35,17 +36,40 @@ int64_t ContextSlice::local_rows(int r) const {
   return n;
 }
 
-std::vector<int64_t> attention_work(const ContextSlice& slice, std::span<const int32_t> seg_start,
+int busiest_rank(int64_t T, int ranks) {
+  const ContextSlice cs(T, ranks, 0);
+  int best = 0;
+  for (int r = 1; r < ranks; ++r)
+    if (cs.local_rows(r) > cs.local_rows(best)) best = r;
+  return best;
+}
+
+namespace {
+
+// Sum over positions u in [u0, u1) of min(u + 1, window) (window <= 0: no window).
+int64_t keys_sum(int64_t u0, int64_t u1, int64_t window) {
+  if (u1 <= u0) return 0;
+  auto ramp = [](int64_t a, int64_t b) { return (a + 1 + b) * (b - a) / 2; };  // sum of u + 1
+  if (window <= 0 || u1 <= window) return ramp(u0, u1);
+  if (u0 >= window) return window * (u1 - u0);
+  return ramp(u0, window) + window * (u1 - window);
+}
+
+}  // namespace
+
+std::vector<int64_t> attention_work(const ContextSlice& slice, std::span<const int64_t> seq_lens,
                                     int64_t window) {
-  SBP_CHECK(static_cast<int64_t>(seg_start.size()) == slice.T(),
-            "attention_work: one segment start per row");
   std::vector<int64_t> work(static_cast<size_t>(slice.ranks()), 0);
-  for (const RowPiece& piece : slice.pieces())
-    for (int64_t t = piece.begin; t < piece.end; ++t) {
-      int64_t keys = t - seg_start[static_cast<size_t>(t)] + 1;
-      if (window > 0) keys = std::min(keys, window);
-      work[static_cast<size_t>(piece.owner)] += keys;
+  int64_t start = 0;
+  for (int64_t len : seq_lens) {
+    const int64_t end = start + len;
+    for (const RowPiece& piece : slice.pieces()) {
+      const int64_t a = std::max(start, piece.begin), b = std::min(end, piece.end);
+      work[static_cast<size_t>(piece.owner)] += keys_sum(a - start, b - start, window);
     }
+    start = end;
+  }
+  SBP_CHECK(start == slice.T(), "attention_work: the segments' lengths do not sum to T");
   return work;
 }
 

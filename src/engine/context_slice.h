@@ -48,11 +48,15 @@ class ContextSlice {
   std::vector<RowPiece> mine_;
 };
 
+// The rank of a context group of `ranks` that owns the most of T rows (the lowest of a tie):
+// the one whose memory a plan of a context-parallel step reports.
+int busiest_rank(int64_t T, int ranks);
+
 // Per rank: the attention work of its rows, counted as query-key pairs of causal attention
-// within each row's segment (seg_start (T): the first row of each row's segment) and, when
+// within each row's segment (seq_lens: the packed segments' lengths, summing to T) and, when
 // window > 0, within the window. The FLOPs of the attention forward and backward are
-// proportional to it.
-std::vector<int64_t> attention_work(const ContextSlice& slice, std::span<const int32_t> seg_start,
+// proportional to it. Closed form per piece and segment: O(pieces x segments), not O(T).
+std::vector<int64_t> attention_work(const ContextSlice& slice, std::span<const int64_t> seq_lens,
                                     int64_t window = 0);
 
 }  // namespace sbp

@@ -4,6 +4,7 @@
 
 #include "engine/context_rows.h"
 #include "engine/head_block.h"
+#include "engine/residual_grad.h"
 #include "engine/window_stream.h"
 #include "model/decoder_layer.h"
 
@@ -130,28 +131,35 @@ void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
   // Forward: every layer's input x_l stays (and, in store mode, everything).
   Kept kept;
   Buffer hidden = forward_layers(step, &kept);  // (Tl, d) final hidden, before the norm
-  Buffer gy = pool_.zeros(Category::grad_buffers, DType::F32, {Tl, d});  // (Tl, d) dL/d(hidden)
+  // (Tl, d) dL/d(hidden), on the device or waiting in host memory (Offload::residual_grad).
+  ResidualGrad gy(be_, pool_, exec_.offload.residual_grad ? offload_pool() : nullptr, Tl, d);
   if (hook && head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
   if (hook) hook->grads_begin(GradGroup::head, -1);
-  head_backward(step, hidden.view(), objective, grads.views(), gy.view());
+  head_backward(step, hidden.view(), objective, grads.views(), gy);
   if (hook) hook->grads_final(GradGroup::head, -1);
   hidden.reset();
   // Layers last to first; gy becomes each layer's input gradient in place.
-  layers_backward(step, kept, grads.views(), gy.view(), hook);
+  layers_backward(step, kept, grads.views(), gy, hook);
   if (hook && !head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
   // x0 = embed[tokens] * s (Gemma), so d(embed row) = s * dL/dx0.
   const float es = embed_scale_in(cfg_, exec_.act_dtype);
-  if (es != 1.0f) be_.scale_inplace(gy.view(), es);
   // The padding row's lookups add nothing, as in transformers (nn.Embedding's padding_idx).
-  if (grads.views().embed.defined())  // frozen (LoRA): no gradient
-    for (const RowPiece& p : cs.mine())
-      be_.embedding_backward(grads.views().embed, gy.rows(p.local, p.local + p.size()),
-                             step.tokens().slice_rows(p.begin, p.end), cfg_.padding_row());
+  // Offloaded, gy comes back a layer chunk of rows at a time; else each piece in one call.
+  const int64_t rows = gy.offloaded() ? exec_.layer_chunk_for(step.size()) : step.size();
+  for_piece_chunks(cs, rows, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+    const Tensor g = gy.open(p.local + s, p.local + e);
+    if (es != 1.0f) be_.scale_inplace(g, es);
+    if (grads.views().embed.defined())  // frozen (LoRA): no gradient
+      be_.embedding_backward(grads.views().embed, g, step.tokens().slice_rows(p.begin + s, p.begin + e),
+                             cfg_.padding_row());
+    gy.close();
+  });
+  gy.finish();
   if (hook) hook->grads_final(GradGroup::embedding, -1);
 }
 
 void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
-                           const ModelTensors& G, const Tensor& gy) {
+                           const ModelTensors& G, ResidualGrad& gy) {
   const int64_t T = step.size();
   const ContextSlice cs = slice(T);  // hidden and gy hold this rank's rows (local rows)
   const int64_t hc = exec_.head_chunk_for(T);
@@ -184,13 +192,14 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
     }
     const TokenChunkGrads g = b.alloc_grads();
     if (computes) objective.chunk_grads(b.chunk(), g);
-    b.backward(G, gy.slice_rows(piece.local + s, piece.local + e));
+    b.backward(G, gy.open(piece.local + s, piece.local + e));
+    gy.close();
   });
   if (computes) sum_over_group(context_, objective.pass_sums());
 }
 
-void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
-                             GradHook* hook) {
+void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G,
+                             ResidualGrad& gy, GradHook* hook) {
   const int64_t T = step.size(), L = cfg_.num_hidden_layers;
   const ContextSlice cs = slice(T);  // gy and the checkpoints hold this rank's rows
   const int64_t Gh = cfg_.num_key_value_heads * cfg_.head_dim;
@@ -220,7 +229,9 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
     if (store) {
       Buffer dK = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
       Buffer dV = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
-      ops.rows_backward(w, gw, x, 0, kept.acts[li], kept.kv[li], dK.view(), dV.view(), gy);
+      ops.rows_backward(w, gw, x, 0, kept.acts[li], kept.kv[li], dK.view(), dV.view(),
+                        gy.open(0, gy.rows()));
+      gy.close();
       kept.acts[li] = ChunkActs();
       kept.kv[li] = LayerKV();
     } else if (cs.split()) {
@@ -237,18 +248,22 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
         ops.rows_forward(w, x.slice_rows(a, b), p.begin + s, kv, Tensor(), &acts,
                          Category::layer_workspace);
         ops.rows_backward(w, gw, x.slice_rows(a, b), p.begin + s, acts, kv, dK.view(), dV.view(),
-                          gy.slice_rows(a, b), /*finish_kv=*/false);
+                          gy.open(a, b), /*finish_kv=*/false);
+        gy.close();
       });
       const Tensor sums[] = {dK.view(), dV.view()};
       reduce_rows_to_owners(*context_, cs, sums);
       for_piece_chunks(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
         const int64_t a = p.local + s, b = p.local + e;
         ops.kv_backward(w, gw, x.slice_rows(a, b), p.begin + s, kv, dK.view(), dV.view(),
-                        gy.slice_rows(a, b));
+                        gy.open(a, b));
+        gy.close();
       });
     } else if (stream && window_stream_applies(cfg_, l, T, chunk)) {
       // A sliding layer holds K/V and dK/dV of its window plus one chunk (window_stream.h).
-      window_layer_backward(ops, be_, pool_, w, gw, x, gy, cfg_.layer_window(l), chunk);
+      window_layer_backward(ops, be_, pool_, w, gw, x, gy.open(0, gy.rows()), cfg_.layer_window(l),
+                            chunk);
+      gy.close();
     } else {
       // K/V phase: computed once per layer (not once per chunk). In recompute mode the raw
       // keys are kept, as autograd would keep them, so no extra product is needed.
@@ -261,7 +276,8 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
         ChunkActs acts;
         ops.rows_forward(w, x.slice_rows(s, e), s, kv, Tensor(), &acts, Category::layer_workspace);
         ops.rows_backward(w, gw, x.slice_rows(s, e), s, acts, kv, dK.view(), dV.view(),
-                          gy.slice_rows(s, e));
+                          gy.open(s, e));
+        gy.close();
       });
     }
     kept.inputs[li].reset();
@@ -317,7 +333,7 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept, bool whole)
   const bool store = kept != nullptr && exec_.layers == LayerMode::store;
 
   const size_t L = W.layers.size();
-  Pool* host = offload_pool();
+  Pool* host = exec_.offload.checkpoints ? offload_pool() : nullptr;
   if (kept) {
     kept->inputs.resize(L);
     kept->host_inputs.resize(L);

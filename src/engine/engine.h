@@ -23,6 +23,7 @@
 namespace sbp {
 
 class DecoderLayerOps;
+class ResidualGrad;
 
 class Engine {
  public:
@@ -130,10 +131,10 @@ class Engine {
   // pre-passes, then the gradient pass; head weight gradients ADD into G, dL/d(hidden) into
   // gy (T, d).
   void head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
-                     const ModelTensors& G, const Tensor& gy);
+                     const ModelTensors& G, ResidualGrad& gy);
   // Layers L-1 .. 0 in the exec mode; gy (T, d): in dL/d(final hidden), out dL/d(x_0).
-  void layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G, const Tensor& gy,
-                       GradHook* hook);
+  void layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G,
+                       ResidualGrad& gy, GradHook* hook);
   // x (n, d) = the embeddings of ids (n).
   void embed(const Tensor& x, const Tensor& ids);
   // The host pool checkpoints are offloaded to (exec_.offload), or null when nothing is;

@@ -74,18 +74,28 @@ std::string mode_name(const ExecConfig& e) {
 Offload parse_offload(const std::string& list) {
   Offload o;
   if (list == "none") return o;
-  std::stringstream ss(list);
+  std::string joined = list;
+  std::replace(joined.begin(), joined.end(), '+', ',');
+  std::stringstream ss(joined);
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item == "checkpoints")
       o.checkpoints = true;
+    else if (item == "residual_grad")
+      o.residual_grad = true;
     else
-      throw InputError("--offload: unknown item '" + item + "' (use none or checkpoints)");
+      throw InputError("--offload: unknown item '" + item +
+                       "' (use none, checkpoints, residual_grad or checkpoints+residual_grad)");
   }
-  if (!o.any()) throw InputError("--offload: empty list (use none or checkpoints)");
+  if (!o.any())
+    throw InputError("--offload: empty list (use none, checkpoints, residual_grad or "
+                     "checkpoints+residual_grad)");
   return o;
 }
 
-std::string offload_name(const Offload& o) { return o.checkpoints ? "checkpoints" : "none"; }
+std::string offload_name(const Offload& o) {
+  if (o.checkpoints && o.residual_grad) return "checkpoints+residual_grad";
+  return o.checkpoints ? "checkpoints" : o.residual_grad ? "residual_grad" : "none";
+}
 
 }  // namespace sbp

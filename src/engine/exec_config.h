@@ -22,12 +22,17 @@ struct Offload {
   // layer has run, prefetched back one layer ahead of its backward. At most two layers'
   // checkpoints are on the device at once, in every layer mode.
   bool checkpoints = false;
-  bool any() const { return checkpoints; }
+  // The residual-stream gradient gy (T, d) F32 of the backward (engine/residual_grad.h): in
+  // host memory, one chunk of rows on the device at a time.
+  bool residual_grad = false;
+  bool any() const { return checkpoints || residual_grad; }
 };
-// "none" or a comma list of "checkpoints" (the one item today). Throws InputError naming the
-// item otherwise.
+// "none" or a list of "checkpoints" and "residual_grad" joined by ',' or '+' (bench and
+// gradcheck take a comma list of settings, so one setting of two items is written with '+').
+// Throws InputError naming the item otherwise.
 Offload parse_offload(const std::string& list);
-std::string offload_name(const Offload& o);  // "none", "checkpoints"
+// "none", "checkpoints", "residual_grad" or "checkpoints+residual_grad".
+std::string offload_name(const Offload& o);
 
 struct ExecConfig {
   LayerMode layers = LayerMode::stream;

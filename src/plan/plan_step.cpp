@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/pool.h"
 #include "dist/communicator.h"
+#include "engine/context_slice.h"
 #include "objective/sequence_rows.h"
 #include "optim/shard_range.h"
 #include "step/model_set.h"
@@ -95,7 +96,12 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
     policy.generate_batch(prompts, g, rngs);
     p.generation_peak = ledger.peak();
   }
-  StepRunner(objective, models.views(), be, pool, exec, comm).run(step);
+  // Context parallelism: the group's busiest rank (the first micro-batch's rows).
+  const int64_t rows = step.micro.empty() ? 0 : step.micro.front().batch.size();
+  ShapeOnlyCommunicator group(busiest_rank(rows, mem.context_parallel), mem.context_parallel);
+  StepRunner(objective, models.views(), be, pool, exec, comm,
+             StepRunnerOptions{.context = mem.context_parallel > 1 ? &group : nullptr})
+      .run(step);
   p.peak_bytes = ledger.peak();
   p.breakdown = ledger.peak_breakdown();
   p.host_peak_bytes = host_ledger.peak();

@@ -42,6 +42,11 @@ struct StepMemoryOptions {
   // communicator that moves no data.
   int ranks = 1;
   int zero = 0;
+  // Context parallelism (engine/context_slice.h): each micro-batch's rows shared by a group of
+  // this many of the `ranks` ranks; planned for the group's rank that owns the most rows
+  // (busiest_rank), with its own rows' checkpoints, hidden states and head blocks and every
+  // row's K/V and dK/dV of one layer.
+  int context_parallel = 1;
   // Online GRPO/PPO: before the training step the policy samples completions with a KV cache
   // (Engine::generate_batch, one prompt's group of generate_sequences completions at a time).
   // generate_new_tokens > 0: that batch, after a prompt of generate_prompt_tokens, is planned

@@ -25,6 +25,7 @@ StepMemoryOptions memory_options(const PlanSetup& s, int64_t budget) {
                            .host_budget = budget > 0 ? s.host_budget : 0,
                            .ranks = s.ranks,
                            .zero = s.zero,
+                           .context_parallel = s.context_parallel,
                            .generate_prompt_tokens = s.generate_prompt_tokens,
                            .generate_new_tokens = s.generate_new_tokens,
                            .generate_sequences = s.generate_sequences,

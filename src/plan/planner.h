@@ -36,6 +36,7 @@ struct PlanSetup {
   int64_t host_budget = 0;
   int ranks = 1;                    // data parallel: the memory of one of `ranks` ranks
   int zero = 0;                     // with gradients and optimizer divided by ZeRO stage 0-2
+  int context_parallel = 1;         // ranks sharing each sequence (StepMemoryOptions)
   // Online GRPO/PPO: a generation phase of generate_sequences completions of one prompt
   // (prompt + new tokens each) before the step (StepMemoryOptions::generate_*); 0: none.
   int64_t generate_prompt_tokens = 0;

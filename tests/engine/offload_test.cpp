@@ -26,16 +26,20 @@ struct Models {
   LoraSet lora;
 };
 
-ExecConfig offloaded(ExecConfig e) {
-  e.offload.checkpoints = true;
+// What is offloaded: the checkpoints, the residual-stream gradient, or both.
+const Offload kOffloads[] = {
+    {.checkpoints = true}, {.residual_grad = true}, {.checkpoints = true, .residual_grad = true}};
+
+ExecConfig offloaded(ExecConfig e, const Offload& o) {
+  e.offload = o;
   return e;
 }
 
 // Every layer mode; `all` adds the chunkings that cover the rest of the engine's loops (the
 // bf16 and LoRA runs take the three that differ in where checkpoints live and when).
 std::vector<ExecConfig> modes(int64_t T, bool all) {
-  std::vector<ExecConfig> out = {parse_mode("base"), parse_mode("checkpoint"),
-                                 parse_mode("stream"), parse_mode("recompute+chunked")};
+  std::vector<ExecConfig> out = {parse_mode("base"), parse_mode("checkpoint"), parse_mode("stream"),
+                                 parse_mode("recompute+chunked")};
   ExecConfig odd = parse_mode("stream");  // chunks that do not divide T
   odd.layer_chunk = 7;
   odd.head_chunk = 5;
@@ -89,24 +93,30 @@ void expect_offload_changes_nothing(ObjectiveKind kind, Precision precision, boo
                              (lora ? " lora" : "") + (dt == DType::BF16 ? " bf16" : "");
     const cli::ModeGrads plain =
         cli::gradcheck_step(*be, cfg, m.weights, ref, value, mb, exec, opts, lora_p);
-    const cli::ModeGrads off =
-        cli::gradcheck_step(*be, cfg, m.weights, ref, value, mb, offloaded(exec), opts, lora_p);
     EXPECT_EQ(plain.host_peak_bytes, 0) << what;
-    // Every layer's input but the last waited on the host (L - 1 checkpoints of (T, d)).
-    EXPECT_EQ(off.host_peak_bytes,
-              (cfg.num_hidden_layers - 1) * T * cfg.hidden_size * dtype_size(dt))
-        << what;
-    EXPECT_EQ(std::memcmp(&plain.result.loss, &off.result.loss, sizeof(double)), 0)
-        << what << ": loss " << plain.result.loss << " vs " << off.result.loss;
-    ASSERT_EQ(plain.grads.size(), off.grads.size());
-    for (size_t i = 0; i < plain.grads.size(); ++i) {
-      ASSERT_EQ(plain.grads[i].size(), off.grads[i].size());
-      EXPECT_EQ(std::memcmp(plain.grads[i].data(), off.grads[i].data(),
-                            plain.grads[i].size() * sizeof(float)),
-                0)
-          << what << ": gradient tensor " << i << " differs";
+    for (const Offload& o : kOffloads) {
+      const std::string what_o = what + " offload " + offload_name(o);
+      const cli::ModeGrads off = cli::gradcheck_step(*be, cfg, m.weights, ref, value, mb,
+                                                     offloaded(exec, o), opts, lora_p);
+      // Every layer's input but the last waited on the host (L - 1 checkpoints of (T, d)), and
+      // beside them, from the head on, the (T, d) F32 residual-stream gradient.
+      EXPECT_EQ(
+          off.host_peak_bytes,
+          (o.checkpoints ? (cfg.num_hidden_layers - 1) * T * cfg.hidden_size * dtype_size(dt) : 0) +
+              (o.residual_grad ? T * cfg.hidden_size * 4 : 0))
+          << what_o;
+      EXPECT_EQ(std::memcmp(&plain.result.loss, &off.result.loss, sizeof(double)), 0)
+          << what_o << ": loss " << plain.result.loss << " vs " << off.result.loss;
+      ASSERT_EQ(plain.grads.size(), off.grads.size());
+      for (size_t i = 0; i < plain.grads.size(); ++i) {
+        ASSERT_EQ(plain.grads[i].size(), off.grads[i].size());
+        EXPECT_EQ(std::memcmp(plain.grads[i].data(), off.grads[i].data(),
+                              plain.grads[i].size() * sizeof(float)),
+                  0)
+            << what_o << ": gradient tensor " << i << " differs";
+      }
+      EXPECT_EQ(be->copies_in_flight(), 0) << what_o;
     }
-    EXPECT_EQ(be->copies_in_flight(), 0) << what;
   }
 }
 
@@ -116,8 +126,7 @@ TEST_P(OffloadIsExact, Fp32) { expect_offload_changes_nothing(GetParam(), Precis
 TEST_P(OffloadIsExact, Bf16) { expect_offload_changes_nothing(GetParam(), Precision::bf16, false); }
 TEST_P(OffloadIsExact, Lora) { expect_offload_changes_nothing(GetParam(), Precision::fp32, true); }
 
-INSTANTIATE_TEST_SUITE_P(EveryObjective, OffloadIsExact,
-                         ::testing::ValuesIn([] {
+INSTANTIATE_TEST_SUITE_P(EveryObjective, OffloadIsExact, ::testing::ValuesIn([] {
                            std::vector<ObjectiveKind> kinds;
                            for (const auto& n : objective_names()) kinds.push_back(n.value);
                            return kinds;
@@ -139,10 +148,10 @@ TEST(OffloadProtocol, InFlightTensorsAreRefusedUntilWaitedFor) {
   upload_f32(x.view(), values);
   const Backend::CopyTicket out = be->offload_async(h.view(), x.view());
   EXPECT_EQ(be->copies_in_flight(), 1);
-  EXPECT_THROW(be->scale_inplace(x.view(), 2.0f), ShapeError);    // its source is in flight
+  EXPECT_THROW(be->scale_inplace(x.view(), 2.0f), ShapeError);  // its source is in flight
   EXPECT_THROW(download_f32(x.view()), ShapeError);
   EXPECT_THROW(be->offload_async(h.view(), y.view()), ShapeError);  // its target is in flight
-  EXPECT_THROW(be->scale_inplace(h.view(), 2.0f), Error);  // host memory: no op takes it
+  EXPECT_THROW(be->scale_inplace(h.view(), 2.0f), Error);           // host memory: no op takes it
   be->wait_copy(out);
   EXPECT_EQ(be->copies_in_flight(), 0);
   be->fill(x.view(), 0.0f);
@@ -152,7 +161,7 @@ TEST(OffloadProtocol, InFlightTensorsAreRefusedUntilWaitedFor) {
   EXPECT_EQ(download_f32(y.view()), values);
   EXPECT_EQ(be->offloaded_bytes(), 48);
   EXPECT_EQ(be->prefetched_bytes(), 48);
-  EXPECT_THROW(be->wait_copy(99), ShapeError);  // never issued
+  EXPECT_THROW(be->wait_copy(99), ShapeError);                      // never issued
   EXPECT_THROW(be->offload_async(x.view(), h.view()), ShapeError);  // the spaces swapped
 }
 

@@ -10,6 +10,8 @@
 #include "check/gradcheck.h"
 #include "check/random_batches.h"
 #include "core/rng.h"
+#include "dist/communicator.h"
+#include "engine/context_slice.h"
 #include "engine/engine.h"
 #include "objective/sft.h"
 #include "optim/adamw.h"
@@ -153,7 +155,13 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
     if (!objective_traits(s.kind).sequence_labels)
       for (float& r : mb.rewards) r = rng.normal();
   }
-  StepRunner(s, models.views(), be, pool, exec).run(step);
+  // Context parallelism: the planned rank of the group, on a communicator that moves nothing
+  // (what a rank allocates does not depend on the bytes the others send it).
+  const int64_t T = step.micro.front().batch.size();
+  ShapeOnlyCommunicator group(busiest_rank(T, mem.context_parallel), mem.context_parallel);
+  StepRunner(s, models.views(), be, pool, exec, single_process(),
+             StepRunnerOptions{.context = mem.context_parallel > 1 ? &group : nullptr})
+      .run(step);
   return Measured{ledger.peak(), ledger.peak_breakdown(), host_ledger.peak(),
                   host_ledger.peak_breakdown()};
 }
@@ -200,6 +208,7 @@ TEST_F(PlanAgreement, EveryObjectiveWithOffloadEqualsARealStepInBothSpaces) {
           e.act_dtype = DType::F32;
         }
         if (variant == 2) mem.lora = &lora;
+        e.offload.residual_grad = variant == 1;  // bf16: the residual-stream gradient too
         ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 0, T));
         ASSERT_GT(plan_step(model, s, e, step, mem).host_peak_bytes, 0);
         ++cases;
@@ -207,6 +216,55 @@ TEST_F(PlanAgreement, EveryObjectiveWithOffloadEqualsARealStepInBothSpaces) {
     }
   }
   EXPECT_EQ(cases, static_cast<int>(objective_names().size()) * 4 * 3);
+}
+
+// Context parallelism (plan --cp): the planned rank's peaks and breakdowns equal a real rank's
+// step, for every objective, cp 2 and 4, in the modes it runs, fp32 + AdamW, bf16, LoRA and
+// offloaded checkpoints. T = 48: every rank owns the same rows (the real run's stand-in
+// communicator hands a rank its own rows back as the others').
+TEST_F(PlanAgreement, EveryObjectiveWithContextParallelismEqualsARealRanksStep) {
+  const ModelConfig model = preset_config("tiny-qwen3");
+  const LoraConfig lora{.r = 2};
+  const int64_t T = 48;
+  int cases = 0;
+  for (const auto& name : objective_names()) {
+    ObjectiveSetup s;
+    s.kind = name.value;
+    s.grpo.beta = 0.04;
+    const StepBatches step = planning_step(s.kind, 3, T);
+    for (int cp : {2, 4})
+      for (ExecConfig e : {mode("checkpoint", 0, 0), mode("stream", 5, 7), mode("stream", T, T),
+                           mode("recompute+chunked", 0, 9)})
+        for (int variant = 0; variant < 4; ++variant) {  // fp32 + AdamW, bf16, LoRA, offload
+          StepMemoryOptions mem{.param_dtype = DType::F32, .adamw = variant == 0};
+          mem.context_parallel = cp;
+          e.act_dtype = variant == 1 ? DType::BF16 : DType::F32;
+          if (variant == 1) mem.param_dtype = DType::BF16;
+          if (variant == 2) mem.lora = &lora;
+          e.offload.checkpoints = e.offload.residual_grad = variant == 3;
+          ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, cp, T));
+          ++cases;
+        }
+  }
+  EXPECT_EQ(cases, static_cast<int>(objective_names().size()) * 2 * 4 * 4);
+}
+
+// Each rank keeps the layer checkpoints of its own rows only: 1/cp of one process's bytes.
+TEST_F(PlanAgreement, ContextParallelCheckpointsFallAsOneOverCp) {
+  const ModelConfig model = preset_config("tiny-qwen3");
+  const int64_t T = 4096;
+  const StepBatches step = planning_step(ObjectiveKind::sft, 3, T);
+  StepMemoryOptions mem{.param_dtype = DType::F32};
+  const ExecConfig e = mode("checkpoint", 0, 0);
+  const int64_t one = plan_step(model, ObjectiveSetup{}, e, step, mem)
+                          .breakdown.bytes[static_cast<size_t>(Category::checkpoints)];
+  ASSERT_GT(one, 0);
+  for (int cp : {2, 4, 8}) {
+    mem.context_parallel = cp;
+    const int64_t mine = plan_step(model, ObjectiveSetup{}, e, step, mem)
+                             .breakdown.bytes[static_cast<size_t>(Category::checkpoints)];
+    EXPECT_EQ(mine * cp, one) << "cp " << cp;
+  }
 }
 
 TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
