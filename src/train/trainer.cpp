@@ -182,7 +182,9 @@ void Trainer::build_models() {
       throw InputError(ref_dir + ": the reference model's vocab_size differs from the policy's");
   }
   if (setup_.needs_value_model()) value_cfg = value_model_config(c_, start_.policy, start_.ckpt);
-  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && comm_.size() > 1)
+  // (LoRA: the adapters are never sharded; only a value model would be.)
+  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && comm_.size() > 1 &&
+      (!c_.lora.enabled() || setup_.needs_value_model()))
     throw InputError(
         c_.where("dist.zero") + ": dist.zero " + std::to_string(c_.dist.zero) +
         " with precision bf16 is not supported yet (the sharded optimizer gathers fp32 "
