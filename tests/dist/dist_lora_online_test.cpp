@@ -8,7 +8,8 @@
 //   - online GRPO (with LoRA too) and PPO: 2 ranks equal one process with the same config — the
 //     same samples (the completions log and the reward statistics are identical), weights within
 //     1e-6; a 2-rank PPO checkpoint taken in the middle of a batch resumes on one process;
-//   - a reward program that fails on one rank stops every rank, with a checkpoint.
+//   - a reward program that fails on one rank stops every rank, with a checkpoint;
+//   - what is still refused (planning LoRA over ranks) is one clear error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -269,6 +270,16 @@ TEST(DistOnline, ARewardProgramFailingOnOneRankStopsEveryRankWithACheckpoint) {
   EXPECT_NE(r.output.find("exited with status 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("stopped before step 1, saved"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(run.out("out/checkpoint-0/model.safetensors"))) << r.output;
+}
+
+// `streambp plan` does not model replicated adapters on ranks yet: refused, naming both flags.
+TEST(DistLoraPlan, PlanningLoraOverRanksIsStillRefusedClearly) {
+  TrainDir run("");
+  const auto r = test::run_command(test::streambp_binary() + " plan --model " +
+                                   run.out("model.json") + " --lora-r 8 --ranks 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("streambp: error: --lora-r"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--ranks"), std::string::npos) << r.output;
 }
 
 }  // namespace
