@@ -245,6 +245,8 @@ TEST(DistOnline, PpoOverTwoIterationsOnTwoRanksAndResumedOnOneProcess) {
   EXPECT_EQ(state["rollouts"]["old_values"].size(), 5u);
   r = run.train(0, "hop", "--resume " + run.out("hop"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // An online step is the batch of prompts on any number of ranks: nothing regrouped to note.
+  EXPECT_EQ(r.output.find("note: a step now takes"), std::string::npos) << r.output;
   for (const char* f : {"model.safetensors", "value_model/model.safetensors"})
     EXPECT_LE(dist_test::worst_rel_err(run.out(std::string("hop/checkpoint-4/") + f),
                                        run.out(std::string("straight/checkpoint-4/") + f)),
