@@ -34,9 +34,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/rng.h"
-#include "dist/communicator.h"
 #include "data/prompt_encoder.h"
 #include "data/prompt_records.h"
+#include "dist/communicator.h"
 #include "engine/engine.h"
 #include "objective/objective_setup.h"
 #include "reward/reward.h"

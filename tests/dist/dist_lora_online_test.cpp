@@ -29,7 +29,8 @@ using nlohmann::json;
 const std::string kOptim =
     "layer_chunk: 16\nhead_chunk: 32\nmax_steps: 4\noptim:\n  lr: 0.0001\n  eps: 1e-6\n  "
     "weight_decay: 0.1\n";
-const std::string kLora = "lora:\n  r: 4\n  alpha: 8\n  target_modules: [q_proj, v_proj, down_proj]\n";
+const std::string kLora =
+    "lora:\n  r: 4\n  alpha: 8\n  target_modules: [q_proj, v_proj, down_proj]\n";
 
 std::string data(const std::string& path) {
   return "data:\n  train: " + test::source_dir() + "/examples/" + path + "\n";
