@@ -15,8 +15,10 @@ ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cf
   // fp32 master weights beside bf16 weights, in the optimizer state (optim/adamw.h).
   const bool master = opts.optim && opts.master_weights && opts.param_dtype != DType::F32;
   if (opts.lora) {
-    if (comm.size() > 1) throw InputError("lora: data parallelism is not supported with LoRA");
     // Adapters in fp32 whatever the base's dtype: they are what trains (as PEFT keeps them).
+    // With several ranks they are whole and replicated on every rank whatever `zero` says
+    // (their gradients are all-reduced once per step: dist/lora_grads.h); `zero` still divides
+    // a value model's state.
     lora_w_ = LoraSet(policy_cfg_, *opts.lora, pool, Category::weights, DType::F32, false);
     lora_g_ = LoraSet(policy_cfg_, *opts.lora, pool, Category::grads, DType::F32, true);
     if (opts.optim)

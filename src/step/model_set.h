@@ -13,7 +13,8 @@
 // with the adapters off.
 //
 // Weights are allocated uninitialised: the owner loads or draws them. Gradients and optimizer
-// state are divided over ranks as ZeRO stage `zero` divides them (dist/data_parallel.h).
+// state are divided over ranks as ZeRO stage `zero` divides them (dist/data_parallel.h); LoRA
+// adapters are not divided (small: replicated, their gradients all-reduced, dist/lora_grads.h).
 #include <memory>
 
 #include "backend/backend.h"
@@ -38,7 +39,8 @@ struct ModelSetOptions {
   bool master_weights = true;
   Communicator* comm = nullptr;        // null: one process
   int zero = 0;
-  const LoraConfig* lora = nullptr;  // adapters on a frozen policy (one process only)
+  // Adapters on a frozen policy; with several ranks replicated (ZeRO-0) whatever `zero` is.
+  const LoraConfig* lora = nullptr;
 };
 
 class ModelSet {

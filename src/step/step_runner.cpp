@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "dist/lora_grads.h"
 #include "step/objective_steps.h"
 
 namespace sbp {
@@ -85,9 +86,6 @@ StepRunner::StepRunner(const ObjectiveSetup& objective, const StepModels& models
   check_model(!setup_.needs_reference() || models.reference.defined() || models.lora.defined(),
               setup_, "a reference model");
   if (models.lora.defined()) {
-    if (comm.size() > 1)
-      throw InputError("LoRA is not supported with data parallelism (" +
-                       std::to_string(comm.size()) + " ranks)");
     frozen_ = ParameterSet::unallocated(*models.policy.model.cfg, ModelHead::lm);
   }
   check_model(!setup_.needs_value_model() || models.value.defined(), setup_,
@@ -178,6 +176,9 @@ StepResult StepRunner::run(const StepBatches& step) {
   }
   if (models_.value.defined()) models_.value.grads->begin_step(step.slots);
   objective_step(setup_.kind).run(*this, step, r);
+  // LoRA: each rank's adapter gradients hold its micro-batches' terms, already divided by the
+  // step's global normalisers; their sum over ranks is the step's gradient (one collective).
+  if (lora) allreduce_lora_grads(comm_, *models_.lora.grads);
   return r;
 }
 

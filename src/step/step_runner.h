@@ -41,6 +41,8 @@
 // the DPO pair count are summed, GRPO's rewards are gathered in step order, PPO's whitening
 // statistics are summed, dapo's num_items_in_batch and every ga are the step's. Losses and
 // statistics are summed / merged over ranks, so every rank returns the whole step's.
+// With LoRA the adapters' gradients are summed over ranks once, at the end of run()
+// (dist/lora_grads.h): adapters are replicated, not sharded.
 #include <map>
 #include <span>
 #include <string>

@@ -38,8 +38,9 @@ bool trains_online(const TrainConfig& c) {
 }
 
 OnlineRollouts::OnlineRollouts(const TrainConfig& c, std::vector<PromptRecord> prompts,
-                               const PromptEncoder& encoder, int64_t vocab)
+                               const PromptEncoder& encoder, int64_t vocab, Communicator& comm)
     : c_(c),
+      comm_(comm),
       s_(c.rollout()),
       kind_(c.objective),
       prompts_(std::move(prompts)),
@@ -174,7 +175,9 @@ void OnlineRollouts::sample(Engine& policy, int64_t step, const std::vector<int6
   samples_.clear();
   texts_.clear();
   stats_.generated_tokens = 0;
-  for (int64_t p : prompts) {
+  const size_t ranks = static_cast<size_t>(comm_.size()), rank = static_cast<size_t>(comm_.rank());
+  for (size_t j = rank; j < prompts.size(); j += ranks) {  // this rank's share, whole groups
+    const int64_t p = prompts[j];
     // A prompt's group decodes as one batch (the cache the planner counts: num_generations x
     // (prompt + max_completion_length)); completion r draws from its own stream.
     const std::vector<std::vector<int32_t>> group(static_cast<size_t>(s_.num_generations),
@@ -199,6 +202,7 @@ void OnlineRollouts::sample(Engine& policy, int64_t step, const std::vector<int6
 }
 
 void OnlineRollouts::score() {
+  if (samples_.empty()) return;  // a rank with no prompt of this batch
   std::vector<RewardRequest> req(samples_.size());
   for (size_t i = 0; i < samples_.size(); ++i) {
     const PromptRecord& p = prompts_[static_cast<size_t>(samples_[i].prompt)];
@@ -210,14 +214,6 @@ void OnlineRollouts::score() {
   }
   const RewardSet::Scores scores = rewards_->score(req);
   const size_t R = rewards_->size(), n = samples_.size();
-  stats_.reward_names.clear();
-  stats_.reward_mean.assign(R, 0.0);
-  stats_.reward_std.assign(R, 0.0);
-  for (size_t k = 0; k < R; ++k) {
-    stats_.reward_names.push_back(rewards_->name(k));
-    stats_.reward_mean[k] = mean_of(scores.per_reward[k]);
-    stats_.reward_std[k] = std_of(scores.per_reward[k]);
-  }
   for (size_t i = 0; i < n; ++i) {
     // Each reward is finite (RewardSet), but their weighted sum trains in fp32: past its range
     // it would be inf there and every advantage of the group NaN, a step blamed on the lr.
@@ -240,8 +236,78 @@ void OnlineRollouts::score() {
     samples_[i].per_reward.resize(R);
     for (size_t k = 0; k < R; ++k) samples_[i].per_reward[k] = scores.per_reward[k][i];
   }
-  stats_.reward_total_mean = mean_of(scores.total);
-  stats_.reward_total_std = std_of(scores.total);
+}
+
+// Agrees on the outcome of every rank's score(): code 0 scored, 1 a reward failed, 2 a reward
+// was interrupted by a signal. Every rank throws when any failed (the worst kind), so that they
+// all take the trainer's same stop path (and its collective save) together.
+void OnlineRollouts::agree_on_rewards(std::exception_ptr failed, int code) {
+  const int64_t worst = comm_.size() > 1 ? comm_.max(int64_t{code}) : code;
+  if (failed && worst == code) std::rethrow_exception(failed);
+  if (worst == 2) throw RewardInterrupted("rewards: interrupted by a signal on another rank");
+  if (worst == 1) throw RewardError("rewards: a reward function failed on another rank");
+}
+
+// Every rank's scored samples to every rank, in the batch's prompt order: prompt j's group
+// from rank j % ranks (the order sample() took them in). The numbers travel as JSON, which
+// writes doubles (and floats widened to them) so that they read back exactly.
+void OnlineRollouts::gather_samples(size_t prompts) {
+  const size_t ranks = static_cast<size_t>(comm_.size());
+  if (ranks == 1) return;
+  json mine = {{"seconds", stats_.generation_s}, {"samples", json::array()}};
+  for (const RolloutSample& s : samples_)
+    mine["samples"].push_back({{"prompt", s.prompt},
+                               {"ids", s.ids},
+                               {"logprobs", s.logprobs},
+                               {"truncated", s.truncated},
+                               {"reward", s.reward},
+                               {"per_reward", s.per_reward}});
+  std::vector<json> all;
+  for (const std::string& from : comm_.allgather(mine.dump())) all.push_back(json::parse(from));
+  samples_.clear();
+  texts_.clear();
+  std::vector<size_t> next(ranks, 0);
+  const size_t G = static_cast<size_t>(s_.num_generations);
+  for (size_t j = 0; j < prompts; ++j) {
+    const json& from = all[j % ranks].at("samples");
+    for (size_t g = 0; g < G; ++g) {
+      const json& x = from.at(next[j % ranks]++);
+      RolloutSample s;
+      s.prompt = x.at("prompt").get<int64_t>();
+      s.ids = x.at("ids").get<std::vector<int32_t>>();
+      s.logprobs = x.at("logprobs").get<std::vector<float>>();
+      s.truncated = x.at("truncated").get<bool>();
+      s.reward = x.at("reward").get<double>();
+      s.per_reward = x.at("per_reward").get<std::vector<double>>();
+      texts_.push_back(enc_.decode(s.ids));
+      samples_.push_back(std::move(s));
+    }
+  }
+  // The batch took as long as its slowest rank.
+  for (const json& from : all)
+    stats_.generation_s = std::max(stats_.generation_s, from.at("seconds").get<double>());
+}
+
+// The batch's statistics, from the whole batch (every rank holds it after gather_samples).
+void OnlineRollouts::compute_stats() {
+  const size_t R = rewards_->size(), n = samples_.size();
+  stats_.reward_names.clear();
+  stats_.reward_mean.assign(R, 0.0);
+  stats_.reward_std.assign(R, 0.0);
+  std::vector<double> total(n);
+  for (size_t i = 0; i < n; ++i) total[i] = samples_[i].reward;
+  for (size_t k = 0; k < R; ++k) {
+    std::vector<double> each(n);
+    for (size_t i = 0; i < n; ++i) each[i] = samples_[i].per_reward[k];
+    stats_.reward_names.push_back(rewards_->name(k));
+    stats_.reward_mean[k] = mean_of(each);
+    stats_.reward_std[k] = std_of(each);
+  }
+  stats_.reward_total_mean = mean_of(total);
+  stats_.reward_total_std = std_of(total);
+  stats_.generated_tokens = 0;
+  for (const RolloutSample& s : samples_)
+    stats_.generated_tokens += static_cast<int64_t>(s.ids.size());
   std::vector<double> lengths;
   int64_t truncated = 0, zero_std = 0;
   stats_.completion_length_max = 0;
@@ -315,7 +381,20 @@ StepBatches OnlineRollouts::next(Engine& policy, Engine* value, int64_t step) {
     try {
       const std::vector<int64_t> prompts = take_prompts();
       sample(policy, step, prompts);
-      score();
+      std::exception_ptr failed;
+      int code = 0;
+      try {
+        score();
+      } catch (const RewardInterrupted&) {
+        failed = std::current_exception();
+        code = 2;
+      } catch (const RewardError&) {
+        failed = std::current_exception();
+        code = 1;
+      }
+      agree_on_rewards(failed, code);
+      gather_samples(prompts.size());
+      compute_stats();
     } catch (...) {
       // Nothing advanced: a checkpoint saved now resumes before this batch.
       cursor_ = cursor_before;
@@ -329,13 +408,51 @@ StepBatches OnlineRollouts::next(Engine& policy, Engine* value, int64_t step) {
     pack();
     if (keeps_old_values()) {
       SBP_CHECK(value != nullptr, "online ppo: no value model to score the old values");
-      for (MicroBatch& mb : micro_) mb.old_values = value->values(mb.batch);
+      score_old_values(*value);
     }
     batch_step_ = step;
     uses_ = 0;
   }
   ++uses_;
-  return StepBatches::whole(micro_);
+  return rank_share();
+}
+
+// PPO over several iterations: each micro-batch's old values, computed by the rank that trains
+// it and all-gathered, so that every rank holds them all (a checkpoint stores them).
+void OnlineRollouts::score_old_values(Engine& value) {
+  const size_t ranks = static_cast<size_t>(comm_.size()), rank = static_cast<size_t>(comm_.rank());
+  std::vector<double> mine;  // this rank's micro-batches' values, concatenated
+  for (size_t i = rank; i < micro_.size(); i += ranks) {
+    micro_[i].old_values = value.values(micro_[i].batch);
+    mine.insert(mine.end(), micro_[i].old_values.begin(), micro_[i].old_values.end());
+  }
+  if (ranks == 1) return;
+  const std::vector<std::vector<double>> all = comm_.allgather(mine);
+  for (size_t r = 0; r < ranks; ++r) {
+    size_t at = 0;
+    for (size_t i = r; i < micro_.size(); i += ranks) {
+      const size_t T = static_cast<size_t>(micro_[i].batch.size());
+      SBP_CHECK(at + T <= all[r].size(), "online ppo: old values of another rank do not fit");
+      micro_[i].old_values.assign(all[r].begin() + static_cast<std::ptrdiff_t>(at),
+                                  all[r].begin() + static_cast<std::ptrdiff_t>(at + T));
+      at += T;
+    }
+  }
+}
+
+// Micro-batches rank, rank + ranks, ... of the batch (all of them on one process), in the same
+// number of slots on every rank, as offline data is split (train_batches.h).
+StepBatches OnlineRollouts::rank_share() const {
+  const int64_t ranks = comm_.size(), M = static_cast<int64_t>(micro_.size());
+  if (ranks == 1) return StepBatches::whole(micro_);
+  StepBatches step;
+  step.step_micro_batches = M;
+  step.slots = (M + ranks - 1) / ranks;
+  for (int64_t i = comm_.rank(); i < M; i += ranks) {
+    step.micro.push_back(micro_[static_cast<size_t>(i)]);
+    step.index.push_back(i);
+  }
+  return step;
 }
 
 const std::string& OnlineRollouts::completion_text(const RolloutSample& s) const {

@@ -14,7 +14,19 @@
 // The step runner then trains on them as on offline rollouts; steps 2..num_iterations of a
 // batch reuse it, with the clipped ratio against the sampling log-probs. A checkpoint taken in
 // the middle of a batch stores the batch (rollouts_json), so resuming continues exactly.
+//
+// On several ranks (docs/DISTRIBUTED.md "LoRA and online objectives on several ranks") every rank
+// takes the same prompts (the cursor is global); prompt j of the batch (j = 0, 1, ... in the
+// epoch's order) is sampled and scored by rank j % ranks only, a group never split. Since each
+// completion's stream is seeded by (seed, step, prompt, completion) and every rank holds the same
+// weights, a rank draws exactly what one process draws for that prompt. The ranks then all-gather
+// the scored samples, so every rank holds the whole batch in the one-process order and packs it
+// as one process does; rank r trains on micro-batches r, r + ranks, ... of it, as offline
+// (step_runner.h). Rewards, statistics and a checkpoint's stored batch are then the whole
+// batch's on every rank; PPO's old values of sampling time are computed by the rank that trains
+// each micro-batch and all-gathered.
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +36,7 @@
 #include "core/rng.h"
 #include "data/prompt_encoder.h"
 #include "data/prompt_records.h"
+#include "dist/communicator.h"
 #include "engine/engine.h"
 #include "objective/objective_setup.h"
 #include "reward/reward.h"
@@ -59,7 +72,8 @@ struct RolloutStats {
 class OnlineRollouts {
  public:
   OnlineRollouts(const TrainConfig& c, std::vector<PromptRecord> prompts,
-                 const PromptEncoder& encoder, int64_t vocab);
+                 const PromptEncoder& encoder, int64_t vocab,
+                 Communicator& comm = single_process());
 
   // Optimizer steps of `epochs` epochs: ceil(prompts / prompts_per_step) batches per epoch,
   // num_iterations steps each.
@@ -76,7 +90,8 @@ class OnlineRollouts {
   // PPO with num_iterations > 1: `value` (the value model) scores a new batch's old values
   // once, so that every iteration's GAE and value clipping use the values of sampling time, as
   // its ratio uses the sampling log-probs (with 1 iteration the step runner scores them).
-  // RewardError when a reward function fails (nothing is advanced then).
+  // RewardError when a reward function fails (nothing is advanced then); with several ranks
+  // every rank throws when any rank's reward fails. This rank's share of the micro-batches.
   StepBatches next(Engine& policy, Engine* value, int64_t step);
 
   bool sampled_last() const { return sampled_last_; }  // next() generated a new batch
@@ -99,13 +114,21 @@ class OnlineRollouts {
   std::vector<int64_t> take_prompts();
   void sample(Engine& policy, int64_t step, const std::vector<int64_t>& prompts);
   void score();
+  // Several ranks: every rank's failure (or none) from score(), agreed, then every rank's
+  // samples, whole batch in prompt order on every rank.
+  void agree_on_rewards(std::exception_ptr failed, int code);
+  void gather_samples(size_t prompts);
+  void compute_stats();
   void pack();
+  void score_old_values(Engine& value);
+  StepBatches rank_share() const;
   // PPO over several iterations: the micro-batches carry the old values of sampling time.
   bool keeps_old_values() const {
     return objective_traits(kind_).value_model && s_.num_iterations > 1;
   }
 
   const TrainConfig& c_;
+  Communicator& comm_;
   RolloutSettings s_;
   ObjectiveKind kind_;
   std::vector<PromptRecord> prompts_;

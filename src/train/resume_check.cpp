@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/lora_io.h"
+#include "train/online_rollouts.h"
 
 namespace sbp {
 
@@ -55,6 +56,9 @@ std::string check_resume_compatible(const TrainConfig& c, const TrainerState& s,
   for (const std::string& key : resume_identity_keys()) {
     const nlohmann::json before = s.config.contains(key) ? s.config[key] : nlohmann::json();
     if (key == "grad_accum" && s.ranks != ranks && before.is_number_integer()) {
+      // Online GRPO/PPO: a step is the batch of prompts_per_step prompts on any number of ranks
+      // (online_rollouts.h), so another rank count changes nothing to say.
+      if (trains_online(c)) continue;
       const int64_t then = before.get<int64_t>() * s.ranks, per_step = c.grad_accum * ranks;
       if (then != per_step)
         note = "a step now takes " + std::to_string(per_step) + " micro-batches (" +

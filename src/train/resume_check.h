@@ -15,6 +15,7 @@ namespace sbp {
 // adapter_config.json (another alpha would rescale the trained adapters). On another number of ranks the
 // data order is the same but a step groups ranks x grad_accum micro-batches of it: the same
 // product continues exactly; another one is returned as a note for the log ("" when none).
+// Online GRPO/PPO steps do not depend on the rank count: no note.
 std::string check_resume_compatible(const TrainConfig& c, const TrainerState& s,
                                     const nlohmann::json& fingerprints, const std::string& ckpt,
                                     int ranks);

@@ -47,9 +47,6 @@ void RunData::pack_eval() {
 // Online GRPO/PPO: data.train's prompt records, encoded as `streambp generate` encodes them,
 // and the reward functions (command rewards start here).
 void RunData::load_prompts(const ModelConfig& policy) {
-  if (comm_.size() > 1)
-    throw InputError(c_.where("data.train") + ": online " + objective_name(c_.objective) +
-                     " (prompt records) runs on one process for now; run it without mpirun");
   if (!c_.data_eval.empty() || c_.eval_fraction > 0.0)
     log_.out("note: online %s has no held-out loss: data.eval / eval_fraction are not used\n",
              objective_name(c_.objective));
@@ -76,7 +73,8 @@ void RunData::load_prompts(const ModelConfig& policy) {
                        std::to_string(policy.max_position_embeddings) + ")");
   }
   online_ =
-      std::make_unique<OnlineRollouts>(c_, std::move(prompts), *prompt_encoder_, policy.vocab_size);
+      std::make_unique<OnlineRollouts>(c_, std::move(prompts), *prompt_encoder_, policy.vocab_size,
+                                       comm_);
   data_.fingerprints = {{"train", file_fingerprint(c_.data_train)}};
   log_.out(
       "data: %zu prompts from %s (online %s: %lld prompts x %lld completions per batch, "

@@ -80,13 +80,21 @@ void RunMetrics::write_step(const StepRecord& s, const TrainerState& state, doub
   }
   if (comm_.size() > 1) {
     // peak_memory_bytes above is rank 0's ledger; the collectives are every rank's.
-    const DataParallel::Counters& n = models.policy().counters();
     line["dist/ranks"] = comm_.size();
-    line["dist/zero"] = models.policy().zero();
-    line["dist/grad_reductions"] = n.reductions;
-    line["dist/grad_reduced_bytes"] = n.reduced_bytes;
-    line["dist/param_allgathers"] = n.gathers;
-    line["dist/grad_reductions_done_during_backward"] = n.done_during_backward;
+    if (models.has_lora()) {
+      // The adapters' gradients: one all-reduce of all of them per step (dist/lora_grads.h).
+      line["dist/zero"] = 0;
+      line["dist/grad_reductions"] = 1;
+      line["dist/grad_reduced_bytes"] = 4 * models.lora_grads().numel();
+      line["dist/param_allgathers"] = 0;
+    } else {
+      const DataParallel::Counters& n = models.policy().counters();
+      line["dist/zero"] = models.policy().zero();
+      line["dist/grad_reductions"] = n.reductions;
+      line["dist/grad_reduced_bytes"] = n.reduced_bytes;
+      line["dist/param_allgathers"] = n.gathers;
+      line["dist/grad_reductions_done_during_backward"] = n.done_during_backward;
+    }
     if (models.has_value())
       line["dist/value_grad_reductions"] = models.value().counters().reductions;
     line["dist/peak_memory_max_rank"] = peak_max;

@@ -150,10 +150,12 @@ std::string save_models(ModelSet& models, const ModelSources& from, DType save_d
           lora ? models.policy_weights() : fp32(models.policy_weights(), models.policy()),
           save_dtype,
           [&](const std::string& dir) {
-            if (lora)
-              models.lora_optimizer()->save(dir);
-            else
+            if (lora) {
+              // Replicated on every rank: rank 0 writes it, as it writes the adapters.
+              if (lead) models.lora_optimizer()->save(dir);
+            } else {
               models.policy().save_optimizer(dir);
+            }
           },
           state, c.tokenizer, from.start.dir, value ? &*value : nullptr,
           lora ? &models.lora_weights() : nullptr, c.model},

@@ -182,7 +182,9 @@ void Trainer::build_models() {
       throw InputError(ref_dir + ": the reference model's vocab_size differs from the policy's");
   }
   if (setup_.needs_value_model()) value_cfg = value_model_config(c_, start_.policy, start_.ckpt);
-  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && comm_.size() > 1)
+  // (LoRA: the adapters are never sharded; only a value model would be.)
+  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && comm_.size() > 1 &&
+      (!c_.lora.enabled() || setup_.needs_value_model()))
     throw InputError(
         c_.where("dist.zero") + ": dist.zero " + std::to_string(c_.dist.zero) +
         " with precision bf16 is not supported yet (the sharded optimizer gathers fp32 "
@@ -243,10 +245,20 @@ void Trainer::print_summary() const {
       static_cast<long long>(exec_.layer_chunk), static_cast<long long>(exec_.head_chunk),
       enum_name<Precision>(kPrecisionNames, c_.precision), dtype_name(c_.grad_dtype), cpu_threads(),
       cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype_));
-  if (comm_.size() > 1)
-    log_.out("data parallel: %d ranks, zero %d, %lld micro-batch%s per rank per step\n",
-             comm_.size(), models_->policy().zero(), static_cast<long long>(c_.grad_accum),
-             c_.grad_accum == 1 ? "" : "es");
+  if (comm_.size() > 1) {
+    // LoRA: the adapters are replicated (their gradients all-reduced once per step), so the
+    // policy runs as zero 0 whatever dist.zero says; it still divides a value model's state.
+    const bool lora = models_->has_lora();
+    log_.out("data parallel: %d ranks, zero %d, %lld micro-batch%s per rank per step%s\n",
+             comm_.size(), lora ? 0 : models_->policy().zero(),
+             static_cast<long long>(c_.grad_accum), c_.grad_accum == 1 ? "" : "es",
+             lora ? " (LoRA adapters replicated, gradients all-reduced once per step)" : "");
+    if (lora && c_.dist.zero > 0)
+      log_.out(
+          "note: dist.zero %d does not divide LoRA adapters (they are small and replicated on "
+          "every rank: zero 0)%s\n",
+          c_.dist.zero, models_->has_value() ? "; it divides the value model's state" : "");
+  }
   log_.out(
       "training: %lld steps of %lld micro-batch%s (<= %lld tokens each), lr %.3g %s, warmup %lld "
       "-> %s\n",
