@@ -178,6 +178,8 @@ StepResult StepRunner::run(const StepBatches& step) {
   objective_step(setup_.kind).run(*this, step, r);
   // LoRA: each rank's adapter gradients hold its micro-batches' terms, already divided by the
   // step's global normalisers; their sum over ranks is the step's gradient (one collective).
+  // With context parallelism each rank holds its rows' share: the context group sums first.
+  if (lora && opts_.context) allreduce_lora_grads(*opts_.context, *models_.lora.grads);
   if (lora) allreduce_lora_grads(comm_, *models_.lora.grads);
   return r;
 }

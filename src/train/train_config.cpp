@@ -401,6 +401,7 @@ const std::vector<Key>& keys() {
         KEY(int64_t, "keep_last", keep_last),
         ENUM_KEY(NonFinitePolicy, "on_nonfinite", on_nonfinite, kNonFiniteNames),
         KEY(int, "dist.zero", dist.zero),
+        KEY(int, "dist.context_parallel", dist.context_parallel),
         KEY(int64_t, "lora.r", lora.r),
         KEY(std::string, "lora.adapter", lora_adapter),
         KEY(double, "lora.alpha", lora.alpha),
@@ -678,6 +679,11 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(
       c.dist.zero >= 0 && c.dist.zero <= 2, c, "dist.zero",
       "must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2 (sharded gradients too)");
+  require(c.dist.context_parallel >= 1 && c.dist.context_parallel <= 4096, c,
+          "dist.context_parallel", "must be between 1 and 4096 (ranks sharing each sequence)");
+  require(c.dist.context_parallel == 1 || c.mode.layers != LayerMode::store, c, "dist.context_parallel",
+          "runs the stream and checkpoint modes, not base (store keeps every activation of the "
+          "whole sequence on every rank)");
   require(c.dpo.beta > 0.0, c, "dpo.beta", "must be positive");
   require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing",
           "must be in [0, 0.5)");

@@ -94,6 +94,10 @@ struct PpoSettings {
 // Data parallelism across processes (`mpirun -np N streambp train`, docs/DISTRIBUTED.md).
 struct DistSettings {
   int zero = 0;  // 0: replicated optimizer; 1: AdamW moments sharded; 2: gradients sharded too
+  // Context parallelism (docs/DISTRIBUTED.md "Context parallelism"): groups of this many
+  // consecutive ranks share each micro-batch's rows; the groups split the batch as data
+  // parallelism does. Must divide the number of ranks.
+  int context_parallel = 1;
 };
 
 enum class NonFinitePolicy { stop, skip };

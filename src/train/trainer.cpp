@@ -90,19 +90,34 @@ int run_training(const TrainConfig& c, const std::string& resume, Communicator& 
   if (spec.kind == BackendKind::cuda && comm.size() > 1) spec.device += local_rank();
   std::unique_ptr<Backend> be = make_backend(spec);
   const std::unique_ptr<Communicator> gpu = make_gpu_collectives(comm, *be);  // outlives trainer
-  Trainer trainer(c, resume, gpu ? *gpu : comm, std::move(be));
+  Communicator& world = gpu ? *gpu : comm;
+  // Context parallelism: groups of C consecutive ranks share each micro-batch's rows (context
+  // group); the ranks at the same place in every group split the batch (data group).
+  const int C = c.dist.context_parallel;
+  std::unique_ptr<Communicator> context, data;
+  if (C > 1) {
+    if (comm.size() % C != 0)
+      throw InputError(c.where("dist.context_parallel") + ": " + std::to_string(C) +
+                       " does not divide the run's " + std::to_string(comm.size()) + " rank" +
+                       (comm.size() == 1 ? "" : "s") + " (mpirun -np N with N a multiple of it)");
+    context = comm.split(comm.rank() / C, comm.rank());
+    data = comm.split(comm.rank() % C, comm.rank());
+  }
+  Trainer trainer(c, resume, RunRanks{world, data ? *data : world, context.get()}, std::move(be));
   return trainer.run();
 }
 
 Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm)
-    : Trainer(c, resume, comm, make_backend(c.backend)) {}
+    : Trainer(c, resume, RunRanks{comm, comm, nullptr}, make_backend(c.backend)) {}
 
-Trainer::Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm,
+Trainer::Trainer(const TrainConfig& c, const std::string& resume, RunRanks ranks,
                  std::unique_ptr<Backend> backend)
     : c_(c),
-      comm_(comm),
-      log_{comm.rank() == 0},
-      metrics_(comm),
+      world_(ranks.world),
+      comm_(ranks.data),
+      context_(ranks.context),
+      log_{ranks.world.rank() == 0},
+      metrics_(ranks.world),
       setup_(c.objective_setup()),
       be_(std::move(backend)) {
   load_inputs(resume);
@@ -164,7 +179,7 @@ void Trainer::build_models() {
   if (exec_.offload.any()) pool_.set_host(&host_pool_);
   if (c_.layer_chunk == 0 || c_.head_chunk == 0) {
     const ResolvedChunks rc =
-        resolve_auto_chunks(c_, start_.policy, exec_, comm_.size(), data_->longest_prompt());
+        resolve_auto_chunks(c_, start_.policy, exec_, world_.size(), data_->longest_prompt());
     exec_.layer_chunk = rc.layer_chunk;
     exec_.head_chunk = rc.head_chunk;
     log_.out(
@@ -183,7 +198,7 @@ void Trainer::build_models() {
   }
   if (setup_.needs_value_model()) value_cfg = value_model_config(c_, start_.policy, start_.ckpt);
   // (LoRA: the adapters are never sharded; only a value model would be.)
-  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && comm_.size() > 1 &&
+  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && world_.size() > 1 &&
       (!c_.lora.enabled() || setup_.needs_value_model()))
     throw InputError(
         c_.where("dist.zero") + ": dist.zero " + std::to_string(c_.dist.zero) +
@@ -192,7 +207,7 @@ void Trainer::build_models() {
   const ModelSetOptions opts{.param_dtype = storage_dtype(c_.precision),
                              .grad_dtype = c_.grad_dtype,
                              .optim = &optim_,
-                             .comm = &comm_,
+                             .comm = &world_,  // gradients: summed over every rank
                              .zero = c_.dist.zero,
                              .lora = c_.lora.enabled() ? &c_.lora : nullptr};
   models_ =
@@ -203,7 +218,8 @@ void Trainer::build_models() {
   start_data();
   load_reference(*models_, from, log_);
   load_value(*models_, *be_, from, log_);
-  runner_ = std::make_unique<StepRunner>(setup_, models_->views(), *be_, pool_, exec_, comm_);
+  runner_ = std::make_unique<StepRunner>(setup_, models_->views(), *be_, pool_, exec_, comm_,
+                                         StepRunnerOptions{.context = context_});
 }
 
 // The models' sources (train/run_models.h).
@@ -245,12 +261,16 @@ void Trainer::print_summary() const {
       static_cast<long long>(exec_.layer_chunk), static_cast<long long>(exec_.head_chunk),
       enum_name<Precision>(kPrecisionNames, c_.precision), dtype_name(c_.grad_dtype), cpu_threads(),
       cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype_));
-  if (comm_.size() > 1) {
+  if (context_)
+    log_.out("context parallel: groups of %d ranks share each micro-batch's rows, %d group%s "
+             "split the batch\n",
+             context_->size(), comm_.size(), comm_.size() == 1 ? "" : "s");
+  if (world_.size() > 1) {
     // LoRA: the adapters are replicated (their gradients all-reduced once per step), so the
     // policy runs as zero 0 whatever dist.zero says; it still divides a value model's state.
     const bool lora = models_->has_lora();
     log_.out("data parallel: %d ranks, zero %d, %lld micro-batch%s per rank per step%s\n",
-             comm_.size(), lora ? 0 : models_->policy().zero(),
+             world_.size(), lora ? 0 : models_->policy().zero(),
              static_cast<long long>(c_.grad_accum), c_.grad_accum == 1 ? "" : "es",
              lora ? " (LoRA adapters replicated, gradients all-reduced once per step)" : "");
     if (lora && c_.dist.zero > 0)

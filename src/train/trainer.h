@@ -51,6 +51,16 @@ int run_training(const TrainConfig& cfg, const std::string& resume);
 // rank its optimizer shards under dist.zero 1/2). With one rank it is the call above.
 int run_training(const TrainConfig& cfg, const std::string& resume, Communicator& comm);
 
+// The communicators of a run: `world` every rank (gradients, checkpoints, agreement: rank 0
+// writes), `data` the ranks that split the batch (with context parallelism, one rank of each
+// context group; else the world), `context` the ranks sharing this rank's micro-batches' rows
+// (null without context parallelism).
+struct RunRanks {
+  Communicator& world;
+  Communicator& data;
+  Communicator* context = nullptr;
+};
+
 // One training run, set up and ready to step. run_training builds one and calls run(); tests
 // can also take a step's pieces apart.
 class Trainer : private StepHooks {
@@ -59,7 +69,7 @@ class Trainer : private StepHooks {
   // prints the run's summary. InputError on bad input, before anything is written.
   Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm);
   // With the backend made already (run_training: a GPU rank's collectives need it first).
-  Trainer(const TrainConfig& c, const std::string& resume, Communicator& comm,
+  Trainer(const TrainConfig& c, const std::string& resume, RunRanks ranks,
           std::unique_ptr<Backend> backend);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -102,7 +112,9 @@ class Trainer : private StepHooks {
   int finish(int64_t last_saved);
 
   const TrainConfig& c_;
-  Communicator& comm_;
+  Communicator& world_;     // every rank
+  Communicator& comm_;      // the data group: micro-batches, normalisers, metrics
+  Communicator* context_;   // the context group, or null
   RunLog log_;
   RunMetrics metrics_;  // metrics.jsonl, completions.jsonl (rank 0)
   ObjectiveSetup setup_;

@@ -156,7 +156,7 @@ bool Trainer::after_step(const StepRecord& s) {
 bool Trainer::finite_step(double loss, double grad_norm, double value_grad_norm) {
   const bool finite =
       std::isfinite(loss) && std::isfinite(grad_norm) && std::isfinite(value_grad_norm);
-  if (comm_.max(int64_t{finite ? 0 : 1}) == 0) return true;
+  if (world_.max(int64_t{finite ? 0 : 1}) == 0) return true;
   const int64_t step = state_.step + 1;
   auto number = [](double x) {  // "nan", not the "-nan" printf may write
     if (std::isnan(x)) return std::string("nan");
@@ -193,12 +193,12 @@ bool Trainer::finite_step(double loss, double grad_norm, double value_grad_norm)
 
 std::string Trainer::save() {
   state_.rollouts = data_->online() ? data_->online()->rollouts_json() : nlohmann::json();
-  return save_models(*models_, sources(), save_dtype_, state_, comm_, log_.lead);
+  return save_models(*models_, sources(), save_dtype_, state_, world_, log_.lead);
 }
 
 // A stop request counts when any rank got the signal, so that all ranks save and stop together.
 bool Trainer::stop_requested_anywhere() {
-  return comm_.max(int64_t{stop_requested() ? 1 : 0}) != 0;
+  return world_.max(int64_t{stop_requested() ? 1 : 0}) != 0;
 }
 
 int Trainer::finish(int64_t last_saved) {

@@ -1,6 +1,7 @@
 // LoRA and online GRPO/PPO under `mpirun -np 2 streambp train` (docs/DISTRIBUTED.md "LoRA and
 // online objectives on several ranks"), against one process:
-//   - LoRA SFT, DPO and PPO: 2 ranks with micro-batches g equal one process with 2g (the same global
+//   - LoRA SFT, DPO and PPO: 2 ranks with micro-batches g equal one process with 2g (the same
+//   global
 //     batch): adapters and their AdamW moments within 1e-6 (max |a - b| / max |b| per tensor, the
 //     bound of dist_equivalence_test), the same losses and statistics; dist.zero 2 does not divide
 //     adapters (a note) and gives the same bytes as zero 0; a 2-rank checkpoint resumes on one
@@ -36,47 +37,6 @@ std::string data(const std::string& path) {
   return "data:\n  train: " + test::source_dir() + "/examples/" + path + "\n";
 }
 
-// The adapters the LoRA runs start from (lora.adapter): PEFT's initialisation has B = 0, so that
-// B's whole value after 4 steps would be Adam's movement (~lr), and max |a - b| / max |b| would
-// measure rounding against lr instead of against the adapters (on DPO, 3.3e-5 for a
-// down_proj.lora_B whose largest element was 2.5e-4, an 8e-9 difference). Two SFT steps at lr
-// 0.05 move every B to ~0.075, so the measure is the one the full-weight tests apply.
-struct StartAdapter {
-  TrainDir dir;
-  std::string path;
-  StartAdapter()
-      : dir("objective: sft\n" + data("data/sft_messages.jsonl") + "max_tokens: 160\n" + kLora +
-            "max_steps: 2\noptim:\n  lr: 0.05\n"),
-        path(dir.out("start/checkpoint-2")) {
-    const auto r = dir.train(0, "start");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-  }
-  std::string arg() const { return " lora.adapter=" + path; }
-};
-
-// Every float metric of `got` against `want`, within 1e-6 relative (absolute below 1).
-void expect_same_metrics(const std::string& got_path, const std::string& want_path,
-                         const std::string& name) {
-  const std::vector<json> got = dist_test::read_metrics(got_path);
-  const std::vector<json> want = dist_test::read_metrics(want_path);
-  ASSERT_EQ(got.size(), want.size()) << name;
-  for (size_t i = 0; i < got.size(); ++i) {
-    for (const char* key : {"micro_batches", "tokens", "loss_tokens"})
-      EXPECT_EQ(got[i][key], want[i][key]) << name << " step " << i + 1 << ": " << key;
-    for (const auto& [key, value] : want[i].items()) {
-      if (!value.is_number_float() || key.find("time") != std::string::npos ||
-          key.find("per_s") != std::string::npos || key.find("seconds") != std::string::npos ||
-          key == "elapsed_s")
-        continue;
-      ASSERT_TRUE(got[i].contains(key)) << name << " step " << i + 1 << ": " << key;
-      const double a = got[i][key].get<double>(), b = value.get<double>();
-      EXPECT_LE(std::fabs(a - b), 1e-6 * std::max(1.0, std::fabs(b)))
-          << name << " step " << i + 1 << ": " << key;
-    }
-    EXPECT_EQ(got[i]["dist/ranks"], 2) << name;
-  }
-}
-
 struct LoraCase {
   const char* objective;
   const char* data;
@@ -98,7 +58,7 @@ class DistLora : public ::testing::TestWithParam<LoraCase> {};
 TEST_P(DistLora, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
   SKIP_WITHOUT_MPIRUN();
   const LoraCase& k = GetParam();
-  const StartAdapter start;
+  const dist_test::StartAdapter start(kLora);
   TrainDir run(std::string("objective: ") + k.objective + "\n" + data(k.data) + k.yaml + kLora +
                kOptim);
   auto r = run.train(0, "one", "grad_accum=" + std::to_string(2 * k.grad_accum) + start.arg());
@@ -111,12 +71,11 @@ TEST_P(DistLora, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
   for (int zero : {0, 2}) {
     const std::string name = "zero" + std::to_string(zero);
     r = run.train(2, name,
-                  "grad_accum=" + std::to_string(k.grad_accum) + " dist.zero=" +
-                      std::to_string(zero) + start.arg());
+                  "grad_accum=" + std::to_string(k.grad_accum) +
+                      " dist.zero=" + std::to_string(zero) + start.arg());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("data parallel: 2 ranks, zero 0"), std::string::npos) << r.output;
-    EXPECT_EQ(r.output.find("note: dist.zero 2 does not divide LoRA adapters") !=
-                  std::string::npos,
+    EXPECT_EQ(r.output.find("note: dist.zero 2 does not divide LoRA adapters") != std::string::npos,
               zero == 2)
         << r.output;
     const std::string ckpt = run.out(name + "/checkpoint-4");
@@ -125,8 +84,8 @@ TEST_P(DistLora, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
     EXPECT_FALSE(fs::exists(ckpt + "/optimizer-rank00000-of-00002.safetensors"));
     const double w = dist_test::worst_rel_err(ckpt + "/adapter_model.safetensors",
                                               ref + "/adapter_model.safetensors");
-    const double m = dist_test::worst_rel_err(ckpt + "/optimizer.safetensors",
-                                              ref + "/optimizer.safetensors");
+    const double m =
+        dist_test::worst_rel_err(ckpt + "/optimizer.safetensors", ref + "/optimizer.safetensors");
     std::printf("[dist lora] %s %s: worst max|a-b|/max|b| adapters %.2e, moments %.2e\n",
                 k.objective, name.c_str(), w, m);
     EXPECT_LE(w, 1e-6) << name;
@@ -147,7 +106,8 @@ TEST_P(DistLora, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
       EXPECT_TRUE(dist_test::same_bytes(ckpt + "/adapter_model.safetensors",
                                         run.out("zero0/checkpoint-4/adapter_model.safetensors")));
     }
-    expect_same_metrics(run.out(name + "/metrics.jsonl"), run.out("one/metrics.jsonl"), name);
+    dist_test::expect_same_metrics(run.out(name + "/metrics.jsonl"), run.out("one/metrics.jsonl"),
+                                   name, 2);
   }
 }
 
@@ -158,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(Objectives, DistLora, ::testing::ValuesIn(kLoraCases),
 
 TEST(DistLoraResume, ATwoRankCheckpointResumesOnOneProcess) {
   SKIP_WITHOUT_MPIRUN();
-  const StartAdapter start;
+  const dist_test::StartAdapter start(kLora);
   TrainDir run("objective: sft\n" + data("data/sft_messages.jsonl") + "max_tokens: 160\n" + kLora +
                kOptim);
   auto r = run.train(2, "straight", "grad_accum=1" + start.arg());
@@ -187,7 +147,8 @@ std::string online_yaml(const std::string& objective, const std::string& extra =
          ":\n  num_generations: 4\n  prompts_per_step: 5\n  max_completion_length: 6\n" + extra +
          "rewards:\n  - {type: format, pattern: \"[0-9]\", weight: 1.0}\n"
          "  - {type: accuracy, weight: 0.5}\n"
-         "max_tokens: 128\nlog_completions_every: 1\n" + kOptim;
+         "max_tokens: 128\nlog_completions_every: 1\n" +
+         kOptim;
 }
 
 struct OnlineCase {
@@ -206,8 +167,8 @@ void expect_online_equal(const OnlineCase& k) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // The same samples: every step's logged groups (prompts, completions, rewards) byte for byte,
   // and reward statistics computed from the whole batch in the same order, exactly.
-  EXPECT_TRUE(dist_test::same_bytes(run.out("two/completions.jsonl"),
-                                    run.out("one/completions.jsonl")))
+  EXPECT_TRUE(
+      dist_test::same_bytes(run.out("two/completions.jsonl"), run.out("one/completions.jsonl")))
       << k.name;
   const std::vector<json> a = dist_test::read_metrics(run.out("one/metrics.jsonl"));
   const std::vector<json> b = dist_test::read_metrics(run.out("two/metrics.jsonl"));
@@ -222,7 +183,8 @@ void expect_online_equal(const OnlineCase& k) {
                             "generation/tokens", "completions/mean_length"})
       EXPECT_EQ(b[i][key], a[i][key]) << k.name << " step " << i + 1 << ": " << key;
   }
-  expect_same_metrics(run.out("two/metrics.jsonl"), run.out("one/metrics.jsonl"), k.name);
+  dist_test::expect_same_metrics(run.out("two/metrics.jsonl"), run.out("one/metrics.jsonl"), k.name,
+                                 2);
   const double w = dist_test::worst_rel_err(run.out(std::string("two/checkpoint-4/") + k.weights),
                                             run.out(std::string("one/checkpoint-4/") + k.weights));
   std::printf("[dist online] %s: worst max|a-b|/max|b| over the weights %.2e\n", k.name, w);
@@ -235,9 +197,17 @@ TEST(DistOnline, GrpoOnTwoRanksSamplesAndTrainsAsOneProcess) {
                        "model.safetensors", "", "dist.zero=2"});
 }
 
+// Context parallelism: both ranks form one context group (every rank samples every prompt, as
+// one process does, and the two share each micro-batch's rows).
+TEST(DistOnline, GrpoWithContextParallelismSamplesAndTrainsAsOneProcess) {
+  SKIP_WITHOUT_MPIRUN();
+  expect_online_equal({"grpo cp2", online_yaml("grpo", "  beta: 0.04\n"), "model.safetensors", "",
+                       "dist.context_parallel=2"});
+}
+
 TEST(DistOnline, GrpoWithLoraOnTwoRanksSamplesAndTrainsAsOneProcess) {
   SKIP_WITHOUT_MPIRUN();
-  const StartAdapter start;
+  const dist_test::StartAdapter start(kLora);
   expect_online_equal({"grpo+lora", online_yaml("grpo", "  beta: 0.04\n") + kLora,
                        "adapter_model.safetensors", start.arg(), ""});
 }
@@ -253,8 +223,7 @@ TEST(DistOnline, PpoOverTwoIterationsOnTwoRanksAndResumedOnOneProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run.train(2, "hop", "dist.zero=1 stop_after_steps=3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json state =
-      json::parse(test::read_text(run.out("hop/checkpoint-3/trainer_state.json")));
+  const json state = json::parse(test::read_text(run.out("hop/checkpoint-3/trainer_state.json")));
   ASSERT_TRUE(state.contains("rollouts") && !state["rollouts"].is_null()) << state.dump();
   EXPECT_EQ(state["rollouts"]["samples"].size(), 20u);
   EXPECT_EQ(state["rollouts"]["old_values"].size(), 5u);
@@ -281,8 +250,8 @@ TEST(DistOnline, ARewardProgramFailingOnOneRankStopsEveryRankWithACheckpoint) {
                    "    if os.environ.get('OMPI_COMM_WORLD_RANK') == '1':\n"
                    "        sys.exit(3)\n"
                    "    print(json.dumps({'reward': 0.5}), flush=True)\n");
-  const auto r = run.train(2, "out", "'rewards=[{type: command, command: [python3, " + script +
-                                         "]}]'");
+  const auto r =
+      run.train(2, "out", "'rewards=[{type: command, command: [python3, " + script + "]}]'");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("exited with status 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("stopped before step 1, saved"), std::string::npos) << r.output;

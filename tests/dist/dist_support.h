@@ -117,4 +117,48 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   return out;
 }
 
+// Every float metric of `got_path`'s metrics.jsonl against `want_path`'s, within 1e-6 relative
+// (absolute below 1), times aside; the step's counts exactly; `ranks` the run's world size.
+inline void expect_same_metrics(const std::string& got_path, const std::string& want_path,
+                                const std::string& name, int ranks) {
+  const std::vector<nlohmann::json> got = read_metrics(got_path);
+  const std::vector<nlohmann::json> want = read_metrics(want_path);
+  ASSERT_EQ(got.size(), want.size()) << name;
+  for (size_t i = 0; i < got.size(); ++i) {
+    for (const char* key : {"micro_batches", "tokens", "loss_tokens"})
+      EXPECT_EQ(got[i][key], want[i][key]) << name << " step " << i + 1 << ": " << key;
+    for (const auto& [key, value] : want[i].items()) {
+      if (!value.is_number_float() || key.find("time") != std::string::npos ||
+          key.find("per_s") != std::string::npos || key.find("seconds") != std::string::npos ||
+          key == "elapsed_s")
+        continue;
+      ASSERT_TRUE(got[i].contains(key)) << name << " step " << i + 1 << ": " << key;
+      const double a = got[i][key].get<double>(), b = value.get<double>();
+      EXPECT_LE(std::fabs(a - b), 1e-6 * std::max(1.0, std::fabs(b)))
+          << name << " step " << i + 1 << ": " << key;
+    }
+    EXPECT_EQ(got[i]["dist/ranks"], ranks) << name;
+  }
+}
+
+// The adapters LoRA runs start from (lora.adapter): PEFT's initialisation has B = 0, so that
+// B's whole value after a few steps would be Adam's movement (~lr), and max |a - b| / max |b|
+// would measure rounding against lr instead of against the adapters (on DPO, 3.3e-5 for a
+// down_proj.lora_B whose largest element was 2.5e-4, an 8e-9 difference). Two SFT steps at lr
+// 0.05 move every B to ~0.075, so the measure is the one the full-weight tests apply.
+// `lora_yaml`: the run's lora: block.
+struct StartAdapter {
+  TrainDir dir;
+  std::string path;
+  explicit StartAdapter(const std::string& lora_yaml)
+      : dir("objective: sft\ndata:\n  train: " + test::source_dir() +
+            "/examples/data/sft_messages.jsonl\nmax_tokens: 160\n" + lora_yaml +
+            "max_steps: 2\noptim:\n  lr: 0.05\n"),
+        path(dir.out("start/checkpoint-2")) {
+    const auto r = dir.train(0, "start");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  std::string arg() const { return " lora.adapter=" + path; }
+};
+
 }  // namespace sbp::dist_test
