@@ -343,10 +343,11 @@ done
 stage gradcheck_grpo_lora 45 gpu ours "$SB" gradcheck --model "$GC_MODEL" --backend cuda \
   --objective grpo --seq-len $GC_T --segments 4 --layer-chunk 7 --head-chunk 13 \
   --modes checkpoint,stream,recompute+chunked --lora-r 4 --json "$R/gradcheck_grpo_lora.json"
-# Host offload: the copy stream, its events and pinned blocks; the same gradients as base.
+# Host offload (checkpoints and the residual-stream gradient): the copy stream, its events and
+# pinned blocks; the same gradients as base.
 stage gradcheck_dpo_offload 45 gpu ours "$SB" gradcheck --model "$GC_MODEL" --backend cuda \
   --objective dpo --seq-len $GC_T --segments 4 --layer-chunk 7 --head-chunk 13 \
-  --modes checkpoint,stream --offload checkpoints --json "$R/gradcheck_dpo_offload.json"
+  --modes checkpoint,stream --offload checkpoints+residual_grad --json "$R/gradcheck_dpo_offload.json"
 
 # ---- memory and speed ----
 # The plans (CPU only: the meta backend) of the bench stages below, to set beside their ledgers.
@@ -399,13 +400,13 @@ bench bench_qwen3_8b_32k_stream_4layers qwen3-8b 32768 stream 90 4
 # hide behind the layers), the device ledger beside the plan's two spaces.
 stage plan_qwen3_8b_4layers_32k_offload 30 cpu ours "$SB" plan --model qwen3-8b --layers 4 \
   --dtype bf16 --grad-dtype bf16 --optimizer none --seq-len 32768 --modes stream \
-  --offload checkpoints --json "$R/plan_qwen3_8b_4layers_32k_offload.json"
+  --offload checkpoints+residual_grad --json "$R/plan_qwen3_8b_4layers_32k_offload.json"
 OFFLOAD_ARGS="--model qwen3-8b --seq-len 32768 --layers 4"
 ((SMALL)) && OFFLOAD_ARGS="--model tiny-qwen3 --seq-len 64"
 WORK_NOTE="4 layers: 2 x 0.7 PFLOP + 2.5B random weights"
 stage bench_qwen3_8b_32k_stream_4layers_offload 120 gpu ours "$SB" bench $OFFLOAD_ARGS \
   --backend cuda --precision bf16 --modes stream --repeat 1 --warmup 0 \
-  --offload none,checkpoints --json "$R/bench_qwen3_8b_32k_stream_4layers_offload.json"
+  --offload none,checkpoints+residual_grad --json "$R/bench_qwen3_8b_32k_stream_4layers_offload.json"
 
 # ---- diagnostics, with the time that is left ----
 # Where the 0.6B 8k step's time goes, by kernel family (each op synchronised).

@@ -74,6 +74,14 @@ run "gradcheck sft lora" "$bin" gradcheck --model tiny-qwen3 --seq-len 24 --segm
   --backend cuda --lora-r 4 --lora-targets all-linear
 run "gradcheck sft simt attention" env STREAMBP_CUDA_ATTENTION=simt "$bin" gradcheck \
   --model tiny-qwen3 --seq-len 24 --segments 2 --backend cuda
+# Context parallelism on the CUDA backend, 2 ranks: K/V and dK/dV rows through host copies
+# (the MPI communicator cannot address device memory), every mode against base.
+if command -v mpirun >/dev/null; then
+  run "gradcheck dpo cp 2 (mpirun)" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun -np 2 --oversubscribe --bind-to none --mca btl self,vader \
+    --mca btl_vader_single_copy_mechanism none "$bin" gradcheck --model tiny-qwen3 --seq-len 24 \
+    --segments 2 --backend cuda --objective dpo --cp 2 --threads 1
+fi
 # scripts/gpu-check.sh itself, every stage at a small size against this tree's programs.
 run "gpu-check.sh, emulated" bash tests/scripts/gpu_check_emulated.sh "$dir"
 # A short training run on the CUDA backend: the trainer's loop, optimizer, checkpoint and metrics.

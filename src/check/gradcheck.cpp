@@ -136,8 +136,12 @@ ModeGrads gradcheck_step(Backend& be, const ModelConfig& cfg, const ParameterSet
     copy_out(policy_grads->grads(), &out.grads);
   }
   if (value_grads) copy_out(value_grads->grads(), &out.grads);
-  if (context) {  // each rank holds its rows' share: the micro-batch's gradient is the sum
-    for (std::vector<float>& g : out.grads) {
+  // Each rank holds its rows' share: the micro-batch's gradient is the sum over the group. The
+  // step runner sums LoRA adapters' itself (step_runner.cpp); full gradients (the policy's, a
+  // value model's) are summed here, as data parallelism's reduction over every rank would.
+  if (context) {
+    for (size_t i = lora ? lora_grads.size() : 0; i < out.grads.size(); ++i) {
+      std::vector<float>& g = out.grads[i];
       std::vector<double> sum(g.begin(), g.end());
       context->sum(std::span<double>(sum));
       std::copy(sum.begin(), sum.end(), g.begin());

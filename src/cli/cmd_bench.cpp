@@ -17,20 +17,21 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend_factory.h"
+#include "backend/blas_core_check.h"
 #include "backend/copy_probe.h"
 #include "backend/cpu_threads.h"
-#include "backend/blas_core_check.h"
 #include "backend/sgemm_probe.h"
 #if defined(STREAMBP_HAVE_CUDA)
 #include "backend/cuda_factory.h"
 #endif
+#include "check/random_batches.h"
 #include "cli/commands.h"
+#include "cli/context_flag.h"
 #include "cli/exec_args.h"
 #include "cli/flag_checks.h"
 #include "cli/lora_args.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
-#include "check/random_batches.h"
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/output_paths.h"
@@ -44,8 +45,10 @@ namespace sbp::cli {
 
 namespace {
 
-constexpr ExecFlags kBenchExec{.mode_list = true, .chunks = ChunkDefault::quarter,
-                               .precision_list = true, .offload_list = true};
+constexpr ExecFlags kBenchExec{.mode_list = true,
+                               .chunks = ChunkDefault::quarter,
+                               .precision_list = true,
+                               .offload_list = true};
 ExecArgs bench_exec() {
   ExecArgs e;
   e.modes = "checkpoint,stream";
@@ -64,6 +67,7 @@ struct Args {
   ObjectiveArgs objective;
   LoraArgs lora;
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
+  int cp = 1;            // context parallelism: the ranks of `mpirun -np cp` share the rows
   bool profile = false;
 };
 
@@ -74,7 +78,7 @@ struct Run {
   double median_s = 0, tokens_per_s = 0, gflops = 0, loss = 0;
   int64_t peak = 0, activation_peak = 0, rss_peak = 0, analytic = 0;
   std::string offload = "none";
-  int64_t host_peak = 0;  // the host pool's peak (offload)
+  int64_t host_peak = 0;                    // the host pool's peak (offload)
   int64_t logits_peak = 0, head_block = 0;  // ledger peak of `logits`; one head block's logits
   // CUDA backend: device memory its arena took at most / handed out at most (-1: not a GPU).
   int64_t device_reserved_peak = -1, device_in_use_peak = -1;
@@ -139,6 +143,7 @@ struct Models {
 // What every length and mode of the run shares: the models per precision, one backend.
 struct Bench {
   const Args& a;
+  Communicator* context = nullptr;  // --cp: every step a rank of this group
   ModelSource src;
   ObjectiveSetup setup;
   LoraConfig lora;  // r = 0: full fine-tuning
@@ -151,8 +156,8 @@ struct Bench {
     src = resolve_model(a.model, a.layers);
     setup = a.objective.setup();
     lora = a.lora.config();
-    segments = a.segments > 0 ? a.segments
-                              : plan_sequences_of(setup.traits(), a.objective.group_size);
+    segments =
+        a.segments > 0 ? a.segments : plan_sequences_of(setup.traits(), a.objective.group_size);
     for (const Precision p : a.exec.precision_values()) {
       models.push_back(std::make_unique<Models>(p, *be));
       build(*models.back());
@@ -204,36 +209,37 @@ struct Bench {
     const size_t first = runs.size();
     for (const std::unique_ptr<Models>& m : models) {
       for (const ExecConfig& exec_mode : a.exec.configs(ChunkDefault::quarter, T, m->precision))
-      for (const Offload& offload : a.exec.offload_values()) {
-        ExecConfig exec = exec_mode;
-        exec.offload = offload;
-        Run r;
-        r.mode = mode_name(exec) + (offload.any() ? "/offload" : "");
-        r.offload = offload_name(offload);
-        r.precision = enum_name<Precision>(kPrecisionNames, m->precision);
-        r.T = T;
-        r.layer_chunk = exec.layer_chunk_for(T);
-        r.head_chunk = exec.head_chunk_for(T);
-        r.head_block = r.head_chunk * src.cfg.vocab_size * static_cast<int64_t>(dtype_size(exec.act_dtype));
-        if (src.cfg.has_sliding_layers()) {
-          // The same step on the meta backend, with the windows and with every layer full.
-          const StepMemoryOptions mem{.param_dtype = storage_dtype(m->precision),
+        for (const Offload& offload : a.exec.offload_values()) {
+          ExecConfig exec = exec_mode;
+          exec.offload = offload;
+          Run r;
+          r.mode = mode_name(exec) + (offload.any() ? "/" + offload_name(offload) : "");
+          r.offload = offload_name(offload);
+          r.precision = enum_name<Precision>(kPrecisionNames, m->precision);
+          r.T = T;
+          r.layer_chunk = exec.layer_chunk_for(T);
+          r.head_chunk = exec.head_chunk_for(T);
+          r.head_block =
+              r.head_chunk * src.cfg.vocab_size * static_cast<int64_t>(dtype_size(exec.act_dtype));
+          if (src.cfg.has_sliding_layers()) {
+            // The same step on the meta backend, with the windows and with every layer full.
+            const StepMemoryOptions mem{.param_dtype = storage_dtype(m->precision),
                                         .count_flops = true};
-          ModelConfig full = src.cfg;
-          full.layer_sliding.assign(full.layer_sliding.size(), false);
-          r.planned_flops = plan_step(src.cfg, setup, exec, step, mem).flops;
-          r.planned_flops_no_window = plan_step(full, setup, exec, step, mem).flops;
+            ModelConfig full = src.cfg;
+            full.layer_sliding.assign(full.layer_sliding.size(), false);
+            r.planned_flops = plan_step(src.cfg, setup, exec, step, mem).flops;
+            r.planned_flops_no_window = plan_step(full, setup, exec, step, mem).flops;
+          }
+          configs.push_back({m.get(), exec, {}});
+          runs.push_back(r);
         }
-        configs.push_back({m.get(), exec, {}});
-        runs.push_back(r);
-      }
     }
     for (int i = 0; i < a.warmup + a.repeat; ++i) {
       for (size_t k = 0; k < configs.size(); ++k) {
         Run& r = runs[first + k];
         Config& c = configs[k];
-        std::fprintf(stderr, "bench: %s %s T=%lld step %d/%d ...\n", r.precision.c_str(), r.mode.c_str(),
-                     static_cast<long long>(T), i + 1, a.warmup + a.repeat);
+        std::fprintf(stderr, "bench: %s %s T=%lld step %d/%d ...\n", r.precision.c_str(),
+                     r.mode.c_str(), static_cast<long long>(T), i + 1, a.warmup + a.repeat);
         reset_peak_rss();
         c.m->ledger.reset_peak();
         c.m->host_ledger.reset_peak();
@@ -246,9 +252,12 @@ struct Bench {
         be->set_profile(profiled ? &r.profile : nullptr);
         device_sync(*be);
         const auto t0 = std::chrono::steady_clock::now();
-        const StepResult out = StepRunner(setup, c.m->set->views(), *be, c.m->pool, c.exec).run(step);
+        const StepResult out = StepRunner(setup, c.m->set->views(), *be, c.m->pool, c.exec,
+                                          single_process(), StepRunnerOptions{.context = context})
+                                   .run(step);
         device_sync(*be);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         be->set_profile(nullptr);
         if (profiled) {
           r.profiled_s += s;
@@ -273,7 +282,8 @@ struct Bench {
       }
       sgemm_probes.push_back(gemm_probe(*be));
     }
-    for (size_t k = 0; k < configs.size(); ++k) finish(runs[first + k], configs[k].times, configs[k].exec);
+    for (size_t k = 0; k < configs.size(); ++k)
+      finish(runs[first + k], configs[k].times, configs[k].exec);
   }
 
   void finish(Run& r, std::vector<double>& times, const ExecConfig& exec) const {
@@ -299,6 +309,11 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
       b.a.model.c_str(), model_type_name(b.src.cfg.model_type),
       static_cast<long long>(b.src.cfg.num_hidden_layers), b.a.objective.describe().c_str(),
       static_cast<long long>(b.segments), cpu_threads(), b.a.repeat);
+  if (b.context)
+    std::printf(
+        "context parallel: %d ranks share each step's rows (rank 0's time and memory; "
+        "%d thread(s) each)\n",
+        b.context->size(), cpu_threads());
   const cpu::BlasCoreCheck blas = cpu::check_blas_core();
   std::printf(
       "%s: %.1f GFLOP/s (median of %zu probes between the rounds of steps, range "
@@ -307,26 +322,30 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
       blas.provider.c_str(), blas.core.empty() ? "(not named)" : blas.core.c_str(),
       blas.cpu_vectors.c_str(), blas.generic ? " (GENERIC kernels: see the warning)" : "");
   std::printf(
-      "| mode | precision | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm | "
+      "| mode | precision | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm "
+      "| "
       "ledger peak MiB | activation peak MiB | analytic MiB | RSS peak MiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Run& r : runs) {
     char analytic[32] = "-";
     if (r.analytic > 0) std::snprintf(analytic, sizeof analytic, "%.1f", mib(r.analytic));
     std::printf(
-        "| %s | %s | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.0f%% | %.1f | %.1f | %s | %.1f |\n",
-        r.mode.c_str(), r.precision.c_str(), static_cast<long long>(r.T), static_cast<long long>(r.layer_chunk),
-        static_cast<long long>(r.head_chunk), r.median_s, r.tokens_per_s, r.gflops,
-        100.0 * r.gflops / sgemm, mib(r.peak), mib(r.activation_peak), analytic, mib(r.rss_peak));
+        "| %s | %s | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.0f%% | %.1f | %.1f | %s | %.1f "
+        "|\n",
+        r.mode.c_str(), r.precision.c_str(), static_cast<long long>(r.T),
+        static_cast<long long>(r.layer_chunk), static_cast<long long>(r.head_chunk), r.median_s,
+        r.tokens_per_s, r.gflops, 100.0 * r.gflops / sgemm, mib(r.peak), mib(r.activation_peak),
+        analytic, mib(r.rss_peak));
   }
   std::printf("\nLM-head logits: the ledger's peak of `logits` vs one head block (c_h x V)\n");
   std::printf(
-      "| mode | precision | T | head chunk | one block MiB | logits peak MiB | blocks live at once |\n");
+      "| mode | precision | T | head chunk | one block MiB | logits peak MiB | blocks live at once "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const Run& r : runs) {
-    std::printf("| %s | %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(), r.precision.c_str(),
-                static_cast<long long>(r.T), static_cast<long long>(r.head_chunk),
-                mib(r.head_block), mib(r.logits_peak),
+    std::printf("| %s | %s | %lld | %lld | %.1f | %.1f | %.2f |\n", r.mode.c_str(),
+                r.precision.c_str(), static_cast<long long>(r.T),
+                static_cast<long long>(r.head_chunk), mib(r.head_block), mib(r.logits_peak),
                 static_cast<double>(r.logits_peak) / static_cast<double>(r.head_block));
   }
   if (b.src.cfg.has_sliding_layers()) {
@@ -354,7 +373,9 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
   }
   if (on_gpu(*b.be)) {
     std::printf("\nDevice memory (the CUDA backend's arena) vs the ledger's peak\n");
-    std::printf("| mode | precision | T | ledger peak MiB | device in use peak MiB | device reserved peak MiB |\n");
+    std::printf(
+        "| mode | precision | T | ledger peak MiB | device in use peak MiB | device reserved peak "
+        "MiB |\n");
     std::printf("|---|---|---|---|---|---|\n");
     for (const Run& r : runs)
       std::printf("| %s | %s | %lld | %.1f | %.1f | %.1f |\n", r.mode.c_str(), r.precision.c_str(),
@@ -368,7 +389,8 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
   for (int c = 0; c < kNumCategories; ++c) std::printf("---|");
   std::printf("---|\n");
   for (const Run& r : runs) {
-    std::printf("| %s | %s | %lld |", r.mode.c_str(), r.precision.c_str(), static_cast<long long>(r.T));
+    std::printf("| %s | %s | %lld |", r.mode.c_str(), r.precision.c_str(),
+                static_cast<long long>(r.T));
     for (int c = 0; c < kNumCategories; ++c)
       std::printf(" %.1f |", mib(r.breakdown.bytes[static_cast<size_t>(c)]));
     std::printf(" %.1f |\n", mib(r.host_peak));
@@ -435,6 +457,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
   j["model"] = b.a.model;
   j["objective"] = b.a.objective.describe();
   j["threads"] = cpu_threads();
+  j["context_parallel"] = b.context ? b.context->size() : 1;
   j["runs"] = nlohmann::json::array();
   for (const Run& r : runs) {
     nlohmann::json jr = {{"mode", r.mode},
@@ -487,6 +510,9 @@ int run(const Args& a) {
   a.exec.set_threads();
   warn_if_generic_blas();
   if (a.warmup < 0) throw InputError("--warmup must be >= 0");
+  // --cp N: one context group of the N ranks of `mpirun -np N`; rank 0 reports (its own step's
+  // time and memory: the ranks wait for each other's K/V and dK/dV every layer).
+  const std::unique_ptr<Communicator> world = context_group_from_flag(a.cp, "bench");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
   a.exec.configs(ChunkDefault::quarter, 1, Precision::fp32);  // a bad mode fails before any work
   // Probed again after every round of steps: the median is the yardstick of the same moments
@@ -498,6 +524,7 @@ int run(const Args& a) {
     first_probe = measure_sgemm_gflops();
   }
   Bench b(a);
+  b.context = world.get();
   if (first_probe < 0) {
     std::fprintf(stderr, "bench: measuring %s...\n", gemm_probe_name(*b.be));
     first_probe = gemm_probe(*b.be);
@@ -537,6 +564,10 @@ void register_bench(CLI::App& app) {
       ->check(int_in(0, 1000000));
   c->add_option("--seed", a->seed, "Seed for weights and batch");
   c->add_option("--json", a->json, "Write the results as JSON");
+  c->add_option("--cp", a->cp,
+                "Context parallelism: under mpirun -np N, --cp N splits every step's rows across "
+                "the N ranks (rank 0 reports)")
+      ->check(int_in(1, 4096));
   a->exec.add_flags(c, kBenchExec);
   c->add_option("--segments", a->segments,
                 "Sequences in the batch (default: sft 1, dpo 2 = one pair, grpo one group, ppo 2)")

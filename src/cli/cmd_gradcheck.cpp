@@ -7,28 +7,28 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu_threads.h"
+#include "check/gradcheck.h"
+#include "check/random_batches.h"
 #include "cli/commands.h"
+#include "cli/context_flag.h"
 #include "cli/exec_args.h"
 #include "cli/flag_checks.h"
-#include "check/gradcheck.h"
 #include "cli/lora_args.h"
 #include "cli/model_source.h"
 #include "cli/objective_args.h"
-#include "check/random_batches.h"
 #include "core/error.h"
-#include "core/output_paths.h"
 #include "core/output_file.h"
-#include "dist/world.h"
+#include "core/output_paths.h"
 
 namespace sbp::cli {
 
 namespace {
 
-constexpr ExecFlags kGradcheckExec{
-    .mode_list = true,
-    .mode_help = "each compared against base (base, checkpoint, stream or "
-                 "<store|recompute|stream>+<full|chunked>)",
-    .chunks = ChunkDefault::uneven};
+constexpr ExecFlags kGradcheckExec{.mode_list = true,
+                                   .mode_help =
+                                       "each compared against base (base, checkpoint, stream or "
+                                       "<store|recompute|stream>+<full|chunked>)",
+                                   .chunks = ChunkDefault::uneven};
 ExecArgs gradcheck_exec() {
   ExecArgs e;
   e.modes = "checkpoint,stream,recompute+chunked";
@@ -38,7 +38,7 @@ ExecArgs gradcheck_exec() {
 struct Args {
   std::string model;
   int64_t seq_len = 256;
-  int64_t segments = 0;  // 0: the objective's least (sft 1, dpo a pair, grpo one group)
+  int64_t segments = 0;              // 0: the objective's least (sft 1, dpo a pair, grpo one group)
   ExecArgs exec = gradcheck_exec();  // --modes, chunks (T/4 + 1, T/3 + 1), --precision
   int64_t layers = 0;
   uint64_t seed = 0;
@@ -54,16 +54,7 @@ int run(const Args& a) {
   check_output_dir("--json", a.json);
   refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
   // --cp N: one context group of the N ranks of `mpirun -np N`; rank 0 reports for all.
-  std::unique_ptr<Communicator> world;
-  if (a.cp > 1) {
-    world = make_world_communicator();
-    if (world->size() != a.cp)
-      throw InputError("--cp " + std::to_string(a.cp) + ": run under mpirun -np " +
-                       std::to_string(a.cp) + " (this run has " + std::to_string(world->size()) +
-                       " process" + (world->size() == 1 ? "" : "es") + ")");
-    if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
-      throw Error("gradcheck: cannot silence rank " + std::to_string(world->rank()));
-  }
+  const std::unique_ptr<Communicator> world = context_group_from_flag(a.cp, "gradcheck");
   a.exec.set_threads();
   warn_if_generic_blas();
   if (a.seq_len < 2) throw InputError("--seq-len must be at least 2");

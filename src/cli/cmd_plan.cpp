@@ -25,10 +25,8 @@ namespace sbp::cli {
 
 namespace {
 
-constexpr ExecFlags kPlanExec{.mode_list = true,
-                              .chunks = ChunkDefault::planned,
-                              .grad_dtype = true,
-                              .runs = false};
+constexpr ExecFlags kPlanExec{
+    .mode_list = true, .chunks = ChunkDefault::planned, .grad_dtype = true, .runs = false};
 ExecArgs plan_exec() {
   ExecArgs e;
   e.modes = "base,checkpoint,stream";
@@ -79,9 +77,8 @@ void print_table(const std::vector<Row>& rows, bool search, bool budgeted, bool 
   for (const Row& r : rows)
     largest = std::max({largest, r.plan.step.peak_bytes, r.plan.step.host_peak_bytes});
   const Unit u = unit_for(largest);
-  std::printf("| mode | %s | layer chunk | head chunk | peak %s |%s%s",
-              search ? "longest T" : "T", u.name, host ? " host peak |" : "",
-              budgeted && !search ? " fits |" : "");
+  std::printf("| mode | %s | layer chunk | head chunk | peak %s |%s%s", search ? "longest T" : "T",
+              u.name, host ? " host peak |" : "", budgeted && !search ? " fits |" : "");
   for (int c = 0; c < kNumCategories; ++c)
     std::printf(" %s |", category_name(static_cast<Category>(c)));
   std::printf("\n|---|---:|---:|---:|---:|%s%s", host ? "---:|" : "",
@@ -144,8 +141,9 @@ Request parse_request(const Args& a) {
   setup.zero = setup.ranks > 1 ? a.zero : 0;
   if (a.max_completion_length > 0) {
     if (!setup.objective.traits().rollouts)
-      throw InputError("--max-completion-length: a generation phase is planned for online grpo "
-                       "and ppo only (--objective grpo|ppo)");
+      throw InputError(
+          "--max-completion-length: a generation phase is planned for online grpo "
+          "and ppo only (--objective grpo|ppo)");
     if (a.prompt_len < 1) throw InputError("--prompt-len: the prompt's tokens, at least 1");
     // The generation's own check names max_new_tokens; here the flags are named.
     const int64_t per_sequence = a.prompt_len + a.max_completion_length;  // each < 2^31 + 1
@@ -164,8 +162,9 @@ Request parse_request(const Args& a) {
   }
   setup.lora = a.lora.config();
   if (setup.lora.enabled() && setup.ranks > setup.context_parallel)
-    throw InputError("--lora-r: LoRA is planned on one process or one context group (no --ranks "
-                     "beyond --cp)");
+    throw InputError(
+        "--lora-r: LoRA is planned on one process or one context group (no --ranks "
+        "beyond --cp)");
   if (setup.lora.enabled()) {  // the adapters are whole on every rank: nothing is divided
     setup.ranks = 1;
     setup.zero = 0;
@@ -311,26 +310,28 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   std::printf("\n%s; planned in %.2f s by shape-only execution of the engine\n", what, seconds);
   if (setup.generate_new_tokens > 0)
     for (const Row& r : rows)
-      std::printf("%s: the generation phase (%lld completions of %lld new tokens after %lld "
-                  "prompt tokens, decoded together, their KV cache) peaks at %s of the step's %s\n",
-                  r.mode.c_str(), static_cast<long long>(setup.generate_sequences),
-                  static_cast<long long>(setup.generate_new_tokens),
-                  static_cast<long long>(setup.generate_prompt_tokens),
-                  format_bytes(r.plan.step.generation_peak).c_str(),
-                  format_bytes(r.plan.step.peak_bytes).c_str());
+      std::printf(
+          "%s: the generation phase (%lld completions of %lld new tokens after %lld "
+          "prompt tokens, decoded together, their KV cache) peaks at %s of the step's %s\n",
+          r.mode.c_str(), static_cast<long long>(setup.generate_sequences),
+          static_cast<long long>(setup.generate_new_tokens),
+          static_cast<long long>(setup.generate_prompt_tokens),
+          format_bytes(r.plan.step.generation_peak).c_str(),
+          format_bytes(r.plan.step.peak_bytes).c_str());
   for (const Row& r : rows) {
     if (setup.context_parallel <= 1) break;
     const Balance b = balance(setup, r.plan.seq_len);
-    std::printf("%s: T = %lld, %lld rows on the planned rank; causal attention work per rank "
-                "max / min = %.4f\n",
-                r.mode.c_str(), static_cast<long long>(r.plan.seq_len),
-                static_cast<long long>(b.rows), b.ratio);
+    std::printf(
+        "%s: T = %lld, %lld rows on the planned rank; causal attention work per rank "
+        "max / min = %.4f\n",
+        r.mode.c_str(), static_cast<long long>(r.plan.seq_len), static_cast<long long>(b.rows),
+        b.ratio);
   }
   for (const Row& r : rows) {
     if (!r.plan.fits) {
       if (r.plan.step.peak_bytes > setup.budget)
-        std::printf("%s does not fit: it needs %s more than the usable budget\n",
-                    r.mode.c_str(), format_bytes(r.plan.step.peak_bytes - setup.budget).c_str());
+        std::printf("%s does not fit: it needs %s more than the usable budget\n", r.mode.c_str(),
+                    format_bytes(r.plan.step.peak_bytes - setup.budget).c_str());
       else
         std::printf("%s does not fit: it needs %s more host memory than --host-budget\n",
                     r.mode.c_str(),

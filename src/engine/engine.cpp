@@ -48,7 +48,9 @@ void for_chunks_reversed(const ChunkRange& r, Fn fn) {
 }
 
 // The embedding multiplier in the activation dtype (ModelConfig::embed_scale).
-float embed_scale_in(const ModelConfig& cfg, DType act) { return cfg.embed_scale(act == DType::BF16); }
+float embed_scale_in(const ModelConfig& cfg, DType act) {
+  return cfg.embed_scale(act == DType::BF16);
+}
 
 // Calls fn(piece, begin, end) for the chunks of `chunk` rows of each of this rank's pieces, in
 // row order; begin and end are rows of the piece (global rows piece.begin + begin ..., local
@@ -150,7 +152,8 @@ void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
     const Tensor g = gy.open(p.local + s, p.local + e);
     if (es != 1.0f) be_.scale_inplace(g, es);
     if (grads.views().embed.defined())  // frozen (LoRA): no gradient
-      be_.embedding_backward(grads.views().embed, g, step.tokens().slice_rows(p.begin + s, p.begin + e),
+      be_.embedding_backward(grads.views().embed, g,
+                             step.tokens().slice_rows(p.begin + s, p.begin + e),
                              cfg_.padding_row());
     gy.close();
   });
@@ -343,7 +346,8 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept, bool whole)
   Buffer leaving;  // (T, d) the device x_l whose copy is in flight
   Backend::CopyTicket leaving_copy = 0;
 
-  Buffer x = pool_.allocate(Category::checkpoints, act, {Tl, d});  // (Tl, d) x_0 of this rank's rows
+  Buffer x =
+      pool_.allocate(Category::checkpoints, act, {Tl, d});  // (Tl, d) x_0 of this rank's rows
   for (const RowPiece& p : cs.mine())
     embed(x.rows(p.local, p.local + p.size()), step.tokens().slice_rows(p.begin, p.end));
   for (size_t li = 0; li < L; ++li) {

@@ -43,8 +43,8 @@ class Engine {
   // several models over one micro-batch share its tables; it must serve this engine's config,
   // backend and pool (an internal error otherwise). The Batch overloads prepare one for the
   // call, for callers with a single pass.
-  void forward_backward(const PreparedBatch& batch, Objective& objective,
-                        const ParameterSet& grads, GradHook* hook = nullptr);
+  void forward_backward(const PreparedBatch& batch, Objective& objective, const ParameterSet& grads,
+                        GradHook* hook = nullptr);
   void forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads,
                         GradHook* hook = nullptr);
 

@@ -117,8 +117,8 @@ Engine StepRunner::value_engine() {
 
 Engine::TokenScores StepRunner::score(const Batch& batch) { return policy_engine().score(batch); }
 
-void StepRunner::backward_slot(const TrainedView& model, MicroBatchPrep& prep,
-                               Objective& objective, int64_t slot, std::vector<float>* logp) {
+void StepRunner::backward_slot(const TrainedView& model, MicroBatchPrep& prep, Objective& objective,
+                               int64_t slot, std::vector<float>* logp) {
   Engine engine = this->engine(*model.model.cfg, *model.model.weights);
   const PreparedBatch& batch = prep.for_model(*model.model.cfg);
   // The LoRA policy: frozen base (no gradient buffers), the adapters' gradients instead.

@@ -651,10 +651,12 @@ void fill_defaults_and_validate(TrainConfig& c) {
   try {
     parse_offload(c.offload);
   } catch (const InputError&) {
-    require(false, c, "offload", "must be none or checkpoints, got '" + c.offload + "'");
+    require(false, c, "offload",
+            "must be none, checkpoints, residual_grad or checkpoints+residual_grad, got '" +
+                c.offload + "'");
   }
   require(c.host_memory_budget.empty() || c.offload != "none", c, "host_memory_budget",
-          "applies with offload: checkpoints");
+          "applies with offload (checkpoints, residual_grad)");
   require(c.layer_chunk >= 0, c, "layer_chunk", "must be at least 1, or auto");
   require(c.head_chunk >= 0, c, "head_chunk", "must be at least 1, or auto");
   require(c.grad_accum >= 1, c, "grad_accum", "must be at least 1");

@@ -7,6 +7,7 @@
 
 #include "backend/cpu_threads.h"
 #include "core/error.h"
+#include "core/stop_signal.h"
 #include "dist/world.h"
 #include "model/checkpoint_io.h"
 #include "model/lora_io.h"
@@ -15,7 +16,6 @@
 #include "train/rank_settings.h"
 #include "train/resume_check.h"
 #include "train/run_data.h"
-#include "core/stop_signal.h"
 #include "train/value_model_init.h"
 
 namespace sbp {
@@ -223,9 +223,7 @@ void Trainer::build_models() {
 }
 
 // The models' sources (train/run_models.h).
-ModelSources Trainer::sources() const {
-  return ModelSources{c_, start_};
-}
+ModelSources Trainer::sources() const { return ModelSources{c_, start_}; }
 
 // A fresh run's data at epoch 0; a resumed one's at the checkpoint's cursor, with its counters.
 void Trainer::start_data() {
@@ -262,9 +260,10 @@ void Trainer::print_summary() const {
       enum_name<Precision>(kPrecisionNames, c_.precision), dtype_name(c_.grad_dtype), cpu_threads(),
       cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype_));
   if (context_)
-    log_.out("context parallel: groups of %d ranks share each micro-batch's rows, %d group%s "
-             "split the batch\n",
-             context_->size(), comm_.size(), comm_.size() == 1 ? "" : "s");
+    log_.out(
+        "context parallel: groups of %d ranks share each micro-batch's rows, %d group%s "
+        "split the batch\n",
+        context_->size(), comm_.size(), comm_.size() == 1 ? "" : "s");
   if (world_.size() > 1) {
     // LoRA: the adapters are replicated (their gradients all-reduced once per step), so the
     // policy runs as zero 0 whatever dist.zero says; it still divides a value model's state.

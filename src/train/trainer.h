@@ -112,15 +112,15 @@ class Trainer : private StepHooks {
   int finish(int64_t last_saved);
 
   const TrainConfig& c_;
-  Communicator& world_;     // every rank
-  Communicator& comm_;      // the data group: micro-batches, normalisers, metrics
-  Communicator* context_;   // the context group, or null
+  Communicator& world_;    // every rank
+  Communicator& comm_;     // the data group: micro-batches, normalisers, metrics
+  Communicator* context_;  // the context group, or null
   RunLog log_;
   RunMetrics metrics_;  // metrics.jsonl, completions.jsonl (rank 0)
   ObjectiveSetup setup_;
   RunStart start_;  // the starting model, and the checkpoint resumed from (run_models.h)
   std::optional<RunData> data_;  // the data and where each step's micro-batches come from
-  int64_t per_step_ = 1;  // micro-batches per step, all ranks
+  int64_t per_step_ = 1;         // micro-batches per step, all ranks
   LrSchedule schedule_;
   AdamWConfig optim_;
   DType save_dtype_ = DType::F32;
@@ -136,7 +136,7 @@ class Trainer : private StepHooks {
   std::optional<StepProgress> progress_;
   double last_loss_ = 0.0;
   double last_eval_ = 0.0;
-  int64_t stop_at_ = 0;     // this invocation's last step (stop_after_steps)
+  int64_t stop_at_ = 0;      // this invocation's last step (stop_after_steps)
   int64_t last_saved_ = -1;  // the step of the last checkpoint this invocation wrote
   bool stopped_ = false;     // by a signal (to any rank)
 };

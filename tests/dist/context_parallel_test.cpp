@@ -34,6 +34,7 @@ const Case kCases[] = {
     {2, "--model tiny-gemma3 --seq-len 96 --objective sft --segments 2"},
     {4, "--model tiny-mistral --seq-len 96 --objective sft"},
     {2, "--model tiny-qwen3 --seq-len 64 --objective dpo --lora-r 4"},
+    {2, "--model tiny-qwen3 --seq-len 64 --objective ppo --lora-r 4"},
     {2, "--model tiny-qwen3 --seq-len 64 --objective sft --precision bf16"},
     {2, "--model tiny-qwen3 --seq-len 64 --objective grpo --offload checkpoints"},
 };
