@@ -103,7 +103,12 @@ int run_training(const TrainConfig& c, const std::string& resume, Communicator& 
     context = comm.split(comm.rank() / C, comm.rank());
     data = comm.split(comm.rank() % C, comm.rank());
   }
-  Trainer trainer(c, resume, RunRanks{world, data ? *data : world, context.get()}, std::move(be));
+  // GPU ranks move K/V and dK/dV rows with NCCL over the context group where the build has it
+  // (else through host copies over MPI).
+  const std::unique_ptr<Communicator> gpu_context =
+      context ? make_gpu_collectives(*context, *be) : nullptr;
+  Communicator* rows = gpu_context ? gpu_context.get() : context.get();
+  Trainer trainer(c, resume, RunRanks{world, data ? *data : world, rows}, std::move(be));
   return trainer.run();
 }
 

@@ -96,6 +96,32 @@ INSTANTIATE_TEST_SUITE_P(Objectives, ContextParallelTrain, ::testing::ValuesIn(k
                            return std::string(i.param.name);
                          });
 
+// A checkpoint of a dp 2 x cp 2 run (ZeRO-2: optimizer shards over all 4 ranks) resumes on one
+// process, and one process's on a cp 4 group: the rows' split leaves nothing in a checkpoint.
+TEST(ContextParallelTrainResume, CheckpointsResumeAcrossLayouts) {
+  SKIP_WITHOUT_MPIRUN();
+  TrainDir run(std::string("objective: sft\ndata:\n  train: ") + test::source_dir() +
+               "/examples/data/sft_messages.jsonl\nmax_tokens: 160\nlayer_chunk: 16\n"
+               "head_chunk: 32\nmax_steps: 4\noptim:\n  lr: 0.0001\n  eps: 1e-6\n");
+  auto r = run.train(0, "straight", "grad_accum=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run.train(4, "hop", "grad_accum=1 dist.context_parallel=2 dist.zero=2 stop_after_steps=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run.train(0, "hop", "grad_accum=2 stop_after_steps=1 --resume " + run.out("hop"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + run.out("hop/checkpoint-2") + ": step 2 of 4"),
+            std::string::npos)
+      << r.output;
+  r = run.train(4, "hop", "grad_accum=2 dist.context_parallel=4 --resume " + run.out("hop"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + run.out("hop/checkpoint-3") + ": step 3 of 4"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LE(dist_test::worst_rel_err(run.out("hop/checkpoint-4/model.safetensors"),
+                                     run.out("straight/checkpoint-4/model.safetensors")),
+            1e-6);
+}
+
 TEST(ContextParallelTrainConfig, ContextParallelMustDivideTheRanks) {
   SKIP_WITHOUT_MPIRUN();
   TrainDir run(std::string("objective: sft\ndata:\n  train: ") + test::source_dir() +

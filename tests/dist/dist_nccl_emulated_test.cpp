@@ -68,9 +68,10 @@ TEST(DistNcclEmulated, TwoCudaRanksOverNcclEqualTwoCpuRanksOverMpi) {
     EXPECT_EQ(ranks_with_collectives, 2u) << r.output;
     const double same_backend = dist_test::worst_rel_err(weights(name), weights("one_cuda"));
     const double vs_mpi = dist_test::worst_rel_err(weights(name), weights("cpu"));
-    std::printf("[nccl emulated] zero %d: worst max|a-b|/max|b| against one cuda process %.2e, "
-                "against two cpu ranks over MPI %.2e\n",
-                zero, same_backend, vs_mpi);
+    std::printf(
+        "[nccl emulated] zero %d: worst max|a-b|/max|b| against one cuda process %.2e, "
+        "against two cpu ranks over MPI %.2e\n",
+        zero, same_backend, vs_mpi);
     EXPECT_LE(same_backend, 1e-6) << name;
     EXPECT_LE(vs_mpi, backends + 1e-6) << name;
     const std::vector<json> got = dist_test::read_metrics(run.out(name + "/metrics.jsonl"));
@@ -100,7 +101,8 @@ TEST(DistNcclEmulated, LoraAdaptersOverNcclEqualOneCudaProcess) {
       "layer_chunk: 16\nhead_chunk: 32\n";
   TrainDir start("objective: sft\ndata:\n  train: " + test::source_dir() +
                  "/examples/data/sft_messages.jsonl\nmax_tokens: 160\nmax_steps: 2\n"
-                 "optim:\n  lr: 0.05\n" + lora);
+                 "optim:\n  lr: 0.05\n" +
+                 lora);
   auto r = start.train(0, "start", "backend=cpu");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   TrainDir run("objective: dpo\ndata:\n  train: " + test::source_dir() +
@@ -110,8 +112,8 @@ TEST(DistNcclEmulated, LoraAdaptersOverNcclEqualOneCudaProcess) {
   r = run.train(0, "one", "backend=cuda grad_accum=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = test::run_command("STREAMBP_CUDA_EMULATION_DEVICES=2 STREAMBP_CUDA_EMULATION_REPORT=1 " +
-                        dist_test::mpirun(2, run.dir.path()) + test::streambp_binary() +
-                        " train " + run.config + " output_dir=" + run.out("two") +
+                        dist_test::mpirun(2, run.dir.path()) + test::streambp_binary() + " train " +
+                        run.config + " output_dir=" + run.out("two") +
                         " backend=cuda grad_accum=1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // 12 adapter tensors (2 layers x 3 projections x A, B) per step, 2 steps, on each rank.
@@ -133,6 +135,31 @@ TEST(DistNcclEmulated, LoraAdaptersOverNcclEqualOneCudaProcess) {
       EXPECT_LE(std::fabs(b[i][key].get<double>() - a[i][key].get<double>()),
                 1e-6 * std::max(1.0, std::fabs(a[i][key].get<double>())))
           << "step " << i + 1 << ": " << key;
+}
+
+// Context parallelism on two emulated GPUs: K/V rows broadcast and dK/dV rows reduced by NCCL
+// over the context group (src/engine/context_rows.cpp on device memory), the gradients by
+// NCCL over the world; the same weights as one emulated CUDA process.
+TEST(DistNcclEmulated, ContextParallelOverNcclEqualsOneCudaProcess) {
+  SKIP_WITHOUT_MPIRUN();
+  TrainDir run("objective: sft\ndata:\n  train: " + test::source_dir() +
+               "/examples/data/sft_messages.jsonl\nmax_tokens: 160\nmax_steps: 2\n"
+               "optim:\n  lr: 0.0001\n  eps: 1e-6\n  weight_decay: 0.1\n"
+               "layer_chunk: 16\nhead_chunk: 32\n");
+  auto r = run.train(0, "one", "backend=cuda grad_accum=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command("STREAMBP_CUDA_EMULATION_DEVICES=2 STREAMBP_CUDA_EMULATION_REPORT=1 " +
+                        dist_test::mpirun(2, run.dir.path()) + test::streambp_binary() + " train " +
+                        run.config + " output_dir=" + run.out("two") +
+                        " backend=cuda grad_accum=2 dist.context_parallel=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("context parallel: groups of 2 ranks"), std::string::npos) << r.output;
+  const double w = dist_test::worst_rel_err(run.out("two/checkpoint-2/model.safetensors"),
+                                            run.out("one/checkpoint-2/model.safetensors"));
+  std::printf("[nccl emulated] cp 2: worst max|a-b|/max|b| over the weights %.2e\n", w);
+  EXPECT_LE(w, 1e-6);
+  dist_test::expect_same_metrics(run.out("two/metrics.jsonl"), run.out("one/metrics.jsonl"),
+                                 "cp 2 over NCCL", 2);
 }
 
 #else
