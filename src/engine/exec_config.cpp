@@ -1,6 +1,7 @@
 #include "engine/exec_config.h"
 
 #include <algorithm>
+#include <vector>
 #include <sstream>
 
 #include "core/error.h"
@@ -76,9 +77,19 @@ Offload parse_offload(const std::string& list) {
   if (list == "none") return o;
   std::string joined = list;
   std::replace(joined.begin(), joined.end(), '+', ',');
-  std::stringstream ss(joined);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  // Items between separators; an empty one (a separator at either end, or two together) is an
+  // error, as a misspelt item is.
+  std::vector<std::string> items(1);
+  for (char ch : joined) {
+    if (ch == ',')
+      items.emplace_back();
+    else
+      items.back() += ch;
+  }
+  for (const std::string& item : items) {
+    if (item.empty())
+      throw InputError("--offload: an empty item in '" + list +
+                       "' (use none, checkpoints, residual_grad or checkpoints+residual_grad)");
     if (item == "checkpoints")
       o.checkpoints = true;
     else if (item == "residual_grad")

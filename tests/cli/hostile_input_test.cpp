@@ -1936,5 +1936,39 @@ TEST(Hostile, Issue30OrpoKto) {
   for (const Case& c : cases) expect_clean_error(c, src());
 }
 
+TEST(Hostile, Issue29ContextParallelAndResidualGradOffload) {
+  test::TempDir tmp;
+  std::vector<Case> cases;
+  const std::string sft = "train examples/tiny-chat/sft.yaml output_dir=";
+  int n = 0;
+  for (const auto& [name, override_, says] : std::vector<std::array<std::string, 3>>{
+           {"context_parallel zero", "dist.context_parallel=0", "dist.context_parallel"},
+           {"context_parallel negative", "dist.context_parallel=-2", "dist.context_parallel"},
+           {"context_parallel huge", "dist.context_parallel=99999", "dist.context_parallel"},
+           {"context_parallel not a number", "dist.context_parallel=two", "dist.context_parallel"},
+           {"context_parallel without ranks", "dist.context_parallel=2", "does not divide"},
+           {"context_parallel in base mode", "dist.context_parallel=2 mode=base",
+            "dist.context_parallel"},
+           {"offload unknown item", "offload=checkpoints+gy", "gy"},
+           {"offload empty item", "offload=checkpoints+", "offload"}}) {
+    const std::string o = tmp.file("cp" + std::to_string(n++));
+    cases.push_back({name, sft + o + " " + override_, {says}, {o}});
+  }
+  for (const auto& [name, args, says] : std::vector<std::array<std::string, 3>>{
+           {"plan --cp not dividing --ranks",
+            "plan --model tiny-qwen3 --seq-len 64 --cp 3 --ranks 8", "--cp 3"},
+           {"plan --cp 0", "plan --model tiny-qwen3 --seq-len 64 --cp 0", "--cp"},
+           {"plan --cp base only", "plan --model tiny-qwen3 --seq-len 64 --cp 2 --modes base",
+            "--cp"},
+           {"plan --offload unknown",
+            "plan --model tiny-qwen3 --seq-len 64 --offload residual", "residual"},
+           {"gradcheck --cp without mpirun", "gradcheck --model tiny-qwen3 --seq-len 16 --cp 2",
+            "mpirun -np 2"},
+           {"bench --cp without mpirun", "bench --model tiny-qwen3 --seq-len 16 --cp 2",
+            "mpirun -np 2"}})
+    cases.push_back({name, args, {says}});
+  for (const Case& c : cases) expect_clean_error(c, src());
+}
+
 }  // namespace
 }  // namespace sbp
