@@ -1,9 +1,10 @@
 // Context parallelism in the trainer: `mpirun -np 2|4 streambp train dist.context_parallel=2|4`
 // (one context group) and `mpirun -np 4 ... dist.context_parallel=2` (two groups of two that
 // split the batch) train the same weights and log the same losses as one process, for SFT,
-// DPO, GRPO, PPO and LoRA: weights within 1e-6 (max |a - b| / max |b| per tensor, the data-
-// parallel tests' bound; the ranks add dK/dV and weight gradients in another order than one
-// process), every logged statistic within 1e-6. Packed data (max_tokens above one example).
+// DPO, GRPO, PPO, LoRA, a sliding-window model and bf16 (its fp32 master weights): weights within
+// 1e-6 (max |a - b| / max |b| per tensor, the data- parallel tests' bound; the ranks add dK/dV and
+// weight gradients in another order than one process), every logged statistic within 1e-6. Packed
+// data (max_tokens above one example).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,7 +24,17 @@ struct Case {
   const char* objective;
   const char* data;  // under examples/
   const char* yaml;  // extra keys
+  const char* model_json = dist_test::kTinyModel;
+  const char* weights = "model.safetensors";  // the file compared
 };
+
+// Mistral with a window of 8 rows: packed examples of ~70 tokens cross the pieces' boundaries
+// (40 rows at cp 2, 20 at cp 4) within their windows.
+const char* const kWindowModel =
+    R"({"model_type": "mistral", "hidden_size": 32, "intermediate_size": 64,
+  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+  "vocab_size": 512, "max_position_embeddings": 1024, "rope_theta": 10000.0,
+  "sliding_window": 8, "tie_word_embeddings": false, "torch_dtype": "float32"})";
 
 const Case kCases[] = {
     {"sft", "sft", "data/sft_messages.jsonl", "max_tokens: 160\n"},
@@ -31,6 +42,11 @@ const Case kCases[] = {
     {"grpo", "grpo", "data/grpo.jsonl", "max_tokens: 200\ngrpo:\n  beta: 0.04\n"},
     {"ppo", "ppo", "data/grpo.jsonl", "max_tokens: 200\n"},
     {"lora_sft", "sft", "data/sft_messages.jsonl", "max_tokens: 160\n"},
+    {"sliding_window_sft", "sft", "data/sft_messages.jsonl", "max_tokens: 160\n", kWindowModel},
+    // bf16: with save_dtype f32 (TrainDir's) the checkpoint holds the fp32 master weights, not
+    // their bf16 rounding (one flipped rounding would be a 2^-8 step that says nothing about the
+    // ranks' sums).
+    {"bf16_dpo", "dpo", "data/dpo.jsonl", "max_tokens: 256\nprecision: bf16\n"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -50,7 +66,7 @@ TEST_P(ContextParallelTrain, RanksSharingRowsEqualOneProcess) {
   // LoRA starts from trained adapters (dist_support.h StartAdapter says why).
   std::optional<dist_test::StartAdapter> start;
   if (lora) start.emplace(lora_yaml);
-  TrainDir run(yaml + (lora ? lora_yaml : ""));
+  TrainDir run(yaml + (lora ? lora_yaml : ""), k.model_json);
   const std::string from = lora ? start->arg() : "";
   // One process with 2 micro-batches a step; cp 2 alone (1 group, grad_accum 2); dp 2 x cp 2
   // (2 groups, grad_accum 1): the same global batch.
@@ -58,7 +74,7 @@ TEST_P(ContextParallelTrain, RanksSharingRowsEqualOneProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::vector<json> want = dist_test::read_metrics(run.out("one/metrics.jsonl"));
   ASSERT_EQ(want.size(), 3u);
-  const std::string weights = lora ? "adapter_model.safetensors" : "model.safetensors";
+  const std::string weights = lora ? "adapter_model.safetensors" : k.weights;
   struct Layout {
     const char* name;
     int ranks;
