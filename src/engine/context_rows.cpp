@@ -15,19 +15,6 @@ bool direct(const Tensor& t, const Communicator& group) {
          group.device_collectives();
 }
 
-// A piece's rows on their way through host memory.
-struct Staged {
-  Tensor rows;
-  std::vector<char> bytes;
-  bool upload = false;  // written back when the collective completes
-};
-
-void finish(Communicator& group, std::vector<Request>& requests, std::vector<Staged>& staged) {
-  for (Request& r : requests) group.wait(r);
-  for (Staged& s : staged)
-    if (s.upload) s.rows.memory->upload(s.rows, s.bytes.data());
-}
-
 template <class T>
 void gather_host(Communicator& group, const ContextSlice& slice, std::span<T> v) {
   if (!slice.split()) return;
@@ -49,53 +36,77 @@ void gather_host(Communicator& group, const ContextSlice& slice, std::span<T> v)
 
 }  // namespace
 
-void gather_rows(Communicator& group, const ContextSlice& slice, std::span<const Tensor> ts) {
+RowCollectives::~RowCollectives() {
+  // Unwinding: the requests still complete (MPI needs every rank's part; the bytes they point to
+  // live until then).
+  for (Request& r : requests_) group_.wait(r);
+}
+
+void RowCollectives::gather(const ContextSlice& slice, std::span<const Tensor> ts, size_t p0,
+                            size_t p1) {
   if (!slice.split()) return;
-  std::vector<Request> requests;
-  std::vector<Staged> staged;
   for (const Tensor& t : ts) {
     SBP_CHECK(t.rows() == slice.T(), "gather_rows: a tensor of T rows");
-    for (const RowPiece& p : slice.pieces()) {
+    for (size_t i = p0; i < p1; ++i) {
+      const RowPiece& p = slice.pieces()[i];
       if (p.size() == 0) continue;
       const Tensor rows = t.slice_rows(p.begin, p.end);
       const auto bytes = static_cast<int64_t>(rows.nbytes());
-      if (direct(t, group)) {
-        requests.push_back(group.ibroadcast(rows.data, bytes, p.owner));
+      if (direct(t, group_)) {
+        requests_.push_back(group_.ibroadcast(rows.data, bytes, p.owner));
         continue;
       }
       Staged s{rows, std::vector<char>(static_cast<size_t>(bytes)), p.owner != slice.rank()};
       if (!s.upload) rows.memory->download(s.bytes.data(), rows);
-      requests.push_back(group.ibroadcast(s.bytes.data(), bytes, p.owner));
-      staged.push_back(std::move(s));  // moving keeps the bytes where the request has them
+      requests_.push_back(group_.ibroadcast(s.bytes.data(), bytes, p.owner));
+      staged_.push_back(std::move(s));  // moving keeps the bytes where the request has them
     }
   }
-  finish(group, requests, staged);
 }
 
-void reduce_rows_to_owners(Communicator& group, const ContextSlice& slice,
-                           std::span<const Tensor> ts) {
+void RowCollectives::reduce_to_owners(const ContextSlice& slice, std::span<const Tensor> ts,
+                                      size_t p0, size_t p1) {
   if (!slice.split()) return;
-  std::vector<Request> requests;
-  std::vector<Staged> staged;
   for (const Tensor& t : ts) {
     SBP_CHECK(t.rows() == slice.T() && t.dtype == DType::F32,
               "reduce_rows_to_owners: an F32 tensor of T rows");
-    for (const RowPiece& p : slice.pieces()) {
+    for (size_t i = p0; i < p1; ++i) {
+      const RowPiece& p = slice.pieces()[i];
       if (p.size() == 0) continue;
       const Tensor rows = t.slice_rows(p.begin, p.end);
-      if (direct(t, group)) {
-        requests.push_back(
-            group.ireduce_sum(static_cast<float*>(rows.data), rows.numel(), p.owner));
+      if (direct(t, group_)) {
+        requests_.push_back(
+            group_.ireduce_sum(static_cast<float*>(rows.data), rows.numel(), p.owner));
         continue;
       }
       Staged s{rows, std::vector<char>(rows.nbytes()), p.owner == slice.rank()};
       rows.memory->download(s.bytes.data(), rows);
-      requests.push_back(
-          group.ireduce_sum(reinterpret_cast<float*>(s.bytes.data()), rows.numel(), p.owner));
-      staged.push_back(std::move(s));
+      requests_.push_back(
+          group_.ireduce_sum(reinterpret_cast<float*>(s.bytes.data()), rows.numel(), p.owner));
+      staged_.push_back(std::move(s));
     }
   }
-  finish(group, requests, staged);
+}
+
+void RowCollectives::wait() {
+  for (Request& r : requests_) group_.wait(r);
+  requests_.clear();
+  for (Staged& s : staged_)
+    if (s.upload) s.rows.memory->upload(s.rows, s.bytes.data());
+  staged_.clear();
+}
+
+void gather_rows(Communicator& group, const ContextSlice& slice, std::span<const Tensor> ts) {
+  RowCollectives c(group);
+  c.gather(slice, ts, 0, slice.pieces().size());
+  c.wait();
+}
+
+void reduce_rows_to_owners(Communicator& group, const ContextSlice& slice,
+                           std::span<const Tensor> ts) {
+  RowCollectives c(group);
+  c.reduce_to_owners(slice, ts, 0, slice.pieces().size());
+  c.wait();
 }
 
 void gather_host_rows(Communicator& group, const ContextSlice& slice, std::span<float> v) {

@@ -5,12 +5,39 @@
 // address it (the CPU backend's; a GPU's with NCCL), else through a host copy (the checking
 // backend's protected memory; a GPU's under MPI).
 #include <span>
+#include <vector>
 
 #include "core/communicator.h"
 #include "core/tensor.h"
 #include "engine/context_slice.h"
 
 namespace sbp {
+
+// Row collectives issued now and completed by wait() (or the destructor), so that compute runs
+// while they are in flight. Every rank issues the same calls in the same order; between issue
+// and wait nothing may touch the rows a call moves (other rows may be computed on).
+class RowCollectives {
+ public:
+  explicit RowCollectives(Communicator& group) : group_(group) {}
+  RowCollectives(const RowCollectives&) = delete;
+  RowCollectives& operator=(const RowCollectives&) = delete;
+  ~RowCollectives();
+  // gather_rows / reduce_rows_to_owners below, for the pieces [p0, p1) of slice.pieces() only.
+  void gather(const ContextSlice& slice, std::span<const Tensor> ts, size_t p0, size_t p1);
+  void reduce_to_owners(const ContextSlice& slice, std::span<const Tensor> ts, size_t p0,
+                        size_t p1);
+  void wait();
+
+ private:
+  struct Staged {
+    Tensor rows;
+    std::vector<char> bytes;
+    bool upload = false;  // written back when the collective completes
+  };
+  Communicator& group_;
+  std::vector<Request> requests_;
+  std::vector<Staged> staged_;
+};
 
 // Each t (T, cols) in global rows, any dtype: every piece's rows, as its owner computed them,
 // copied to every rank (K/V: each rank computed its own rows; afterwards all hold all T).

@@ -61,15 +61,6 @@ void for_piece_chunks(const ContextSlice& cs, int64_t chunk, const Backend& be, 
     for_chunks(ChunkRange(p.size(), chunk, be), [&](int64_t s, int64_t e) { fn(p, s, e); });
 }
 
-// Same, last chunk of the last piece first.
-template <class Fn>
-void for_piece_chunks_reversed(const ContextSlice& cs, int64_t chunk, const Backend& be, Fn fn) {
-  const std::span<const RowPiece> mine = cs.mine();
-  for (auto p = mine.rbegin(); p != mine.rend(); ++p)
-    for_chunks_reversed(ChunkRange(p->size(), chunk, be),
-                        [&](int64_t s, int64_t e) { fn(*p, s, e); });
-}
-
 // Sums the objective's row-additive accumulators over the context group (Objective::pass_sums).
 void sum_over_group(Communicator* group, std::vector<std::span<double>> parts) {
   if (!group || parts.empty()) return;
@@ -242,26 +233,47 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
       // row's dK/dV; once the group has summed them onto the rows' owners, each rank finishes
       // the K/V part of its own rows' backward.
       LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, /*keep_k_raw=*/!stream);
-      context_kv(ops, w, cs, x, chunk, kv);
+      context_kv(ops, w, cs, x, chunk, kv, nullptr);
       Buffer dK = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
       Buffer dV = pool_.zeros(Category::layer_workspace, DType::F32, {T, Gh});  // (T, G*h)
-      for_piece_chunks_reversed(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
-        const int64_t a = p.local + s, b = p.local + e;  // local rows of global [p.begin + s, ...)
-        ChunkActs acts;
-        ops.rows_forward(w, x.slice_rows(a, b), p.begin + s, kv, Tensor(), &acts,
-                         Category::layer_workspace);
-        ops.rows_backward(w, gw, x.slice_rows(a, b), p.begin + s, acts, kv, dK.view(), dV.view(),
-                          gy.open(a, b), /*finish_kv=*/false);
-        gy.close();
-      });
+      // A piece's chunks, last first: attention adds into every key row's dK/dV; the K/V part
+      // of the piece's own rows is left for kv_backward.
+      auto attend_back = [&](const RowPiece& p) {
+        for_chunks_reversed(ChunkRange(p.size(), chunk, be_), [&](int64_t s, int64_t e) {
+          const int64_t a = p.local + s, b = p.local + e;  // local rows of global p.begin + s ..
+          ChunkActs acts;
+          ops.rows_forward(w, x.slice_rows(a, b), p.begin + s, kv, Tensor(), &acts,
+                           Category::layer_workspace);
+          ops.rows_backward(w, gw, x.slice_rows(a, b), p.begin + s, acts, kv, dK.view(),
+                            dV.view(), gy.open(a, b), /*finish_kv=*/false);
+          gy.close();
+        });
+      };
+      auto finish_kv = [&](const RowPiece& p) {
+        for_chunks(ChunkRange(p.size(), chunk, be_), [&](int64_t s, int64_t e) {
+          const int64_t a = p.local + s, b = p.local + e;
+          ops.kv_backward(w, gw, x.slice_rows(a, b), p.begin + s, kv, dK.view(), dV.view(),
+                          gy.open(a, b));
+          gy.close();
+        });
+      };
+      // The rank's late piece (second half of the rows) first. Then the second half's key rows
+      // are final on every rank (a first-half query attends to no later key), so their sums
+      // travel while the early piece computes; the first half's travel while the late piece's
+      // K/V backward runs.
+      const RowPiece& early = cs.mine()[0];
+      const RowPiece& late = cs.mine()[1];
+      const size_t half = cs.pieces().size() / 2;
       const Tensor sums[] = {dK.view(), dV.view()};
-      reduce_rows_to_owners(*context_, cs, sums);
-      for_piece_chunks(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
-        const int64_t a = p.local + s, b = p.local + e;
-        ops.kv_backward(w, gw, x.slice_rows(a, b), p.begin + s, kv, dK.view(), dV.view(),
-                        gy.open(a, b));
-        gy.close();
-      });
+      RowCollectives second_half(*context_), first_half(*context_);
+      attend_back(late);
+      second_half.reduce_to_owners(cs, sums, half, 2 * half);
+      attend_back(early);
+      first_half.reduce_to_owners(cs, sums, 0, half);
+      second_half.wait();
+      finish_kv(late);
+      first_half.wait();
+      finish_kv(early);
     } else if (stream && window_stream_applies(cfg_, l, T, chunk)) {
       // A sliding layer holds K/V and dK/dV of its window plus one chunk (window_stream.h).
       window_layer_backward(ops, be_, pool_, w, gw, x, gy.open(0, gy.rows()), cfg_.layer_window(l),
@@ -304,13 +316,20 @@ void Engine::check_context() const {
 }
 
 void Engine::context_kv(DecoderLayerOps& ops, const LayerTensors& w, const ContextSlice& cs,
-                        const Tensor& x, int64_t chunk, LayerKV& kv) {
+                        const Tensor& x, int64_t chunk, LayerKV& kv, RowCollectives* second_half) {
+  SBP_CHECK(cs.mine().size() == 2 && cs.pieces().size() % 2 == 0,
+            "context_kv: a rank of a context group owns two pieces");
   for_piece_chunks(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
     ops.kv_forward(w, x.slice_rows(p.local + s, p.local + e), p.begin + s, kv);
   });
   std::vector<Tensor> rows{kv.k.view(), kv.v.view()};
   if (kv.k_raw.defined()) rows.push_back(kv.k_raw.view());
-  gather_rows(*context_, cs, rows);
+  const size_t half = cs.pieces().size() / 2;
+  RowCollectives first_half(*context_), all_of_the_rest(*context_);
+  first_half.gather(cs, rows, 0, half);
+  (second_half ? *second_half : all_of_the_rest).gather(cs, rows, half, 2 * half);
+  first_half.wait();
+  all_of_the_rest.wait();
 }
 
 void Engine::bind_lora(DecoderLayerOps& ops, size_t l) const {
@@ -366,12 +385,20 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept, bool whole)
       // Context parallelism: this rank's K/V rows, every rank's (gathered), then this rank's
       // query rows against all of them.
       LayerKV kv = ops.alloc_kv(T, Category::layer_workspace, false);
-      context_kv(ops, w, cs, x.view(), chunk, kv);
-      for_piece_chunks(cs, chunk, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
-        const int64_t a = p.local + s, b = p.local + e;
-        ops.rows_forward(w, x.rows(a, b), p.begin + s, kv, y.rows(a, b), nullptr,
-                         Category::layer_workspace);
-      });
+      auto attend = [&](const RowPiece& p) {
+        for_chunks(ChunkRange(p.size(), chunk, be_), [&](int64_t s, int64_t e) {
+          const int64_t a = p.local + s, b = p.local + e;
+          ops.rows_forward(w, x.rows(a, b), p.begin + s, kv, y.rows(a, b), nullptr,
+                           Category::layer_workspace);
+        });
+      };
+      // The early piece's queries need only the first half's keys: they run while the second
+      // half's K/V rows are still on their way.
+      RowCollectives second_half(*context_);
+      context_kv(ops, w, cs, x.view(), chunk, kv, &second_half);
+      attend(cs.mine()[0]);
+      second_half.wait();
+      attend(cs.mine()[1]);
     } else if (exec_.layers == LayerMode::stream &&
                window_stream_applies(cfg_, static_cast<int64_t>(li), T, chunk)) {
       // A sliding layer holds the K/V of its window plus one chunk (window_stream.h).

@@ -24,6 +24,7 @@ namespace sbp {
 
 class DecoderLayerOps;
 class ResidualGrad;
+class RowCollectives;
 
 class Engine {
  public:
@@ -152,9 +153,11 @@ class Engine {
   void bind_lora(DecoderLayerOps& ops, size_t l) const;
   // InputError when the exec mode cannot run with a context group.
   void check_context() const;
-  // The K/V phase of layer l on this rank's rows of x (local rows), then every rank's rows.
+  // The K/V phase of layer l on this rank's rows of x (local rows), then every rank's rows:
+  // the first half's pieces gathered on return; the second half's too, or (second_half given)
+  // issued into it, for the caller to wait for.
   void context_kv(DecoderLayerOps& ops, const LayerTensors& w, const ContextSlice& cs,
-                  const Tensor& x, int64_t chunk, LayerKV& kv);
+                  const Tensor& x, int64_t chunk, LayerKV& kv, RowCollectives* second_half);
   Communicator* context_ = nullptr;
 };
 
