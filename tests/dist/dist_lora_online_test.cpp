@@ -205,6 +205,14 @@ TEST(DistOnline, GrpoWithContextParallelismSamplesAndTrainsAsOneProcess) {
                        "dist.context_parallel=2"});
 }
 
+// Online PPO with its value model, both ranks one context group (num_iterations 2: the old
+// values are scored with the rows split too).
+TEST(DistOnline, PpoWithContextParallelismSamplesAndTrainsAsOneProcess) {
+  SKIP_WITHOUT_MPIRUN();
+  expect_online_equal({"ppo cp2", online_yaml("ppo", "  num_iterations: 2\n"), "model.safetensors",
+                       "", "dist.context_parallel=2"});
+}
+
 TEST(DistOnline, GrpoWithLoraOnTwoRanksSamplesAndTrainsAsOneProcess) {
   SKIP_WITHOUT_MPIRUN();
   const dist_test::StartAdapter start(kLora);
