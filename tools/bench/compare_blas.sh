@@ -6,7 +6,7 @@
 # timed call of every round.
 #
 #   tools/bench/compare_blas.sh [--rounds 3] [--reps 1] [--threads 2] [--out DIR]
-#                               [--blis-arch N]... [--providers a,b,...] [-- ARGS]
+#                               [--blis-arch N]... [--openblas-core X]... [--providers a,b,...] [-- ARGS]
 #
 # ARGS go to blas_shapes (--rows, --head-rows, model dims). Providers, each where present:
 #   openblas          OpenBLAS, OpenMP build (libopenblas-openmp-dev): the engine's default
@@ -15,6 +15,9 @@
 #   blis-archN        the same library told to use its sub-configuration N (BLIS_ARCH_TYPE=N;
 #                     --blis-arch N, repeatable): BLIS 0.9 does not know every CPU (it picks
 #                     'generic' on Zen 5; BLIS_ARCH_DEBUG=1 prints its choice); 6 = zen3, 0 = skx
+#   openblas-coreX    the default OpenBLAS told to run core X's kernels (OPENBLAS_CORETYPE=X;
+#                     --openblas-core X, repeatable): another CPU's kernels on this one, e.g.
+#                     Zen (the AVX2 kernels 0.3.21 picks on AMD Zen 3/4/5) on an Intel CPU
 #   mkl               oneMKL from PyPI (pip install mkl mkl-devel) under $MKL_PREFIX, linked as
 #                     intel_lp64 + gnu_thread + core: GNU OpenMP threads, as the engine's kernels
 # $BLAS_ROOT is where to look for the Debian packages' files before the system's; to measure
@@ -22,7 +25,7 @@
 # to the pthreads build): apt-get download <pkg>; dpkg -x <pkg>.deb $BLAS_ROOT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-rounds=3 reps=1 threads=2 out="" blis_archs=() only=""
+rounds=3 reps=1 threads=2 out="" blis_archs=() openblas_cores=() only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -30,6 +33,7 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --blis-arch) blis_archs+=("$2"); shift 2 ;;
+    --openblas-core) openblas_cores+=("$2"); shift 2 ;;
     --providers) only=",$2,"; shift 2 ;;  # run only these of the providers built
     --) shift; break ;;
     *) echo "compare_blas: unknown argument $1" >&2; exit 2 ;;
@@ -72,6 +76,12 @@ if [[ " ${providers[*]} " == *" blis "* ]]; then
     providers+=("blis-arch$a")
   done
 fi
+if [[ " ${providers[*]} " == *" openblas "* ]]; then
+  for c in "${openblas_cores[@]}"; do
+    cp "$out/blas_shapes_openblas" "$out/blas_shapes_openblas-core$c"
+    providers+=("openblas-core$c")
+  done
+fi
 if [ -n "${MKL_PREFIX:-}" ] && [ -f "$MKL_PREFIX/include/mkl_cblas.h" ]; then
   lib="$MKL_PREFIX/lib"
   mkl() { ls "$lib"/libmkl_"$1".so* | head -1; }
@@ -94,6 +104,7 @@ for r in $(seq "$rounds"); do
     echo "compare_blas: round $r/$rounds $p" >&2
     arch=()
     if [[ "$p" == blis-arch* ]]; then arch=(env BLIS_ARCH_TYPE="${p#blis-arch}"); fi
+    if [[ "$p" == openblas-core* ]]; then arch=(env OPENBLAS_CORETYPE="${p#openblas-core}"); fi
     "${arch[@]}" "$out/blas_shapes_$p" --name "$p" --reps "$reps" "$@" >>"$out/times.tsv"
   done
 done

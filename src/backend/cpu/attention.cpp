@@ -11,8 +11,9 @@
 // of the same call on all keys.
 //
 // Every tile product is one small GEMM, C (M, N) (=, +=, or row-scaled +=) A (M, K) B (K, N),
-// done by a register-blocked micro-kernel (kMR rows x 16 columns held in 12 AVX registers)
-// written with GCC vector types (portable; the one target builtin is the FMA). B is read
+// done by a register-blocked micro-kernel (kMR rows x 16 columns held in 12 AVX registers, or
+// with AVX-512 8 rows x 32 columns in 16 registers: enough independent FMA chains to keep both
+// FMA units busy) written with GCC vector types (portable; the one target builtin is the FMA). B is read
 // as contiguous rows; A is read by broadcasts through arbitrary row/column strides, which lets
 // one kernel serve P V, P^T dO and dS^T Q without transposing P or dS.
 //
@@ -20,7 +21,7 @@
 // the online-softmax statistics of the block's queries live along the contiguous dimension and
 // the softmax loops vectorize. Only K and V tiles are copied per tile pair, with plain row
 // copies; all transposes happen once per query block. On tiles that straddle the diagonal or a
-// segment start, the products leave out 6 x 16 micro-tiles and k-steps that hold only masked
+// segment start, the products leave out kMR x 16 (or 32) micro-tiles and k-steps that hold only masked
 // pairs (see MaskGeometry): for packed short sequences that is most of the work.
 //
 // Sliding window (AttentionDims::window = w > 0). A row i sees keys [lo_i, i] with
@@ -92,7 +93,12 @@ namespace {
 // FLOP is half that of 64-row blocks: measured ~10% faster than 64 x 64 on Zen 3.
 constexpr int64_t kBq = 128;  // query rows per block
 constexpr int64_t kBk = 64;   // keys per tile
-constexpr int kMR = 6;        // micro-kernel rows: 6 x 16 accumulators = 12 of 16 AVX registers
+constexpr int64_t kNc = 64;  // columns of a tile product's C per pass over its rows (L1-sized B)
+#if defined(__AVX512F__)
+constexpr int kMR = 8;  // micro-kernel rows: 8 x 32 accumulators = 16 of 32 AVX-512 registers
+#else
+constexpr int kMR = 6;  // micro-kernel rows: 6 x 16 accumulators = 12 of 16 AVX registers
+#endif
 
 // Leading dimensions of the scratch tiles are padded past a multiple of 64 bytes so that the
 // rows of a tile do not all map to the same few L1 sets.
@@ -213,6 +219,43 @@ inline void micro_kernel16(int64_t kc, const float* a, int64_t a_rs, int64_t a_k
   }
   for (int r = 0; r < MR; ++r) store_vec(c + r * ldc, acc[r]);
 }
+
+// micro_kernel<MR, 4, kMode> on two 16-float registers per row: 2 MR accumulators. An FMA
+// takes 4 cycles and two issue per cycle, so fewer than 8 independent chains leave the FMA units
+// idle; micro_kernel16's MR = 6 chains did (attention at 55% of sgemm on an Intel AVX-512 core),
+// 16 chains at MR = 8 do not. Every element's FMA chain is micro_kernel's, so are its bits.
+template <int MR, Store kMode>
+inline void micro_kernel32(int64_t kc, const float* a, int64_t a_rs, int64_t a_ks,
+                           const float* __restrict b, int64_t ldb, float* __restrict c,
+                           int64_t ldc, const float* row_scale) {
+  v16 acc[MR][2];
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < 2; ++v) {
+      if constexpr (kMode == Store::kSet) {
+        acc[r][v] = v16{};
+      } else if constexpr (kMode == Store::kAdd) {
+        acc[r][v] = load_vec<v16>(c + r * ldc + 16 * v);
+      } else {
+        acc[r][v] = load_vec<v16>(c + r * ldc + 16 * v) * row_scale[r];
+      }
+    }
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const v16 b0 = load_vec<v16>(b + k * ldb);
+    const v16 b1 = load_vec<v16>(b + k * ldb + 16);
+    const float* ak = a + k * a_ks;
+    for (int r = 0; r < MR; ++r) {
+      const float av = ak[r * a_rs];
+      const v16 avv = {av, av, av, av, av, av, av, av, av, av, av, av, av, av, av, av};
+      acc[r][0] = fma16(avv, b0, acc[r][0]);
+      acc[r][1] = fma16(avv, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    store_vec(c + r * ldc, acc[r][0]);
+    store_vec(c + r * ldc + 16, acc[r][1]);
+  }
+}
 #endif
 
 // Same for the last w < 8 columns (head dims that are not a multiple of 8), in scalar code.
@@ -312,7 +355,8 @@ struct KeyRowsQuerySteps : AllTerms {
 
 // One row panel of MR rows starting at row r0 of the tile, all columns; returns the FLOPs.
 template <int MR, Store kMode, class Terms>
-inline int64_t row_panel(const Terms& terms, int64_t r0, int64_t n, int64_t kc, const float* a,
+inline int64_t row_panel(const Terms& terms, int64_t r0, int64_t j0, int64_t n, int64_t kc,
+                         const float* a,
                          int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb, float* c,
                          int64_t ldc, const float* rs) {
   int64_t klo = 0, khi = kc;
@@ -323,11 +367,18 @@ inline int64_t row_panel(const Terms& terms, int64_t r0, int64_t n, int64_t kc, 
   b += klo * ldb;
   kc = khi - klo;
   int64_t flops = 0;
-  int64_t j = 0;
+  int64_t j = j0;
   // Only a product that overwrites C may leave micro-tiles out.
   auto visible = [&](int64_t c0, int64_t w) {
     return kMode != Store::kSet || terms.visible(r0, MR, c0, w);
   };
+#if defined(__AVX512F__)
+  for (; j + 32 <= n; j += 32) {
+    if (!visible(j, 32)) continue;
+    micro_kernel32<MR, kMode>(kc, a, a_rs, a_ks, b + j, ldb, c + j, ldc, rs);
+    flops += 2 * MR * 32 * kc;
+  }
+#endif
   for (; j + 16 <= n; j += 16) {
     if (!visible(j, 16)) continue;
 #if defined(__AVX512F__)
@@ -362,14 +413,23 @@ __attribute__((noinline)) int64_t tile_gemm(int64_t m, int64_t n, int64_t kc, co
                                             float* c, int64_t ldc, const float* row_scale = nullptr,
                                             const Terms& terms = Terms{}) {
   int64_t flops = 0;
+  // Column blocks of kNc outside, row panels inside: the block's B panel (kc x kNc) is read by
+  // every row panel and stays in L1, where a sweep over all n columns per row panel (B of a
+  // 128-column tile is 64 KiB at kc = 128) would stream it from L2 once per row panel.
+  for (int64_t j0 = 0; j0 < n; j0 += kNc) {
+  const int64_t j1 = std::min(n, j0 + kNc);
   for (int64_t i = 0; i < m; i += kMR) {
     const float* ai = a + i * a_rs;
     float* ci = c + i * ldc;
     const float* rs = row_scale ? row_scale + i : nullptr;
     auto panel = [&]<int MR>() {
-      return row_panel<MR, kMode>(terms, i, n, kc, ai, a_rs, a_ks, b, ldb, ci, ldc, rs);
+      return row_panel<MR, kMode>(terms, i, j0, j1, kc, ai, a_rs, a_ks, b, ldb, ci, ldc, rs);
     };
     switch (std::min<int64_t>(kMR, m - i)) {
+#if defined(__AVX512F__)
+      case 8: flops += panel.template operator()<8>(); break;
+      case 7: flops += panel.template operator()<7>(); break;
+#endif
       case 6: flops += panel.template operator()<6>(); break;
       case 5: flops += panel.template operator()<5>(); break;
       case 4: flops += panel.template operator()<4>(); break;
@@ -377,6 +437,7 @@ __attribute__((noinline)) int64_t tile_gemm(int64_t m, int64_t n, int64_t kc, co
       case 2: flops += panel.template operator()<2>(); break;
       default: flops += panel.template operator()<1>(); break;
     }
+  }
   }
   return flops;
 }
@@ -771,8 +832,14 @@ void load_row_stats(const Problem& p, const BwdTensors& t, int64_t hq, const Blo
 // P = exp(S - lse) (masked), dS = scale * P * (dP - D), on key-major tiles (nk, ncp). With
 // dsum (exact D, pass A; D = 0 in w.dd then) also dsum[i] += P dP over the tile's keys.
 // The expression is the same as in ds_query_major, element by element.
-void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t js, bool full,
-                  float* __restrict dsum) {
+// The loops exist twice, with and without the dsum term, chosen once per call: left as one loop
+// with `if (dsum)` inside, GCC if-converts the test into AVX-512 masked loads and stores of
+// dsum[i] with an all-false mask when dsum is null, and on Intel cores a masked access to an
+// unmapped page takes a microcode assist every time (fault suppression): that one line was 80%
+// of backward_pair's time there (AMD cores suppress it without the assist).
+template <bool kDsum>
+void ds_key_major_loops(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t js,
+                        bool full, float* __restrict dsum) {
   const float* __restrict lse = w.lse;
   const float* __restrict dd = w.dd;
   const int32_t* __restrict lo = w.lo;
@@ -786,7 +853,7 @@ void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t
       for (int64_t i = 0; i < ncp; ++i) {
         const float pv = exp_f32(sj[i] - lse[i]);
         sj[i] = pv;
-        if (dsum) dsum[i] += pv * dj[i];
+        if constexpr (kDsum) dsum[i] += pv * dj[i];
         dj[i] = scale * pv * (dj[i] - dd[i]);
       }
     } else {
@@ -795,11 +862,19 @@ void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t
         const float pv = keep_if(allowed, exp_f32(sj[i] - lse[i]));
         sj[i] = pv;
         // dP of a masked pair may be unwritten (skipped micro-tile): mask dS too.
-        if (dsum) dsum[i] += keep_if(allowed, pv * dj[i]);
+        if constexpr (kDsum) dsum[i] += keep_if(allowed, pv * dj[i]);
         dj[i] = keep_if(allowed, scale * pv * (dj[i] - dd[i]));
       }
     }
   }
+}
+
+void ds_key_major(Scratch& w, const Problem& p, int64_t nk, int64_t ncp, int64_t js, bool full,
+                  float* __restrict dsum) {
+  if (dsum)
+    ds_key_major_loops<true>(w, p, nk, ncp, js, full, dsum);
+  else
+    ds_key_major_loops<false>(w, p, nk, ncp, js, full, nullptr);
 }
 
 // Query-major twin of ds_key_major for pass B: tiles (nr, kLdk), keys [js, js + nkp).
