@@ -83,15 +83,19 @@ void ExecArgs::add_flags(CLI::App* c, const ExecFlags& takes) {
     c->add_option("--grad-dtype", grad_dtype,
                   "Gradient buffers: f32 (the trainer's default) or bf16 (the paper's setup)")
         ->capture_default_str();
+  offload_list = takes.offload_list;
   if (takes.offload_list)
     c->add_option("--offload", offload,
                   "Comma-separated offload settings, interleaved with the modes: none, "
-                  "checkpoints (layer inputs wait in host memory)")
+                  "checkpoints (layer inputs wait in host memory), residual_grad, or "
+                  "checkpoints+residual_grad")
         ->capture_default_str();
   else if (takes.offload)
     c->add_option("--offload", offload,
-                  "none, or checkpoints: every layer input but the last waits in host memory, "
-                  "prefetched one layer ahead of its backward")
+                  "none, checkpoints (every layer input but the last waits in host memory, "
+                  "prefetched one layer ahead of its backward), residual_grad (the residual "
+                  "stream's gradient waits there, a chunk at a time on the device), or both: "
+                  "checkpoints+residual_grad (or checkpoints,residual_grad)")
         ->capture_default_str();
   if (takes.runs) {
     c->add_option("--threads", threads, "Threads (default: all)")->check(int_in(0, 4096));
@@ -106,7 +110,9 @@ void ExecArgs::apply(ExecConfig& e, ChunkDefault chunks, int64_t T, Precision p)
   e.layer_chunk = layer_given > 0 ? layer_given : layer;
   e.head_chunk = head_given > 0 ? head_given : head;
   e.act_dtype = storage_dtype(p);
-  if (offload.find(',') == std::string::npos) e.offload = offload_value();  // (bench: per run)
+  // One setting, in which ',' joins items like '+' (checkpoints,residual_grad); bench's list is
+  // split into settings per run instead (offload_values), and sets them there.
+  if (!offload_list) e.offload = offload_value();
 }
 
 Offload ExecArgs::offload_value() const { return parse_offload(offload); }

@@ -49,6 +49,7 @@ struct ExecArgs {
   int threads = 0;                 // 0: all
   std::string backend = "cpu";     // cpu, cuda or cuda:N
   std::string offload = "none";    // none | checkpoints (ExecConfig::offload); a list in bench
+  bool offload_list = false;       // set by add_flags: --offload is bench's list of settings
 
   void add_flags(CLI::App* c, const ExecFlags& takes);
 

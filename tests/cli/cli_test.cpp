@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -277,6 +278,23 @@ TEST(Cli, PlanOfAValidHugeModelSaysTheWeightsDoNotFit) {
   const auto r = run_command(bin() + " plan --model " + cfg + " --budget 80GiB");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("of 'weights'"), std::string::npos) << r.output;
+}
+
+// Outside bench, --offload is one setting: "checkpoints,residual_grad" offloads both, as
+// "checkpoints+residual_grad" does (it was once read as bench's list and silently dropped).
+TEST(Cli, PlanOffloadItemsJoinedByCommaOrPlus) {
+  auto longest = [](const std::string& offload) {
+    const auto r = run_command(bin() + " plan --model qwen3-8b --modes stream --budget 80GiB"
+                                       " --offload " + offload);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const size_t row = r.output.find("| stream | ");
+    return row == std::string::npos ? int64_t{-1}
+                                    : std::stoll(r.output.substr(row + std::strlen("| stream | ")));
+  };
+  const int64_t plus = longest("checkpoints+residual_grad");
+  EXPECT_EQ(longest("checkpoints,residual_grad"), plus);
+  EXPECT_GT(plus, longest("checkpoints"));
+  EXPECT_GT(longest("checkpoints"), longest("none"));
 }
 
 TEST(Cli, BenchWritesTheDocumentedJson) {
