@@ -77,6 +77,28 @@ TEST_P(BackendOps, LogSoftmaxIsStableForLargeLogits) {
   EXPECT_NEAR(down(lse)[0], 1004.0 + std::log(s), 1e-3);
 }
 
+// A real vocabulary's tail: one logit far above 100,000 others whose exps (4.1e-8 each) are
+// below half an ulp of 1. Summed in fp32 lanes, a lane that already holds exp(0) = 1 drops every
+// later tail term (the lse came out low by ~1/16 of the tail's mass, 2.6e-4 here; on
+// SmolLM2-135M every log-prob was ~1e-5 off); the float64 sum keeps them.
+TEST_P(BackendOps, LogSoftmaxKeepsTheVocabularyTail) {
+  const int64_t V = 100000;
+  Vec l(V, -17.0);
+  l[0] = 0.0;
+  Buffer logits = up(l, {1, V}), tg = ids({5}), lse = zeros({1}), logp = zeros({1}),
+         ent = zeros({1});
+  be.logsoftmax_target(lse.view(), logp.view(), logits.view(), tg.view());
+  be.softmax_entropy(ent.view(), logits.view(), lse.view());
+  if (!computes()) return;
+  const double tail = static_cast<double>(V - 1) * std::exp(-17.0);
+  const double want_lse = std::log1p(tail);
+  EXPECT_NEAR(down(lse)[0], want_lse, 1e-6);
+  EXPECT_NEAR(down(logp)[0], -17.0 - want_lse, 1e-6);
+  // H = sum_j p_j (lse - z_j)
+  const double want_h = (1.0 * want_lse + tail * (want_lse + 17.0)) / (1.0 + tail);
+  EXPECT_NEAR(down(ent)[0], want_h, 1e-6);
+}
+
 TEST_P(BackendOps, ArgmaxRowsTakesTheFirstOfTies) {
   const int64_t V = 6;
   Buffer logits = up({0,  1,  5,  2,  5,  -1,    // tie: the first 5

@@ -22,14 +22,15 @@ void entropy_kernel(float* ph, const TL* pl, const float* plse, int64_t n, int64
   for (int64_t i = 0; i < n; ++i) {
     const TL* row = pl + i * V;
     const float l = plse[i];
-    // H = sum_j p_j (lse - z_j), each term >= 0; fp32 lanes as in logsoftmax_target.
-    float h = 0.0f;
+    // H = sum_j p_j (lse - z_j), each term >= 0; fp64 lanes as in logsoftmax_target (fp32
+    // lanes drop the vocabulary's tail once they hold the top terms).
+    double h = 0.0;
 #pragma omp simd reduction(+ : h)
     for (int64_t j = 0; j < V; ++j) {
       const float nlogp = l - load(row[j]);
-      h += cpu::exp_f32(-nlogp) * nlogp;
+      h += static_cast<double>(cpu::exp_f32(-nlogp) * nlogp);
     }
-    ph[i] = h;
+    ph[i] = static_cast<float>(h);
   }
 }
 

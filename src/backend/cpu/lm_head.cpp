@@ -33,11 +33,15 @@ void logsoftmax_target_kernel(float* plse, float* plogp, const TL* pl, const int
     const TL* row = pl + i * V;
     float mx = -INFINITY;
     for (int64_t j = 0; j < V; ++j) mx = std::max(mx, load(row[j]));
-    // Sum in fp32 lanes (vectorised), 8 independent partial sums keep the error ~1e-7.
-    float sum = 0.0f;
+    // Sum in fp64 lanes (vectorised). fp32 lanes lost the vocabulary's tail: once a lane holds
+    // the top token's exp(0) = 1, every later term below half its ulp (6e-8) adds nothing, and
+    // tens of thousands of such terms are a mass of ~1e-5. On SmolLM2-135M (V = 49,152) that
+    // biased every log-prob by ~1e-5 against a float64 reference (transformers' fp32 forward,
+    // which sums pairwise: 2.5e-7 on the loss); tools/gguf_score_parity.py measures it.
+    double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) sum += cpu::exp_f32(load(row[j]) - mx);
-    const float log_sum = std::log(sum);
+    for (int64_t j = 0; j < V; ++j) sum += static_cast<double>(cpu::exp_f32(load(row[j]) - mx));
+    const float log_sum = static_cast<float>(std::log(sum));
     plse[i] = mx + log_sum;
     // (x_t - max) is exact for nearby values; subtracting the rounded lse instead would lose
     // the low bits when the logits are large.
