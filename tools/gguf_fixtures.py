@@ -392,6 +392,7 @@ def tiny_spm():
     V = len(tokens)
     d, F, H, G, hd = 32, 32, 2, 1, 16
     w = gguf.GGUFWriter(os.path.join(OUT, "tiny_spm.gguf"), "llama")
+    w.add_name("tiny spm fixture")  # transformers' GGUF loader requires general.name
     w.add_context_length(64)
     w.add_embedding_length(d)
     w.add_block_count(1)
