@@ -8,6 +8,7 @@
 #   data      <- core         tokenizers, datasets, chat templates
 #   objective <- core         losses on one chunk of logits (no model, no engine)
 #   model     <- backend      configuration, weights, the decoder layer
+#   convert   <- model data   GGUF files to and from Hugging Face directories (streambp convert)
 #   engine    <- model objective   the modes (base, checkpoint, stream)
 #   optim     <- model        optimizers
 #   dist      <- engine optim data parallel ranks (MPI; NCCL lives with the CUDA library)
@@ -16,17 +17,18 @@
 #   reward    <- core         reward programs (command, regex, python-free)
 #   check     <- step         gradcheck and random batches: shared by the commands and the tests
 #   train     <- plan reward data   the trainer
-#   cli       <- train check  the commands
+#   cli       <- train check convert  the commands
 #
 # Above the backend layer only the contract's own headers (src/backend/*.h) may be included,
 # never a concrete backend's (backend/cpu/, backend/cuda/, backend/meta/).
-set(STREAMBP_LAYERS core backend data objective model engine optim dist step plan reward check
+set(STREAMBP_LAYERS core backend data objective model convert engine optim dist step plan reward check
   train cli)
 set(STREAMBP_LAYER_DEPS_core "")
 set(STREAMBP_LAYER_DEPS_backend core)
 set(STREAMBP_LAYER_DEPS_data core)
 set(STREAMBP_LAYER_DEPS_objective core)
 set(STREAMBP_LAYER_DEPS_model backend)
+set(STREAMBP_LAYER_DEPS_convert model data)
 set(STREAMBP_LAYER_DEPS_engine model objective)
 set(STREAMBP_LAYER_DEPS_optim model)
 set(STREAMBP_LAYER_DEPS_dist engine optim)
@@ -35,7 +37,7 @@ set(STREAMBP_LAYER_DEPS_plan step)
 set(STREAMBP_LAYER_DEPS_reward core)
 set(STREAMBP_LAYER_DEPS_check step)
 set(STREAMBP_LAYER_DEPS_train plan reward data)
-set(STREAMBP_LAYER_DEPS_cli train check)
+set(STREAMBP_LAYER_DEPS_cli train check convert)
 # Files that belong to a lower library although they live in a higher folder, with why:
 # the NCCL communicator is a dist Communicator built from CUDA streams; it is compiled into the
 # CUDA library (it needs the CUDA backend's stream), so it may see backend/cuda/.

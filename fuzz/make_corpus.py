@@ -167,3 +167,65 @@ put("prompt_records", "deep_field", b'\x00{"prompt": "a", "x": ' + b"[" * 300 + 
 put("reward_protocol", "plain", b'{"reward": 1.0}\n{"reward": -0.5, "info": "x"}\n{"reward": 0}\n')
 put("reward_protocol", "bad", b'{"reward": "1"}\n{"reward": 1e999}\nreward = 1\n[1]\n{}\n')
 put("reward_protocol", "deep", b'{"reward": 1, "x": ' + b"[" * 300 + b"]" * 300 + b"}\n")
+
+# GGUF (fuzz_gguf): a tiny llama with F32 / F16 / Q8_0 / Q4_K tensors and a byte-level tokenizer,
+# serialised by hand as llama.cpp lays files out (v3, 32-byte alignment), and a metadata-only one.
+def gguf(kv, tensors, version=3):
+    """kv: list of (key, encoded type+value); tensors: list of (name, ne list, type, raw bytes)."""
+    def s(x):
+        x = x.encode()
+        return struct.pack("<Q", len(x)) + x
+    b = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kv))
+    for k, v in kv:
+        b += s(k) + v
+    off, blob = 0, b""
+    for name, ne, typ, raw in tensors:
+        b += s(name) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
+        b += struct.pack("<IQ", typ, off)
+        pad = (32 - len(raw) % 32) % 32
+        blob += raw + b"\0" * pad
+        off += len(raw) + pad
+    b += b"\0" * ((32 - len(b) % 32) % 32)
+    return b + blob
+
+
+def g_u32(v):
+    return struct.pack("<II", 4, v)
+
+
+def g_f32(v):
+    return struct.pack("<If", 6, v)
+
+
+def g_str(x):
+    x = x.encode()
+    return struct.pack("<IQ", 8, len(x)) + x
+
+
+def g_strs(xs):
+    out = struct.pack("<IIQ", 9, 8, len(xs))
+    for x in xs:
+        x = x.encode()
+        out += struct.pack("<Q", len(x)) + x
+    return out
+
+
+llama_kv = [("general.architecture", g_str("llama")), ("llama.context_length", g_u32(64)),
+            ("llama.embedding_length", g_u32(32)), ("llama.block_count", g_u32(1)),
+            ("llama.feed_forward_length", g_u32(32)), ("llama.attention.head_count", g_u32(2)),
+            ("llama.attention.head_count_kv", g_u32(1)),
+            ("llama.attention.layer_norm_rms_epsilon", g_f32(1e-5)),
+            ("tokenizer.ggml.model", g_str("gpt2")),
+            ("tokenizer.ggml.tokens", g_strs(["a", "b", "ab", "<s>"])),
+            ("tokenizer.ggml.merges", g_strs(["a b"])),
+            ("tokenizer.ggml.token_type", struct.pack("<IIQ4i", 9, 5, 4, 1, 1, 1, 3)),
+            ("tokenizer.ggml.eos_token_id", g_u32(3))]
+q8 = (struct.pack("<e", 0.01) + bytes(range(32))) * 4  # Q8_0: 4 blocks
+q4k = struct.pack("<ee", 0.001, 0.002) + bytes(range(12)) + bytes(range(128))  # Q4_K: 1 block
+put("gguf", "llama_mixed", gguf(llama_kv, [
+    ("token_embd.weight", [32, 4], 8, q8), ("blk.0.attn_norm.weight", [32], 0, f32([1.0] * 32)),
+    ("blk.0.attn_q.weight", [32, 32], 1, b"\0\x3c" * 1024),
+    ("blk.0.ffn_down.weight", [256, 1], 12, q4k)]))
+put("gguf", "metadata_only", gguf([("general.alignment", g_u32(64)),
+                                   ("x.f64", struct.pack("<Id", 12, 0.5)),
+                                   ("x.bool", struct.pack("<IB", 7, 1))], [], version=2))

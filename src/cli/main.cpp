@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   sbp::cli::register_plan(app);
   sbp::cli::register_plot(app);
   sbp::cli::register_merge(app);
+  sbp::cli::register_convert(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

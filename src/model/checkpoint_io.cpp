@@ -326,7 +326,8 @@ bool has_tokenizer_files(const std::string& dir) {
 
 void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const ParameterSet& params,
                     DType dtype, int64_t max_shard_bytes,
-                    const std::vector<std::string>& companions) {
+                    const std::vector<std::string>& companions,
+                    const std::vector<GeneratedFile>& generated) {
   const char* torch_dtype = torch_dtype_name(dtype);
   if (dtype == DType::I32) {  // never a checkpoint's weights
     throw InputError(dir_arg + ": cannot save weights as " + std::string(dtype_name(dtype)) +
@@ -394,6 +395,11 @@ void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const Pa
       const fs::path name = fs::path(c).filename();
       SBP_CHECK(!fs::exists(tmp / name), "save_model_dir: companion file " + c + " given twice");
       write_text_file(tmp / name, read_input_file(c));
+    }
+    for (const GeneratedFile& g : generated) {
+      SBP_CHECK(is_model_dir_file(g.name) && !fs::exists(tmp / g.name),
+                "save_model_dir: generated file " + g.name + " is not a new model-directory file");
+      write_text_file(tmp / g.name, g.text);
     }
 
     // Shards as save_pretrained cuts them: in order, a new shard when the next tensor would

@@ -44,10 +44,16 @@ bool has_tokenizer_files(const std::string& dir);
 // first other file). `max_shard_bytes` > 0
 // splits the weights into shards with an index file, as save_pretrained does. `companions`
 // (companion_files()) are copied in under their file names before the rename, so the directory
-// is complete whenever it exists.
+// is complete whenever it exists. `generated` files (a name is_model_dir_file() accepts and its
+// text: a converted tokenizer) are written in the same way.
+struct GeneratedFile {
+  std::string name;
+  std::string text;
+};
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const ParameterSet& params,
                     DType dtype, int64_t max_shard_bytes = 0,
-                    const std::vector<std::string>& companions = {});
+                    const std::vector<std::string>& companions = {},
+                    const std::vector<GeneratedFile>& generated = {});
 
 // Reads config.json of a model directory (a directory or a config file path).
 ModelConfig load_config(const std::string& dir_or_file);

@@ -1972,3 +1972,220 @@ TEST(Hostile, Issue29ContextParallelAndResidualGradOffload) {
 
 }  // namespace
 }  // namespace sbp
+
+#include <optional>
+#include <stdexcept>
+
+namespace sbp {
+namespace {
+
+// ---- issue 34: hostile GGUF files for `streambp convert` ----------------------------------
+// A small valid llama GGUF (every tensor F32, a byte-level tokenizer) serialised here by hand,
+// independently of the library's writer, then broken one field at a time.
+std::string le32(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
+std::string le64(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
+std::string gstr(const std::string& s) { return le64(s.size()) + s; }
+std::string v_u32(uint32_t v) { return le32(4) + le32(v); }
+std::string v_f32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return le32(6) + le32(u);
+}
+std::string v_str(const std::string& s) { return le32(8) + gstr(s); }
+std::string v_strs(const std::vector<std::string>& xs) {
+  std::string r = le32(9) + le32(8) + le64(xs.size());
+  for (const auto& x : xs) r += gstr(x);
+  return r;
+}
+std::string v_i32s(const std::vector<int32_t>& xs) {
+  std::string r = le32(9) + le32(5) + le64(xs.size());
+  for (int32_t x : xs) r += le32(static_cast<uint32_t>(x));
+  return r;
+}
+
+struct GgufBuilder {
+  uint32_t magic = 0x46554747, version = 3;
+  std::optional<uint64_t> n_tensors, n_kv;  // overrides of the counts
+  std::vector<std::pair<std::string, std::string>> kv;  // key, encoded type + value
+  struct T {
+    std::string name;
+    std::vector<uint64_t> ne;
+    uint32_t type = 0;
+    uint64_t nbytes = 0;
+    std::optional<uint64_t> offset;
+  };
+  std::vector<T> tensors;
+  uint64_t align = 32;
+  size_t cut = 0;  // bytes dropped from the end
+
+  GgufBuilder() {
+    const std::string a = "llama.";
+    kv = {{"general.architecture", v_str("llama")},
+          {a + "context_length", v_u32(64)},
+          {a + "embedding_length", v_u32(32)},
+          {a + "block_count", v_u32(1)},
+          {a + "feed_forward_length", v_u32(32)},
+          {a + "attention.head_count", v_u32(2)},
+          {a + "attention.head_count_kv", v_u32(1)},
+          {a + "attention.layer_norm_rms_epsilon", v_f32(1e-5f)},
+          {a + "rope.freq_base", v_f32(10000.0f)},
+          {"tokenizer.ggml.model", v_str("gpt2")},
+          {"tokenizer.ggml.tokens", v_strs({"a", "b", "c", "d", "ab", "cd", "abcd", "<s>"})},
+          {"tokenizer.ggml.token_type", v_i32s({1, 1, 1, 1, 1, 1, 1, 3})},
+          {"tokenizer.ggml.merges", v_strs({"a b", "c d", "ab cd"})},
+          {"tokenizer.ggml.eos_token_id", v_u32(7)}};
+    auto t = [&](const std::string& n, std::vector<uint64_t> ne) {
+      uint64_t numel = 1;
+      for (uint64_t d : ne) numel *= d;
+      tensors.push_back({n, ne, 0, 4 * numel, std::nullopt});
+    };
+    t("token_embd.weight", {32, 8});
+    t("blk.0.attn_norm.weight", {32});
+    t("blk.0.attn_q.weight", {32, 32});
+    t("blk.0.attn_k.weight", {32, 16});
+    t("blk.0.attn_v.weight", {32, 16});
+    t("blk.0.attn_output.weight", {32, 32});
+    t("blk.0.ffn_norm.weight", {32});
+    t("blk.0.ffn_gate.weight", {32, 32});
+    t("blk.0.ffn_up.weight", {32, 32});
+    t("blk.0.ffn_down.weight", {32, 32});
+    t("output_norm.weight", {32});
+  }
+  GgufBuilder& set(const std::string& key, const std::string& value) {
+    for (auto& [k, v] : kv)
+      if (k == key) {
+        v = value;
+        return *this;
+      }
+    kv.emplace_back(key, value);
+    return *this;
+  }
+  GgufBuilder& drop(const std::string& key) {
+    std::erase_if(kv, [&](const auto& p) { return p.first == key; });
+    return *this;
+  }
+  T& tensor(const std::string& name) {
+    for (T& t : tensors)
+      if (t.name == name) return t;
+    throw std::runtime_error("no tensor " + name);
+  }
+  std::string bytes() const {
+    std::string b = le32(magic) + le32(version) + le64(n_tensors.value_or(tensors.size())) +
+                    le64(n_kv.value_or(kv.size()));
+    for (const auto& [k, v] : kv) b += gstr(k) + v;
+    uint64_t off = 0;
+    for (const T& t : tensors) {
+      b += gstr(t.name) + le32(static_cast<uint32_t>(t.ne.size()));
+      for (uint64_t d : t.ne) b += le64(d);
+      b += le32(t.type) + le64(t.offset.value_or(off));
+      off += (t.nbytes + align - 1) / align * align;
+    }
+    b.append((align - b.size() % align) % align, '\0');
+    b.append(static_cast<size_t>(off), '\0');
+    b.resize(b.size() - std::min(cut, b.size()));
+    return b;
+  }
+};
+
+TEST(Hostile, Issue34GgufFiles) {
+  test::TempDir tmp;
+  std::vector<Case> cases;
+  int n = 0;
+  auto add = [&](const std::string& name, const std::string& bytes,
+                 std::vector<std::string> says) {
+    const std::string f = tmp.file("g" + std::to_string(n) + ".gguf");
+    const std::string out = tmp.file("out" + std::to_string(n++));
+    write_bytes(f, bytes);
+    says.insert(says.begin(), fs::path(f).filename().string());
+    cases.push_back({name, "convert " + f + " --out " + out, says, {out}});
+  };
+  using B = GgufBuilder;
+  // The valid base converts (the cases below break exactly one thing).
+  {
+    const std::string f = tmp.file("valid.gguf");
+    write_bytes(f, B().bytes());
+    const auto r = run_command(bin() + " convert " + f + " --out " + tmp.file("valid") + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  add("empty file", "", {"shorter"});
+  add("ten bytes", "GGUF\3\0\0\0\0\0", {"shorter"});
+  { B b; b.magic = 0x46554746; add("bad magic", b.bytes(), {"magic"}); }
+  { B b; b.version = 1; add("version 1", b.bytes(), {"version 1"}); }
+  { B b; b.version = 4; add("version 4", b.bytes(), {"version 4"}); }
+  { B b; b.n_tensors = uint64_t{1} << 60; add("tensor count huge", b.bytes(), {"tensor count"}); }
+  { B b; b.n_kv = uint64_t{1} << 60; add("metadata count huge", b.bytes(), {"metadata count"}); }
+  { B b; b.n_kv = b.kv.size() + 1; add("metadata count one too many", b.bytes(), {}); }
+  { B b; b.n_kv = 1; b.n_tensors = 0; add("key length huge", b.bytes().substr(0, 24) + le64(uint64_t{1} << 62) + "abcdefghijklmnop",
+      {"metadata key 0"}); }
+  { B b; b.set("", v_u32(1)); add("empty key", b.bytes(), {"is empty"}); }
+  { B b; b.kv.push_back({"llama.block_count", v_u32(1)}); add("duplicate key", b.bytes(), {"duplicate metadata key 'llama.block_count'"}); }
+  { B b; b.set("x.odd", le32(99) + le32(0)); add("unknown value type", b.bytes(), {"x.odd", "unknown value type 99"}); }
+  { B b; b.set("x.flag", le32(7) + std::string(1, '\2')); add("bool 2", b.bytes(), {"x.flag", "bool"}); }
+  { B b; b.set("x.s", le32(8) + le64(uint64_t{1} << 40) + "ab"); add("string past the end", b.bytes(), {"x.s", "truncated"}); }
+  { B b; b.set("x.aa", le32(9) + le32(9) + le64(0)); add("array of arrays", b.bytes(), {"x.aa", "arrays of arrays"}); }
+  { B b; b.set("x.a", le32(9) + le32(77) + le64(0)); add("unknown array element type", b.bytes(), {"x.a", "element type 77"}); }
+  { B b; b.set("x.a", le32(9) + le32(4) + le64(uint64_t{1} << 61)); add("array length huge", b.bytes(), {"x.a", "array length"}); }
+  { B b; b.set("x.big", le32(10) + le64(~uint64_t{0})); add("u64 past int64", b.bytes(), {"x.big", "u64"}); }
+  { B b; b.set("general.alignment", v_str("32")); add("alignment a string", b.bytes(), {"general.alignment", "u32"}); }
+  { B b; b.set("general.alignment", v_u32(0)); add("alignment 0", b.bytes(), {"general.alignment", "power of two"}); }
+  { B b; b.set("general.alignment", v_u32(48)); add("alignment 48", b.bytes(), {"general.alignment", "power of two"}); }
+  { B b; b.tensor("output_norm.weight").name = ""; add("empty tensor name", b.bytes(), {"tensor 10 name"}); }
+  { B b; b.tensor("output_norm.weight").name = std::string(300, 'x'); add("tensor name 300 bytes", b.bytes(), {"tensor 10 name"}); }
+  { B b; b.tensor("output_norm.weight").name = "blk.0.ffn_norm.weight"; add("duplicate tensor name", b.bytes(), {"duplicate tensor name 'blk.0.ffn_norm.weight'"}); }
+  { B b; b.tensor("output_norm.weight").ne = {}; add("n_dims 0", b.bytes(), {"output_norm.weight", "n_dims 0"}); }
+  { B b; b.tensor("output_norm.weight").ne = {32, 1, 1, 1, 1}; add("n_dims 5", b.bytes(), {"output_norm.weight", "n_dims 5"}); }
+  { B b; b.tensor("output_norm.weight").ne = {0}; add("ne 0", b.bytes(), {"output_norm.weight", "ne[0] = 0"}); }
+  { B b; b.tensor("output_norm.weight").ne = {uint64_t{1} << 40, uint64_t{1} << 40}; add("ne overflow", b.bytes(), {"output_norm.weight", "overflows"}); }
+  { B b; b.tensor("output_norm.weight").type = 99; add("unknown ggml type", b.bytes(), {"output_norm.weight", "unknown ggml type 99"}); }
+  { B b; auto& t = b.tensor("output_norm.weight"); t.type = 8; t.ne = {16}; t.nbytes = 17;
+    add("Q8_0 row of 16", b.bytes(), {"output_norm.weight", "block size 32"}); }
+  { B b; b.tensor("blk.0.attn_q.weight").offset = 8; add("misaligned offset", b.bytes(), {"blk.0.attn_q.weight", "offset 8"}); }
+  { B b; b.tensor("blk.0.attn_k.weight").offset = 0; add("overlapping tensors", b.bytes(), {"blk.0.attn_k.weight", "offset 0"}); }
+  { B b; b.cut = 100; add("data truncated", b.bytes(), {"output_norm.weight", "truncated"}); }
+  { B b; auto& t = b.tensor("blk.0.ffn_up.weight"); t.type = 6; t.nbytes = 32 * 22;
+    add("Q5_0 not supported", b.bytes(), {"blk.0.ffn_up.weight", "Q5_0"}); }
+  { B b; b.drop("general.architecture"); add("no architecture", b.bytes(), {"general.architecture", "missing"}); }
+  { B b; b.set("general.architecture", v_str("gpt2")); add("architecture gpt2", b.bytes(), {"general.architecture", "gpt2"}); }
+  { B b; b.set("general.architecture", v_u32(1)); add("architecture a number", b.bytes(), {"general.architecture", "string"}); }
+  { B b; b.drop("llama.embedding_length"); add("no embedding_length", b.bytes(), {"llama.embedding_length", "missing"}); }
+  { B b; b.set("llama.attention.head_count", v_u32(0)); add("head_count 0", b.bytes(), {"llama.attention.head_count"}); }
+  { B b; b.set("llama.block_count", v_str("1")); add("block_count a string", b.bytes(), {"llama.block_count", "integer"}); }
+  { B b; b.tensor("token_embd.weight").name = "tok_embd.weight"; add("no token_embd", b.bytes(), {"token_embd.weight"}); }
+  { B b; b.tensor("blk.0.attn_k.weight").ne = {32, 32}; b.tensor("blk.0.attn_k.weight").nbytes = 4096;
+    add("attn_k shape against head_count_kv", b.bytes(), {"blk.0.attn_k.weight", "shape"}); }
+  { B b; b.tensors.push_back({"blk.0.extra.weight", {32}, 0, 128, std::nullopt}); add("unknown tensor", b.bytes(), {"blk.0.extra.weight"}); }
+  { B b; b.tensors.push_back({"rope_freqs.weight", {8}, 0, 32, std::nullopt}); add("rope_freqs", b.bytes(), {"rope_freqs.weight"}); }
+  { B b; b.set("llama.rope.dimension_count", v_u32(8)); add("partial rotary", b.bytes(), {"llama.rope.dimension_count"}); }
+  { B b; b.set("tokenizer.ggml.model", v_str("bert")); add("tokenizer model bert", b.bytes(), {"tokenizer.ggml.model", "bert"}); }
+  { B b; b.set("tokenizer.ggml.pre", v_str("chameleon")); add("tokenizer pre unknown", b.bytes(), {"tokenizer.ggml.pre", "chameleon"}); }
+  { B b; b.set("tokenizer.ggml.merges", v_strs({"a b", "abc"})); add("merge without a space", b.bytes(), {"tokenizer.ggml.merges", "[1]"}); }
+  { B b; b.set("tokenizer.ggml.merges", v_strs({"a z"})); add("merge of unknown tokens", b.bytes(), {"tokenizer.ggml.merges", "[0]"}); }
+  { B b; b.set("tokenizer.ggml.token_type", v_i32s({1, 1})); add("token_type length", b.bytes(), {"tokenizer.ggml.token_type", "2 entries"}); }
+  { B b; b.set("tokenizer.ggml.eos_token_id", v_u32(8)); add("eos id past the vocabulary", b.bytes(), {"tokenizer.ggml.eos_token_id", "outside"}); }
+  { B b; b.set("tokenizer.ggml.tokens", v_strs({"a", "b", "c", "d", "ab", "cd", "abcd", "a"})); add("token repeated", b.bytes(), {"tokenizer.ggml.tokens", "repeats"}); }
+  { B b; b.set("tokenizer.ggml.tokens", v_u32(3)); add("tokens not an array", b.bytes(), {"tokenizer.ggml.tokens", "array of strings"}); }
+  { B b; b.set("x.\nkey", v_u32(1)); add("key with a newline", b.bytes(), {"control characters"}); }
+  { B b; b.set("tokenizer.ggml.tokens", v_strs({"a", "b", "c", "d", "ab", "cd", "abcd", "\xff"}));
+    add("token not UTF-8", b.bytes(), {"tokenizer", "UTF-8"}); }
+  for (const Case& c : cases) expect_clean_error(c, src());
+
+  // Flags: the direction must fit the input.
+  const std::string valid = tmp.file("valid.gguf");
+  for (const auto& [name, args, says] : std::vector<std::array<std::string, 3>>{
+           {"input missing", "convert " + tmp.file("nope.gguf") + " --out " + tmp.file("o1"),
+            "nope.gguf"},
+           {"--type for a GGUF input", "convert " + valid + " --type q8_0 --out " + tmp.file("o2"),
+            "--type"},
+           {"--to gguf from a file", "convert " + valid + " --to gguf --out " + tmp.file("o3"),
+            "--to gguf"},
+           {"--type q4_0", "convert " + tmp.file("valid") + " --to gguf --type q4_0 --out " +
+                               tmp.file("o4.gguf"), "--type"},
+           {"--out is the input", "convert " + valid + " --out " + valid, "--out"},
+           {"--to hf from a directory", "convert " + tmp.file("valid") + " --to hf --out " +
+                                            tmp.file("o5"), "--to hf"}})
+    cases.push_back({name, args, {says}});
+  for (size_t i = cases.size() - 6; i < cases.size(); ++i) expect_clean_error(cases[i], src());
+}
+
+}  // namespace
+}  // namespace sbp
