@@ -38,9 +38,10 @@ trap 'rm -rf "$tmp"' EXIT
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install -q "$wheel"
 site="$("$tmp/venv/bin/python" -c 'import streambp, os; print(os.path.dirname(os.path.dirname(streambp.__file__)))')"
-# Every binary the wheel installed: each library it needs is in the wheel, or is glibc's or the
-# C++ runtime's (libstdc++, libgcc_s), which every manylinux policy takes from the system.
-system='^(linux-vdso|/lib64/ld-linux|ld-linux|libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s)[.-]'
+# Every binary the wheel installed: each library it needs is in the wheel, or is one that the
+# manylinux_2_36 policy takes from the system (auditwheel's list): glibc's, the C++ runtime
+# (libstdc++, libgcc_s, libatomic) and zlib (OpenMPI's).
+system='^(linux-vdso|/lib64/ld-linux|ld-linux|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libnsl|libstdc\+\+|libgcc_s|libatomic|libz)[.-]'
 bad=0
 while IFS= read -r f; do
   while IFS= read -r line; do
@@ -56,10 +57,10 @@ while IFS= read -r f; do
   done < <(env -u LD_LIBRARY_PATH ldd "$f" | sed 's/^\s*//')
 done < <(find "$site/streambp" "$site/streambp.libs" -name '*.so*' -type f)
 [ "$bad" = 0 ] || exit 1
-echo "build-wheel: every library beyond glibc and the C++ runtime resolves inside the wheel:"
+echo "build-wheel: every library beyond those of the manylinux_2_36 policy resolves inside the wheel:"
 env -u LD_LIBRARY_PATH ldd "$site"/streambp/_core*.so | grep -v "^\s*/lib64" | awk '{print "  " $1 " => " $3}'
 env -u LD_LIBRARY_PATH "$tmp/venv/bin/streambp" train examples/tiny-chat/sft.yaml \
-  output_dir="$tmp/out" max_steps=3 eval_every=0 save_every=0 > "$tmp/train.log"
+  output_dir="$tmp/out" max_steps=3 eval_every=0 save_every=0 > "$tmp/train.log" 2>&1
 tail -n 1 "$tmp/train.log"
 env -u LD_LIBRARY_PATH "$tmp/venv/bin/python" -c '
 import streambp

@@ -14,7 +14,26 @@ import re
 import statistics
 import tempfile
 
+import time
+
 import streambp
+import streambp._train as _train
+
+# The whole Python side of one reward call (keyword arguments built, the function, the result
+# checked), timed by wrapping the adapter the extension calls.
+_reward_call = _train._reward_call
+CALLS = []
+
+
+def _timed_reward_call(*args):
+    t0 = time.perf_counter()
+    try:
+        return _reward_call(*args)
+    finally:
+        CALLS.append(time.perf_counter() - t0)
+
+
+_train._reward_call = _timed_reward_call
 
 
 def digits(prompts, completions, **kwargs):
@@ -63,6 +82,9 @@ def main():
     print(f"built-in reward: median step {b * 1e3:.2f} ms ({len(builtin)} steps)")
     print(f"Python reward:   median step {p * 1e3:.2f} ms ({len(python)} steps)")
     print(f"Python reward overhead: {100 * (p - b) / b:+.2f}%")
+    c = statistics.median(CALLS)
+    print(f"one Python reward call (64 completions): median {c * 1e3:.3f} ms = "
+          f"{100 * c / b:.2f}% of a step")
 
 
 if __name__ == "__main__":
