@@ -19,7 +19,9 @@ build_dir="${WHEEL_BUILD_DIR:-build-py}"
 # The generator of build/ (scripts/build.sh), so that either tree can be the wheel's.
 export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Unix Makefiles}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-defines=(-Ccmake.define.STREAMBP_CUDA=OFF)
+# The compiler by the name build/ uses (CMake's default, c++; pip's environment would give g++):
+# ccache tells compilers apart by the name they are called by.
+defines=(-Ccmake.define.STREAMBP_CUDA=OFF -Ccmake.define.CMAKE_CXX_COMPILER="$(command -v "${CXX:-c++}")")
 if command -v ccache >/dev/null; then
   defines+=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
