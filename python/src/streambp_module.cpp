@@ -150,7 +150,17 @@ int run_train(const std::vector<std::string>& positional, bool overrides_only,
     spec.weight = weight;
     spec.timeout_s = cfg.reward_timeout;
     spec.function = std::make_shared<PythonReward>(fn, reward_call, name, cfg.reward_timeout);
-    cfg.rewards.push_back(std::move(spec));
+    // A resumed run's stored config names its Python rewards ({type: python, name}) without
+    // their functions: the function of that name takes its place (and order); else it is added.
+    bool placed = false;
+    for (sbp::RewardSpec& r : cfg.rewards) {
+      if (r.type == "python" && r.name == name && !r.function) {
+        r = spec;
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) cfg.rewards.push_back(std::move(spec));
   }
   if (!on_metrics.is_none()) {
     nb::handle listener = on_metrics;  // borrowed: train() holds it

@@ -61,14 +61,16 @@ def train(config, reward_funcs=None, callbacks=None, resume=None, reward_weights
     """Trains as `streambp train CONFIG.yaml key=value ... [--resume DIR]` does.
 
     config          a YAML path, or a dict with the trainer's keys (nested sections or dotted
-                    keys, as docs/TRAINING.md lists them)
+                    keys, as docs/TRAINING.md lists them); None with `resume`: the
+                    checkpoint's own config
     **overrides     key=value overrides; `__` stands for a dot: optim__lr=1e-4 is optim.lr
     reward_funcs    online GRPO/PPO: Python reward functions with TRL's signature
                     fn(prompts, completions, **kwargs) -> list[float], called in this process
                     on each batch of completions (after the config's own `rewards`); each may
                     be a (fn, weight) pair, or give the weights in reward_weights
     callbacks       callables, each called with every metrics.jsonl line (a dict)
-    resume          a checkpoint or output directory, as --resume
+    resume          a checkpoint or output directory, as --resume; the Python rewards of the
+                    run are given again (reward_funcs, the same names)
 
     Data (data.train, data.eval) may be a JSONL path, a list of dicts or a datasets.Dataset;
     records are written once to <output_dir>/data/<name>.jsonl, the file the run (and a later
@@ -91,6 +93,8 @@ def train(config, reward_funcs=None, callbacks=None, resume=None, reward_weights
     pairs = [f"{k}={_value(v)}" for k, v in flat.items()]
     if isinstance(config, dict):
         positional, overrides_only = pairs, True
+    elif config is None:  # resume with the checkpoint's own config
+        positional, overrides_only = pairs, False
     else:
         positional, overrides_only = [os.fspath(config)] + pairs, False
 

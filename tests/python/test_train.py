@@ -106,3 +106,18 @@ def test_sigint_saves_and_stops(tmp_path):
     assert os.path.basename(ckpt) == "checkpoint-2"
     state = json.loads(open(os.path.join(ckpt, "trainer_state.json")).read())
     assert state["step"] == 2
+
+
+def test_a_python_reward_run_resumes_exactly(tmp_path):
+    # 3 steps at once, against 2 steps, a stop, and a resume with the checkpoint's own config
+    # (which names the Python reward; the function is given again).
+    whole = grpo_config(tmp_path / "whole", rewards=[])
+    assert streambp.train(whole, reward_funcs=[(digits_to_e, 0.5)]) == 0
+    part = grpo_config(tmp_path / "part", rewards=[], stop_after_steps=2)
+    assert streambp.train(part, reward_funcs=[(digits_to_e, 0.5)]) == 0
+    assert os.path.basename(latest_checkpoint(tmp_path / "part")) == "checkpoint-2"
+    with pytest.raises(streambp.Error, match="python reward is a function"):
+        streambp.train(None, resume=str(tmp_path / "part"))
+    assert streambp.train(None, resume=str(tmp_path / "part"),
+                          reward_funcs=[(digits_to_e, 0.5)]) == 0
+    assert_same_weights(tmp_path / "whole", tmp_path / "part")
