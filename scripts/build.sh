@@ -34,6 +34,10 @@ if command -v ccache >/dev/null; then
   flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
 fi
+# The Python extension (python/, tests/python/) in the release tree, with scripts/setup.sh's venv.
+if [ "$kind" = release ] && .venv-python/bin/python -c 'import nanobind' 2>/dev/null; then
+  flags+=(-DSTREAMBP_PYTHON=ON -DPython_EXECUTABLE="$PWD/.venv-python/bin/python")
+fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
 if [ "$kind" = emu ]; then
   cmake --build "$dir" -j "$jobs" --target streambp $(bash scripts/test-emu.sh --targets)

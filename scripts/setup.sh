@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox
   python3   # the `command` reward's protocol tests run small Python reward programs
+  python3-venv python3-dev   # the Python package (python/): its build and tests run in .venv-python
   clang libclang-rt-14-dev libomp-dev   # the sanitizer build and its libFuzzer harnesses (fuzz/)
   libopenmpi-dev openmpi-bin   # data-parallel training across processes (mpirun), docs/DISTRIBUTED.md
 )
@@ -37,3 +38,15 @@ if [ "${STREAMBP_BLAS:-}" = mkl ]; then
     "$prefix/bin/pip" install -q mkl mkl-devel
   fi
 fi
+# The Python package's build and tests (tools/requirements-python.txt) in a venv of their own,
+# .venv-python at the repository's root.
+(
+  cd "$(dirname "$0")/.."
+  if ! .venv-python/bin/python -c 'import nanobind, pytest, numpy' 2>/dev/null ||
+     [ tools/requirements-python.txt -nt .venv-python/installed ]; then
+    echo "setup: installing tools/requirements-python.txt into .venv-python" >&2
+    python3 -m venv .venv-python
+    .venv-python/bin/pip install -q -r tools/requirements-python.txt
+    touch .venv-python/installed
+  fi
+)

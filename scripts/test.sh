@@ -2,7 +2,8 @@
 # Fresh machine -> the whole test suite: installs packages, builds the release tree and runs
 # every test, then the CUDA backend on the emulated CUDA runtime (build-emu, docs/CUDA.md), then
 # builds with AddressSanitizer + UBSan (clang) and runs the tests not labelled slow, then replays
-# and runs the libFuzzer harnesses (fuzz/README.md) for a short fixed time.
+# and runs the libFuzzer harnesses (fuzz/README.md) for a short fixed time; last, the Python
+# package's tests and its wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -31,4 +32,9 @@ bash scripts/build.sh sanitize
    -E '^(DistTrain|DistMemory)\.|^PlanAgreement\.EveryObjectiveInBf16')
 # The libFuzzer harnesses of that tree: committed inputs replayed, then FUZZ_SECONDS each.
 bash scripts/fuzz.sh build-sanitize
+# The Python package (python/, docs/PYTHON.md): its tests against the release tree's extension,
+# then the CPU wheel, built (a tree of its own, build-py: no CUDA), repaired, installed into a
+# fresh venv and run there (scripts/build-wheel.sh).
+PYTHONPATH=build/python OMP_WAIT_POLICY=passive .venv-python/bin/python -m pytest -q tests/python
+bash scripts/build-wheel.sh --check
 echo "test.sh: all tests passed in $(( $(date +%s) - start )) s"

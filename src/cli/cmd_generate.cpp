@@ -22,6 +22,7 @@
 
 #include "backend/copy_probe.h"
 #include "backend/cpu_threads.h"
+#include "cli/command_output.h"
 #include "cli/commands.h"
 #include "cli/exec_args.h"
 #include "cli/flag_checks.h"
@@ -70,7 +71,9 @@ struct Args {
   bool bandwidth_bound = false;
 };
 
-int run(const Args& a) {
+// With `sink` (an embedding program, cli/command_output.h): the lines as an array in sink->json,
+// nothing printed.
+int run(const Args& a, CommandOutput* sink) {
   check_output_dir("--output", a.output);
   // The prompts, model, adapter and tokenizer are never written over (core/output_paths.h).
   refuse_output_over_inputs({"--output", a.output}, {{"--input", a.input},
@@ -134,6 +137,7 @@ int run(const Args& a) {
   }
 
   std::string text;
+  if (sink) sink->json = json::array();
   int64_t new_tokens = 0, correct = 0;
   const std::unique_ptr<RewardFunction> accuracy = make_accuracy_reward(a.answer_field);
   const auto t0 = std::chrono::steady_clock::now();
@@ -172,11 +176,16 @@ int run(const Args& a) {
         correct += ok ? 1 : 0;
         j["correct"] = ok;
       }
-      text += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+      if (sink) {
+        sink->json.push_back(std::move(j));
+      } else {
+        text += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+      }
     }
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (sink) return 0;
   if (a.output.empty()) {
     // main() checks that stdout was flushed: a full disk or closed pipe is an error.
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -219,7 +228,7 @@ int run(const Args& a) {
 
 }  // namespace
 
-void register_generate(CLI::App& app) {
+void register_generate(CLI::App& app, CommandOutput* out) {
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand(
       "generate", "Sample completions of prompts with a KV cache; prints JSONL");
@@ -263,8 +272,8 @@ void register_generate(CLI::App& app) {
   c->add_option("--answer-field", a->answer_field, "The record field --accuracy compares with");
   c->add_flag("--bandwidth-bound", a->bandwidth_bound,
               "Also measure the copy bandwidth and print the decoding bound it gives at the batch size");
-  c->callback([a] {
-    const int rc = run(*a);
+  c->callback([a, out] {
+    const int rc = run(*a, out);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

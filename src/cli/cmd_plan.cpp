@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/command_output.h"
 #include "cli/commands.h"
 #include "cli/exec_args.h"
 #include "cli/flag_checks.h"
@@ -351,7 +352,7 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   }
 }
 
-void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
+nlohmann::json plan_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
   nlohmann::json j;
   j["model"] = a.model;
   j["dtype"] = a.exec.precision;
@@ -401,24 +402,29 @@ void write_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
     }
     j["modes"][r.mode] = m;
   }
-  write_file_atomically(a.json, j.dump(2) + "\n");
+  return j;
 }
 
-int run(const Args& a) {
+// With `out` (an embedding program, cli/command_output.h): the JSON there, nothing printed.
+int run(const Args& a, CommandOutput* out) {
   check_output_dir("--json", a.json);
   refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
   const auto t0 = std::chrono::steady_clock::now();
   const Request q = parse_request(a);
   const std::vector<Row> rows = plan_rows(q, a.seq_len);
-  print_report(a, q, rows,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (!a.json.empty()) write_json(a, q, rows);
+  if (out) {
+    out->json = plan_json(a, q, rows);
+  } else {
+    print_report(a, q, rows,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (!a.json.empty()) write_file_atomically(a.json, plan_json(a, q, rows).dump(2) + "\n");
   return 0;
 }
 
 }  // namespace
 
-void register_plan(CLI::App& app) {
+void register_plan(CLI::App& app, CommandOutput* out) {
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand(
       "plan", "Peak memory of a training step, or the longest trainable sequence under a budget");
@@ -460,7 +466,7 @@ void register_plan(CLI::App& app) {
                 "Online grpo/ppo: completions per prompt, decoded together (grpo.num_generations)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  c->callback([a] { run(*a); });
+  c->callback([a, out] { run(*a, out); });
 }
 
 }  // namespace sbp::cli

@@ -21,6 +21,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/cpu_threads.h"
+#include "cli/command_output.h"
 #include "cli/commands.h"
 #include "cli/exec_args.h"
 #include "cli/flag_checks.h"
@@ -28,6 +29,7 @@
 #include "core/error.h"
 #include "core/untrusted_json.h"
 #include "core/input_file.h"
+#include "core/memory.h"
 #include "core/output_file.h"
 #include "core/output_paths.h"
 #include "model/lora_io.h"
@@ -59,18 +61,10 @@ std::string where(const std::string& file, const std::string& field, size_t i, s
   return where(file, field, i) + "[" + std::to_string(t) + "]";
 }
 
-// Reads and validates tokens.json into one packed batch. Every error names the file, the
-// field, the sequence index and the position.
-Batch read_tokens_file(const std::string& path, int64_t vocab) {
-  check_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the input file");
-  json j;
-  try {
-    j = parse_untrusted_json(in, path);
-  } catch (const json::exception& e) {
-    throw InputError(path + ": invalid JSON: " + e.what());
-  }
+// Validates tokens.json's object (or an embedding program's, cli/command_output.h) into one
+// packed batch. Every error names `path` (the file), the field, the sequence index and the
+// position.
+Batch tokens_from_json(const json& j, const std::string& path, int64_t vocab) {
   if (!j.is_object())
     throw InputError(path + ": expected an object {\"sequences\": [...], \"loss_mask\": [...]}");
   for (const auto& [key, value] : j.items()) {
@@ -141,7 +135,25 @@ Batch read_tokens_file(const std::string& path, int64_t vocab) {
   return b;
 }
 
-int run(const Args& a) {
+// Reads tokens.json (the --input file) into one packed batch.
+Batch read_tokens_file(const std::string& path, int64_t vocab) {
+  check_input_file(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read the input file");
+  json j;
+  try {
+    j = parse_untrusted_json(in, path);
+  } catch (const json::exception& e) {
+    throw InputError(path + ": invalid JSON: " + e.what());
+  }
+  return tokens_from_json(j, path, vocab);
+}
+
+// With `out` (an embedding program, cli/command_output.h): the sequences from out->input, the
+// results in out->json (what --json writes, less the log-probs) and out->arrays (the log-probs
+// of each sequence, "logprobs/<i>", then with out->grads every gradient by its name); nothing
+// printed.
+int run(const Args& a, CommandOutput* out) {
   check_output_dir("--json", a.json_out);
   check_output_dir("--grads", a.grads);
   // Outputs never overwrite what the command reads (core/output_paths.h).
@@ -158,7 +170,10 @@ int run(const Args& a) {
   const Precision precision = a.exec.precision_value();
   const ExecConfig exec = a.exec.config(ChunkDefault::exec_config, 0, precision);
 
-  const Batch batch = read_tokens_file(a.input, cfg.vocab_size);
+  const bool want_grads = !a.grads.empty() || (out && out->grads);
+  const Batch batch = out && a.input.empty()
+                          ? tokens_from_json(out->input, "score input", cfg.vocab_size)
+                          : read_tokens_file(a.input, cfg.vocab_size);
   const int64_t T = batch.size();
   const double n_loss = batch.loss_weight_sum();
 
@@ -175,7 +190,7 @@ int run(const Args& a) {
   // names); the base is frozen.
   LoraSet adapters, adapter_grads;
   std::unique_ptr<DataParallel> grads;
-  if (!a.grads.empty() && a.adapter.empty())
+  if (want_grads && a.adapter.empty())
     grads =
         std::make_unique<DataParallel>(single_process(), 0, cfg, ModelHead::lm, pool, *be, nullptr);
   StepModels models;
@@ -184,21 +199,21 @@ int run(const Args& a) {
     const LoraConfig lc = read_lora_config(a.adapter);
     adapters = LoraSet(cfg, lc, pool, Category::weights, DType::F32, false);
     load_lora_weights(a.adapter, adapters);
-    if (!a.grads.empty()) adapter_grads = LoraSet(cfg, lc, pool, Category::grads, DType::F32, true);
-    models.lora = {&adapters, a.grads.empty() ? nullptr : &adapter_grads};
+    if (want_grads) adapter_grads = LoraSet(cfg, lc, pool, Category::grads, DType::F32, true);
+    models.lora = {&adapters, want_grads ? &adapter_grads : nullptr};
   }
   const ObjectiveSetup sft;  // the SFT loss over the given loss tokens
   StepRunner runner(sft, models, *be, pool, exec, single_process(), {.record_logp = true});
 
   std::vector<float> logp;  // (T) target log-prob of each row, 0 where none
   double loss = 0.0;
-  if (!a.grads.empty()) {
+  std::vector<NamedTensor> named;  // with --grads: every gradient, as written
+  if (want_grads) {
     MicroBatch mb;
     mb.batch = batch;
     StepResult r = runner.run(StepBatches::whole({std::move(mb)}));
     loss = r.loss;
     logp = std::move(r.logp[0]);
-    std::vector<NamedTensor> named;
     if (grads) {
       const ParameterSet& g = grads->grads();
       for (size_t i = 0; i < g.size(); ++i) named.push_back({g.name(i), g.tensor(i)});
@@ -208,11 +223,12 @@ int run(const Args& a) {
     }
     char loss_text[64];
     std::snprintf(loss_text, sizeof loss_text, "%.9g", loss);
-    write_safetensors(a.grads, named, DType::F32,
-                      {{"source", "streambp score"},
-                       {"mode", mode_name(exec)},
-                       {"loss", loss_text},
-                       {"num_loss_tokens", std::to_string(static_cast<int64_t>(n_loss))}});
+    if (!a.grads.empty())
+      write_safetensors(a.grads, named, DType::F32,
+                        {{"source", "streambp score"},
+                         {"mode", mode_name(exec)},
+                         {"loss", loss_text},
+                         {"num_loss_tokens", std::to_string(static_cast<int64_t>(n_loss))}});
   } else {
     logp = runner.score(batch).logp;
     const std::vector<float> wt = batch.target_weights();
@@ -232,7 +248,9 @@ int run(const Args& a) {
   }
 
   const int64_t n_loss_i = static_cast<int64_t>(std::llround(n_loss));
-  if (n_loss > 0.0) {
+  if (out) {
+    // the results go to the embedding program (below)
+  } else if (n_loss > 0.0) {
     std::printf("score: loss %.8f over %lld loss tokens (%zu sequences, %lld tokens, mode %s)\n",
                 loss, static_cast<long long>(n_loss_i), batch.seq_lens.size(),
                 static_cast<long long>(T), mode_name(exec).c_str());
@@ -240,7 +258,7 @@ int run(const Args& a) {
     std::printf("score: no loss tokens (every target is masked); %zu sequences, %lld tokens\n",
                 batch.seq_lens.size(), static_cast<long long>(T));
   }
-  if (!a.grads.empty())
+  if (!a.grads.empty() && !out)
     std::printf("score: wrote gradients of %zu tensors to %s\n",
                 a.adapter.empty() ? parameter_specs(cfg).size() : adapter_grads.size(),
                 a.grads.c_str());
@@ -253,7 +271,7 @@ int run(const Args& a) {
     j["mode"] = mode_name(exec);
     j["logprobs"] = std::move(per_seq);
     write_file_atomically(a.json_out, j.dump() + "\n");
-  } else {
+  } else if (!out) {
     // Per sequence: the summed log-prob of every target and of the loss tokens only.
     const std::vector<float> wt = batch.target_weights();
     row = 0;
@@ -273,19 +291,41 @@ int run(const Args& a) {
       row += len;
     }
   }
+  if (out) {
+    // No loss tokens: the mean is undefined (transformers gives NaN), null as in --json.
+    out->json = {{"loss", n_loss > 0.0 ? json(loss) : json(nullptr)},
+                 {"num_loss_tokens", n_loss_i},
+                 {"num_tokens", T},
+                 {"mode", mode_name(exec)}};
+    row = 0;
+    for (size_t i = 0; i < batch.seq_lens.size(); ++i) {
+      const int64_t len = batch.seq_lens[i];
+      const auto first = logp.begin() + row;
+      out->arrays.push_back({"logprobs/" + std::to_string(i), {len - 1},
+                             std::vector<float>(first, first + (len - 1))});
+      row += len;
+    }
+    for (const NamedTensor& g : named) {
+      const Shape& sh = g.tensor.shape;
+      out->arrays.push_back(
+          {g.name, std::vector<int64_t>(sh.dims.begin(), sh.dims.begin() + sh.ndim),
+           download_f32(g.tensor)});
+    }
+  }
   return 0;
 }
 
 }  // namespace
 
-void register_score(CLI::App& app) {
+void register_score(CLI::App& app, CommandOutput* out) {
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand(
       "score", "SFT loss, per-token log-probs and gradients of a model on token sequences");
   c->add_option("--model", a->model, "Model directory (config.json + safetensors)")->required();
-  c->add_option("--input", a->input,
-                "tokens.json: {\"sequences\": [[ids...]...], \"loss_mask\": [[0/1...]...]}")
-      ->required();
+  CLI::Option* input = c->add_option(
+      "--input", a->input,
+      "tokens.json: {\"sequences\": [[ids...]...], \"loss_mask\": [[0/1...]...]}");
+  if (!out) input->required();  // an embedding program gives the sequences in memory
   a->exec.add_flags(c, ExecFlags{});
   c->add_option("--grads", a->grads, "Write every parameter's gradient (F32 safetensors)");
   c->add_option("--adapter", a->adapter,
@@ -293,8 +333,8 @@ void register_score(CLI::App& app) {
                 "the adapters' gradients");
   c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON");
   c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");
-  c->callback([a] {
-    const int rc = run(*a);
+  c->callback([a, out] {
+    const int rc = run(*a, out);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

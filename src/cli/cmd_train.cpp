@@ -6,12 +6,11 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/run_config.h"
 #include "core/error.h"
 #include "dist/rank_agreement.h"
 #include "dist/world.h"
-#include "train/checkpoint.h"
 #include "train/demo.h"
-#include "train/train_config.h"
 #include "train/trainer.h"
 
 namespace sbp::cli {
@@ -36,27 +35,7 @@ int run_config(CLI::App* c, const TrainArgs& a, Communicator& world) {
                        " is a demo option; with a config file set "
                        "keys instead (e.g. seed=1, or demo.steps=20 in a demo config)");
   }
-  std::string config;
-  std::vector<std::string> overrides = a.positional;
-  if (!overrides.empty() && overrides.front().find('=') == std::string::npos) {
-    config = overrides.front();
-    overrides.erase(overrides.begin());
-  }
-  for (const std::string& o : overrides) {
-    if (o.find('=') == std::string::npos)
-      throw InputError("train: unexpected argument '" + o +
-                       "' (expected CONFIG.yaml then key=value overrides)");
-  }
-  TrainConfig cfg;
-  if (!config.empty()) {
-    cfg = load_train_config(config, overrides);
-  } else if (!a.resume.empty()) {
-    const std::string ckpt = resolve_resume_dir(a.resume);
-    const TrainerState state = read_trainer_state(ckpt);
-    cfg = train_config_from_json(state.config, ckpt + "/trainer_state.json", overrides);
-  } else {
-    throw InputError("train: key=value overrides need a CONFIG.yaml (or --resume DIR)");
-  }
+  const TrainConfig cfg = load_run_config(a.positional, a.resume);
   return run_training(cfg, a.resume, world);
 }
 

@@ -29,6 +29,25 @@ std::unique_ptr<RewardFunction> make_command(const RewardSpec& spec, const std::
   return make_command_reward(spec.command, spec.timeout_s);
 }
 
+// The embedding program's function, as the RewardSet owns its functions (the config keeps it).
+class SharedReward : public RewardFunction {
+ public:
+  explicit SharedReward(std::shared_ptr<RewardFunction> f) : f_(std::move(f)) {}
+  std::vector<double> score(std::span<const RewardRequest> requests) override {
+    return f_->score(requests);
+  }
+
+ private:
+  std::shared_ptr<RewardFunction> f_;
+};
+
+std::unique_ptr<RewardFunction> make_python(const RewardSpec& spec, const std::string& where) {
+  if (!spec.function)
+    throw InputError(where + ": a python reward is a function given to streambp.train("
+                             "reward_funcs=...) in Python; a config file cannot hold one");
+  return std::make_unique<SharedReward>(spec.function);
+}
+
 }  // namespace
 
 std::string reward_type_list() {
@@ -56,6 +75,7 @@ std::unique_ptr<RewardFunction> make_reward(const RewardSpec& spec, const std::s
       return make_format_reward(spec.pattern, where + ".pattern");
     case RewardType::length: return make_length(spec, where);
     case RewardType::command: return make_command(spec, where);
+    case RewardType::python: return make_python(spec, where);
   }
   return nullptr;
 }
@@ -75,6 +95,7 @@ nlohmann::json reward_spec_json(const RewardSpec& s) {
       r["command"] = s.command;
       if (s.timeout_s > 0.0) r["timeout"] = s.timeout_s;
       break;
+    case RewardType::python: break;  // the function itself lives in the Python process only
   }
   return r;
 }

@@ -13,6 +13,9 @@
 //             max - c < L <= max, -1 beyond max (a completion cut at max_completion_length
 //             counts as beyond when `truncated` is set).
 //   command   an external program (reward/command_reward.h).
+//   python    a function of the program that embeds the trainer (the Python package's
+//             streambp.train(reward_funcs=...), python/src/): `function` below, called in this
+//             process. A config file cannot give one; it is named there only as a record.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -58,12 +61,13 @@ class RewardFunction {
 };
 
 // The reward types, spelled as in a config file: the one list of them.
-enum class RewardType { accuracy, format, length, command };
+enum class RewardType { accuracy, format, length, command, python };
 inline constexpr EnumName<RewardType> kRewardTypeNames[] = {{RewardType::accuracy, "accuracy"},
                                                             {RewardType::format, "format"},
                                                             {RewardType::length, "length"},
-                                                            {RewardType::command, "command"}};
-std::string reward_type_list();  // "accuracy, format, length, command"
+                                                            {RewardType::command, "command"},
+                                                            {RewardType::python, "python"}};
+std::string reward_type_list();  // "accuracy, format, length, command, python"
 
 struct RewardSpec {
   // kRewardTypeNames spelling, as written (checked by make_reward, which names the place).
@@ -75,12 +79,15 @@ struct RewardSpec {
   int64_t max_length = 0;               // length
   int64_t cache_length = 0;             // length
   std::vector<std::string> command;     // command: program and arguments (PATH is searched)
-  double timeout_s = 60.0;              // command: seconds for one answer
+  double timeout_s = 60.0;              // command, python: seconds for one answer
+  // python: the embedding program's function (shared: a config is copied, the function is one).
+  std::shared_ptr<RewardFunction> function;
 };
 
 // Throws InputError naming `where` (e.g. "config.yaml: rewards[1]") and the field when a spec
 // is invalid: unknown type, non-finite weight, a pattern that does not compile, max_length < 1
-// or cache_length outside [1, max_length], an empty command, timeout_s not in (0, 86400].
+// or cache_length outside [1, max_length], an empty command, timeout_s not in (0, 86400], a
+// python reward without its function (one named in a config file).
 std::unique_ptr<RewardFunction> make_reward(const RewardSpec& spec, const std::string& where);
 
 // The spec as a config file writes it: type, name, weight and its type's own fields (only the

@@ -31,7 +31,10 @@ double RunMetrics::elapsed_s() const {
 }
 
 void RunMetrics::write_eval(int64_t step, double eval_loss) {
-  if (metrics_) metrics_->write(nlohmann::ordered_json{{"step", step}, {"eval_loss", eval_loss}});
+  if (!metrics_) return;
+  const nlohmann::ordered_json line{{"step", step}, {"eval_loss", eval_loss}};
+  metrics_->write(line);
+  if (listener_) listener_(line);
 }
 
 void RunMetrics::write_step(const StepRecord& s, const TrainerState& state, double epoch,
@@ -100,6 +103,7 @@ void RunMetrics::write_step(const StepRecord& s, const TrainerState& state, doub
     line["dist/peak_memory_max_rank"] = peak_max;
   }
   metrics_->write(line);
+  if (listener_) listener_(line);
 }
 
 void RunMetrics::log_completions(int64_t step, const OnlineRollouts& online) {

@@ -4,6 +4,7 @@
 // GRPO/PPO's completions.jsonl, a few sampled completions every log_completions_every steps.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -34,6 +35,11 @@ class RunMetrics {
   // The step's first prompts (at most 4) with every completion and its rewards.
   void log_completions(int64_t step, const OnlineRollouts& online);
   double elapsed_s() const;
+  // Called with every line written to metrics.jsonl (rank 0), after it is written: the Python
+  // package's train(callbacks=...) (TrainConfig::on_metrics).
+  void set_listener(std::function<void(const nlohmann::ordered_json&)> f) {
+    listener_ = std::move(f);
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -41,6 +47,7 @@ class RunMetrics {
   Clock::time_point t_start_;
   std::optional<MetricsLog> metrics_;
   std::optional<MetricsLog> completions_;
+  std::function<void(const nlohmann::ordered_json&)> listener_;
 };
 
 }  // namespace sbp

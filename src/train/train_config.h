@@ -3,6 +3,7 @@
 // (dotted keys: optim.lr=1e-4). Every key is listed in docs/TRAINING.md; an unknown key, a value
 // of the wrong type or out of range is an InputError naming the file and line (or the override).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -144,6 +145,9 @@ struct TrainConfig {
   std::vector<RewardSpec> rewards;
   double reward_timeout = 60.0;
   int64_t log_completions_every = 0;
+  // Not a key: set by a program that embeds the trainer (the Python package's
+  // train(callbacks=...), python/src/), called with each metrics.jsonl line on rank 0.
+  std::function<void(const nlohmann::ordered_json&)> on_metrics;
 
   // Execution.
   BackendSpec backend;  // cpu

@@ -28,6 +28,7 @@ int Trainer::run() {
   if (log_.lead) {
     remove_stale_staging(c_.output_dir);
     metrics_.open_metrics(c_.metrics, start_.ckpt.empty() ? -1 : state_.step);
+    metrics_.set_listener(c_.on_metrics);
   }
   if (stop_requested_anywhere()) {
     log_.err("streambp: interrupted before the first step; nothing saved\n");

@@ -2189,3 +2189,27 @@ TEST(Hostile, Issue34GgufFiles) {
 
 }  // namespace
 }  // namespace sbp
+
+namespace sbp {
+namespace {
+
+// Issue 33: a `python` reward is a function the Python package gives train() (reward_funcs); a
+// config file (or a checkpoint's stored config, read back by the program) cannot hold one.
+TEST(Hostile, Issue33PythonRewardInAConfig) {
+  test::TempDir tmp;
+  const std::string o = tmp.file("grpo");
+  const std::string grpo =
+      "train examples/tiny-chat/arith-grpo.yaml model=examples/tiny-chat/config.json "
+      "tokenizer=examples/tiny-chat grpo.num_generations=2 grpo.prompts_per_step=2 "
+      "grpo.max_completion_length=4 output_dir=" + o;
+  const std::vector<Case> cases = {
+      {"python reward in a config", grpo + " 'rewards=[{type: python}]'",
+       {"rewards[0]", "python reward is a function"}, {o}, true},
+      {"python reward beside a built-in one",
+       grpo + " 'rewards=[{type: format, pattern: x}, {type: python, name: judge}]'",
+       {"rewards[1]", "python reward is a function"}, {o}, true}};
+  for (const Case& c : cases) expect_clean_error(c, src());
+}
+
+}  // namespace
+}  // namespace sbp

