@@ -45,6 +45,22 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "gguf")
 rng = np.random.default_rng(20261204)
 
 
+def merge_pair(words, best):
+    """Every word (a tuple of symbols -> count) with each occurrence of the pair `best` joined."""
+    new = {}
+    for w, c in words.items():
+        out, i = [], 0
+        while i < len(w):
+            if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                out.append(w[i] + w[i + 1])
+                i += 2
+            else:
+                out.append(w[i])
+                i += 1
+        new[tuple(out)] = c
+    return new
+
+
 def hexs(a):
     return np.ascontiguousarray(a).tobytes().hex()
 
@@ -151,18 +167,7 @@ def train_bpe(n_merges):
         best = max(sorted(pairs), key=lambda p: pairs[p])
         merges.append(best)
         vocab.append(best[0] + best[1])
-        new = {}
-        for w, c in words.items():
-            out, i = [], 0
-            while i < len(w):
-                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
-                    out.append(w[i] + w[i + 1])
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            new[tuple(out)] = c
-        words = new
+        words = merge_pair(words, best)
     return vocab, merges
 
 
@@ -357,18 +362,7 @@ def train_spm_pieces(n_merges):
                 pairs[(a, b)] = pairs.get((a, b), 0) + c
         best = max(sorted(pairs), key=lambda p: pairs[p])
         merged.append(best[0] + best[1])
-        new = {}
-        for w, c in words.items():
-            out, i = [], 0
-            while i < len(w):
-                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
-                    out.append(w[i] + w[i + 1])
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            new[tuple(out)] = c
-        words = new
+        words = merge_pair(words, best)
     return chars, merged
 
 
