@@ -113,9 +113,12 @@ tar -C "$T" -xzf "$T/out2/logs.tar.gz" --one-top-level=stages2
 OUT=$T/out3 DEADLINE=120 GPU_CHECK_STAGES='^(environment|cuda_math_test|ops_layer_test)$' \
   "$ROOT/scripts/gpu-check.sh" >"$T/run3.txt" 2>&1 &
 check=$!
-hangs=$(wc -l <"$FAKE_PIDS")
-for _ in $(seq 300); do (($(wc -l <"$FAKE_PIDS") > hangs)) && break; sleep 0.1; done  # begun
-(($(wc -l <"$FAKE_PIDS") > hangs)) || fail "the hanging stage never started"
+# Begun: the check names a stage on stderr just before it runs it, after the stages before it
+# are reported and packed. (Counting the hanging fakes' pids instead raced on a loaded machine:
+# a late pid from case 2's fake could end the wait before cuda_math_test was packed.)
+begun() { grep -q "gpu-check: ops_layer_test (at most" "$T/run3.txt"; }
+for _ in $(seq 600); do begun && break; sleep 0.1; done
+begun || fail "the hanging stage never started"
 sleep 1
 kill -KILL "$check"
 wait "$check" 2>/dev/null || true
