@@ -1,7 +1,8 @@
 // LM head rows: log-softmax of the target, the in-place logits gradient (with and without the
-// entropy term), the entropy, argmax. One block per row of the (n, V) block; row sums in fp32 in
-// a fixed tree (device_ptr.cuh block_sum), per-logit arithmetic from kernel_math.h. Logits F32
-// or BF16; every output element is written once, so a BF16 gradient is rounded once.
+// entropy term), the entropy, argmax. One block per row of the (n, V) block; row sums: each
+// thread's terms in fp64, then fp32 in a fixed tree (device_ptr.cuh block_sum); per-logit
+// arithmetic from kernel_math.h. Logits F32 or BF16; every output element is written once, so
+// a BF16 gradient is rounded once.
 #include <climits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -26,9 +27,13 @@ __global__ void logsoftmax_target_kernel(const unsigned* failed, float* lse, flo
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, logits.ld(base + j));
   mx = cuda::block_max(mx, sh);
-  float s = 0.0f;
+  // Each thread's own terms in fp64, as the CPU's lanes: the thread that meets exp(0) = 1 would
+  // otherwise drop every later tail term below half its ulp (V / 256 of them; the lse came out
+  // 1.6e-5 low on a 100k-token tail, BackendOps.LogSoftmaxKeepsTheVocabularyTail). The tree
+  // over the threads' sums stays fp32: no one of its 256 terms is negligible beside the others'.
+  double s = 0.0;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += expf(logits.ld(base + j) - mx);
-  const float log_sum = logf(cuda::block_sum(s, sh));
+  const float log_sum = logf(cuda::block_sum(static_cast<float>(s), sh));
   if (threadIdx.x == 0) {
     const int32_t ti = t[blockIdx.x];
     lse[blockIdx.x] = mx + log_sum;
@@ -50,10 +55,10 @@ __global__ void entropy_kernel(float* entropy, FPtr logits, const float* lse, in
   __shared__ float sh[32];
   const int64_t base = blockIdx.x * V;
   const float l = lse[blockIdx.x];
-  float h = 0.0f;
+  double h = 0.0;  // fp64 per thread, as in logsoftmax_target_kernel
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) h += cuda::entropy_term(logits.ld(base + j), l);
-  h = cuda::block_sum(h, sh);
-  if (threadIdx.x == 0) entropy[blockIdx.x] = h;
+  const float total = cuda::block_sum(static_cast<float>(h), sh);
+  if (threadIdx.x == 0) entropy[blockIdx.x] = total;
 }
 
 __global__ void dlogits_entropy_kernel(FPtr logits, const float* lse, const int32_t* t,
