@@ -2,11 +2,21 @@
 // (one context group) and `mpirun -np 4 ... dist.context_parallel=2` (two groups of two that
 // split the batch) train the same weights and log the same losses as one process, for SFT,
 // DPO, GRPO, PPO, LoRA, a sliding-window model and bf16 (its fp32 master weights): weights within
-// 1e-6 (max |a - b| / max |b| per tensor, the data- parallel tests' bound; the ranks add dK/dV and
-// weight gradients in another order than one process), every logged statistic within 1e-6. Packed
-// data (max_tokens above one example).
+// 1e-6 (max |a - b| / max |b| per tensor, the data-parallel tests' bound; the ranks add dK/dV and
+// weight gradients in another order than one process) or within twice the distance between two
+// exact one-process runs (stream and base), whichever is larger; every logged statistic within
+// 1e-6. Packed data (max_tokens above one example).
+//
+// Why the floor: AdamW's first step moves a weight by lr * g / (|g| + eps), whose slope in g peaks
+// at lr / (4 eps) = 25 where |g| ~ eps = 1e-6. An element with a gradient that small turns fp32
+// summation-order noise of a few 1e-9 into weight differences of ~1e-7, and one process's own
+// exact modes disagree there too: on the DPO case (clang -O1) stream vs base differ by 2.2e-6 at
+// layers.0.q_proj[2, 14], stream vs stream with other chunks by up to 1.3e-6, where cp 4 differs
+// by 1.0e-6. A dropped or doubled contribution moves every weight by ~lr = 1e-4 (~1e-3
+// relative), far above either bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -75,6 +85,16 @@ TEST_P(ContextParallelTrain, RanksSharingRowsEqualOneProcess) {
   const std::vector<json> want = dist_test::read_metrics(run.out("one/metrics.jsonl"));
   ASSERT_EQ(want.size(), 3u);
   const std::string weights = lora ? "adapter_model.safetensors" : k.weights;
+  // The floor: the same run in the base mode (no chunks), as exact as stream in another order.
+  r = run.train(0, "base", "grad_accum=2 mode=base" + from);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto floor_of = [&](const std::string& file) {
+    return dist_test::worst_rel_err(run.out("base/checkpoint-3/" + file),
+                                    run.out("one/checkpoint-3/" + file));
+  };
+  const double floor = floor_of(weights);
+  std::printf("[cp] %s base vs stream (the floor): %.2e\n", k.name, floor);
+  const double bound = std::max(1e-6, 2.0 * floor);
   struct Layout {
     const char* name;
     int ranks;
@@ -94,11 +114,11 @@ TEST_P(ContextParallelTrain, RanksSharingRowsEqualOneProcess) {
     const std::string ref = run.out("one/checkpoint-3");
     const double worst = dist_test::worst_rel_err(ckpt + "/" + weights, ref + "/" + weights);
     std::printf("[cp] %s %s: worst max|a-b|/max|b| over the weights %.2e\n", k.name, l.name, worst);
-    EXPECT_LE(worst, 1e-6) << l.name;
+    EXPECT_LE(worst, bound) << l.name;
     if (std::string(k.objective) == "ppo") {
-      EXPECT_LE(dist_test::worst_rel_err(ckpt + "/value_model/model.safetensors",
-                                         ref + "/value_model/model.safetensors"),
-                1e-6)
+      const std::string value = "value_model/model.safetensors";
+      EXPECT_LE(dist_test::worst_rel_err(ckpt + "/" + value, ref + "/" + value),
+                std::max(1e-6, 2.0 * floor_of(value)))
           << l.name;
     }
     dist_test::expect_same_metrics(run.out(std::string(l.name) + "/metrics.jsonl"),
