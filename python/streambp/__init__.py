@@ -11,7 +11,41 @@ The same C++ library as the `streambp` program (docs/PYTHON.md):
 
 Every error is a streambp.Error with the command line's one-line message.
 """
-from ._core import Error
+
+def _check_cpu():
+    """Refuse, with a sentence, a CPU without the instructions the extension was compiled for
+    (a wheel is built for x86-64-v3: scripts/build-wheel.sh); loading it would die of SIGILL."""
+    try:
+        from ._arch import ARCH
+    except ImportError:  # a tree without the file: built here, for this machine
+        return
+    levels = {
+        "x86-64-v2": ["cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"],
+    }
+    levels["x86-64-v3"] = levels["x86-64-v2"] + [
+        "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"]
+    need = levels.get(ARCH)
+    if not need:
+        return
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), None)
+    except OSError:
+        return
+    if flags is None:
+        return
+    missing = [x for x in need if x not in flags]
+    if missing:
+        raise ImportError(
+            "streambp: this build needs an %s CPU (AVX2 and FMA: Intel Haswell or AMD Zen and "
+            "later); this CPU lacks %s. Build it from source instead (`pip install .` in a checkout "
+            "compiles for this machine)" % (ARCH, " ".join(missing)))
+
+
+_check_cpu()
+
+from ._core import Error  # noqa: E402
 
 Error.__module__ = "streambp"  # streambp.Error, as it is imported
 from ._commands import generate, plan, score

@@ -20,6 +20,9 @@ struct BlasCoreCheck {
   std::string cpu_vectors;  // the widest the CPU has: "AVX-512", "AVX2" or "SSE"
   bool generic = false;     // the core's kernels are narrower than the CPU's AVX2 / AVX-512
   std::string better_core;  // OPENBLAS_CORETYPE that matches the CPU ("SKYLAKEX", "HASWELL")
+  // Our own CPU attention kernels' instruction set, reported beside the BLAS's: "avx512" or
+  // "base" (the build's -march; backend/cpu/attention.h says when a build has both).
+  std::string attention;
 };
 
 // The check for this process, from the provider as loaded and the CPU's features.

@@ -85,7 +85,11 @@
 #include "backend/cpu/vec_math.h"
 #include "core/error.h"
 
-namespace sbp::cpu {
+// attention_avx512.cpp compiles this file a second time, for AVX-512, into sbp::cpu::avx512.
+#ifndef SBP_ATTENTION_NAMESPACE
+#define SBP_ATTENTION_NAMESPACE sbp::cpu
+#endif
+namespace SBP_ATTENTION_NAMESPACE {
 namespace {
 
 // 128 x 64: a block's resident state (Q^T and the output accumulator, ~150 KiB at h = 128;
@@ -1238,4 +1242,4 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   if (flops) *flops += total;
 }
 
-}  // namespace sbp::cpu
+}  // namespace SBP_ATTENTION_NAMESPACE

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/attention.h"
 #include "backend/cpu/blas_info.h"
 
 namespace sbp::cpu {
@@ -51,7 +52,9 @@ BlasCoreCheck classify_blas_core(const std::string& provider, const std::string&
 }
 
 BlasCoreCheck check_blas_core() {
-  return classify_blas_core(blas_provider(), blas_core(), cpu_vector_width());
+  BlasCoreCheck c = classify_blas_core(blas_provider(), blas_core(), cpu_vector_width());
+  c.attention = attention_isa();
+  return c;
 }
 
 std::string blas_core_warning(const BlasCoreCheck& c) {
