@@ -66,7 +66,11 @@
 
 #include <omp.h>
 
-#if defined(__AVX512F__)
+// SBP_ATTENTION_AVX512: the AVX-512 micro-kernels, where the build's own target has AVX-512 or
+// attention_avx512.cpp compiles this file for it (its target pragma cannot define __AVX512F__
+// for the lines below: GCC's C++ front end reads the whole file before it acts on a pragma).
+#if defined(__AVX512F__) || defined(SBP_ATTENTION_AVX512_PRAGMA)
+#define SBP_ATTENTION_AVX512 1
 #include <immintrin.h>
 #endif
 
@@ -98,7 +102,7 @@ namespace {
 constexpr int64_t kBq = 128;  // query rows per block
 constexpr int64_t kBk = 64;   // keys per tile
 constexpr int64_t kNc = 64;  // columns of a tile product's C per pass over its rows (L1-sized B)
-#if defined(__AVX512F__)
+#if defined(SBP_ATTENTION_AVX512)
 constexpr int kMR = 8;  // micro-kernel rows: 8 x 32 accumulators = 16 of 32 AVX-512 registers
 #else
 constexpr int kMR = 6;  // micro-kernel rows: 6 x 16 accumulators = 12 of 16 AVX registers
@@ -145,7 +149,7 @@ inline v8 fma8(const v8& a, const v8& b, const v8& c) {
 #endif
 }
 
-#if defined(__AVX512F__)
+#if defined(SBP_ATTENTION_AVX512)
 // 16 floats, one 512-bit register: where the target has AVX-512 the 16-column micro-tiles run
 // on these (half the instructions of two v8; every element's FMA chain, and so its bits, the
 // same).
@@ -196,7 +200,7 @@ inline void micro_kernel(int64_t kc, const float* a, int64_t a_rs, int64_t a_ks,
     for (int v = 0; v < NV; ++v) store_vec(c + r * ldc + 8 * v, acc[r][v]);
 }
 
-#if defined(__AVX512F__)
+#if defined(SBP_ATTENTION_AVX512)
 // micro_kernel<MR, 2, kMode> on one 16-float register per row.
 template <int MR, Store kMode>
 inline void micro_kernel16(int64_t kc, const float* a, int64_t a_rs, int64_t a_ks,
@@ -376,7 +380,7 @@ inline int64_t row_panel(const Terms& terms, int64_t r0, int64_t j0, int64_t n, 
   auto visible = [&](int64_t c0, int64_t w) {
     return kMode != Store::kSet || terms.visible(r0, MR, c0, w);
   };
-#if defined(__AVX512F__)
+#if defined(SBP_ATTENTION_AVX512)
   for (; j + 32 <= n; j += 32) {
     if (!visible(j, 32)) continue;
     micro_kernel32<MR, kMode>(kc, a, a_rs, a_ks, b + j, ldb, c + j, ldc, rs);
@@ -385,7 +389,7 @@ inline int64_t row_panel(const Terms& terms, int64_t r0, int64_t j0, int64_t n, 
 #endif
   for (; j + 16 <= n; j += 16) {
     if (!visible(j, 16)) continue;
-#if defined(__AVX512F__)
+#if defined(SBP_ATTENTION_AVX512)
     micro_kernel16<MR, kMode>(kc, a, a_rs, a_ks, b + j, ldb, c + j, ldc, rs);
 #else
     micro_kernel<MR, 2, kMode>(kc, a, a_rs, a_ks, b + j, ldb, c + j, ldc, rs);
@@ -430,7 +434,7 @@ __attribute__((noinline)) int64_t tile_gemm(int64_t m, int64_t n, int64_t kc, co
       return row_panel<MR, kMode>(terms, i, j0, j1, kc, ai, a_rs, a_ks, b, ldb, ci, ldc, rs);
     };
     switch (std::min<int64_t>(kMR, m - i)) {
-#if defined(__AVX512F__)
+#if defined(SBP_ATTENTION_AVX512)
       case 8: flops += panel.template operator()<8>(); break;
       case 7: flops += panel.template operator()<7>(); break;
 #endif

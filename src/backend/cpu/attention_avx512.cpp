@@ -5,7 +5,9 @@
 //
 // How: every header attention.cpp includes is included first, for the baseline; then a GCC target
 // pragma turns AVX-512 on for what follows, which is attention.cpp's own code only (its helpers
-// sit in an anonymous namespace). An inline function of a shared header compiled with AVX-512
+// sit in an anonymous namespace), and SBP_ATTENTION_AVX512_PRAGMA selects its AVX-512
+// micro-kernels (the pragma does not define __AVX512F__ for them: GCC's C++ front end reads the
+// whole file first). An inline function of a shared header compiled with AVX-512
 // here could otherwise be the copy the linker keeps for the whole program, and fault on a CPU
 // without it.
 #if defined(STREAMBP_ATTENTION_AVX512_VARIANT)
@@ -31,6 +33,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
 #define SBP_ATTENTION_NAMESPACE sbp::cpu::avx512
+#define SBP_ATTENTION_AVX512_PRAGMA 1
 #include "backend/cpu/attention.cpp"  // NOLINT(bugprone-suspicious-include)
 #pragma GCC pop_options
 #endif
