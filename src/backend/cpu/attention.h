@@ -22,16 +22,11 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
 // The same two functions compiled for AVX-512 (attention_avx512.cpp), in builds for a baseline
 // instruction set without it (STREAMBP_ARCH, CMakeLists.txt): bit for bit the results above (every
 // element's FMA chain is the same whatever the vector width), faster on a CPU with AVX-512.
-// attention_dispatch.cpp chooses; call these only where avx512_attention_supported() is true.
+// attention_dispatch.cpp chooses: they run only where the CPU has AVX-512 (attention_isa()).
 #if defined(STREAMBP_ATTENTION_AVX512_VARIANT)
 namespace avx512 {
-void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                       const Tensor& v, const Tensor& seg_start, int64_t q_offset,
-                       const AttentionDims& dims, int64_t* flops);
-void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& seg_start, int64_t q_offset,
-                        const AttentionDims& dims, int64_t* flops);
+decltype(cpu::attention_forward) attention_forward;
+decltype(cpu::attention_backward) attention_backward;
 }  // namespace avx512
 #endif
 
