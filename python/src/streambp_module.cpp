@@ -24,6 +24,7 @@
 #include "cli/run_cli.h"
 #include "cli/run_config.h"
 #include "core/error.h"
+#include "data/data_source.h"
 #include "reward/reward.h"
 #include "train/trainer.h"
 
@@ -109,11 +110,15 @@ int run_main(std::vector<std::string> args) {
   return sbp::cli::run_cli(static_cast<int>(args.size()), argv.data());
 }
 
-// plan / score / generate on `args`; returns (the JSON as text, [(name, float32 array)]).
+// plan / score / generate on `args` (score's sequences in `input_json`, generate's prompt
+// records in `input_lines`, JSONL, when the arguments name no --input); returns (the JSON as text, [(name, float32 array)]).
 std::pair<std::string, nb::list> run_command(const std::vector<std::string>& args,
-                                             const std::string& input_json, bool grads) {
+                                             const std::string& input_json, bool grads,
+                                             std::string input_lines) {
   sbp::cli::CommandOutput out;
   if (!input_json.empty()) out.input = nlohmann::json::parse(input_json);
+  if (!input_lines.empty())
+    out.input_lines = std::make_shared<const std::string>(std::move(input_lines));
   out.grads = grads;
   {
     nb::gil_scoped_release nogil;
@@ -133,16 +138,27 @@ std::pair<std::string, nb::list> run_command(const std::vector<std::string>& arg
 }
 
 // streambp.train(): the trainer on the config `positional` names (as `streambp train` takes it;
-// `overrides_only`: a config given as a Python dict, all of it key=value overrides),
+// `overrides_only`: a config given as a Python dict, all of it key=value overrides), with the
+// records of `in_memory` (data.train / data.eval -> their JSONL lines, the keys' values set to
+// in_memory_label() by the overrides) read from memory as the files would be,
 // with the Python reward functions `rewards` (name, weight, function) added to the config's and
 // `on_metrics` (None or a callable taking a JSON line) called with each metrics line. Returns the
 // trainer's exit code (130 after SIGINT/SIGTERM, with a checkpoint saved).
 int run_train(const std::vector<std::string>& positional, bool overrides_only,
               const std::string& resume,
+              std::vector<std::pair<std::string, std::string>> in_memory,
               const std::vector<std::tuple<std::string, double, nb::object>>& rewards,
               nb::object reward_call, nb::object on_metrics) {
   sbp::TrainConfig cfg = overrides_only ? sbp::load_train_config("", positional)
                                         : sbp::cli::load_run_config(positional, resume);
+  for (auto& [key, lines] : in_memory) {
+    if (key != "data.train" && key != "data.eval") throw sbp::Error(key + ": not a data key");
+    const std::string& value = key == "data.train" ? cfg.data_train : cfg.data_eval;
+    if (value != sbp::in_memory_label(key))
+      throw sbp::Error(key + ": records were given but the config names " + value);
+    auto text = std::make_shared<const std::string>(std::move(lines));
+    (key == "data.train" ? cfg.data_train_text : cfg.data_eval_text) = std::move(text);
+  }
   for (const auto& [name, weight, fn] : rewards) {
     sbp::RewardSpec spec;
     spec.type = "python";
@@ -193,7 +209,8 @@ NB_MODULE(_core, m) {
   m.def("main", &run_main, nb::arg("argv"),
         "Runs the streambp command line (argv[0] is the program's name); returns its exit code.");
   m.def("command", &run_command, nb::arg("args"), nb::arg("input_json") = "",
-        nb::arg("grads") = false);
-  m.def("train", &run_train, nb::arg("positional"), nb::arg("overrides_only"), nb::arg("resume"), nb::arg("rewards"),
+        nb::arg("grads") = false, nb::arg("input_lines") = "");
+  m.def("train", &run_train, nb::arg("positional"), nb::arg("overrides_only"), nb::arg("resume"),
+        nb::arg("in_memory"), nb::arg("rewards"),
         nb::arg("reward_call"), nb::arg("on_metrics").none());
 }

@@ -1,7 +1,5 @@
 """plan, score and generate: the commands themselves (src/cli/cmd_*.cpp), results in memory."""
 import json
-import os
-import tempfile
 
 import numpy as np
 
@@ -62,15 +60,12 @@ def generate(model, prompts, **sampling):
     stop, seed, tokenizer, adapter, ... Returns one dict per prompt and sample, in order:
     {"index", "sample", "prompt_tokens", "ids", "logprobs" (float32 array), "finish_reason",
     "completion" (with a tokenizer)}."""
-    fd, path = tempfile.mkstemp(prefix="streambp-prompts-", suffix=".jsonl")
-    try:
-        with os.fdopen(fd, "w") as f:
-            for p in prompts:
-                f.write(json.dumps(_prompt_record(p)) + "\n")
-        text, _ = _core.command(["generate", "--model", str(model), "--input", path] +
-                                to_flags(sampling))
-    finally:
-        os.unlink(path)
+    # In memory, as the lines of a --input file (an error names "prompts (in memory):N").
+    lines = "".join(json.dumps(_prompt_record(p)) + "\n" for p in prompts)
+    if not lines:
+        raise _core.Error("generate: no prompts given")
+    text, _ = _core.command(["generate", "--model", str(model)] + to_flags(sampling),
+                            input_lines=lines)
     out = json.loads(text)
     for line in out:
         line["logprobs"] = np.asarray(line["logprobs"], dtype=np.float32)

@@ -22,16 +22,21 @@ def _is_records(value):
     return isinstance(value, (list, tuple)) and all(isinstance(r, dict) for r in value)
 
 
-def _write_records(records, path):
-    rows = records.to_list() if hasattr(records, "to_list") else list(records)
-    if not rows:
-        raise _core.Error(f"{path}: the records given as data are empty")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+def _records_text(records, key):
+    """The records as the JSONL lines a file of them would hold, one row per line, in memory:
+    the trainer reads them with the file's parser (row i is line i + 1 of "<key> (in memory)").
+    A datasets.Dataset is read row by row (no copy of the whole table as Python dicts)."""
+    lines = []
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise _core.Error(f"{key}: row {i} is a {type(r).__name__}, not a dict")
+        try:
+            lines.append(json.dumps(r, ensure_ascii=False, allow_nan=False))
+        except (TypeError, ValueError) as e:
+            raise _core.Error(f"{key}: row {i} cannot be written as JSON: {e}") from None
+    if not lines:
+        raise _core.Error(f"{key}: the records given as data are empty")
+    return "\n".join(lines) + "\n"
 
 
 def _value(v):
@@ -73,23 +78,21 @@ def train(config, reward_funcs=None, callbacks=None, resume=None, reward_weights
                     run are given again (reward_funcs, the same names)
 
     Data (data.train, data.eval) may be a JSONL path, a list of dicts or a datasets.Dataset;
-    records are written once to <output_dir>/data/<name>.jsonl, the file the run (and a later
-    --resume) reads. Returns the trainer's exit code, 0; after Ctrl-C (SIGINT) or SIGTERM the
+    records are handed to the trainer in memory (no file is written) and read by the JSONL
+    parser, so an error names "data.train (in memory):N", row N-1. Resuming such a run, give
+    the records again (data__train=...): the checkpoint holds their fingerprint, not them.
+    Returns the trainer's exit code, 0; after Ctrl-C (SIGINT) or SIGTERM the
     run saves its checkpoint and KeyboardInterrupt is raised. Errors raise streambp.Error."""
     flat = {}
     if isinstance(config, dict):
         _flatten("", config, flat)
     for k, v in overrides.items():
         flat[k.replace("__", ".")] = v
-    output_dir = flat.get("output_dir")
+    in_memory = []
     for key in ("data.train", "data.eval"):
         if key in flat and _is_records(flat[key]):
-            if output_dir is None:
-                raise _core.Error(f"{key}: records given in Python need output_dir in the config "
-                                  "dict or as a keyword (they are written beside the run)")
-            path = os.path.join(str(output_dir), "data", key.split(".")[1] + ".jsonl")
-            _write_records(flat[key], path)
-            flat[key] = path
+            in_memory.append((key, _records_text(flat[key], key)))
+            flat[key] = f"{key} (in memory)"  # data/data_source.h in_memory_label
     pairs = [f"{k}={_value(v)}" for k, v in flat.items()]
     if isinstance(config, dict):
         positional, overrides_only = pairs, True
@@ -119,7 +122,7 @@ def train(config, reward_funcs=None, callbacks=None, resume=None, reward_weights
             cb(record)
 
     code = _core.train(positional, overrides_only, "" if resume is None else os.fspath(resume),
-                       rewards, _reward_call, on_metrics if listeners else None)
+                       in_memory, rewards, _reward_call, on_metrics if listeners else None)
     if code == 130:
         raise KeyboardInterrupt("streambp.train: stopped by a signal; the checkpoint is saved")
     return code

@@ -94,8 +94,13 @@ int run(const Args& a, CommandOutput* sink) {
   } else if (!a.tokenizer.empty()) {
     throw InputError("--tokenizer " + a.tokenizer + ": no tokenizer.json there");
   }
+  // An embedding program (cli/command_output.h) may hand the prompt records over in memory.
+  if (a.input.empty() && !(sink && sink->input_lines))
+    throw InputError("--input: the prompts file is required");
+  const DataSource input = a.input.empty() ? DataSource("prompts (in memory)", sink->input_lines)
+                                           : DataSource(a.input);
   const std::vector<PromptRecord> prompts =
-      read_prompt_records(a.input, enc ? &*enc : nullptr, cfg.vocab_size);
+      read_prompt_records(input, enc ? &*enc : nullptr, cfg.vocab_size);
   if (a.accuracy) {
     if (!enc) throw InputError("--accuracy: completions are compared as text; it needs a tokenizer");
     for (const PromptRecord& p : prompts)
@@ -238,7 +243,7 @@ void register_generate(CLI::App& app, CommandOutput* out) {
                 "A LoRA adapter directory (PEFT format) on top of --model");
   c->add_option("--input", a->input,
                 "prompts.jsonl: {\"prompt\": text | messages} or {\"prompt_ids\": [ids]} per line")
-      ->required();
+      ->required(out == nullptr);  // an embedding program may give the lines in memory
   c->add_option("--output", a->output, "Write the JSONL here (default: standard output)");
   c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json (default: --model)");
   c->add_option("--chat-template", a->chat_template,

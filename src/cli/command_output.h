@@ -3,6 +3,7 @@
 // printing it or writing files: the same computation as on the command line, the results in
 // memory. A command registered with a CommandOutput prints nothing of its results.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct CommandOutput {
   // In: score's {"sequences": ..., "loss_mask": ...} (what --input's file holds); `grads`: also
   // every parameter's gradient (what --grads writes).
   nlohmann::json input;
+  // In: generate's prompt records as the JSONL lines --input's file holds (data/data_source.h),
+  // read when --input is not given.
+  std::shared_ptr<const std::string> input_lines;
   bool grads = false;
   // Out: what --json writes (plan, score), or generate's lines as an array.
   nlohmann::json json;

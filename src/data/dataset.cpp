@@ -1,12 +1,10 @@
 #include "data/dataset.h"
 
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/untrusted_json.h"
-#include "core/input_file.h"
 
 namespace sbp {
 
@@ -77,11 +75,11 @@ std::string Dataset::summary() const {
   return s;
 }
 
-Dataset load_dataset(const std::string& path, const ExampleEncoder& encoder,
+Dataset load_dataset(const DataSource& source, const ExampleEncoder& encoder,
                      const DatasetOptions& opts) {
-  check_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open data file");
+  const std::string& path = source.name;
+  const std::unique_ptr<std::istream> stream = source.open("data file");
+  std::istream& in = *stream;
   Dataset ds;
   ds.path = path;
   std::optional<DataFormat> format = opts.format;

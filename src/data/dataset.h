@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/enum_names.h"
+#include "data/data_source.h"
 #include "data/example_encoder.h"
 #include "data/records.h"
 
@@ -62,9 +63,9 @@ struct Dataset {
   std::string summary() const;
 };
 
-// Reads and tokenizes `path`. Tokenization runs on the OpenMP threads; the result does not
-// depend on their number.
-Dataset load_dataset(const std::string& path, const ExampleEncoder& encoder,
+// Reads and tokenizes `source` (a file, or its lines in memory). Tokenization runs on the OpenMP
+// threads; the result does not depend on their number.
+Dataset load_dataset(const DataSource& source, const ExampleEncoder& encoder,
                      const DatasetOptions& opts);
 
 }  // namespace sbp

@@ -1,10 +1,8 @@
 #include "data/prompt_records.h"
 
-#include <fstream>
 
 #include "core/error.h"
 #include "core/untrusted_json.h"
-#include "core/input_file.h"
 #include "data/records.h"
 
 namespace sbp {
@@ -30,11 +28,11 @@ std::vector<int32_t> ids_field(const json& ids, int64_t vocab, const std::string
 
 }  // namespace
 
-std::vector<PromptRecord> read_prompt_records(const std::string& path, const PromptEncoder* enc,
+std::vector<PromptRecord> read_prompt_records(const DataSource& source, const PromptEncoder* enc,
                                               int64_t vocab) {
-  check_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the input file");
+  const std::string& path = source.name;
+  const std::unique_ptr<std::istream> stream = source.open("the input file");
+  std::istream& in = *stream;
   std::vector<PromptRecord> out;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
@@ -79,8 +77,14 @@ std::vector<PromptRecord> read_prompt_records(const std::string& path, const Pro
   return out;
 }
 
-bool looks_like_prompt_records(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+bool looks_like_prompt_records(const DataSource& source) {
+  std::unique_ptr<std::istream> stream;
+  try {
+    stream = source.open("the input file");
+  } catch (const Error&) {
+    return false;  // the dataset loader reports it
+  }
+  std::istream& in = *stream;
   std::string line;
   while (in && std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;

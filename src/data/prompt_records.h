@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/data_source.h"
 #include "data/prompt_encoder.h"
 
 namespace sbp {
@@ -23,16 +24,16 @@ struct PromptRecord {
   std::string where;         // "prompts.jsonl:3"
 };
 
-// Reads every record of `path`. `enc` may be null: then only prompt_ids records are accepted.
+// Reads every record of `source` (a file, or its lines in memory). `enc` may be null: then only prompt_ids records are accepted.
 // Ids must lie in [0, vocab). Throws InputError naming file:line and the field; an empty file
 // is an error.
-std::vector<PromptRecord> read_prompt_records(const std::string& path, const PromptEncoder* enc,
+std::vector<PromptRecord> read_prompt_records(const DataSource& source, const PromptEncoder* enc,
                                               int64_t vocab);
 
 // True when a training data file holds prompt records rather than rollouts or SFT/DPO records:
 // its first non-blank line is an object with "prompt" or "prompt_ids" and none of "completion",
 // "chosen", "rejected", "reward". Unreadable or unparsable lines give false (the dataset loader
 // reports them).
-bool looks_like_prompt_records(const std::string& path);
+bool looks_like_prompt_records(const DataSource& source);
 
 }  // namespace sbp

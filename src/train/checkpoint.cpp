@@ -473,10 +473,10 @@ DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg) 
   return DType::F32;
 }
 
-nlohmann::json file_fingerprint(const std::string& path) {
-  check_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
+nlohmann::json data_fingerprint(const DataSource& source) {
+  const std::string& path = source.name;
+  const std::unique_ptr<std::istream> stream = source.open("data file");
+  std::istream& in = *stream;
   uint64_t h = 0xcbf29ce484222325ull;
   int64_t bytes = 0;
   char buf[1 << 16];

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/output_paths.h"
+#include "data/data_source.h"
 #include "dist/communicator.h"
 #include "model/config.h"
 #include "model/lora.h"
@@ -141,7 +142,8 @@ nlohmann::json value_model_config_json(const ModelConfig& cfg, DType dtype);
 // torch_dtype ("" model_dir: a randomly initialised model), else F32.
 DType model_storage_dtype(const std::string& model_dir, const ModelConfig& cfg);
 
-// FNV-1a 64 of a file's bytes, as 16 hex digits, and its size: cheap proof the data is unchanged.
-nlohmann::json file_fingerprint(const std::string& path);
+// FNV-1a 64 of a data set's bytes (a file's, or its lines in memory), as 16 hex digits, and its
+// size: cheap proof the data is unchanged when a run resumes.
+nlohmann::json data_fingerprint(const DataSource& source);
 
 }  // namespace sbp

@@ -34,7 +34,7 @@ double std_of(const std::vector<double>& x) {
 
 bool trains_online(const TrainConfig& c) {
   return objective_traits(c.objective).rollouts && !c.data_train.empty() &&
-         looks_like_prompt_records(c.data_train);
+         looks_like_prompt_records(c.train_source());
 }
 
 OnlineRollouts::OnlineRollouts(const TrainConfig& c, std::vector<PromptRecord> prompts,

@@ -140,8 +140,13 @@ std::vector<AgreedSetting> settings_ranks_must_share(const TrainConfig& c,
   for (const char* key : kDerivedKeys)
     if (j.contains(key)) out.push_back({key, config_value(j[key])});
   // Inputs by content. Data files are small next to weights and read whole by the run anyway.
-  for (const TrainConfig::Input& in : c.inputs())
-    append_input_digests(out, in.key, in.path, in.data);
+  for (const TrainConfig::Input& in : c.inputs()) {
+    if (in.text)  // records given in memory: their lines, as a file's would be
+      out.push_back({in.key, "in memory, " + std::to_string(in.text->size()) + " bytes, fnv1a64 " +
+                                 std::to_string(fnv1a64(in.text->data(), in.text->size()))});
+    else
+      append_input_digests(out, in.key, in.path, in.data);
+  }
   // The checkpoint resumed from: the one each rank would pick (the newest in an output
   // directory), its state file whole and its weights and optimizer shards by header.
   std::string ckpt;

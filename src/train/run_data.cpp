@@ -57,7 +57,7 @@ void RunData::load_prompts(const ModelConfig& policy) {
   }
   prompt_encoder_.emplace(PromptEncoder::from_dir(c_.tokenizer, chat, c_.add_bos));
   std::vector<PromptRecord> prompts =
-      read_prompt_records(c_.data_train, &*prompt_encoder_, policy.vocab_size);
+      read_prompt_records(c_.train_source(), &*prompt_encoder_, policy.vocab_size);
   const size_t n = prompts.size();
   // Every prompt and its completion must fit the model's positions; checked here, with the
   // config, so the error names the key before anything is written (generation would find it
@@ -75,7 +75,7 @@ void RunData::load_prompts(const ModelConfig& policy) {
   online_ =
       std::make_unique<OnlineRollouts>(c_, std::move(prompts), *prompt_encoder_, policy.vocab_size,
                                        comm_);
-  data_.fingerprints = {{"train", file_fingerprint(c_.data_train)}};
+  data_.fingerprints = {{"train", data_fingerprint(c_.train_source())}};
   log_.out(
       "data: %zu prompts from %s (online %s: %lld prompts x %lld completions per batch, "
       "up to %lld new tokens each, %lld step%s per batch)\n",

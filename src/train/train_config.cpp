@@ -840,8 +840,8 @@ ExecConfig TrainConfig::exec() const {
 std::vector<TrainConfig::Input> TrainConfig::inputs() const {
   return {{"model", model, false},
           {"tokenizer", tokenizer, false},
-          {"data.train", data_train, true},
-          {"data.eval", data_eval, true},
+          {"data.train", data_train, true, data_train_text.get()},
+          {"data.eval", data_eval, true, data_eval_text.get()},
           {"lora.adapter", lora_adapter, false},
           {"dpo.reference", dpo.reference, false},
           {"kto.reference", kto.reference, false},

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -120,7 +121,9 @@ struct TrainConfig {
   std::optional<DType> save_dtype;    // f32 | bf16 | f16; empty (auto): the input checkpoint's
 
   // Data.
-  std::string data_train, data_eval;
+  std::string data_train, data_eval;      // a JSONL path, or in_memory_label() with the text:
+  std::shared_ptr<const std::string> data_train_text, data_eval_text;  // lines given in memory
+                                          // (the Python package); null: read the file
   double eval_fraction = 0.0;             // held out of data.train when data.eval is not given
   std::optional<DataFormat> data_format;  // empty (auto): detected from the first record
   std::optional<ChatTemplateName> chat_template;  // empty (auto): from tokenizer_config.json
@@ -224,8 +227,13 @@ struct TrainConfig {
     const char* key;  // "model", "dpo.reference", ...
     const std::string& path;
     bool data;
+    const std::string* text = nullptr;  // data given in memory (path is its label)
   };
   std::vector<Input> inputs() const;
+
+  // data.train / data.eval as the readers take them: the file, or the lines held in memory.
+  DataSource train_source() const { return {data_train, data_train_text}; }
+  DataSource eval_source() const { return {data_eval, data_eval_text}; }
 };
 
 // Reads `yaml_path` (may be "" for overrides only), applies the overrides in order, fills the

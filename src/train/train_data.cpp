@@ -119,16 +119,16 @@ TrainingData prepare_training_data(const TrainConfig& c, int64_t model_vocab) {
   opts.max_tokens = c.max_tokens;
   opts.truncation = c.truncation;
 
-  out.train = load_dataset(c.data_train, encoder, opts);
+  out.train = load_dataset(c.train_source(), encoder, opts);
   check_objective(c, out.train, "data.train");
   out.train_summary = out.train.summary();
-  out.fingerprints["train"] = file_fingerprint(c.data_train);
+  out.fingerprints["train"] = data_fingerprint(c.train_source());
   if (!c.data_eval.empty()) {
-    Dataset eval = load_dataset(c.data_eval, encoder, opts);
+    Dataset eval = load_dataset(c.eval_source(), encoder, opts);
     check_objective(c, eval, "data.eval");
     out.eval = std::move(eval.examples);
     out.eval_source = "data.eval (" + c.data_eval + ")";
-    out.fingerprints["eval"] = file_fingerprint(c.data_eval);
+    out.fingerprints["eval"] = data_fingerprint(c.eval_source());
   } else if (c.eval_fraction > 0.0) {
     split_eval(out.train.examples, out.eval, c.eval_fraction, c.seed);
     out.eval_source = std::to_string(out.eval.size()) + " examples held out of data.train";

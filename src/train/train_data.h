@@ -22,7 +22,7 @@ struct TrainingData {
   std::string train_summary;    // Dataset::summary() of the whole file, before any split
   std::vector<Example> eval;    // held-out examples (empty: no evaluation)
   std::string eval_source;      // "data.eval (<path>)", "5% of data.train", ""
-  nlohmann::json fingerprints;  // {"train": ..., "eval": ...} (checkpoint.h file_fingerprint)
+  nlohmann::json fingerprints;  // {"train": ..., "eval": ...} (checkpoint.h data_fingerprint)
 };
 
 // Loads everything; `model_vocab` bounds the tokenizer's ids. Prints nothing.

@@ -34,7 +34,15 @@ Dataset load(const test::TempDir& dir, const std::string& lines, DatasetOptions 
   return load_dataset(path, make_encoder(), opts);
 }
 
-// The error message of loading `lines`, which must fail.
+// The same lines held in memory (the Python package's records, data/data_source.h).
+Dataset load_in_memory(const std::string& lines, DatasetOptions opts = {}) {
+  return load_dataset(DataSource(in_memory_label("data.train"),
+                                 std::make_shared<const std::string>(lines)),
+                      make_encoder(), opts);
+}
+
+// The error message of loading `lines`, which must fail: from a file, and the same from memory
+// (after the file's name or the in-memory label, the message is the same).
 std::string error_of(const std::string& lines, DatasetOptions opts = {}) {
   test::TempDir dir;
   try {
@@ -44,6 +52,13 @@ std::string error_of(const std::string& lines, DatasetOptions opts = {}) {
     const std::string prefix = dir.file("data.jsonl");
     EXPECT_EQ(msg.rfind(prefix, 0), 0u) << "error does not start with the file name: " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "error spans several lines: " << msg;
+    std::string from_memory = "(no error)";
+    try {
+      load_in_memory(lines, opts);
+    } catch (const InputError& m) {
+      from_memory = m.what();
+    }
+    EXPECT_EQ(from_memory, in_memory_label("data.train") + msg.substr(prefix.size()));
     return msg.substr(prefix.size());
   }
   ADD_FAILURE() << "no error for: " << lines;
@@ -75,6 +90,29 @@ TEST(Dataset, MessagesTrainEveryAssistantTurn) {
   EXPECT_EQ(trained_text(s), "Hello<|im_end|><think>\n\n</think>\n\nCiao<|im_end|>");
   EXPECT_EQ(ds.stats.tokens, s.size());
   EXPECT_EQ(ds.stats.loss_tokens, s.loss_tokens());
+}
+
+TEST(Dataset, LinesInMemoryReadAsTheFile) {
+  const std::string lines =
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+      "{\"role\": \"assistant\", \"content\": \"hello\"}]}\n\n"
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2\"}, "
+      "{\"role\": \"assistant\", \"content\": \"4\"}]}";  // no newline at the end
+  test::TempDir dir;
+  const Dataset file = load(dir, lines);
+  const Dataset memory = load_in_memory(lines);
+  ASSERT_EQ(file.examples.size(), 2u);
+  ASSERT_EQ(memory.examples.size(), file.examples.size());
+  for (size_t i = 0; i < file.examples.size(); ++i) {
+    EXPECT_EQ(memory.examples[i].lines, file.examples[i].lines);
+    ASSERT_EQ(memory.examples[i].sequences.size(), file.examples[i].sequences.size());
+    for (size_t s = 0; s < file.examples[i].sequences.size(); ++s) {
+      EXPECT_EQ(memory.examples[i].sequences[s].ids, file.examples[i].sequences[s].ids);
+      EXPECT_EQ(memory.examples[i].sequences[s].mask, file.examples[i].sequences[s].mask);
+    }
+  }
+  EXPECT_EQ(memory.examples[1].lines.front(), 3);  // the blank line counts, as in the file
+  EXPECT_EQ(memory.path, "data.train (in memory)");
 }
 
 TEST(Dataset, PromptCompletionTrainsTheCompletionOnly) {

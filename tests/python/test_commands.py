@@ -74,6 +74,10 @@ def test_generate_equals_cli(tiny_model, tmp_path):
         assert g["ids"] == w["ids"] and g["completion"] == w["completion"]
         assert np.array_equal(g["logprobs"], np.asarray(w["logprobs"], dtype=np.float32))
         assert (g["index"], g["sample"]) == (w["index"], w["sample"])
+    # The prompts go over in memory, as a file's lines: a bad one is named by its line.
+    with pytest.raises(streambp.Error, match=r"^prompts \(in memory\):2: prompt_ids\[0\] = "
+                                             r"1000000 is not a token id"):
+        streambp.generate(tiny_model, ["fine", [1000000]], **flags)
 
 
 def test_errors_are_streambp_error_with_the_cli_message(tmp_path):

@@ -78,6 +78,50 @@ def test_records_and_dataset_equal_the_jsonl_file(tmp_path):
     streambp.train("examples/tiny-chat/sft.yaml", output_dir=str(tmp_path / "ds"),
                    data__train=ds, **SFT)
     assert_same_weights(tmp_path / "file", tmp_path / "ds")
+    # In memory: the runs given records wrote what the file's run wrote, and no data file.
+    def written(d):
+        return sorted(os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d)
+                      for f in fs)
+    assert written(tmp_path / "list") == written(tmp_path / "file")
+    assert written(tmp_path / "ds") == written(tmp_path / "file")
+
+
+def test_records_in_memory_errors_and_resume(tmp_path):
+    records = [json.loads(l) for l in open(os.path.join(ROOT, "examples/tiny-chat/train.jsonl"))]
+    # A bad record is named as the same line of a file would be: row 1 is line 2.
+    bad = [records[0], {"messages": "not a list"}] + records[2:]
+    with pytest.raises(streambp.Error, match=r"^data\.train \(in memory\):2: "):
+        streambp.train("examples/tiny-chat/sft.yaml", output_dir=str(tmp_path / "bad"),
+                       data__train=bad, **SFT)
+    with pytest.raises(streambp.Error, match=r"data\.train: row 0 cannot be written as JSON"):
+        streambp.train("examples/tiny-chat/sft.yaml", output_dir=str(tmp_path / "bad2"),
+                       data__train=[{"text": object()}], **SFT)
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "bad2").exists()
+    # Resuming: 2 steps, then on to 3, equals 3 steps at once; the records are given again.
+    whole = dict(SFT, save_every=1)
+    streambp.train("examples/tiny-chat/sft.yaml", output_dir=str(tmp_path / "once"),
+                   data__train=records, **whole)
+    streambp.train("examples/tiny-chat/sft.yaml", output_dir=str(tmp_path / "twice"),
+                   data__train=records, **dict(whole, max_steps=2))
+    ckpt = str(tmp_path / "twice" / "checkpoint-2")
+    with pytest.raises(streambp.Error, match=r"data\.train \(in memory\): the run's records "
+                       r"were given in memory .*data__train=records"):
+        streambp.train(None, resume=ckpt, max_steps=3)
+    r = run_cli("train", "--resume", ckpt, "max_steps=3", check=False)
+    assert r.returncode != 0 and "give them again" in r.stderr
+    with pytest.raises(streambp.Error, match=r"resuming from .*"):
+        streambp.train(None, resume=ckpt, max_steps=3, data__train=records[1:])
+    streambp.train(None, resume=ckpt, max_steps=3, data__train=records)
+    assert_same_weights(tmp_path / "once", tmp_path / "twice")
+
+
+def test_prompt_records_in_memory_equal_the_file(tmp_path):
+    # Online GRPO reads its prompts from memory as from the file (prompt_records.h).
+    prompts = [json.loads(l)
+               for l in open(os.path.join(ROOT, "examples/tiny-chat/arith_prompts.jsonl"))]
+    assert streambp.train(grpo_config(tmp_path / "file", max_steps=2)) == 0
+    assert streambp.train(grpo_config(tmp_path / "list", max_steps=2), data__train=prompts) == 0
+    assert_same_weights(tmp_path / "file", tmp_path / "list")
 
 
 SIGINT_SCRIPT = r"""

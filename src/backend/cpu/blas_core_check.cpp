@@ -32,7 +32,7 @@ bool same_name(const std::string& a, const char* b) { return strcasecmp(a.c_str(
 
 BlasCoreCheck classify_blas_core(const std::string& provider, const std::string& core,
                                  const std::string& cpu_vectors) {
-  BlasCoreCheck c{provider, core, cpu_vectors, false, ""};
+  BlasCoreCheck c{provider, core, cpu_vectors, false, "", ""};  // attention: set by the caller
   const bool wide = cpu_vectors == "AVX-512" || cpu_vectors == "AVX2";
   if (!wide) return c;
   if (provider == "openblas") {
