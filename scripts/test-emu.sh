@@ -84,6 +84,7 @@ if command -v mpirun >/dev/null; then
 fi
 # scripts/gpu-check.sh itself, every stage at a small size against this tree's programs.
 run "gpu-check.sh, emulated" bash tests/scripts/gpu_check_emulated.sh "$dir"
+run "host waits per SFT step" bash tests/scripts/emu_step_waits.sh "$dir"
 # A short training run on the CUDA backend: the trainer's loop, optimizer, checkpoint and metrics.
 train_out=$(mktemp -d)
 run "train sft (3 steps)" "$bin" train examples/tiny-chat/sft.yaml backend=cuda max_steps=3 \

@@ -161,15 +161,22 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   const bool computes = be_.computes();
   const int passes = objective.prepasses();
   // Rows [s, e) of piece p: hidden's local rows, the batch's global rows.
-  auto block = [&](const RowPiece& p, int64_t s, int64_t e) {
+  auto block = [&](const RowPiece& p, int64_t s, int64_t e, bool to_host = true) {
     return HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, objective.head(), entropy,
                      hidden.slice_rows(p.local + s, p.local + e),
-                     step.targets().slice_rows(p.begin + s, p.begin + e), p.begin + s);
+                     step.targets().slice_rows(p.begin + s, p.begin + e), p.begin + s, to_host);
   };
   // Pre-passes (no grad): every block once per pass, from the kept final hidden state; with a
   // context group, each rank its own blocks, then the group sums what they added up.
   // With a single block the gradient pass below reuses it instead of recomputing it.
   const bool one_block = !cs.split() && hc >= T;
+  // A linear objective (SFT, objective.h grads_without_logp) writes its gradients without the
+  // log-probs: the blocks leave theirs on the device, gathered in one (Tl) vector that the host
+  // reads once after the pass, instead of waiting for the device at every block.
+  const bool gathered = objective.grads_without_logp() && objective.head() == HeadKind::lm &&
+                        !entropy && passes == 0;
+  Buffer pass_logp;  // (Tl) F32 the gradient pass's log-probs, this rank's rows
+  if (gathered) pass_logp = pool_.allocate(Category::other, DType::F32, {cs.local_rows()});
   for (int p = 0; p < passes && !one_block; ++p) {
     for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
       const HeadBlock b = block(piece, s, e);
@@ -179,16 +186,30 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
     if (computes) objective.finish_prepass(p);
   }
   for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
-    HeadBlock b = block(piece, s, e);
+    HeadBlock b = block(piece, s, e, /*to_host=*/!gathered);
     for (int p = 0; p < passes && one_block; ++p) {
       if (computes) objective.prepass(p, b.chunk());
       if (computes) objective.finish_prepass(p);
     }
     const TokenChunkGrads g = b.alloc_grads();
-    if (computes) objective.chunk_grads(b.chunk(), g);
+    if (gathered) {
+      if (computes) objective.constant_grads(piece.begin + s, g.dlogp);
+      be_.copy(pass_logp.view().slice_rows(piece.local + s, piece.local + e), b.logp());
+    } else if (computes) {
+      objective.chunk_grads(b.chunk(), g);
+    }
     b.backward(G, gy.open(piece.local + s, piece.local + e));
     gy.close();
   });
+  if (gathered && computes) {  // the pass's one wait; the blocks' rows in the same order
+    const std::vector<float> logp = download_f32(pass_logp.view());
+    for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
+      objective.add_logp(piece.begin + s, std::span<const float>(logp).subspan(
+                                              static_cast<size_t>(piece.local + s),
+                                              static_cast<size_t>(e - s)));
+    });
+  }
+  pass_logp.reset();
   if (computes) sum_over_group(context_, objective.pass_sums());
 }
 

@@ -4,7 +4,7 @@ namespace sbp {
 
 HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const ModelTensors& W,
                      DType act, HeadKind kind, bool entropy, const Tensor& hidden,
-                     const Tensor& targets, int64_t row_begin)
+                     const Tensor& targets, int64_t row_begin, bool to_host)
     : cfg_(cfg),
       be_(be),
       pool_(pool),
@@ -25,7 +25,7 @@ HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const Mode
     SBP_CHECK(W.score.defined(), "value objective on a model without a value head (score.weight)");
     out_ = pool.allocate(Category::logits, DType::F32, {n, 1});  // (n, 1)
     be.gemm(out_.view(), hf_.view(), false, W.score, true, 1.0f, 0.0f);
-    if (be.computes()) value_host_ = download_f32(out_.view());
+    if (be.computes() && to_host) value_host_ = download_f32(out_.view());
     return;
   }
   SBP_CHECK(W.lm_head.defined(), "LM-head objective on a model without an LM head");
@@ -46,7 +46,7 @@ HeadBlock::HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const Mode
     be.softmax_entropy(ent_.view(), out_.view(), lse_.view());
   }
   // The objective sees the block's per-row numbers in host memory: n floats each way.
-  if (be.computes()) {
+  if (be.computes() && to_host) {
     logp_host_ = download_f32(logp_.view());
     if (entropy_) ent_host_ = download_f32(ent_.view());
   }

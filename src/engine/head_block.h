@@ -21,10 +21,11 @@ namespace sbp {
 class HeadBlock {
  public:
   // hidden: (n, d) rows of the final hidden state (before the final norm); targets: (n) I32.
-  // Runs the forward immediately. `entropy` is ignored for the value head.
+  // Runs the forward immediately. `entropy` is ignored for the value head. `to_host` false:
+  // the per-row numbers stay on the device (logp()), chunk() shows none, and nothing waits.
   HeadBlock(const ModelConfig& cfg, Backend& be, Pool& pool, const ModelTensors& W, DType act,
             HeadKind kind, bool entropy, const Tensor& hidden, const Tensor& targets,
-            int64_t row_begin);
+            int64_t row_begin, bool to_host = true);
 
   // The block as the objective sees it (spans are empty when the backend does not compute).
   TokenChunk chunk() const;
@@ -36,6 +37,7 @@ class HeadBlock {
 
   const Tensor& logits() const { return out_.view(); }  // (n, V) LM head
   const Tensor& lse() const { return lse_.view(); }     // (n)
+  const Tensor& logp() const { return logp_.view(); }   // (n) F32 LM head
 
  private:
   const ModelConfig& cfg_;

@@ -52,11 +52,12 @@ StreamMemoryTerms stream_memory_terms(const ModelConfig& cfg, int64_t T, int64_t
   const int64_t sandwich = cfg.sandwich_norms() ? 2 * d : 0;
   const int64_t per_row_act = sum({3 * d, q_terms, Hh, 2 * F, sandwich});
   m.chunk_working_set = prod({c, sum({prod({per_row_act, a}), H * f, 3 * F * f})});
-  // Logits block, the normed hidden rows and their gradient, three per-row scalars.
+  // Logits block, the normed hidden rows and their gradient, three per-row scalars, and the
+  // pass's (T) log-probs gathered on the device for SFT (engine.cpp head_backward).
   // Soft-capped logits (Gemma) keep a second logits block for the backward.
   const int64_t logit_blocks = cfg.final_logit_softcapping > 0 ? 2 : 1;
   m.head_chunk = sum({prod({logit_blocks, ch, cfg.vocab_size, a}), prod({ch, d, a + f}),
-                      prod({3, ch, f})});
+                      prod({3, ch, f}), prod({T, f})});
   m.step_tables = prod({4, T, 4});  // tokens, targets, positions, segment starts (rope table aside)
   return m;
 }

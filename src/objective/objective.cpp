@@ -16,4 +16,12 @@ void Objective::token_grads(int64_t, std::span<const float>, std::span<float>) {
   throw Error("objective: neither chunk_grads nor token_grads is implemented");
 }
 
+void Objective::constant_grads(int64_t, std::span<float>) {
+  throw Error("objective: grads_without_logp() without constant_grads()");
+}
+
+void Objective::add_logp(int64_t, std::span<const float>) {
+  throw Error("objective: grads_without_logp() without add_logp()");
+}
+
 }  // namespace sbp

@@ -66,6 +66,17 @@ class Objective {
   // The simple form: rows [row_begin, row_begin + n), logp (n) in, dlogp (n) out. Objectives
   // override either this or chunk_grads().
   virtual void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp);
+  // Objectives linear in the log-probs (SFT): dL/dlogp depends on no log-prob, only on
+  // constants, so the gradient pass needs none of the values on the host. When this is true
+  // (and the objective has no pre-pass and wants no entropy), the engine calls
+  // constant_grads() for each block instead of chunk_grads(), keeps the blocks' log-probs on
+  // the device, and after the pass's last block shows them to add_logp(), block by block in the
+  // same row order, with one wait for the device instead of one per block (docs/CUDA.md "no
+  // host wait in the head"); pass_sums() comes after that. The numbers are those of
+  // chunk_grads(): the same dlogp, the loss summed in the same order.
+  virtual bool grads_without_logp() const { return false; }
+  virtual void constant_grads(int64_t row_begin, std::span<float> dlogp);
+  virtual void add_logp(int64_t row_begin, std::span<const float> logp);
 
   // Context parallelism (engine/context_slice.h): each rank of a context group is shown only
   // its own rows' blocks, so what an objective sums over rows is partial on each rank, and the

@@ -13,9 +13,8 @@ SftObjective::SftObjective(const Batch& batch, double normalizer)
   for (int64_t len : batch.seq_lens) seg_end_.push_back(end += len);
 }
 
-void SftObjective::token_grads(int64_t row_begin, std::span<const float> logp,
-                               std::span<float> dlogp) {
-  const int64_t n = static_cast<int64_t>(logp.size());
+template <typename Fn>
+void SftObjective::for_each_weight(int64_t row_begin, int64_t n, Fn fn) const {
   SBP_CHECK(row_begin >= 0 && row_begin + n <= batch_.size(), "sft: rows outside the batch");
   // The segment of row_begin, then walked along: row r's weight is Batch::target_weights()[r]
   // (the mask of its target r + 1, 0 at a segment's last row), scaled by 1 / N.
@@ -27,10 +26,26 @@ void SftObjective::token_grads(int64_t row_begin, std::span<const float> logp,
     const float m = r + 1 == seg_end_[seg]  ? 0.0f
                     : batch_.loss_mask.empty() ? 1.0f
                                                : batch_.loss_mask[static_cast<size_t>(r + 1)];
-    const float w = static_cast<float>(m * inv_);
-    dlogp[static_cast<size_t>(i)] = -w;
-    loss_ -= static_cast<double>(w) * logp[static_cast<size_t>(i)];
+    fn(static_cast<size_t>(i), static_cast<float>(m * inv_));
   }
+}
+
+void SftObjective::token_grads(int64_t row_begin, std::span<const float> logp,
+                               std::span<float> dlogp) {
+  for_each_weight(row_begin, static_cast<int64_t>(logp.size()), [&](size_t i, float w) {
+    dlogp[i] = -w;
+    loss_ -= static_cast<double>(w) * logp[i];
+  });
+}
+
+void SftObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
+  for_each_weight(row_begin, static_cast<int64_t>(dlogp.size()),
+                  [&](size_t i, float w) { dlogp[i] = -w; });
+}
+
+void SftObjective::add_logp(int64_t row_begin, std::span<const float> logp) {
+  for_each_weight(row_begin, static_cast<int64_t>(logp.size()),
+                  [&](size_t i, float w) { loss_ -= static_cast<double>(w) * logp[i]; });
 }
 
 // SFT trains on plain sequences (or prompt + completion with the prompt masked), alone, with

@@ -17,12 +17,21 @@ class SftObjective final : public Objective {
   SftObjective(const Batch& batch, double normalizer);
 
   void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp) override;
+  // The same two halves apart (objective.h): dlogp = -w needs no log-prob; the loss adds
+  // -w logp in row order when the log-probs come.
+  bool grads_without_logp() const override { return true; }
+  void constant_grads(int64_t row_begin, std::span<float> dlogp) override;
+  void add_logp(int64_t row_begin, std::span<const float> logp) override;
 
   // This micro-batch's share of the step loss, accumulated over the rows seen so far.
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override { return {{&loss_, 1}}; }
 
  private:
+  // fn(i, w) for rows row_begin + i, i < n, with w the row's weight m / N (as a float).
+  template <typename Fn>
+  void for_each_weight(int64_t row_begin, int64_t n, Fn fn) const;
+
   const Batch& batch_;
   double inv_ = 0.0;               // 1 / N
   std::vector<int64_t> seg_end_;   // (segments) one past each segment's last row

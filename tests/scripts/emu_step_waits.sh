@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Host waits for the device per training step, counted by the emulated CUDA runtime
+# (STREAMBP_CUDA_EMULATION_REPORT=1, docs/CUDA.md "Synchronisations"): the difference between a
+# 2-step and a 1-step run of examples/tiny-chat/sft.yaml with backend=cuda, one micro-batch of
+# 8 head blocks per step. SFT gathers its log-probs on the device (objective.h
+# grads_without_logp): one wait after the head pass, one at the step's end, none per head block
+# (there were 9). The count must equal EXPECTED exactly, so that a wait added or removed shows.
+# Part of scripts/test-emu.sh.
+#
+#   tests/scripts/emu_step_waits.sh [build-dir]     (default build-emu)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN="$ROOT/${1:-build-emu}/streambp"
+EXPECTED=2
+T=$(mktemp -d /tmp/emu-step-waits.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+cd "$ROOT"
+waits() {  # steps -> the host waits of the whole run
+  STREAMBP_CUDA_EMULATION_REPORT=1 "$BIN" train examples/tiny-chat/sft.yaml backend=cuda \
+    max_steps="$1" save_every=0 eval_every=0 output_dir="$T/run$1" >"$T/log$1" 2>&1 ||
+    { cat "$T/log$1" >&2; exit 1; }
+  sed -n 's/^cuda emulation: \([0-9]*\) host waits.*/\1/p' "$T/log$1"
+}
+one=$(waits 1)
+two=$(waits 2)
+[[ -n $one && -n $two ]] || { echo "emu_step_waits: no report line (STREAMBP_CUDA_EMULATION_REPORT)" >&2; exit 1; }
+per_step=$((two - one))
+echo "emu_step_waits: $per_step host waits per SFT step (1-step run $one, 2-step run $two)"
+if [[ $per_step -ne $EXPECTED ]]; then
+  echo "emu_step_waits: FAIL: expected $EXPECTED per step" >&2
+  exit 1
+fi
