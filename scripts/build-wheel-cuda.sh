@@ -112,30 +112,9 @@ site="$(realpath -m "$site")"
 # Every binary the wheel installed: the CUDA libraries resolve in the venv's nvidia/ folders
 # (on this machine a system toolkit is in ld.so's cache too: a missing rpath would resolve there
 # and fail this); every other library inside the wheel, or one the manylinux_2_36 policy takes
-# from the system (build-wheel.sh's list). The driver is not a link-time dependency at all.
-system='^(linux-vdso|/lib64/ld-linux|ld-linux|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libnsl|libstdc\+\+|libgcc_s|libatomic|libz)[.-]'
-nvidia='^(libcudart|libcublasLt|libcublas|libnccl|libnvrtc)[.-]'
-bad=0
-while IFS= read -r f; do
-  while IFS= read -r line; do
-    lib="$(echo "$line" | awk '{print $1}')"
-    where="$(echo "$line" | awk '{print $3}')"
-    [ -n "$where" ] && where="$(realpath -m "$where")"  # ldd writes streambp/../nvidia/...
-    if echo "$line" | grep -q "not found"; then
-      echo "build-wheel: $f: $lib not found" >&2; bad=1
-    elif [[ "$lib" =~ ^libcuda[.] ]]; then
-      echo "build-wheel: $f: links the driver $lib (the runtime should load it)" >&2; bad=1
-    elif [[ "$lib" =~ $system ]]; then
-      :
-    elif [[ "$lib" =~ $nvidia ]]; then
-      [[ "$where" == "$site"/nvidia/* ]] ||
-        { echo "build-wheel: $f: $lib resolves outside the venv's nvidia/: $where" >&2; bad=1; }
-    elif [[ "$where" != "$site"/streambp/* && "$where" != "$site"/streambp.libs/* ]]; then
-      echo "build-wheel: $f: $lib resolves outside the wheel: $where" >&2; bad=1
-    fi
-  done < <(env -u LD_LIBRARY_PATH ldd "$f" | sed 's/^\s*//')
-done < <(find "$site/streambp" "$site/streambp.libs" -name '*.so*' -type f)
-[ "$bad" = 0 ] || exit 1
+# from the system (scripts/wheel-libs-check.sh). The driver is not a link-time dependency at all.
+source scripts/wheel-libs-check.sh
+check_wheel_libs "$site" '^(libcudart|libcublasLt|libcublas|libnccl|libnvrtc)[.-]' || exit 1
 core="$(ls "$site"/streambp/_core*.so)"
 echo "build-wheel: rpath of streambp/$(basename "$core"): $(patchelf --print-rpath "$core")"
 echo "build-wheel: the CUDA libraries resolve in the venv's NVIDIA wheels (LD_LIBRARY_PATH unset):"

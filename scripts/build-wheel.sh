@@ -53,25 +53,11 @@ trap 'rm -rf "$tmp"' EXIT
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install -q "$wheel"
 site="$("$tmp/venv/bin/python" -c 'import streambp, os; print(os.path.dirname(os.path.dirname(streambp.__file__)))')"
-# Every binary the wheel installed: each library it needs is in the wheel, or is one that the
-# manylinux_2_36 policy takes from the system (auditwheel's list): glibc's, the C++ runtime
-# (libstdc++, libgcc_s, libatomic) and zlib (OpenMPI's).
-system='^(linux-vdso|/lib64/ld-linux|ld-linux|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libnsl|libstdc\+\+|libgcc_s|libatomic|libz)[.-]'
-bad=0
-while IFS= read -r f; do
-  while IFS= read -r line; do
-    lib="$(echo "$line" | awk '{print $1}')"
-    where="$(echo "$line" | awk '{print $3}')"
-    if echo "$line" | grep -q "not found"; then
-      echo "build-wheel: $f: $lib not found" >&2; bad=1
-    elif [[ "$lib" =~ $system ]]; then
-      :
-    elif [[ "$where" != "$site"/* ]]; then
-      echo "build-wheel: $f: $lib resolves outside the wheel: $where" >&2; bad=1
-    fi
-  done < <(env -u LD_LIBRARY_PATH ldd "$f" | sed 's/^\s*//')
-done < <(find "$site/streambp" "$site/streambp.libs" -name '*.so*' -type f)
-[ "$bad" = 0 ] || exit 1
+# Every binary the wheel installed: each library it needs is in the wheel, or one the
+# manylinux_2_36 policy takes from the system (scripts/wheel-libs-check.sh).
+source scripts/wheel-libs-check.sh
+site="$(realpath -m "$site")"
+check_wheel_libs "$site" || exit 1
 echo "build-wheel: every library beyond those of the manylinux_2_36 policy resolves inside the wheel:"
 env -u LD_LIBRARY_PATH ldd "$site"/streambp/_core*.so | grep -v "^\s*/lib64" | awk '{print "  " $1 " => " $3}'
 env -u LD_LIBRARY_PATH "$tmp/venv/bin/streambp" train examples/tiny-chat/sft.yaml \
