@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <streambuf>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -30,17 +31,17 @@ class TextStream : public std::istream {
   Buf buf_;
 };
 
+constexpr std::string_view kInMemory = " (in memory)";
+
 }  // namespace
 
-std::string in_memory_label(const std::string& key) { return key + " (in memory)"; }
+std::string in_memory_label(const std::string& key) { return key + std::string(kInMemory); }
 
 std::unique_ptr<std::istream> DataSource::open(const std::string& what) const {
   if (text) return std::make_unique<TextStream>(text);
   // A resumed run whose config names records that were given in memory: they are not on disk.
-  const std::string::size_type tail = name.rfind(" (in memory)");
-  if (tail != std::string::npos && tail + 12 == name.size())
-  {
-    std::string keyword = name.substr(0, tail);  // data.train -> data__train
+  if (name.size() > kInMemory.size() && name.ends_with(kInMemory)) {
+    std::string keyword = name.substr(0, name.size() - kInMemory.size());  // data__train
     for (std::string::size_type dot; (dot = keyword.find('.')) != std::string::npos;)
       keyword.replace(dot, 1, "__");
     throw InputError(name + ": the run's records were given in memory (Python), not in a file; "
