@@ -13,10 +13,12 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "core/error.h"
+#include "data/data_source.h"
 
 namespace sbp::fuzz {
 
@@ -52,6 +54,32 @@ void expect_clean(F&& body) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz: input reached a non-sbp exception (an internal error): %s\n",
                  e.what());
+    std::abort();
+  }
+}
+
+// Differential check of data/data_source.h: `load(source)` (a summary of what it read, as text)
+// on the file `path` and on the same bytes held in memory under `label` must agree: the same
+// summary, or the same sbp::Error message once the file's path is replaced by the label. The
+// Python package's records take the memory path; the program's files the other.
+template <class Load>
+void expect_same_from_memory(const std::string& path, const uint8_t* data, size_t size,
+                             const std::string& label, Load load) {
+  auto outcome = [&](const sbp::DataSource& source) -> std::string {
+    try {
+      return "ok: " + load(source);
+    } catch (const sbp::Error& e) {
+      std::string m = e.what();
+      for (size_t at; (at = m.find(path)) != std::string::npos;) m.replace(at, path.size(), label);
+      return "error: " + m;
+    }
+  };
+  const std::string from_file = outcome(sbp::DataSource(path));
+  const std::string from_memory = outcome(sbp::DataSource(
+      label, std::make_shared<const std::string>(reinterpret_cast<const char*>(data), size)));
+  if (from_file != from_memory) {
+    std::fprintf(stderr, "fuzz: the file and the same bytes in memory differ:\n  %s\n  %s\n",
+                 from_file.c_str(), from_memory.c_str());
     std::abort();
   }
 }
