@@ -86,4 +86,9 @@ env -u LD_LIBRARY_PATH "$tmp/venv/bin/python" -c '
 import streambp
 p = streambp.plan(model="qwen3-0.6b", dtype="bf16", budget="80GiB", modes="stream")
 print("plan: qwen3-0.6b fits", p["modes"]["stream"]["max_seq_len"], "tokens in 80 GiB (stream)")'
+# As on a machine without the -dev packages: their libraries hidden, the wheel still trains.
+run_without_system_libs "$build_dir/python" bash -c '"$@" > "$0" 2>&1' "$tmp/hidden.log" \
+  "$tmp/venv/bin/streambp" train examples/tiny-chat/sft.yaml output_dir="$tmp/hidden" \
+  max_steps=2 eval_every=0 save_every=0 || { cat "$tmp/hidden.log" >&2; exit 1; }
+[ -f "$tmp/hidden.log" ] && echo "  $(tail -n 1 "$tmp/hidden.log")"
 echo "build-wheel: the installed wheel trains and plans"
