@@ -41,7 +41,8 @@ check_wheel_libs() {
 # (the same extension as built here, linked against the -dev packages' libraries) resolves to
 # outside the manylinux policy's set, the packages' files as if they were not installed. First
 # it shows the hiding works: REFERENCE's package (PYTHONPATH=REFERENCE_DIR, with $py, the
-# interpreter it was built for) imports outside and must fail to import there. Without root it says so and runs nothing (returns 0: the ldd check above still holds).
+# interpreter it was built for) imports outside and must fail to import there. Without root it
+# says so and runs nothing (returns 0: the ldd check above still holds).
 #   run_without_system_libs REFERENCE_DIR CMD...   (REFERENCE_DIR holds streambp/_core*.so)
 run_without_system_libs() {
   local ref_dir="$1" files=() lib where

@@ -111,7 +111,8 @@ int run_main(std::vector<std::string> args) {
 }
 
 // plan / score / generate on `args` (score's sequences in `input_json`, generate's prompt
-// records in `input_lines`, JSONL, when the arguments name no --input); returns (the JSON as text, [(name, float32 array)]).
+// records in `input_lines`, JSONL, when the arguments name no --input); returns (the JSON as
+// text, [(name, float32 array)]).
 std::pair<std::string, nb::list> run_command(const std::vector<std::string>& args,
                                              const std::string& input_json, bool grads,
                                              std::string input_lines) {
