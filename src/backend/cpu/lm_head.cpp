@@ -31,8 +31,7 @@ void logsoftmax_target_kernel(float* plse, float* plogp, const TL* pl, const int
 #pragma omp parallel for schedule(static) if (n * V > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const TL* row = pl + i * V;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, load(row[j]));
+    const float mx = cpu::lane_max(V, -INFINITY, [&](int64_t j) { return load(row[j]); });
     // Sum in fp64 lanes (vectorised). fp32 lanes lost the vocabulary's tail: once a lane holds
     // the top token's exp(0) = 1, every later term below half its ulp (6e-8) adds nothing, and
     // tens of thousands of such terms are a mass of ~1e-5. On SmolLM2-135M (V = 49,152) that
