@@ -8,16 +8,9 @@
 
 namespace sbp {
 
-namespace {
-constexpr size_t kAlignment = 64;
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-}  // namespace
+void* PlainHostSpace::allocate_bytes(size_t bytes) { return blocks_.allocate(bytes); }
 
-void* PlainHostSpace::allocate_bytes(size_t bytes) {
-  return std::aligned_alloc(kAlignment, round_up(std::max<size_t>(bytes, 1), kAlignment));
-}
-
-void PlainHostSpace::release_bytes(void* p, size_t) { std::free(p); }
+void PlainHostSpace::release_bytes(void* p, size_t bytes) { blocks_.release(p, bytes); }
 
 void PlainHostSpace::upload_impl(void* dst, const void* host, size_t bytes) {
   std::memcpy(dst, host, bytes);

@@ -4,6 +4,7 @@
 // queued copy is the backend's to say, so in_flight() and drain_copies() ask it.
 #include <cstddef>
 
+#include "backend/host_block_cache.h"
 #include "core/memory.h"
 
 namespace sbp {
@@ -30,6 +31,7 @@ class PlainHostSpace : public HostSpace {
   using HostSpace::HostSpace;
   void* allocate_bytes(size_t bytes) override;
   void release_bytes(void* p, size_t bytes) override;
+  void release_cached() override { blocks_.release_cached(); }
   bool holds_data() const override { return true; }
   bool host_addressable() const override { return true; }
 
@@ -38,6 +40,9 @@ class PlainHostSpace : public HostSpace {
   void download_impl(void* host, const void* src, size_t bytes) override;
   void zero_impl(const Tensor& t) override;
   void poison_impl(const Tensor& t) override;
+
+ private:
+  HostBlockCache blocks_;
 };
 
 // A host space that holds no data (the shape-only planner's): the same bytes are recorded.

@@ -240,6 +240,8 @@ struct Bench {
         Config& c = configs[k];
         std::fprintf(stderr, "bench: %s %s T=%lld step %d/%d ...\n", r.precision.c_str(),
                      r.mode.c_str(), static_cast<long long>(T), i + 1, a.warmup + a.repeat);
+        be->release_cached();  // this step's peak resident memory, not an earlier mode's
+        be->host_memory().release_cached();
         reset_peak_rss();
         c.m->ledger.reset_peak();
         c.m->host_ledger.reset_peak();

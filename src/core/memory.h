@@ -43,6 +43,9 @@ class MemorySpace {
   }
   // Lets every queued copy finish (an exception abandoned the step that queued them).
   virtual void drain_copies() {}
+  // Gives freed memory that the space keeps for reuse back to the system, so that the next
+  // step's peak resident memory is its own (backend/host_block_cache.h).
+  virtual void release_cached() {}
 
   // ---- transfers (checked: `t` lives in this space; the host side holds t.nbytes() bytes of
   // t's dtype) ----

@@ -5,6 +5,7 @@
 // adamw.cpp, attention.cpp).
 #include "backend/backend.h"
 #include "backend/cpu_threads.h"
+#include "backend/host_block_cache.h"
 #include "backend/host_space.h"
 
 namespace sbp {
@@ -14,10 +15,11 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
   bool computes() const override { return true; }
 
-  // Memory: 64-byte aligned host allocations, one per tensor (a large one is its own mapping
-  // and goes back to the system when freed, src/cli/main.cpp).
+  // Memory: 64-byte aligned host allocations, one per tensor; a large freed one is kept for
+  // the next tensor of its size within the high-water mark (backend/host_block_cache.h).
   void* allocate_bytes(size_t bytes) override;
   void release_bytes(void* p, size_t bytes) override;
+  void release_cached() override { blocks_.release_cached(); }
   bool holds_data() const override { return true; }
   bool host_addressable() const override { return true; }
 
@@ -94,6 +96,7 @@ class CpuBackend : public Backend {
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;
  private:
+  HostBlockCache blocks_;
   PlainHostSpace host_{*this};
 };
 

@@ -7,16 +7,9 @@
 
 namespace sbp {
 
-namespace {
-constexpr size_t kAlignment = 64;  // one cache line; also enough for AVX-512 loads
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-}  // namespace
+void* CpuBackend::allocate_bytes(size_t bytes) { return blocks_.allocate(bytes); }
 
-void* CpuBackend::allocate_bytes(size_t bytes) {
-  return std::aligned_alloc(kAlignment, round_up(bytes, kAlignment));
-}
-
-void CpuBackend::release_bytes(void* p, size_t) { std::free(p); }
+void CpuBackend::release_bytes(void* p, size_t bytes) { blocks_.release(p, bytes); }
 
 void CpuBackend::upload_impl(void* dst, const void* host, size_t bytes) {
   std::memcpy(dst, host, bytes);
