@@ -11,7 +11,9 @@ int main(int argc, char** argv) {
   // Every buffer of 128 KiB or more gets its own mapping and goes back to the system when
   // freed. glibc would otherwise raise this threshold after the first large free and serve
   // later buffers from the heap, where freed memory stays resident: the process would then
-  // use more memory than the ledger (and `streambp plan`) accounts for.
+  // use more memory than the ledger (and `streambp plan`) accounts for. Tensors are reused
+  // instead by the backends' block cache, which stays within the ledger's high-water mark
+  // (backend/host_block_cache.h).
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   return sbp::cli::run_cli(argc, argv);
 }
