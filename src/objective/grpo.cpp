@@ -23,6 +23,7 @@ GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantag
       adv_(advantages.begin(), advantages.end()),
       old_(old_logp.begin(), old_logp.end()),
       ref_(ref_logp.begin(), ref_logp.end()) {
+  if (cfg_.epsilon_high == 0.0) cfg_.epsilon_high = cfg_.epsilon_low;
   const int64_t T = rows_.num_rows(), S = rows_.num_sequences();
   if (static_cast<int64_t>(adv_.size()) != S)
     throw InputError("grpo: " + std::to_string(adv_.size()) + " advantages for " +
