@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/enum_names.h"
+#include "objective/objective_settings.h"
 
 namespace sbp {
 
@@ -68,6 +69,10 @@ struct ObjectiveTraits {
   std::string (*describe)(const ObjectiveSetup& s);  // "dpo (sigmoid, beta 0.1, ...)"
   // What is wrong with its own settings, in a flag's words ("beta must be > 0"), or nullptr.
   const char* (*settings_error)(const ObjectiveSetup& s);
+
+  // Its settings as config keys, "<name>.<setting>", in the order a config's error lists them
+  // (objective_settings.h); at most one row of each model directory type.
+  std::span<const ObjectiveSetting> settings = {};
 };
 
 const ObjectiveTraits& objective_traits(ObjectiveKind kind);
