@@ -133,11 +133,11 @@ TEST(TrainConfig, PpoKeys) {
                  std::string(kMinimal) +
                      "objective: ppo\nppo:\n  value_model: models/value\n  kl_estimator: k3\n"),
       {"ppo.lam=0.9"});
-  EXPECT_EQ(c.ppo.value_model, "models/value");
-  EXPECT_EQ(c.ppo.kl_estimator, KlEstimator::k3);
-  EXPECT_DOUBLE_EQ(c.ppo.lam, 0.9);
-  EXPECT_EQ(TrainConfig{}.ppo.kl_estimator, KlEstimator::k1);
-  EXPECT_TRUE(TrainConfig{}.ppo.value_model.empty());
+  EXPECT_EQ(c.model_dirs.at("ppo.value_model"), "models/value");
+  EXPECT_EQ(c.objective_settings.rollout.kl_estimator, KlEstimator::k3);
+  EXPECT_DOUBLE_EQ(c.objective_settings.rollout.lam, 0.9);
+  EXPECT_EQ(TrainConfig{}.objective_settings.rollout.kl_estimator, KlEstimator::k1);
+  EXPECT_TRUE(TrainConfig{}.model_dirs.at("ppo.value_model").empty());
   // Each bad value names its own key and line.
   EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  kl_estimator: k2\n"),
             "cfg.yaml:5: ppo.kl_estimator must be k1 or k3");
@@ -224,6 +224,8 @@ TEST(TrainConfig, ObjectiveKeysStayAsTheyWere) {
            {"kto.reference=[1]", "kto.reference: expected a string, got a list"},
            {"grpo.beta=-1", "grpo.beta must be >= 0"},
            {"grpo.epsilon=0", "grpo.epsilon must be positive"},
+           // (before issue 30's rows: "grpo.epsilon must be positive", naming the other key)
+           {"grpo.epsilon_high=-1", "grpo.epsilon_high must be >= 0"},
            {"grpo.loss_type=x", "grpo.loss_type must be grpo, bnpo, dr_grpo or dapo"},
            {"grpo.scale_rewards=x", "grpo.scale_rewards must be group, batch or none"},
            {"grpo.num_generations=1",
