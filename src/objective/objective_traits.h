@@ -6,9 +6,10 @@
 // runs a step and scores held-out data is the step layer's row of the same kind
 // (step/objective_steps.h).
 //
-// Adding an objective: its enum value below, its files (loss and row, step row), its entry in
-// the registries objective_traits.cpp and step/objective_steps.cpp, and its settings where
-// settings are read (objective_setup.h, train/train_config.*, cli/objective_args.*).
+// Adding an objective: its enum value below, its files (loss, traits row and setting rows;
+// step row), its entry in the registries objective_traits.cpp and step/objective_steps.cpp, and
+// its config struct's member in ObjectiveSetup (objective_setup.h). Its setting rows
+// (objective_settings.h) are its config keys and its --beta; nothing else names it.
 #include <cstdint>
 #include <span>
 #include <string>
