@@ -1,6 +1,7 @@
 #include "cli/objective_args.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "cli/flag_checks.h"
 #include "core/error.h"
@@ -22,10 +23,27 @@ auto flag(const char* name, F parse) {
   }
 }
 
+// What --beta sets, from the rows that it names (objective/objective_settings.h): "dpo.beta,
+// grpo.beta, ... (default 0.1, 0.04, ...)".
+std::string beta_help() {
+  std::string keys, defaults;
+  for (const ObjectiveTraits* t : all_objectives()) {
+    for (const ObjectiveSetting& row : t->settings) {
+      if (!row.beta_flag) continue;
+      ObjectiveSetup s;
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", row.beta_flag_default.value_or(row.number(s)));
+      keys += (keys.empty() ? "" : ", ") + std::string(row.key);
+      defaults += (defaults.empty() ? "" : ", ") + std::string(value);
+    }
+  }
+  return "the objective's coefficient: " + keys + " (default " + defaults + ")";
+}
+
 }  // namespace
 
 void ObjectiveArgs::add_flags(CLI::App* c) {
-  c->add_option("--objective", objective, "sft, dpo, grpo, ppo, orpo or kto");
+  c->add_option("--objective", objective, enum_choices(objective_names()));
   c->add_option("--dpo-loss", dpo_loss, "DPO loss: sigmoid, hinge or ipo");
   // Every number is checked for range and finiteness here, where it is parsed: a NaN fails
   // every comparison, so a later `beta >= 0` would have taken it for "not given".
@@ -33,10 +51,7 @@ void ObjectiveArgs::add_flags(CLI::App* c) {
       ->check(finite_in(0.0, 0.4999));
   c->add_option("--grpo-loss", grpo_loss, "GRPO loss_type: grpo, bnpo, dr_grpo, dapo");
   c->add_option("--scale-rewards", scale_rewards, "GRPO: group, batch or none");
-  c->add_option("--beta", beta,
-                "DPO beta / GRPO KL coefficient / PPO kl_coef / ORPO, KTO beta (default 0.1 / "
-                "0.04 / 0.05 / 0.1)")
-      ->check(finite_in(0.0, kMaxCoefficient));
+  c->add_option("--beta", beta, beta_help())->check(finite_in(0.0, kMaxCoefficient));
   c->add_option("--group-size", group_size, "GRPO completions per prompt");
   c->add_option("--entropy-coef", entropy_coef, "GRPO/PPO entropy bonus")
       ->check(finite_in(0.0, kMaxCoefficient));
@@ -60,14 +75,12 @@ ObjectiveSetup ObjectiveArgs::setup() const {
   if (!std::isfinite(beta)) throw InputError("--beta must be a finite number >= 0");
   s.grpo.entropy_coef = entropy_coef;
   s.ppo.entropy_coef = entropy_coef;
-  if (beta >= 0.0) {
-    s.dpo.beta = beta;
-    s.orpo.beta = beta;
-    s.kto.beta = beta;
-    s.grpo.beta = beta;
-    s.rollout.kl_coef = beta;
-  } else {
-    s.grpo.beta = 0.04;
+  for (const ObjectiveSetting& row : s.traits().settings) {
+    if (!row.beta_flag) continue;
+    if (beta >= 0.0)
+      row.number(s) = beta;
+    else if (row.beta_flag_default)
+      row.number(s) = *row.beta_flag_default;
   }
   if (const char* error = s.traits().settings_error ? s.traits().settings_error(s) : nullptr)
     throw InputError(std::string("--") + error + " for " + s.traits().name);

@@ -128,6 +128,12 @@ std::string dpo_describe(const ObjectiveSetup& s) {
 const char* dpo_settings_error(const ObjectiveSetup& s) {
   return s.dpo.beta > 0.0 ? nullptr : "beta must be > 0";
 }
+constexpr ObjectiveSetting kDpoSettings[] = {
+    number_setting<&ObjectiveSetup::dpo, &DpoConfig::beta>("dpo.beta", kPositive, true),
+    choice_setting<kDpoLossNames, &ObjectiveSetup::dpo, &DpoConfig::loss_type>("dpo.loss_type"),
+    number_setting<&ObjectiveSetup::dpo, &DpoConfig::label_smoothing>(
+        "dpo.label_smoothing", {.lo = 0.0, .hi = 0.5, .hi_open = true}),
+    {.key = "dpo.reference", .type = SettingType::reference_dir}};
 }  // namespace
 
 // extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
@@ -146,6 +152,7 @@ extern const ObjectiveTraits kDpoTraits = {
     .analytic_memory = false,
     .describe = dpo_describe,
     .settings_error = dpo_settings_error,
+    .settings = kDpoSettings,
 };
 
 }  // namespace sbp

@@ -23,6 +23,7 @@ GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantag
       adv_(advantages.begin(), advantages.end()),
       old_(old_logp.begin(), old_logp.end()),
       ref_(ref_logp.begin(), ref_logp.end()) {
+  if (cfg_.epsilon_high == 0.0) cfg_.epsilon_high = cfg_.epsilon_low;
   const int64_t T = rows_.num_rows(), S = rows_.num_sequences();
   if (static_cast<int64_t>(adv_.size()) != S)
     throw InputError("grpo: " + std::to_string(adv_.size()) + " advantages for " +
@@ -119,6 +120,16 @@ std::string grpo_describe(const ObjectiveSetup& s) {
                 grpo_loss_name(s.grpo.loss_type), s.grpo.beta, scale_rewards_name(s.scale_rewards));
   return buf;
 }
+// --beta's default is 0.04, not grpo.beta's (TRL's) 0, so that a GRPO step that gradcheck,
+// bench or plan runs includes its reference model.
+constexpr ObjectiveSetting kGrpoSettings[] = {
+    number_setting<&ObjectiveSetup::grpo, &GrpoConfig::beta>("grpo.beta", kNonNegative, true, 0.04),
+    number_setting<&ObjectiveSetup::grpo, &GrpoConfig::epsilon_low>("grpo.epsilon", kPositive),
+    number_setting<&ObjectiveSetup::grpo, &GrpoConfig::epsilon_high>("grpo.epsilon_high",
+                                                                     kNonNegative),
+    choice_setting<kGrpoLossNames, &ObjectiveSetup::grpo, &GrpoConfig::loss_type>("grpo.loss_type"),
+    choice_setting<kScaleRewardsNames, &ObjectiveSetup::scale_rewards>("grpo.scale_rewards"),
+    {.key = "grpo.reference", .type = SettingType::reference_dir}};
 }  // namespace
 
 // extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
@@ -137,6 +148,7 @@ extern const ObjectiveTraits kGrpoTraits = {
     .analytic_memory = false,
     .describe = grpo_describe,
     .settings_error = nullptr,
+    .settings = kGrpoSettings,
 };
 
 }  // namespace sbp

@@ -41,7 +41,8 @@ const char* grpo_loss_name(GrpoLoss t);
 struct GrpoConfig {
   double beta = 0.0;                    // KL coefficient; 0 skips the reference model entirely
   double epsilon_low = 0.2;             // TRL `epsilon`
-  double epsilon_high = 0.2;            // TRL `epsilon_high` (DAPO recommends 0.28)
+  double epsilon_high = 0.0;            // TRL `epsilon_high` (DAPO recommends 0.28); 0: TRL's
+                                        // None, = epsilon_low
   GrpoLoss loss_type = GrpoLoss::dapo;  // TRL v0.23.0's default
   int64_t max_completion_length = 0;    // dr_grpo's constant; <= 0: longest completion here
   int64_t grad_accum_steps = 1;         // ga above (grpo, bnpo, dr_grpo)

@@ -155,6 +155,13 @@ const char* kto_settings_error(const ObjectiveSetup& s) {
     return "desirable and undesirable weights must be >= 0";
   return nullptr;
 }
+constexpr ObjectiveSetting kKtoSettings[] = {
+    number_setting<&ObjectiveSetup::kto, &KtoConfig::beta>("kto.beta", kPositive, true),
+    number_setting<&ObjectiveSetup::kto, &KtoConfig::desirable_weight>("kto.desirable_weight",
+                                                                       kNonNegative),
+    number_setting<&ObjectiveSetup::kto, &KtoConfig::undesirable_weight>("kto.undesirable_weight",
+                                                                         kNonNegative),
+    {.key = "kto.reference", .type = SettingType::reference_dir}};
 }  // namespace
 
 // extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
@@ -176,6 +183,7 @@ extern const ObjectiveTraits kKtoTraits = {
     .analytic_memory = false,
     .describe = kto_describe,
     .settings_error = kto_settings_error,
+    .settings = kKtoSettings,
 };
 
 }  // namespace sbp

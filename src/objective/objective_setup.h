@@ -1,8 +1,10 @@
 #pragma once
 // What an optimizer step optimises, typed: the objective's kind and every setting of it, parsed
-// once where a config file or a command line is read (train/train_config.h, src/cli/). The step
+// once where a config file or a command line is read (train/train_config.h, src/cli/) through
+// the setting rows each objective declares in its own file (objective_settings.h). The step
 // runner (step/step_runner.h) builds each micro-batch's objective from it, filling in what only
-// the step knows (its micro-batch count, its completion tokens, its pairs).
+// the step knows (its micro-batch count, its completion tokens, its pairs). A new objective with
+// settings adds its config struct here: its header and one member.
 //
 //   sft   SftObjective
 //   dpo   DpoObjective, against a reference model

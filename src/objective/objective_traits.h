@@ -6,14 +6,16 @@
 // runs a step and scores held-out data is the step layer's row of the same kind
 // (step/objective_steps.h).
 //
-// Adding an objective: its enum value below, its files (loss and row, step row), its entry in
-// the registries objective_traits.cpp and step/objective_steps.cpp, and its settings where
-// settings are read (objective_setup.h, train/train_config.*, cli/objective_args.*).
+// Adding an objective: its enum value below, its files (loss, traits row and setting rows;
+// step row), its entry in the registries objective_traits.cpp and step/objective_steps.cpp, and
+// its config struct's member in ObjectiveSetup (objective_setup.h). Its setting rows
+// (objective_settings.h) are its config keys and its --beta; nothing else names it.
 #include <cstdint>
 #include <span>
 #include <string>
 
 #include "core/enum_names.h"
+#include "objective/objective_settings.h"
 
 namespace sbp {
 
@@ -68,6 +70,10 @@ struct ObjectiveTraits {
   std::string (*describe)(const ObjectiveSetup& s);  // "dpo (sigmoid, beta 0.1, ...)"
   // What is wrong with its own settings, in a flag's words ("beta must be > 0"), or nullptr.
   const char* (*settings_error)(const ObjectiveSetup& s);
+
+  // Its settings as config keys, "<name>.<setting>", in the order a config's error lists them
+  // (objective_settings.h); at most one row of each model directory type.
+  std::span<const ObjectiveSetting> settings = {};
 };
 
 const ObjectiveTraits& objective_traits(ObjectiveKind kind);

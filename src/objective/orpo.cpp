@@ -128,6 +128,8 @@ std::string orpo_describe(const ObjectiveSetup& s) {
 const char* orpo_settings_error(const ObjectiveSetup& s) {
   return s.orpo.beta > 0.0 ? nullptr : "beta must be > 0";
 }
+constexpr ObjectiveSetting kOrpoSettings[] = {
+    number_setting<&ObjectiveSetup::orpo, &OrpoConfig::beta>("orpo.beta", kPositive, true)};
 }  // namespace
 
 // extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
@@ -147,6 +149,7 @@ extern const ObjectiveTraits kOrpoTraits = {
     .analytic_memory = false,
     .describe = orpo_describe,
     .settings_error = orpo_settings_error,
+    .settings = kOrpoSettings,
 };
 
 }  // namespace sbp

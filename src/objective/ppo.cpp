@@ -124,6 +124,21 @@ std::string ppo_describe(const ObjectiveSetup& s) {
   std::snprintf(buf, sizeof buf, "ppo (kl_coef %g, vf_coef %g)", s.rollout.kl_coef, s.ppo.vf_coef);
   return buf;
 }
+// ppo.beta is the KL penalty's kl_coef; ppo.epsilon and ppo.value_epsilon are TRL's cliprange
+// and cliprange_value.
+constexpr ObjectiveSetting kPpoSettings[] = {
+    number_setting<&ObjectiveSetup::rollout, &PpoRolloutConfig::kl_coef>("ppo.beta", kNonNegative,
+                                                                         true),
+    number_setting<&ObjectiveSetup::ppo, &PpoConfig::cliprange>("ppo.epsilon", kPositive),
+    number_setting<&ObjectiveSetup::ppo, &PpoConfig::cliprange_value>("ppo.value_epsilon",
+                                                                      kPositive),
+    number_setting<&ObjectiveSetup::ppo, &PpoConfig::vf_coef>("ppo.vf_coef", kNonNegative),
+    number_setting<&ObjectiveSetup::rollout, &PpoRolloutConfig::gamma>("ppo.gamma", kUnitInterval),
+    number_setting<&ObjectiveSetup::rollout, &PpoRolloutConfig::lam>("ppo.lam", kUnitInterval),
+    choice_setting<kKlEstimatorNames, &ObjectiveSetup::rollout, &PpoRolloutConfig::kl_estimator>(
+        "ppo.kl_estimator"),
+    {.key = "ppo.reference", .type = SettingType::reference_dir},
+    {.key = "ppo.value_model", .type = SettingType::value_model_dir}};
 }  // namespace
 
 // extern: a namespace-scope const is file-local otherwise; objective_traits.cpp registers it.
@@ -142,6 +157,7 @@ extern const ObjectiveTraits kPpoTraits = {
     .analytic_memory = false,
     .describe = ppo_describe,
     .settings_error = nullptr,
+    .settings = kPpoSettings,
 };
 
 }  // namespace sbp

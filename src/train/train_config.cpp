@@ -255,21 +255,11 @@ Key rewards_key() {
   return k;
 }
 
-// The config sections that hold rollout settings (RolloutSettings), one row each.
-struct RolloutSection {
-  ObjectiveKind kind;
-  const char* name;
-  RolloutSettings& (*of)(TrainConfig& c);
-};
-const RolloutSection kRolloutSections[] = {
-    {ObjectiveKind::grpo, "grpo", [](TrainConfig& c) -> RolloutSettings& { return c.grpo.rollout; }},
-    {ObjectiveKind::ppo, "ppo", [](TrainConfig& c) -> RolloutSettings& { return c.ppo.rollout; }}};
-
 // grpo.stop / ppo.stop: a list of stop strings, or one string.
-Key rollout_stop_key(const RolloutSection& section) {
+template <class Of>
+Key rollout_stop_key(const std::string& section, Of of) {
   Key k;
-  k.name = std::string(section.name) + ".stop";
-  const auto of = section.of;
+  k.name = section + ".stop";
   k.set = [of, name = k.name](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     std::vector<std::string> v;
     if (n.IsScalar()) {
@@ -289,6 +279,80 @@ Key rollout_stop_key(const RolloutSection& section) {
   k.get = [of](const TrainConfig& c) {
     return nlohmann::json(of(const_cast<TrainConfig&>(c)).stop);
   };
+  return k;
+}
+
+// An online objective's rollout settings (RolloutSettings) as keys of its section.
+std::vector<Key> rollout_keys(const ObjectiveTraits& t) {
+  const std::string obj = t.name;
+  const auto of = [kind = t.kind](TrainConfig& c) -> RolloutSettings& {
+    return c.rollouts.at(kind);
+  };
+#define ROLLOUT_KEY(T, field) \
+  sbp::bind<T>(obj + "." #field, [of](TrainConfig& c) -> T& { return of(c).field; })
+  return {ROLLOUT_KEY(int64_t, num_generations),     ROLLOUT_KEY(int64_t, prompts_per_step),
+          ROLLOUT_KEY(int64_t, max_completion_length), ROLLOUT_KEY(int64_t, num_iterations),
+          ROLLOUT_KEY(double, temperature),          ROLLOUT_KEY(double, top_p),
+          ROLLOUT_KEY(int64_t, top_k),               ROLLOUT_KEY(double, min_p),
+          ROLLOUT_KEY(bool, mask_truncated_completions), rollout_stop_key(obj, of)};
+#undef ROLLOUT_KEY
+}
+
+// One of an objective's setting rows (objective/objective_settings.h) as a config key: a number
+// or a closed set of its ObjectiveSetup, or a model directory.
+Key setting_key(const ObjectiveSetting& row) {
+  const std::string name = row.key;
+  switch (row.type) {
+    case SettingType::number:
+      return bind<double>(name, [number = row.number](TrainConfig& c) -> double& {
+        return number(c.objective_settings);
+      });
+    case SettingType::choice: {
+      Key k;
+      k.name = name;
+      k.set = [name, row](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+        if (!n.IsScalar() || !row.choose(c.objective_settings, n.Scalar()))
+          throw InputError(where + ": " + name + " must be " + row.choices());
+      };
+      k.get = [row](const TrainConfig& c) {
+        return nlohmann::json(row.chosen(c.objective_settings));
+      };
+      return k;
+    }
+    case SettingType::reference_dir:
+    case SettingType::value_model_dir: break;
+  }
+  return bind<std::string>(
+      name, [name](TrainConfig& c) -> std::string& { return c.model_dirs.at(name); });
+}
+
+// The objectives in the order their sections have in the key table, and so in every list of
+// keys an error prints: the offline ones, then the online ones, each in registry order.
+std::vector<const ObjectiveTraits*> objectives_in_key_order() {
+  std::vector<const ObjectiveTraits*> v;
+  for (const bool online : {false, true})
+    for (const ObjectiveTraits* t : all_objectives())
+      if (t->rollouts == online) v.push_back(t);
+  return v;
+}
+
+// An objective's keys: its setting rows, and an online objective's rollout keys after its
+// reference key (where the key lists have always had them), or after its rows.
+std::vector<Key> objective_keys(const ObjectiveTraits& t) {
+  std::vector<Key> k;
+  bool rollouts_to_add = t.rollouts;
+  for (const ObjectiveSetting& row : t.settings) {
+    k.push_back(setting_key(row));
+    if (rollouts_to_add && row.type == SettingType::reference_dir) {
+      const std::vector<Key> r = rollout_keys(t);
+      k.insert(k.end(), r.begin(), r.end());
+      rollouts_to_add = false;
+    }
+  }
+  if (rollouts_to_add) {
+    const std::vector<Key> r = rollout_keys(t);
+    k.insert(k.end(), r.begin(), r.end());
+  }
   return k;
 }
 
@@ -345,30 +409,13 @@ const std::vector<Key>& keys() {
         KEY(bool, "data.append_eos", append_eos),
         AUTO_KEY(bool, "data.add_bos", add_bos, kBoolNames),
         ENUM_KEY(ObjectiveKind, "objective", objective, objective_names()),
-        KEY(double, "dpo.beta", dpo.beta),
-        ENUM_KEY(DpoLoss, "dpo.loss_type", dpo.loss_type, kDpoLossNames),
-        KEY(double, "dpo.label_smoothing", dpo.label_smoothing),
-        KEY(std::string, "dpo.reference", dpo.reference),
-        KEY(double, "orpo.beta", orpo.beta),
-        KEY(double, "kto.beta", kto.beta),
-        KEY(double, "kto.desirable_weight", kto.desirable_weight),
-        KEY(double, "kto.undesirable_weight", kto.undesirable_weight),
-        KEY(std::string, "kto.reference", kto.reference),
-        KEY(double, "grpo.beta", grpo.beta),
-        KEY(double, "grpo.epsilon", grpo.epsilon),
-        KEY(double, "grpo.epsilon_high", grpo.epsilon_high),
-        ENUM_KEY(GrpoLoss, "grpo.loss_type", grpo.loss_type, kGrpoLossNames),
-        ENUM_KEY(ScaleRewards, "grpo.scale_rewards", grpo.scale_rewards, kScaleRewardsNames),
-        KEY(std::string, "grpo.reference", grpo.reference),
-        KEY(double, "ppo.beta", ppo.beta),
-        KEY(double, "ppo.epsilon", ppo.epsilon),
-        KEY(double, "ppo.value_epsilon", ppo.value_epsilon),
-        KEY(double, "ppo.vf_coef", ppo.vf_coef),
-        KEY(double, "ppo.gamma", ppo.gamma),
-        KEY(double, "ppo.lam", ppo.lam),
-        ENUM_KEY(KlEstimator, "ppo.kl_estimator", ppo.kl_estimator, kKlEstimatorNames),
-        KEY(std::string, "ppo.reference", ppo.reference),
-        KEY(std::string, "ppo.value_model", ppo.value_model),
+    };
+    // Every objective's keys, after `objective`.
+    for (const ObjectiveTraits* t : objectives_in_key_order()) {
+      const std::vector<Key> o = objective_keys(*t);
+      k.insert(k.end(), o.begin(), o.end());
+    }
+    const std::vector<Key> rest = {
         rewards_key(),
         KEY(double, "reward_timeout", reward_timeout),
         KEY(int64_t, "log_completions_every", log_completions_every),
@@ -427,24 +474,7 @@ const std::vector<Key>& keys() {
         KEY(int, "demo.threads", demo_options.threads),
         KEY(std::string, "demo.out", demo_options.out),
     };
-    // grpo.* and ppo.*: the rollout settings of online training (RolloutSettings).
-    for (const RolloutSection& section : kRolloutSections) {
-      const std::string obj = section.name;
-      const auto of = section.of;
-#define ROLLOUT_KEY(T, field) \
-  sbp::bind<T>(obj + "." #field, [of](TrainConfig& c) -> T& { return of(c).field; })
-      const std::vector<Key> r = {
-          ROLLOUT_KEY(int64_t, num_generations),     ROLLOUT_KEY(int64_t, prompts_per_step),
-          ROLLOUT_KEY(int64_t, max_completion_length), ROLLOUT_KEY(int64_t, num_iterations),
-          ROLLOUT_KEY(double, temperature),          ROLLOUT_KEY(double, top_p),
-          ROLLOUT_KEY(int64_t, top_k),               ROLLOUT_KEY(double, min_p),
-          ROLLOUT_KEY(bool, mask_truncated_completions), rollout_stop_key(section)};
-#undef ROLLOUT_KEY
-      const std::string last = obj + ".reference";
-      const auto at =
-          std::find_if(k.begin(), k.end(), [&](const Key& x) { return x.name == last; });
-      k.insert(at + 1, r.begin(), r.end());
-    }
+    k.insert(k.end(), rest.begin(), rest.end());
     // optim.betas: [beta1, beta2]
     Key betas;
     betas.name = "optim.betas";
@@ -686,35 +716,24 @@ void fill_defaults_and_validate(TrainConfig& c) {
   require(c.dist.context_parallel == 1 || c.mode.layers != LayerMode::store, c, "dist.context_parallel",
           "runs the stream and checkpoint modes, not base (store keeps every activation of the "
           "whole sequence on every rank)");
-  require(c.dpo.beta > 0.0, c, "dpo.beta", "must be positive");
-  require(c.dpo.label_smoothing >= 0.0 && c.dpo.label_smoothing < 0.5, c, "dpo.label_smoothing",
-          "must be in [0, 0.5)");
-  require(c.orpo.beta > 0.0, c, "orpo.beta", "must be positive");
-  require(c.kto.beta > 0.0, c, "kto.beta", "must be positive");
-  require(c.kto.desirable_weight >= 0.0, c, "kto.desirable_weight", "must be >= 0");
-  require(c.kto.undesirable_weight >= 0.0, c, "kto.undesirable_weight", "must be >= 0");
-  require(c.grpo.beta >= 0.0, c, "grpo.beta", "must be >= 0");
-  require(c.grpo.epsilon > 0.0 && c.grpo.epsilon_high >= 0.0, c, "grpo.epsilon",
-          "must be positive");
-  require(c.ppo.beta >= 0.0, c, "ppo.beta", "must be >= 0");
-  require(c.ppo.epsilon > 0.0, c, "ppo.epsilon", "must be positive");
-  require(c.ppo.value_epsilon > 0.0, c, "ppo.value_epsilon", "must be positive");
-  require(c.ppo.vf_coef >= 0.0, c, "ppo.vf_coef", "must be >= 0");
-  require(c.ppo.gamma >= 0.0 && c.ppo.gamma <= 1.0, c, "ppo.gamma", "must be in [0, 1]");
-  require(c.ppo.lam >= 0.0 && c.ppo.lam <= 1.0, c, "ppo.lam", "must be in [0, 1]");
-  for (const RolloutSection& section : kRolloutSections) {
-    const std::string obj = section.name;
-    const RolloutSettings& r = section.of(c);
+  for (const ObjectiveTraits* t : objectives_in_key_order())
+    for (const ObjectiveSetting& row : t->settings)
+      if (row.type == SettingType::number)
+        require(within(row.bound, row.number(c.objective_settings)), c, row.key,
+                bound_text(row.bound));
+  for (const ObjectiveTraits* t : objectives_in_key_order()) {
+    if (!t->rollouts) continue;
+    const std::string obj = t->name;
+    const RolloutSettings& r = c.rollouts.at(t->kind);
     // An objective whose advantage compares a completion with the others of its prompt's group
     // (GRPO) has no advantage for a group of one: the group's std is undefined (0/0 with the
     // unbiased std TRL uses, so every advantage and then the loss is NaN). TRL refuses
     // num_generations < 2 for GRPO in its config too. PPO's advantages are per token (GAE), so
     // one completion per prompt is its default.
-    const bool compares_in_group =
-        objective_traits(section.kind).group == SequenceGroup::configured;
+    const bool compares_in_group = t->group == SequenceGroup::configured;
     if (compares_in_group)
       require(r.num_generations != 1, c, obj + ".num_generations",
-              "is 1: " + std::string(objective_traits(section.kind).name) +
+              "is 1: " + obj +
                   " compares each completion with the others of its prompt's group, and a "
                   "group of one has no advantage (its std is undefined); use at least 2");
     require_range(c, obj + ".num_generations", r.num_generations, compares_in_group ? 2 : 1,
@@ -804,27 +823,8 @@ nlohmann::json TrainConfig::to_json() const {
 }
 
 ObjectiveSetup TrainConfig::objective_setup() const {
-  ObjectiveSetup s;
+  ObjectiveSetup s = objective_settings;
   s.kind = objective;
-  s.dpo.beta = dpo.beta;
-  s.dpo.loss_type = dpo.loss_type;
-  s.dpo.label_smoothing = dpo.label_smoothing;
-  s.orpo.beta = orpo.beta;
-  s.kto.beta = kto.beta;
-  s.kto.desirable_weight = kto.desirable_weight;
-  s.kto.undesirable_weight = kto.undesirable_weight;
-  s.grpo.beta = grpo.beta;
-  s.grpo.epsilon_low = grpo.epsilon;
-  s.grpo.epsilon_high = grpo.epsilon_high > 0.0 ? grpo.epsilon_high : grpo.epsilon;
-  s.grpo.loss_type = grpo.loss_type;
-  s.scale_rewards = grpo.scale_rewards;
-  s.ppo.cliprange = ppo.epsilon;
-  s.ppo.cliprange_value = ppo.value_epsilon;
-  s.ppo.vf_coef = ppo.vf_coef;
-  s.rollout.kl_coef = ppo.beta;
-  s.rollout.kl_estimator = ppo.kl_estimator;
-  s.rollout.gamma = ppo.gamma;
-  s.rollout.lam = ppo.lam;
   return s;
 }
 
@@ -838,43 +838,47 @@ ExecConfig TrainConfig::exec() const {
 }
 
 std::vector<TrainConfig::Input> TrainConfig::inputs() const {
-  return {{"model", model, false},
-          {"tokenizer", tokenizer, false},
-          {"data.train", data_train, true, data_train_text.get()},
-          {"data.eval", data_eval, true, data_eval_text.get()},
-          {"lora.adapter", lora_adapter, false},
-          {"dpo.reference", dpo.reference, false},
-          {"kto.reference", kto.reference, false},
-          {"grpo.reference", grpo.reference, false},
-          {"ppo.reference", ppo.reference, false},
-          {"ppo.value_model", ppo.value_model, false}};
+  std::vector<Input> in = {{"model", model, false},
+                           {"tokenizer", tokenizer, false},
+                           {"data.train", data_train, true, data_train_text.get()},
+                           {"data.eval", data_eval, true, data_eval_text.get()},
+                           {"lora.adapter", lora_adapter, false}};
+  for (const ObjectiveTraits* t : objectives_in_key_order())
+    for (const ObjectiveSetting& row : t->settings)
+      if (is_model_dir(row.type)) in.push_back({row.key, model_dirs.at(row.key), false});
+  return in;
 }
 
-// Per-objective settings sections: every objective is listed (no default:), so a new one is
-// named by the compiler here. sft and orpo have neither setting; they read grpo's defaults,
-// unused.
-const std::string& TrainConfig::reference_dir() const {
-  switch (objective) {
-    case ObjectiveKind::dpo: return dpo.reference;
-    case ObjectiveKind::kto: return kto.reference;
-    case ObjectiveKind::ppo: return ppo.reference;
-    case ObjectiveKind::sft:
-    case ObjectiveKind::orpo:
-    case ObjectiveKind::grpo: return grpo.reference;
-  }
-  return grpo.reference;
+TrainConfig::ModelDir TrainConfig::model_dir(SettingType type) const {
+  static const std::string none;
+  for (const ObjectiveSetting& row : objective_traits(objective).settings)
+    if (row.type == type) return {row.key, model_dirs.at(row.key)};
+  return {"", none};
 }
 
 const RolloutSettings& TrainConfig::rollout() const {
-  switch (objective) {
-    case ObjectiveKind::ppo: return ppo.rollout;
-    case ObjectiveKind::sft:
-    case ObjectiveKind::dpo:
-    case ObjectiveKind::orpo:
-    case ObjectiveKind::kto:
-    case ObjectiveKind::grpo: return grpo.rollout;
+  static const RolloutSettings offline;
+  const auto it = rollouts.find(objective);
+  return it != rollouts.end() ? it->second : offline;
+}
+
+std::map<std::string, std::string> objective_model_dirs() {
+  std::map<std::string, std::string> dirs;
+  for (const ObjectiveTraits* t : all_objectives())
+    for (const ObjectiveSetting& row : t->settings)
+      if (is_model_dir(row.type)) dirs[row.key] = "";
+  return dirs;
+}
+
+std::map<ObjectiveKind, RolloutSettings> objective_rollouts() {
+  std::map<ObjectiveKind, RolloutSettings> rollouts;
+  for (const ObjectiveTraits* t : all_objectives()) {
+    if (!t->rollouts) continue;
+    RolloutSettings r;
+    if (t->group != SequenceGroup::configured) r.num_generations = 1;
+    rollouts.emplace(t->kind, r);
   }
-  return grpo.rollout;
+  return rollouts;
 }
 
 std::vector<std::string> resume_identity_keys() {

@@ -27,7 +27,8 @@
 namespace sbp {
 
 // Online GRPO/PPO (data.train holds prompt records): what each generation phase samples
-// (train/online_rollouts.h). The same keys sit under grpo: and ppo:.
+// (train/online_rollouts.h). The same keys sit under each online objective's section (grpo:,
+// ppo:).
 struct RolloutSettings {
   int64_t num_generations = 8;         // completions per prompt (a GRPO group)
   int64_t prompts_per_step = 4;        // prompts sampled for one batch of rollouts
@@ -46,52 +47,13 @@ struct RolloutSettings {
   bool mask_truncated_completions = false;
 };
 
-struct DpoSettings {
-  double beta = 0.1;
-  DpoLoss loss_type = DpoLoss::sigmoid;
-  double label_smoothing = 0.0;
-  std::string reference;  // reference model directory ("" = the starting model)
-};
-
-struct OrpoSettings {
-  double beta = 0.1;  // weight of the odds-ratio term (TRL ORPOConfig.beta)
-};
-
-struct KtoSettings {
-  double beta = 0.1;
-  double desirable_weight = 1.0;    // weight of the desirable (label true) sequences' losses
-  double undesirable_weight = 1.0;  // and of the undesirable ones'
-  std::string reference;            // reference model directory ("" = the starting model)
-};
-
-struct GrpoSettings {
-  double beta = 0.0;          // KL coefficient (0: no reference model)
-  double epsilon = 0.2;       // clip range, low side
-  double epsilon_high = 0.0;  // clip range, high side (0: = epsilon)
-  GrpoLoss loss_type = GrpoLoss::dapo;
-  ScaleRewards scale_rewards = ScaleRewards::group;
-  std::string reference;
-  RolloutSettings rollout;
-};
-
-struct PpoSettings {
-  double beta = 0.05;          // KL penalty coefficient in the per-token reward
-  double epsilon = 0.2;        // policy clip range
-  double value_epsilon = 0.2;  // value clip range
-  double vf_coef = 0.1;
-  double gamma = 1.0;
-  double lam = 0.95;
-  KlEstimator kl_estimator =
-      KlEstimator::k1;  // k1 (TRL's default) | k3, of the per-token KL penalty
-  std::string reference;
-  std::string value_model;  // Hugging Face directory with score.weight ("" = the starting
-                            // model's trunk with a head drawn from the seed)
-  RolloutSettings rollout = [] {  // PPO samples one completion per prompt by default
-    RolloutSettings r;
-    r.num_generations = 1;
-    return r;
-  }();
-};
+// The defaults of what the objectives' setting rows (objective/objective_settings.h) name beyond
+// ObjectiveSetup: every model directory key ("dpo.reference", "ppo.value_model"), empty, and the
+// rollout settings of every online objective (rollouts in its traits row). A group objective
+// (GRPO) samples TRL's 8 completions per prompt by default, one that scores each completion
+// alone (PPO) one.
+std::map<std::string, std::string> objective_model_dirs();
+std::map<ObjectiveKind, RolloutSettings> objective_rollouts();
 
 // Data parallelism across processes (`mpirun -np N streambp train`, docs/DISTRIBUTED.md).
 struct DistSettings {
@@ -134,13 +96,15 @@ struct TrainConfig {
   bool append_eos = true;       // plain text: end with the eos token (trained)
   std::optional<bool> add_bos;  // plain text; empty (auto): tokenizer_config.json's add_bos_token
 
-  // Objective.
+  // Objective: which one runs, and the settings of every objective. Each objective's keys
+  // (dpo.beta, kto.desirable_weight, ...) are the setting rows its own file declares
+  // (objective/objective_settings.h), bound to objective_settings (whose kind is not read:
+  // objective_setup() sets `objective` there) or to model_dirs; the rollout keys of an online
+  // objective (grpo.num_generations, ...) to its entry in rollouts.
   ObjectiveKind objective = ObjectiveKind::sft;
-  DpoSettings dpo;
-  OrpoSettings orpo;
-  KtoSettings kto;
-  GrpoSettings grpo;
-  PpoSettings ppo;
+  ObjectiveSetup objective_settings;
+  std::map<std::string, std::string> model_dirs = objective_model_dirs();  // "": starting model
+  std::map<ObjectiveKind, RolloutSettings> rollouts = objective_rollouts();
 
   // Online GRPO/PPO: the reward functions that score sampled completions (docs/REWARDS.md),
   // the default answer time of command rewards, and how often sampled completions are logged
@@ -215,9 +179,17 @@ struct TrainConfig {
   ObjectiveSetup objective_setup() const;
   // The execution mode with this run's chunk sizes (0 where auto is still to be resolved).
   ExecConfig exec() const;
-  // The reference model's directory as configured for the objective ("" = the starting model).
-  const std::string& reference_dir() const;
-  // The rollout settings of the objective (grpo.* or ppo.*).
+  // The running objective's model directory of a type (SettingType::reference_dir,
+  // value_model_dir): its key ("dpo.reference"; "" when the objective has none) and the
+  // directory set there ("" = the starting model).
+  struct ModelDir {
+    std::string key;
+    const std::string& dir;
+  };
+  ModelDir model_dir(SettingType type) const;
+  const std::string& reference_dir() const { return model_dir(SettingType::reference_dir).dir; }
+  // The rollout settings of the objective (its <name>.num_generations, ...); an offline
+  // objective's are the defaults, unused.
   const RolloutSettings& rollout() const;
 
   // Every input the config names, in one list: compared by content across ranks

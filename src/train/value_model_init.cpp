@@ -13,23 +13,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// ppo.value_model's config, or the policy's.
+// The value model directory's config (ppo.value_model), or the policy's.
 ModelConfig fresh_value_config(const TrainConfig& c, const ModelConfig& policy) {
-  if (c.ppo.value_model.empty()) return policy;
-  const std::string where = c.where("ppo.value_model") + ": ppo.value_model: ";
-  const fs::path dir(c.ppo.value_model);
+  const TrainConfig::ModelDir value = c.model_dir(SettingType::value_model_dir);
+  if (value.dir.empty()) return policy;
+  const std::string where = c.where(value.key) + ": " + value.key + ": ";
+  const fs::path dir(value.dir);
   if (!fs::is_directory(dir) || !fs::exists(dir / "config.json"))
-    throw InputError(where + c.ppo.value_model +
+    throw InputError(where + value.dir +
                      " is not a Hugging Face model directory (config.json + "
                      "model.safetensors with score.weight, e.g. a Qwen3ForSequenceClassification)");
   ModelConfig v;
   try {
-    v = load_config(c.ppo.value_model);
+    v = load_config(value.dir);
   } catch (const InputError& e) {
     throw InputError(where + e.what());
   }
   if (v.vocab_size != policy.vocab_size)
-    throw InputError(where + c.ppo.value_model + " has vocab_size " + std::to_string(v.vocab_size) +
+    throw InputError(where + value.dir + " has vocab_size " + std::to_string(v.vocab_size) +
                      ", the policy " + std::to_string(policy.vocab_size) +
                      " (they must share the tokenizer)");
   return v;
@@ -50,24 +51,26 @@ ModelConfig value_model_config(const TrainConfig& c, const ModelConfig& policy,
 }
 
 void check_ppo_value_model(const TrainConfig& c, const ModelConfig& policy) {
-  if (c.ppo.value_model.empty()) return;
+  const TrainConfig::ModelDir value = c.model_dir(SettingType::value_model_dir);
+  if (value.dir.empty()) return;
   const ModelConfig cfg = fresh_value_config(c, policy);
   try {
-    check_value_weights(c.ppo.value_model, cfg);
+    check_value_weights(value.dir, cfg);
   } catch (const InputError& e) {
-    throw InputError(c.where("ppo.value_model") + ": ppo.value_model: " + e.what());
+    throw InputError(c.where(value.key) + ": " + value.key + ": " + e.what());
   }
 }
 
 std::string init_value_weights(const TrainConfig& c, const std::string& start_dir,
                                const ModelConfig& cfg, ParameterSet& weights) {
-  if (!c.ppo.value_model.empty()) {
+  const TrainConfig::ModelDir value = c.model_dir(SettingType::value_model_dir);
+  if (!value.dir.empty()) {
     try {
-      load_value_weights(c.ppo.value_model, cfg, weights);
+      load_value_weights(value.dir, cfg, weights);
     } catch (const InputError& e) {
-      throw InputError(c.where("ppo.value_model") + ": ppo.value_model: " + e.what());
+      throw InputError(c.where(value.key) + ": " + value.key + ": " + e.what());
     }
-    return c.ppo.value_model;
+    return value.dir;
   }
   if (!start_dir.empty()) {
     load_value_weights(start_dir, cfg, weights, /*init_missing_head=*/true, c.seed);

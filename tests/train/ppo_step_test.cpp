@@ -118,9 +118,9 @@ struct PpoFixture {
     exec.layer_chunk = 7;
     exec.head_chunk = 5;
     c.objective = ObjectiveKind::ppo;
-    c.ppo.beta = 0.1;
-    c.ppo.kl_estimator = kl_estimator;
-    c.ppo.vf_coef = 0.5;
+    c.objective_settings.rollout.kl_coef = 0.1;  // ppo.beta
+    c.objective_settings.rollout.kl_estimator = kl_estimator;
+    c.objective_settings.ppo.vf_coef = 0.5;
     setup = c.objective_setup();
     models = std::make_unique<ModelSet>(setup, cfg, pool, be, ModelSetOptions{.optim = &optim});
     init_parameters(models->policy_weights(), 7, InitStyle::test, 0.2f);

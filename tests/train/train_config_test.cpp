@@ -133,11 +133,11 @@ TEST(TrainConfig, PpoKeys) {
                  std::string(kMinimal) +
                      "objective: ppo\nppo:\n  value_model: models/value\n  kl_estimator: k3\n"),
       {"ppo.lam=0.9"});
-  EXPECT_EQ(c.ppo.value_model, "models/value");
-  EXPECT_EQ(c.ppo.kl_estimator, KlEstimator::k3);
-  EXPECT_DOUBLE_EQ(c.ppo.lam, 0.9);
-  EXPECT_EQ(TrainConfig{}.ppo.kl_estimator, KlEstimator::k1);
-  EXPECT_TRUE(TrainConfig{}.ppo.value_model.empty());
+  EXPECT_EQ(c.model_dirs.at("ppo.value_model"), "models/value");
+  EXPECT_EQ(c.objective_settings.rollout.kl_estimator, KlEstimator::k3);
+  EXPECT_DOUBLE_EQ(c.objective_settings.rollout.lam, 0.9);
+  EXPECT_EQ(TrainConfig{}.objective_settings.rollout.kl_estimator, KlEstimator::k1);
+  EXPECT_TRUE(TrainConfig{}.model_dirs.at("ppo.value_model").empty());
   // Each bad value names its own key and line.
   EXPECT_EQ(error_of(std::string(kMinimal) + "ppo:\n  kl_estimator: k2\n"),
             "cfg.yaml:5: ppo.kl_estimator must be k1 or k3");
@@ -151,6 +151,98 @@ TEST(TrainConfig, PpoKeys) {
             "cfg.yaml:5: ppo.beta must be >= 0");
   EXPECT_EQ(error_of(kMinimal, {"ppo.vf_coef=-1"}),
             "override 'ppo.vf_coef=-1': ppo.vf_coef must be >= 0");
+}
+
+// The objectives' keys exactly as a config file, an override and trainer_state.json have them:
+// every key under an objective's section with its default in the stored form, the keys each
+// section lists in an error, the model directories among the inputs and their order, and the
+// message of each bound. Issue 30 moved these keys into the objectives' own files; this pins
+// that nothing a user or a stored checkpoint sees moved with them.
+TEST(TrainConfig, ObjectiveKeysStayAsTheyWere) {
+  const TrainConfig c = load_train_config("", {"model=m", "data.train=t.jsonl"});
+  const nlohmann::json all = c.to_json();
+  std::string stored;  // key=value, the stored form's (sorted) order
+  for (const auto& [key, value] : all.items()) {
+    const std::string section = key.substr(0, key.find('.'));
+    bool objective_key = key == "objective";
+    for (const ObjectiveTraits* t : all_objectives()) objective_key |= section == t->name;
+    if (objective_key) stored += key + "=" + value.dump() + " ";
+  }
+  EXPECT_EQ(
+      stored,
+      "dpo.beta=0.1 dpo.label_smoothing=0.0 dpo.loss_type=\"sigmoid\" dpo.reference=\"\" "
+      "grpo.beta=0.0 grpo.epsilon=0.2 grpo.epsilon_high=0.0 grpo.loss_type=\"dapo\" "
+      "grpo.mask_truncated_completions=false grpo.max_completion_length=256 grpo.min_p=0.0 "
+      "grpo.num_generations=8 grpo.num_iterations=1 grpo.prompts_per_step=4 grpo.reference=\"\" "
+      "grpo.scale_rewards=\"group\" grpo.stop=[] grpo.temperature=1.0 grpo.top_k=0 grpo.top_p=1.0 "
+      "kto.beta=0.1 kto.desirable_weight=1.0 kto.reference=\"\" kto.undesirable_weight=1.0 "
+      "objective=\"sft\" orpo.beta=0.1 ppo.beta=0.05 ppo.epsilon=0.2 ppo.gamma=1.0 "
+      "ppo.kl_estimator=\"k1\" ppo.lam=0.95 ppo.mask_truncated_completions=false "
+      "ppo.max_completion_length=256 ppo.min_p=0.0 ppo.num_generations=1 ppo.num_iterations=1 "
+      "ppo.prompts_per_step=4 ppo.reference=\"\" ppo.stop=[] ppo.temperature=1.0 ppo.top_k=0 "
+      "ppo.top_p=1.0 ppo.value_epsilon=0.2 ppo.value_model=\"\" ppo.vf_coef=0.1 ");
+  std::string inputs;
+  for (const TrainConfig::Input& in : c.inputs()) inputs += std::string(in.key) + " ";
+  EXPECT_EQ(inputs,
+            "model tokenizer data.train data.eval lora.adapter dpo.reference kto.reference "
+            "grpo.reference ppo.reference ppo.value_model ");
+  EXPECT_EQ(
+      error_of(kMinimal, {"nope=1"}),
+      "override 'nope=1': unknown key 'nope' (known keys: model, tokenizer, output_dir, metrics, "
+      "overwrite_output_dir, save_dtype, data.*, objective, dpo.*, orpo.*, kto.*, grpo.*, ppo.*, "
+      "rewards, reward_timeout, log_completions_every, backend, precision, grad_dtype, mode, "
+      "layer_chunk, head_chunk, memory_budget, offload, host_memory_budget, max_tokens, "
+      "grad_accum, epochs, max_steps, stop_after_steps, threads, seed, optim.*, schedule.*, "
+      "eval_every, save_every, keep_last, on_nonfinite, dist.*, lora.*, demo.*)");
+  for (const auto& [override, says] : std::vector<std::pair<std::string, std::string>>{
+           {"dpo.nope=1",
+            "unknown key 'dpo.nope' (known keys under dpo: beta, loss_type, label_smoothing, "
+            "reference)"},
+           {"orpo.nope=1", "unknown key 'orpo.nope' (known keys under orpo: beta)"},
+           {"kto.nope=1",
+            "unknown key 'kto.nope' (known keys under kto: beta, desirable_weight, "
+            "undesirable_weight, reference)"},
+           {"grpo.nope=1",
+            "unknown key 'grpo.nope' (known keys under grpo: beta, epsilon, epsilon_high, "
+            "loss_type, scale_rewards, reference, num_generations, prompts_per_step, "
+            "max_completion_length, num_iterations, temperature, top_p, top_k, min_p, "
+            "mask_truncated_completions, stop)"},
+           {"ppo.nope=1",
+            "unknown key 'ppo.nope' (known keys under ppo: beta, epsilon, value_epsilon, vf_coef, "
+            "gamma, lam, kl_estimator, reference, num_generations, prompts_per_step, "
+            "max_completion_length, num_iterations, temperature, top_p, top_k, min_p, "
+            "mask_truncated_completions, stop, value_model)"},
+           {"dpo.beta=0", "dpo.beta must be positive"},
+           {"dpo.loss_type=x", "dpo.loss_type must be sigmoid, hinge or ipo"},
+           {"dpo.label_smoothing=0.5", "dpo.label_smoothing must be in [0, 0.5)"},
+           {"dpo.reference=[1]", "dpo.reference: expected a string, got a list"},
+           {"orpo.beta=0", "orpo.beta must be positive"},
+           {"orpo.beta=x", "orpo.beta: expected a number, got 'x'"},
+           {"kto.beta=0", "kto.beta must be positive"},
+           {"kto.desirable_weight=-1", "kto.desirable_weight must be >= 0"},
+           {"kto.undesirable_weight=-1", "kto.undesirable_weight must be >= 0"},
+           {"kto.reference=[1]", "kto.reference: expected a string, got a list"},
+           {"grpo.beta=-1", "grpo.beta must be >= 0"},
+           {"grpo.epsilon=0", "grpo.epsilon must be positive"},
+           // (before issue 30's rows: "grpo.epsilon must be positive", naming the other key)
+           {"grpo.epsilon_high=-1", "grpo.epsilon_high must be >= 0"},
+           {"grpo.loss_type=x", "grpo.loss_type must be grpo, bnpo, dr_grpo or dapo"},
+           {"grpo.scale_rewards=x", "grpo.scale_rewards must be group, batch or none"},
+           {"grpo.num_generations=1",
+            "grpo.num_generations is 1: grpo compares each completion with the others of its "
+            "prompt's group, and a group of one has no advantage (its std is undefined); use at "
+            "least 2"},
+           {"grpo.reference=[1]", "grpo.reference: expected a string, got a list"},
+           {"ppo.beta=-1", "ppo.beta must be >= 0"},
+           {"ppo.epsilon=0", "ppo.epsilon must be positive"},
+           {"ppo.value_epsilon=0", "ppo.value_epsilon must be positive"},
+           {"ppo.vf_coef=-1", "ppo.vf_coef must be >= 0"},
+           {"ppo.gamma=2", "ppo.gamma must be in [0, 1]"},
+           {"ppo.lam=-1", "ppo.lam must be in [0, 1]"},
+           {"ppo.kl_estimator=x", "ppo.kl_estimator must be k1 or k3"},
+           {"ppo.value_model=[1]", "ppo.value_model: expected a string, got a list"},
+           {"ppo.num_generations=0", "ppo.num_generations is 0, outside [1, 4096]"}})
+    EXPECT_EQ(error_of(kMinimal, {override}), "override '" + override + "': " + says);
 }
 
 TEST(TrainConfig, DemoSection) {
