@@ -6,7 +6,6 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/storage.h"
-#include "backend/cpu/vec_math.h"
 
 namespace sbp {
 
@@ -15,11 +14,11 @@ namespace {
 using cpu::load;
 using cpu::store;
 
-// 1 / sqrt(mean(x^2) + eps), accumulated in fp32 as Hugging Face does (x.pow(2).mean(-1)),
-// in lanes (vec_math.h) as torch's vectorized reduction does.
+// 1 / sqrt(mean(x^2) + eps), accumulated in fp32 as Hugging Face does (x.pow(2).mean(-1)).
 template <class TX>
 inline float row_rstd(const TX* x, int64_t d, float eps) {
-  const float ss = cpu::lane_sum(d, [&](int64_t j) { return load(x[j]) * load(x[j]); });
+  float ss = 0.0f;
+  for (int64_t j = 0; j < d; ++j) ss += load(x[j]) * load(x[j]);
   return 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
 }
 
@@ -48,11 +47,12 @@ void rmsnorm_backward_kernel(TDX* pdx, TDG* pdg, const TDY* pdy, const TX* px, c
           const TDY* dyr = pdy + i * d;
           TDX* dxr = pdx + i * d;
           const float r = row_rstd(xr, d, eps);
-          for (int64_t j = 0; j < d; ++j)
-            acc[j] += static_cast<double>(load(dyr[j])) * (load(xr[j]) * r);
-          const float dot = cpu::lane_sum(d, [&](int64_t j) {  // sum_j dxh_j * xh_j
-            return load(dyr[j]) * (off + load(pg[j])) * (load(xr[j]) * r);
-          });
+          float dot = 0.0f;  // sum_j dxh_j * xh_j
+          for (int64_t j = 0; j < d; ++j) {
+            const float xh = load(xr[j]) * r;
+            dot += load(dyr[j]) * (off + load(pg[j])) * xh;
+            acc[j] += static_cast<double>(load(dyr[j])) * xh;
+          }
           const float mean = dot / static_cast<float>(d);
           for (int64_t j = 0; j < d; ++j) {
             const float xh = load(xr[j]) * r;

@@ -73,28 +73,14 @@ inline float exp_f32(float x) {
   return std::bit_cast<float>(bits);
 }
 
-// sum_j f(j) over j in [0, n), in kLanes independent fp32 partial sums (lane l takes every
-// j with j % kLanes == l) added in a fixed tree at the end. A plain `s += f(j)` loop is one
-// chain of dependent adds that the vectorizer must leave serial (it may not reorder float
-// adds without -ffast-math): 4 cycles per element. Sixteen lanes fill two AVX2 or one
-// AVX-512 register, so the order, and the bits, are the same on every x86 build.
+// Lanes of an unrolled reduction: sixteen fill one AVX-512 or two AVX2 registers, so a fixed
+// lane layout vectorizes the same way, in the same order, on every x86 build.
 constexpr int64_t kLanes = 16;
 
-template <class F>
-inline float lane_sum(int64_t n, F f) {
-  float acc[kLanes] = {};
-  const int64_t body = n - n % kLanes;
-  for (int64_t j = 0; j < body; j += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) acc[l] += f(j + l);
-  for (int64_t j = body; j < n; ++j) acc[j - body] += f(j);
-  for (int64_t width = kLanes / 2; width > 0; width /= 2)
-    for (int64_t l = 0; l < width; ++l) acc[l] += acc[l + width];
-  return acc[0];
-}
-
-// max(init, f(0), ..., f(n-1)) in kLanes independent lanes, for the same reason: GCC does not
-// vectorize a std::max chain on floats without -ffinite-math-only. A max is exact, so the
-// lanes give the scalar loop's result; a NaN f(j) is skipped by both (std::max(m, NaN) == m).
+// max(init, f(0), ..., f(n-1)) in kLanes independent lanes: GCC does not vectorize a std::max
+// chain on floats without -ffinite-math-only, so the plain loop runs one compare at a time. A
+// max is exact, so the lanes give the scalar loop's result; a NaN f(j) is skipped by both
+// (std::max(m, NaN) == m).
 template <class F>
 inline float lane_max(int64_t n, float init, F f) {
   float acc[kLanes];
