@@ -66,6 +66,13 @@ def main():
         logp = torch.log_softmax(logits, -1)
         return [float(logp[i, ids[i + 1]]) for i in range(len(ids) - 1)]
     fp32 = token_logprobs(model)
+    # transformers against itself: the same weights through its other attention implementation
+    # (eager instead of sdpa), the spread of two fp32 forwards of one library.
+    eager = AutoModelForCausalLM.from_pretrained(a.gguf_dir, gguf_file=a.gguf_file,
+                                                 torch_dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    fp32_eager = token_logprobs(eager)
+    del eager
     # transformers in float64 on the same (fp32-valued) weights: the reference both fp32
     # computations are measured against; fp32 sums in different orders differ by ~1e-5 over
     # 30 layers, and this says which of the two is nearer the exact value.
@@ -92,11 +99,15 @@ def main():
     diff = max(abs(ours_lp[-n + i] - ref[-n + i]) for i in range(n))
     diff32 = max(abs(fp32[-n + i] - ref[-n + i]) for i in range(n))
     between = max(abs(ours_lp[-n + i] - fp32[-n + i]) for i in range(n))
+    diff_eager = max(abs(fp32_eager[-n + i] - ref[-n + i]) for i in range(n))
+    spread = max(abs(fp32_eager[-n + i] - fp32[-n + i]) for i in range(n))
     print(f"score: {len(ids)} tokens; loss: transformers float64 {ref_loss:.8f}, streambp "
           f"{out['loss']:.8f} (|diff| {abs(out['loss'] - ref_loss):.2e}), transformers fp32 "
           f"{fp32_loss:.8f} (|diff| {abs(fp32_loss - ref_loss):.2e})")
     print(f"max |log-prob - float64|: streambp {diff:.2e}, transformers fp32 {diff32:.2e}; "
           f"streambp vs transformers fp32 {between:.2e}")
+    print(f"transformers against itself: eager attention {diff_eager:.2e} from float64, "
+          f"eager vs sdpa {spread:.2e}")
     # Pass: the tensors bit for bit, the loss within 1e-5 of the exact value, and every log-prob
     # within twice the distance of transformers' own fp32 forward from it (the fp32 floor of a
     # 30-layer forward is ~1e-5 per token, whatever the summation order).
