@@ -279,6 +279,21 @@ Backend::CopyTicket Backend::prefetch_async(const Tensor& dst, const Tensor& src
   return queue_copy(dst, src, false);
 }
 
+std::shared_ptr<std::vector<float>> Backend::download_at_next_wait(const Tensor& src) {
+  check_dtype("download_at_next_wait", "src", src, DType::F32);
+  owns("download_at_next_wait", {&src});
+  auto dst = std::make_shared<std::vector<float>>(static_cast<size_t>(src.numel()));
+  if (src.numel() == 0) return dst;
+  const Access access(*this);
+  download_at_next_wait_impl(src, dst);
+  return dst;
+}
+
+void Backend::download_at_next_wait_impl(const Tensor& src,
+                                         std::shared_ptr<std::vector<float>> dst) {
+  download(dst->data(), src);
+}
+
 void Backend::wait_copy(CopyTicket ticket) {
   SBP_CHECK(ticket >= 1 && ticket < next_ticket_,
             "wait_copy: ticket " + num(ticket) + " was not issued by this backend");

@@ -36,6 +36,7 @@
 #include <string>
 
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "backend/op_profile.h"
@@ -281,6 +282,20 @@ class Backend : public MemorySpace {
   // on its device without waiting (the CUDA backend's index contents checks: a bad token id
   // throws here, or at the next download, not in the op that was given it). The step's end.
   void synchronize() { synchronize_impl(); }
+
+  // ---- reads that ride on the next wait (engine/deferred_reads.h) ----
+  // Queues a copy of src (F32, this backend's) for the host, after every operation queued so
+  // far, without waiting for the device: the returned vector (numel values) holds them once
+  // this backend next waits for its device (a download, sum_squares, synchronize() or
+  // finish_reads()), and is unspecified until then. The backend shares the vector until it has
+  // written it, so the caller may drop it at any time; src may be released or written as soon
+  // as this returns. So a value the host needs only at a step's end rides on the wait the step
+  // makes anyway (the gradient norm) instead of a wait of its own.
+  // Checks: src F32, of this backend.
+  std::shared_ptr<std::vector<float>> download_at_next_wait(const Tensor& src);
+  // Completes every download_at_next_wait(): waits for the device only if one is still
+  // pending, i.e. no wait came after it.
+  void finish_reads() { finish_reads_impl(); }
   OpProfile* profile() const { return profile_; }
 
   // ---- host offload (DESIGN §4 "Offload"): a second memory space beside the backend's own ----
@@ -317,6 +332,11 @@ class Backend : public MemorySpace {
   // Waits until every operation queued so far has finished. Nothing to do for a backend whose
   // operations complete before they return (CPU); the profiler calls it around each op.
   virtual void synchronize_impl() {}
+  // The default copies at once (a backend whose operations complete before they return, or
+  // the shape-only one), and so has nothing to finish.
+  virtual void download_at_next_wait_impl(const Tensor& src,
+                                          std::shared_ptr<std::vector<float>> dst);
+  virtual void finish_reads_impl() {}
 
   // The host space (see host_memory()).
   virtual MemorySpace& host_memory_impl() = 0;

@@ -185,20 +185,28 @@ Tensor DataParallel::owned_grad(size_t i) const {
 }
 
 double DataParallel::clip(double max_norm) {
-  if (!distributed())
-    return max_norm > 0.0 ? clip_grad_norm(grads_, be_, max_norm) : global_grad_norm(grads_, be_);
+  const double norm = grad_norm();
+  clip_to(max_norm, norm);
+  return norm;
+}
+
+double DataParallel::grad_norm() {
+  if (!distributed()) return global_grad_norm(grads_, be_);
   // Each rank squares its slice of the reduced gradient; the sum over ranks is the global norm
   // (the same value on every rank, so every rank clips alike).
   std::vector<Tensor> g;
   g.reserve(grads_.size());
   for (size_t i = 0; i < grads_.size(); ++i) g.push_back(owned_grad(i));
-  const double norm = std::sqrt(comm_.sum(be_.sum_squares(g)));  // one device wait
+  return std::sqrt(comm_.sum(be_.sum_squares(g)));  // one device wait
+}
+
+void DataParallel::clip_to(double max_norm, double norm) {
+  if (!distributed()) return scale_to_max_norm(grads_, be_, max_norm, norm);
   if (max_norm > 0.0 && norm > max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // as clip_grad_norm
     for (size_t i = 0; i < grads_.size(); ++i)
       be_.scale_inplace(zero_ == 0 ? grads_.tensor(i) : owned_grad(i), scale);
   }
-  return norm;
 }
 
 void DataParallel::update(const ParameterSet& weights, float lr) {

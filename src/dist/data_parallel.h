@@ -63,7 +63,10 @@ class DataParallel : private GradHook {
   void empty_slot(int64_t slot);   // a slot this rank has no micro-batch for
   // The global gradient norm before clipping; scales the gradients to max_norm when above it
   // (max_norm <= 0: only measures). With several ranks every rank returns the same value.
+  // = grad_norm (the one device wait) + clip_to (queued work only).
   double clip(double max_norm);
+  double grad_norm();
+  void clip_to(double max_norm, double norm);
   // AdamW with the reduced gradients; with zero 1/2 on this rank's slices, then all-gathered.
   void update(const ParameterSet& weights, float lr);
 

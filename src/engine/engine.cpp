@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "engine/context_rows.h"
 #include "engine/head_block.h"
@@ -105,13 +106,13 @@ void Engine::check_head(const Objective& objective) const {
 }
 
 void Engine::forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads,
-                              GradHook* hook) {
+                              GradHook* hook, DeferredReads* later) {
   check_head(objective);  // before the tables, as a call with a prepared batch checks it first
-  forward_backward(PreparedBatch(cfg_, be_, pool_, batch), objective, grads, hook);
+  forward_backward(PreparedBatch(cfg_, be_, pool_, batch), objective, grads, hook, later);
 }
 
 void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
-                              const ParameterSet& grads, GradHook* hook) {
+                              const ParameterSet& grads, GradHook* hook, DeferredReads* later) {
   check_head(objective);
   const PreparedBatch& step = checked(batch);
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
@@ -128,7 +129,7 @@ void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
   ResidualGrad gy(be_, pool_, exec_.offload.residual_grad ? offload_pool() : nullptr, Tl, d);
   if (hook && head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
   if (hook) hook->grads_begin(GradGroup::head, -1);
-  head_backward(step, hidden.view(), objective, grads.views(), gy);
+  head_backward(step, hidden.view(), objective, grads.views(), gy, later);
   if (hook) hook->grads_final(GradGroup::head, -1);
   hidden.reset();
   // Layers last to first; gy becomes each layer's input gradient in place.
@@ -153,7 +154,7 @@ void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
 }
 
 void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
-                           const ModelTensors& G, ResidualGrad& gy) {
+                           const ModelTensors& G, ResidualGrad& gy, DeferredReads* later) {
   const int64_t T = step.size();
   const ContextSlice cs = slice(T);  // hidden and gy hold this rank's rows (local rows)
   const int64_t hc = exec_.head_chunk_for(T);
@@ -172,7 +173,8 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   const bool one_block = !cs.split() && hc >= T;
   // A linear objective (SFT, objective.h grads_without_logp) writes its gradients without the
   // log-probs: the blocks leave theirs on the device, gathered in one (Tl) vector that the host
-  // reads once after the pass, instead of waiting for the device at every block.
+  // reads once, after the pass or, given `later`, at the step's end, instead of waiting for the
+  // device at every block.
   const bool gathered = objective.grads_without_logp() && objective.head() == HeadKind::lm &&
                         !entropy && passes == 0;
   Buffer pass_logp;  // (Tl) F32 the gradient pass's log-probs, this rank's rows
@@ -201,16 +203,32 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
     b.backward(G, gy.open(piece.local + s, piece.local + e));
     gy.close();
   });
-  if (gathered && computes) {  // the pass's one wait; the blocks' rows in the same order
-    const std::vector<float> logp = download_f32(pass_logp.view());
-    for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
-      objective.add_logp(piece.begin + s, std::span<const float>(logp).subspan(
-                                              static_cast<size_t>(piece.local + s),
-                                              static_cast<size_t>(e - s)));
-    });
+  if (!gathered) {
+    if (computes) sum_over_group(context_, objective.pass_sums());
+    return;
   }
+  // The pass's one read of the log-probs: now, or given `later` at the device's next wait (the
+  // step's, deferred_reads.h), the vector released at once either way. Then each piece's rows
+  // in row order, which adds the loss in the blocks' order (add_logp walks its rows one after
+  // another, whatever the blocks were), and the group's sums, which need every rank's pass.
+  std::shared_ptr<std::vector<float>> logp;
+  if (computes)
+    logp = later ? be_.download_at_next_wait(pass_logp.view())
+                 : std::make_shared<std::vector<float>>(download_f32(pass_logp.view()));
   pass_logp.reset();
-  if (computes) sum_over_group(context_, objective.pass_sums());
+  if (!computes) return;
+  auto read = [logp, &objective, group = context_,
+               pieces = std::vector<RowPiece>(cs.mine().begin(), cs.mine().end())] {
+    for (const RowPiece& piece : pieces)
+      objective.add_logp(piece.begin,
+                         std::span<const float>(*logp).subspan(static_cast<size_t>(piece.local),
+                                                               static_cast<size_t>(piece.size())));
+    sum_over_group(group, objective.pass_sums());
+  };
+  if (later)
+    later->add(read);
+  else
+    read();
 }
 
 void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G,

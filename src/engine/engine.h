@@ -11,6 +11,7 @@
 #include "core/pool.h"
 #include "core/rng.h"
 #include "engine/context_slice.h"
+#include "engine/deferred_reads.h"
 #include "engine/exec_config.h"
 #include "engine/generation.h"
 #include "engine/grad_hook.h"
@@ -44,10 +45,15 @@ class Engine {
   // several models over one micro-batch share its tables; it must serve this engine's config,
   // backend and pool (an internal error otherwise). The Batch overloads prepare one for the
   // call, for callers with a single pass.
+  //
+  // `later` (optional): where the objective's reads of values it needs only for its loss go
+  // (SFT's log-probs, objective.h grads_without_logp; deferred_reads.h), so that the call waits
+  // for the device nowhere. The objective's loss and pass_sums() are then complete only once
+  // `later` has run, and the objective must live until then. Null: read before returning.
   void forward_backward(const PreparedBatch& batch, Objective& objective, const ParameterSet& grads,
-                        GradHook* hook = nullptr);
+                        GradHook* hook = nullptr, DeferredReads* later = nullptr);
   void forward_backward(const Batch& batch, Objective& objective, const ParameterSet& grads,
-                        GradHook* hook = nullptr);
+                        GradHook* hook = nullptr, DeferredReads* later = nullptr);
 
   // Forward only (no gradient state). Peak memory: two (T, d) hidden states, one layer's
   // K/V and chunk working set, one head chunk.
@@ -132,7 +138,7 @@ class Engine {
   // pre-passes, then the gradient pass; head weight gradients ADD into G, dL/d(hidden) into
   // gy (T, d).
   void head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
-                     const ModelTensors& G, ResidualGrad& gy);
+                     const ModelTensors& G, ResidualGrad& gy, DeferredReads* later);
   // Layers L-1 .. 0 in the exec mode; gy (T, d): in dL/d(final hidden), out dL/d(x_0).
   void layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G,
                        ResidualGrad& gy, GradHook* hook);

@@ -39,13 +39,17 @@ double global_grad_norm(const ParameterSet& grads, Backend& be) {
   return std::sqrt(be.sum_squares(g));  // one device wait for all of them
 }
 
-double clip_grad_norm(const ParameterSet& grads, Backend& be, double max_norm) {
-  const double norm = global_grad_norm(grads, be);
+void scale_to_max_norm(const ParameterSet& grads, Backend& be, double max_norm, double norm) {
   if (max_norm > 0.0 && norm > max_norm) {
     // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6)
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));
     for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);
   }
+}
+
+double clip_grad_norm(const ParameterSet& grads, Backend& be, double max_norm) {
+  const double norm = global_grad_norm(grads, be);
+  scale_to_max_norm(grads, be, max_norm, norm);
   return norm;
 }
 

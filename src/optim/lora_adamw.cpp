@@ -36,15 +36,23 @@ void LoraAdamW::save(const std::string& dir) const { write_optimizer_file(dir, s
 
 void LoraAdamW::load(const std::string& dir) { steps_ = read_optimizer_state(dir, slices()); }
 
-double clip_lora_grads(const LoraSet& grads, Backend& be, double max_norm) {
+double lora_grad_norm(const LoraSet& grads, Backend& be) {
   std::vector<Tensor> g;
   g.reserve(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) g.push_back(grads.tensor(i));
-  const double norm = std::sqrt(be.sum_squares(g));  // one device wait for all of them
+  return std::sqrt(be.sum_squares(g));  // one device wait for all of them
+}
+
+void scale_lora_grads(const LoraSet& grads, Backend& be, double max_norm, double norm) {
   if (max_norm > 0.0 && norm > max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // as clip_grad_norm
     for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);
   }
+}
+
+double clip_lora_grads(const LoraSet& grads, Backend& be, double max_norm) {
+  const double norm = lora_grad_norm(grads, be);
+  scale_lora_grads(grads, be, max_norm, norm);
   return norm;
 }
 

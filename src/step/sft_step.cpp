@@ -1,5 +1,8 @@
 // SFT on the step runner (step_runner.h): one SftObjective per micro-batch, normalised by the
 // step's loss tokens; the held-out loss is the token-weighted NLL.
+#include <memory>
+#include <vector>
+
 #include "objective/sft.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
@@ -10,14 +13,21 @@ namespace sbp {
 namespace {
 
 void run_sft(StepRunner& runner, const StepBatches& step, StepResult& r) {
+  // The objectives live to the step's end: their losses add the log-probs that the engine reads
+  // there (grads_without_logp), after the step's one wait (StepRunner::finish).
+  auto objectives = std::make_shared<std::vector<std::unique_ptr<SftObjective>>>();
   runner.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
-    SftObjective objective(b, r.loss_tokens);  // normalised by the loss tokens of the whole step
+    // normalised by the loss tokens of the whole step
+    SftObjective& objective =
+        *objectives->emplace_back(std::make_unique<SftObjective>(b, r.loss_tokens));
     MicroBatchPrep prep(b, runner.backend(), runner.pool());
     runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
-    r.loss += objective.loss();
   });
-  r.loss = runner.comm().sum(r.loss);
+  runner.at_finish([objectives, &comm = runner.comm()](StepResult& result) {
+    for (const auto& objective : *objectives) result.loss += objective->loss();
+    result.loss = comm.sum(result.loss);
+  });
 }
 
 double evaluate_sft(StepRunner& runner, std::span<const MicroBatch> eval) {

@@ -128,13 +128,13 @@ void StepRunner::backward_slot(const TrainedView& model, MicroBatchPrep& prep, O
   const ParameterSet& grads = lora ? frozen_ : model.grads->grads();
   if (logp) {
     logp->assign(static_cast<size_t>(batch.size()), 0.0f);
-    RecordingObjective recording(objective, *logp);
+    RecordingObjective recording(objective, *logp);  // reads every block's log-probs now
     engine.forward_backward(batch, recording, grads, hook);
     // A context group's ranks each saw their own rows: every row on every rank.
     if (opts_.context && be_.computes())
       gather_host_rows(*opts_.context, engine.slice(batch.size()), std::span<float>(*logp));
   } else {
-    engine.forward_backward(batch, objective, grads, hook);
+    engine.forward_backward(batch, objective, grads, hook, &reads_);
   }
   if (!lora) model.grads->end_slot(slot);
 }
@@ -148,7 +148,27 @@ std::vector<float>* StepRunner::logp_slot(StepResult& r, size_t i) {
   return opts_.record_logp ? &r.logp[i] : nullptr;
 }
 
+void StepRunner::at_finish(std::function<void(StepResult&)> complete) {
+  completions_.push_back(std::move(complete));
+}
+
 StepResult StepRunner::run(const StepBatches& step) {
+  StepResult r = start(step);
+  finish(r);
+  return r;
+}
+
+void StepRunner::finish(StepResult& r) {
+  be_.finish_reads();  // waits only if no wait came after start() (run(), not the training loop)
+  reads_.run();
+  std::vector<std::function<void(StepResult&)>> completions;
+  completions.swap(completions_);
+  for (auto& complete : completions) complete(r);
+}
+
+StepResult StepRunner::start(const StepBatches& step) {
+  reads_.clear();
+  completions_.clear();
   const bool lora = models_.lora.defined();
   check_model(lora ? models_.lora.grads != nullptr : models_.policy.defined(), setup_,
               "the policy's gradients");

@@ -43,6 +43,7 @@
 // statistics are summed / merged over ranks, so every rank returns the whole step's.
 // With LoRA the adapters' gradients are summed over ranks once, at the end of run()
 // (dist/lora_grads.h): adapters are replicated, not sharded.
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -51,6 +52,7 @@
 #include "backend/backend.h"
 #include "core/pool.h"
 #include "dist/communicator.h"
+#include "engine/deferred_reads.h"
 #include "engine/engine.h"
 #include "engine/exec_config.h"
 #include "objective/objective_setup.h"
@@ -89,8 +91,17 @@ class StepRunner {
 
   // One optimizer step's gradients: zeroes the trained models' gradients, then ADDS this rank's
   // micro-batches' contributions (reduced over ranks by the models' DataParallel). Clipping
-  // and the optimizer update are the caller's (DataParallel::clip, update).
+  // and the optimizer update are the caller's (DataParallel::clip, update). = start + finish.
   StepResult run(const StepBatches& step);
+  // The same in two halves, so that a step waits for the device once (docs/CUDA.md
+  // "Synchronisations"): start() queues the step's work and returns its result without the
+  // loss and statistics that wait for values left on the device (SFT's log-probs,
+  // engine/deferred_reads.h); finish(r) reads those and completes r. A caller that reads
+  // something of its own (the training loop: the gradient norm) does it between the two, so
+  // that finish() finds the device idle. `step` must outlive finish(). A start() drops what an
+  // earlier start() left unfinished (a step abandoned in an exception).
+  StepResult start(const StepBatches& step);
+  void finish(StepResult& r);
 
   // The held-out loss: token-weighted NLL for sft; the mean DPO loss over the pairs for dpo;
   // NaN for grpo and ppo (rollouts have no held-out loss). With several ranks each scores every
@@ -117,8 +128,12 @@ class StepRunner {
   Engine reference_engine();
   const ModelConfig& reference_config() const;
   // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
+  // The objective's loss may be complete only in finish() (Engine::forward_backward's `later`):
+  // it must live until then, and what reads its loss is added with at_finish().
   void backward_slot(const TrainedView& model, MicroBatchPrep& prep, Objective& objective,
                      int64_t slot, std::vector<float>* logp);
+  // Runs `complete` in finish(), after the step's deferred reads, in the order added.
+  void at_finish(std::function<void(StepResult&)> complete);
   // fn(i, slot) for each of this rank's micro-batches i in its slot; the empty slots a rank has
   // at a step's end are skipped for it (DataParallel::empty_slot), so every rank's collectives
   // match.
@@ -148,6 +163,10 @@ class StepRunner {
   Communicator& comm_;
   StepRunnerOptions opts_;
   ParameterSet frozen_;  // with LoRA: the policy's gradients, unallocated (no buffer, no gradient)
+  // Between start() and finish(): the engines' reads left for the step's end, then what
+  // completes the result from them.
+  DeferredReads reads_;
+  std::vector<std::function<void(StepResult&)>> completions_;
 };
 
 }  // namespace sbp

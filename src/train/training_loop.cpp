@@ -23,18 +23,31 @@ StepRecord TrainingLoop::step(int64_t step, StepHooks& hooks) {
   const StepBatches batches = hooks.next_batches(step);
   s.micro_batches = batches.step_micro_batches;
   s.lr = schedule_.at(step);
-  s.result = runner_.run(batches);
+  // The step's work is queued, then read once (docs/CUDA.md "Synchronisations"): the gradient
+  // norms wait for the device, and what the step left on it (SFT's log-probs) is read after
+  // that wait and before the clipping queues more work, so that the read finds it idle.
+  s.result = runner_.start(batches);
+  measure_norms(s);
+  runner_.finish(s.result);
   clip(s);
   s.updated = hooks.accept(s);
   if (s.updated) update(s.lr);
   return s;
 }
 
-void TrainingLoop::clip(StepRecord& s) {
-  s.grad_norm = models_.has_lora() ? clip_lora_grads(models_.lora_grads(), be_, max_norm_)
-                                   : models_.policy().clip(max_norm_);
+void TrainingLoop::measure_norms(StepRecord& s) {
+  s.grad_norm =
+      models_.has_lora() ? lora_grad_norm(models_.lora_grads(), be_) : models_.policy().grad_norm();
   // PPO: the value model is clipped and stepped on its own.
-  s.value_grad_norm = models_.has_value() ? models_.value().clip(max_norm_) : 0.0;
+  s.value_grad_norm = models_.has_value() ? models_.value().grad_norm() : 0.0;
+}
+
+void TrainingLoop::clip(const StepRecord& s) {
+  if (models_.has_lora())
+    scale_lora_grads(models_.lora_grads(), be_, max_norm_, s.grad_norm);
+  else
+    models_.policy().clip_to(max_norm_, s.grad_norm);
+  if (models_.has_value()) models_.value().clip_to(max_norm_, s.value_grad_norm);
 }
 
 std::string first_nonfinite_weight(ModelSet& models, Backend& be) {

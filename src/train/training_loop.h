@@ -58,8 +58,10 @@ class TrainingLoop {
 
  private:
   StepRecord step(int64_t step, StepHooks& hooks);
-  // Clips each trained model's gradients; the norms before clipping.
-  void clip(StepRecord& s);
+  // Each trained model's gradient norm (the step's wait for the device), then the clipping of
+  // its gradients to max_grad_norm by those norms.
+  void measure_norms(StepRecord& s);
+  void clip(const StepRecord& s);
   void update(double lr);
 
   ModelSet& models_;

@@ -400,6 +400,32 @@ TEST_F(CudaEmulatedBackend, SumSquaresOfManyTensorsWaitsOnce) {
   EXPECT_EQ(together, 15 * 0.25 + 7 * 1.5625);
 }
 
+// A read queued with download_at_next_wait waits for nothing: its values arrive with the next
+// wait the host makes anyway (here a gradient norm's), taken after it; src may be released and
+// reused at once; finish_reads() then waits for nothing. Queued after that wait, a read is
+// completed by finish_reads() itself, with one wait.
+TEST_F(CudaEmulatedBackend, ReadAtTheNextWaitRidesOnThatWait) {
+  Buffer a = f32({5}), b = f32({3});
+  be->fill(a.view(), 2.5f);
+  be->fill(b.view(), 1.0f);
+  const int64_t before = syncs();
+  auto early = be->download_at_next_wait(a.view());
+  be->fill(a.view(), -7.0f);  // queued after the read: not what it sees
+  EXPECT_EQ(syncs() - before, 0);
+  ASSERT_EQ(early->size(), 5u);
+  EXPECT_NE((*early)[0], 2.5f) << "the values arrived before any wait";
+  EXPECT_EQ(be->sum_squares(b.view()), 3.0);  // the one wait
+  EXPECT_EQ(syncs() - before, 1);
+  EXPECT_EQ(*early, std::vector<float>(5, 2.5f));
+  be->finish_reads();
+  EXPECT_EQ(syncs() - before, 1) << "finish_reads waited with nothing pending";
+  auto late = be->download_at_next_wait(a.view());
+  a.reset();  // released before the copy ran: the stream orders the copy first
+  be->finish_reads();
+  EXPECT_EQ(syncs() - before, 2);
+  EXPECT_EQ(*late, std::vector<float>(5, -7.0f));
+}
+
 // The embedding backward sorts its ids on the device and adds each id's rows in row order: the
 // CPU backend's bits, for many rows (a sort of 1000 keys, padded to 1024) with many repeats and a
 // padding id, without a wait.

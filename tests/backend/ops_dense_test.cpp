@@ -126,6 +126,22 @@ TEST_P(BackendOps, SumSquaresInFloat64) {
   EXPECT_NEAR(got, ss, 1e-12 * ss);
 }
 
+// A read left for the next wait holds src's values as they were when it was queued once the
+// backend has waited (finish_reads waits if nothing else did), whatever is queued after it;
+// only F32 tensors of the backend are read this way.
+TEST_P(BackendOps, ReadAtTheNextWaitHoldsTheQueuedValues) {
+  Vec x;
+  Buffer t = rand({7}, 2.0f, &x);
+  const std::shared_ptr<std::vector<float>> got = be.download_at_next_wait(t.view());
+  be.fill(t.view(), 5.0f);
+  be.finish_reads();
+  ASSERT_EQ(got->size(), 7u);
+  if (!computes()) return;
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ((*got)[i], static_cast<float>(x[i])) << i;
+  Buffer b = up(Vec(3, 1.0), {3}, DType::BF16);
+  EXPECT_THROW(be.download_at_next_wait(b.view()), ShapeError);
+}
+
 TEST_P(BackendOps, BiasAndReductions) {
   const int64_t n = 9, m = 4;
   Vec yd, bd, dbd;

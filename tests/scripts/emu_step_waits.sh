@@ -3,15 +3,16 @@
 # (STREAMBP_CUDA_EMULATION_REPORT=1, docs/CUDA.md "Synchronisations"): the difference between a
 # 2-step and a 1-step run of examples/tiny-chat/sft.yaml with backend=cuda, one micro-batch of
 # 8 head blocks per step. SFT gathers its log-probs on the device (objective.h
-# grads_without_logp): one wait after the head pass, one at the step's end, none per head block
-# (there were 9). The count must equal EXPECTED exactly, so that a wait added or removed shows.
+# grads_without_logp) and queues their read for the step's end (engine/deferred_reads.h), where
+# the gradient norm's wait brings them: that one wait per step, none inside it (there were 9,
+# then 2). The count must equal EXPECTED exactly, so that a wait added or removed shows.
 # Part of scripts/test-emu.sh.
 #
 #   tests/scripts/emu_step_waits.sh [build-dir]     (default build-emu)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$ROOT/${1:-build-emu}/streambp"
-EXPECTED=2
+EXPECTED=1
 T=$(mktemp -d /tmp/emu-step-waits.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$ROOT"

@@ -1,6 +1,7 @@
 // CudaBackend: construction, memory (the arena), transfers, scratch, and the factory functions
 // of cuda_factory.h.
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/attention_args.cuh"
@@ -88,6 +89,7 @@ bool CudaBackend::use_tensor_core_attention(int h) const {
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  for (const PendingRead& read : pending_reads_) cudaFreeHost(read.staging);  // never read
   destroy_copy_resources();
   host_.reset();  // the pinned blocks, before the device goes
   if (lt_) cublasLtDestroy(lt_);
@@ -133,15 +135,40 @@ void CudaBackend::upload_impl(void* dst, const void* host, size_t bytes) {
 void CudaBackend::synchronize_impl() {
   queue_check_readback();
   SBP_CUDA(cudaStreamSynchronize(stream_));
+  complete_reads();
   flush_checks();
 }
 
-// One wait for the copy and the check records together.
+// One wait for the copy, the check records and the reads queued before it together.
 void CudaBackend::download_impl(void* host, const void* src, size_t bytes) {
   queue_check_readback();
   SBP_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
   SBP_CUDA(cudaStreamSynchronize(stream_));
+  complete_reads();
   flush_checks();
+}
+
+// Into pinned memory the copy is asynchronous (pageable memory would make it a wait); the
+// staging is given back once its bytes have gone to dst.
+void CudaBackend::download_at_next_wait_impl(const Tensor& src,
+                                             std::shared_ptr<std::vector<float>> dst) {
+  const size_t bytes = dst->size() * sizeof(float);
+  PendingRead read{nullptr, std::move(dst)};
+  SBP_CUDA(cudaMallocHost(&read.staging, bytes));
+  pending_reads_.push_back(read);  // before the copy: given back by complete_reads if it throws
+  SBP_CUDA(cudaMemcpyAsync(read.staging, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
+}
+
+void CudaBackend::finish_reads_impl() {
+  if (!pending_reads_.empty()) synchronize_impl();
+}
+
+void CudaBackend::complete_reads() {
+  for (const PendingRead& read : pending_reads_) {
+    std::memcpy(read.dst->data(), read.staging, read.dst->size() * sizeof(float));
+    cudaFreeHost(read.staging);
+  }
+  pending_reads_.clear();
 }
 
 void CudaBackend::zero_impl(const Tensor& t) {

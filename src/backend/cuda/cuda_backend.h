@@ -70,6 +70,10 @@ class CudaBackend : public Backend {
 
  protected:
   void synchronize_impl() override;  // the backend's stream
+  // A copy into pinned staging on stream_, handed to dst at the next wait (complete_reads).
+  void download_at_next_wait_impl(const Tensor& src,
+                                  std::shared_ptr<std::vector<float>> dst) override;
+  void finish_reads_impl() override;
   void upload_impl(void* dst, const void* host, size_t bytes) override;
   void download_impl(void* host, const void* src, size_t bytes) override;
   void zero_impl(const Tensor& t) override;
@@ -175,6 +179,15 @@ class CudaBackend : public Backend {
   cuda::CheckState* checks_ = nullptr;
   void* pinned_ = nullptr;
   std::vector<std::function<std::string(int64_t, int64_t)>> checks_pending_;
+  // Reads queued by download_at_next_wait: the pinned staging each copy lands in and the host
+  // values it goes to once the host has waited for stream_ (complete_reads, after the wait of
+  // every download and synchronisation).
+  struct PendingRead {
+    void* staging = nullptr;
+    std::shared_ptr<std::vector<float>> dst;
+  };
+  std::vector<PendingRead> pending_reads_;
+  void complete_reads();
   // cuBLASLt's heuristic pick per problem (types, transposes, sizes, leading dims, alignment):
   // asking costs tens of microseconds, and the engine repeats the same few shapes.
   using GemmKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
