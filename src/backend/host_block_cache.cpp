@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/sanitizers.h"
+
 namespace sbp {
 
 namespace {
@@ -12,17 +14,8 @@ size_t block_size(size_t bytes) {
   return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kCache = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kCache = false;
-#else
-constexpr bool kCache = true;
-#endif
-#else
-constexpr bool kCache = true;
-#endif
+// Under AddressSanitizer nothing is cached, so that a use after free stays visible.
+constexpr bool kCache = !kAddressSanitizer;
 
 }  // namespace
 

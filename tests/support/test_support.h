@@ -11,24 +11,13 @@
 #include "backend/backend.h"
 #include "core/pool.h"
 #include "core/rng.h"
+#include "core/sanitizers.h"
 #include "engine/exec_config.h"
-
-// Whether this program was built with AddressSanitizer: gcc defines __SANITIZE_ADDRESS__, clang
-// (the sanitizer tree's compiler) answers __has_feature(address_sanitizer) instead.
-#if defined(__SANITIZE_ADDRESS__)
-#define STREAMBP_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define STREAMBP_TEST_ASAN 1
-#endif
-#endif
-#ifndef STREAMBP_TEST_ASAN
-#define STREAMBP_TEST_ASAN 0
-#endif
 
 namespace sbp::test {
 
-inline constexpr bool kAddressSanitizer = STREAMBP_TEST_ASAN != 0;
+// Whether this program was built with AddressSanitizer (core/sanitizers.h).
+inline constexpr bool kAddressSanitizer = sbp::kAddressSanitizer;
 
 // config.json of a tiny Qwen3-shaped model whose vocabulary (512) covers the tiny-chat
 // tokenizer's 457 ids: the model of the trainer's end-to-end tests.
