@@ -482,21 +482,26 @@ Engine::TokenScores Engine::score(const PreparedBatch& batch) {
   TokenScores out;
   out.logp.assign(static_cast<size_t>(T), 0.0f);
   out.argmax.assign(static_cast<size_t>(T), 0);
-  const int64_t hc = exec_.head_chunk_for(T);
-  for_piece_chunks(cs, hc, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
-    const int64_t n = e - s, at = p.begin + s;
+  // The blocks leave their numbers on the device, in this rank's rows of two (Tl) vectors that
+  // the host reads once at the end: one wait for the device per call, not two per head block.
+  Buffer logp = pool_.allocate(Category::other, DType::F32, {cs.local_rows()});  // (Tl)
+  Buffer best = pool_.allocate(Category::other, DType::I32, {cs.local_rows()});  // (Tl)
+  for_piece_chunks(cs, exec_.head_chunk_for(T), be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+    const int64_t at = p.begin + s;
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::lm, false,
                       x.rows(p.local + s, p.local + e), step.targets().slice_rows(at, p.begin + e),
-                      at);
-    Buffer best = pool_.allocate(Category::other, DType::I32, {n});
-    be_.argmax_rows(best.view(), b.logits());
-    if (be_.computes()) {
-      const TokenChunk c = b.chunk();
-      std::copy(c.logp.begin(), c.logp.end(), out.logp.begin() + at);
-      const std::vector<int32_t> am = download_i32(best.view());
-      std::copy(am.begin(), am.end(), out.argmax.begin() + at);
-    }
+                      at, /*to_host=*/false);
+    be_.copy(logp.view().slice_rows(p.local + s, p.local + e), b.logp());
+    be_.argmax_rows(best.view().slice_rows(p.local + s, p.local + e), b.logits());
   });
+  if (be_.computes()) {
+    const auto lp = be_.download_at_next_wait(logp.view());  // comes with the argmax's wait
+    const std::vector<int32_t> am = download_i32(best.view());
+    for (const RowPiece& p : cs.mine()) {
+      std::copy_n(lp->begin() + p.local, p.size(), out.logp.begin() + p.begin);
+      std::copy_n(am.begin() + p.local, p.size(), out.argmax.begin() + p.begin);
+    }
+  }
   if (cs.split() && be_.computes()) {  // every row on every rank
     gather_host_rows(*context_, cs, std::span<float>(out.logp));
     gather_host_rows(*context_, cs, std::span<int32_t>(out.argmax));
@@ -515,16 +520,20 @@ std::vector<float> Engine::values(const PreparedBatch& batch) {
   const ContextSlice cs = slice(T);
   const Buffer x = forward_layers(step, nullptr);  // (Tl, d) this rank's rows
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
+  // As score(): the blocks' values gathered on the device, read once.
+  Buffer values = pool_.allocate(Category::other, DType::F32, {cs.local_rows(), 1});  // (Tl, 1)
   for_piece_chunks(cs, exec_.head_chunk_for(T), be_, [&](const RowPiece& p, int64_t s, int64_t e) {
     const int64_t at = p.begin + s;
     const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value, false,
                       x.rows(p.local + s, p.local + e), step.targets().slice_rows(at, p.begin + e),
-                      at);
-    if (be_.computes()) {
-      const TokenChunk c = b.chunk();
-      std::copy(c.value.begin(), c.value.end(), out.begin() + at);
-    }
+                      at, /*to_host=*/false);
+    be_.copy(values.view().slice_rows(p.local + s, p.local + e), b.logits());
   });
+  if (be_.computes()) {
+    const std::vector<float> v = download_f32(values.view());
+    for (const RowPiece& p : cs.mine())
+      std::copy_n(v.begin() + p.local, p.size(), out.begin() + p.begin);
+  }
   if (cs.split() && be_.computes()) gather_host_rows(*context_, cs, std::span<float>(out));
   return out;
 }

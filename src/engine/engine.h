@@ -56,7 +56,8 @@ class Engine {
                         GradHook* hook = nullptr, DeferredReads* later = nullptr);
 
   // Forward only (no gradient state). Peak memory: two (T, d) hidden states, one layer's
-  // K/V and chunk working set, one head chunk.
+  // K/V and chunk working set, one head chunk, and the rows' log-probs and argmax gathered on
+  // the device (8 bytes a row), read with one wait.
   struct TokenScores {
     std::vector<float> logp;      // (T) log-probability of each row's target, 0 where none
     std::vector<int32_t> argmax;  // (T) the most likely next token of each row

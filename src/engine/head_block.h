@@ -35,7 +35,7 @@ class HeadBlock {
   // final_norm); dL/d(hidden rows) ADDS into gy (n, d) F32. Releases the block's buffers.
   void backward(const ModelTensors& G, const Tensor& gy);
 
-  const Tensor& logits() const { return out_.view(); }  // (n, V) LM head
+  const Tensor& logits() const { return out_.view(); }  // (n, V) LM head; (n, 1) values
   const Tensor& lse() const { return lse_.view(); }     // (n)
   const Tensor& logp() const { return logp_.view(); }   // (n) F32 LM head
 
