@@ -414,12 +414,21 @@ double Backend::sum_squares(const Tensor& x) {
 }
 
 double Backend::sum_squares(std::span<const Tensor> xs) {
+  std::vector<double> each(xs.size());
+  sum_squares_each(xs, each);
+  double ss = 0.0;
+  for (double v : each) ss += v;  // in order: the loop's bits
+  return ss;
+}
+
+void Backend::sum_squares_each(std::span<const Tensor> xs, std::span<double> out) {
   for (const Tensor& x : xs) {
     check_float("sum_squares", "x", x);
     owns("sum_squares", {&x});
   }
+  SBP_CHECK(out.size() == xs.size(), "sum_squares: out has " + std::to_string(out.size()) +
+                                         " entries for " + std::to_string(xs.size()) + " tensors");
   const Access access(*this);
-  std::vector<double> each(xs.size());
   run_op(
       OpFamily::elementwise,
       [&] {
@@ -427,10 +436,7 @@ double Backend::sum_squares(std::span<const Tensor> xs) {
         for (const Tensor& x : xs) b += nb(x);
         return b;
       },
-      [&] { sum_squares_each_impl(xs, each); });
-  double ss = 0.0;
-  for (double v : each) ss += v;  // in order: the loop's bits
-  return ss;
+      [&] { sum_squares_each_impl(xs, out); });
 }
 
 void Backend::add_bias(const Tensor& y, const Tensor& b) {

@@ -125,6 +125,9 @@ class Backend : public MemorySpace {
   // sum over xs in order of sum_squares(x), each in fp64 as above: the same bits as the loop,
   // with one wait for the device instead of one per tensor (a gradient norm). Checks: as above.
   double sum_squares(std::span<const Tensor> xs);
+  // out[i] = sum_squares(xs[i]) (out: xs.size()), with one wait for the device for all of them
+  // (two models' gradient norms at once). Checks: as above.
+  void sum_squares_each(std::span<const Tensor> xs, std::span<double> out);
   // y (n, m) += b (m). Checks: y, b float; b.numel() == y.cols().
   void add_bias(const Tensor& y, const Tensor& b);
   // db (m) += sum_rows dy (n, m). Checks: db, dy float; db.numel() == dy.cols().

@@ -184,29 +184,31 @@ Tensor DataParallel::owned_grad(size_t i) const {
   return flat_slice(grads_.tensor(i), ranges_[i]);
 }
 
-double DataParallel::clip(double max_norm) {
-  const double norm = grad_norm();
-  clip_to(max_norm, norm);
-  return norm;
+double DataParallel::grad_norm() {
+  const std::vector<Tensor> parts = norm_parts();
+  return norm_of(be_.sum_squares(parts));  // one device wait
 }
 
-double DataParallel::grad_norm() {
-  if (!distributed()) return global_grad_norm(grads_, be_);
-  // Each rank squares its slice of the reduced gradient; the sum over ranks is the global norm
-  // (the same value on every rank, so every rank clips alike).
+std::vector<Tensor> DataParallel::norm_parts() const {
+  // Each rank squares its slice of the reduced gradient (all of it alone); the sum over ranks
+  // is the global norm, the same value on every rank, so every rank clips alike.
   std::vector<Tensor> g;
   g.reserve(grads_.size());
-  for (size_t i = 0; i < grads_.size(); ++i) g.push_back(owned_grad(i));
-  return std::sqrt(comm_.sum(be_.sum_squares(g)));  // one device wait
+  for (size_t i = 0; i < grads_.size(); ++i)
+    g.push_back(distributed() ? owned_grad(i) : grads_.tensor(i));
+  return g;
+}
+
+double DataParallel::norm_of(double local_sum_squares) {
+  return std::sqrt(distributed() ? comm_.sum(local_sum_squares) : local_sum_squares);
 }
 
 void DataParallel::clip_to(double max_norm, double norm) {
   if (!distributed()) return scale_to_max_norm(grads_, be_, max_norm, norm);
-  if (max_norm > 0.0 && norm > max_norm) {
-    const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // as clip_grad_norm
-    for (size_t i = 0; i < grads_.size(); ++i)
-      be_.scale_inplace(zero_ == 0 ? grads_.tensor(i) : owned_grad(i), scale);
-  }
+  const float scale = clip_factor(max_norm, norm);
+  if (scale == 1.0f) return;
+  for (size_t i = 0; i < grads_.size(); ++i)
+    be_.scale_inplace(zero_ == 0 ? grads_.tensor(i) : owned_grad(i), scale);
 }
 
 void DataParallel::update(const ParameterSet& weights, float lr) {

@@ -61,11 +61,13 @@ class DataParallel : private GradHook {
   GradHook* hook(int64_t slot);    // for that slot's forward_backward (null: nothing to do)
   void end_slot(int64_t slot);     // after it: completes the slot's reductions
   void empty_slot(int64_t slot);   // a slot this rank has no micro-batch for
-  // The global gradient norm before clipping; scales the gradients to max_norm when above it
-  // (max_norm <= 0: only measures). With several ranks every rank returns the same value.
-  // = grad_norm (the one device wait) + clip_to (queued work only).
-  double clip(double max_norm);
+  // The global gradient norm before clipping (the one device wait); with several ranks every
+  // rank returns the same value. = norm_of(sum of sum_squares of norm_parts()), the parts this
+  // rank squares, so that a caller can measure two models with one wait.
   double grad_norm();
+  std::vector<Tensor> norm_parts() const;
+  double norm_of(double local_sum_squares);
+  // Scales the gradients by clip_factor(max_norm, norm) (optim/adamw.h): queued work only.
   void clip_to(double max_norm, double norm);
   // AdamW with the reduced gradients; with zero 1/2 on this rank's slices, then all-gathered.
   void update(const ParameterSet& weights, float lr);

@@ -39,18 +39,14 @@ double global_grad_norm(const ParameterSet& grads, Backend& be) {
   return std::sqrt(be.sum_squares(g));  // one device wait for all of them
 }
 
-void scale_to_max_norm(const ParameterSet& grads, Backend& be, double max_norm, double norm) {
-  if (max_norm > 0.0 && norm > max_norm) {
-    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6)
-    const float scale = static_cast<float>(max_norm / (norm + 1e-6));
-    for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);
-  }
+float clip_factor(double max_norm, double norm) {
+  return max_norm > 0.0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
 }
 
-double clip_grad_norm(const ParameterSet& grads, Backend& be, double max_norm) {
-  const double norm = global_grad_norm(grads, be);
-  scale_to_max_norm(grads, be, max_norm, norm);
-  return norm;
+void scale_to_max_norm(const ParameterSet& grads, Backend& be, double max_norm, double norm) {
+  const float scale = clip_factor(max_norm, norm);
+  if (scale == 1.0f) return;
+  for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);
 }
 
 }  // namespace sbp

@@ -51,11 +51,11 @@ class AdamW {
 
 // sqrt(sum of squares of every gradient), accumulated in fp64 in a fixed order.
 double global_grad_norm(const ParameterSet& grads, Backend& be);
-// Scales the gradients so their global norm is at most max_norm (no-op if max_norm <= 0);
-// returns the norm before clipping. = global_grad_norm + scale_to_max_norm.
-double clip_grad_norm(const ParameterSet& grads, Backend& be, double max_norm);
-// The scaling half, given the norm: as torch.nn.utils.clip_grad_norm_, by
-// max_norm / (norm + 1e-6) when norm > max_norm > 0. Queues work, reads nothing.
+// Gradient clipping as torch.nn.utils.clip_grad_norm_: the factor max_norm / (norm + 1e-6)
+// when norm > max_norm > 0, else 1 (max_norm <= 0 only measures). Every clip below uses it.
+float clip_factor(double max_norm, double norm);
+// Scales the gradients by clip_factor(max_norm, norm), given their norm (global_grad_norm).
+// Queues work, reads nothing.
 void scale_to_max_norm(const ParameterSet& grads, Backend& be, double max_norm, double norm);
 
 }  // namespace sbp

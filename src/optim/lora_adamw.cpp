@@ -44,16 +44,9 @@ double lora_grad_norm(const LoraSet& grads, Backend& be) {
 }
 
 void scale_lora_grads(const LoraSet& grads, Backend& be, double max_norm, double norm) {
-  if (max_norm > 0.0 && norm > max_norm) {
-    const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // as clip_grad_norm
-    for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);
-  }
-}
-
-double clip_lora_grads(const LoraSet& grads, Backend& be, double max_norm) {
-  const double norm = lora_grad_norm(grads, be);
-  scale_lora_grads(grads, be, max_norm, norm);
-  return norm;
+  const float scale = clip_factor(max_norm, norm);
+  if (scale == 1.0f) return;
+  for (size_t i = 0; i < grads.size(); ++i) be.scale_inplace(grads.tensor(i), scale);
 }
 
 }  // namespace sbp

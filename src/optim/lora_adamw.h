@@ -33,10 +33,8 @@ class LoraAdamW {
   int64_t steps_ = 0;
 };
 
-// The adapters' global gradient norm (fp64, fixed order); scales them to max_norm when above it
-// (max_norm <= 0: only measures), as clip_grad_norm does for full weights.
-// = lora_grad_norm + scale_lora_grads.
-double clip_lora_grads(const LoraSet& grads, Backend& be, double max_norm);
+// The adapters' global gradient norm (fp64, fixed order), and their clipping given it
+// (clip_factor, as scale_to_max_norm for full weights).
 double lora_grad_norm(const LoraSet& grads, Backend& be);
 void scale_lora_grads(const LoraSet& grads, Backend& be, double max_norm, double norm);
 

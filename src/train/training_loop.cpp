@@ -36,10 +36,29 @@ StepRecord TrainingLoop::step(int64_t step, StepHooks& hooks) {
 }
 
 void TrainingLoop::measure_norms(StepRecord& s) {
-  s.grad_norm =
-      models_.has_lora() ? lora_grad_norm(models_.lora_grads(), be_) : models_.policy().grad_norm();
-  // PPO: the value model is clipped and stepped on its own.
-  s.value_grad_norm = models_.has_value() ? models_.value().grad_norm() : 0.0;
+  if (!models_.has_value()) {
+    s.grad_norm = models_.has_lora() ? lora_grad_norm(models_.lora_grads(), be_)
+                                     : models_.policy().grad_norm();
+    s.value_grad_norm = 0.0;
+    return;
+  }
+  // PPO: the value model is clipped and stepped on its own, its norm measured with the
+  // policy's in one wait: the sums of squares of both sets, each summed in order (the bits of
+  // the one-set calls).
+  std::vector<Tensor> parts;
+  if (models_.has_lora())
+    for (size_t i = 0; i < models_.lora_grads().size(); ++i)
+      parts.push_back(models_.lora_grads().tensor(i));
+  else
+    parts = models_.policy().norm_parts();
+  const size_t policy_parts = parts.size();
+  for (const Tensor& t : models_.value().norm_parts()) parts.push_back(t);
+  std::vector<double> each(parts.size());
+  be_.sum_squares_each(parts, each);
+  double policy_ss = 0.0, value_ss = 0.0;
+  for (size_t i = 0; i < each.size(); ++i) (i < policy_parts ? policy_ss : value_ss) += each[i];
+  s.grad_norm = models_.has_lora() ? std::sqrt(policy_ss) : models_.policy().norm_of(policy_ss);
+  s.value_grad_norm = models_.value().norm_of(value_ss);
 }
 
 void TrainingLoop::clip(const StepRecord& s) {

@@ -398,6 +398,11 @@ TEST_F(CudaEmulatedBackend, SumSquaresOfManyTensorsWaitsOnce) {
   EXPECT_EQ(syncs() - before, 1);
   EXPECT_EQ(together, each);
   EXPECT_EQ(together, 15 * 0.25 + 7 * 1.5625);
+  std::vector<double> apart(3);  // two models' norms from one wait (PPO's policy and value)
+  const int64_t before_each = syncs();
+  be->sum_squares_each(all, apart);
+  EXPECT_EQ(syncs() - before_each, 1);
+  EXPECT_EQ(apart, (std::vector<double>{15 * 0.25, 7 * 1.5625, 0.0}));
 }
 
 // A read queued with download_at_next_wait waits for nothing: its values arrive with the next

@@ -126,6 +126,19 @@ TEST_P(BackendOps, SumSquaresInFloat64) {
   EXPECT_NEAR(got, ss, 1e-12 * ss);
 }
 
+// Each tensor's sum apart, in one call: the bits of one call per tensor.
+TEST_P(BackendOps, SumSquaresEachGivesEachTensorsSum) {
+  Buffer a = rand({300}, 2.0f), b = rand({7, 3}, 1.0f);
+  const std::vector<Tensor> both{a.view(), b.view()};
+  std::vector<double> each(2);
+  be.sum_squares_each(both, each);
+  if (!computes()) return;
+  EXPECT_EQ(each[0], be.sum_squares(a.view()));
+  EXPECT_EQ(each[1], be.sum_squares(b.view()));
+  std::vector<double> wrong(1);
+  EXPECT_THROW(be.sum_squares_each(both, wrong), ShapeError);
+}
+
 // A read left for the next wait holds src's values as they were when it was queued once the
 // backend has waited (finish_reads waits if nothing else did), whatever is queued after it;
 // only F32 tensors of the backend are read this way.

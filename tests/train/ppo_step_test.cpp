@@ -210,8 +210,10 @@ TEST(PpoStep, StepsMoveThePolicyTowardHigherScores) {
   for (int i = 0; i < 4; ++i) {
     const StepResult r = f.step();
     (i == 0 ? first_value_loss : last_value_loss) = r.metrics.at("loss/value");
-    f.models->policy().clip(1.0);
-    f.models->value().clip(1.0);
+    DataParallel& policy = f.models->policy();
+    DataParallel& value = f.models->value();
+    policy.clip_to(1.0, policy.grad_norm());
+    value.clip_to(1.0, value.grad_norm());
     f.models->policy().update(f.models->policy_weights(), 1e-3f);
     f.models->value().update(f.models->value_weights(), 1e-3f);
   }
