@@ -4,6 +4,7 @@
 // of the same shapes. Collectives run on the tensors' own memory where the communicator can
 // address it (the CPU backend's; a GPU's with NCCL), else through a host copy (the checking
 // backend's protected memory; a GPU's under MPI).
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -48,6 +49,14 @@ void gather_rows(Communicator& group, const ContextSlice& slice, std::span<const
 // gradient of its rows). Other ranks' rows are unspecified afterwards.
 void reduce_rows_to_owners(Communicator& group, const ContextSlice& slice,
                            std::span<const Tensor> ts);
+
+// local (Tl) host values of this rank's rows, each piece of the slice copied to its global rows
+// of out (T); the other rows of out are left as they are (gather_host_rows below fills them).
+template <typename V>
+void place_local_rows(const ContextSlice& slice, std::span<const V> local, std::span<V> out) {
+  for (const RowPiece& p : slice.mine())
+    std::copy_n(local.begin() + p.local, p.size(), out.begin() + p.begin);
+}
 
 // v (T) host values of which this rank filled its own rows: afterwards every row holds its
 // owner's value on every rank.

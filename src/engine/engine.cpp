@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "engine/context_rows.h"
 #include "engine/head_block.h"
@@ -168,35 +169,44 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
                      step.targets().slice_rows(p.begin + s, p.begin + e), p.begin + s, to_host);
   };
   // Pre-passes (no grad): every block once per pass, from the kept final hidden state; with a
-  // context group, each rank its own blocks, then the group sums what they added up.
-  // With a single block the gradient pass below reuses it instead of recomputing it.
+  // context group, each rank its own blocks, then the group sums what they added up. The blocks
+  // leave their numbers on the device; the host reads the pass once and shows them to the
+  // objective block by block, in row order. With a single block the gradient pass below reuses
+  // it instead of recomputing it.
   const bool one_block = !cs.split() && hc >= T;
-  // A linear objective (SFT, objective.h grads_without_logp) writes its gradients without the
-  // log-probs: the blocks leave theirs on the device, gathered in one (Tl) vector that the host
-  // reads once, after the pass or, given `later`, at the step's end, instead of waiting for the
-  // device at every block.
-  const bool gathered = objective.grads_without_logp() && objective.head() == HeadKind::lm &&
-                        !entropy && passes == 0;
-  Buffer pass_logp;  // (Tl) F32 the gradient pass's log-probs, this rank's rows
-  if (gathered) pass_logp = pool_.allocate(Category::other, DType::F32, {cs.local_rows()});
   for (int p = 0; p < passes && !one_block; ++p) {
+    HeadPassRows rows(be_, pool_, objective.head(), entropy, cs.local_rows());
     for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
-      const HeadBlock b = block(piece, s, e);
-      if (computes) objective.prepass(p, b.chunk());
+      rows.keep(block(piece, s, e, /*to_host=*/false), piece.local + s);
     });
-    if (computes) sum_over_group(context_, objective.prepass_sums(p));
-    if (computes) objective.finish_prepass(p);
+    const HeadPassRows::Host host = rows.read(/*at_next_wait=*/false);  // the pass's one wait
+    if (!computes) continue;
+    for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
+      objective.prepass(p, host.chunk(piece.local + s, e - s, piece.begin + s));
+    });
+    sum_over_group(context_, objective.prepass_sums(p));
+    objective.finish_prepass(p);
   }
+  // An objective whose gradients need none of this pass's values (objective.h
+  // grads_without_logp: SFT; DPO, KTO and ORPO after their pre-pass) writes them without
+  // waiting for the device. Without a pre-pass its loss reads the values (SFT): the blocks
+  // leave them on the device, gathered in one (Tl) vector that the host reads once, after the
+  // pass or, given `later`, at the step's end.
+  const bool constant =
+      objective.grads_without_logp() && objective.head() == HeadKind::lm && !entropy;
+  const bool gathered = constant && passes == 0;
+  std::optional<HeadPassRows> pass_rows;  // (Tl) the gradient pass's log-probs, this rank's rows
+  if (gathered) pass_rows.emplace(be_, pool_, objective.head(), false, cs.local_rows());
   for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
-    HeadBlock b = block(piece, s, e, /*to_host=*/!gathered);
+    HeadBlock b = block(piece, s, e, /*to_host=*/!constant || (one_block && passes > 0));
     for (int p = 0; p < passes && one_block; ++p) {
       if (computes) objective.prepass(p, b.chunk());
       if (computes) objective.finish_prepass(p);
     }
     const TokenChunkGrads g = b.alloc_grads();
-    if (gathered) {
+    if (constant) {
       if (computes) objective.constant_grads(piece.begin + s, g.dlogp);
-      be_.copy(pass_logp.view().slice_rows(piece.local + s, piece.local + e), b.logp());
+      if (gathered) pass_rows->keep(b, piece.local + s);
     } else if (computes) {
       objective.chunk_grads(b.chunk(), g);
     }
@@ -207,22 +217,17 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
     if (computes) sum_over_group(context_, objective.pass_sums());
     return;
   }
-  // The pass's one read of the log-probs: now, or given `later` at the device's next wait (the
-  // step's, deferred_reads.h), the vector released at once either way. Then each piece's rows
-  // in row order, which adds the loss in the blocks' order (add_logp walks its rows one after
-  // another, whatever the blocks were), and the group's sums, which need every rank's pass.
-  std::shared_ptr<std::vector<float>> logp;
-  if (computes)
-    logp = later ? be_.download_at_next_wait(pass_logp.view())
-                 : std::make_shared<std::vector<float>>(download_f32(pass_logp.view()));
-  pass_logp.reset();
+  // The pass's one read of the log-probs, now or at the device's next wait (the step's,
+  // deferred_reads.h). Then each piece's rows in row order, which adds the loss in the blocks'
+  // order (add_logp walks its rows one after another, whatever the blocks were), and the
+  // group's sums, which need every rank's pass.
+  const HeadPassRows::Host host = pass_rows->read(/*at_next_wait=*/later != nullptr);
+  pass_rows.reset();
   if (!computes) return;
-  auto read = [logp, &objective, group = context_,
+  auto read = [host, &objective, group = context_,
                pieces = std::vector<RowPiece>(cs.mine().begin(), cs.mine().end())] {
     for (const RowPiece& piece : pieces)
-      objective.add_logp(piece.begin,
-                         std::span<const float>(*logp).subspan(static_cast<size_t>(piece.local),
-                                                               static_cast<size_t>(piece.size())));
+      objective.add_logp(piece.begin, host.chunk(piece.local, piece.size(), piece.begin).logp);
     sum_over_group(group, objective.pass_sums());
   };
   if (later)
@@ -497,10 +502,8 @@ Engine::TokenScores Engine::score(const PreparedBatch& batch) {
   if (be_.computes()) {
     const auto lp = be_.download_at_next_wait(logp.view());  // comes with the argmax's wait
     const std::vector<int32_t> am = download_i32(best.view());
-    for (const RowPiece& p : cs.mine()) {
-      std::copy_n(lp->begin() + p.local, p.size(), out.logp.begin() + p.begin);
-      std::copy_n(am.begin() + p.local, p.size(), out.argmax.begin() + p.begin);
-    }
+    place_local_rows<float>(cs, *lp, out.logp);
+    place_local_rows<int32_t>(cs, am, out.argmax);
   }
   if (cs.split() && be_.computes()) {  // every row on every rank
     gather_host_rows(*context_, cs, std::span<float>(out.logp));
@@ -521,19 +524,16 @@ std::vector<float> Engine::values(const PreparedBatch& batch) {
   const Buffer x = forward_layers(step, nullptr);  // (Tl, d) this rank's rows
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
   // As score(): the blocks' values gathered on the device, read once.
-  Buffer values = pool_.allocate(Category::other, DType::F32, {cs.local_rows(), 1});  // (Tl, 1)
+  HeadPassRows values(be_, pool_, HeadKind::value, false, cs.local_rows());  // (Tl)
   for_piece_chunks(cs, exec_.head_chunk_for(T), be_, [&](const RowPiece& p, int64_t s, int64_t e) {
     const int64_t at = p.begin + s;
-    const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value, false,
-                      x.rows(p.local + s, p.local + e), step.targets().slice_rows(at, p.begin + e),
-                      at, /*to_host=*/false);
-    be_.copy(values.view().slice_rows(p.local + s, p.local + e), b.logits());
+    values.keep(HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value,
+                          false, x.rows(p.local + s, p.local + e),
+                          step.targets().slice_rows(at, p.begin + e), at, /*to_host=*/false),
+                p.local + s);
   });
-  if (be_.computes()) {
-    const std::vector<float> v = download_f32(values.view());
-    for (const RowPiece& p : cs.mine())
-      std::copy_n(v.begin() + p.local, p.size(), out.begin() + p.begin);
-  }
+  const HeadPassRows::Host v = values.read(/*at_next_wait=*/false);
+  if (be_.computes()) place_local_rows<float>(cs, *v.value, out);
   if (cs.split() && be_.computes()) gather_host_rows(*context_, cs, std::span<float>(out));
   return out;
 }

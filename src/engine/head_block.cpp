@@ -123,4 +123,58 @@ void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
                        static_cast<float>(cfg_.rms_norm_eps), cfg_.norm_weight_offset());
 }
 
+HeadPassRows::HeadPassRows(Backend& be, Pool& pool, HeadKind kind, bool entropy, int64_t rows)
+    : be_(be) {
+  if (kind == HeadKind::value) {
+    value_ = pool.allocate(Category::other, DType::F32, {rows});  // (rows)
+    return;
+  }
+  logp_ = pool.allocate(Category::other, DType::F32, {rows});                  // (rows)
+  if (entropy) entropy_ = pool.allocate(Category::other, DType::F32, {rows});  // (rows)
+}
+
+void HeadPassRows::keep(const HeadBlock& b, int64_t at) {
+  const int64_t n = b.rows();
+  if (value_.defined()) {
+    SBP_CHECK(b.kind() == HeadKind::value, "head pass rows: a value pass kept an LM-head block");
+    be_.copy(value_.view().slice_rows(at, at + n), b.logits().reshaped({n}));
+    return;
+  }
+  SBP_CHECK(b.kind() == HeadKind::lm && b.has_entropy() == entropy_.defined(),
+            "head pass rows: the block does not have the pass's numbers");
+  be_.copy(logp_.view().slice_rows(at, at + n), b.logp());
+  if (entropy_.defined()) be_.copy(entropy_.view().slice_rows(at, at + n), b.entropy());
+}
+
+HeadPassRows::Host HeadPassRows::read(bool at_next_wait) {
+  Host h;
+  // Read now, the last vector's download is the one wait and the others ride on it.
+  auto get = [&](Buffer& v, bool last) -> std::shared_ptr<std::vector<float>> {
+    if (!v.defined()) return nullptr;
+    std::shared_ptr<std::vector<float>> out;
+    if (be_.computes())
+      out = at_next_wait || !last ? be_.download_at_next_wait(v.view())
+                                  : std::make_shared<std::vector<float>>(download_f32(v.view()));
+    v.reset();
+    return out;
+  };
+  h.entropy = get(entropy_, /*last=*/false);
+  h.logp = get(logp_, /*last=*/true);
+  h.value = get(value_, /*last=*/true);
+  return h;
+}
+
+TokenChunk HeadPassRows::Host::chunk(int64_t at, int64_t n, int64_t row_begin) const {
+  auto rows = [&](const std::shared_ptr<std::vector<float>>& v) -> std::span<const float> {
+    if (!v) return {};
+    return std::span<const float>(*v).subspan(static_cast<size_t>(at), static_cast<size_t>(n));
+  };
+  TokenChunk t;
+  t.row_begin = row_begin;
+  t.logp = rows(logp);
+  t.entropy = rows(entropy);
+  t.value = rows(value);
+  return t;
+}
+
 }  // namespace sbp

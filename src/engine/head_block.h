@@ -8,6 +8,7 @@
 // the backward: exactly one head chunk, never (T, V) in chunked mode. With final-logit
 // soft-capping (Gemma) a second (n, V) block keeps the capped logits for the backward.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -38,6 +39,10 @@ class HeadBlock {
   const Tensor& logits() const { return out_.view(); }  // (n, V) LM head; (n, 1) values
   const Tensor& lse() const { return lse_.view(); }     // (n)
   const Tensor& logp() const { return logp_.view(); }   // (n) F32 LM head
+  const Tensor& entropy() const { return ent_.view(); }  // (n) F32 LM head, if asked
+  int64_t rows() const { return n_; }
+  HeadKind kind() const { return kind_; }
+  bool has_entropy() const { return entropy_; }
 
  private:
   const ModelConfig& cfg_;
@@ -60,6 +65,33 @@ class HeadBlock {
   // (downloaded after the forward, uploaded before the backward; empty without data).
   std::vector<float> logp_host_, ent_host_, value_host_;  // (n)
   std::vector<float> dlogp_host_, dent_host_;             // (n)
+};
+
+// The per-row numbers of one pass over the head blocks (log-probs [+ entropies] of the LM head,
+// or the value head's values), gathered on the device in (rows) F32 vectors, so that the host
+// reads them once after the pass instead of waiting for the device at every block
+// (docs/CUDA.md "no host wait in the head"). Category `other`: 4 bytes per row and vector, in
+// the ledger and in `plan`.
+class HeadPassRows {
+ public:
+  HeadPassRows(Backend& be, Pool& pool, HeadKind kind, bool entropy, int64_t rows);
+  // Copies block b's numbers into rows [at, at + b.rows()).
+  void keep(const HeadBlock& b, int64_t at);
+
+  // What the host holds once read (shared: a read at the next wait fills them later).
+  struct Host {
+    std::shared_ptr<std::vector<float>> logp, entropy, value;  // (rows) each, where kept
+    // Rows [at, at + n) as a block of the batch's rows from row_begin (a pre-pass replays them).
+    TokenChunk chunk(int64_t at, int64_t n, int64_t row_begin) const;
+  };
+  // The host copies, downloaded now (one wait), or queued to come with the backend's next wait
+  // when `at_next_wait` (engine/deferred_reads.h); the device vectors are released either way.
+  // Empty without data (the shape-only backend).
+  Host read(bool at_next_wait);
+
+ private:
+  Backend& be_;
+  Buffer logp_, entropy_, value_;  // (rows) F32
 };
 
 }  // namespace sbp

@@ -106,14 +106,9 @@ void KtoObjective::finish_prepass(int) {
   ready_ = true;
 }
 
-void KtoObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+void KtoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
   SBP_CHECK(ready_, "kto: gradient pass before the pre-pass finished");
-  for (int64_t i = 0; i < in.size(); ++i) {
-    const size_t t = static_cast<size_t>(in.row_begin + i);
-    out.dlogp[static_cast<size_t>(i)] =
-        static_cast<float>(coef_[static_cast<size_t>(rows_.segment[t])] * rows_.weight[t]);
-  }
-  std::fill(out.dentropy.begin(), out.dentropy.end(), 0.0f);
+  rows_.scale_weights(coef_, row_begin, dlogp);
 }
 
 std::map<std::string, double> KtoObjective::metrics() const {

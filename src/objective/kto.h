@@ -57,7 +57,10 @@ class KtoObjective final : public Objective {
   void prepass(int pass, const TokenChunk& rows) override;
   void finish_prepass(int pass) override;
   std::vector<std::span<double>> prepass_sums(int) override { return {policy_sum_}; }
-  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
+  // After the pre-pass dL/dlogp_t is a per-sequence constant times the row's weight: the
+  // gradient pass needs none of its own values (objective.h grads_without_logp).
+  bool grads_without_logp() const override { return true; }
+  void constant_grads(int64_t row_begin, std::span<float> dlogp) override;
 
   double loss() const override { return loss_; }
   // TRL's names: loss, kl, rewards/chosen, rewards/rejected (means of beta (S - R) over this

@@ -8,7 +8,12 @@ namespace sbp {
 
 void Objective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
   SBP_CHECK(head() == HeadKind::lm, "objective: a value-head objective must override chunk_grads");
-  token_grads(in.row_begin, in.logp, out.dlogp);
+  if (grads_without_logp()) {  // the same numbers as the engine's path without the values
+    constant_grads(in.row_begin, out.dlogp);
+    if (prepasses() == 0) add_logp(in.row_begin, in.logp);
+  } else {
+    token_grads(in.row_begin, in.logp, out.dlogp);
+  }
   std::fill(out.dentropy.begin(), out.dentropy.end(), 0.0f);
 }
 

@@ -54,7 +54,8 @@ class Objective {
   virtual bool wants_entropy() const { return false; }
 
   // Number of no-grad passes over the head before the gradient pass, and their callbacks:
-  // prepass() sees every block of pass p in row order, then finish_prepass(p) is called.
+  // prepass() sees every block of pass p in row order, then finish_prepass(p) is called. The
+  // engine reads a pass's values from the device once, after its last block, then shows them.
   virtual int prepasses() const { return 0; }
   virtual void prepass(int pass, const TokenChunk& rows) {}
   virtual void finish_prepass(int pass) {}
@@ -66,14 +67,17 @@ class Objective {
   // The simple form: rows [row_begin, row_begin + n), logp (n) in, dlogp (n) out. Objectives
   // override either this or chunk_grads().
   virtual void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp);
-  // Objectives linear in the log-probs (SFT): dL/dlogp depends on no log-prob, only on
-  // constants, so the gradient pass needs none of the values on the host. When this is true
-  // (and the objective has no pre-pass and wants no entropy), the engine calls
-  // constant_grads() for each block instead of chunk_grads(), keeps the blocks' log-probs on
-  // the device, and after the pass's last block shows them to add_logp(), block by block in the
-  // same row order, with one wait for the device instead of one per block (docs/CUDA.md "no
-  // host wait in the head"); pass_sums() comes after that. The numbers are those of
-  // chunk_grads(): the same dlogp, the loss summed in the same order.
+  // Objectives whose dL/dlogp depends on no log-prob of the gradient pass, only on constants
+  // and on what their pre-passes computed: SFT (linear in the log-probs), and DPO, KTO and ORPO
+  // after their pre-pass. When this is true (and the objective wants no entropy), the engine
+  // calls constant_grads() for each block instead of chunk_grads() and the gradient pass waits
+  // for the device nowhere (docs/CUDA.md "no host wait in the head"). Without a pre-pass, the
+  // loss is the pass's: the engine keeps the blocks' log-probs on the device and after the
+  // pass's last block shows them to add_logp(), block by block in the same row order, with one
+  // wait for the device instead of one per block; pass_sums() comes after that. With a
+  // pre-pass, the loss was the pre-pass's and add_logp() is not called. The numbers are those
+  // of chunk_grads(), whose default does the same: the same dlogp, the loss summed in the same
+  // order.
   virtual bool grads_without_logp() const { return false; }
   virtual void constant_grads(int64_t row_begin, std::span<float> dlogp);
   virtual void add_logp(int64_t row_begin, std::span<const float> logp);

@@ -78,18 +78,17 @@ void OrpoObjective::finish_prepass(int) {
   ready_ = true;
 }
 
-void OrpoObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+void OrpoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
   SBP_CHECK(ready_, "orpo: gradient pass before the pre-pass finished");
+  rows_.scale_weights(coef_, row_begin, dlogp);
+  // Plus the NLL's rows: a chosen sequence's, all but its last (which has no target).
   const double nll = -1.0 / nll_rows_in_step_;
-  for (int64_t i = 0; i < in.size(); ++i) {
-    const size_t t = static_cast<size_t>(in.row_begin + i);
+  for (size_t i = 0; i < dlogp.size(); ++i) {
+    const size_t t = static_cast<size_t>(row_begin) + i;
     const size_t s = static_cast<size_t>(rows_.segment[t]);
-    double g = coef_[s] * rows_.weight[t];
-    // The NLL's rows: a chosen sequence's, all but its last (which has no target).
-    if (s % 2 == 0 && static_cast<int64_t>(t) + 1 < rows_.begin[s + 1]) g += nll;
-    out.dlogp[static_cast<size_t>(i)] = static_cast<float>(g);
+    if (s % 2 == 0 && static_cast<int64_t>(t) + 1 < rows_.begin[s + 1])
+      dlogp[i] = static_cast<float>(coef_[s] * rows_.weight[t] + nll);
   }
-  std::fill(out.dentropy.begin(), out.dentropy.end(), 0.0f);
 }
 
 std::map<std::string, double> OrpoObjective::metrics() const {

@@ -63,7 +63,10 @@ class OrpoObjective final : public Objective {
   std::vector<std::span<double>> prepass_sums(int) override {
     return {policy_sum_, {&nll_sum_, 1}};
   }
-  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
+  // After the pre-pass dL/dlogp_t is a per-sequence constant times the row's weight: the
+  // gradient pass needs none of its own values (objective.h grads_without_logp).
+  bool grads_without_logp() const override { return true; }
+  void constant_grads(int64_t row_begin, std::span<float> dlogp) override;
 
   double loss() const override { return loss_; }
   // TRL's names: loss, nll_loss (this batch's token mean), rewards/chosen = beta * a_c,

@@ -24,6 +24,17 @@ SequenceRows::SequenceRows(const Batch& batch) {
   begin[S] = row;
 }
 
+void SequenceRows::scale_weights(std::span<const double> coef, int64_t row_begin,
+                                 std::span<float> out) const {
+  SBP_CHECK(row_begin >= 0 && row_begin + static_cast<int64_t>(out.size()) <= num_rows() &&
+                coef.size() == weight_sum.size(),
+            "sequence rows: rows or coefficients outside the batch");
+  for (size_t i = 0; i < out.size(); ++i) {
+    const size_t t = static_cast<size_t>(row_begin) + i;
+    out[i] = static_cast<float>(coef[static_cast<size_t>(segment[t])] * weight[t]);
+  }
+}
+
 Batch prompt_completion_batch(const std::vector<PromptCompletion>& seqs) {
   Batch b;
   for (size_t i = 0; i < seqs.size(); ++i) {

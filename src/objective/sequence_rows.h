@@ -4,6 +4,7 @@
 // mask: Batch::target_weights, 0 on prompt rows and on each segment's last row), and per-segment
 // sums of those weights. Built once per micro-batch, before the step; T + S numbers.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/batch.h"
@@ -20,6 +21,10 @@ struct SequenceRows {
   explicit SequenceRows(const Batch& batch);
   int64_t num_rows() const { return static_cast<int64_t>(segment.size()); }
   int64_t num_sequences() const { return static_cast<int64_t>(weight_sum.size()); }
+  // out[i] = float(coef[segment] * m) of rows row_begin + i: the gradient of a loss that is a
+  // function of per-sequence weighted log-prob sums (DPO, KTO, ORPO after their pre-pass).
+  // Throws Error if the rows leave the batch.
+  void scale_weights(std::span<const double> coef, int64_t row_begin, std::span<float> out) const;
 };
 
 // One sequence made of a prompt and a completion. Only the completion is scored: the packed

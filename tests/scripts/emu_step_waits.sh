@@ -8,9 +8,12 @@
 #     (objective.h grads_without_logp) and queues their read for the step's end
 #     (engine/deferred_reads.h), where the gradient norm's wait brings them: that one wait per
 #     step, none inside it (there were 9, then 2).
-#   kto.yaml: the reference model's and the policy's no-grad forwards read each pass's
-#     log-probs once (Engine::score; they waited twice per head block: 65 a step), and the
-#     gradient pass still waits once per head block (docs/CUDA.md design, steps 2 and 3): 20.
+#   kto.yaml: three no-grad forwards read their log-probs once each (Engine::score: the KL
+#     estimate's policy and reference on the mismatched pairs, the reference on the batch; they
+#     waited twice per head block), the pre-pass reads its blocks' log-probs once
+#     (HeadPassRows), the gradient pass waits nowhere (grads_without_logp after the pre-pass),
+#     and the norm: 5 (65, then 20).
+#   orpo.yaml: no reference; the pre-pass's one read and the norm: 2 (17 before).
 #
 #   tests/scripts/emu_step_waits.sh [build-dir]     (default build-emu)
 set -euo pipefail
@@ -26,7 +29,7 @@ waits() {  # config steps -> the host waits of the whole run
   sed -n 's/^cuda emulation: \([0-9]*\) host waits.*/\1/p' "$T/log-$1-$2"
 }
 status=0
-for case in sft:1 kto:20; do
+for case in sft:1 kto:5 orpo:2; do
   config=${case%%:*} expected=${case##*:}
   one=$(waits "$config" 1)
   two=$(waits "$config" 2)
