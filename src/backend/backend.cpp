@@ -735,6 +735,48 @@ void Backend::argmax_rows(const Tensor& out, const Tensor& logits) {
       [&] { argmax_rows_impl(out, logits); });
 }
 
+void Backend::policy_token_grads(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
+                                 const Tensor& rows, const PolicyTerms& terms) {
+  const char* op = "policy_token_grads";
+  const int64_t n = logp.numel();
+  check_rows_vector(op, "logp", logp, DType::F32, n);
+  check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
+  if (dentropy.defined()) check_rows_vector(op, "dentropy", dentropy, DType::F32, n);
+  SBP_CHECK(rows.defined() && rows.dtype == DType::F32 && rows.rows() == n &&
+                rows.cols() == kPolicyRowWidth && rows.numel() == n * kPolicyRowWidth,
+            arg(op, "rows", rows) + " must be F32 (n, 4) with n = " + num(n));
+  SBP_CHECK(std::isfinite(terms.eps_low) && std::isfinite(terms.eps_high) &&
+                std::isfinite(terms.beta) && std::isfinite(terms.entropy_coef),
+            std::string(op) + ": the terms' scalars must be finite");
+  if (dentropy.defined())
+    owns(op, {&dlogp, &dentropy, &logp, &rows});
+  else
+    owns(op, {&dlogp, &logp, &rows});
+  const Access access(*this);
+  run_op(
+      OpFamily::elementwise,
+      [&] { return nb(dlogp) + nb(logp) + nb(rows) + (dentropy.defined() ? nb(dentropy) : 0); },
+      [&] { policy_token_grads_impl(dlogp, dentropy, logp, rows, terms); });
+}
+
+void Backend::value_token_grads(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
+                                const ValueTerms& terms) {
+  const char* op = "value_token_grads";
+  const int64_t n = value.numel();
+  check_rows_vector(op, "value", value, DType::F32, n);
+  check_rows_vector(op, "dvalue", dvalue, DType::F32, n);
+  SBP_CHECK(rows.defined() && rows.dtype == DType::F32 && rows.rows() == n &&
+                rows.cols() == kValueRowWidth && rows.numel() == n * kValueRowWidth,
+            arg(op, "rows", rows) + " must be F32 (n, 3) with n = " + num(n));
+  SBP_CHECK(std::isfinite(terms.clip) && terms.clip >= 0.0,
+            std::string(op) + ": the clip range must be finite and >= 0");
+  owns(op, {&dvalue, &value, &rows});
+  const Access access(*this);
+  run_op(
+      OpFamily::elementwise, [&] { return nb(dvalue) + nb(value) + nb(rows); },
+      [&] { value_token_grads_impl(dvalue, value, rows, terms); });
+}
+
 void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) {
   const char* op = "softmax_entropy";
   check_logits(op, logits);

@@ -42,6 +42,7 @@
 #include "backend/op_profile.h"
 #include "core/ledger.h"
 #include "core/memory.h"
+#include "core/policy_terms.h"
 #include "core/pool.h"
 #include "core/tensor.h"
 
@@ -261,6 +262,21 @@ class Backend : public MemorySpace {
   void dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
                                const Tensor& dlogp, const Tensor& entropy, const Tensor& dentropy);
 
+  // The per-token gradients of the policy-gradient objectives (GRPO, PPO's policy), written on
+  // the backend so that the gradient pass needs no log-prob on the host (docs/CUDA.md "no host
+  // wait in the head"): per row i, (dlogp[i], dentropy[i]) = policy_token_grad(logp[i], rows
+  // row i, terms) (core/policy_terms.h, the objectives' own function), overwritten. rows (n, 4)
+  // F32: old log-prob, reference log-prob, advantage, loss weight. dentropy may be undefined.
+  // Checks: dlogp, logp F32 with numel n; rows F32 (n, 4); dentropy undefined or F32 numel n;
+  // the terms' scalars finite.
+  void policy_token_grads(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
+                          const Tensor& rows, const PolicyTerms& terms);
+  // The value head's counterpart (PPO's value model): dvalue[i] = value_token_grad(value[i],
+  // rows row i, terms), overwritten; rows (n, 3) F32: old value, return, loss weight.
+  // Checks: dvalue, value F32 with numel n; rows F32 (n, 3); terms.clip finite and >= 0.
+  void value_token_grads(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
+                         const ValueTerms& terms);
+
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
   // Checks: param, grad float; m, v F32; all of param's numel; lr finite and >= 0; beta1,
@@ -410,6 +426,11 @@ class Backend : public MemorySpace {
   virtual void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse,
                                             const Tensor& targets, const Tensor& dlogp,
                                             const Tensor& entropy, const Tensor& dentropy) = 0;
+  virtual void policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy,
+                                       const Tensor& logp, const Tensor& rows,
+                                       const PolicyTerms& terms) = 0;
+  virtual void value_token_grads_impl(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
+                                      const ValueTerms& terms) = 0;
   virtual void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
                                const Tensor& v, const AdamWStep& s) = 0;
 

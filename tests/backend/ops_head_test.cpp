@@ -266,6 +266,107 @@ TEST_P(BackendOps, LmHeadOpsOnBf16Logits) {
   for (int64_t j = 0; j < V; ++j) EXPECT_EQ(down(g1)[1 * V + j], 0.0);  // no target
 }
 
+// The policy-gradient objectives' per-token gradients against central differences (float64)
+// of the per-token loss w (-min(r A, clip(r) A) + beta k3) written here, in each regime of the
+// clip (inside, below and above the range, for both signs of A; none at a kink), with a masked
+// row (w = 0), the entropy coefficient's constant, and on policy (r = 1) without dentropy.
+TEST_P(BackendOps, PolicyTokenGradsMatchTheirLossInFloat64) {
+  const PolicyTerms terms{.eps_low = 0.2, .eps_high = 0.28, .beta = 0.04, .entropy_coef = 0.01};
+  //          lp     old    ref    A     w
+  const Vec table = {-1.0, -1.05, -0.9, 1.3,  0.5,    // inside
+                     -1.0, -0.5,  -1.2, 1.3,  0.25,   // r = 0.61 < lo, A > 0: unclipped smaller
+                     -1.0, -0.5,  -1.2, -0.7, 0.25,   // r < lo, A < 0: clipped
+                     -0.2, -1.0,  -0.4, 1.3,  0.125,  // r = 2.2 > hi, A > 0: clipped
+                     -0.2, -1.0,  -0.4, -0.7, 0.125,  // r > hi, A < 0: unclipped smaller
+                     -3.0, -2.0,  -2.5, 0.9,  0.0};   // masked
+  const int64_t n = 6;
+  Vec lp(n), rows(static_cast<size_t>(n * kPolicyRowWidth));
+  for (int64_t i = 0; i < n; ++i) {
+    lp[i] = table[i * 5];
+    for (int c = 0; c < 4; ++c) rows[i * 4 + c] = table[i * 5 + 1 + c];
+  }
+  Buffer logp = up(lp, {n}), r = up(rows, {n, 4}), dlogp = zeros({n}), dent = zeros({n});
+  be.policy_token_grads(dlogp.view(), dent.view(), logp.view(), r.view(), terms);
+  if (!computes()) return;
+  auto loss = [&](const Vec& x, int64_t i, bool on_policy) {
+    const double old = on_policy ? lp[i] : rows[i * 4], ref = rows[i * 4 + 1];
+    const double A = rows[i * 4 + 2];
+    const double ratio = std::exp(x[0] - old);
+    const double c = std::clamp(ratio, 1.0 - terms.eps_low, 1.0 + terms.eps_high);
+    const double k3 = std::exp(ref - x[0]) - (ref - x[0]) - 1.0;
+    return rows[i * 4 + 3] * (-std::min(ratio * A, c * A) + terms.beta * k3);
+  };
+  const Vec got = down(dlogp), got_ent = down(dent);
+  for (int64_t i = 0; i < n; ++i) {
+    const double expect = numeric_grad([&](const Vec& x) { return loss(x, i, false); }, {lp[i]})[0];
+    EXPECT_NEAR(got[i], expect, 1e-6 * std::max(1e-3, std::fabs(expect))) << "row " << i;
+    EXPECT_EQ(got_ent[i], static_cast<float>(-terms.entropy_coef * rows[i * 4 + 3])) << i;
+  }
+  EXPECT_EQ(got[5], 0.0f);  // masked: no gradient, no entropy term
+  EXPECT_EQ(got_ent[5], 0.0f);
+
+  PolicyTerms on = terms;  // r = 1: the old log-probs are the current ones
+  on.on_policy = true;
+  on.beta = 0.0;
+  be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), r.view(), on);
+  const Vec got_on = down(dlogp);
+  for (int64_t i = 0; i < n; ++i)  // -w A, the old log-probs unread
+    EXPECT_NEAR(got_on[i], -rows[i * 4 + 3] * rows[i * 4 + 2], 1e-7) << "row " << i;
+}
+
+// Misuse: rows not (n, 4), a dentropy of another length, a non-finite scalar.
+TEST_P(BackendOps, PolicyTokenGradsRejectMisuse) {
+  Buffer logp = zeros({3}), dlogp = zeros({3}), r = zeros({3, 4}), bad_rows = zeros({3, 3});
+  Buffer short_ent = zeros({2});
+  const PolicyTerms terms;
+  EXPECT_THROW(be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), bad_rows.view(), terms),
+               ShapeError);
+  EXPECT_THROW(be.policy_token_grads(dlogp.view(), short_ent.view(), logp.view(), r.view(), terms),
+               ShapeError);
+  PolicyTerms nan = terms;
+  nan.beta = std::nan("");
+  EXPECT_THROW(be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), r.view(), nan),
+               ShapeError);
+}
+
+// PPO's value-head gradients against central differences (float64) of w max((v - R)^2,
+// (clip(v, v_old +- eps) - R)^2), in each regime (inside the range; outside it with either
+// branch the larger; none at a kink), with a masked row.
+TEST_P(BackendOps, ValueTokenGradsMatchTheirLossInFloat64) {
+  const ValueTerms terms{.clip = 0.2};
+  //               v     v_old  R     w
+  const Vec table = {0.5,  0.45, 1.0, 0.5,    // inside
+                     1.0,  0.5,  2.0, 0.25,   // above, clipped farther from R: clipped branch
+                     1.0,  0.5,  0.0, 0.25,   // above, v farther from R: unclipped branch
+                     -0.5, 0.0,  1.0, 0.125,  // below, v farther from R
+                     0.3,  0.1,  0.2, 0.0};   // masked
+  const int64_t n = 5;
+  Vec v(n), rows(static_cast<size_t>(n * kValueRowWidth));
+  for (int64_t i = 0; i < n; ++i) {
+    v[i] = table[i * 4];
+    for (int c = 0; c < 3; ++c) rows[i * 3 + c] = table[i * 4 + 1 + c];
+  }
+  Buffer value = up(v, {n}), r = up(rows, {n, 3}), dvalue = zeros({n});
+  be.value_token_grads(dvalue.view(), value.view(), r.view(), terms);
+  if (!computes()) return;
+  auto loss = [&](const Vec& x, int64_t i) {
+    const double vold = rows[i * 3], ret = rows[i * 3 + 1], w = rows[i * 3 + 2];
+    const double vc = std::clamp(x[0], vold - terms.clip, vold + terms.clip);
+    return w * std::max((x[0] - ret) * (x[0] - ret), (vc - ret) * (vc - ret));
+  };
+  const Vec got = down(dvalue);
+  for (int64_t i = 0; i < n; ++i) {
+    const double expect = numeric_grad([&](const Vec& x) { return loss(x, i); }, {v[i]})[0];
+    EXPECT_NEAR(got[i], expect, 1e-6 * std::max(1e-3, std::fabs(expect))) << "row " << i;
+  }
+  EXPECT_EQ(got[4], 0.0f);
+  Buffer bad_rows = zeros({n, 4});
+  EXPECT_THROW(be.value_token_grads(dvalue.view(), value.view(), bad_rows.view(), terms),
+               ShapeError);
+  EXPECT_THROW(be.value_token_grads(dvalue.view(), value.view(), r.view(), ValueTerms{.clip = -1}),
+               ShapeError);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),
                          test::BackendCaseName{});
 

@@ -92,6 +92,10 @@ class CpuBackend : public Backend {
   void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,
                                     const Tensor& dlogp, const Tensor& entropy,
                                     const Tensor& dentropy) override;
+  void policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
+                               const Tensor& rows, const PolicyTerms& terms) override;
+  void value_token_grads_impl(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
+                              const ValueTerms& terms) override;
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;

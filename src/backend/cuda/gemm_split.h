@@ -17,9 +17,9 @@
 // they would through fp32 arithmetic.
 #include <cstdint>
 
-#include "backend/cuda/hd.h"
 #include "backend/cuda/kernel_math.h"
 #include "backend/gemm_scratch.h"
+#include "core/host_device.h"
 
 namespace sbp::cuda {
 

@@ -1,7 +1,7 @@
 #pragma once
 // The arithmetic of the CUDA kernels, one small function per element or row step, usable from
-// device code and from plain C++ (hd.h). The kernels (*.cu) only index and launch; everything
-// that decides a number is here, and tests/backend/cuda_math_test.cpp checks it against
+// device code and from plain C++ (core/host_device.h). The kernels (*.cu) only index and launch;
+// everything that decides a number is here, and tests/backend/cuda_math_test.cpp checks it against
 // float64 references on the CPU.
 //
 // Semantics are the contract's (backend/backend.h); where a formula matches a CPU kernel the
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "backend/cuda/hd.h"
+#include "core/host_device.h"
 
 namespace sbp::cuda {
 

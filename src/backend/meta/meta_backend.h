@@ -73,6 +73,10 @@ class MetaBackend final : public Backend {
   void dlogits_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void argmax_rows_impl(const Tensor&, const Tensor&) override {}
   void softmax_entropy_impl(const Tensor&, const Tensor&, const Tensor&) override {}
+  void policy_token_grads_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const PolicyTerms&) override {}
+  void value_token_grads_impl(const Tensor&, const Tensor&, const Tensor&,
+                              const ValueTerms&) override {}
   void dlogits_entropy_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, const Tensor&) override {}
   void adamw_step_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,

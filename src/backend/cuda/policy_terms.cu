@@ -1,0 +1,51 @@
+// The policy-gradient objectives' per-token gradients (Backend::policy_token_grads and
+// value_token_grads): one thread per row of a head block, the objectives' own formulas
+// (core/policy_terms.h, SBP_HD) in fp64.
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_ptr.cuh"
+#include "backend/cuda/launch.h"
+
+namespace sbp {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void policy_token_grads_kernel(float* dlogp, float* dentropy, const float* logp,
+                                          const float* rows, int64_t n, PolicyTerms terms) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const PolicyGrad g = policy_token_grad(logp[i], rows + i * kPolicyRowWidth, terms);
+  dlogp[i] = g.dlogp;
+  if (dentropy) dentropy[i] = g.dentropy;
+}
+
+__global__ void value_token_grads_kernel(float* dvalue, const float* value, const float* rows,
+                                         int64_t n, ValueTerms terms) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  dvalue[i] = value_token_grad(value[i], rows + i * kValueRowWidth, terms);
+}
+
+}  // namespace
+
+void CudaBackend::policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy,
+                                          const Tensor& logp, const Tensor& rows,
+                                          const PolicyTerms& terms) {
+  const int64_t n = logp.numel();
+  if (n == 0) return;
+  SBP_LAUNCH(policy_token_grads_kernel, cuda::grid_for(n, kThreads), kThreads, 0, stream_,
+             dlogp.f32(), dentropy.defined() ? dentropy.f32() : nullptr, logp.f32(), rows.f32(), n,
+             terms);
+}
+
+void CudaBackend::value_token_grads_impl(const Tensor& dvalue, const Tensor& value,
+                                         const Tensor& rows, const ValueTerms& terms) {
+  const int64_t n = value.numel();
+  if (n == 0) return;
+  SBP_LAUNCH(value_token_grads_kernel, cuda::grid_for(n, kThreads), kThreads, 0, stream_,
+             dvalue.f32(), value.f32(), rows.f32(), n, terms);
+}
+
+}  // namespace sbp
