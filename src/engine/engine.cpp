@@ -192,19 +192,38 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   // waiting for the device. Without a pre-pass its loss reads the values (SFT): the blocks
   // leave them on the device, gathered in one (Tl) vector that the host reads once, after the
   // pass or, given `later`, at the step's end.
-  const bool constant =
-      objective.grads_without_logp() && objective.head() == HeadKind::lm && !entropy;
-  const bool gathered = constant && passes == 0;
-  std::optional<HeadPassRows> pass_rows;  // (Tl) the gradient pass's log-probs, this rank's rows
-  if (gathered) pass_rows.emplace(be_, pool_, objective.head(), false, cs.local_rows());
+  // A policy-gradient objective (GRPO, PPO's policy and value; objective.h policy_terms and
+  // value_terms) has the backend compute its gradients from each block's log-probs (values)
+  // and constants, and reads the pass's numbers once afterwards for its loss and statistics,
+  // as SFT does.
+  const bool lm = objective.head() == HeadKind::lm;
+  const PolicyTerms* terms = lm && passes == 0 ? objective.policy_terms() : nullptr;
+  const ValueTerms* vterms = !lm && passes == 0 ? objective.value_terms() : nullptr;
+  const bool formula = terms || vterms;
+  const bool constant = !formula && objective.grads_without_logp() && lm && !entropy;
+  const bool gathered = (constant && passes == 0) || formula;
+  // (Tl) the gradient pass's log-probs [+ entropies] or values, this rank's rows
+  std::optional<HeadPassRows> pass_rows;
+  if (gathered) pass_rows.emplace(be_, pool_, objective.head(), terms && entropy, cs.local_rows());
+  std::vector<float> rows;  // (n, 4) or (n, 3) host constants of a block
   for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
-    HeadBlock b = block(piece, s, e, /*to_host=*/!constant || (one_block && passes > 0));
+    HeadBlock b =
+        block(piece, s, e, /*to_host=*/!(constant || formula) || (one_block && passes > 0));
     for (int p = 0; p < passes && one_block; ++p) {
       if (computes) objective.prepass(p, b.chunk());
       if (computes) objective.finish_prepass(p);
     }
-    const TokenChunkGrads g = b.alloc_grads();
-    if (constant) {
+    TokenChunkGrads g;  // the host's gradients (none with a formula: the backend writes them)
+    if (!formula) g = b.alloc_grads();
+    if (formula) {
+      const int width = terms ? kPolicyRowWidth : kValueRowWidth;
+      rows.assign(computes ? static_cast<size_t>((e - s) * width) : 0, 0.0f);
+      if (computes && terms) objective.policy_rows(piece.begin + s, rows);
+      if (computes && vterms) objective.value_rows(piece.begin + s, rows);
+      if (terms) b.policy_grads(*terms, rows);
+      if (vterms) b.value_grads(*vterms, rows);
+      pass_rows->keep(b, piece.local + s);
+    } else if (constant) {
       if (computes) objective.constant_grads(piece.begin + s, g.dlogp);
       if (gathered) pass_rows->keep(b, piece.local + s);
     } else if (computes) {
@@ -219,15 +238,20 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   }
   // The pass's one read of the log-probs, now or at the device's next wait (the step's,
   // deferred_reads.h). Then each piece's rows in row order, which adds the loss in the blocks'
-  // order (add_logp walks its rows one after another, whatever the blocks were), and the
-  // group's sums, which need every rank's pass.
+  // order (add_logp and add_values walk their rows one after another, whatever the blocks
+  // were), and the group's sums, which need every rank's pass.
   const HeadPassRows::Host host = pass_rows->read(/*at_next_wait=*/later != nullptr);
   pass_rows.reset();
   if (!computes) return;
-  auto read = [host, &objective, group = context_,
+  auto read = [host, &objective, group = context_, policy = formula,
                pieces = std::vector<RowPiece>(cs.mine().begin(), cs.mine().end())] {
-    for (const RowPiece& piece : pieces)
-      objective.add_logp(piece.begin, host.chunk(piece.local, piece.size(), piece.begin).logp);
+    for (const RowPiece& piece : pieces) {
+      const TokenChunk rows = host.chunk(piece.local, piece.size(), piece.begin);
+      if (policy)
+        objective.add_values(rows);
+      else
+        objective.add_logp(piece.begin, rows.logp);
+    }
     sum_over_group(group, objective.pass_sums());
   };
   if (later)

@@ -79,12 +79,33 @@ TokenChunkGrads HeadBlock::alloc_grads() {
   return g;
 }
 
+void HeadBlock::policy_grads(const PolicyTerms& terms, std::span<const float> rows) {
+  SBP_CHECK(kind_ == HeadKind::lm, "head block: policy gradients on a value head");
+  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});                     // (n)
+  if (entropy_) dent_ = pool_.allocate(Category::other, DType::F32, {n_});        // (n)
+  Buffer r = pool_.allocate(Category::other, DType::F32, {n_, kPolicyRowWidth});  // (n, 4)
+  if (be_.computes()) upload_f32(r.view(), rows);
+  be_.policy_token_grads(dlogp_.view(), entropy_ ? dent_.view() : Tensor(), logp_.view(), r.view(),
+                         terms);
+  grads_on_device_ = true;
+  entropy_grad_ = entropy_ && terms.entropy_coef != 0.0;
+}
+
+void HeadBlock::value_grads(const ValueTerms& terms, std::span<const float> rows) {
+  SBP_CHECK(kind_ == HeadKind::value, "head block: value gradients on an LM head");
+  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});                    // (n) dL/dvalues
+  Buffer r = pool_.allocate(Category::other, DType::F32, {n_, kValueRowWidth});  // (n, 3)
+  if (be_.computes()) upload_f32(r.view(), rows);
+  be_.value_token_grads(dlogp_.view(), out_.view().reshaped({n_}), r.view(), terms);
+  grads_on_device_ = true;
+}
+
 void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
   const ProfileRegion head(be_.profile(), OpRegion::head);
   const int64_t n = n_, d = cfg_.hidden_size;
   const Tensor W = kind_ == HeadKind::value ? W_.score : W_.lm_head;  // (V, d) or (1, d)
   const Tensor dW = kind_ == HeadKind::value ? G.score : G.lm_head;
-  if (be_.computes()) {  // the objective's gradients, into the backend's memory
+  if (be_.computes() && !grads_on_device_) {  // the objective's gradients, into the backend
     upload_f32(dlogp_.view(), dlogp_host_);
     if (dent_.defined()) upload_f32(dent_.view(), dent_host_);
   }
@@ -94,7 +115,7 @@ void HeadBlock::backward(const ModelTensors& G, const Tensor& gy) {
   } else {
     // Only take the entropy kernel when some dL/dentropy is non-zero: with a zero entropy
     // gradient it would give the same numbers, one exp per logit slower.
-    bool entropy_grad = false;
+    bool entropy_grad = entropy_grad_;
     for (float g : dent_host_) entropy_grad = entropy_grad || g != 0.0f;
     if (entropy_grad) {
       be_.dlogits_entropy_inplace(out_.view(), lse_.view(), targets_, dlogp_.view(), ent_.view(),

@@ -9,6 +9,7 @@
 // soft-capping (Gemma) a second (n, V) block keeps the capped logits for the backward.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -32,6 +33,12 @@ class HeadBlock {
   TokenChunk chunk() const;
   // Allocates the gradient vectors the objective writes (dlogp [+ dentropy] or dvalue).
   TokenChunkGrads alloc_grads();
+  // Instead of alloc_grads(): the backend writes the gradients from the block's log-probs and
+  // rows (n, 4) host constants (Backend::policy_token_grads; empty without data), uploaded
+  // without a wait, and backward() uses them where they are.
+  void policy_grads(const PolicyTerms& terms, std::span<const float> rows);
+  // The value head's: Backend::value_token_grads from the block's values and rows (n, 3).
+  void value_grads(const ValueTerms& terms, std::span<const float> rows);
   // Backward from the objective's gradients: weight gradients ADD into G (lm_head or score,
   // final_norm); dL/d(hidden rows) ADDS into gy (n, d) F32. Releases the block's buffers.
   void backward(const ModelTensors& G, const Tensor& gy);
@@ -65,6 +72,8 @@ class HeadBlock {
   // (downloaded after the forward, uploaded before the backward; empty without data).
   std::vector<float> logp_host_, ent_host_, value_host_;  // (n)
   std::vector<float> dlogp_host_, dent_host_;             // (n)
+  bool grads_on_device_ = false;                          // policy_grads(): nothing to upload
+  bool entropy_grad_ = false;  // policy_grads() with a non-zero entropy coefficient
 };
 
 // The per-row numbers of one pass over the head blocks (log-probs [+ entropies] of the LM head,

@@ -44,57 +44,71 @@ GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantag
   if (max_len <= 0)
     for (double n : rows_.weight_sum) max_len = std::max(max_len, n);
   const double items = cfg.num_items_in_batch > 0 ? cfg.num_items_in_batch : rows_.total_weight;
-  w_.assign(static_cast<size_t>(T), 0.0);
+  w_.assign(static_cast<size_t>(T), 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     const size_t i = static_cast<size_t>(t);
     const double m = rows_.weight[i];
     if (m == 0.0) continue;
     switch (cfg.loss_type) {
       case GrpoLoss::grpo:
-        w_[i] =
-            m / (std::max(1.0, rows_.weight_sum[static_cast<size_t>(rows_.segment[i])]) * B * ga);
+        w_[i] = static_cast<float>(
+            m / (std::max(1.0, rows_.weight_sum[static_cast<size_t>(rows_.segment[i])]) * B * ga));
         break;
-      case GrpoLoss::bnpo: w_[i] = m / (std::max(1.0, rows_.total_weight) * ga); break;
-      case GrpoLoss::dr_grpo: w_[i] = m / (B * std::max(1.0, max_len) * ga); break;
-      case GrpoLoss::dapo: w_[i] = m / (items / static_cast<double>(cfg.num_processes)); break;
+      case GrpoLoss::bnpo:
+        w_[i] = static_cast<float>(m / (std::max(1.0, rows_.total_weight) * ga));
+        break;
+      case GrpoLoss::dr_grpo:
+        w_[i] = static_cast<float>(m / (B * std::max(1.0, max_len) * ga));
+        break;
+      case GrpoLoss::dapo:
+        w_[i] = static_cast<float>(m / (items / static_cast<double>(cfg.num_processes)));
+        break;
     }
+  }
+  terms_.eps_low = cfg_.epsilon_low;
+  terms_.eps_high = cfg_.epsilon_high;
+  terms_.beta = cfg_.beta;
+  terms_.entropy_coef = cfg_.entropy_coef;
+  terms_.on_policy = old_.empty();
+}
+
+void GrpoObjective::policy_rows(int64_t row_begin, std::span<float> rows) const {
+  const int64_t n = static_cast<int64_t>(rows.size()) / kPolicyRowWidth;
+  SBP_CHECK(row_begin >= 0 && row_begin + n <= rows_.num_rows(), "grpo: rows outside the batch");
+  for (int64_t k = 0; k < n; ++k) {
+    const size_t t = static_cast<size_t>(row_begin + k);
+    float* r = rows.data() + k * kPolicyRowWidth;
+    r[kOldLogp] = old_.empty() ? 0.0f : old_[t];  // unused on policy (terms_.on_policy)
+    r[kRefLogp] = ref_.empty() ? 0.0f : ref_[t];  // unused without a KL term (beta 0)
+    r[kAdvantage] = adv_[static_cast<size_t>(rows_.segment[t])];
+    r[kLossWeight] = w_[t];
   }
 }
 
-void GrpoObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+void GrpoObjective::add_values(const TokenChunk& in) {
   const bool ent = wants_entropy();
   for (int64_t k = 0; k < in.size(); ++k) {
     const size_t i = static_cast<size_t>(k), t = static_cast<size_t>(in.row_begin + k);
-    const double w = w_[t];
     const double m = rows_.weight[t];
-    if (m == 0.0) {
-      out.dlogp[i] = 0.0f;
-      if (ent) out.dentropy[i] = 0.0f;
-      continue;
-    }
+    if (m == 0.0) continue;
+    const double w = w_[t];
     const double lp = in.logp[i];
     const double old = old_.empty() ? lp : old_[t];
     const double A = adv_[static_cast<size_t>(rows_.segment[t])];
-    const Term pg = clipped_surrogate(lp, old, A, cfg_.epsilon_low, cfg_.epsilon_high);
-    double value = pg.value, d = pg.d;
+    double value = clipped_surrogate(lp, old, A, cfg_.epsilon_low, cfg_.epsilon_high).value;
     if (cfg_.beta != 0.0) {
-      const Term kl = kl_k3(lp, ref_[t]);
-      value += cfg_.beta * kl.value;
-      d += cfg_.beta * kl.d;
-      kl_sum_ += m * kl.value;
+      const double kl = kl_k3(lp, ref_[t]).value;
+      value += cfg_.beta * kl;
+      kl_sum_ += m * kl;
     }
     if (ent) {
       const double H = in.entropy[i];
       value -= cfg_.entropy_coef * H;
-      out.dentropy[i] = static_cast<float>(-cfg_.entropy_coef * w);
       entropy_sum_ += m * H;
     }
     loss_ += w * value;
-    out.dlogp[i] = static_cast<float>(w * d);
-    const bool lo = clipped_low(lp, old, A, cfg_.epsilon_low);
-    const bool hi = clipped_high(lp, old, A, cfg_.epsilon_high);
-    low_ += lo ? m : 0.0;
-    high_ += hi ? m : 0.0;
+    low_ += clipped_low(lp, old, A, cfg_.epsilon_low) ? m : 0.0;
+    high_ += clipped_high(lp, old, A, cfg_.epsilon_high) ? m : 0.0;
     mask_sum_ += m;
   }
 }

@@ -63,7 +63,10 @@ class GrpoObjective final : public Objective {
                 std::span<const float> old_logp = {}, std::span<const float> ref_logp = {});
 
   bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
-  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
+  // dL/dlogp_t = w_t (clipped surrogate' + beta k3'), on the backend (objective.h).
+  const PolicyTerms* policy_terms() const override { return &terms_; }
+  void policy_rows(int64_t row_begin, std::span<float> rows) const override;
+  void add_values(const TokenChunk& in) override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
     return {{&loss_, 1}, {&kl_sum_, 1}, {&entropy_sum_, 1}, {&low_, 1}, {&high_, 1}, {&mask_sum_, 1}};
@@ -78,7 +81,10 @@ class GrpoObjective final : public Objective {
   std::vector<float> adv_;  // (S)
   std::vector<float> old_;  // (T) or empty
   std::vector<float> ref_;  // (T) or empty
-  std::vector<double> w_;   // (T)
+  // (T) the loss_type's weight of each row, a float as the device holds it (and as TRL's
+  // float32 tensors do), so that both backends and the loss use the same weights.
+  std::vector<float> w_;
+  PolicyTerms terms_;
   double loss_ = 0.0;
   double kl_sum_ = 0, entropy_sum_ = 0, low_ = 0, high_ = 0, mask_sum_ = 0;
 };

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "core/policy_terms.h"
+
 namespace sbp {
 
 // Which head the objective trains: the LM head (logits over the vocabulary) or a value head
@@ -81,6 +83,22 @@ class Objective {
   virtual bool grads_without_logp() const { return false; }
   virtual void constant_grads(int64_t row_begin, std::span<float> dlogp);
   virtual void add_logp(int64_t row_begin, std::span<const float> logp);
+
+  // Policy-gradient objectives (GRPO, PPO's policy): dL/dlogp (and dL/dentropy) per token is
+  // core/policy_terms.h's policy_token_grad of the row's log-prob and four per-row constants.
+  // A non-null policy_terms(): the engine has policy_rows() fill each block's (n, 4) constants,
+  // the backend computes the gradients (Backend::policy_token_grads: on a GPU, without the
+  // host), and after the pass shows the pass's values (log-probs, entropies) to add_values(),
+  // block by block in row order, for the loss and the statistics, with one read at the step's
+  // end; pass_sums() comes after that. chunk_grads()' default does the same on the host: the
+  // same numbers.
+  virtual const PolicyTerms* policy_terms() const { return nullptr; }
+  virtual void policy_rows(int64_t row_begin, std::span<float> rows) const;
+  virtual void add_values(const TokenChunk& rows);
+  // The value head's counterpart (PPO's value model): value_token_grad of each row's value and
+  // (n, 3) constants from value_rows(); add_values() sees the values.
+  virtual const ValueTerms* value_terms() const { return nullptr; }
+  virtual void value_rows(int64_t row_begin, std::span<float> rows) const;
 
   // Context parallelism (engine/context_slice.h): each rank of a context group is shown only
   // its own rows' blocks, so what an objective sums over rows is partial on each rank, and the

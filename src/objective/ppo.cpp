@@ -34,27 +34,37 @@ PpoPolicyObjective::PpoPolicyObjective(const Batch& batch, std::span<const float
   check_rows("old_logp", old_logp, rows_.num_rows());
   if (cfg.grad_accum_steps < 1) throw InputError("ppo: grad_accum_steps must be >= 1");
   n_ = completion_rows(rows_);
+  w_ = static_cast<float>(1.0 / (n_ * static_cast<double>(cfg_.grad_accum_steps)));
+  terms_.eps_low = terms_.eps_high = cfg_.cliprange;
+  terms_.entropy_coef = cfg_.entropy_coef;
 }
 
-void PpoPolicyObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
+void PpoPolicyObjective::policy_rows(int64_t row_begin, std::span<float> rows) const {
+  const int64_t n = static_cast<int64_t>(rows.size()) / kPolicyRowWidth;
+  SBP_CHECK(row_begin >= 0 && row_begin + n <= rows_.num_rows(), "ppo: rows outside the batch");
+  for (int64_t k = 0; k < n; ++k) {
+    const size_t t = static_cast<size_t>(row_begin + k);
+    float* r = rows.data() + k * kPolicyRowWidth;
+    r[kOldLogp] = old_[t];
+    r[kRefLogp] = 0.0f;  // PPO's KL is in its rewards, not in this loss
+    r[kAdvantage] = adv_[t];
+    r[kLossWeight] = rows_.weight[t] > 0.0f ? w_ : 0.0f;
+  }
+}
+
+void PpoPolicyObjective::add_values(const TokenChunk& in) {
   const bool ent = wants_entropy();
-  const double w = 1.0 / (n_ * static_cast<double>(cfg_.grad_accum_steps));
+  const double w = w_;
   for (int64_t k = 0; k < in.size(); ++k) {
     const size_t i = static_cast<size_t>(k), t = static_cast<size_t>(in.row_begin + k);
-    if (!(rows_.weight[t] > 0.0f)) {
-      out.dlogp[i] = 0.0f;
-      if (ent) out.dentropy[i] = 0.0f;
-      continue;
-    }
+    if (!(rows_.weight[t] > 0.0f)) continue;
     const double lp = in.logp[i], old = old_[t], A = adv_[t];
     // max(-A r, -A clip(r)) = -min(A r, A clip(r)): the GRPO surrogate with symmetric eps.
     const Term pg = clipped_surrogate(lp, old, A, cfg_.cliprange, cfg_.cliprange);
     double value = pg.value;
-    out.dlogp[i] = static_cast<float>(w * pg.d);
     if (ent) {
       const double H = in.entropy[i];
       value -= cfg_.entropy_coef * H;
-      out.dentropy[i] = static_cast<float>(-cfg_.entropy_coef * w);
       entropy_sum_ += H;
     }
     loss_ += w * value;
@@ -86,19 +96,29 @@ PpoValueObjective::PpoValueObjective(const Batch& batch, std::span<const float> 
   check_rows("old_values", old_values, rows_.num_rows());
   if (cfg.grad_accum_steps < 1) throw InputError("ppo: grad_accum_steps must be >= 1");
   n_ = completion_rows(rows_);
+  w_ = static_cast<float>(cfg_.vf_coef * 0.5 / (n_ * static_cast<double>(cfg_.grad_accum_steps)));
+  terms_.clip = cfg_.cliprange_value;
 }
 
-void PpoValueObjective::chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) {
-  const double w = cfg_.vf_coef * 0.5 / (n_ * static_cast<double>(cfg_.grad_accum_steps));
+void PpoValueObjective::value_rows(int64_t row_begin, std::span<float> rows) const {
+  const int64_t n = static_cast<int64_t>(rows.size()) / kValueRowWidth;
+  SBP_CHECK(row_begin >= 0 && row_begin + n <= rows_.num_rows(), "ppo: rows outside the batch");
+  for (int64_t k = 0; k < n; ++k) {
+    const size_t t = static_cast<size_t>(row_begin + k);
+    float* r = rows.data() + k * kValueRowWidth;
+    r[kOldValue] = vold_[t];
+    r[kReturn] = ret_[t];
+    r[kValueWeight] = rows_.weight[t] > 0.0f ? w_ : 0.0f;
+  }
+}
+
+void PpoValueObjective::add_values(const TokenChunk& in) {
+  const double w = w_;
   for (int64_t k = 0; k < in.size(); ++k) {
     const size_t i = static_cast<size_t>(k), t = static_cast<size_t>(in.row_begin + k);
-    if (!(rows_.weight[t] > 0.0f)) {
-      out.dvalue[i] = 0.0f;
-      continue;
-    }
+    if (!(rows_.weight[t] > 0.0f)) continue;
     const double v = in.value[i];
     const Term vf = clipped_value_loss(v, vold_[t], ret_[t], cfg_.cliprange_value);
-    out.dvalue[i] = static_cast<float>(w * vf.d);
     loss_ += w * vf.value;
     vf_sum_ += vf.value;
     const double vc =

@@ -43,7 +43,10 @@ class PpoPolicyObjective final : public Objective {
                      std::span<const float> old_logp, const PpoConfig& cfg);
 
   bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
-  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
+  // dL/dlogp_t = w clipped surrogate', on the backend (objective.h).
+  const PolicyTerms* policy_terms() const override { return &terms_; }
+  void policy_rows(int64_t row_begin, std::span<float> rows) const override;
+  void add_values(const TokenChunk& in) override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
     return {{&loss_, 1}, {&pg_sum_, 1}, {&clip_sum_, 1}, {&approxkl_sum_, 1}, {&entropy_sum_, 1}};
@@ -57,6 +60,8 @@ class PpoPolicyObjective final : public Objective {
   SequenceRows rows_;
   std::vector<float> adv_, old_;  // (T)
   double n_ = 0;                  // completion rows in this micro-batch
+  float w_ = 0;                   // 1 / (n_ grad_accum_steps), as the device holds it
+  PolicyTerms terms_;
   double loss_ = 0, pg_sum_ = 0, clip_sum_ = 0, approxkl_sum_ = 0, entropy_sum_ = 0;
 };
 
@@ -67,7 +72,10 @@ class PpoValueObjective final : public Objective {
                     std::span<const float> old_values, const PpoConfig& cfg);
 
   HeadKind head() const override { return HeadKind::value; }
-  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override;
+  // dL/dv_t = w clipped value loss', on the backend (objective.h).
+  const ValueTerms* value_terms() const override { return &terms_; }
+  void value_rows(int64_t row_begin, std::span<float> rows) const override;
+  void add_values(const TokenChunk& in) override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
     return {{&loss_, 1}, {&vf_sum_, 1}, {&clip_sum_, 1}};
@@ -80,6 +88,8 @@ class PpoValueObjective final : public Objective {
   SequenceRows rows_;
   std::vector<float> ret_, vold_;  // (T)
   double n_ = 0;
+  float w_ = 0;  // vf_coef 0.5 / (n_ grad_accum_steps), as the device holds it
+  ValueTerms terms_;
   double loss_ = 0, vf_sum_ = 0, clip_sum_ = 0;
 };
 

@@ -1,5 +1,7 @@
 // StepRunner's GRPO step (step_runner.h): advantages over the step's groups, then one
 // GrpoObjective per micro-batch.
+#include <memory>
+
 #include "core/error.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
@@ -69,25 +71,39 @@ void run_grpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
   GrpoConfig cfg = runner.objective().grpo;
   cfg.grad_accum_steps = step.step_micro_batches;
   cfg.num_items_in_batch = r.loss_tokens;  // completion tokens of the whole step
-  WeightedMeans stats;
+  // The objectives live to the step's end: their losses and statistics add the log-probs that
+  // the engine reads there (objective.h policy_terms), after the step's one wait.
+  struct Kept {
+    std::unique_ptr<GrpoObjective> objective;
+    double weight = 0.0;  // the micro-batch's loss weight, for the metrics' means
+  };
+  auto kept = std::make_shared<std::vector<Kept>>();
   runner.for_each_slot(step, [&](size_t i, int64_t slot) {
     const MicroBatch& mb = step.micro[i];
     const size_t at = rewards.begin[static_cast<size_t>(step.index[i])];
     const std::span<const float> adv(advantages.data() + at, mb.batch.seq_lens.size());  // (S)
     MicroBatchPrep prep(mb.batch, runner.backend(), runner.pool());  // shared by the reference's pass and the policy's
     std::vector<float> ref;                     // (T)
-    if (cfg.beta != 0.0) ref = runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
-    GrpoObjective objective(mb.batch, adv, cfg, mb.old_logp, ref);
-    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
-    r.loss += objective.loss();
-    stats.add(objective.metrics(), mb.batch.loss_weight_sum());
+    if (cfg.beta != 0.0)
+      ref = runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
+    Kept& k = kept->emplace_back(
+        Kept{std::make_unique<GrpoObjective>(mb.batch, adv, cfg, mb.old_logp, ref),
+             mb.batch.loss_weight_sum()});
+    runner.backward_slot(runner.models().policy, prep, *k.objective, slot, runner.logp_slot(r, i));
   });
-  r.loss = comm.sum(r.loss);
-  stats.merge_ranks(comm);
-  r.metrics = stats.means();
   double reward = 0.0;
   for (float x : rewards.all) reward += x / static_cast<double>(rewards.all.size());
-  r.metrics["reward"] = reward;
+  runner.at_finish([kept, reward, &comm](StepResult& result) {
+    WeightedMeans stats;
+    for (const Kept& k : *kept) {
+      result.loss += k.objective->loss();
+      stats.add(k.objective->metrics(), k.weight);
+    }
+    result.loss = comm.sum(result.loss);
+    stats.merge_ranks(comm);
+    result.metrics = stats.means();
+    result.metrics["reward"] = reward;
+  });
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // StepRunner's PPO step (step_runner.h): the rollout constants of every micro-batch before any
 // backward, GAE whitened over the step, then the policy's and the value model's updates.
+#include <memory>
+
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
 #include "step/step_runner.h"
@@ -45,31 +47,44 @@ void run_ppo(StepRunner& runner, const StepBatches& step, StepResult& r) {
   // mean over micro-batches of TRL's pg_loss + vf_coef * vf_loss.
   PpoConfig cfg = runner.objective().ppo;
   cfg.grad_accum_steps = step.step_micro_batches;
-  WeightedMeans stats;    // TRL logs the mean of its per-micro-batch statistics
-  WeightedMeans rollout;  // and its rollout statistics over the batch's sequences
+  // The policy objectives live to the step's end: their losses and statistics add the
+  // log-probs that the engine reads there (objective.h policy_terms), after the step's wait.
+  struct Kept {
+    std::unique_ptr<PpoPolicyObjective> policy;
+    std::unique_ptr<PpoValueObjective> value;
+  };
+  auto kept = std::make_shared<std::vector<Kept>>();
+  auto rollout = std::make_shared<WeightedMeans>();  // rollout statistics over the sequences
   runner.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
-    PpoPolicyObjective policy(b, adv[i].advantages, rollouts[i].old_logp, cfg);
-    runner.backward_slot(runner.models().policy, preps[i], policy, slot, runner.logp_slot(r, i));
-    PpoValueObjective value(b, adv[i].returns, rollouts[i].old_values, cfg);
-    runner.backward_slot(runner.models().value, preps[i], value, slot, nullptr);
+    Kept& k = kept->emplace_back();
+    k.policy =
+        std::make_unique<PpoPolicyObjective>(b, adv[i].advantages, rollouts[i].old_logp, cfg);
+    runner.backward_slot(runner.models().policy, preps[i], *k.policy, slot, runner.logp_slot(r, i));
+    k.value = std::make_unique<PpoValueObjective>(b, adv[i].returns, rollouts[i].old_values, cfg);
+    runner.backward_slot(runner.models().value, preps[i], *k.value, slot, nullptr);
     preps[i].release();  // its passes are done
-    r.loss += policy.loss() + value.loss();
-    std::map<std::string, double> m = policy.metrics();
-    for (const auto& [k, v] : value.metrics()) m[k] = v;
-    stats.add(m, 1.0);
-    rollout.add({{"objective/kl", adv[i].mean_kl},
-                 {"objective/non_score_reward", adv[i].mean_non_score_reward},
-                 {"objective/scores", adv[i].mean_score},
-                 {"objective/rlhf_reward", adv[i].mean_non_score_reward + adv[i].mean_score}},
-                static_cast<double>(b.seq_lens.size()));
+    rollout->add({{"objective/kl", adv[i].mean_kl},
+                  {"objective/non_score_reward", adv[i].mean_non_score_reward},
+                  {"objective/scores", adv[i].mean_score},
+                  {"objective/rlhf_reward", adv[i].mean_non_score_reward + adv[i].mean_score}},
+                 static_cast<double>(b.seq_lens.size()));
   });
-  r.loss = comm.sum(r.loss);
-  stats.merge_ranks(comm);
-  rollout.merge_ranks(comm);
-  r.metrics = stats.means();
-  for (const auto& [k, v] : rollout.means()) r.metrics[k] = v;
-  r.metrics["reward"] = r.metrics["objective/scores"];
+  runner.at_finish([kept, rollout, &comm](StepResult& result) {
+    WeightedMeans stats;  // TRL logs the mean of its per-micro-batch statistics
+    for (const Kept& k : *kept) {
+      result.loss += k.policy->loss() + k.value->loss();
+      std::map<std::string, double> m = k.policy->metrics();
+      for (const auto& [name, v] : k.value->metrics()) m[name] = v;
+      stats.add(m, 1.0);
+    }
+    result.loss = comm.sum(result.loss);
+    stats.merge_ranks(comm);
+    rollout->merge_ranks(comm);
+    result.metrics = stats.means();
+    for (const auto& [name, v] : rollout->means()) result.metrics[name] = v;
+    result.metrics["reward"] = result.metrics["objective/scores"];
+  });
 }
 
 }  // namespace

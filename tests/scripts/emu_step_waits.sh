@@ -14,6 +14,12 @@
 #     (HeadPassRows), the gradient pass waits nowhere (grads_without_logp after the pre-pass),
 #     and the norm: 5 (65, then 20).
 #   orpo.yaml: no reference; the pre-pass's one read and the norm: 2 (17 before).
+#   examples/grpo.yaml and ppo.yaml on the tiny-chat model (head_chunk 16: 28 blocks): their
+#     per-token formulas run on the device (Backend::policy_token_grads, value_token_grads) and
+#     their statistics read the pass's numbers at the step's end. GRPO (beta 0, no reference):
+#     the norm alone, 1 (57 before). PPO: its three no-grad forwards of the rollout (old
+#     log-probs, reference log-probs, old values; one read each) and one norm for both models: 4
+#     (88 before).
 #
 #   tests/scripts/emu_step_waits.sh [build-dir]     (default build-emu)
 set -euo pipefail
@@ -22,14 +28,22 @@ BIN="$ROOT/${1:-build-emu}/streambp"
 T=$(mktemp -d /tmp/emu-step-waits.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$ROOT"
-waits() {  # config steps -> the host waits of the whole run
-  STREAMBP_CUDA_EMULATION_REPORT=1 "$BIN" train "examples/tiny-chat/$1.yaml" backend=cuda \
+config() {  # case -> the train command's config and overrides
+  case $1 in
+    grpo | ppo) echo "examples/$1.yaml model=examples/tiny-chat/config.json" \
+      "tokenizer=examples/tiny-chat head_chunk=16 max_tokens=512" ;;
+    *) echo "examples/tiny-chat/$1.yaml" ;;
+  esac
+}
+waits() {  # case steps -> the host waits of the whole run
+  # shellcheck disable=SC2046 # the config's words are separate arguments
+  STREAMBP_CUDA_EMULATION_REPORT=1 "$BIN" train $(config "$1") backend=cuda \
     max_steps="$2" save_every=0 eval_every=0 output_dir="$T/$1-$2" >"$T/log-$1-$2" 2>&1 ||
     { cat "$T/log-$1-$2" >&2; exit 1; }
   sed -n 's/^cuda emulation: \([0-9]*\) host waits.*/\1/p' "$T/log-$1-$2"
 }
 status=0
-for case in sft:1 kto:5 orpo:2; do
+for case in sft:1 kto:5 orpo:2 grpo:1 ppo:4; do
   config=${case%%:*} expected=${case##*:}
   one=$(waits "$config" 1)
   two=$(waits "$config" 2)
