@@ -736,27 +736,30 @@ void Backend::argmax_rows(const Tensor& out, const Tensor& logits) {
 }
 
 void Backend::policy_token_grads(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
-                                 const Tensor& rows, const PolicyTerms& terms) {
+                                 const Tensor& rows, const PolicyTerms& terms, const Tensor& ref) {
   const char* op = "policy_token_grads";
   const int64_t n = logp.numel();
   check_rows_vector(op, "logp", logp, DType::F32, n);
   check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
   if (dentropy.defined()) check_rows_vector(op, "dentropy", dentropy, DType::F32, n);
+  if (ref.defined()) check_rows_vector(op, "ref", ref, DType::F32, n);
   SBP_CHECK(rows.defined() && rows.dtype == DType::F32 && rows.rows() == n &&
                 rows.cols() == kPolicyRowWidth && rows.numel() == n * kPolicyRowWidth,
             arg(op, "rows", rows) + " must be F32 (n, 4) with n = " + num(n));
   SBP_CHECK(std::isfinite(terms.eps_low) && std::isfinite(terms.eps_high) &&
                 std::isfinite(terms.beta) && std::isfinite(terms.entropy_coef),
             std::string(op) + ": the terms' scalars must be finite");
-  if (dentropy.defined())
-    owns(op, {&dlogp, &dentropy, &logp, &rows});
-  else
-    owns(op, {&dlogp, &logp, &rows});
+  owns(op, {&dlogp, &logp, &rows});
+  if (dentropy.defined()) owns(op, {&dentropy});
+  if (ref.defined()) owns(op, {&ref});
   const Access access(*this);
   run_op(
       OpFamily::elementwise,
-      [&] { return nb(dlogp) + nb(logp) + nb(rows) + (dentropy.defined() ? nb(dentropy) : 0); },
-      [&] { policy_token_grads_impl(dlogp, dentropy, logp, rows, terms); });
+      [&] {
+        return nb(dlogp) + nb(logp) + nb(rows) + (dentropy.defined() ? nb(dentropy) : 0) +
+               (ref.defined() ? nb(ref) : 0);
+      },
+      [&] { policy_token_grads_impl(dlogp, dentropy, logp, rows, terms, ref); });
 }
 
 void Backend::value_token_grads(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
@@ -775,6 +778,48 @@ void Backend::value_token_grads(const Tensor& dvalue, const Tensor& value, const
   run_op(
       OpFamily::elementwise, [&] { return nb(dvalue) + nb(value) + nb(rows); },
       [&] { value_token_grads_impl(dvalue, value, rows, terms); });
+}
+
+void Backend::sequence_token_grads(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
+                                   const Tensor& weight, const Tensor& begin, const Tensor& label,
+                                   const SequenceTerms& terms) {
+  const char* op = "sequence_token_grads";
+  const int64_t T = logp.numel();
+  check_rows_vector(op, "logp", logp, DType::F32, T);
+  check_rows_vector(op, "dlogp", dlogp, DType::F32, T);
+  check_rows_vector(op, "weight", weight, DType::F32, T);
+  check_dtype(op, "begin", begin, DType::I32);
+  const int64_t S = begin.numel() - 1, per = sequences_per_unit(terms);
+  SBP_CHECK(S >= 0 && S % per == 0, arg(op, "begin", begin) +
+                                        " must hold S + 1 offsets with S a "
+                                        "multiple of " +
+                                        num(per) + " sequences");
+  const bool kto = terms.formula == SequenceFormula::kto;
+  const bool wants_ref = terms.formula != SequenceFormula::orpo;
+  SBP_CHECK(ref.defined() == wants_ref, std::string(op) + ": ref must be " +
+                                            (wants_ref ? "given" : "undefined") +
+                                            " for this formula");
+  if (wants_ref) check_rows_vector(op, "ref", ref, DType::F32, T);
+  SBP_CHECK(label.defined() == kto,
+            std::string(op) + ": label must be " + (kto ? "given (KTO)" : "undefined"));
+  if (kto) check_rows_vector(op, "label", label, DType::F32, S);
+  SBP_CHECK(std::isfinite(terms.beta) && std::isfinite(terms.label_smoothing) &&
+                std::isfinite(terms.kl) && std::isfinite(terms.desirable_weight) &&
+                std::isfinite(terms.undesirable_weight) && std::isfinite(terms.units_in_step) &&
+                terms.units_in_step > 0.0 && std::isfinite(terms.nll_rows_in_step) &&
+                terms.nll_rows_in_step > 0.0,
+            std::string(op) + ": the terms' scalars must be finite, the step's counts > 0");
+  owns(op, {&dlogp, &logp, &weight, &begin});
+  if (wants_ref) owns(op, {&ref});
+  if (kto) owns(op, {&label});
+  const Access access(*this);
+  run_op(
+      OpFamily::elementwise,
+      [&] {
+        return nb(dlogp) + nb(logp) + nb(weight) + nb(begin) + (wants_ref ? nb(ref) : 0) +
+               (kto ? nb(label) : 0);
+      },
+      [&] { sequence_token_grads_impl(dlogp, logp, ref, weight, begin, label, terms); });
 }
 
 void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) {

@@ -44,6 +44,7 @@
 #include "core/memory.h"
 #include "core/policy_terms.h"
 #include "core/pool.h"
+#include "core/sequence_terms.h"
 #include "core/tensor.h"
 
 namespace sbp {
@@ -267,15 +268,36 @@ class Backend : public MemorySpace {
   // wait in the head"): per row i, (dlogp[i], dentropy[i]) = policy_token_grad(logp[i], rows
   // row i, terms) (core/policy_terms.h, the objectives' own function), overwritten. rows (n, 4)
   // F32: old log-prob, reference log-prob, advantage, loss weight. dentropy may be undefined.
-  // Checks: dlogp, logp F32 with numel n; rows F32 (n, 4); dentropy undefined or F32 numel n;
-  // the terms' scalars finite.
+  // ref (n) F32, or undefined: where given, the reference log-probs are read from it and the
+  // rows' column is unused (a reference whose forward left them on the device).
+  // Checks: dlogp, logp F32 with numel n; rows F32 (n, 4); dentropy and ref undefined or F32
+  // numel n; the terms' scalars finite.
   void policy_token_grads(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
-                          const Tensor& rows, const PolicyTerms& terms);
+                          const Tensor& rows, const PolicyTerms& terms,
+                          const Tensor& ref = Tensor());
   // The value head's counterpart (PPO's value model): dvalue[i] = value_token_grad(value[i],
   // rows row i, terms), overwritten; rows (n, 3) F32: old value, return, loss weight.
   // Checks: dvalue, value F32 with numel n; rows F32 (n, 3); terms.clip finite and >= 0.
   void value_token_grads(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
                          const ValueTerms& terms);
+
+  // The sequence-level objectives' gradients (DPO, ORPO, KTO; core/sequence_terms.h) for every
+  // row of a micro-batch at once, from its pre-pass's log-probs, so that they need not come to
+  // the host first (docs/CUDA.md "no host wait in the head"): per unit of
+  // sequences_per_unit(terms) consecutive sequences, sequence_unit_grads (the objectives' own
+  // functions): the sums of m_t logp_t, m_t ref_t and m_t over each sequence's rows in row
+  // order in fp64, the unit's coefficients, then dlogp[t] for every row, overwritten.
+  // dlogp, logp, weight (T) F32; ref (T) F32, or undefined where the formula has no reference
+  // (ORPO); begin (S + 1) I32, the first row of each sequence, then T; label (S) F32 for KTO,
+  // else undefined.
+  // Checks: the dtypes and sizes above, S a multiple of the unit's sequences, ref defined
+  // exactly where the formula reads one, the terms' scalars finite with units_in_step and
+  // nll_rows_in_step > 0; begin's and label's values where the host can read them (the CPU
+  // backends: 0 = begin[0] <= ... <= begin[S] = T; labels 0 or 1). A GPU clamps the offsets
+  // into [0, T] instead of reading them back.
+  void sequence_token_grads(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
+                            const Tensor& weight, const Tensor& begin, const Tensor& label,
+                            const SequenceTerms& terms);
 
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
@@ -428,9 +450,12 @@ class Backend : public MemorySpace {
                                             const Tensor& entropy, const Tensor& dentropy) = 0;
   virtual void policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy,
                                        const Tensor& logp, const Tensor& rows,
-                                       const PolicyTerms& terms) = 0;
+                                       const PolicyTerms& terms, const Tensor& ref) = 0;
   virtual void value_token_grads_impl(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
                                       const ValueTerms& terms) = 0;
+  virtual void sequence_token_grads_impl(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
+                                         const Tensor& weight, const Tensor& begin,
+                                         const Tensor& label, const SequenceTerms& terms) = 0;
   virtual void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
                                const Tensor& v, const AdamWStep& s) = 0;
 

@@ -84,14 +84,16 @@ struct PolicyGrad {
 // A token's share of the loss, w (clipped_surrogate + beta kl_k3 - entropy_coef H), and its
 // gradients: dL/dlogp = w (surrogate' + beta k3'), dL/dH = -entropy_coef w, each rounded to
 // float once. A row with loss weight 0 (no target, or masked) gets zeros.
-SBP_HD PolicyGrad policy_token_grad(float logp, const float* row, const PolicyTerms& p) {
+SBP_HD PolicyGrad policy_token_grad(float logp, const float* row, const PolicyTerms& p,
+                                    const float* ref = nullptr) {
   PolicyGrad g;
   const double w = row[kLossWeight];
   if (w == 0.0) return g;
   const double lp = logp;
   const double old = p.on_policy ? lp : static_cast<double>(row[kOldLogp]);
   double d = clipped_surrogate(lp, old, row[kAdvantage], p.eps_low, p.eps_high).d;
-  if (p.beta != 0.0) d += p.beta * kl_k3(lp, row[kRefLogp]).d;
+  // The reference's log-prob from the row, or where it stayed on the device, from there.
+  if (p.beta != 0.0) d += p.beta * kl_k3(lp, ref ? *ref : row[kRefLogp]).d;
   g.dlogp = static_cast<float>(w * d);
   g.dentropy = static_cast<float>(-p.entropy_coef * w);
   return g;

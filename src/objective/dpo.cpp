@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "core/error.h"
 #include "objective/objective_setup.h"
@@ -26,28 +27,35 @@ Batch preference_batch(const std::vector<PreferencePair>& pairs) {
 
 DpoObjective::DpoObjective(const Batch& batch, std::span<const float> ref_logp,
                            const DpoConfig& cfg, double pairs_in_step)
-    : cfg_(cfg), rows_(batch) {
+    : DpoObjective(batch, ReferenceLogp::on_host(ref_logp), cfg, pairs_in_step) {}
+
+DpoObjective::DpoObjective(const Batch& batch, ReferenceLogp ref, const DpoConfig& cfg,
+                           double pairs_in_step)
+    : cfg_(cfg), rows_(batch), ref_(std::move(ref)) {
   const int64_t S = rows_.num_sequences();
   if (S % 2 != 0)
     throw InputError("dpo: the batch has " + std::to_string(S) +
                      " sequences; it needs (chosen, rejected) pairs");
-  if (static_cast<int64_t>(ref_logp.size()) != rows_.num_rows())
-    throw InputError("dpo: " + std::to_string(ref_logp.size()) +
+  SBP_CHECK(ref_.host, "dpo: no reference log-probs");
+  if (static_cast<int64_t>(ref_.host->size()) != rows_.num_rows())
+    throw InputError("dpo: " + std::to_string(ref_.host->size()) +
                      " reference log-probs for a batch of " + std::to_string(rows_.num_rows()));
+  SBP_CHECK(!ref_.device.defined() || ref_.device.numel() == rows_.num_rows(),
+            "dpo: the reference's device log-probs do not match the batch");
   if (!(cfg.beta > 0.0)) throw InputError("dpo: beta must be > 0");
   for (int64_t s = 0; s < S; ++s) {
     if (!(rows_.weight_sum[static_cast<size_t>(s)] > 0.0))
       throw InputError("dpo: sequence " + std::to_string(s) + " has no completion token");
   }
   pairs_in_step_ = pairs_in_step > 0 ? pairs_in_step : static_cast<double>(S / 2);
+  terms_ = {.formula = SequenceFormula::dpo,
+            .dpo_loss = cfg.loss_type,
+            .beta = cfg.beta,
+            .label_smoothing = cfg.label_smoothing,
+            .units_in_step = pairs_in_step_};
   policy_sum_.assign(static_cast<size_t>(S), 0.0);
   ref_sum_.assign(static_cast<size_t>(S), 0.0);
   coef_.assign(static_cast<size_t>(S), 0.0);
-  for (int64_t t = 0; t < rows_.num_rows(); ++t) {
-    const size_t i = static_cast<size_t>(t);
-    ref_sum_[static_cast<size_t>(rows_.segment[i])] +=
-        static_cast<double>(rows_.weight[i]) * ref_logp[i];
-  }
   pairs_.resize(static_cast<size_t>(S / 2));
 }
 
@@ -60,10 +68,22 @@ void DpoObjective::prepass(int, const TokenChunk& rows) {
 }
 
 void DpoObjective::finish_prepass(int) {
+  // The reference's sums, in row order, now that its values are surely on the host.
+  const std::vector<float>& ref = *ref_.host;
+  ref_sum_.assign(ref_sum_.size(), 0.0);
+  for (int64_t t = 0; t < rows_.num_rows(); ++t) {
+    const size_t i = static_cast<size_t>(t);
+    ref_sum_[static_cast<size_t>(rows_.segment[i])] +=
+        static_cast<double>(rows_.weight[i]) * ref[i];
+  }
   const bool ipo = cfg_.loss_type == DpoLoss::ipo;
   loss_ = 0.0;
   for (size_t p = 0; p < pairs_.size(); ++p) {
     const size_t c = 2 * p, r = 2 * p + 1;
+    const UnitSums sums = {.policy = {policy_sum_[c], policy_sum_[r]},
+                           .ref = {ref_sum_[c], ref_sum_[r]},
+                           .weight = {rows_.weight_sum[c], rows_.weight_sum[r]}};
+    const UnitTerms u = sequence_unit(terms_, sums);
     // ipo scores length-averaged log-probs (TRL: all_logps / loss_mask.sum(-1)).
     const double nc = ipo ? rows_.weight_sum[c] : 1.0, nr = ipo ? rows_.weight_sum[r] : 1.0;
     Pair& q = pairs_[p];
@@ -71,14 +91,12 @@ void DpoObjective::finish_prepass(int) {
     q.policy_rejected = policy_sum_[r] / nr;
     q.ref_chosen = ref_sum_[c] / nc;
     q.ref_rejected = ref_sum_[r] / nr;
-    q.z = (q.policy_chosen - q.policy_rejected) - (q.ref_chosen - q.ref_rejected);
-    const Term term = dpo_pair_loss(q.z, cfg_.loss_type, cfg_.beta, cfg_.label_smoothing);
-    q.loss = term.value;
-    q.dloss_dz = term.d;
-    loss_ += term.value / pairs_in_step_;
-    // dz/dlogp_t = +m_t / nc on chosen rows, -m_t / nr on rejected rows.
-    coef_[c] = term.d / (pairs_in_step_ * nc);
-    coef_[r] = -term.d / (pairs_in_step_ * nr);
+    q.z = u.z;
+    q.loss = u.value;
+    q.dloss_dz = u.dvalue_dz;
+    loss_ += u.value / pairs_in_step_;
+    coef_[c] = u.coef[0];
+    coef_[r] = u.coef[1];
   }
   ready_ = true;
 }
@@ -86,6 +104,10 @@ void DpoObjective::finish_prepass(int) {
 void DpoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
   SBP_CHECK(ready_, "dpo: gradient pass before the pre-pass finished");
   rows_.scale_weights(coef_, row_begin, dlogp);
+}
+
+Objective::SequenceInputs DpoObjective::sequence_inputs() const {
+  return {.weight = rows_.weight, .begin = rows_.begin, .label = {}, .reference = &ref_};
 }
 
 std::map<std::string, double> DpoObjective::metrics() const {

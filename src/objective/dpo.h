@@ -59,6 +59,10 @@ class DpoObjective final : public Objective {
   // Throws InputError if the segment count is odd or a sequence has no completion token.
   DpoObjective(const Batch& batch, std::span<const float> ref_logp, const DpoConfig& cfg,
                double pairs_in_step = 0);
+  // The same with reference log-probs that may still be on their way from the device (read
+  // only in finish_prepass, after the pre-pass's values came back).
+  DpoObjective(const Batch& batch, ReferenceLogp ref, const DpoConfig& cfg,
+               double pairs_in_step = 0);
 
   int prepasses() const override { return 1; }
   void prepass(int pass, const TokenChunk& rows) override;
@@ -68,6 +72,8 @@ class DpoObjective final : public Objective {
   // gradient pass needs none of its own values (objective.h grads_without_logp).
   bool grads_without_logp() const override { return true; }
   void constant_grads(int64_t row_begin, std::span<float> dlogp) override;
+  const SequenceTerms* sequence_terms() const override { return &terms_; }
+  SequenceInputs sequence_inputs() const override;
 
   double loss() const override { return loss_; }
   // loss, rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins,
@@ -83,10 +89,12 @@ class DpoObjective final : public Objective {
 
  private:
   DpoConfig cfg_;
+  SequenceTerms terms_;
   SequenceRows rows_;
+  ReferenceLogp ref_;
   double pairs_in_step_;
   std::vector<double> policy_sum_;  // (S) pre-pass accumulators
-  std::vector<double> ref_sum_;     // (S)
+  std::vector<double> ref_sum_;     // (S) from ref_, in finish_prepass
   std::vector<double> coef_;        // (S) dL/dlogp_t / m_t for the rows of each segment
   std::vector<Pair> pairs_;
   bool ready_ = false;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <utility>
 
 #include "core/error.h"
 #include "objective/objective_setup.h"
@@ -18,11 +20,17 @@ const char* grpo_loss_name(GrpoLoss t) { return enum_name<GrpoLoss>(kGrpoLossNam
 GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantages,
                              const GrpoConfig& cfg, std::span<const float> old_logp,
                              std::span<const float> ref_logp)
+    : GrpoObjective(batch, advantages, cfg, old_logp, ReferenceLogp::on_host(ref_logp)) {}
+
+GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantages,
+                             const GrpoConfig& cfg, std::span<const float> old_logp,
+                             ReferenceLogp ref)
     : cfg_(cfg),
       rows_(batch),
       adv_(advantages.begin(), advantages.end()),
       old_(old_logp.begin(), old_logp.end()),
-      ref_(ref_logp.begin(), ref_logp.end()) {
+      ref_(std::move(ref)) {
+  if (!ref_.host) ref_.host = std::make_shared<const std::vector<float>>();
   if (cfg_.epsilon_high == 0.0) cfg_.epsilon_high = cfg_.epsilon_low;
   const int64_t T = rows_.num_rows(), S = rows_.num_sequences();
   if (static_cast<int64_t>(adv_.size()) != S)
@@ -31,9 +39,11 @@ GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantag
   if (!old_.empty() && static_cast<int64_t>(old_.size()) != T)
     throw InputError("grpo: " + std::to_string(old_.size()) + " old log-probs for " +
                      std::to_string(T) + " rows");
-  if (cfg.beta != 0.0 && static_cast<int64_t>(ref_.size()) != T)
+  if (cfg.beta != 0.0 && static_cast<int64_t>(ref_.host->size()) != T)
     throw InputError("grpo: beta != 0 needs the reference log-probs of all " + std::to_string(T) +
-                     " rows (got " + std::to_string(ref_.size()) + ")");
+                     " rows (got " + std::to_string(ref_.host->size()) + ")");
+  SBP_CHECK(!ref_.device.defined() || ref_.device.numel() == T,
+            "grpo: the reference's device log-probs do not match the batch");
   if (cfg.grad_accum_steps < 1 || cfg.num_processes < 1)
     throw InputError("grpo: grad_accum_steps and num_processes must be >= 1");
 
@@ -79,7 +89,10 @@ void GrpoObjective::policy_rows(int64_t row_begin, std::span<float> rows) const 
     const size_t t = static_cast<size_t>(row_begin + k);
     float* r = rows.data() + k * kPolicyRowWidth;
     r[kOldLogp] = old_.empty() ? 0.0f : old_[t];  // unused on policy (terms_.on_policy)
-    r[kRefLogp] = ref_.empty() ? 0.0f : ref_[t];  // unused without a KL term (beta 0)
+    // Unused without a KL term (beta 0), and where the backend reads the device's copy
+    // (policy_reference(): the host's comes with a later wait). The host's route reads the
+    // rows after a block's download, which brought it.
+    r[kRefLogp] = ref_.host->empty() ? 0.0f : (*ref_.host)[t];
     r[kAdvantage] = adv_[static_cast<size_t>(rows_.segment[t])];
     r[kLossWeight] = w_[t];
   }
@@ -97,7 +110,7 @@ void GrpoObjective::add_values(const TokenChunk& in) {
     const double A = adv_[static_cast<size_t>(rows_.segment[t])];
     double value = clipped_surrogate(lp, old, A, cfg_.epsilon_low, cfg_.epsilon_high).value;
     if (cfg_.beta != 0.0) {
-      const double kl = kl_k3(lp, ref_[t]).value;
+      const double kl = kl_k3(lp, (*ref_.host)[t]).value;
       value += cfg_.beta * kl;
       kl_sum_ += m * kl;
     }

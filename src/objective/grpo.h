@@ -61,11 +61,18 @@ class GrpoObjective final : public Objective {
   // ref_logp: (T) the reference model's log-probs; required iff beta != 0.
   GrpoObjective(const Batch& batch, std::span<const float> advantages, const GrpoConfig& cfg,
                 std::span<const float> old_logp = {}, std::span<const float> ref_logp = {});
+  // The same with reference log-probs that may have stayed on the device (the backend reads
+  // them there; the host's copy, for the KL statistic, comes with the step's wait).
+  GrpoObjective(const Batch& batch, std::span<const float> advantages, const GrpoConfig& cfg,
+                std::span<const float> old_logp, ReferenceLogp ref);
 
   bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
   // dL/dlogp_t = w_t (clipped surrogate' + beta k3'), on the backend (objective.h).
   const PolicyTerms* policy_terms() const override { return &terms_; }
   void policy_rows(int64_t row_begin, std::span<float> rows) const override;
+  const ReferenceLogp* policy_reference() const override {
+    return ref_.device.defined() ? &ref_ : nullptr;
+  }
   void add_values(const TokenChunk& in) override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
@@ -80,7 +87,7 @@ class GrpoObjective final : public Objective {
   SequenceRows rows_;
   std::vector<float> adv_;  // (S)
   std::vector<float> old_;  // (T) or empty
-  std::vector<float> ref_;  // (T) or empty
+  ReferenceLogp ref_;       // (T) or empty (beta 0)
   // (T) the loss_type's weight of each row, a float as the device holds it (and as TRL's
   // float32 tensors do), so that both backends and the loss use the same weights.
   std::vector<float> w_;

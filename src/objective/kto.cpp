@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "core/error.h"
 #include "objective/objective_setup.h"
@@ -54,14 +55,25 @@ std::vector<double> completion_sums(const Batch& batch, std::span<const float> l
 KtoObjective::KtoObjective(const Batch& batch, std::span<const float> ref_logp,
                            std::span<const float> labels, double kl, const KtoConfig& cfg,
                            double sequences_in_step)
-    : cfg_(cfg), rows_(batch), kl_(kl) {
+    : KtoObjective(batch, ReferenceLogp::on_host(ref_logp), labels, kl, cfg, sequences_in_step) {}
+
+KtoObjective::KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<const float> labels,
+                           double kl, const KtoConfig& cfg, double sequences_in_step)
+    : cfg_(cfg),
+      rows_(batch),
+      ref_(std::move(ref)),
+      labels_(labels.begin(), labels.end()),
+      kl_(kl) {
   const int64_t S = rows_.num_sequences();
   if (static_cast<int64_t>(labels.size()) != S)
     throw InputError("kto: " + std::to_string(labels.size()) + " labels for " +
                      std::to_string(S) + " sequences");
-  if (static_cast<int64_t>(ref_logp.size()) != rows_.num_rows())
-    throw InputError("kto: " + std::to_string(ref_logp.size()) +
+  SBP_CHECK(ref_.host, "kto: no reference log-probs");
+  if (static_cast<int64_t>(ref_.host->size()) != rows_.num_rows())
+    throw InputError("kto: " + std::to_string(ref_.host->size()) +
                      " reference log-probs for a batch of " + std::to_string(rows_.num_rows()));
+  SBP_CHECK(!ref_.device.defined() || ref_.device.numel() == rows_.num_rows(),
+            "kto: the reference's device log-probs do not match the batch");
   if (!(cfg.beta > 0.0)) throw InputError("kto: beta must be > 0");
   if (!(cfg.desirable_weight >= 0.0) || !(cfg.undesirable_weight >= 0.0))
     throw InputError("kto: desirable_weight and undesirable_weight must be >= 0");
@@ -76,8 +88,14 @@ KtoObjective::KtoObjective(const Batch& batch, std::span<const float> ref_logp,
       throw InputError("kto: sequence " + std::to_string(s) + " has no completion token");
   }
   sequences_in_step_ = sequences_in_step > 0 ? sequences_in_step : static_cast<double>(S);
+  terms_ = {.formula = SequenceFormula::kto,
+            .beta = cfg.beta,
+            .units_in_step = sequences_in_step_,
+            .kl = kl,
+            .desirable_weight = cfg.desirable_weight,
+            .undesirable_weight = cfg.undesirable_weight};
   policy_sum_.assign(static_cast<size_t>(S), 0.0);
-  ref_sum_ = completion_sums(batch, ref_logp);
+  ref_sum_.assign(static_cast<size_t>(S), 0.0);
   coef_.assign(static_cast<size_t>(S), 0.0);
 }
 
@@ -90,18 +108,23 @@ void KtoObjective::prepass(int, const TokenChunk& in) {
 }
 
 void KtoObjective::finish_prepass(int) {
+  // The reference's sums, now that its values are surely on the host.
+  ref_sum_.assign(policy_sum_.size(), 0.0);
+  const std::vector<float>& ref = *ref_.host;
+  for (int64_t t = 0; t < rows_.num_rows(); ++t) {
+    const size_t u = static_cast<size_t>(t);
+    ref_sum_[static_cast<size_t>(rows_.segment[u])] +=
+        static_cast<double>(rows_.weight[u]) * ref[u];
+  }
   loss_ = 0.0;
   for (size_t s = 0; s < policy_sum_.size(); ++s) {
-    const double ratio = policy_sum_[s] - ref_sum_[s];
-    // desirable: w (1 - sigmoid(x)), x = beta (ratio - KL), dx/dratio = beta;
-    // undesirable: w (1 - sigmoid(x)), x = beta (KL - ratio), dx/dratio = -beta.
-    const bool good = desirable_[s];
-    const double x = good ? cfg_.beta * (ratio - kl_) : cfg_.beta * (kl_ - ratio);
-    const double w = good ? cfg_.desirable_weight : cfg_.undesirable_weight;
-    const double sig = 1.0 / (1.0 + std::exp(-x));
-    loss_ += w * (1.0 - sig) / sequences_in_step_;
-    const double dl_dx = -w * sig * (1.0 - sig);
-    coef_[s] = dl_dx * (good ? cfg_.beta : -cfg_.beta) / sequences_in_step_;
+    const UnitSums sums = {.policy = {policy_sum_[s], 0.0},
+                           .ref = {ref_sum_[s], 0.0},
+                           .weight = {rows_.weight_sum[s], 0.0},
+                           .label = labels_[s]};
+    const UnitTerms u = sequence_unit(terms_, sums);
+    loss_ += u.value / sequences_in_step_;
+    coef_[s] = u.coef[0];
   }
   ready_ = true;
 }
@@ -109,6 +132,10 @@ void KtoObjective::finish_prepass(int) {
 void KtoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
   SBP_CHECK(ready_, "kto: gradient pass before the pre-pass finished");
   rows_.scale_weights(coef_, row_begin, dlogp);
+}
+
+Objective::SequenceInputs KtoObjective::sequence_inputs() const {
+  return {.weight = rows_.weight, .begin = rows_.begin, .label = labels_, .reference = &ref_};
 }
 
 std::map<std::string, double> KtoObjective::metrics() const {

@@ -52,6 +52,10 @@ class KtoObjective final : public Objective {
   // completion token.
   KtoObjective(const Batch& batch, std::span<const float> ref_logp, std::span<const float> labels,
                double kl, const KtoConfig& cfg, double sequences_in_step = 0);
+  // The same with reference log-probs that may still be on their way from the device (read
+  // only in finish_prepass, after the pre-pass's values came back).
+  KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<const float> labels, double kl,
+               const KtoConfig& cfg, double sequences_in_step = 0);
 
   int prepasses() const override { return 1; }
   void prepass(int pass, const TokenChunk& rows) override;
@@ -61,6 +65,8 @@ class KtoObjective final : public Objective {
   // gradient pass needs none of its own values (objective.h grads_without_logp).
   bool grads_without_logp() const override { return true; }
   void constant_grads(int64_t row_begin, std::span<float> dlogp) override;
+  const SequenceTerms* sequence_terms() const override { return &terms_; }
+  SequenceInputs sequence_inputs() const override;
 
   double loss() const override { return loss_; }
   // TRL's names: loss, kl, rewards/chosen, rewards/rejected (means of beta (S - R) over this
@@ -71,11 +77,14 @@ class KtoObjective final : public Objective {
 
  private:
   KtoConfig cfg_;
+  SequenceTerms terms_;
   SequenceRows rows_;
+  ReferenceLogp ref_;
+  std::vector<float> labels_;       // (S) 1 desirable, 0 undesirable
   std::vector<bool> desirable_;     // (S)
   double kl_, sequences_in_step_;
   std::vector<double> policy_sum_;  // (S) pre-pass
-  std::vector<double> ref_sum_;     // (S)
+  std::vector<double> ref_sum_;     // (S) from ref_, in finish_prepass
   std::vector<double> coef_;        // (S) dL/dlogp_t / m_t
   bool ready_ = false;
   double loss_ = 0.0;

@@ -17,13 +17,31 @@
 // (Batch::targets); rows without a target carry logp 0 and must get dlogp 0.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/policy_terms.h"
+#include "core/sequence_terms.h"
+#include "core/tensor.h"
 
 namespace sbp {
+
+// A reference model's per-row target log-probs, as an objective that scores against them holds
+// them (DPO, KTO): the host's copy, and the device vector where the scoring left them there.
+struct ReferenceLogp {
+  // (T) complete now, or, with `device` defined, once the backend next waits for its device
+  // (Backend::download_at_next_wait): the host reads it only after a pass's values came back.
+  std::shared_ptr<const std::vector<float>> host;
+  // (T) F32 on the backend, or undefined: the host copy is all there is. A view: the step that
+  // scored the reference owns the buffer and keeps it until the objective's gradient pass ran.
+  Tensor device;
+  // Values the host holds now (the device copy, when one is needed, is the engine's upload).
+  static ReferenceLogp on_host(std::span<const float> logp) {
+    return {std::make_shared<const std::vector<float>>(logp.begin(), logp.end()), Tensor()};
+  }
+};
 
 // Which head the objective trains: the LM head (logits over the vocabulary) or a value head
 // (a d -> 1 projection, "score.weight", of value models; see model/parameters.h).
@@ -94,11 +112,33 @@ class Objective {
   // same numbers.
   virtual const PolicyTerms* policy_terms() const { return nullptr; }
   virtual void policy_rows(int64_t row_begin, std::span<float> rows) const;
+  // The reference log-probs of a policy formula with a KL term (GRPO, beta != 0), where their
+  // forward left them on the device: the backend reads them there, and policy_rows' reference
+  // column is unused (its host copy comes only with the step's wait). Null: the rows carry them.
+  virtual const ReferenceLogp* policy_reference() const { return nullptr; }
   virtual void add_values(const TokenChunk& rows);
   // The value head's counterpart (PPO's value model): value_token_grad of each row's value and
   // (n, 3) constants from value_rows(); add_values() sees the values.
   virtual const ValueTerms* value_terms() const { return nullptr; }
   virtual void value_rows(int64_t row_begin, std::span<float> rows) const;
+
+  // Sequence-level objectives (DPO, ORPO, KTO): after their one pre-pass, dL/dlogp_t is
+  // core/sequence_terms.h's sequence_row_grad of the coefficient that sequence_unit gives the
+  // row's sequence from the per-sequence sums. A non-null sequence_terms(): the engine leaves
+  // the pre-pass's log-probs on the device and has the backend compute every row's gradient
+  // from them and sequence_inputs() (Backend::sequence_token_grads), without a wait; the host
+  // reads the pre-pass's log-probs at the step's end (or at once, without `later`) and only
+  // then shows them to prepass() and finish_prepass(), for the loss and the statistics. The
+  // numbers are those of constant_grads() after the host's pre-pass: the same functions on the
+  // same sums in the same order.
+  struct SequenceInputs {
+    std::span<const float> weight;             // (T) m_t
+    std::span<const int64_t> begin;            // (S + 1) first row of each sequence, then T
+    std::span<const float> label;              // (S) KTO's labels, else empty
+    const ReferenceLogp* reference = nullptr;  // DPO, KTO: the reference's log-probs
+  };
+  virtual const SequenceTerms* sequence_terms() const { return nullptr; }
+  virtual SequenceInputs sequence_inputs() const { return {}; }
 
   // Context parallelism (engine/context_slice.h): each rank of a context group is shown only
   // its own rows' blocks, so what an objective sums over rows is partial on each rank, and the

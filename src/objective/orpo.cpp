@@ -10,16 +10,6 @@
 
 namespace sbp {
 
-OrpoLogOdds orpo_log_odds(double a_c, double a_r) {
-  // log(1 - exp(a)) as log(-expm1(a)): exact near a = 0 (a probability near 1), where TRL's
-  // log1p(-exp(a)) loses digits; the two agree to rounding elsewhere.
-  OrpoLogOdds o;
-  o.z = (a_c - a_r) - (std::log(-std::expm1(a_c)) - std::log(-std::expm1(a_r)));
-  o.dz_dchosen = -1.0 / std::expm1(a_c);
-  o.dz_drejected = 1.0 / std::expm1(a_r);
-  return o;
-}
-
 double orpo_nll_rows(const Batch& batch) {
   double n = 0.0;
   for (size_t s = 0; s < batch.seq_lens.size(); s += 2)
@@ -42,6 +32,10 @@ OrpoObjective::OrpoObjective(const Batch& batch, const OrpoConfig& cfg, double p
   batch_nll_rows_ = orpo_nll_rows(batch);
   pairs_in_step_ = pairs_in_step > 0 ? pairs_in_step : static_cast<double>(S / 2);
   nll_rows_in_step_ = nll_rows_in_step > 0 ? nll_rows_in_step : batch_nll_rows_;
+  terms_ = {.formula = SequenceFormula::orpo,
+            .beta = cfg.beta,
+            .units_in_step = pairs_in_step_,
+            .nll_rows_in_step = nll_rows_in_step_};
   policy_sum_.assign(static_cast<size_t>(S), 0.0);
   coef_.assign(static_cast<size_t>(S), 0.0);
   pairs_.resize(static_cast<size_t>(S / 2));
@@ -62,33 +56,36 @@ void OrpoObjective::finish_prepass(int) {
   loss_ = nll_sum_ / nll_rows_in_step_;
   for (size_t p = 0; p < pairs_.size(); ++p) {
     const size_t c = 2 * p, r = 2 * p + 1;
-    const double nc = rows_.weight_sum[c], nr = rows_.weight_sum[r];
+    const UnitSums sums = {.policy = {policy_sum_[c], policy_sum_[r]},
+                           .weight = {rows_.weight_sum[c], rows_.weight_sum[r]}};
+    const UnitTerms u = sequence_unit(terms_, sums);
     Pair& q = pairs_[p];
-    q.chosen = policy_sum_[c] / nc;
-    q.rejected = policy_sum_[r] / nr;
-    const OrpoLogOdds o = orpo_log_odds(q.chosen, q.rejected);
-    q.z = o.z;
-    q.log_sigmoid_z = log_sigmoid(o.z);
+    q.chosen = policy_sum_[c] / rows_.weight_sum[c];
+    q.rejected = policy_sum_[r] / rows_.weight_sum[r];
+    q.z = u.z;
+    q.log_sigmoid_z = u.value;
     loss_ -= cfg_.beta * q.log_sigmoid_z / pairs_in_step_;
-    // d(-beta log sigmoid(z))/dz = -beta sigmoid(-z); da/dlogp_t = m_t / n.
-    const double d = -cfg_.beta / (1.0 + std::exp(o.z)) / pairs_in_step_;
-    coef_[c] = d * o.dz_dchosen / nc;
-    coef_[r] = d * o.dz_drejected / nr;
+    coef_[c] = u.coef[0];
+    coef_[r] = u.coef[1];
   }
   ready_ = true;
 }
 
 void OrpoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
   SBP_CHECK(ready_, "orpo: gradient pass before the pre-pass finished");
-  rows_.scale_weights(coef_, row_begin, dlogp);
-  // Plus the NLL's rows: a chosen sequence's, all but its last (which has no target).
-  const double nll = -1.0 / nll_rows_in_step_;
+  SBP_CHECK(row_begin >= 0 && row_begin + static_cast<int64_t>(dlogp.size()) <= rows_.num_rows(),
+            "orpo: rows outside the batch");
   for (size_t i = 0; i < dlogp.size(); ++i) {
     const size_t t = static_cast<size_t>(row_begin) + i;
     const size_t s = static_cast<size_t>(rows_.segment[t]);
-    if (s % 2 == 0 && static_cast<int64_t>(t) + 1 < rows_.begin[s + 1])
-      dlogp[i] = static_cast<float>(coef_[s] * rows_.weight[t] + nll);
+    // The NLL's rows: a chosen sequence's, all but its last (which has no target).
+    const bool nll = s % 2 == 0 && static_cast<int64_t>(t) + 1 < rows_.begin[s + 1];
+    dlogp[i] = sequence_row_grad(terms_, coef_[s], rows_.weight[t], nll);
   }
+}
+
+Objective::SequenceInputs OrpoObjective::sequence_inputs() const {
+  return {.weight = rows_.weight, .begin = rows_.begin, .label = {}, .reference = nullptr};
 }
 
 std::map<std::string, double> OrpoObjective::metrics() const {

@@ -36,13 +36,7 @@ struct OrpoConfig {
   double beta = 0.1;  // TRL ORPOConfig.beta (the paper's lambda)
 };
 
-// z of TRL's odds_ratio_loss from the mean log-probs a_c, a_r (< 0) and its partials.
-struct OrpoLogOdds {
-  double z = 0.0;
-  double dz_dchosen = 0.0;    // dz/da_c = 1 / (1 - exp(a_c))
-  double dz_drejected = 0.0;  // dz/da_r = -1 / (1 - exp(a_r))
-};
-OrpoLogOdds orpo_log_odds(double mean_logp_chosen, double mean_logp_rejected);
+// z of TRL's odds_ratio_loss: orpo_log_odds in core/sequence_terms.h.
 
 // The rows of a preference batch (preference_batch: chosen, rejected, ...) that ORPO's NLL
 // scores: every row of a chosen sequence with a target in it (length - 1 per chosen sequence).
@@ -67,6 +61,8 @@ class OrpoObjective final : public Objective {
   // gradient pass needs none of its own values (objective.h grads_without_logp).
   bool grads_without_logp() const override { return true; }
   void constant_grads(int64_t row_begin, std::span<float> dlogp) override;
+  const SequenceTerms* sequence_terms() const override { return &terms_; }
+  SequenceInputs sequence_inputs() const override;
 
   double loss() const override { return loss_; }
   // TRL's names: loss, nll_loss (this batch's token mean), rewards/chosen = beta * a_c,
@@ -84,6 +80,7 @@ class OrpoObjective final : public Objective {
 
  private:
   OrpoConfig cfg_;
+  SequenceTerms terms_;
   SequenceRows rows_;
   double pairs_in_step_, nll_rows_in_step_;
   double batch_nll_rows_ = 0.0;     // this batch's chosen rows (nll_loss metric)

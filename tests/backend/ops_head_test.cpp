@@ -5,7 +5,9 @@
 // not accumulate), so there is no accumulation to check. The logits may also be BF16
 // (backend_suite.h).
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "backend/backend_suite.h"
@@ -304,6 +306,17 @@ TEST_P(BackendOps, PolicyTokenGradsMatchTheirLossInFloat64) {
   }
   EXPECT_EQ(got[5], 0.0f);  // masked: no gradient, no entropy term
   EXPECT_EQ(got_ent[5], 0.0f);
+  // The reference's log-probs from a vector of their own (a reference whose forward left them on
+  // the device): the rows' column, set to nonsense, is not read; the same bits.
+  Vec rows_without = rows, refs(n);
+  for (int64_t i = 0; i < n; ++i) {
+    refs[i] = rows[i * 4 + 1];
+    rows_without[i * 4 + 1] = 99.0;
+  }
+  Buffer r_without = up(rows_without, {n, 4}), ref = up(refs, {n}), dlogp_ref = zeros({n});
+  be.policy_token_grads(dlogp_ref.view(), Tensor(), logp.view(), r_without.view(), terms,
+                        ref.view());
+  EXPECT_EQ(down(dlogp_ref), got);
 
   PolicyTerms on = terms;  // r = 1: the old log-probs are the current ones
   on.on_policy = true;
@@ -314,7 +327,7 @@ TEST_P(BackendOps, PolicyTokenGradsMatchTheirLossInFloat64) {
     EXPECT_NEAR(got_on[i], -rows[i * 4 + 3] * rows[i * 4 + 2], 1e-7) << "row " << i;
 }
 
-// Misuse: rows not (n, 4), a dentropy of another length, a non-finite scalar.
+// Misuse: rows not (n, 4), a dentropy or ref of another length, a non-finite scalar.
 TEST_P(BackendOps, PolicyTokenGradsRejectMisuse) {
   Buffer logp = zeros({3}), dlogp = zeros({3}), r = zeros({3, 4}), bad_rows = zeros({3, 3});
   Buffer short_ent = zeros({2});
@@ -323,6 +336,10 @@ TEST_P(BackendOps, PolicyTokenGradsRejectMisuse) {
                ShapeError);
   EXPECT_THROW(be.policy_token_grads(dlogp.view(), short_ent.view(), logp.view(), r.view(), terms),
                ShapeError);
+  Buffer short_ref = zeros({2});
+  EXPECT_THROW(
+      be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), r.view(), terms, short_ref.view()),
+      ShapeError);
   PolicyTerms nan = terms;
   nan.beta = std::nan("");
   EXPECT_THROW(be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), r.view(), nan),
@@ -365,6 +382,141 @@ TEST_P(BackendOps, ValueTokenGradsMatchTheirLossInFloat64) {
                ShapeError);
   EXPECT_THROW(be.value_token_grads(dvalue.view(), value.view(), r.view(), ValueTerms{.clip = -1}),
                ShapeError);
+}
+
+// The sequence-level objectives' gradients (DPO in its three losses, ORPO, KTO) for every row of a
+// small batch of four sequences, against central differences (float64) of their losses written
+// here from the papers' / TRL's definitions: sums over each sequence's completion rows, the pair
+// or sequence formula, the mean over the step's units. Rows with weight 0 (prompts, each
+// sequence's last row) get no gradient but ORPO's NLL on the chosen sequences.
+TEST_P(BackendOps, SequenceTokenGradsMatchTheirLossInFloat64) {
+  //                      seq 0 (chosen)      seq 1 (rejected)  seq 2 (chosen)      seq 3
+  const std::vector<int32_t> begin = {0, 4, 7, 11, 14};
+  const Vec w = {0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0, 1, 0};
+  const Vec lp = {-0.75, -1.5, -0.25, 0, -2.0, -0.5, 0, -1.25, -0.375, -0.625, 0, -1.0, -2.5, 0};
+  const Vec rf = {-0.5, -1.25, -0.5, 0, -1.5, -1.0, 0, -1.0, -0.5, -0.75, 0, -0.75, -2.0, 0};
+  const std::vector<float> labels = {1.0f, 0.0f, 0.0f, 1.0f};
+  const int64_t T = 14, S = 4;
+  const double units = 3.0, nll_rows = 9.0;  // the step's, beyond this batch
+  Buffer logp = up(lp, {T}), ref = up(rf, {T}), weight = up(w, {T}), offsets = ids(begin);
+  Buffer label = up(Vec(labels.begin(), labels.end()), {S}), dlogp = zeros({T});
+  auto sums = [&](const Vec& x, const Vec& y, int64_t s) {  // (sum m logp, sum m ref, sum m)
+    double a = 0, b = 0, n = 0;
+    for (int32_t t = begin[s]; t < begin[s + 1]; ++t) {
+      a += w[t] * x[t];
+      b += w[t] * y[t];
+      n += w[t];
+    }
+    return std::array<double, 3>{a, b, n};
+  };
+  auto log_sig = [](double x) { return -std::log1p(std::exp(-x)); };
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  struct Case {
+    const char* name;
+    SequenceTerms terms;
+    std::function<double(const Vec&)> loss;
+  };
+  std::vector<Case> cases;
+  for (DpoLoss type : {DpoLoss::sigmoid, DpoLoss::hinge, DpoLoss::ipo}) {
+    SequenceTerms t{.formula = SequenceFormula::dpo,
+                    .dpo_loss = type,
+                    .beta = 0.5,
+                    .label_smoothing = type == DpoLoss::sigmoid ? 0.1 : 0.0,
+                    .units_in_step = units};
+    const char* name = type == DpoLoss::sigmoid ? "dpo sigmoid"
+                       : type == DpoLoss::hinge ? "dpo hinge"
+                                                : "dpo ipo";
+    cases.push_back({name, t, [&, t](const Vec& x) {
+                       double L = 0;
+                       for (int64_t p = 0; p < S / 2; ++p) {
+                         const auto c = sums(x, rf, 2 * p), r = sums(x, rf, 2 * p + 1);
+                         const bool avg = t.dpo_loss == DpoLoss::ipo;
+                         const double nc = avg ? c[2] : 1, nr = avg ? r[2] : 1;
+                         const double z = (c[0] / nc - r[0] / nr) - (c[1] / nc - r[1] / nr);
+                         const double bz = t.beta * z;
+                         if (t.dpo_loss == DpoLoss::sigmoid)
+                           L += -(1 - t.label_smoothing) * log_sig(bz) -
+                                t.label_smoothing * log_sig(-bz);
+                         if (t.dpo_loss == DpoLoss::hinge) L += std::max(0.0, 1 - bz);
+                         if (t.dpo_loss == DpoLoss::ipo)
+                           L += (z - 1 / (2 * t.beta)) * (z - 1 / (2 * t.beta));
+                       }
+                       return L / units;
+                     }});
+  }
+  const SequenceTerms orpo{.formula = SequenceFormula::orpo,
+                           .beta = 0.25,
+                           .units_in_step = units,
+                           .nll_rows_in_step = nll_rows};
+  cases.push_back({"orpo", orpo, [&](const Vec& x) {
+                     double nll = 0, odds = 0;
+                     for (int64_t p = 0; p < S / 2; ++p) {
+                       for (int32_t t = begin[2 * p]; t + 1 < begin[2 * p + 1]; ++t) nll -= x[t];
+                       const auto c = sums(x, rf, 2 * p), r = sums(x, rf, 2 * p + 1);
+                       const double ac = c[0] / c[2], ar = r[0] / r[2];
+                       const double z = std::log(std::exp(ac) / (1 - std::exp(ac))) -
+                                        std::log(std::exp(ar) / (1 - std::exp(ar)));
+                       odds += log_sig(z);
+                     }
+                     return nll / nll_rows - orpo.beta * odds / units;
+                   }});
+  const SequenceTerms kto{.formula = SequenceFormula::kto,
+                          .beta = 0.5,
+                          .units_in_step = units,
+                          .kl = 0.125,
+                          .desirable_weight = 1.0,
+                          .undesirable_weight = 1.5};
+  cases.push_back({"kto", kto, [&](const Vec& x) {
+                     double L = 0;
+                     for (int64_t s = 0; s < S; ++s) {
+                       const auto q = sums(x, rf, s);
+                       const double ratio = q[0] - q[1];
+                       const bool good = labels[s] == 1.0f;
+                       const double arg =
+                           good ? kto.beta * (ratio - kto.kl) : kto.beta * (kto.kl - ratio);
+                       L += (good ? kto.desirable_weight : kto.undesirable_weight) * (1 - sig(arg));
+                     }
+                     return L / units;
+                   }});
+  for (const Case& c : cases) {
+    const bool orpo_case = c.terms.formula == SequenceFormula::orpo;
+    const bool kto_case = c.terms.formula == SequenceFormula::kto;
+    be.sequence_token_grads(dlogp.view(), logp.view(), orpo_case ? Tensor() : ref.view(),
+                            weight.view(), offsets.view(), kto_case ? label.view() : Tensor(),
+                            c.terms);
+    if (!computes()) continue;
+    const Vec got = down(dlogp), expect = numeric_grad(c.loss, lp);
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_NEAR(got[t], expect[t], 1e-6 * std::max(1e-3, std::fabs(expect[t])))
+          << c.name << " row " << t;
+  }
+}
+
+// Misuse: a reference where the formula has none (and none where it has one), KTO without
+// labels, offsets that do not make whole units; where the host reads the offsets, ones that do
+// not run from 0 to T in order.
+TEST_P(BackendOps, SequenceTokenGradsRejectMisuse) {
+  Buffer logp = zeros({6}), dlogp = zeros({6}), ref = zeros({6}), w = zeros({6});
+  Buffer pairs = ids({0, 3, 6}), odd = ids({0, 2, 4, 6}), label = zeros({2});
+  const SequenceTerms dpo{.formula = SequenceFormula::dpo};
+  const SequenceTerms orpo{.formula = SequenceFormula::orpo};
+  const SequenceTerms kto{.formula = SequenceFormula::kto};
+  auto run = [&](const Tensor& r, const Tensor& b, const Tensor& l, const SequenceTerms& t) {
+    be.sequence_token_grads(dlogp.view(), logp.view(), r, w.view(), b, l, t);
+  };
+  EXPECT_NO_THROW(run(ref.view(), pairs.view(), Tensor(), dpo));
+  EXPECT_THROW(run(Tensor(), pairs.view(), Tensor(), dpo), ShapeError);
+  EXPECT_THROW(run(ref.view(), pairs.view(), Tensor(), orpo), ShapeError);
+  EXPECT_THROW(run(ref.view(), odd.view(), Tensor(), dpo), ShapeError);  // 3 sequences
+  EXPECT_THROW(run(ref.view(), pairs.view(), Tensor(), kto), ShapeError);
+  EXPECT_NO_THROW(run(ref.view(), pairs.view(), label.view(), kto));
+  SequenceTerms zero = dpo;
+  zero.units_in_step = 0.0;
+  EXPECT_THROW(run(ref.view(), pairs.view(), Tensor(), zero), ShapeError);
+  if (!computes() || GetParam().name == "cuda") return;  // a GPU clamps instead of reading them
+  Buffer short_end = ids({0, 3, 5}), backwards = ids({0, 4, 3, 5, 6});
+  EXPECT_THROW(run(ref.view(), short_end.view(), Tensor(), dpo), ShapeError);
+  EXPECT_THROW(run(ref.view(), backwards.view(), Tensor(), dpo), ShapeError);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),

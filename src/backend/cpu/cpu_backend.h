@@ -93,9 +93,13 @@ class CpuBackend : public Backend {
                                     const Tensor& dlogp, const Tensor& entropy,
                                     const Tensor& dentropy) override;
   void policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
-                               const Tensor& rows, const PolicyTerms& terms) override;
+                               const Tensor& rows, const PolicyTerms& terms,
+                               const Tensor& ref) override;
   void value_token_grads_impl(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
                               const ValueTerms& terms) override;
+  void sequence_token_grads_impl(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
+                                 const Tensor& weight, const Tensor& begin, const Tensor& label,
+                                 const SequenceTerms& terms) override;
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;

@@ -13,10 +13,12 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void policy_token_grads_kernel(float* dlogp, float* dentropy, const float* logp,
-                                          const float* rows, int64_t n, PolicyTerms terms) {
+                                          const float* rows, const float* ref, int64_t n,
+                                          PolicyTerms terms) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  const PolicyGrad g = policy_token_grad(logp[i], rows + i * kPolicyRowWidth, terms);
+  const PolicyGrad g =
+      policy_token_grad(logp[i], rows + i * kPolicyRowWidth, terms, ref ? ref + i : nullptr);
   dlogp[i] = g.dlogp;
   if (dentropy) dentropy[i] = g.dentropy;
 }
@@ -32,12 +34,12 @@ __global__ void value_token_grads_kernel(float* dvalue, const float* value, cons
 
 void CudaBackend::policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy,
                                           const Tensor& logp, const Tensor& rows,
-                                          const PolicyTerms& terms) {
+                                          const PolicyTerms& terms, const Tensor& ref) {
   const int64_t n = logp.numel();
   if (n == 0) return;
   SBP_LAUNCH(policy_token_grads_kernel, cuda::grid_for(n, kThreads), kThreads, 0, stream_,
-             dlogp.f32(), dentropy.defined() ? dentropy.f32() : nullptr, logp.f32(), rows.f32(), n,
-             terms);
+             dlogp.f32(), dentropy.defined() ? dentropy.f32() : nullptr, logp.f32(), rows.f32(),
+             ref.defined() ? ref.f32() : nullptr, n, terms);
 }
 
 void CudaBackend::value_token_grads_impl(const Tensor& dvalue, const Tensor& value,

@@ -74,9 +74,11 @@ class MetaBackend final : public Backend {
   void argmax_rows_impl(const Tensor&, const Tensor&) override {}
   void softmax_entropy_impl(const Tensor&, const Tensor&, const Tensor&) override {}
   void policy_token_grads_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                               const PolicyTerms&) override {}
+                               const PolicyTerms&, const Tensor&) override {}
   void value_token_grads_impl(const Tensor&, const Tensor&, const Tensor&,
                               const ValueTerms&) override {}
+  void sequence_token_grads_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                 const Tensor&, const Tensor&, const SequenceTerms&) override {}
   void dlogits_entropy_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, const Tensor&) override {}
   void adamw_step_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,

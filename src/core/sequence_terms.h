@@ -1,0 +1,196 @@
+#pragma once
+// The sequence-level preference objectives' formulas (DPO and its ipo / hinge variants, ORPO,
+// KTO), each with its derivative, in double precision. Their loss is a function of per-sequence
+// sums of m_t logp_t, so dL/dlogp_t = coef[sequence] * m_t (ORPO: plus its NLL's constant on a
+// chosen sequence's rows). They are SBP_HD functions: the objectives compute their losses,
+// statistics and coefficients with them on the host (objective/dpo.cpp, orpo.cpp, kto.cpp), and
+// the backends compute the same coefficients and gradients from the sums on the device
+// (Backend::sequence_token_grads), so that a pre-pass's log-probs need not come to the host
+// before the gradient pass (docs/CUDA.md "no host wait in the head"). Finite-difference checks:
+// tests/objective/token_terms_test.cpp and the op suite's SequenceTokenGrads cases.
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "core/policy_terms.h"
+
+namespace sbp {
+
+// log(sigmoid(x)) without overflow for large |x|: -log1p(e^-x) for x >= 0, x - log1p(e^x)
+// otherwise.
+SBP_HD double log_sigmoid(double x) { return x >= 0.0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }
+
+SBP_HD double sigmoid(double x) {
+  return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+}
+
+// DPO pair losses of z = (logpi_c - logpi_r) - (logref_c - logref_r) (TRL's `logits`);
+// d = dloss/dz.
+//   sigmoid: -(1 - ls) log sigmoid(beta z) - ls log sigmoid(-beta z)
+//   hinge:   relu(1 - beta z)               (relu'(0) = 0, as in PyTorch)
+//   ipo:     (z - 1 / (2 beta))^2           (z built from length-averaged log-probs, see dpo.h)
+enum class DpoLoss { sigmoid, hinge, ipo };
+SBP_HD Term dpo_pair_loss(double z, DpoLoss type, double beta, double ls) {
+  Term t;
+  switch (type) {
+    case DpoLoss::sigmoid: {
+      const double x = beta * z;
+      t.value = -(1.0 - ls) * log_sigmoid(x) - ls * log_sigmoid(-x);
+      // d/dx -log sigmoid(x) = -sigmoid(-x);  d/dx -log sigmoid(-x) = sigmoid(x)
+      t.d = beta * (-(1.0 - ls) * sigmoid(-x) + ls * sigmoid(x));
+      break;
+    }
+    case DpoLoss::hinge: {
+      const double m = 1.0 - beta * z;
+      t.value = m < 0.0 ? 0.0 : m;  // std::max(m, 0.0)
+      t.d = m > 0.0 ? -beta : 0.0;
+      break;
+    }
+    case DpoLoss::ipo: {
+      const double u = z - 1.0 / (2.0 * beta);
+      t.value = u * u;
+      t.d = 2.0 * u;
+      break;
+    }
+  }
+  return t;
+}
+
+// ORPO's log odds ratio of the length-averaged log-probs a_c, a_r (each < 0):
+//   z = log(odds_c / odds_r), odds(a) = e^a / (1 - e^a),
+// with dz/da_c and dz/da_r. log(1 - e^a) as log(-expm1(a)): exact near a = 0 (a probability
+// near 1), where TRL's log1p(-exp(a)) loses digits; the two agree to rounding elsewhere.
+struct OrpoLogOdds {
+  double z = 0.0;
+  double dz_dchosen = 0.0, dz_drejected = 0.0;
+};
+SBP_HD OrpoLogOdds orpo_log_odds(double a_c, double a_r) {
+  OrpoLogOdds o;
+  o.z = (a_c - a_r) - (log(-expm1(a_c)) - log(-expm1(a_r)));
+  o.dz_dchosen = -1.0 / expm1(a_c);
+  o.dz_drejected = 1.0 / expm1(a_r);
+  return o;
+}
+
+// Which objective's formula, and its scalars. A unit is the sequences one formula reads: a
+// (chosen, rejected) pair of consecutive segments for DPO and ORPO, one sequence for KTO.
+enum class SequenceFormula : int32_t { dpo, orpo, kto };
+struct SequenceTerms {
+  SequenceFormula formula = SequenceFormula::dpo;
+  DpoLoss dpo_loss = DpoLoss::sigmoid;
+  double beta = 0.1;
+  double label_smoothing = 0.0;   // DPO sigmoid
+  double units_in_step = 1.0;     // the loss's mean is over the step's pairs (KTO: sequences)
+  double nll_rows_in_step = 1.0;  // ORPO: the NLL's mean is over the step's chosen rows
+  double kl = 0.0;                // KTO: the step's KL estimate, clamped at 0
+  double desirable_weight = 1.0, undesirable_weight = 1.0;  // KTO
+};
+
+SBP_HD int sequences_per_unit(const SequenceTerms& t) {
+  return t.formula == SequenceFormula::kto ? 1 : 2;
+}
+
+// One unit's sums (index k < sequences_per_unit): policy[k] = sum m_t logp_t, ref[k] the
+// reference's (DPO, KTO), weight[k] = sum m_t; label (KTO) 1 desirable, 0 undesirable.
+struct UnitSums {
+  double policy[2] = {0.0, 0.0};
+  double ref[2] = {0.0, 0.0};
+  double weight[2] = {0.0, 0.0};
+  float label = 0.0f;
+};
+
+// What the formula makes of them: the unit's loss term as the objective sums it (DPO: the pair
+// loss; ORPO: log sigmoid of the log odds; KTO: the weighted sequence loss), its z (DPO: TRL's
+// logits; ORPO: the log odds; KTO: beta times the signed margin) and dL/dlogp_t / m_t of each of
+// its sequences' rows (the loss divided by units_in_step).
+struct UnitTerms {
+  double value = 0.0, z = 0.0, dvalue_dz = 0.0;
+  double coef[2] = {0.0, 0.0};
+};
+
+SBP_HD UnitTerms sequence_unit(const SequenceTerms& t, const UnitSums& s) {
+  UnitTerms u;
+  const double P = t.units_in_step;
+  switch (t.formula) {
+    case SequenceFormula::dpo: {
+      // ipo scores length-averaged log-probs (TRL: all_logps / loss_mask.sum(-1)).
+      const bool ipo = t.dpo_loss == DpoLoss::ipo;
+      const double nc = ipo ? s.weight[0] : 1.0, nr = ipo ? s.weight[1] : 1.0;
+      u.z = (s.policy[0] / nc - s.policy[1] / nr) - (s.ref[0] / nc - s.ref[1] / nr);
+      const Term term = dpo_pair_loss(u.z, t.dpo_loss, t.beta, t.label_smoothing);
+      u.value = term.value;
+      u.dvalue_dz = term.d;
+      // dz/dlogp_t = +m_t / nc on chosen rows, -m_t / nr on rejected rows.
+      u.coef[0] = term.d / (P * nc);
+      u.coef[1] = -term.d / (P * nr);
+      break;
+    }
+    case SequenceFormula::orpo: {
+      const double nc = s.weight[0], nr = s.weight[1];
+      const OrpoLogOdds o = orpo_log_odds(s.policy[0] / nc, s.policy[1] / nr);
+      u.z = o.z;
+      u.value = log_sigmoid(o.z);
+      // d(-beta log sigmoid(z))/dz = -beta sigmoid(-z); da/dlogp_t = m_t / n.
+      u.dvalue_dz = -t.beta / (1.0 + exp(o.z)) / P;
+      u.coef[0] = u.dvalue_dz * o.dz_dchosen / nc;
+      u.coef[1] = u.dvalue_dz * o.dz_drejected / nr;
+      break;
+    }
+    case SequenceFormula::kto: {
+      const double ratio = s.policy[0] - s.ref[0];
+      // desirable: w (1 - sigmoid(x)), x = beta (ratio - KL), dx/dratio = beta;
+      // undesirable: w (1 - sigmoid(x)), x = beta (KL - ratio), dx/dratio = -beta.
+      const bool good = s.label == 1.0f;
+      const double x = good ? t.beta * (ratio - t.kl) : t.beta * (t.kl - ratio);
+      const double w = good ? t.desirable_weight : t.undesirable_weight;
+      const double sig = 1.0 / (1.0 + exp(-x));
+      u.z = x;
+      u.value = w * (1.0 - sig);
+      u.dvalue_dz = -w * sig * (1.0 - sig);
+      u.coef[0] = u.dvalue_dz * (good ? t.beta : -t.beta) / P;
+      break;
+    }
+  }
+  return u;
+}
+
+// A row's dL/dlogp given its sequence's coefficient: float(coef m_t), plus ORPO's NLL constant
+// on a chosen sequence's rows but its last (which has no target).
+SBP_HD float sequence_row_grad(const SequenceTerms& t, double coef, float weight, bool nll_row) {
+  if (nll_row) return static_cast<float>(coef * weight + -1.0 / t.nll_rows_in_step);
+  return static_cast<float>(coef * weight);
+}
+
+// One unit's rows, for Backend::sequence_token_grads (the CPU backend's loop over units and the
+// CUDA kernel's thread run this same function): each of its sequences' sums over rows
+// [begin[seq], begin[seq + 1]) in row order, as the objectives' pre-passes add them, the formula,
+// then every one of those rows' dL/dlogp. ref and label may be null (ORPO; DPO). An offset
+// outside [0, T] is clamped into it, so that a bad offset cannot reach outside the vectors.
+SBP_HD void sequence_unit_grads(const SequenceTerms& t, int64_t unit, const float* logp,
+                                const float* ref, const float* weight, const int32_t* begin,
+                                const float* label, int64_t T, float* dlogp) {
+  const int per = sequences_per_unit(t);
+  UnitSums s;
+  int64_t lo[2] = {0, 0}, hi[2] = {0, 0};
+  for (int k = 0; k < per; ++k) {
+    const int64_t seq = unit * per + k;
+    const int64_t a = begin[seq] < 0 ? 0 : (begin[seq] > T ? T : begin[seq]);
+    const int64_t b = begin[seq + 1] < a ? a : (begin[seq + 1] > T ? T : begin[seq + 1]);
+    lo[k] = a;
+    hi[k] = b;
+    for (int64_t r = a; r < b; ++r) {
+      s.policy[k] += static_cast<double>(weight[r]) * logp[r];
+      if (ref) s.ref[k] += static_cast<double>(weight[r]) * ref[r];
+      s.weight[k] += weight[r];
+    }
+  }
+  if (label) s.label = label[unit];
+  const UnitTerms u = sequence_unit(t, s);
+  for (int k = 0; k < per; ++k) {
+    // ORPO's NLL: the chosen sequence's rows but its last, which has no target.
+    const bool nll_seq = t.formula == SequenceFormula::orpo && k == 0;
+    for (int64_t r = lo[k]; r < hi[k]; ++r)
+      dlogp[r] = sequence_row_grad(t, u.coef[k], weight[r], nll_seq && r + 1 < hi[k]);
+  }
+}
+
+}  // namespace sbp
