@@ -162,6 +162,16 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   const bool entropy = objective.wants_entropy();
   const bool computes = be_.computes();
   const int passes = objective.prepasses();
+  const bool lm = objective.head() == HeadKind::lm;
+  // A sequence-level objective (DPO, ORPO, KTO) on one process's rows: the pre-pass and the
+  // gradients stay on the device. With a context group the per-sequence sums span the ranks,
+  // which the host sums (prepass_sums), so the host path below runs.
+  const SequenceTerms* sequence =
+      lm && passes == 1 && !entropy && !cs.split() ? objective.sequence_terms() : nullptr;
+  if (sequence) {
+    sequence_head_backward(step, hidden, objective, *sequence, G, gy, later);
+    return;
+  }
   // Rows [s, e) of piece p: hidden's local rows, the batch's global rows.
   auto block = [&](const RowPiece& p, int64_t s, int64_t e, bool to_host = true) {
     return HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, objective.head(), entropy,
@@ -196,7 +206,6 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   // value_terms) has the backend compute its gradients from each block's log-probs (values)
   // and constants, and reads the pass's numbers once afterwards for its loss and statistics,
   // as SFT does.
-  const bool lm = objective.head() == HeadKind::lm;
   const PolicyTerms* terms = lm && passes == 0 ? objective.policy_terms() : nullptr;
   const ValueTerms* vterms = !lm && passes == 0 ? objective.value_terms() : nullptr;
   const bool formula = terms || vterms;
@@ -205,7 +214,7 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   // (Tl) the gradient pass's log-probs [+ entropies] or values, this rank's rows
   std::optional<HeadPassRows> pass_rows;
   if (gathered) pass_rows.emplace(be_, pool_, objective.head(), terms && entropy, cs.local_rows());
-  std::vector<float> rows;  // (n, 4) or (n, 3) host constants of a block
+  std::vector<float> constants;  // (n, 4) or (n, 3) host constants of a block
   for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
     HeadBlock b =
         block(piece, s, e, /*to_host=*/!(constant || formula) || (one_block && passes > 0));
@@ -217,11 +226,17 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
     if (!formula) g = b.alloc_grads();
     if (formula) {
       const int width = terms ? kPolicyRowWidth : kValueRowWidth;
-      rows.assign(computes ? static_cast<size_t>((e - s) * width) : 0, 0.0f);
-      if (computes && terms) objective.policy_rows(piece.begin + s, rows);
-      if (computes && vterms) objective.value_rows(piece.begin + s, rows);
-      if (terms) b.policy_grads(*terms, rows);
-      if (vterms) b.value_grads(*vterms, rows);
+      constants.assign(computes ? static_cast<size_t>((e - s) * width) : 0, 0.0f);
+      if (computes && terms) objective.policy_rows(piece.begin + s, constants);
+      if (computes && vterms) objective.value_rows(piece.begin + s, constants);
+      if (terms) {
+        const ReferenceLogp* ref = objective.policy_reference();
+        b.policy_grads(*terms, constants,
+                       ref && ref->device.defined()
+                           ? ref->device.slice_rows(piece.begin + s, piece.begin + e)
+                           : Tensor());
+      }
+      if (vterms) b.value_grads(*vterms, constants);
       pass_rows->keep(b, piece.local + s);
     } else if (constant) {
       if (computes) objective.constant_grads(piece.begin + s, g.dlogp);
@@ -243,16 +258,101 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   const HeadPassRows::Host host = pass_rows->read(/*at_next_wait=*/later != nullptr);
   pass_rows.reset();
   if (!computes) return;
-  auto read = [host, &objective, group = context_, policy = formula,
+  auto read = [host, &objective, group = context_, formula,
                pieces = std::vector<RowPiece>(cs.mine().begin(), cs.mine().end())] {
     for (const RowPiece& piece : pieces) {
       const TokenChunk rows = host.chunk(piece.local, piece.size(), piece.begin);
-      if (policy)
+      if (formula)
         objective.add_values(rows);
       else
         objective.add_logp(piece.begin, rows.logp);
     }
     sum_over_group(group, objective.pass_sums());
+  };
+  if (later)
+    later->add(read);
+  else
+    read();
+}
+
+void Engine::sequence_head_backward(const PreparedBatch& step, const Tensor& hidden,
+                                    Objective& objective, const SequenceTerms& terms,
+                                    const ModelTensors& G, ResidualGrad& gy, DeferredReads* later) {
+  const int64_t T = step.size();
+  const int64_t hc = exec_.head_chunk_for(T);
+  const bool computes = be_.computes();
+  const ChunkRange range(T, hc, be_);
+  auto block = [&](int64_t s, int64_t e) {
+    return HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::lm, false,
+                     hidden.slice_rows(s, e), step.targets().slice_rows(s, e), s,
+                     /*to_host=*/false);
+  };
+  // The objective's constants on the device, uploaded without a wait: (T) row weights, (S + 1)
+  // sequence offsets, (S) labels (KTO), and the reference's (T) log-probs where they are only
+  // on the host (a reference scored with a context group, or an objective built from host
+  // values).
+  const Objective::SequenceInputs in = objective.sequence_inputs();
+  const int64_t S = static_cast<int64_t>(in.begin.size()) - 1;
+  SBP_CHECK(static_cast<int64_t>(in.weight.size()) == T && S >= 0 && in.begin.back() == T &&
+                T <= INT32_MAX,
+            "sequence objective: its rows do not match the batch");
+  Buffer weight = pool_.allocate(Category::other, DType::F32, {T});     // (T)
+  Buffer begin = pool_.allocate(Category::other, DType::I32, {S + 1});  // (S + 1)
+  Buffer label, ref_upload;
+  if (!in.label.empty()) label = pool_.allocate(Category::other, DType::F32, {S});  // (S)
+  Tensor ref;  // (T) F32 or undefined
+  if (in.reference && in.reference->device.defined()) {
+    ref = in.reference->device;
+  } else if (in.reference) {
+    ref_upload = pool_.allocate(Category::other, DType::F32, {T});  // (T)
+    ref = ref_upload.view();
+  }
+  if (computes) {
+    upload_f32(weight.view(), in.weight);
+    const std::vector<int32_t> offsets(in.begin.begin(), in.begin.end());
+    upload_i32(begin.view(), offsets);
+    if (label.defined()) upload_f32(label.view(), in.label);
+    if (ref_upload.defined()) upload_f32(ref_upload.view(), *in.reference->host);
+  }
+  HeadPassRows pre(be_, pool_, HeadKind::lm, false, T);  // (T) the pre-pass's log-probs
+  Buffer dlogp;                                          // (T) every row's dL/dlogp
+  HeadPassRows::Host host;
+  // Once the pre-pass's blocks are all kept: the gradients from them, then the pre-pass's one
+  // read (at the step's end, given `later`).
+  auto gradients = [&] {
+    dlogp = pool_.allocate(Category::other, DType::F32, {T});
+    be_.sequence_token_grads(dlogp.view(), pre.logp(), ref, weight.view(), begin.view(),
+                             label.defined() ? label.view() : Tensor(), terms);
+    host = pre.read(/*at_next_wait=*/later != nullptr);
+    weight.reset();
+    begin.reset();
+    label.reset();
+    ref_upload.reset();
+  };
+  // With a single block the gradient pass reuses the pre-pass's block.
+  const bool one_block = hc >= T;
+  if (!one_block) {
+    for_chunks(range, [&](int64_t s, int64_t e) { pre.keep(block(s, e), s); });
+    gradients();
+  }
+  for_chunks(range, [&](int64_t s, int64_t e) {
+    HeadBlock b = block(s, e);
+    if (one_block) {
+      pre.keep(b, s);
+      gradients();
+    }
+    b.grads_from(dlogp.view().slice_rows(s, e));
+    b.backward(G, gy.open(s, e));
+    gy.close();
+  });
+  dlogp.reset();
+  if (!computes) return;
+  // The host's pre-pass, for the loss and statistics: the blocks' rows in row order, as the
+  // host path shows them, so the same sums.
+  auto read = [host, &objective, T, hc] {
+    for (int64_t s = 0; s < T; s += hc)
+      objective.prepass(0, host.chunk(s, std::min(T, s + hc) - s, s));
+    objective.finish_prepass(0);
   };
   if (later)
     later->add(read);
@@ -515,14 +615,7 @@ Engine::TokenScores Engine::score(const PreparedBatch& batch) {
   // the host reads once at the end: one wait for the device per call, not two per head block.
   Buffer logp = pool_.allocate(Category::other, DType::F32, {cs.local_rows()});  // (Tl)
   Buffer best = pool_.allocate(Category::other, DType::I32, {cs.local_rows()});  // (Tl)
-  for_piece_chunks(cs, exec_.head_chunk_for(T), be_, [&](const RowPiece& p, int64_t s, int64_t e) {
-    const int64_t at = p.begin + s;
-    const HeadBlock b(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::lm, false,
-                      x.rows(p.local + s, p.local + e), step.targets().slice_rows(at, p.begin + e),
-                      at, /*to_host=*/false);
-    be_.copy(logp.view().slice_rows(p.local + s, p.local + e), b.logp());
-    be_.argmax_rows(best.view().slice_rows(p.local + s, p.local + e), b.logits());
-  });
+  head_rows(step, cs, x.view(), HeadKind::lm, logp.view(), best.view());
   if (be_.computes()) {
     const auto lp = be_.download_at_next_wait(logp.view());  // comes with the argmax's wait
     const std::vector<int32_t> am = download_i32(best.view());
@@ -534,6 +627,35 @@ Engine::TokenScores Engine::score(const PreparedBatch& batch) {
     gather_host_rows(*context_, cs, std::span<int32_t>(out.argmax));
   }
   return out;
+}
+
+Buffer Engine::rows_on_device(const PreparedBatch& batch, HeadKind kind) {
+  const PreparedBatch& step = checked(batch);
+  const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
+  const int64_t T = step.size();
+  const ContextSlice cs = slice(T);
+  SBP_CHECK(!cs.split(), "rows_on_device: a context group's ranks each hold only their rows");
+  const Buffer x = forward_layers(step, nullptr);                  // (T, d)
+  Buffer rows = pool_.allocate(Category::other, DType::F32, {T});  // (T)
+  head_rows(step, cs, x.view(), kind, rows.view(), Tensor());
+  return rows;
+}
+
+void Engine::head_rows(const PreparedBatch& step, const ContextSlice& cs, const Tensor& x,
+                       HeadKind kind, const Tensor& rows, const Tensor& best) {
+  const int64_t hc = exec_.head_chunk_for(step.size());
+  for_piece_chunks(cs, hc, be_, [&](const RowPiece& p, int64_t s, int64_t e) {
+    const int64_t at = p.begin + s, a = p.local + s, b = p.local + e;
+    const HeadBlock block(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, kind, false,
+                          x.slice_rows(a, b), step.targets().slice_rows(at, p.begin + e), at,
+                          /*to_host=*/false);
+    if (kind == HeadKind::value) {
+      be_.copy(rows.slice_rows(a, b), block.logits().reshaped({b - a}));
+      return;
+    }
+    be_.copy(rows.slice_rows(a, b), block.logp());
+    if (best.defined()) be_.argmax_rows(best.slice_rows(a, b), block.logits());
+  });
 }
 
 std::vector<float> Engine::values(const Batch& batch) {
@@ -548,16 +670,9 @@ std::vector<float> Engine::values(const PreparedBatch& batch) {
   const Buffer x = forward_layers(step, nullptr);  // (Tl, d) this rank's rows
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
   // As score(): the blocks' values gathered on the device, read once.
-  HeadPassRows values(be_, pool_, HeadKind::value, false, cs.local_rows());  // (Tl)
-  for_piece_chunks(cs, exec_.head_chunk_for(T), be_, [&](const RowPiece& p, int64_t s, int64_t e) {
-    const int64_t at = p.begin + s;
-    values.keep(HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::value,
-                          false, x.rows(p.local + s, p.local + e),
-                          step.targets().slice_rows(at, p.begin + e), at, /*to_host=*/false),
-                p.local + s);
-  });
-  const HeadPassRows::Host v = values.read(/*at_next_wait=*/false);
-  if (be_.computes()) place_local_rows<float>(cs, *v.value, out);
+  const Buffer values = pool_.allocate(Category::other, DType::F32, {cs.local_rows()});  // (Tl)
+  head_rows(step, cs, x.view(), HeadKind::value, values.view(), Tensor());
+  if (be_.computes()) place_local_rows<float>(cs, download_f32(values.view()), out);
   if (cs.split() && be_.computes()) gather_host_rows(*context_, cs, std::span<float>(out));
   return out;
 }

@@ -47,8 +47,9 @@ class Engine {
   // call, for callers with a single pass.
   //
   // `later` (optional): where the objective's reads of values it needs only for its loss go
-  // (SFT's log-probs, objective.h grads_without_logp; deferred_reads.h), so that the call waits
-  // for the device nowhere. The objective's loss and pass_sums() are then complete only once
+  // (SFT's log-probs, objective.h grads_without_logp; the passes of policy_terms and
+  // sequence_terms objectives; deferred_reads.h), so that the call waits for the device
+  // nowhere. The objective's loss and pass_sums() are then complete only once
   // `later` has run, and the objective must live until then. Null: read before returning.
   void forward_backward(const PreparedBatch& batch, Objective& objective, const ParameterSet& grads,
                         GradHook* hook = nullptr, DeferredReads* later = nullptr);
@@ -64,6 +65,13 @@ class Engine {
   };
   TokenScores score(const PreparedBatch& batch);
   TokenScores score(const Batch& batch);
+  // Forward only: the target log-probs (kind lm) or the values (kind value, a value model) of
+  // every row left on the device, (T) F32 (category `other`), for an objective's formula to
+  // read there (objective.h ReferenceLogp) or a read at the next wait, without a wait. Memory
+  // as score(), then 4 bytes a row for as long as the caller keeps the buffer. Only without a
+  // context group (whose ranks each hold their own rows): an internal error otherwise; use
+  // score() or values() there.
+  Buffer rows_on_device(const PreparedBatch& batch, HeadKind kind);
 
   // Forward only, value models (ModelHead::value): (T) the value of every row, computed from
   // the final-normed hidden state by score.weight. Same memory as score().
@@ -140,6 +148,17 @@ class Engine {
   // gy (T, d).
   void head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
                      const ModelTensors& G, ResidualGrad& gy, DeferredReads* later);
+  // head_backward of a sequence-level objective (objective.h sequence_terms) on one process's
+  // rows: the pre-pass's log-probs stay on the device, the backend computes every row's
+  // gradient from them, and the host sees the pre-pass only at `later` (now without).
+  void sequence_head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
+                              const SequenceTerms& terms, const ModelTensors& G, ResidualGrad& gy,
+                              DeferredReads* later);
+  // The final hidden rows x (this rank's, local rows) through the head block by block, on the
+  // device: their target log-probs (LM head) or values (value head) into rows (Tl) F32 and,
+  // given, their argmax into best (Tl) I32.
+  void head_rows(const PreparedBatch& step, const ContextSlice& cs, const Tensor& x, HeadKind kind,
+                 const Tensor& rows, const Tensor& best);
   // Layers L-1 .. 0 in the exec mode; gy (T, d): in dL/d(final hidden), out dL/d(x_0).
   void layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G,
                        ResidualGrad& gy, GradHook* hook);

@@ -79,24 +79,35 @@ TokenChunkGrads HeadBlock::alloc_grads() {
   return g;
 }
 
-void HeadBlock::policy_grads(const PolicyTerms& terms, std::span<const float> rows) {
-  SBP_CHECK(kind_ == HeadKind::lm, "head block: policy gradients on a value head");
-  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});                     // (n)
-  if (entropy_) dent_ = pool_.allocate(Category::other, DType::F32, {n_});        // (n)
-  Buffer r = pool_.allocate(Category::other, DType::F32, {n_, kPolicyRowWidth});  // (n, 4)
+Buffer HeadBlock::device_rows(int width, std::span<const float> rows) {
+  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});           // (n)
+  Buffer r = pool_.allocate(Category::other, DType::F32, {n_, width});  // (n, width)
   if (be_.computes()) upload_f32(r.view(), rows);
-  be_.policy_token_grads(dlogp_.view(), entropy_ ? dent_.view() : Tensor(), logp_.view(), r.view(),
-                         terms);
   grads_on_device_ = true;
+  return r;
+}
+
+void HeadBlock::policy_grads(const PolicyTerms& terms, std::span<const float> rows,
+                             const Tensor& ref) {
+  SBP_CHECK(kind_ == HeadKind::lm, "head block: policy gradients on a value head");
+  const Buffer r = device_rows(kPolicyRowWidth, rows);                      // (n, 4)
+  if (entropy_) dent_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
+  be_.policy_token_grads(dlogp_.view(), entropy_ ? dent_.view() : Tensor(), logp_.view(), r.view(),
+                         terms, ref);
   entropy_grad_ = entropy_ && terms.entropy_coef != 0.0;
 }
 
 void HeadBlock::value_grads(const ValueTerms& terms, std::span<const float> rows) {
   SBP_CHECK(kind_ == HeadKind::value, "head block: value gradients on an LM head");
-  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});                    // (n) dL/dvalues
-  Buffer r = pool_.allocate(Category::other, DType::F32, {n_, kValueRowWidth});  // (n, 3)
-  if (be_.computes()) upload_f32(r.view(), rows);
+  const Buffer r = device_rows(kValueRowWidth, rows);  // (n, 3); dlogp_ holds dL/dvalues
   be_.value_token_grads(dlogp_.view(), out_.view().reshaped({n_}), r.view(), terms);
+}
+
+void HeadBlock::grads_from(const Tensor& dlogp) {
+  SBP_CHECK(kind_ == HeadKind::lm && !entropy_,
+            "head block: device gradients of the log-probs alone on an LM head");
+  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
+  be_.copy(dlogp_.view(), dlogp);
   grads_on_device_ = true;
 }
 

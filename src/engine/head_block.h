@@ -36,9 +36,14 @@ class HeadBlock {
   // Instead of alloc_grads(): the backend writes the gradients from the block's log-probs and
   // rows (n, 4) host constants (Backend::policy_token_grads; empty without data), uploaded
   // without a wait, and backward() uses them where they are.
-  void policy_grads(const PolicyTerms& terms, std::span<const float> rows);
+  // ref (n) F32 or undefined: the reference's log-probs where they are on the device.
+  void policy_grads(const PolicyTerms& terms, std::span<const float> rows,
+                    const Tensor& ref = Tensor());
   // The value head's: Backend::value_token_grads from the block's values and rows (n, 3).
   void value_grads(const ValueTerms& terms, std::span<const float> rows);
+  // Instead of alloc_grads(): dlogp (n) F32 computed on the device already (a sequence-level
+  // objective's, Backend::sequence_token_grads), copied there.
+  void grads_from(const Tensor& dlogp);
   // Backward from the objective's gradients: weight gradients ADD into G (lm_head or score,
   // final_norm); dL/d(hidden rows) ADDS into gy (n, d) F32. Releases the block's buffers.
   void backward(const ModelTensors& G, const Tensor& gy);
@@ -52,6 +57,10 @@ class HeadBlock {
   bool has_entropy() const { return entropy_; }
 
  private:
+  // For the backend's gradients: dlogp_ (n), and the block's (n, width) host constants on the
+  // device, uploaded without a wait.
+  Buffer device_rows(int width, std::span<const float> rows);
+
   const ModelConfig& cfg_;
   Backend& be_;
   Pool& pool_;
@@ -97,6 +106,7 @@ class HeadPassRows {
   // when `at_next_wait` (engine/deferred_reads.h); the device vectors are released either way.
   // Empty without data (the shape-only backend).
   Host read(bool at_next_wait);
+  const Tensor& logp() const { return logp_.view(); }  // (rows) F32 until read()
 
  private:
   Backend& be_;

@@ -1,11 +1,14 @@
 // DPO on the step runner (step_runner.h): the reference's log-probs before the policy's
 // backward of each micro-batch, the loss a mean over the step's pairs; the held-out loss is the
 // mean pair loss.
+#include <memory>
+#include <utility>
+
 #include "objective/dpo.h"
+#include "step/kept_objectives.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
 #include "step/step_runner.h"
-#include "step/weighted_means.h"
 
 namespace sbp {
 
@@ -17,21 +20,23 @@ void run_dpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
   for (const MicroBatch& mb : step.micro)
     pairs += static_cast<double>(mb.batch.seq_lens.size() / 2);
   pairs = comm.sum(pairs);
-  WeightedMeans stats;
+  // The objectives live to the step's end: the host sees the reference's and the pre-pass's
+  // log-probs there, with the step's one wait (objective.h sequence_terms).
+  auto kept = std::make_shared<KeptObjectives>();
   runner.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     // One preparation shared by the reference's pass and the policy's.
     MicroBatchPrep prep(b, runner.backend(), runner.pool());
-    const std::vector<float> ref =
-        runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;  // (T)
-    DpoObjective objective(b, ref, runner.objective().dpo, pairs);
+    Engine reference = runner.reference_engine();
+    Buffer ref_device;  // (T) the reference's log-probs, read on the device by the policy's pass
+    ReferenceLogp ref =
+        runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()), &ref_device);
+    DpoObjective& objective =
+        kept->keep(std::make_unique<DpoObjective>(b, std::move(ref), runner.objective().dpo, pairs),
+                   static_cast<double>(b.seq_lens.size() / 2));
     runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
-    r.loss += objective.loss();
-    stats.add(objective.metrics(), static_cast<double>(b.seq_lens.size() / 2));
   });
-  r.loss = comm.sum(r.loss);
-  stats.merge_ranks(comm);
-  r.metrics = stats.means();
+  runner.at_finish([kept, &comm](StepResult& result) { kept->complete(result, comm); });
 }
 
 // Per-sequence sums of the policy's and the reference's log-probs over the completions, then

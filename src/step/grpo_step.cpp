@@ -1,12 +1,13 @@
 // StepRunner's GRPO step (step_runner.h): advantages over the step's groups, then one
 // GrpoObjective per micro-batch.
 #include <memory>
+#include <utility>
 
 #include "core/error.h"
+#include "step/kept_objectives.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
 #include "step/step_runner.h"
-#include "step/weighted_means.h"
 
 namespace sbp {
 
@@ -73,35 +74,31 @@ void run_grpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
   cfg.num_items_in_batch = r.loss_tokens;  // completion tokens of the whole step
   // The objectives live to the step's end: their losses and statistics add the log-probs that
   // the engine reads there (objective.h policy_terms), after the step's one wait.
-  struct Kept {
-    std::unique_ptr<GrpoObjective> objective;
-    double weight = 0.0;  // the micro-batch's loss weight, for the metrics' means
-  };
-  auto kept = std::make_shared<std::vector<Kept>>();
+  auto kept = std::make_shared<KeptObjectives>();
   runner.for_each_slot(step, [&](size_t i, int64_t slot) {
     const MicroBatch& mb = step.micro[i];
     const size_t at = rewards.begin[static_cast<size_t>(step.index[i])];
     const std::span<const float> adv(advantages.data() + at, mb.batch.seq_lens.size());  // (S)
-    MicroBatchPrep prep(mb.batch, runner.backend(), runner.pool());  // shared by the reference's pass and the policy's
-    std::vector<float> ref;                     // (T)
-    if (cfg.beta != 0.0)
-      ref = runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
-    Kept& k = kept->emplace_back(
-        Kept{std::make_unique<GrpoObjective>(mb.batch, adv, cfg, mb.old_logp, ref),
-             mb.batch.loss_weight_sum()});
-    runner.backward_slot(runner.models().policy, prep, *k.objective, slot, runner.logp_slot(r, i));
+    // One preparation shared by the reference's pass and the policy's.
+    MicroBatchPrep prep(mb.batch, runner.backend(), runner.pool());
+    // With a KL term, the reference's log-probs: read on the device by the policy's formula,
+    // by the host with the step's wait.
+    Buffer ref_device;  // (T)
+    ReferenceLogp ref;
+    if (cfg.beta != 0.0) {
+      Engine reference = runner.reference_engine();
+      ref = runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()),
+                                     &ref_device);
+    }
+    GrpoObjective& objective =
+        kept->keep(std::make_unique<GrpoObjective>(mb.batch, adv, cfg, mb.old_logp, std::move(ref)),
+                   mb.batch.loss_weight_sum());
+    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
   });
   double reward = 0.0;
   for (float x : rewards.all) reward += x / static_cast<double>(rewards.all.size());
   runner.at_finish([kept, reward, &comm](StepResult& result) {
-    WeightedMeans stats;
-    for (const Kept& k : *kept) {
-      result.loss += k.objective->loss();
-      stats.add(k.objective->metrics(), k.weight);
-    }
-    result.loss = comm.sum(result.loss);
-    stats.merge_ranks(comm);
-    result.metrics = stats.means();
+    kept->complete(result, comm);
     result.metrics["reward"] = reward;
   });
 }

@@ -2,13 +2,14 @@
 // over the step's chosen rows and the odds term a mean over the step's pairs; the held-out loss
 // is the same over the held-out pairs.
 #include <cmath>
+#include <memory>
 
 #include "objective/orpo.h"
 #include "objective/token_terms.h"
+#include "step/kept_objectives.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
 #include "step/step_runner.h"
-#include "step/weighted_means.h"
 
 namespace sbp {
 
@@ -22,18 +23,18 @@ void run_orpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
     counts[1] += orpo_nll_rows(mb.batch);
   }
   comm.sum(counts);
-  WeightedMeans stats;
+  // The objectives live to the step's end: the host sees the pre-pass's log-probs there, with
+  // the step's one wait (objective.h sequence_terms).
+  auto kept = std::make_shared<KeptObjectives>();
   runner.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     MicroBatchPrep prep(b, runner.backend(), runner.pool());
-    OrpoObjective objective(b, runner.objective().orpo, counts[0], counts[1]);
+    OrpoObjective& objective = kept->keep(
+        std::make_unique<OrpoObjective>(b, runner.objective().orpo, counts[0], counts[1]),
+        static_cast<double>(b.seq_lens.size() / 2));
     runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
-    r.loss += objective.loss();
-    stats.add(objective.metrics(), static_cast<double>(b.seq_lens.size() / 2));
   });
-  r.loss = comm.sum(r.loss);
-  stats.merge_ranks(comm);
-  r.metrics = stats.means();
+  runner.at_finish([kept, &comm](StepResult& result) { kept->complete(result, comm); });
 }
 
 // The policy's log-probs, then OrpoObjective's formulas, forward only: the chosen rows' NLL

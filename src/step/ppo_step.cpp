@@ -26,15 +26,32 @@ void run_ppo(StepRunner& runner, const StepBatches& step, StepResult& r) {
   preps.reserve(step.micro.size());
   const ModelConfig& policy_cfg = *runner.models().policy.model.cfg;
   const ModelConfig& value_cfg = *runner.models().value.model.cfg;
+  // Every micro-batch's forwards leave their numbers on the device and come back together,
+  // with one wait: the advantages need all of them (whitened over the step, every rank's).
+  struct Pending {
+    std::shared_ptr<const std::vector<float>> old_logp, ref_logp, old_values;  // (T) or null
+  };
+  std::vector<Pending> pending(step.micro.size());
+  for (size_t i = 0; i < step.micro.size(); ++i) {
+    const MicroBatch& mb = step.micro[i];
+    MicroBatchPrep& prep = preps.emplace_back(mb.batch, runner.backend(), runner.pool());
+    Engine policy = runner.policy_engine(), reference = runner.reference_engine();
+    if (mb.old_logp.empty())
+      pending[i].old_logp = runner.logp_at_next_wait(policy, prep.for_model(policy_cfg)).host;
+    pending[i].ref_logp =
+        runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config())).host;
+    if (mb.old_values.empty()) {
+      Engine value = runner.value_engine();
+      pending[i].old_values = runner.values_at_next_wait(value, prep.for_model(value_cfg));
+    }
+  }
+  runner.backend().finish_reads();  // the rollout's one wait
   for (size_t i = 0; i < step.micro.size(); ++i) {
     const MicroBatch& mb = step.micro[i];
     Rollout& ro = rollouts[i];
-    MicroBatchPrep& prep = preps.emplace_back(mb.batch, runner.backend(), runner.pool());
-    ro.old_logp =
-        mb.old_logp.empty() ? runner.policy_engine().score(prep.for_model(policy_cfg)).logp : mb.old_logp;
-    ro.ref_logp = runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
-    ro.old_values = mb.old_values.empty() ? runner.value_engine().values(prep.for_model(value_cfg))
-                                          : mb.old_values;
+    ro.old_logp = pending[i].old_logp ? *pending[i].old_logp : mb.old_logp;
+    ro.ref_logp = *pending[i].ref_logp;
+    ro.old_values = pending[i].old_values ? *pending[i].old_values : mb.old_values;
     parts.push_back({&mb.batch, mb.rewards, ro.old_logp, ro.ref_logp, ro.old_values});
   }
   // Whitening over the whole step: its statistics are summed over the ranks.

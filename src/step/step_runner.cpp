@@ -139,6 +139,29 @@ void StepRunner::backward_slot(const TrainedView& model, MicroBatchPrep& prep, O
   if (!lora) model.grads->end_slot(slot);
 }
 
+ReferenceLogp StepRunner::logp_at_next_wait(Engine& engine, const PreparedBatch& batch,
+                                            Buffer* device) {
+  if (opts_.context) return ReferenceLogp::on_host(engine.score(batch).logp);
+  Buffer logp = engine.rows_on_device(batch, HeadKind::lm);  // (T)
+  ReferenceLogp out;
+  out.host = be_.computes() ? be_.download_at_next_wait(logp.view())
+                            : std::make_shared<std::vector<float>>(
+                                  static_cast<size_t>(logp.view().numel()), 0.0f);
+  if (device) {
+    out.device = logp.view();
+    *device = std::move(logp);
+  }
+  return out;
+}
+
+std::shared_ptr<const std::vector<float>> StepRunner::values_at_next_wait(
+    Engine& engine, const PreparedBatch& batch) {
+  if (opts_.context) return std::make_shared<const std::vector<float>>(engine.values(batch));
+  const Buffer values = engine.rows_on_device(batch, HeadKind::value);  // (T)
+  if (be_.computes()) return be_.download_at_next_wait(values.view());
+  return std::make_shared<const std::vector<float>>(static_cast<size_t>(batch.size()), 0.0f);
+}
+
 void StepRunner::skip_slot(int64_t slot) {
   if (models_.policy.grads) models_.policy.grads->empty_slot(slot);
   if (models_.value.defined()) models_.value.grads->empty_slot(slot);

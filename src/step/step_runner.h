@@ -127,6 +127,18 @@ class StepRunner {
   // The reference model, or with LoRA and no separate reference the policy's adapters off.
   Engine reference_engine();
   const ModelConfig& reference_config() const;
+  // Forward only on `engine` (the reference model, or the policy without grad): the batch's
+  // target log-probs for an objective (objective.h ReferenceLogp), their host copy coming with
+  // the backend's next wait (Backend::download_at_next_wait; finish_reads() waits for it at
+  // once), the device vector kept in *device when given (ReferenceLogp::device views it while
+  // the caller keeps it). With a context group, whose ranks each hold only their rows, they are
+  // read now, every row on every rank, and *device stays empty.
+  ReferenceLogp logp_at_next_wait(Engine& engine, const PreparedBatch& batch,
+                                  Buffer* device = nullptr);
+  // The same for a value model's values (Engine::rows_on_device); the device vector is not
+  // kept.
+  std::shared_ptr<const std::vector<float>> values_at_next_wait(Engine& engine,
+                                                                const PreparedBatch& batch);
   // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
   // The objective's loss may be complete only in finish() (Engine::forward_backward's `later`):
   // it must live until then, and what reads its loss is added with at_finish().
