@@ -12,9 +12,15 @@ cd "$(dirname "$0")/.."
 suite=(ops_dense_test ops_head_test ops_layer_test ops_gemma_test misuse_test)
 whole=(cuda_emulation_test cuda_arena_test cuda_attention_tc_test dist_nccl_emulated_test)
 # Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
-on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test)
+on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test objective_parity_test
+  sequence_objective_paths_test)
 declare -A filter=(
   [lora_parity_test]='*'
+  # DPO, ORPO, KTO, GRPO and PPO against TRL's numbers on transformers models; the preference
+  # objectives' gradients from the device kernel (Backend::sequence_token_grads).
+  [objective_parity_test]='*'
+  # That kernel's route against the host's, to the bit.
+  [sequence_objective_paths_test]='*'
   [hf_parity_bf16_test]='*'
   # The fixtures' every-mode gradients are the slow third of this program emulated; the bf16
   # program above runs every mode on every fixture already.
@@ -84,7 +90,7 @@ if command -v mpirun >/dev/null; then
 fi
 # scripts/gpu-check.sh itself, every stage at a small size against this tree's programs.
 run "gpu-check.sh, emulated" bash tests/scripts/gpu_check_emulated.sh "$dir"
-run "host waits per step (sft, kto, orpo, grpo, ppo)" bash tests/scripts/emu_step_waits.sh "$dir"
+run "host waits per step (sft, dpo, kto, orpo, grpo, ppo)" bash tests/scripts/emu_step_waits.sh "$dir"
 # A short training run on the CUDA backend: the trainer's loop, optimizer, checkpoint and metrics;
 # beside it the same run on the CPU backend, whose losses, gradient norms and held-out losses
 # the CUDA run's must equal within 1e-6 relative (measured 5e-9 and 5e-8): the SFT loss is

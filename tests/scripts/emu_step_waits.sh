@@ -8,18 +8,25 @@
 #     (objective.h grads_without_logp) and queues their read for the step's end
 #     (engine/deferred_reads.h), where the gradient norm's wait brings them: that one wait per
 #     step, none inside it (there were 9, then 2).
-#   kto.yaml: three no-grad forwards read their log-probs once each (Engine::score: the KL
-#     estimate's policy and reference on the mismatched pairs, the reference on the batch; they
-#     waited twice per head block), the pre-pass reads its blocks' log-probs once
-#     (HeadPassRows), the gradient pass waits nowhere (grads_without_logp after the pre-pass),
-#     and the norm: 5 (65, then 20).
-#   orpo.yaml: no reference; the pre-pass's one read and the norm: 2 (17 before).
+#   kto.yaml: the KL estimate's two no-grad forwards (the policy and the reference on the
+#     mismatched pairs) of every micro-batch leave their log-probs on the device and come back
+#     together with one wait, which the step's KL needs before any backward (it is a mean over
+#     every rank's sequences); the reference's forward on the batch and the pre-pass stay on the
+#     device, where the backend computes the gradients from them (Backend::sequence_token_grads),
+#     and come back with the norm: 2 (65, then 20, then 5).
+#   orpo.yaml: no reference; the pre-pass and its gradients on the device, the norm: 1 (17, then
+#     2).
+#   dpo: orpo.yaml's data and model with objective=dpo (the reference is the starting model):
+#     the reference's forward, the pre-pass and the gradients on the device, the norm: 1.
 #   examples/grpo.yaml and ppo.yaml on the tiny-chat model (head_chunk 16: 28 blocks): their
 #     per-token formulas run on the device (Backend::policy_token_grads, value_token_grads) and
 #     their statistics read the pass's numbers at the step's end. GRPO (beta 0, no reference):
-#     the norm alone, 1 (57 before). PPO: its three no-grad forwards of the rollout (old
-#     log-probs, reference log-probs, old values; one read each) and one norm for both models: 4
-#     (88 before).
+#     the norm alone, 1 (57 before). grpo-kl (beta 0.04): the reference's forward leaves its
+#     log-probs on the device, where the formula reads them, and the host's copy comes with the
+#     norm: 1 (2 before). PPO: its rollout's three no-grad forwards (old log-probs,
+#     reference log-probs, old values) of every micro-batch come back together with one wait,
+#     which the advantages need before any backward (GAE, whitened over every rank's rollouts),
+#     and one norm for both models: 2 (88, then 4).
 #
 #   tests/scripts/emu_step_waits.sh [build-dir]     (default build-emu)
 set -euo pipefail
@@ -32,6 +39,8 @@ config() {  # case -> the train command's config and overrides
   case $1 in
     grpo | ppo) echo "examples/$1.yaml model=examples/tiny-chat/config.json" \
       "tokenizer=examples/tiny-chat head_chunk=16 max_tokens=512" ;;
+    grpo-kl) echo "$(config grpo) grpo.beta=0.04" ;;
+    dpo) echo "examples/tiny-chat/orpo.yaml objective=dpo" ;;
     *) echo "examples/tiny-chat/$1.yaml" ;;
   esac
 }
@@ -43,7 +52,7 @@ waits() {  # case steps -> the host waits of the whole run
   sed -n 's/^cuda emulation: \([0-9]*\) host waits.*/\1/p' "$T/log-$1-$2"
 }
 status=0
-for case in sft:1 kto:5 orpo:2 grpo:1 ppo:4; do
+for case in sft:1 dpo:1 kto:2 orpo:1 grpo:1 grpo-kl:1 ppo:2; do
   config=${case%%:*} expected=${case##*:}
   one=$(waits "$config" 1)
   two=$(waits "$config" 2)
