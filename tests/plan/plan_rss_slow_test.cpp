@@ -11,7 +11,7 @@
 //
 // glibc's dynamic mmap threshold is the one real gap: once a buffer of up to 32 MiB served by
 // mmap is freed, glibc raises its threshold to that size and serves later buffers below it from
-// the heap, where freed memory stays resident (fragmentation): +8 to 9% (7 to 9 MiB) on the
+// the heap, where freed memory stays resident (fragmentation): +9 to 14% (8 to 14 MiB) on the
 // checkpoint case below. With the threshold fixed (mallopt(M_MMAP_THRESHOLD), which also turns the
 // dynamic adjustment off) every buffer is its own mapping, returned on free, and the gap is < 1%.
 // Cases run both ways; docs/BENCHMARKS.md states the allowances.
