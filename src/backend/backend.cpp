@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -51,6 +52,15 @@ void check_dtype(const char* op, const char* name, const Tensor& t, DType dt) {
   SBP_CHECK(t.defined() && t.dtype == dt,
             arg(op, name, t) + " must be an " + dtype_name(dt) + " tensor");
 }
+// Doubles carried in an F32 tensor (there is no F64 dtype): an even number of elements, at
+// least 2, 8-byte aligned where the tensor has an address.
+void check_double_parts(const char* op, const char* name, const Tensor& t) {
+  check_dtype(op, name, t, DType::F32);
+  SBP_CHECK(t.numel() >= 2 && t.numel() % 2 == 0 &&
+                reinterpret_cast<uintptr_t>(t.data) % alignof(double) == 0,
+            arg(op, name, t) + " must hold doubles: an even number of F32, 8-byte aligned");
+}
+
 // A per-row vector of a call with n rows.
 void check_rows_vector(const char* op, const char* name, const Tensor& t, DType dt, int64_t n) {
   check_dtype(op, name, t, dt);
@@ -782,7 +792,7 @@ void Backend::value_token_grads(const Tensor& dvalue, const Tensor& value, const
 
 void Backend::sequence_token_grads(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
                                    const Tensor& weight, const Tensor& begin, const Tensor& label,
-                                   const SequenceTerms& terms) {
+                                   const SequenceTerms& terms, const Tensor& kl_parts) {
   const char* op = "sequence_token_grads";
   const int64_t T = logp.numel();
   check_rows_vector(op, "logp", logp, DType::F32, T);
@@ -807,19 +817,42 @@ void Backend::sequence_token_grads(const Tensor& dlogp, const Tensor& logp, cons
                 std::isfinite(terms.kl) && std::isfinite(terms.desirable_weight) &&
                 std::isfinite(terms.undesirable_weight) && std::isfinite(terms.units_in_step) &&
                 terms.units_in_step > 0.0 && std::isfinite(terms.nll_rows_in_step) &&
-                terms.nll_rows_in_step > 0.0,
+                terms.nll_rows_in_step > 0.0 && std::isfinite(terms.kl_sequences),
             std::string(op) + ": the terms' scalars must be finite, the step's counts > 0");
+  if (kl_parts.defined()) {
+    SBP_CHECK(kto, std::string(op) + ": kl_parts is for the KTO formula only");
+    check_double_parts(op, "kl_parts", kl_parts);
+  }
   owns(op, {&dlogp, &logp, &weight, &begin});
   if (wants_ref) owns(op, {&ref});
   if (kto) owns(op, {&label});
+  if (kl_parts.defined()) owns(op, {&kl_parts});
   const Access access(*this);
   run_op(
       OpFamily::elementwise,
       [&] {
         return nb(dlogp) + nb(logp) + nb(weight) + nb(begin) + (wants_ref ? nb(ref) : 0) +
-               (kto ? nb(label) : 0);
+               (kto ? nb(label) : 0) + (kl_parts.defined() ? nb(kl_parts) : 0);
       },
-      [&] { sequence_token_grads_impl(dlogp, logp, ref, weight, begin, label, terms); });
+      [&] { sequence_token_grads_impl(dlogp, logp, ref, weight, begin, label, terms, kl_parts); });
+}
+
+void Backend::kto_kl_part(const Tensor& part, const Tensor& logp, const Tensor& ref,
+                          const Tensor& weight, const Tensor& begin) {
+  const char* op = "kto_kl_part";
+  const int64_t T = logp.numel();
+  check_rows_vector(op, "logp", logp, DType::F32, T);
+  check_rows_vector(op, "ref", ref, DType::F32, T);
+  check_rows_vector(op, "weight", weight, DType::F32, T);
+  check_dtype(op, "begin", begin, DType::I32);
+  SBP_CHECK(begin.numel() >= 1, arg(op, "begin", begin) + " must hold S + 1 offsets");
+  check_double_parts(op, "part", part);
+  SBP_CHECK(part.numel() == 2, arg(op, "part", part) + " must hold one double (2 F32)");
+  owns(op, {&part, &logp, &ref, &weight, &begin});
+  const Access access(*this);
+  run_op(
+      OpFamily::elementwise, [&] { return nb(part) + nb(logp) + nb(ref) + nb(weight) + nb(begin); },
+      [&] { kto_kl_part_impl(part, logp, ref, weight, begin); });
 }
 
 void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) {

@@ -295,9 +295,21 @@ class Backend : public MemorySpace {
   // nll_rows_in_step > 0; begin's and label's values where the host can read them (the CPU
   // backends: 0 = begin[0] <= ... <= begin[S] = T; labels 0 or 1). A GPU clamps the offsets
   // into [0, T] instead of reading them back.
+  // kl_parts (KTO only, or undefined): (2 P) F32 holding the bytes of P doubles, the step's KL
+  // estimate's parts from kto_kl_part, which then replace terms.kl (sequence_unit_grads), so
+  // that the estimate need not come to the host before the gradient pass. (Tensors have no
+  // F64 dtype; the parts are only ever moved and read as doubles.)
   void sequence_token_grads(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
                             const Tensor& weight, const Tensor& begin, const Tensor& label,
-                            const SequenceTerms& terms);
+                            const SequenceTerms& terms, const Tensor& kl_parts = Tensor());
+  // One micro-batch's part of KTO's KL estimate (core/sequence_terms.h kto_kl_part) from the
+  // policy's and the reference's log-probs on its KL pairs: part (2) F32 := the bytes of the
+  // double sum over sequences of sum m_t (logp_t - ref_t), each sequence's two sums in row
+  // order. logp, ref, weight (T) F32; begin (S + 1) I32 as for sequence_token_grads.
+  // Checks: those dtypes and sizes; part 8-byte aligned; begin's values as
+  // sequence_token_grads' where the host can read them.
+  void kto_kl_part(const Tensor& part, const Tensor& logp, const Tensor& ref, const Tensor& weight,
+                   const Tensor& begin);
 
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
@@ -455,7 +467,10 @@ class Backend : public MemorySpace {
                                       const ValueTerms& terms) = 0;
   virtual void sequence_token_grads_impl(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
                                          const Tensor& weight, const Tensor& begin,
-                                         const Tensor& label, const SequenceTerms& terms) = 0;
+                                         const Tensor& label, const SequenceTerms& terms,
+                                         const Tensor& kl_parts) = 0;
+  virtual void kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
+                                const Tensor& weight, const Tensor& begin) = 0;
   virtual void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
                                const Tensor& v, const AdamWStep& s) = 0;
 

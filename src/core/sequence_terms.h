@@ -82,6 +82,9 @@ struct SequenceTerms {
   double units_in_step = 1.0;     // the loss's mean is over the step's pairs (KTO: sequences)
   double nll_rows_in_step = 1.0;  // ORPO: the NLL's mean is over the step's chosen rows
   double kl = 0.0;                // KTO: the step's KL estimate, clamped at 0
+  // KTO with the KL estimate's parts on the device (Backend::sequence_token_grads' kl_parts):
+  // the step's sequences, the estimate's denominator (kto_kl_estimate); kl is then unused.
+  double kl_sequences = 0.0;
   double desirable_weight = 1.0, undesirable_weight = 1.0;  // KTO
 };
 
@@ -153,6 +156,37 @@ SBP_HD UnitTerms sequence_unit(const SequenceTerms& t, const UnitSums& s) {
   return u;
 }
 
+// KTO's KL estimate (objective/kto.h) in two steps, so that its sums can stay on the device:
+// one micro-batch's part, the sum over its S sequences (the KL pairs, kto_kl_batch) of the
+// policy's minus the reference's completion sum (sum m_t logp_t over the sequence's rows
+// [begin[s], begin[s + 1]) in row order); then the step's estimate from its P parts added in
+// order, max(0, sum / sequences), 0 without sequences. The step (step/kto_step.cpp) and the
+// backends (Backend::kto_kl_part, sequence_token_grads) call these same functions. Offsets are
+// clamped into [0, T] as in sequence_unit_grads.
+SBP_HD double kto_kl_part(const float* logp, const float* ref, const float* weight,
+                          const int32_t* begin, int64_t S, int64_t T) {
+  double sum = 0.0;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t a = begin[s] < 0 ? 0 : (begin[s] > T ? T : begin[s]);
+    const int64_t b = begin[s + 1] > T ? T : begin[s + 1];
+    double policy = 0.0, reference = 0.0;
+    for (int64_t r = a; r < b; ++r) {
+      policy += static_cast<double>(weight[r]) * logp[r];
+      reference += static_cast<double>(weight[r]) * ref[r];
+    }
+    sum += policy - reference;
+  }
+  return sum;
+}
+
+SBP_HD double kto_kl_estimate(const double* parts, int64_t P, double sequences) {
+  double sum = 0.0;
+  for (int64_t p = 0; p < P; ++p) sum += parts[p];
+  if (!(sequences > 0.0)) return 0.0;
+  const double kl = sum / sequences;
+  return kl > 0.0 ? kl : 0.0;  // std::max(0.0, kl)
+}
+
 // A row's dL/dlogp given its sequence's coefficient: float(coef m_t), plus ORPO's NLL constant
 // on a chosen sequence's rows but its last (which has no target).
 SBP_HD float sequence_row_grad(const SequenceTerms& t, double coef, float weight, bool nll_row) {
@@ -165,9 +199,14 @@ SBP_HD float sequence_row_grad(const SequenceTerms& t, double coef, float weight
 // [begin[seq], begin[seq + 1]) in row order, as the objectives' pre-passes add them, the formula,
 // then every one of those rows' dL/dlogp. ref and label may be null (ORPO; DPO). An offset
 // outside [0, T] is clamped into it, so that a bad offset cannot reach outside the vectors.
-SBP_HD void sequence_unit_grads(const SequenceTerms& t, int64_t unit, const float* logp,
+// kl_parts (KTO, or null): the KL estimate's P parts, which replace terms.kl by
+// kto_kl_estimate(kl_parts, P, terms.kl_sequences).
+SBP_HD void sequence_unit_grads(const SequenceTerms& terms, int64_t unit, const float* logp,
                                 const float* ref, const float* weight, const int32_t* begin,
-                                const float* label, int64_t T, float* dlogp) {
+                                const float* label, int64_t T, const double* kl_parts, int64_t P,
+                                float* dlogp) {
+  SequenceTerms t = terms;
+  if (kl_parts) t.kl = kto_kl_estimate(kl_parts, P, terms.kl_sequences);
   const int per = sequences_per_unit(t);
   UnitSums s;
   int64_t lo[2] = {0, 0}, hi[2] = {0, 0};

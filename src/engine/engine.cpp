@@ -322,7 +322,7 @@ void Engine::sequence_head_backward(const PreparedBatch& step, const Tensor& hid
   auto gradients = [&] {
     dlogp = pool_.allocate(Category::other, DType::F32, {T});
     be_.sequence_token_grads(dlogp.view(), pre.logp(), ref, weight.view(), begin.view(),
-                             label.defined() ? label.view() : Tensor(), terms);
+                             label.defined() ? label.view() : Tensor(), terms, in.kl_parts);
     host = pre.read(/*at_next_wait=*/later != nullptr);
     weight.reset();
     begin.reset();

@@ -59,11 +59,15 @@ KtoObjective::KtoObjective(const Batch& batch, std::span<const float> ref_logp,
 
 KtoObjective::KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<const float> labels,
                            double kl, const KtoConfig& cfg, double sequences_in_step)
+    : KtoObjective(batch, std::move(ref), labels, KtoKl{.value = kl}, cfg, sequences_in_step) {}
+
+KtoObjective::KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<const float> labels,
+                           KtoKl kl, const KtoConfig& cfg, double sequences_in_step)
     : cfg_(cfg),
       rows_(batch),
       ref_(std::move(ref)),
       labels_(labels.begin(), labels.end()),
-      kl_(kl) {
+      kl_(std::move(kl)) {
   const int64_t S = rows_.num_sequences();
   if (static_cast<int64_t>(labels.size()) != S)
     throw InputError("kto: " + std::to_string(labels.size()) + " labels for " +
@@ -77,7 +81,12 @@ KtoObjective::KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<cons
   if (!(cfg.beta > 0.0)) throw InputError("kto: beta must be > 0");
   if (!(cfg.desirable_weight >= 0.0) || !(cfg.undesirable_weight >= 0.0))
     throw InputError("kto: desirable_weight and undesirable_weight must be >= 0");
-  if (!std::isfinite(kl) || kl < 0.0) throw InputError("kto: the KL estimate must be >= 0");
+  if (kl_.parts.defined())
+    SBP_CHECK(kl_.host && kl_.parts.dtype == DType::F32 && kl_.parts.numel() >= 2 &&
+                  kl_.parts.numel() % 2 == 0,
+              "kto: a KL estimate on the device needs its parts (2 P F32) and its host value");
+  else if (!std::isfinite(kl_.value) || kl_.value < 0.0)
+    throw InputError("kto: the KL estimate must be >= 0");
   for (int64_t s = 0; s < S; ++s) {
     const float l = labels[static_cast<size_t>(s)];
     if (l != 0.0f && l != 1.0f)
@@ -91,7 +100,8 @@ KtoObjective::KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<cons
   terms_ = {.formula = SequenceFormula::kto,
             .beta = cfg.beta,
             .units_in_step = sequences_in_step_,
-            .kl = kl,
+            .kl = kl_.value,
+            .kl_sequences = kl_.sequences,
             .desirable_weight = cfg.desirable_weight,
             .undesirable_weight = cfg.undesirable_weight};
   policy_sum_.assign(static_cast<size_t>(S), 0.0);
@@ -108,6 +118,11 @@ void KtoObjective::prepass(int, const TokenChunk& in) {
 }
 
 void KtoObjective::finish_prepass(int) {
+  // The KL estimate, where the gradient pass read it on the device: the same value here.
+  if (kl_.host) {
+    kl_.value = kl_.host();
+    terms_.kl = kl_.value;
+  }
   // The reference's sums, now that its values are surely on the host.
   ref_sum_.assign(policy_sum_.size(), 0.0);
   const std::vector<float>& ref = *ref_.host;
@@ -135,7 +150,11 @@ void KtoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
 }
 
 Objective::SequenceInputs KtoObjective::sequence_inputs() const {
-  return {.weight = rows_.weight, .begin = rows_.begin, .label = labels_, .reference = &ref_};
+  return {.weight = rows_.weight,
+          .begin = rows_.begin,
+          .label = labels_,
+          .reference = &ref_,
+          .kl_parts = kl_.parts};
 }
 
 std::map<std::string, double> KtoObjective::metrics() const {
@@ -147,7 +166,7 @@ std::map<std::string, double> KtoObjective::metrics() const {
     logps[k] += policy_sum_[s];
   }
   std::map<std::string, double> m = {
-      {"loss", loss_}, {"kl", kl_}, {"count/chosen", n[1]}, {"count/rejected", n[0]}};
+      {"loss", loss_}, {"kl", kl_.value}, {"count/chosen", n[1]}, {"count/rejected", n[0]}};
   if (n[1] > 0) {
     m["rewards/chosen"] = reward[1] / n[1];
     m["logps/chosen"] = logps[1] / n[1];

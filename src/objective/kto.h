@@ -16,6 +16,7 @@
 // the reference sums are constants of the step (real forwards of the policy, no grad, and of the
 // reference model, computed by the step before any backward).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -43,6 +44,19 @@ Batch kto_kl_batch(const Batch& batch);
 // Per-sequence sums of m_t logp_t over a batch's rows (the completion log-probs).
 std::vector<double> completion_sums(const Batch& batch, std::span<const float> logp);
 
+// The step's KL estimate as an objective is given it: known on the host (value), or still on
+// the device: parts (2 P) F32 holding P doubles, each a micro-batch's part (Backend::kto_kl_part),
+// with the step's sequences, the estimate's denominator, and `host`, which gives the same value
+// (core/sequence_terms.h kto_kl_estimate of the same parts) once the KL forwards' log-probs have
+// come back. The gradient pass then reads the estimate on the device (objective.h
+// SequenceInputs::kl_parts) and the host learns it at the step's end, for the loss and `kl`.
+struct KtoKl {
+  double value = 0.0;
+  Tensor parts;
+  double sequences = 0.0;
+  std::function<double()> host;
+};
+
 class KtoObjective final : public Objective {
  public:
   // labels: (S) 1 desirable, 0 undesirable. ref_logp: (T) the reference's log-probs on `batch`.
@@ -55,6 +69,9 @@ class KtoObjective final : public Objective {
   // The same with reference log-probs that may still be on their way from the device (read
   // only in finish_prepass, after the pre-pass's values came back).
   KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<const float> labels, double kl,
+               const KtoConfig& cfg, double sequences_in_step = 0);
+  // The same with the KL estimate that may still be on the device.
+  KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<const float> labels, KtoKl kl,
                const KtoConfig& cfg, double sequences_in_step = 0);
 
   int prepasses() const override { return 1; }
@@ -82,7 +99,8 @@ class KtoObjective final : public Objective {
   ReferenceLogp ref_;
   std::vector<float> labels_;       // (S) 1 desirable, 0 undesirable
   std::vector<bool> desirable_;     // (S)
-  double kl_, sequences_in_step_;
+  KtoKl kl_;
+  double sequences_in_step_;
   std::vector<double> policy_sum_;  // (S) pre-pass
   std::vector<double> ref_sum_;     // (S) from ref_, in finish_prepass
   std::vector<double> coef_;        // (S) dL/dlogp_t / m_t

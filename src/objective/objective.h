@@ -136,6 +136,9 @@ class Objective {
     std::span<const int64_t> begin;            // (S + 1) first row of each sequence, then T
     std::span<const float> label;              // (S) KTO's labels, else empty
     const ReferenceLogp* reference = nullptr;  // DPO, KTO: the reference's log-probs
+    // KTO: the KL estimate's parts on the device (Backend::sequence_token_grads' kl_parts), or
+    // undefined when the estimate is known on the host (terms.kl)
+    Tensor kl_parts;
   };
   virtual const SequenceTerms* sequence_terms() const { return nullptr; }
   virtual SequenceInputs sequence_inputs() const { return {}; }

@@ -4,12 +4,23 @@
 // 0. Then per micro-batch the reference's log-probs and the policy's backward. The loss is the
 // mean over the step's sequences; the held-out loss is the same over the held-out sequences,
 // with the held-out set's KL.
-#include <algorithm>
+//
+// One process without a context group keeps the estimate on the device: each micro-batch's part
+// (Backend::kto_kl_part) goes into a device vector that the gradient passes read
+// (Backend::sequence_token_grads' kl_parts), and the host computes the same value from the same
+// log-probs at the step's end, so the step waits once, at its end. With several ranks the parts
+// of every rank are summed on the host first (Communicator::sum): one wait before the gradient
+// passes, for all the micro-batches' forwards at once.
 #include <memory>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
+#include "core/memory.h"
+#include "core/sequence_terms.h"
 #include "objective/kto.h"
+#include "objective/sequence_rows.h"
 #include "step/kept_objectives.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
@@ -19,46 +30,99 @@ namespace sbp {
 
 namespace {
 
-// Per batch, the sum over its KL pairs of (policy - reference) completion log-prob sums. Every
-// batch's two forwards are queued first and their log-probs come back with one wait.
-std::vector<double> kl_sums(StepRunner& runner, const std::vector<const Batch*>& batches) {
-  struct Scored {
-    Batch kl;
-    ReferenceLogp policy, reference;  // (T) each, on the host after the wait
-  };
-  std::vector<Scored> scored;
-  for (const Batch* b : batches) {
-    Scored& s = scored.emplace_back();
-    s.kl = kto_kl_batch(*b);
-    MicroBatchPrep prep(s.kl, runner.backend(), runner.pool());
+// A micro-batch's KL pairs scored by the policy (no grad) and by the reference; their
+// log-probs reach the host with the backend's next wait.
+struct KlScored {
+  Batch kl;
+  ReferenceLogp policy, reference;  // (T) each
+};
+
+// The micro-batch's part of the KL estimate on the host: kto_kl_part, the backends' function,
+// on the host copies (after the wait).
+double host_part(const KlScored& s) {
+  const SequenceRows rows(s.kl);
+  const std::vector<int32_t> begin(rows.begin.begin(), rows.begin.end());  // (S + 1)
+  return kto_kl_part(s.policy.host->data(), s.reference.host->data(), rows.weight.data(),
+                     begin.data(), rows.num_sequences(), rows.num_rows());
+}
+
+// Queues the two forwards of every batch's KL pairs (no wait). With `parts` (2 P) defined,
+// also each batch's part of the estimate into its double there, on the device.
+std::vector<KlScored> score_kl(StepRunner& runner, const std::vector<const Batch*>& batches,
+                               const Tensor& parts) {
+  Backend& be = runner.backend();
+  std::vector<KlScored> scored;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    KlScored& s = scored.emplace_back();
+    s.kl = kto_kl_batch(*batches[i]);
+    MicroBatchPrep prep(s.kl, be, runner.pool());
     Engine policy = runner.policy_engine(), reference = runner.reference_engine();
-    s.policy = runner.logp_at_next_wait(policy, prep.for_model(*runner.models().policy.model.cfg));
-    s.reference = runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()));
+    const bool device = parts.defined();
+    Buffer policy_logp, reference_logp;  // (T) each, with `parts`
+    s.policy = runner.logp_at_next_wait(policy, prep.for_model(*runner.models().policy.model.cfg),
+                                        device ? &policy_logp : nullptr);
+    s.reference = runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()),
+                                           device ? &reference_logp : nullptr);
+    if (!device) continue;
+    const SequenceRows rows(s.kl);
+    const int64_t T = rows.num_rows(), S = rows.num_sequences();
+    const Buffer weight = runner.pool().allocate(Category::other, DType::F32, {T});     // (T)
+    const Buffer begin = runner.pool().allocate(Category::other, DType::I32, {S + 1});  // (S + 1)
+    if (be.computes()) {
+      upload_f32(weight.view(), rows.weight);
+      upload_i32(begin.view(), std::vector<int32_t>(rows.begin.begin(), rows.begin.end()));
+    }
+    const int64_t at = 2 * static_cast<int64_t>(i);
+    be.kto_kl_part(parts.slice_rows(at, at + 2), policy_logp.view(), reference_logp.view(),
+                   weight.view(), begin.view());
   }
+  return scored;
+}
+
+// The estimate over every rank, on the host: one wait for every batch's forwards.
+double kl_on_host(StepRunner& runner, const std::vector<const Batch*>& batches) {
+  const std::vector<KlScored> scored = score_kl(runner, batches, Tensor());
   runner.backend().finish_reads();  // the one wait
-  std::vector<double> out;
-  for (const Scored& s : scored) {
-    const std::vector<double> sp = completion_sums(s.kl, *s.policy.host);
-    const std::vector<double> sr = completion_sums(s.kl, *s.reference.host);
-    double sum = 0.0;
-    for (size_t k = 0; k < sp.size(); ++k) sum += sp[k] - sr[k];
-    out.push_back(sum);
+  double kl[2] = {0.0, 0.0};        // sum of the parts, sequences
+  for (const KlScored& s : scored) {
+    kl[0] += host_part(s);
+    kl[1] += static_cast<double>(s.kl.seq_lens.size());
   }
-  return out;
+  runner.comm().sum(kl);
+  return kto_kl_estimate(&kl[0], 1, kl[1]);
 }
 
 void run_kto(StepRunner& runner, const StepBatches& step, StepResult& r) {
   Communicator& comm = runner.comm();
-  double kl[2] = {0.0, 0.0};  // sum of (policy - reference) over the KL pairs, sequences
   std::vector<const Batch*> batches;
-  for (const MicroBatch& mb : step.micro) batches.push_back(&mb.batch);
-  const std::vector<double> sums = kl_sums(runner, batches);
-  for (size_t i = 0; i < sums.size(); ++i) {
-    kl[0] += sums[i];
-    kl[1] += static_cast<double>(step.micro[i].batch.seq_lens.size());
+  double sequences = 0.0;  // the step's, every rank's
+  for (const MicroBatch& mb : step.micro) {
+    batches.push_back(&mb.batch);
+    sequences += static_cast<double>(mb.batch.seq_lens.size());
   }
-  comm.sum(kl);
-  const double step_kl = kl[1] > 0.0 ? std::max(0.0, kl[0] / kl[1]) : 0.0;
+  KtoKl kl;
+  Buffer parts;  // (2 P) the estimate's parts on the device, read by every gradient pass below
+  if (comm.size() == 1 && !runner.context_parallel() && !batches.empty()) {
+    const int64_t P = static_cast<int64_t>(batches.size());
+    parts = runner.pool().allocate(Category::other, DType::F32, {2 * P});
+    auto scored =
+        std::make_shared<const std::vector<KlScored>>(score_kl(runner, batches, parts.view()));
+    auto value = std::make_shared<std::optional<double>>();
+    kl = {.parts = parts.view(),
+          .sequences = sequences,
+          .host = [scored, value, &be = runner.backend(), sequences] {
+            if (!*value) {
+              be.finish_reads();  // already done at the step's end: no wait then
+              std::vector<double> part;
+              for (const KlScored& s : *scored) part.push_back(host_part(s));
+              *value = kto_kl_estimate(part.data(), static_cast<int64_t>(part.size()), sequences);
+            }
+            return **value;
+          }};
+  } else {
+    comm.sum(std::span<double>(&sequences, 1));
+    kl.value = kl_on_host(runner, batches);
+  }
   // The objectives live to the step's end: the host sees the reference's and the pre-pass's
   // log-probs there, with the step's one wait (objective.h sequence_terms).
   auto kept = std::make_shared<KeptObjectives>();
@@ -70,8 +134,8 @@ void run_kto(StepRunner& runner, const StepBatches& step, StepResult& r) {
     ReferenceLogp ref =
         runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()), &ref_device);
     KtoObjective& objective =
-        kept->keep(std::make_unique<KtoObjective>(mb.batch, std::move(ref), mb.rewards, step_kl,
-                                                  runner.objective().kto, kl[1]),
+        kept->keep(std::make_unique<KtoObjective>(mb.batch, std::move(ref), mb.rewards, kl,
+                                                  runner.objective().kto, sequences),
                    static_cast<double>(mb.batch.seq_lens.size()));
     runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
   });
@@ -81,18 +145,11 @@ void run_kto(StepRunner& runner, const StepBatches& step, StepResult& r) {
 double evaluate_kto(StepRunner& runner, std::span<const MicroBatch> eval) {
   Communicator& comm = runner.comm();
   const KtoConfig& cfg = runner.objective().kto;
-  double kl[2] = {0.0, 0.0};
   std::vector<const Batch*> mine;  // this rank's held-out batches
   for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
        i += static_cast<size_t>(comm.size()))
     mine.push_back(&eval[i].batch);
-  const std::vector<double> kl_of = kl_sums(runner, mine);
-  for (size_t k = 0; k < mine.size(); ++k) {
-    kl[0] += kl_of[k];
-    kl[1] += static_cast<double>(mine[k]->seq_lens.size());
-  }
-  comm.sum(kl);
-  const double eval_kl = kl[1] > 0.0 ? std::max(0.0, kl[0] / kl[1]) : 0.0;
+  const double eval_kl = kl_on_host(runner, mine);
   double sums[2] = {0.0, 0.0};  // loss, sequences
   for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
        i += static_cast<size_t>(comm.size())) {

@@ -121,6 +121,8 @@ class StepRunner {
 
   // For the objectives' step functions (step/objective_steps.h), not for callers.
   Communicator& comm() { return comm_; }
+  // Whether the step's engines share their rows with a context group (StepRunnerOptions).
+  bool context_parallel() const { return opts_.context != nullptr; }
   Backend& backend() { return be_; }
   Pool& pool() { return pool_; }
   const StepModels& models() const { return models_; }

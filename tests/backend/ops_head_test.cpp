@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <random>
 #include <vector>
 
 #include "backend/backend_suite.h"
@@ -517,6 +519,84 @@ TEST_P(BackendOps, SequenceTokenGradsRejectMisuse) {
   Buffer short_end = ids({0, 3, 5}), backwards = ids({0, 4, 3, 5, 6});
   EXPECT_THROW(run(ref.view(), short_end.view(), Tensor(), dpo), ShapeError);
   EXPECT_THROW(run(ref.view(), backwards.view(), Tensor(), dpo), ShapeError);
+}
+
+// KTO's KL estimate on the device: each micro-batch's part (the double in its two F32) equals
+// the sum of m_t (logp_t - ref_t) over its rows in float64, summed here in another order; the
+// formula fed those parts gives the bits of the formula given their estimate on the host
+// (kto_kl_estimate), for a positive estimate and for one clamped at 0.
+TEST_P(BackendOps, KtoKlPartsMatchFloat64AndFeedTheFormula) {
+  const int64_t T = 13;
+  const std::vector<int32_t> begin_a = {0, 4, 9, 13}, begin_b = {0, 6, 13};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Vec rf(T), lp_up(T), lp_down(T), w(T);
+  for (int64_t t = 0; t < T; ++t) {
+    rf[t] = -2.0f + u(rng);
+    // the policy above the reference (KL > 0), then below it; floats, as the tensors hold them
+    lp_up[t] = static_cast<float>(rf[t] + 0.3 + 0.2 * u(rng));
+    lp_down[t] = static_cast<float>(rf[t] - 0.3 + 0.2 * u(rng));
+    w[t] = t % 5 == 0 ? 0.0f : 1.0f;
+  }
+  const Vec labels = {1.0f, 0.0f, 1.0f};
+  Buffer ref = up(rf, {T}), weight = up(w, {T}), label = up(labels, {3});
+  Buffer ba = ids(begin_a), bb = ids(begin_b);
+  auto expected_part = [&](const Vec& lp) {  // rows from the last to the first
+    double sum = 0.0;
+    for (int64_t t = T - 1; t >= 0; --t) sum += static_cast<double>(w[t]) * (lp[t] - rf[t]);
+    return sum;
+  };
+  const SequenceTerms kto{.formula = SequenceFormula::kto,
+                          .beta = 0.5,
+                          .units_in_step = 5.0,
+                          .kl_sequences = 5.0,  // 3 + 2 sequences in the two parts
+                          .desirable_weight = 1.0,
+                          .undesirable_weight = 1.5};
+  for (const Vec* lp : {&lp_up, &lp_down}) {
+    Buffer logp = up(*lp, {T}), parts = zeros({4}), dlogp = zeros({T}), host_dlogp = zeros({T});
+    be.kto_kl_part(parts.view().slice_rows(0, 2), logp.view(), ref.view(), weight.view(),
+                   ba.view());
+    be.kto_kl_part(parts.view().slice_rows(2, 4), logp.view(), ref.view(), weight.view(),
+                   bb.view());
+    be.sequence_token_grads(dlogp.view(), logp.view(), ref.view(), weight.view(), ba.view(),
+                            label.view(), kto, parts.view());
+    if (!computes()) continue;
+    const std::vector<float> raw = download_f32(parts.view());  // the doubles' bytes
+    double got[2];
+    std::memcpy(got, raw.data(), sizeof got);
+    const double expect = expected_part(*lp);
+    for (double g : got) EXPECT_NEAR(g, expect, 1e-12 * std::fabs(expect));
+    const double kl = kto_kl_estimate(got, 2, kto.kl_sequences);
+    EXPECT_EQ(kl, lp == &lp_up ? (got[0] + got[1]) / 5.0 : 0.0);
+    SequenceTerms on_host = kto;
+    on_host.kl = kl;
+    be.sequence_token_grads(host_dlogp.view(), logp.view(), ref.view(), weight.view(), ba.view(),
+                            label.view(), on_host);
+    const Vec a = down(dlogp), b = down(host_dlogp);
+    for (int64_t t = 0; t < T; ++t) EXPECT_EQ(a[t], b[t]) << "row " << t;
+  }
+}
+
+// Misuse of the KL parts: not one double for a part, an odd count or a misaligned slice, parts
+// for a formula other than KTO's.
+TEST_P(BackendOps, KtoKlPartsRejectMisuse) {
+  Buffer logp = zeros({6}), dlogp = zeros({6}), ref = zeros({6}), w = zeros({6});
+  Buffer pairs = ids({0, 3, 6}), label = zeros({2}), parts = zeros({4});
+  const SequenceTerms kto{.formula = SequenceFormula::kto, .kl_sequences = 2.0};
+  const SequenceTerms dpo{.formula = SequenceFormula::dpo};
+  auto part = [&](const Tensor& p) {
+    be.kto_kl_part(p, logp.view(), ref.view(), w.view(), pairs.view());
+  };
+  auto grads = [&](const Tensor& l, const SequenceTerms& t, const Tensor& p) {
+    be.sequence_token_grads(dlogp.view(), logp.view(), ref.view(), w.view(), pairs.view(), l, t, p);
+  };
+  EXPECT_NO_THROW(part(parts.view().slice_rows(0, 2)));
+  EXPECT_THROW(part(parts.view()), ShapeError);  // two doubles for one
+  EXPECT_NO_THROW(grads(label.view(), kto, parts.view()));
+  EXPECT_THROW(grads(label.view(), kto, parts.view().slice_rows(0, 3)), ShapeError);
+  EXPECT_THROW(grads(Tensor(), dpo, parts.view()), ShapeError);
+  if (!computes()) return;  // shape-only tensors have no address to misalign
+  EXPECT_THROW(part(parts.view().slice_rows(1, 3)), ShapeError);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),

@@ -18,6 +18,7 @@
 #include "objective/grpo.h"
 #include "objective/kto.h"
 #include "objective/orpo.h"
+#include "step/step_runner.h"
 #include "support/test_support.h"
 
 namespace sbp {
@@ -155,6 +156,45 @@ TEST(SequenceObjectivePaths, GrpoReferenceOnTheDeviceGivesTheSameBits) {
   EXPECT_EQ(rows_route.metrics(), device_route.metrics());
   for (size_t i = 0; i < gr.size(); ++i)
     EXPECT_EQ(download_f32(gr.tensor(i)), download_f32(gd.tensor(i))) << gr.name(i);
+}
+
+// KTO's KL estimate left on the device for the gradient passes (one process, kto_step.cpp) and
+// the estimate summed on the host first (what several ranks do; a shape-only communicator of 2
+// ranks, whose sums are the identity, takes that route with one process's numbers): the same
+// loss, statistics and gradient bits, over two micro-batches.
+TEST(SequenceObjectivePaths, KtoStepKlOnTheDeviceGivesTheHostRoutesBits) {
+  Fixture f;
+  ObjectiveSetup kto;
+  kto.kind = ObjectiveKind::kto;
+  kto.kto.beta = 0.5;
+  std::vector<MicroBatch> micro(2);
+  for (size_t i = 0; i < micro.size(); ++i) {
+    micro[i].batch = cli::random_objective_batch(ObjectiveKind::kto, 0, f.cfg.vocab_size, 40,
+                                                 3 + static_cast<int64_t>(i), 20 + i);
+    for (size_t s = 0; s < micro[i].batch.seq_lens.size(); ++s)
+      micro[i].rewards.push_back((s + i) % 2 == 0 ? 1.0f : 0.0f);
+  }
+  ExecConfig exec = parse_mode("stream");
+  exec.head_chunk = 7;
+  ShapeOnlyCommunicator two_ranks(0, 2);
+  StepResult result[2];
+  std::vector<std::vector<float>> grads[2];
+  for (int route = 0; route < 2; ++route) {  // device, host
+    DataParallel dp(single_process(), 0, f.cfg, ModelHead::lm, f.pool, f.be, nullptr);
+    StepModels models;
+    models.policy = {{&f.cfg, &f.w}, &dp};
+    models.reference = {&f.cfg, &f.ref_w};
+    Communicator& comm = route == 0 ? single_process() : static_cast<Communicator&>(two_ranks);
+    result[route] =
+        StepRunner(kto, models, f.be, f.pool, exec, comm).run(StepBatches::whole(micro));
+    for (size_t i = 0; i < dp.grads().size(); ++i)
+      grads[route].push_back(download_f32(dp.grads().tensor(i)));
+  }
+  EXPECT_NE(result[0].metrics.at("kl"), 0.0);  // an estimate that is not clamped away
+  EXPECT_EQ(result[0].loss, result[1].loss);
+  EXPECT_EQ(result[0].metrics, result[1].metrics);
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[0][i], grads[1][i]) << i;
 }
 
 }  // namespace

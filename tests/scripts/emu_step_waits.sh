@@ -9,11 +9,12 @@
 #     (engine/deferred_reads.h), where the gradient norm's wait brings them: that one wait per
 #     step, none inside it (there were 9, then 2).
 #   kto.yaml: the KL estimate's two no-grad forwards (the policy and the reference on the
-#     mismatched pairs) of every micro-batch leave their log-probs on the device and come back
-#     together with one wait, which the step's KL needs before any backward (it is a mean over
-#     every rank's sequences); the reference's forward on the batch and the pre-pass stay on the
-#     device, where the backend computes the gradients from them (Backend::sequence_token_grads),
-#     and come back with the norm: 2 (65, then 20, then 5).
+#     mismatched pairs) of every micro-batch leave their log-probs on the device, where each
+#     micro-batch's part of the estimate is summed (Backend::kto_kl_part) for the gradient
+#     passes to read; the reference's forward on the batch and the pre-pass stay on the device
+#     too, where the backend computes the gradients from them (Backend::sequence_token_grads);
+#     all of it comes back with the norm: 1 (65, then 20, then 5, then 2). With several ranks
+#     the estimate is summed on the host first: one wait more (kto_step.cpp).
 #   orpo.yaml: no reference; the pre-pass and its gradients on the device, the norm: 1 (17, then
 #     2).
 #   dpo: orpo.yaml's data and model with objective=dpo (the reference is the starting model):
@@ -52,7 +53,7 @@ waits() {  # case steps -> the host waits of the whole run
   sed -n 's/^cuda emulation: \([0-9]*\) host waits.*/\1/p' "$T/log-$1-$2"
 }
 status=0
-for case in sft:1 dpo:1 kto:2 orpo:1 grpo:1 grpo-kl:1 ppo:2; do
+for case in sft:1 dpo:1 kto:1 orpo:1 grpo:1 grpo-kl:1 ppo:2; do
   config=${case%%:*} expected=${case##*:}
   one=$(waits "$config" 1)
   two=$(waits "$config" 2)

@@ -161,7 +161,9 @@ class CudaBackend : public Backend {
                               const ValueTerms& terms) override;
   void sequence_token_grads_impl(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
                                  const Tensor& weight, const Tensor& begin, const Tensor& label,
-                                 const SequenceTerms& terms) override;
+                                 const SequenceTerms& terms, const Tensor& kl_parts) override;
+  void kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
+                        const Tensor& weight, const Tensor& begin) override;
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;

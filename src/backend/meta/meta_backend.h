@@ -78,7 +78,10 @@ class MetaBackend final : public Backend {
   void value_token_grads_impl(const Tensor&, const Tensor&, const Tensor&,
                               const ValueTerms&) override {}
   void sequence_token_grads_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const Tensor&, const Tensor&, const SequenceTerms&) override {}
+                                 const Tensor&, const Tensor&, const SequenceTerms&,
+                                 const Tensor&) override {}
+  void kto_kl_part_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        const Tensor&) override {}
   void dlogits_entropy_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, const Tensor&) override {}
   void adamw_step_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
