@@ -107,7 +107,11 @@ void DpoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
 }
 
 Objective::SequenceInputs DpoObjective::sequence_inputs() const {
-  return {.weight = rows_.weight, .begin = rows_.begin, .label = {}, .reference = &ref_};
+  return {.weight = rows_.weight,
+          .begin = rows_.begin,
+          .label = {},
+          .reference = &ref_,
+          .kl_parts = Tensor()};
 }
 
 std::map<std::string, double> DpoObjective::metrics() const {

@@ -41,17 +41,6 @@ Batch kto_kl_batch(const Batch& batch) {
   return kl;
 }
 
-std::vector<double> completion_sums(const Batch& batch, std::span<const float> logp) {
-  const SequenceRows rows(batch);
-  SBP_CHECK(static_cast<int64_t>(logp.size()) == rows.num_rows(), "completion_sums: sizes");
-  std::vector<double> sum(static_cast<size_t>(rows.num_sequences()), 0.0);
-  for (int64_t t = 0; t < rows.num_rows(); ++t) {
-    const size_t u = static_cast<size_t>(t);
-    sum[static_cast<size_t>(rows.segment[u])] += static_cast<double>(rows.weight[u]) * logp[u];
-  }
-  return sum;
-}
-
 KtoObjective::KtoObjective(const Batch& batch, std::span<const float> ref_logp,
                            std::span<const float> labels, double kl, const KtoConfig& cfg,
                            double sequences_in_step)
@@ -59,7 +48,9 @@ KtoObjective::KtoObjective(const Batch& batch, std::span<const float> ref_logp,
 
 KtoObjective::KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<const float> labels,
                            double kl, const KtoConfig& cfg, double sequences_in_step)
-    : KtoObjective(batch, std::move(ref), labels, KtoKl{.value = kl}, cfg, sequences_in_step) {}
+    : KtoObjective(batch, std::move(ref), labels,
+                   KtoKl{.value = kl, .parts = Tensor(), .sequences = 0.0, .host = {}}, cfg,
+                   sequences_in_step) {}
 
 KtoObjective::KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<const float> labels,
                            KtoKl kl, const KtoConfig& cfg, double sequences_in_step)

@@ -41,9 +41,6 @@ struct KtoConfig {
 // with itself (TRL's shift of a batch of one does the same). Same total tokens as `batch`.
 Batch kto_kl_batch(const Batch& batch);
 
-// Per-sequence sums of m_t logp_t over a batch's rows (the completion log-probs).
-std::vector<double> completion_sums(const Batch& batch, std::span<const float> logp);
-
 // The step's KL estimate as an objective is given it: known on the host (value), or still on
 // the device: parts (2 P) F32 holding P doubles, each a micro-batch's part (Backend::kto_kl_part),
 // with the step's sequences, the estimate's denominator, and `host`, which gives the same value

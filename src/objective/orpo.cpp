@@ -85,7 +85,11 @@ void OrpoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
 }
 
 Objective::SequenceInputs OrpoObjective::sequence_inputs() const {
-  return {.weight = rows_.weight, .begin = rows_.begin, .label = {}, .reference = nullptr};
+  return {.weight = rows_.weight,
+          .begin = rows_.begin,
+          .label = {},
+          .reference = nullptr,
+          .kl_parts = Tensor()};
 }
 
 std::map<std::string, double> OrpoObjective::metrics() const {

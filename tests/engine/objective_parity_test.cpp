@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <span>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -190,6 +192,18 @@ TEST_P(OrpoParity, LossMetricsAndGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OrpoParity, ::testing::Values("orpo", "orpo_beta2"));
+
+// Per-sequence sums of m_t logp_t over a batch's rows (the completion log-probs), written here
+// independently of the step's kto_kl_part.
+std::vector<double> completion_sums(const Batch& batch, std::span<const float> logp) {
+  const SequenceRows rows(batch);
+  std::vector<double> sum(static_cast<size_t>(rows.num_sequences()), 0.0);
+  for (int64_t t = 0; t < rows.num_rows(); ++t) {
+    const size_t u = static_cast<size_t>(t);
+    sum[static_cast<size_t>(rows.segment[u])] += static_cast<double>(rows.weight[u]) * logp[u];
+  }
+  return sum;
+}
 
 // KTO: the KL estimate from the batch's mismatched pairs (kto_kl_batch: prompt i with completion
 // i - 1, as TRL's _get_kl_dataset shifts a batch), scored by the policy and the reference model,
