@@ -12,8 +12,10 @@ case "$kind" in
   release)  dir=build;          flags=(-DCMAKE_BUILD_TYPE=Release) ;;
   # -g1: line tables are all ASan/UBSan reports need; full debug info cost a quarter of the build.
   # clang, so that the same tree also builds the libFuzzer harnesses (fuzz/, scripts/fuzz.sh).
+  # Unity sources (CMakeLists.txt, STREAMBP_UNITY): no other tree shares this one's objects.
   sanitize) dir=build-sanitize; flags=(-DCMAKE_BUILD_TYPE=Debug -DSTREAMBP_SANITIZE=ON
                                         -DSTREAMBP_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++
+                                        -DSTREAMBP_UNITY=ON
                                         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1") ;;
   emu)      dir=build-emu;      flags=(-DCMAKE_BUILD_TYPE=Release -DSTREAMBP_CUDA_EMULATION=ON) ;;
   *) echo "usage: scripts/build.sh [release|sanitize|emu]" >&2; exit 2 ;;
@@ -28,7 +30,8 @@ if [ "$kind" = sanitize ] && [ -f "$dir/CMakeCache.txt" ] &&
    ! grep -q '^CMAKE_CXX_COMPILER:.*clang++' "$dir/CMakeCache.txt"; then
   rm -rf "$dir"
 fi
-# ccache, where installed (developer machines; CI builds a clean clone once and does without):
+# ccache (scripts/setup.sh installs it): the release and emulation trees compile every file
+# outside the CUDA backend with the same flags, so the second build takes those from the cache;
 # worktrees of one repository share compiled objects when CCACHE_BASEDIR is their parent.
 if command -v ccache >/dev/null; then
   flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)

@@ -3,6 +3,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config
+  ccache   # scripts/test.sh's release and emulation trees share most objects through it
   libopenblas-openmp-dev   # sgemm, OpenMP build so BLAS and our kernels share threads
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev

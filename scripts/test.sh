@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fresh machine -> the whole test suite: installs packages, builds the release tree and runs
-# every test, then the CUDA backend on the emulated CUDA runtime (build-emu, docs/CUDA.md), then
+# Fresh machine -> the whole test suite: installs packages (ccache among them: the emulation
+# tree and the wheel take most of their objects from the release tree's build), builds the
+# release tree and runs every test, then the CUDA backend on the emulated CUDA runtime (build-emu, docs/CUDA.md), then
 # builds with AddressSanitizer + UBSan (clang) and runs the tests not labelled slow, then replays
 # and runs the libFuzzer harnesses (fuzz/README.md) for a short fixed time; last, the Python
 # package's tests and its wheel.
@@ -8,8 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 start=$(date +%s)
+lap() { echo "test.sh: $1 done at $(( $(date +%s) - start )) s"; }  # where CI's time goes
 bash scripts/build.sh release
+lap 'release build'
 (cd build && ctest --output-on-failure -j "$(nproc)")
+lap 'release tests'
 # Again on the checking backend, whose memory is out of reach outside its own operations: any
 # code that touches tensor bytes directly instead of through upload/download faults. Programs
 # that never hold backend memory (text, data, rewards, config parsing, CUDA host arithmetic) and
@@ -20,21 +24,31 @@ no_backend_memory+='|AnswerMatch|Rewards|CommandReward|Sampling|CudaMath|CudaAtt
 no_backend_memory+='|ModelConfig|ModelConfigLimits|GemmaConfig|TrainConfig|TrainConfigNumbers|PlanAgreement)\.'
 (cd build && STREAMBP_CHECK_MEMORY=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
    -E "$no_backend_memory")
+lap 'checking-backend tests'
 # The CUDA backend compiled as C++ against the emulated CUDA runtime: its op suite, gradchecks
 # and parity fixtures with --backend cuda, on the CPU (scripts/test-emu.sh).
 bash scripts/build.sh emu
+lap 'emulation build'
 bash scripts/test-emu.sh
+lap 'emulated CUDA suite'
 bash scripts/build.sh sanitize
+lap 'sanitizer build'
 # The multi-rank runs (mpirun, checked in the release pass and on the checking backend) and the
 # bf16 plan agreement are the slowest third of this pass under ASan and add no code path of ours
 # that the other tests do not run here.
 (cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
    -E '^(DistTrain|DistMemory)\.|^PlanAgreement\.EveryObjectiveInBf16')
+lap 'sanitizer tests'
 # The libFuzzer harnesses of that tree: committed inputs replayed, then FUZZ_SECONDS each.
 bash scripts/fuzz.sh build-sanitize
+lap 'fuzzers'
 # The Python package (python/, docs/PYTHON.md): its tests against the release tree's extension,
 # then the CPU wheel, built (a tree of its own, build-py: no CUDA), repaired, installed into a
-# fresh venv and run there (scripts/build-wheel.sh).
+# fresh venv and run there (scripts/build-wheel.sh). Built for this machine (WHEEL_ARCH=native),
+# so that its objects are the release tree's, from ccache: this checks the packaging, which is
+# the same for the published x86-64-v3 wheel; that wheel's one extra piece of code, attention
+# compiled again for AVX-512, is compiled in the release tree (streambp_portable_attention_check).
 PYTHONPATH=build/python OMP_WAIT_POLICY=passive .venv-python/bin/python -m pytest -q tests/python
-bash scripts/build-wheel.sh --check
+lap 'Python tests'
+WHEEL_ARCH=native bash scripts/build-wheel.sh --check
 echo "test.sh: all tests passed in $(( $(date +%s) - start )) s"
