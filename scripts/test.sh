@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Fresh machine -> the whole test suite: installs packages (ccache among them: the emulation
 # tree and the wheel take most of their objects from the release tree's build), builds the
-# release tree and runs every test, then the CUDA backend on the emulated CUDA runtime (build-emu, docs/CUDA.md), then
-# builds with AddressSanitizer + UBSan (clang) and runs the tests not labelled slow, then replays
-# and runs the libFuzzer harnesses (fuzz/README.md) for a short fixed time; last, the Python
-# package's tests and its wheel.
+# release tree and runs every test (most on the checking backend), then the CUDA backend on the
+# emulated CUDA runtime (build-emu, docs/CUDA.md), then builds with AddressSanitizer + UBSan
+# (clang) and runs the tests not labelled slow, then replays and runs the libFuzzer harnesses
+# (fuzz/README.md) for a short fixed time; last, the Python package's tests and its wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,19 +12,25 @@ start=$(date +%s)
 lap() { echo "test.sh: $1 done at $(( $(date +%s) - start )) s"; }  # where CI's time goes
 bash scripts/build.sh release
 lap 'release build'
-(cd build && ctest --output-on-failure -j "$(nproc)")
-lap 'release tests'
-# Again on the checking backend, whose memory is out of reach outside its own operations: any
-# code that touches tensor bytes directly instead of through upload/download faults. Programs
-# that never hold backend memory (text, data, rewards, config parsing, CUDA host arithmetic) and
-# the plan-versus-step agreements (whole steps that other tests already cover) are left out:
-# they cannot fault here and took a third of this pass.
+# The release tree's tests, once. Those that hold backend memory run on the checking backend
+# (STREAMBP_CHECK_MEMORY=1), whose memory is out of reach outside its own operations: any code
+# that touches tensor bytes directly instead of through upload/download faults. Its kernels are
+# the CPU backend's, the op suites run the plain CPU backend beside it in every case, and the
+# sanitizer pass below runs the tests again on the plain backend (all but the slow and the
+# multi-rank ones): so this one pass does what a plain pass and a checked pass did (530 s of
+# CI's time; this, about 360). The rest run on the plain
+# backend: programs that never hold backend memory (text, data, rewards, config parsing, CUDA
+# host arithmetic), the plan-versus-step agreements (whole steps that other tests cover) and
+# the `slow` label (resident memory of the plain backend's allocations, long gradchecks, the
+# gpu-check script's own test).
 no_backend_memory='^(Tokenizer|TokenizerLoad|TokenizeCli|ChatTemplate|MaskedEncoding|Dataset|Packing'
 no_backend_memory+='|AnswerMatch|Rewards|CommandReward|Sampling|CudaMath|CudaAttentionTc|CudaAttentionTcEmulated|CudaArena|CheckedMath|ParseSize'
 no_backend_memory+='|ModelConfig|ModelConfigLimits|GemmaConfig|TrainConfig|TrainConfigNumbers|PlanAgreement)\.'
 (cd build && STREAMBP_CHECK_MEMORY=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
    -E "$no_backend_memory")
-lap 'checking-backend tests'
+(cd build && ctest --output-on-failure -j "$(nproc)" -L slow)
+(cd build && ctest --output-on-failure -j "$(nproc)" -LE slow -R "$no_backend_memory")
+lap 'release tests'
 # The CUDA backend compiled as C++ against the emulated CUDA runtime: its op suite, gradchecks
 # and parity fixtures with --backend cuda, on the CPU (scripts/test-emu.sh).
 bash scripts/build.sh emu
@@ -33,11 +39,12 @@ bash scripts/test-emu.sh
 lap 'emulated CUDA suite'
 bash scripts/build.sh sanitize
 lap 'sanitizer build'
-# The multi-rank runs (mpirun, checked in the release pass and on the checking backend) and the
-# bf16 plan agreement are the slowest third of this pass under ASan and add no code path of ours
+# The multi-rank runs (mpirun, checked in the release pass on the checking backend) and the
+# plan agreements (a real step of every objective and mode beside the plan, steps the other
+# tests run here) are the slowest third of this pass under ASan and add no code path of ours
 # that the other tests do not run here.
 (cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
-   -E '^(DistTrain|DistMemory)\.|^PlanAgreement\.EveryObjectiveInBf16')
+   -E '^(DistTrain|DistMemory|PlanAgreement)\.')
 lap 'sanitizer tests'
 # The libFuzzer harnesses of that tree: committed inputs replayed, then FUZZ_SECONDS each.
 bash scripts/fuzz.sh build-sanitize

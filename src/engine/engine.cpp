@@ -9,6 +9,7 @@
 #include "engine/residual_grad.h"
 #include "engine/window_stream.h"
 #include "model/decoder_layer.h"
+#include "objective/sequence_rows.h"
 
 namespace sbp {
 
@@ -309,8 +310,7 @@ void Engine::sequence_head_backward(const PreparedBatch& step, const Tensor& hid
   }
   if (computes) {
     upload_f32(weight.view(), in.weight);
-    const std::vector<int32_t> offsets(in.begin.begin(), in.begin.end());
-    upload_i32(begin.view(), offsets);
+    upload_i32(begin.view(), offsets_i32(in.begin));
     if (label.defined()) upload_f32(label.view(), in.label);
     if (ref_upload.defined()) upload_f32(ref_upload.view(), *in.reference->host);
   }

@@ -1,5 +1,6 @@
 #include "objective/sequence_rows.h"
 
+#include <cstdint>
 #include <string>
 
 #include "core/error.h"
@@ -22,6 +23,12 @@ SequenceRows::SequenceRows(const Batch& batch) {
     total_weight += weight_sum[s];
   }
   begin[S] = row;
+}
+
+std::vector<int32_t> offsets_i32(std::span<const int64_t> begin) {
+  SBP_CHECK(begin.empty() || (begin.front() >= 0 && begin.back() <= INT32_MAX),
+            "offsets_i32: sequence offsets beyond int32");
+  return std::vector<int32_t>(begin.begin(), begin.end());
 }
 
 void SequenceRows::scale_weights(std::span<const double> coef, int64_t row_begin,

@@ -27,6 +27,10 @@ struct SequenceRows {
   void scale_weights(std::span<const double> coef, int64_t row_begin, std::span<float> out) const;
 };
 
+// Sequence offsets (S + 1, as SequenceRows::begin) in the int32 the backends' sequence kernels
+// take (Backend::sequence_token_grads, Backend::kto_kl_part). Throws Error if T does not fit.
+std::vector<int32_t> offsets_i32(std::span<const int64_t> begin);
+
 // One sequence made of a prompt and a completion. Only the completion is scored: the packed
 // segment is prompt + completion, with loss_mask 1 on the completion tokens, so that the rows
 // predicting them (from the last prompt token on) carry the weight.

@@ -41,7 +41,7 @@ struct KlScored {
 // on the host copies (after the wait).
 double host_part(const KlScored& s) {
   const SequenceRows rows(s.kl);
-  const std::vector<int32_t> begin(rows.begin.begin(), rows.begin.end());  // (S + 1)
+  const std::vector<int32_t> begin = offsets_i32(rows.begin);  // (S + 1)
   return kto_kl_part(s.policy.host->data(), s.reference.host->data(), rows.weight.data(),
                      begin.data(), rows.num_sequences(), rows.num_rows());
 }
@@ -70,7 +70,7 @@ std::vector<KlScored> score_kl(StepRunner& runner, const std::vector<const Batch
     const Buffer begin = runner.pool().allocate(Category::other, DType::I32, {S + 1});  // (S + 1)
     if (be.computes()) {
       upload_f32(weight.view(), rows.weight);
-      upload_i32(begin.view(), std::vector<int32_t>(rows.begin.begin(), rows.begin.end()));
+      upload_i32(begin.view(), offsets_i32(rows.begin));
     }
     const int64_t at = 2 * static_cast<int64_t>(i);
     be.kto_kl_part(parts.slice_rows(at, at + 2), policy_logp.view(), reference_logp.view(),
@@ -79,8 +79,14 @@ std::vector<KlScored> score_kl(StepRunner& runner, const std::vector<const Batch
   return scored;
 }
 
-// The estimate over every rank, on the host: one wait for every batch's forwards.
-double kl_on_host(StepRunner& runner, const std::vector<const Batch*>& batches) {
+// The estimate over every rank, on the host: one wait for every batch's forwards and one sum
+// over the ranks, which also gives the sequences of every rank's batches (each batch's KL pairs
+// are as many as its sequences, kto_kl_batch).
+struct KlOnHost {
+  double estimate = 0.0;
+  double sequences = 0.0;  // every rank's
+};
+KlOnHost kl_on_host(StepRunner& runner, const std::vector<const Batch*>& batches) {
   const std::vector<KlScored> scored = score_kl(runner, batches, Tensor());
   runner.backend().finish_reads();  // the one wait
   double kl[2] = {0.0, 0.0};        // sum of the parts, sequences
@@ -89,7 +95,7 @@ double kl_on_host(StepRunner& runner, const std::vector<const Batch*>& batches) 
     kl[1] += static_cast<double>(s.kl.seq_lens.size());
   }
   runner.comm().sum(kl);
-  return kto_kl_estimate(&kl[0], 1, kl[1]);
+  return {.estimate = kto_kl_estimate(&kl[0], 1, kl[1]), .sequences = kl[1]};
 }
 
 void run_kto(StepRunner& runner, const StepBatches& step, StepResult& r) {
@@ -120,8 +126,9 @@ void run_kto(StepRunner& runner, const StepBatches& step, StepResult& r) {
             return **value;
           }};
   } else {
-    comm.sum(std::span<double>(&sequences, 1));
-    kl.value = kl_on_host(runner, batches);
+    const KlOnHost k = kl_on_host(runner, batches);
+    kl.value = k.estimate;
+    sequences = k.sequences;
   }
   // The objectives live to the step's end: the host sees the reference's and the pre-pass's
   // log-probs there, with the step's one wait (objective.h sequence_terms).
@@ -149,7 +156,7 @@ double evaluate_kto(StepRunner& runner, std::span<const MicroBatch> eval) {
   for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
        i += static_cast<size_t>(comm.size()))
     mine.push_back(&eval[i].batch);
-  const double eval_kl = kl_on_host(runner, mine);
+  const double eval_kl = kl_on_host(runner, mine).estimate;
   double sums[2] = {0.0, 0.0};  // loss, sequences
   for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
        i += static_cast<size_t>(comm.size())) {
