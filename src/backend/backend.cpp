@@ -855,6 +855,48 @@ void Backend::kto_kl_part(const Tensor& part, const Tensor& logp, const Tensor& 
       [&] { kto_kl_part_impl(part, logp, ref, weight, begin); });
 }
 
+void Backend::ppo_rollout_rows(const Tensor& policy_rows, const Tensor& value_rows,
+                               const Tensor& moments, const Tensor& logp, const Tensor& ref,
+                               const Tensor& values, const Tensor& weight, const Tensor& begin,
+                               const Tensor& seq, const PpoRolloutConfig& cfg) {
+  const char* op = "ppo_rollout_rows";
+  const int64_t T = logp.numel();
+  check_rows_vector(op, "logp", logp, DType::F32, T);
+  check_rows_vector(op, "ref", ref, DType::F32, T);
+  check_rows_vector(op, "values", values, DType::F32, T);
+  check_rows_vector(op, "weight", weight, DType::F32, T);
+  check_dtype(op, "begin", begin, DType::I32);
+  const int64_t S = begin.numel() - 1;
+  SBP_CHECK(S >= 1, arg(op, "begin", begin) + " must hold S + 1 offsets, S >= 1");
+  SBP_CHECK(seq.defined() && seq.dtype == DType::F32 && seq.rows() == S &&
+                seq.cols() == kPpoSequenceWidth && seq.numel() == S * kPpoSequenceWidth,
+            arg(op, "seq", seq) + " must be F32 (S, 3) with S = " + num(S));
+  SBP_CHECK(policy_rows.defined() && policy_rows.dtype == DType::F32 && policy_rows.rows() == T &&
+                policy_rows.cols() == kPolicyRowWidth && policy_rows.numel() == T * kPolicyRowWidth,
+            arg(op, "policy_rows", policy_rows) + " must be F32 (T, 4) with T = " + num(T));
+  SBP_CHECK(value_rows.defined() && value_rows.dtype == DType::F32 && value_rows.rows() == T &&
+                value_rows.cols() == kValueRowWidth && value_rows.numel() == T * kValueRowWidth,
+            arg(op, "value_rows", value_rows) + " must be F32 (T, 3) with T = " + num(T));
+  check_double_parts(op, "moments", moments);
+  SBP_CHECK(moments.numel() == 16 * S,
+            arg(op, "moments", moments) + " must hold 8 S doubles (16 S F32), S = " + num(S));
+  SBP_CHECK(std::isfinite(cfg.kl_coef) && cfg.kl_coef >= 0.0 && cfg.gamma >= 0.0 &&
+                cfg.gamma <= 1.0 && cfg.lam >= 0.0 && cfg.lam <= 1.0,
+            std::string(op) + ": kl_coef must be finite and >= 0, gamma and lam in [0, 1]");
+  owns(op, {&policy_rows, &value_rows, &moments, &logp, &ref, &values, &weight, &begin, &seq});
+  const Access access(*this);
+  run_op(
+      OpFamily::elementwise,
+      [&] {
+        return nb(policy_rows) + nb(value_rows) + nb(moments) + nb(logp) + nb(ref) + nb(values) +
+               nb(weight) + nb(begin) + nb(seq);
+      },
+      [&] {
+        ppo_rollout_rows_impl(policy_rows, value_rows, moments, logp, ref, values, weight, begin,
+                              seq, cfg);
+      });
+}
+
 void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) {
   const char* op = "softmax_entropy";
   check_logits(op, logits);

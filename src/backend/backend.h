@@ -44,6 +44,7 @@
 #include "core/memory.h"
 #include "core/policy_terms.h"
 #include "core/pool.h"
+#include "core/ppo_rollout.h"
 #include "core/sequence_terms.h"
 #include "core/tensor.h"
 
@@ -310,6 +311,22 @@ class Backend : public MemorySpace {
   // sequence_token_grads' where the host can read them.
   void kto_kl_part(const Tensor& part, const Tensor& logp, const Tensor& ref, const Tensor& weight,
                    const Tensor& begin);
+  // PPO's rollout constants (core/ppo_rollout.h; objective/gae.h computes them on the host),
+  // so that its advantages need not come to the host before the gradient passes: from a step's
+  // rollout (its micro-batches' rows one after another), the policy's rows policy_rows (T, 4)
+  // F32 for policy_token_grads and the value model's value_rows (T, 3) F32 for
+  // value_token_grads, overwritten. logp (the sampling policy's), ref, values and weight (the
+  // completion mask) (T) F32; begin (S + 1) I32 as for sequence_token_grads; seq (S, 3) F32 per
+  // sequence: score, policy and value loss weight. moments: scratch, (8 S) doubles as (16 S)
+  // F32 (the phases' partials).
+  // Checks: those dtypes and sizes, S >= 1; moments 8-byte aligned; cfg's numbers finite,
+  // kl_coef >= 0, gamma and lam in [0, 1]. Where the host can read them, also begin's values,
+  // a completion row in every sequence and at least 2 in all (the whitening's unbiased
+  // variance); a GPU trusts the caller for those (objective/gae.h check_ppo_rollout).
+  void ppo_rollout_rows(const Tensor& policy_rows, const Tensor& value_rows, const Tensor& moments,
+                        const Tensor& logp, const Tensor& ref, const Tensor& values,
+                        const Tensor& weight, const Tensor& begin, const Tensor& seq,
+                        const PpoRolloutConfig& cfg);
 
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
@@ -471,6 +488,11 @@ class Backend : public MemorySpace {
                                          const Tensor& kl_parts) = 0;
   virtual void kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
                                 const Tensor& weight, const Tensor& begin) = 0;
+  virtual void ppo_rollout_rows_impl(const Tensor& policy_rows, const Tensor& value_rows,
+                                     const Tensor& moments, const Tensor& logp, const Tensor& ref,
+                                     const Tensor& values, const Tensor& weight,
+                                     const Tensor& begin, const Tensor& seq,
+                                     const PpoRolloutConfig& cfg) = 0;
   virtual void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
                                const Tensor& v, const AdamWStep& s) = 0;
 

@@ -216,6 +216,11 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
   std::optional<HeadPassRows> pass_rows;
   if (gathered) pass_rows.emplace(be_, pool_, objective.head(), terms && entropy, cs.local_rows());
   std::vector<float> constants;  // (n, 4) or (n, 3) host constants of a block
+  // (T, 4) or (T, 3): the whole batch's constants where the backend holds them (objective.h
+  // rows_on_device), read there by each block
+  const Tensor on_device = formula ? objective.rows_on_device() : Tensor();
+  SBP_CHECK(!on_device.defined() || (!cs.split() && on_device.rows() == T),
+            "objective: its rows on the device must cover the batch, without a context group");
   for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
     HeadBlock b =
         block(piece, s, e, /*to_host=*/!(constant || formula) || (one_block && passes > 0));
@@ -226,18 +231,25 @@ void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Obje
     TokenChunkGrads g;  // the host's gradients (none with a formula: the backend writes them)
     if (!formula) g = b.alloc_grads();
     if (formula) {
-      const int width = terms ? kPolicyRowWidth : kValueRowWidth;
-      constants.assign(computes ? static_cast<size_t>((e - s) * width) : 0, 0.0f);
-      if (computes && terms) objective.policy_rows(piece.begin + s, constants);
-      if (computes && vterms) objective.value_rows(piece.begin + s, constants);
+      // The block's constants: where the backend holds them already, a view; else from the host.
+      HeadBlock::Rows block_rows;
+      if (on_device.defined()) {
+        block_rows.device = on_device.slice_rows(piece.begin + s, piece.begin + e);
+      } else {
+        const int width = terms ? kPolicyRowWidth : kValueRowWidth;
+        constants.assign(computes ? static_cast<size_t>((e - s) * width) : 0, 0.0f);
+        if (computes && terms) objective.policy_rows(piece.begin + s, constants);
+        if (computes && vterms) objective.value_rows(piece.begin + s, constants);
+        block_rows.host = constants;
+      }
       if (terms) {
         const ReferenceLogp* ref = objective.policy_reference();
-        b.policy_grads(*terms, constants,
+        b.policy_grads(*terms, block_rows,
                        ref && ref->device.defined()
                            ? ref->device.slice_rows(piece.begin + s, piece.begin + e)
                            : Tensor());
       }
-      if (vterms) b.value_grads(*vterms, constants);
+      if (vterms) b.value_grads(*vterms, block_rows);
       pass_rows->keep(b, piece.local + s);
     } else if (constant) {
       if (computes) objective.constant_grads(piece.begin + s, g.dlogp);
@@ -412,8 +424,8 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
           ChunkActs acts;
           ops.rows_forward(w, x.slice_rows(a, b), p.begin + s, kv, Tensor(), &acts,
                            Category::layer_workspace);
-          ops.rows_backward(w, gw, x.slice_rows(a, b), p.begin + s, acts, kv, dK.view(),
-                            dV.view(), gy.open(a, b), /*finish_kv=*/false);
+          ops.rows_backward(w, gw, x.slice_rows(a, b), p.begin + s, acts, kv, dK.view(), dV.view(),
+                            gy.open(a, b), /*finish_kv=*/false);
           gy.close();
         });
       };

@@ -79,28 +79,30 @@ TokenChunkGrads HeadBlock::alloc_grads() {
   return g;
 }
 
-Buffer HeadBlock::device_rows(int width, std::span<const float> rows) {
-  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});           // (n)
-  Buffer r = pool_.allocate(Category::other, DType::F32, {n_, width});  // (n, width)
-  if (be_.computes()) upload_f32(r.view(), rows);
+Tensor HeadBlock::device_rows(int width, const Rows& rows) {
+  dlogp_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
   grads_on_device_ = true;
-  return r;
+  if (rows.device.defined()) return rows.device;  // (n, width), checked by the op
+  rows_ = pool_.allocate(Category::other, DType::F32, {n_, width});  // (n, width)
+  if (be_.computes()) upload_f32(rows_.view(), rows.host);
+  return rows_.view();
 }
 
-void HeadBlock::policy_grads(const PolicyTerms& terms, std::span<const float> rows,
-                             const Tensor& ref) {
+void HeadBlock::policy_grads(const PolicyTerms& terms, const Rows& rows, const Tensor& ref) {
   SBP_CHECK(kind_ == HeadKind::lm, "head block: policy gradients on a value head");
-  const Buffer r = device_rows(kPolicyRowWidth, rows);                      // (n, 4)
+  const Tensor r = device_rows(kPolicyRowWidth, rows);                      // (n, 4)
   if (entropy_) dent_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
-  be_.policy_token_grads(dlogp_.view(), entropy_ ? dent_.view() : Tensor(), logp_.view(), r.view(),
-                         terms, ref);
+  be_.policy_token_grads(dlogp_.view(), entropy_ ? dent_.view() : Tensor(), logp_.view(), r, terms,
+                         ref);
+  rows_.reset();
   entropy_grad_ = entropy_ && terms.entropy_coef != 0.0;
 }
 
-void HeadBlock::value_grads(const ValueTerms& terms, std::span<const float> rows) {
+void HeadBlock::value_grads(const ValueTerms& terms, const Rows& rows) {
   SBP_CHECK(kind_ == HeadKind::value, "head block: value gradients on an LM head");
-  const Buffer r = device_rows(kValueRowWidth, rows);  // (n, 3); dlogp_ holds dL/dvalues
-  be_.value_token_grads(dlogp_.view(), out_.view().reshaped({n_}), r.view(), terms);
+  const Tensor r = device_rows(kValueRowWidth, rows);  // (n, 3); dlogp_ holds dL/dvalues
+  be_.value_token_grads(dlogp_.view(), out_.view().reshaped({n_}), r, terms);
+  rows_.reset();
 }
 
 void HeadBlock::grads_from(const Tensor& dlogp) {

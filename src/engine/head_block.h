@@ -33,14 +33,19 @@ class HeadBlock {
   TokenChunk chunk() const;
   // Allocates the gradient vectors the objective writes (dlogp [+ dentropy] or dvalue).
   TokenChunkGrads alloc_grads();
+  // A block's (n, width) constants for the backend's gradients: host values (empty without
+  // data), uploaded without a wait, or, where `device` is defined, the rows the backend already
+  // holds (PPO's, Backend::ppo_rollout_rows), used where they are.
+  struct Rows {
+    std::span<const float> host;
+    Tensor device;
+  };
   // Instead of alloc_grads(): the backend writes the gradients from the block's log-probs and
-  // rows (n, 4) host constants (Backend::policy_token_grads; empty without data), uploaded
-  // without a wait, and backward() uses them where they are.
+  // rows (n, 4) (Backend::policy_token_grads), and backward() uses them where they are.
   // ref (n) F32 or undefined: the reference's log-probs where they are on the device.
-  void policy_grads(const PolicyTerms& terms, std::span<const float> rows,
-                    const Tensor& ref = Tensor());
+  void policy_grads(const PolicyTerms& terms, const Rows& rows, const Tensor& ref = Tensor());
   // The value head's: Backend::value_token_grads from the block's values and rows (n, 3).
-  void value_grads(const ValueTerms& terms, std::span<const float> rows);
+  void value_grads(const ValueTerms& terms, const Rows& rows);
   // Instead of alloc_grads(): dlogp (n) F32 computed on the device already (a sequence-level
   // objective's, Backend::sequence_token_grads), copied there.
   void grads_from(const Tensor& dlogp);
@@ -48,18 +53,18 @@ class HeadBlock {
   // final_norm); dL/d(hidden rows) ADDS into gy (n, d) F32. Releases the block's buffers.
   void backward(const ModelTensors& G, const Tensor& gy);
 
-  const Tensor& logits() const { return out_.view(); }  // (n, V) LM head; (n, 1) values
-  const Tensor& lse() const { return lse_.view(); }     // (n)
-  const Tensor& logp() const { return logp_.view(); }   // (n) F32 LM head
+  const Tensor& logits() const { return out_.view(); }   // (n, V) LM head; (n, 1) values
+  const Tensor& lse() const { return lse_.view(); }      // (n)
+  const Tensor& logp() const { return logp_.view(); }    // (n) F32 LM head
   const Tensor& entropy() const { return ent_.view(); }  // (n) F32 LM head, if asked
   int64_t rows() const { return n_; }
   HeadKind kind() const { return kind_; }
   bool has_entropy() const { return entropy_; }
 
  private:
-  // For the backend's gradients: dlogp_ (n), and the block's (n, width) host constants on the
-  // device, uploaded without a wait.
-  Buffer device_rows(int width, std::span<const float> rows);
+  // For the backend's gradients: dlogp_ (n), and the block's (n, width) constants on the
+  // device: `rows.device`, or the host's uploaded without a wait into rows_.
+  Tensor device_rows(int width, const Rows& rows);
 
   const ModelConfig& cfg_;
   Backend& be_;
@@ -69,18 +74,19 @@ class HeadBlock {
   bool entropy_;
   Tensor hidden_, targets_;
   int64_t row_begin_, n_;
-  Buffer hf_;     // (n, d) act   final-normed hidden rows
-  Buffer out_;    // (n, V) act   logits; (n, 1) F32 values for the value head
+  Buffer hf_;      // (n, d) act   final-normed hidden rows
+  Buffer out_;     // (n, V) act   logits; (n, 1) F32 values for the value head
   Buffer capped_;  // (n, V) act  soft-capped logits, kept for the backward (Gemma soft-capping)
-  Buffer lse_;    // (n) F32
-  Buffer logp_;   // (n) F32
-  Buffer ent_;    // (n) F32      softmax entropy (if asked)
-  Buffer dlogp_;  // (n) F32      objective's dL/dlogp; dL/dvalue for the value head
-  Buffer dent_;   // (n) F32      objective's dL/dentropy
+  Buffer lse_;     // (n) F32
+  Buffer logp_;    // (n) F32
+  Buffer ent_;     // (n) F32      softmax entropy (if asked)
+  Buffer dlogp_;   // (n) F32      objective's dL/dlogp; dL/dvalue for the value head
+  Buffer dent_;    // (n) F32      objective's dL/dentropy
   // The same per-row numbers in host memory, where the objective reads and writes them
   // (downloaded after the forward, uploaded before the backward; empty without data).
   std::vector<float> logp_host_, ent_host_, value_host_;  // (n)
   std::vector<float> dlogp_host_, dent_host_;             // (n)
+  Buffer rows_;                                           // device_rows()' upload
   bool grads_on_device_ = false;                          // policy_grads(): nothing to upload
   bool entropy_grad_ = false;  // policy_grads() with a non-zero entropy coefficient
 };

@@ -29,6 +29,49 @@ std::vector<double> masked_whiten(std::span<const double> x, const std::vector<b
 
 namespace {
 
+double token_kl(float logp, float ref, KlEstimator e) {
+  return e == KlEstimator::k1 ? kl_k1(logp, ref).value : kl_k3(logp, ref).value;
+}
+
+}  // namespace
+
+int64_t check_ppo_rollout_part(const Batch& batch, size_t scores) {
+  const SequenceRows rows(batch);
+  const int64_t S = rows.num_sequences();
+  if (static_cast<int64_t>(scores) != S)
+    throw InputError("ppo: " + std::to_string(scores) + " scores for " + std::to_string(S) +
+                     " sequences");
+  int64_t steps = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    int64_t mine = 0;
+    for (int64_t t = rows.begin[s]; t < rows.begin[s + 1]; ++t)
+      mine += rows.weight[static_cast<size_t>(t)] > 0.0f ? 1 : 0;
+    if (mine == 0)
+      throw InputError("ppo: sequence " + std::to_string(s) + " has no completion token");
+    steps += mine;
+  }
+  return steps;
+}
+
+PpoAdvantages ppo_rollout_means(const PpoRolloutPart& p, const PpoRolloutConfig& cfg) {
+  const SequenceRows rows(*p.batch);
+  const int64_t S = rows.num_sequences();
+  PpoAdvantages out;
+  for (int64_t s = 0; s < S; ++s) {
+    double kl_sum = 0;
+    for (int64_t t = rows.begin[s]; t < rows.begin[s + 1]; ++t) {
+      const size_t i = static_cast<size_t>(t);
+      if (rows.weight[i] > 0.0f) kl_sum += token_kl(p.logp[i], p.ref_logp[i], cfg.kl_estimator);
+    }
+    out.mean_kl += kl_sum / static_cast<double>(S);
+    out.mean_non_score_reward += -cfg.kl_coef * kl_sum / static_cast<double>(S);
+    out.mean_score += p.scores[static_cast<size_t>(s)] / static_cast<double>(S);
+  }
+  return out;
+}
+
+namespace {
+
 // One part's per-token quantities in double precision, before and after the step's whitening.
 struct PartRollout {
   int64_t T = 0;
@@ -40,16 +83,15 @@ struct PartRollout {
 // Per-token rewards of one part: -kl_coef * kl on its completion rows, the score at each
 // sequence's last one; fills the part's means.
 PartRollout part_rewards(const PpoRolloutPart& p, const PpoRolloutConfig& cfg, PpoAdvantages& out) {
+  check_ppo_rollout_part(*p.batch, p.scores.size());
   const SequenceRows rows(*p.batch);
   const int64_t T = rows.num_rows(), S = rows.num_sequences();
-  if (static_cast<int64_t>(p.scores.size()) != S)
-    throw InputError("ppo: " + std::to_string(p.scores.size()) + " scores for " +
-                     std::to_string(S) + " sequences");
   for (const auto* v : {&p.logp, &p.ref_logp, &p.values}) {
     if (static_cast<int64_t>(v->size()) != T)
       throw InputError("ppo: per-token inputs must have " + std::to_string(T) + " entries, got " +
                        std::to_string(v->size()));
   }
+  out = ppo_rollout_means(p, cfg);
   PartRollout part;
   part.T = T;
   part.step.assign(static_cast<size_t>(T), false);
@@ -58,22 +100,13 @@ PartRollout part_rewards(const PpoRolloutPart& p, const PpoRolloutConfig& cfg, P
   part.r.assign(static_cast<size_t>(T), 0.0);
   for (int64_t s = 0; s < S; ++s) {
     int64_t last = -1;
-    double kl_sum = 0;
     for (int64_t t = rows.begin[s]; t < rows.begin[s + 1]; ++t) {
       const size_t i = static_cast<size_t>(t);
       if (!part.step[i]) continue;
-      const double kl = cfg.kl_estimator == KlEstimator::k1 ? kl_k1(p.logp[i], p.ref_logp[i]).value
-                                                            : kl_k3(p.logp[i], p.ref_logp[i]).value;
-      part.r[i] = -cfg.kl_coef * kl;
-      kl_sum += kl;
+      part.r[i] = -cfg.kl_coef * token_kl(p.logp[i], p.ref_logp[i], cfg.kl_estimator);
       last = t;
     }
-    if (last < 0)
-      throw InputError("ppo: sequence " + std::to_string(s) + " has no completion token");
     part.r[static_cast<size_t>(last)] += p.scores[static_cast<size_t>(s)];
-    out.mean_kl += kl_sum / static_cast<double>(S);
-    out.mean_non_score_reward += -cfg.kl_coef * kl_sum / static_cast<double>(S);
-    out.mean_score += p.scores[static_cast<size_t>(s)] / static_cast<double>(S);
   }
   return part;
 }

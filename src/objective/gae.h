@@ -26,20 +26,14 @@
 
 #include "core/batch.h"
 #include "core/enum_names.h"
+#include "core/ppo_rollout.h"
 
 namespace sbp {
 
-enum class KlEstimator { k1, k3 };
+// KlEstimator and PpoRolloutConfig live with the backends' per-sequence functions
+// (core/ppo_rollout.h); the spellings of the estimator are the config's.
 inline constexpr EnumName<KlEstimator> kKlEstimatorNames[] = {{KlEstimator::k1, "k1"},
                                                               {KlEstimator::k3, "k3"}};
-
-struct PpoRolloutConfig {
-  double kl_coef = 0.05;  // TRL defaults
-  KlEstimator kl_estimator = KlEstimator::k1;
-  double gamma = 1.0;
-  double lam = 0.95;
-  bool whiten_rewards = false;
-};
 
 struct PpoAdvantages {
   std::vector<float> advantages;  // (T) whitened; 0 outside completions
@@ -80,6 +74,15 @@ using SumOverRanks = std::function<void(std::span<double>)>;
 std::vector<PpoAdvantages> ppo_step_advantages(std::span<const PpoRolloutPart> parts,
                                                const PpoRolloutConfig& cfg,
                                                const SumOverRanks& sum_over_ranks = nullptr);
+
+// What every path checks before computing: one score per sequence of the batch, and a
+// completion row in every sequence. Returns the batch's completion rows (the step needs 2 in
+// all, for the whitening's unbiased variance). Throws InputError.
+int64_t check_ppo_rollout_part(const Batch& batch, size_t scores);
+
+// A part's rollout statistics alone (PpoAdvantages' means; its vectors empty), from its host
+// values: what the step reports where the backend computed the rows (Backend::ppo_rollout_rows).
+PpoAdvantages ppo_rollout_means(const PpoRolloutPart& p, const PpoRolloutConfig& cfg);
 
 // TRL's masked_whiten: (x - mean) * rsqrt(var + 1e-8) over the rows where mask is true, with
 // the unbiased (Bessel-corrected) variance; shift_mean = false adds the mean back. Rows outside

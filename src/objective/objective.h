@@ -121,6 +121,12 @@ class Objective {
   // (n, 3) constants from value_rows(); add_values() sees the values.
   virtual const ValueTerms* value_terms() const { return nullptr; }
   virtual void value_rows(int64_t row_begin, std::span<float> rows) const;
+  // The whole batch's (T, 4) policy or (T, 3) value rows where the backend already holds them
+  // (PPO's, computed there from the rollout: Backend::ppo_rollout_rows), or undefined: the
+  // engine then fills each block's from policy_rows() / value_rows(). Defined only for one
+  // process's rows (no context group). The host's policy_rows() / value_rows() give the same
+  // numbers, but may have to wait for the device first.
+  virtual Tensor rows_on_device() const { return Tensor(); }
 
   // Sequence-level objectives (DPO, ORPO, KTO): after their one pre-pass, dL/dlogp_t is
   // core/sequence_terms.h's sequence_row_grad of the coefficient that sequence_unit gives the

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <string>
 
 #include "core/error.h"
 #include "objective/objective_setup.h"
@@ -22,32 +24,69 @@ double completion_rows(const SequenceRows& rows) {
   if (n == 0) throw InputError("ppo: the batch has no completion token");
   return n;
 }
+// The rollout's host constants, asked for once and checked against the batch's T rows.
+const PpoRowConstants& host_constants(const PpoRollout& r, PpoRowConstants& cache, int64_t T,
+                                      const char* first, const char* second) {
+  if (!cache.first) {
+    PpoRowConstants c = r.host();
+    check_rows(first, *c.first, T);
+    check_rows(second, *c.second, T);
+    cache = std::move(c);
+  }
+  return cache;
+}
+
+// Rows on the device must be the batch's (T, width); constants on the host are checked at once.
+void check_rollout(const PpoRollout& r, int64_t T, int width, const std::function<void()>& host) {
+  if (!r.device.defined()) return host();
+  SBP_CHECK(r.device.rows() == T && r.device.cols() == width,
+            "ppo: the rollout's device rows must be (T, " + std::to_string(width) + ")");
+}
+
 }  // namespace
+
+float ppo_policy_weight(double n, const PpoConfig& cfg) {
+  return static_cast<float>(1.0 / (n * static_cast<double>(cfg.grad_accum_steps)));
+}
+float ppo_value_weight(double n, const PpoConfig& cfg) {
+  return static_cast<float>(cfg.vf_coef * 0.5 / (n * static_cast<double>(cfg.grad_accum_steps)));
+}
+
+PpoRollout PpoRollout::on_host(std::span<const float> first, std::span<const float> second) {
+  const PpoRowConstants c{std::make_shared<const std::vector<float>>(first.begin(), first.end()),
+                          std::make_shared<const std::vector<float>>(second.begin(), second.end())};
+  return {.host = [c] { return c; }, .device = Tensor()};
+}
 
 PpoPolicyObjective::PpoPolicyObjective(const Batch& batch, std::span<const float> advantages,
                                        std::span<const float> old_logp, const PpoConfig& cfg)
-    : cfg_(cfg),
-      rows_(batch),
-      adv_(advantages.begin(), advantages.end()),
-      old_(old_logp.begin(), old_logp.end()) {
-  check_rows("advantages", advantages, rows_.num_rows());
-  check_rows("old_logp", old_logp, rows_.num_rows());
+    : PpoPolicyObjective(batch, PpoRollout::on_host(advantages, old_logp), cfg) {}
+
+PpoPolicyObjective::PpoPolicyObjective(const Batch& batch, PpoRollout rollout, const PpoConfig& cfg)
+    : cfg_(cfg), rows_(batch), rollout_(std::move(rollout)) {
+  check_rollout(rollout_, rows_.num_rows(), kPolicyRowWidth, [this] { constants(); });
   if (cfg.grad_accum_steps < 1) throw InputError("ppo: grad_accum_steps must be >= 1");
   n_ = completion_rows(rows_);
-  w_ = static_cast<float>(1.0 / (n_ * static_cast<double>(cfg_.grad_accum_steps)));
+  w_ = ppo_policy_weight(n_, cfg_);
   terms_.eps_low = terms_.eps_high = cfg_.cliprange;
   terms_.entropy_coef = cfg_.entropy_coef;
+}
+
+const PpoRowConstants& PpoPolicyObjective::constants() const {
+  return host_constants(rollout_, host_, rows_.num_rows(), "advantages", "old_logp");
 }
 
 void PpoPolicyObjective::policy_rows(int64_t row_begin, std::span<float> rows) const {
   const int64_t n = static_cast<int64_t>(rows.size()) / kPolicyRowWidth;
   SBP_CHECK(row_begin >= 0 && row_begin + n <= rows_.num_rows(), "ppo: rows outside the batch");
+  const std::vector<float>& adv = *constants().first;
+  const std::vector<float>& old = *constants().second;
   for (int64_t k = 0; k < n; ++k) {
     const size_t t = static_cast<size_t>(row_begin + k);
     float* r = rows.data() + k * kPolicyRowWidth;
-    r[kOldLogp] = old_[t];
+    r[kOldLogp] = old[t];
     r[kRefLogp] = 0.0f;  // PPO's KL is in its rewards, not in this loss
-    r[kAdvantage] = adv_[t];
+    r[kAdvantage] = adv[t];
     r[kLossWeight] = rows_.weight[t] > 0.0f ? w_ : 0.0f;
   }
 }
@@ -55,10 +94,12 @@ void PpoPolicyObjective::policy_rows(int64_t row_begin, std::span<float> rows) c
 void PpoPolicyObjective::add_values(const TokenChunk& in) {
   const bool ent = wants_entropy();
   const double w = w_;
+  const std::vector<float>& adv = *constants().first;
+  const std::vector<float>& old_logp = *constants().second;
   for (int64_t k = 0; k < in.size(); ++k) {
     const size_t i = static_cast<size_t>(k), t = static_cast<size_t>(in.row_begin + k);
     if (!(rows_.weight[t] > 0.0f)) continue;
-    const double lp = in.logp[i], old = old_[t], A = adv_[t];
+    const double lp = in.logp[i], old = old_logp[t], A = adv[t];
     // max(-A r, -A clip(r)) = -min(A r, A clip(r)): the GRPO surrogate with symmetric eps.
     const Term pg = clipped_surrogate(lp, old, A, cfg_.cliprange, cfg_.cliprange);
     double value = pg.value;
@@ -88,42 +129,48 @@ std::map<std::string, double> PpoPolicyObjective::metrics() const {
 
 PpoValueObjective::PpoValueObjective(const Batch& batch, std::span<const float> returns,
                                      std::span<const float> old_values, const PpoConfig& cfg)
-    : cfg_(cfg),
-      rows_(batch),
-      ret_(returns.begin(), returns.end()),
-      vold_(old_values.begin(), old_values.end()) {
-  check_rows("returns", returns, rows_.num_rows());
-  check_rows("old_values", old_values, rows_.num_rows());
+    : PpoValueObjective(batch, PpoRollout::on_host(returns, old_values), cfg) {}
+
+PpoValueObjective::PpoValueObjective(const Batch& batch, PpoRollout rollout, const PpoConfig& cfg)
+    : cfg_(cfg), rows_(batch), rollout_(std::move(rollout)) {
+  check_rollout(rollout_, rows_.num_rows(), kValueRowWidth, [this] { constants(); });
   if (cfg.grad_accum_steps < 1) throw InputError("ppo: grad_accum_steps must be >= 1");
   n_ = completion_rows(rows_);
-  w_ = static_cast<float>(cfg_.vf_coef * 0.5 / (n_ * static_cast<double>(cfg_.grad_accum_steps)));
+  w_ = ppo_value_weight(n_, cfg_);
   terms_.clip = cfg_.cliprange_value;
+}
+
+const PpoRowConstants& PpoValueObjective::constants() const {
+  return host_constants(rollout_, host_, rows_.num_rows(), "returns", "old_values");
 }
 
 void PpoValueObjective::value_rows(int64_t row_begin, std::span<float> rows) const {
   const int64_t n = static_cast<int64_t>(rows.size()) / kValueRowWidth;
   SBP_CHECK(row_begin >= 0 && row_begin + n <= rows_.num_rows(), "ppo: rows outside the batch");
+  const std::vector<float>& ret = *constants().first;
+  const std::vector<float>& vold = *constants().second;
   for (int64_t k = 0; k < n; ++k) {
     const size_t t = static_cast<size_t>(row_begin + k);
     float* r = rows.data() + k * kValueRowWidth;
-    r[kOldValue] = vold_[t];
-    r[kReturn] = ret_[t];
+    r[kOldValue] = vold[t];
+    r[kReturn] = ret[t];
     r[kValueWeight] = rows_.weight[t] > 0.0f ? w_ : 0.0f;
   }
 }
 
 void PpoValueObjective::add_values(const TokenChunk& in) {
   const double w = w_;
+  const std::vector<float>& ret = *constants().first;
+  const std::vector<float>& vold = *constants().second;
   for (int64_t k = 0; k < in.size(); ++k) {
     const size_t i = static_cast<size_t>(k), t = static_cast<size_t>(in.row_begin + k);
     if (!(rows_.weight[t] > 0.0f)) continue;
     const double v = in.value[i];
-    const Term vf = clipped_value_loss(v, vold_[t], ret_[t], cfg_.cliprange_value);
+    const Term vf = clipped_value_loss(v, vold[t], ret[t], cfg_.cliprange_value);
     loss_ += w * vf.value;
     vf_sum_ += vf.value;
-    const double vc =
-        std::clamp(v, vold_[t] - cfg_.cliprange_value, vold_[t] + cfg_.cliprange_value);
-    clip_sum_ += (vc - ret_[t]) * (vc - ret_[t]) > (v - ret_[t]) * (v - ret_[t]) ? 1.0 : 0.0;
+    const double vc = std::clamp(v, vold[t] - cfg_.cliprange_value, vold[t] + cfg_.cliprange_value);
+    clip_sum_ += (vc - ret[t]) * (vc - ret[t]) > (v - ret[t]) * (v - ret[t]) ? 1.0 : 0.0;
   }
 }
 

@@ -18,6 +18,8 @@
 // ga: gradient accumulation steps (Accelerate divides each micro-batch's loss by it).
 // entropy_coef is an extension (TRL's PPOTrainer only logs the entropy).
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -26,6 +28,22 @@
 #include "objective/sequence_rows.h"
 
 namespace sbp {
+
+// One micro-batch's rollout constants for one of PPO's two objectives, per row (T): the
+// advantages and the old log-probs (policy), or the returns and the old values (value model).
+// `host` returns them; with `device` defined they were computed on the backend
+// (Backend::ppo_rollout_rows) and `host` may wait for the device's next read to bring them, so
+// the objectives call it only where they need the numbers on the host: add_values() at the
+// step's end, or policy_rows() / value_rows() when the engine cannot read `device`.
+struct PpoRowConstants {
+  std::shared_ptr<const std::vector<float>> first, second;  // (T) each
+};
+struct PpoRollout {
+  std::function<PpoRowConstants()> host;
+  Tensor device;  // (T, 4) policy rows or (T, 3) value rows, or undefined
+  // Constants the host holds now (copied).
+  static PpoRollout on_host(std::span<const float> first, std::span<const float> second);
+};
 
 struct PpoConfig {
   double cliprange = 0.2;  // TRL defaults
@@ -36,16 +54,24 @@ struct PpoConfig {
   bool log_entropy = true;
 };
 
+// The loss weight of each completion row of a micro-batch with n of them, as the objectives and
+// the device hold it: the policy's 1 / (n ga), the value model's vf_coef 0.5 / (n ga).
+float ppo_policy_weight(double n, const PpoConfig& cfg);
+float ppo_value_weight(double n, const PpoConfig& cfg);
+
 class PpoPolicyObjective final : public Objective {
  public:
   // advantages, old_logp: (T) per row (PpoAdvantages::advantages; the rollout's log-probs).
   PpoPolicyObjective(const Batch& batch, std::span<const float> advantages,
                      std::span<const float> old_logp, const PpoConfig& cfg);
+  // rollout: advantages and old log-probs (PpoRollout::host), (T, 4) rows on the device or not.
+  PpoPolicyObjective(const Batch& batch, PpoRollout rollout, const PpoConfig& cfg);
 
   bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
   // dL/dlogp_t = w clipped surrogate', on the backend (objective.h).
   const PolicyTerms* policy_terms() const override { return &terms_; }
   void policy_rows(int64_t row_begin, std::span<float> rows) const override;
+  Tensor rows_on_device() const override { return rollout_.device; }
   void add_values(const TokenChunk& in) override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
@@ -56,9 +82,12 @@ class PpoPolicyObjective final : public Objective {
   std::map<std::string, double> metrics() const override;
 
  private:
+  const PpoRowConstants& constants() const;  // rollout_.host(), once
+
   PpoConfig cfg_;
   SequenceRows rows_;
-  std::vector<float> adv_, old_;  // (T)
+  PpoRollout rollout_;
+  mutable PpoRowConstants host_;  // (T) advantages, old log-probs, once asked for
   double n_ = 0;                  // completion rows in this micro-batch
   float w_ = 0;                   // 1 / (n_ grad_accum_steps), as the device holds it
   PolicyTerms terms_;
@@ -70,11 +99,14 @@ class PpoValueObjective final : public Objective {
   // returns, old_values: (T) per row (PpoAdvantages::returns; the rollout's values).
   PpoValueObjective(const Batch& batch, std::span<const float> returns,
                     std::span<const float> old_values, const PpoConfig& cfg);
+  // rollout: returns and old values (PpoRollout::host), (T, 3) rows on the device or not.
+  PpoValueObjective(const Batch& batch, PpoRollout rollout, const PpoConfig& cfg);
 
   HeadKind head() const override { return HeadKind::value; }
   // dL/dv_t = w clipped value loss', on the backend (objective.h).
   const ValueTerms* value_terms() const override { return &terms_; }
   void value_rows(int64_t row_begin, std::span<float> rows) const override;
+  Tensor rows_on_device() const override { return rollout_.device; }
   void add_values(const TokenChunk& in) override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
@@ -84,9 +116,12 @@ class PpoValueObjective final : public Objective {
   std::map<std::string, double> metrics() const override;
 
  private:
+  const PpoRowConstants& constants() const;  // rollout_.host(), once
+
   PpoConfig cfg_;
   SequenceRows rows_;
-  std::vector<float> ret_, vold_;  // (T)
+  PpoRollout rollout_;
+  mutable PpoRowConstants host_;  // (T) returns, old values, once asked for
   double n_ = 0;
   float w_ = 0;  // vf_coef 0.5 / (n_ grad_accum_steps), as the device holds it
   ValueTerms terms_;

@@ -155,11 +155,14 @@ ReferenceLogp StepRunner::logp_at_next_wait(Engine& engine, const PreparedBatch&
 }
 
 std::shared_ptr<const std::vector<float>> StepRunner::values_at_next_wait(
-    Engine& engine, const PreparedBatch& batch) {
+    Engine& engine, const PreparedBatch& batch, Buffer* device) {
   if (opts_.context) return std::make_shared<const std::vector<float>>(engine.values(batch));
-  const Buffer values = engine.rows_on_device(batch, HeadKind::value);  // (T)
-  if (be_.computes()) return be_.download_at_next_wait(values.view());
-  return std::make_shared<const std::vector<float>>(static_cast<size_t>(batch.size()), 0.0f);
+  Buffer values = engine.rows_on_device(batch, HeadKind::value);  // (T)
+  auto host = be_.computes() ? be_.download_at_next_wait(values.view())
+                             : std::make_shared<const std::vector<float>>(
+                                   static_cast<size_t>(batch.size()), 0.0f);
+  if (device) *device = std::move(values);
+  return host;
 }
 
 void StepRunner::skip_slot(int64_t slot) {

@@ -137,10 +137,11 @@ class StepRunner {
   // read now, every row on every rank, and *device stays empty.
   ReferenceLogp logp_at_next_wait(Engine& engine, const PreparedBatch& batch,
                                   Buffer* device = nullptr);
-  // The same for a value model's values (Engine::rows_on_device); the device vector is not
-  // kept.
+  // The same for a value model's values (Engine::rows_on_device), the device vector kept in
+  // *device when given.
   std::shared_ptr<const std::vector<float>> values_at_next_wait(Engine& engine,
-                                                                const PreparedBatch& batch);
+                                                                const PreparedBatch& batch,
+                                                                Buffer* device = nullptr);
   // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
   // The objective's loss may be complete only in finish() (Engine::forward_backward's `later`):
   // it must live until then, and what reads its loss is added with at_finish().

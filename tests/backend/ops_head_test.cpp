@@ -13,6 +13,10 @@
 #include <vector>
 
 #include "backend/backend_suite.h"
+#include "core/ppo_rollout.h"
+#include "objective/gae.h"
+#include "objective/ppo.h"
+#include "objective/sequence_rows.h"
 
 namespace sbp {
 namespace {
@@ -597,6 +601,141 @@ TEST_P(BackendOps, KtoKlPartsRejectMisuse) {
   EXPECT_THROW(grads(Tensor(), dpo, parts.view()), ShapeError);
   if (!computes()) return;  // shape-only tensors have no address to misalign
   EXPECT_THROW(part(parts.view().slice_rows(1, 3)), ShapeError);
+}
+
+// PPO's rollout rows (Backend::ppo_rollout_rows, core/ppo_rollout.h) against the host's own
+// computation of the same quantities (objective/gae.h ppo_step_advantages, which the TRL
+// fixtures check): a step of two micro-batches (their rows one after another on the device, two
+// parts on the host), prompt rows between completions, both KL estimators, with and without the
+// rewards' whitening. The sums run in different orders, so the two agree to the double
+// computations' rounding before each is rounded to float.
+TEST_P(BackendOps, PpoRolloutRowsMatchTheHostRollout) {
+  // Two micro-batches: 3 sequences of 5, 4, 6 rows, then 2 of 7, 3 rows.
+  const std::vector<std::vector<int64_t>> lens = {{5, 4, 6}, {7, 3}};
+  std::vector<Batch> batches;
+  std::vector<float> logp, ref, values, weight, scores;
+  std::vector<int32_t> begin = {0};
+  const PpoConfig loss{.vf_coef = 0.3, .grad_accum_steps = 2};
+  std::vector<float> seq;  // (S, 3)
+  for (const std::vector<int64_t>& ls : lens) {
+    Batch b;
+    for (int64_t len : ls) {
+      b.seq_lens.push_back(len);
+      for (int64_t k = 0; k < len; ++k) {
+        b.tokens.push_back(static_cast<int32_t>(1 + k));
+        b.loss_mask.push_back(k >= 2 ? 1.0f : 0.0f);  // two prompt tokens, then the completion
+      }
+    }
+    const SequenceRows rows(b);
+    double n = 0;  // completion rows of the micro-batch
+    for (float x : rows.weight) n += x > 0.0f ? 1 : 0;
+    for (size_t t = 0; t < rows.weight.size(); ++t) {
+      weight.push_back(rows.weight[t]);
+      ref.push_back(static_cast<float>(-1.0 - 0.5 * std::fabs(rng.normal())));
+      logp.push_back(static_cast<float>(ref.back() + 0.3 * rng.normal()));
+      values.push_back(static_cast<float>(0.5 * rng.normal()));
+    }
+    for (size_t s = 0; s < ls.size(); ++s) {
+      begin.push_back(begin.back() + static_cast<int32_t>(ls[s]));
+      scores.push_back(static_cast<float>(rng.normal()));
+      seq.insert(seq.end(), {scores.back(), ppo_policy_weight(n, loss), ppo_value_weight(n, loss)});
+    }
+    batches.push_back(std::move(b));
+  }
+  const int64_t T = static_cast<int64_t>(logp.size()), S = static_cast<int64_t>(scores.size());
+  ASSERT_EQ(begin.back(), T);
+  auto vec = [](const std::vector<float>& v) { return Vec(v.begin(), v.end()); };
+  Buffer lp = up(vec(logp), {T}), rf = up(vec(ref), {T}), val = up(vec(values), {T});
+  Buffer w = up(vec(weight), {T}), starts = ids(begin), sq = up(vec(seq), {S, 3});
+  for (const KlEstimator est : {KlEstimator::k1, KlEstimator::k3}) {
+    for (const bool whiten : {false, true}) {
+      const PpoRolloutConfig cfg{
+          .kl_coef = 0.1, .kl_estimator = est, .gamma = 0.97, .lam = 0.9, .whiten_rewards = whiten};
+      Buffer policy = zeros({T, 4}), value = zeros({T, 3}), moments = zeros({16 * S});
+      be.ppo_rollout_rows(policy.view(), value.view(), moments.view(), lp.view(), rf.view(),
+                          val.view(), w.view(), starts.view(), sq.view(), cfg);
+      if (!computes()) continue;
+      const Vec p = down(policy), v = down(value);
+      std::vector<PpoRolloutPart> parts;
+      int64_t at = 0, s0 = 0;
+      for (const Batch& b : batches) {
+        const int64_t n = b.size(), ns = static_cast<int64_t>(b.seq_lens.size());
+        auto span = [&](const std::vector<float>& x, int64_t from, int64_t count) {
+          return std::span<const float>(x.data() + from, static_cast<size_t>(count));
+        };
+        parts.push_back(
+            {&b, span(scores, s0, ns), span(logp, at, n), span(ref, at, n), span(values, at, n)});
+        at += n, s0 += ns;
+      }
+      const std::vector<PpoAdvantages> host = ppo_step_advantages(parts, cfg);
+      at = 0;
+      int64_t part = 0;
+      for (const PpoAdvantages& h : host) {
+        for (int64_t t = 0; t < static_cast<int64_t>(h.advantages.size()); ++t) {
+          const size_t i = static_cast<size_t>(t), g = static_cast<size_t>(at + t);
+          const bool step = weight[g] > 0.0f;
+          SCOPED_TRACE("k3 " + std::to_string(est == KlEstimator::k3) + " whiten " +
+                       std::to_string(whiten) + " part " + std::to_string(part) + " row " +
+                       std::to_string(t));
+          EXPECT_EQ(p[4 * g + kOldLogp], logp[g]);
+          EXPECT_EQ(p[4 * g + kRefLogp], 0.0);
+          EXPECT_NEAR(p[4 * g + kAdvantage], h.advantages[i],
+                      2e-6 * std::max(1.0f, std::fabs(h.advantages[i])));
+          EXPECT_EQ(v[3 * g + kOldValue], values[g]);
+          EXPECT_NEAR(v[3 * g + kReturn], h.returns[i],
+                      2e-6 * std::max(1.0f, std::fabs(h.returns[i])));
+          if (!step) {
+            EXPECT_EQ(p[4 * g + kAdvantage], 0.0);
+            EXPECT_EQ(v[3 * g + kReturn], 0.0);
+          }
+        }
+        at += static_cast<int64_t>(h.advantages.size()), ++part;
+      }
+      // Loss weights: each micro-batch's, on its completion rows only.
+      for (int64_t t = 0, s = 0; t < T; ++t) {
+        while (begin[static_cast<size_t>(s) + 1] <= t) ++s;
+        const size_t g = static_cast<size_t>(t);
+        const bool step = weight[g] > 0.0f;
+        EXPECT_EQ(p[4 * g + kLossWeight], step ? seq[3 * static_cast<size_t>(s) + 1] : 0.0f);
+        EXPECT_EQ(v[3 * g + kValueWeight], step ? seq[3 * static_cast<size_t>(s) + 2] : 0.0f);
+      }
+    }
+  }
+}
+
+TEST_P(BackendOps, PpoRolloutRowsRejectMisuse) {
+  const int64_t T = 6;
+  Buffer v6 = zeros({T}), policy = zeros({T, 4}), value = zeros({T, 3}), moments = zeros({32});
+  Buffer two = ids({0, 3, 6}), sq = zeros({2, 3});
+  Buffer w = up(Vec{0, 1, 1, 0, 1, 0}, {T});
+  const PpoRolloutConfig cfg;
+  auto call = [&](const Tensor& p, const Tensor& v, const Tensor& m, const Tensor& weight,
+                  const Tensor& begin, const Tensor& seq, const PpoRolloutConfig& c) {
+    be.ppo_rollout_rows(p, v, m, v6.view(), v6.view(), v6.view(), weight, begin, seq, c);
+  };
+  const Tensor P = policy.view(), V = value.view(), M = moments.view(), W = w.view();
+  EXPECT_NO_THROW(call(P, V, M, W, two.view(), sq.view(), cfg));
+  EXPECT_THROW(call(V, P, M, W, two.view(), sq.view(), cfg), ShapeError);  // rows swapped
+  EXPECT_THROW(call(P, V, M.slice_rows(0, 16), W, two.view(), sq.view(), cfg), ShapeError);
+  EXPECT_THROW(call(P, V, M, W, two.view(), sq.view().slice_rows(0, 1), cfg), ShapeError);
+  Buffer none = ids({0});
+  EXPECT_THROW(call(P, V, M, W, none.view(), sq.view(), cfg), ShapeError);  // S = 0
+  PpoRolloutConfig bad = cfg;
+  bad.gamma = 1.5;
+  EXPECT_THROW(call(P, V, M, W, two.view(), sq.view(), bad), ShapeError);
+  bad = cfg;
+  bad.kl_coef = NAN;
+  EXPECT_THROW(call(P, V, M, W, two.view(), sq.view(), bad), ShapeError);
+  if (!computes() || GetParam().name == std::string("cuda")) return;  // a GPU trusts the caller
+  Buffer no_step = up(Vec{0, 0, 0, 0, 1, 1}, {T});  // sequence 0 has no completion row
+  EXPECT_THROW(call(P, V, M, no_step.view(), two.view(), sq.view(), cfg), ShapeError);
+  Buffer one = up(Vec{0, 1, 0, 0, 0, 0}, {T});  // ... and one row cannot be whitened
+  Buffer whole = ids({0, 6});
+  EXPECT_THROW(
+      call(P, V, M.slice_rows(0, 16), one.view(), whole.view(), sq.view().slice_rows(0, 1), cfg),
+      ShapeError);
+  Buffer falling = ids({0, 4, 3});
+  EXPECT_THROW(call(P, V, M, W, falling.view(), sq.view(), cfg), ShapeError);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(test::all_backends()),

@@ -1,11 +1,11 @@
 // Parity with an independent PyTorch implementation of the objectives (the llm.c pattern):
 // tools/objective_parity/make_fixtures.py writes tiny transformers models (policy, reference,
-// value model) and, for DPO (sigmoid, smoothed sigmoid, hinge, ipo), ORPO, KTO, GRPO (each loss_type, the
-// detached / no-KL form, an entropy bonus) and PPO, the loss, TRL's metrics, intermediate values
-// (advantages, returns) and every parameter's gradient, computed by autograd from losses written
-// the way TRL v0.23.0 writes them, on unpacked, right-padded sequences. Here the same inputs go
-// through our packed batches, the reference model's real forward, the objectives and the
-// streamed engine, in several modes.
+// value model) and, for DPO (sigmoid, smoothed sigmoid, hinge, ipo), ORPO, KTO, GRPO (each
+// loss_type, the detached / no-KL form, an entropy bonus) and PPO, the loss, TRL's metrics,
+// intermediate values (advantages, returns) and every parameter's gradient, computed by autograd
+// from losses written the way TRL v0.23.0 writes them, on unpacked, right-padded sequences. Here
+// the same inputs go through our packed batches, the reference model's real forward, the objectives
+// and the streamed engine, in several modes.
 //
 // Tolerance: fp32 on both sides, different summation orders (see hf_parity_test.cpp): 1e-5 with
 // the error measure max|a-b|/max|b| per tensor. Losses are compared on their natural scale,
@@ -225,8 +225,8 @@ TEST_P(KtoParity, KlLossMetricsAndGradients) {
   ASSERT_EQ(kl_batch.size(), batch.size());
   for (const ExecConfig& exec : modes()) {
     const std::string what = std::string(GetParam()) + " " + mode_name(exec);
-    const std::vector<double> pk = completion_sums(
-        kl_batch, Engine(m.cfg, m.policy, m.be, m.pool, exec).score(kl_batch).logp);
+    const std::vector<double> pk =
+        completion_sums(kl_batch, Engine(m.cfg, m.policy, m.be, m.pool, exec).score(kl_batch).logp);
     const std::vector<double> rk = completion_sums(
         kl_batch, Engine(m.cfg, m.reference, m.be, m.pool, exec).score(kl_batch).logp);
     double kl = 0.0;
@@ -334,6 +334,56 @@ TEST(PpoParity, RolloutLossesAndBothModelsGradients) {
         << what;
     expect_grads(g, grads, "", what);
     expect_grads(vg, grads, "value_model.", what);
+
+    // The same step with the rollout on the backend, as PPO's step computes it on one process
+    // (Backend::ppo_rollout_rows): the gradient passes read the rows there, the objectives' host
+    // copies come from the same rows.
+    const std::string on_device = what + " (rollout rows on the backend)";
+    const int64_t T = batch.size(), S = static_cast<int64_t>(seqs.size());
+    double n = 0;
+    for (float x : rows.weight) n += x > 0.0f ? 1 : 0;
+    std::vector<float> seq;  // (S, 3)
+    for (float score : scores)
+      seq.insert(seq.end(), {score, ppo_policy_weight(n, pc), ppo_value_weight(n, pc)});
+    auto up = [&](std::span<const float> v, Shape shape) {
+      Buffer b = m.pool.allocate(Category::other, DType::F32, shape);
+      upload_f32(b.view(), v);
+      return b;
+    };
+    const Buffer logp_d = up(old, {T}), ref_d = up(ref_logp, {T}), values_d = up(old_values, {T});
+    const Buffer weight_d = up(rows.weight, {T}), seq_d = up(seq, {S, 3});
+    const Buffer begin_d = m.pool.allocate(Category::other, DType::I32, {S + 1});
+    upload_i32(begin_d.view(), offsets_i32(rows.begin));
+    const Buffer moments = m.pool.allocate(Category::other, DType::F32, {16 * S});
+    const Buffer policy_rows = m.pool.allocate(Category::other, DType::F32, {T, 4});
+    const Buffer value_rows = m.pool.allocate(Category::other, DType::F32, {T, 3});
+    m.be.ppo_rollout_rows(policy_rows.view(), value_rows.view(), moments.view(), logp_d.view(),
+                          ref_d.view(), values_d.view(), weight_d.view(), begin_d.view(),
+                          seq_d.view(), rc);
+    auto columns = [T](const Tensor& rows_d, int width, int a, int b) {
+      const std::vector<float> h = download_f32(rows_d);
+      auto first = std::make_shared<std::vector<float>>();
+      auto second = std::make_shared<std::vector<float>>();
+      for (int64_t t = 0; t < T; ++t) {
+        first->push_back(h[static_cast<size_t>(t * width + a)]);
+        second->push_back(h[static_cast<size_t>(t * width + b)]);
+      }
+      return PpoRowConstants{first, second};
+    };
+    const Tensor pr = policy_rows.view(), vr = value_rows.view();
+    PpoPolicyObjective dpol(
+        batch, {.host = [&] { return columns(pr, 4, kAdvantage, kOldLogp); }, .device = pr}, pc);
+    PpoValueObjective dval(
+        batch, {.host = [&] { return columns(vr, 3, kReturn, kOldValue); }, .device = vr}, pc);
+    ParameterSet dg(m.cfg, m.pool, Category::grads, DType::F32, true);
+    ParameterSet dvg = make_value_parameters(m.cfg, m.pool, Category::grads, DType::F32, true);
+    Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, dpol, dg);
+    Engine(m.cfg, m.value, m.be, m.pool, exec).forward_backward(batch, dval, dvg);
+    expect_loss(dpol.loss() + dval.loss(), j.at("expected").at("loss"), on_device);
+    EXPECT_NEAR(dpol.metrics().at("loss/policy"), mt.at("loss/policy").get<double>(), 1e-5)
+        << on_device;
+    expect_grads(dg, grads, "", on_device);
+    expect_grads(dvg, grads, "value_model.", on_device);
   }
 }
 

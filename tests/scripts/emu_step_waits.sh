@@ -25,9 +25,11 @@
 #     the norm alone, 1 (57 before). grpo-kl (beta 0.04): the reference's forward leaves its
 #     log-probs on the device, where the formula reads them, and the host's copy comes with the
 #     norm: 1 (2 before). PPO: its rollout's three no-grad forwards (old log-probs,
-#     reference log-probs, old values) of every micro-batch come back together with one wait,
-#     which the advantages need before any backward (GAE, whitened over every rank's rollouts),
-#     and one norm for both models: 2 (88, then 4).
+#     reference log-probs, old values) of every micro-batch leave their rows on the device,
+#     where the backend computes the rewards, GAE and whitenings and the two models' per-row
+#     constants (Backend::ppo_rollout_rows), which the gradient passes read there; the host's
+#     copies come with the norm, one for both models: 1 (88, then 4, then 2). With several ranks
+#     the whitening is summed on the host first: one wait more (ppo_step.cpp).
 #
 #   tests/scripts/emu_step_waits.sh [build-dir]     (default build-emu)
 set -euo pipefail
@@ -53,7 +55,7 @@ waits() {  # case steps -> the host waits of the whole run
   sed -n 's/^cuda emulation: \([0-9]*\) host waits.*/\1/p' "$T/log-$1-$2"
 }
 status=0
-for case in sft:1 dpo:1 kto:1 orpo:1 grpo:1 grpo-kl:1 ppo:2; do
+for case in sft:1 dpo:1 kto:1 orpo:1 grpo:1 grpo-kl:1 ppo:1; do
   config=${case%%:*} expected=${case##*:}
   one=$(waits "$config" 1)
   two=$(waits "$config" 2)

@@ -1,8 +1,8 @@
 #pragma once
 // The CPU backend: fp32 compute on F32 or BF16 storage (storage.h), OpenBLAS sgemm, OpenMP-parallel
 // kernels written here. Kernel families live in separate files (gemm.cpp and gemm_bf16.cpp,
-// elementwise.cpp, norm.cpp, rope.cpp, swiglu.cpp, geglu.cpp, softcap.cpp, embedding.cpp, lm_head.cpp, entropy.cpp,
-// adamw.cpp, attention.cpp).
+// elementwise.cpp, norm.cpp, rope.cpp, swiglu.cpp, geglu.cpp, softcap.cpp, embedding.cpp,
+// lm_head.cpp, entropy.cpp, adamw.cpp, attention.cpp).
 #include "backend/backend.h"
 #include "backend/cpu_threads.h"
 #include "backend/host_block_cache.h"
@@ -102,9 +102,14 @@ class CpuBackend : public Backend {
                                  const SequenceTerms& terms, const Tensor& kl_parts) override;
   void kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
                         const Tensor& weight, const Tensor& begin) override;
+  void ppo_rollout_rows_impl(const Tensor& policy_rows, const Tensor& value_rows,
+                             const Tensor& moments, const Tensor& logp, const Tensor& ref,
+                             const Tensor& values, const Tensor& weight, const Tensor& begin,
+                             const Tensor& seq, const PpoRolloutConfig& cfg) override;
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;
+
  private:
   HostBlockCache blocks_;
   PlainHostSpace host_{*this};

@@ -1,6 +1,7 @@
-// The sequence-level objectives' gradients (Backend::sequence_token_grads) and KTO's KL parts
-// (Backend::kto_kl_part): the objectives' own functions (core/sequence_terms.h) over a
-// micro-batch's units of sequences, one after another.
+// The sequence-level objectives' gradients (Backend::sequence_token_grads), KTO's KL parts
+// (Backend::kto_kl_part) and PPO's rollout rows (Backend::ppo_rollout_rows): the objectives'
+// own functions (core/sequence_terms.h, core/ppo_rollout.h) over a micro-batch's units of
+// sequences (a step's sequences), one after another.
 #include <cstring>
 #include <string>
 
@@ -51,6 +52,41 @@ void CpuBackend::kto_kl_part_impl(const Tensor& part, const Tensor& logp, const 
   check_offsets("kto_kl_part", begin.i32(), S, T);
   const double sum = ::sbp::kto_kl_part(logp.f32(), ref.f32(), weight.f32(), begin.i32(), S, T);
   std::memcpy(part.data, &sum, sizeof sum);
+}
+
+void CpuBackend::ppo_rollout_rows_impl(const Tensor& policy_rows, const Tensor& value_rows,
+                                       const Tensor& moments, const Tensor& logp, const Tensor& ref,
+                                       const Tensor& values, const Tensor& weight,
+                                       const Tensor& begin, const Tensor& seq,
+                                       const PpoRolloutConfig& cfg) {
+  const char* op = "ppo_rollout_rows";
+  const int64_t T = logp.numel(), S = begin.numel() - 1;
+  const int32_t* b = begin.i32();  // (S + 1)
+  check_offsets(op, b, S, T);
+  const float* m = weight.f32();  // (T)
+  int64_t steps = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    int64_t mine = 0;
+    for (int64_t t = b[s]; t < b[s + 1]; ++t) mine += m[t] > 0.0f ? 1 : 0;
+    SBP_CHECK(mine > 0, std::string(op) + ": sequence " + std::to_string(s) +
+                            " has no completion row (weight > 0)");
+    steps += mine;
+  }
+  SBP_CHECK(steps >= 2, std::string(op) + ": the whitening needs at least 2 completion rows");
+  const PpoRolloutInputs in{.logp = logp.f32(),
+                            .ref = ref.f32(),
+                            .values = values.f32(),
+                            .weight = m,
+                            .begin = b,
+                            .seq = seq.f32(),
+                            .S = S};
+  // (4, S, 2) the phases' partials, as the bytes the F32 tensor holds (8-byte aligned, checked)
+  double* parts = static_cast<double*>(moments.data);
+  const PpoRolloutRows out{.policy = policy_rows.f32(), .value = value_rows.f32()};
+  // Each phase needs the one before it complete for every sequence: phases outside, sequences
+  // inside (a step's rollout is a few loops over its rows; not worth threads).
+  for (int phase = cfg.whiten_rewards ? kRewardMoments : kAdvantageMoments; phase <= kRows; ++phase)
+    for (int64_t s = 0; s < S; ++s) ppo_rollout_sequence(phase, s, cfg, in, parts, out);
 }
 
 }  // namespace sbp

@@ -100,9 +100,9 @@ class CudaBackend : public Backend {
   // conversions in `scratch` (backend/gemm_scratch.h).
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
                  float alpha, float beta, const Tensor& scratch) override;
-  void gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, cudaDataType tab,
-               int64_t lda, bool trans_a, const void* B, int64_t ldb, bool trans_b, int64_t M,
-               int64_t N, int64_t K, float alpha, float beta);
+  void gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, cudaDataType tab, int64_t lda,
+               bool trans_a, const void* B, int64_t ldb, bool trans_b, int64_t M, int64_t N,
+               int64_t K, float alpha, float beta);
 
   void fill_impl(const Tensor& x, float value) override;
   void copy_impl(const Tensor& dst, const Tensor& src) override;
@@ -164,6 +164,10 @@ class CudaBackend : public Backend {
                                  const SequenceTerms& terms, const Tensor& kl_parts) override;
   void kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
                         const Tensor& weight, const Tensor& begin) override;
+  void ppo_rollout_rows_impl(const Tensor& policy_rows, const Tensor& value_rows,
+                             const Tensor& moments, const Tensor& logp, const Tensor& ref,
+                             const Tensor& values, const Tensor& weight, const Tensor& begin,
+                             const Tensor& seq, const PpoRolloutConfig& cfg) override;
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;
@@ -205,9 +209,9 @@ class CudaBackend : public Backend {
   std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;
   // Host offload (host_offload.cu).
   std::unique_ptr<PinnedHostSpace> host_;
-  cudaStream_t copy_stream_ = nullptr;                        // created by the first copy
+  cudaStream_t copy_stream_ = nullptr;                          // created by the first copy
   std::deque<std::pair<CopyTicket, cudaEvent_t>> copy_events_;  // queued copies' done events
-  std::vector<cudaEvent_t> free_events_;                       // events to record again
+  std::vector<cudaEvent_t> free_events_;                        // events to record again
   cudaEvent_t take_event();
   void destroy_copy_resources();
 };

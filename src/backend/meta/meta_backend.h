@@ -82,6 +82,9 @@ class MetaBackend final : public Backend {
                                  const Tensor&) override {}
   void kto_kl_part_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const Tensor&) override {}
+  void ppo_rollout_rows_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const PpoRolloutConfig&) override {}
   void dlogits_entropy_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, const Tensor&) override {}
   void adamw_step_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
