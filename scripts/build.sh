@@ -12,10 +12,8 @@ case "$kind" in
   release)  dir=build;          flags=(-DCMAKE_BUILD_TYPE=Release) ;;
   # -g1: line tables are all ASan/UBSan reports need; full debug info cost a quarter of the build.
   # clang, so that the same tree also builds the libFuzzer harnesses (fuzz/, scripts/fuzz.sh).
-  # Unity sources (CMakeLists.txt, STREAMBP_UNITY): no other tree shares this one's objects.
   sanitize) dir=build-sanitize; flags=(-DCMAKE_BUILD_TYPE=Debug -DSTREAMBP_SANITIZE=ON
                                         -DSTREAMBP_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++
-                                        -DSTREAMBP_UNITY=ON
                                         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1") ;;
   emu)      dir=build-emu;      flags=(-DCMAKE_BUILD_TYPE=Release -DSTREAMBP_CUDA_EMULATION=ON) ;;
   *) echo "usage: scripts/build.sh [release|sanitize|emu]" >&2; exit 2 ;;

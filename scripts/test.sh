@@ -23,9 +23,12 @@ lap 'release build'
 # host arithmetic), the plan-versus-step agreements (whole steps that other tests cover) and
 # the `slow` label (resident memory of the plain backend's allocations, long gradchecks, the
 # gpu-check script's own test).
+# The plan-versus-step agreements: a real step of every objective and mode beside its plan,
+# steps that other tests run in both passes.
+beside_plan='PlanAgreement'
 no_backend_memory='^(Tokenizer|TokenizerLoad|TokenizeCli|ChatTemplate|MaskedEncoding|Dataset|Packing'
 no_backend_memory+='|AnswerMatch|Rewards|CommandReward|Sampling|CudaMath|CudaAttentionTc|CudaAttentionTcEmulated|CudaArena|CheckedMath|ParseSize'
-no_backend_memory+='|ModelConfig|ModelConfigLimits|GemmaConfig|TrainConfig|TrainConfigNumbers|PlanAgreement)\.'
+no_backend_memory+='|ModelConfig|ModelConfigLimits|GemmaConfig|TrainConfig|TrainConfigNumbers|'"$beside_plan"')\.'
 (cd build && STREAMBP_CHECK_MEMORY=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
    -E "$no_backend_memory")
 (cd build && ctest --output-on-failure -j "$(nproc)" -L slow)
@@ -44,7 +47,7 @@ lap 'sanitizer build'
 # tests run here) are the slowest third of this pass under ASan and add no code path of ours
 # that the other tests do not run here.
 (cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
-   -E '^(DistTrain|DistMemory|PlanAgreement)\.')
+   -E "^(DistTrain|DistMemory|$beside_plan)\.")
 lap 'sanitizer tests'
 # The libFuzzer harnesses of that tree: committed inputs replayed, then FUZZ_SECONDS each.
 bash scripts/fuzz.sh build-sanitize
