@@ -47,15 +47,27 @@ config() {  # case -> the train command's config and overrides
     *) echo "examples/tiny-chat/$1.yaml" ;;
   esac
 }
-waits() {  # case steps -> the host waits of the whole run
+waits() {  # case steps -> the host waits of the whole run (every rank's, added up)
+  local name=${1%@*} launch=()
+  # shellcheck disable=SC2206 # mpirun's words
+  [[ $1 == *@2 ]] && launch=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    STREAMBP_CUDA_EMULATION_DEVICES=2 mpirun -np 2 --oversubscribe --bind-to none
+    --mca btl self,vader)
   # shellcheck disable=SC2046 # the config's words are separate arguments
-  STREAMBP_CUDA_EMULATION_REPORT=1 "$BIN" train $(config "$1") backend=cuda \
+  STREAMBP_CUDA_EMULATION_REPORT=1 "${launch[@]}" "$BIN" train $(config "$name") backend=cuda \
     max_steps="$2" save_every=0 eval_every=0 output_dir="$T/$1-$2" >"$T/log-$1-$2" 2>&1 ||
     { cat "$T/log-$1-$2" >&2; exit 1; }
-  sed -n 's/^cuda emulation: \([0-9]*\) host waits.*/\1/p' "$T/log-$1-$2"
+  sed -n 's/^cuda emulation: \([0-9]*\) host waits.*/\1/p' "$T/log-$1-$2" |
+    awk '{ n += $1 } END { if (NR) print n }'
 }
 status=0
-for case in sft:1 dpo:1 kto:1 orpo:1 grpo:1 grpo-kl:1 ppo:1; do
+cases=(sft:1 dpo:1 kto:1 orpo:1 grpo:1 grpo-kl:1 ppo:1)
+# Two ranks (NCCL emulated over MPI), every rank's waits added up: SFT waits once per step on
+# each rank (the gradient reductions complete on the device: NcclCommunicator::wait); PPO's rank
+# with a micro-batch waits once more, before its first backward, for the whitening's sums over
+# the ranks on the host (ppo_step.cpp), the other rank (an empty slot) once: 3.
+command -v mpirun >/dev/null && cases+=(sft@2:2 ppo@2:3)
+for case in "${cases[@]}"; do
   config=${case%%:*} expected=${case##*:}
   one=$(waits "$config" 1)
   two=$(waits "$config" 2)

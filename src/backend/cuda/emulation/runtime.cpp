@@ -561,9 +561,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (!rt().events.count(e)) return report(cudaErrorInvalidResourceHandle);
-  // Nothing runs until the host waits, so a poll would spin for ever: a query that finds the
-  // event pending runs the queue (counted as a wait) and reports it done.
-  if (e->recorded && !e->done) host_wait();
+  // Nothing runs until the host waits: a pending event stays pending until then, as a real
+  // device's may for as long as its work takes. A caller that polls in a loop without ever
+  // waiting would spin for ever here (and could on a GPU): ours test once per group
+  // (DataParallel::progress) and never loop. Not an error: not made the last error either.
+  if (e->recorded && !e->done) return rt().sticky != cudaSuccess ? rt().sticky : cudaErrorNotReady;
   return report(cudaSuccess);
 }
 
