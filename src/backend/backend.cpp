@@ -66,6 +66,12 @@ void check_rows_vector(const char* op, const char* name, const Tensor& t, DType 
   check_dtype(op, name, t, dt);
   SBP_CHECK(t.numel() == n, arg(op, name, t) + " must have one entry per row (n = " + num(n) + ")");
 }
+// A per-row table of a call with n rows: F32 (n, width), e.g. the objectives' per-row constants.
+void check_rows_table(const char* op, const char* name, const Tensor& t, int64_t n, int width) {
+  SBP_CHECK(t.defined() && t.dtype == DType::F32 && t.rows() == n && t.cols() == width &&
+                t.numel() == n * width,
+            arg(op, name, t) + " must be F32 (" + num(n) + ", " + num(int64_t{width}) + ")");
+}
 // t has the shape (rows, cols) of `like`, e.g. out and dq like q (n, H*h).
 void check_like(const char* op, const char* name, const Tensor& t, const char* like_name,
                 const Tensor& like) {
@@ -753,9 +759,7 @@ void Backend::policy_token_grads(const Tensor& dlogp, const Tensor& dentropy, co
   check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
   if (dentropy.defined()) check_rows_vector(op, "dentropy", dentropy, DType::F32, n);
   if (ref.defined()) check_rows_vector(op, "ref", ref, DType::F32, n);
-  SBP_CHECK(rows.defined() && rows.dtype == DType::F32 && rows.rows() == n &&
-                rows.cols() == kPolicyRowWidth && rows.numel() == n * kPolicyRowWidth,
-            arg(op, "rows", rows) + " must be F32 (n, 4) with n = " + num(n));
+  check_rows_table(op, "rows", rows, n, kPolicyRowWidth);
   SBP_CHECK(std::isfinite(terms.eps_low) && std::isfinite(terms.eps_high) &&
                 std::isfinite(terms.beta) && std::isfinite(terms.entropy_coef),
             std::string(op) + ": the terms' scalars must be finite");
@@ -778,9 +782,7 @@ void Backend::value_token_grads(const Tensor& dvalue, const Tensor& value, const
   const int64_t n = value.numel();
   check_rows_vector(op, "value", value, DType::F32, n);
   check_rows_vector(op, "dvalue", dvalue, DType::F32, n);
-  SBP_CHECK(rows.defined() && rows.dtype == DType::F32 && rows.rows() == n &&
-                rows.cols() == kValueRowWidth && rows.numel() == n * kValueRowWidth,
-            arg(op, "rows", rows) + " must be F32 (n, 3) with n = " + num(n));
+  check_rows_table(op, "rows", rows, n, kValueRowWidth);
   SBP_CHECK(std::isfinite(terms.clip) && terms.clip >= 0.0,
             std::string(op) + ": the clip range must be finite and >= 0");
   owns(op, {&dvalue, &value, &rows});
@@ -868,15 +870,9 @@ void Backend::ppo_rollout_rows(const Tensor& policy_rows, const Tensor& value_ro
   check_dtype(op, "begin", begin, DType::I32);
   const int64_t S = begin.numel() - 1;
   SBP_CHECK(S >= 1, arg(op, "begin", begin) + " must hold S + 1 offsets, S >= 1");
-  SBP_CHECK(seq.defined() && seq.dtype == DType::F32 && seq.rows() == S &&
-                seq.cols() == kPpoSequenceWidth && seq.numel() == S * kPpoSequenceWidth,
-            arg(op, "seq", seq) + " must be F32 (S, 3) with S = " + num(S));
-  SBP_CHECK(policy_rows.defined() && policy_rows.dtype == DType::F32 && policy_rows.rows() == T &&
-                policy_rows.cols() == kPolicyRowWidth && policy_rows.numel() == T * kPolicyRowWidth,
-            arg(op, "policy_rows", policy_rows) + " must be F32 (T, 4) with T = " + num(T));
-  SBP_CHECK(value_rows.defined() && value_rows.dtype == DType::F32 && value_rows.rows() == T &&
-                value_rows.cols() == kValueRowWidth && value_rows.numel() == T * kValueRowWidth,
-            arg(op, "value_rows", value_rows) + " must be F32 (T, 3) with T = " + num(T));
+  check_rows_table(op, "seq", seq, S, kPpoSequenceWidth);
+  check_rows_table(op, "policy_rows", policy_rows, T, kPolicyRowWidth);
+  check_rows_table(op, "value_rows", value_rows, T, kValueRowWidth);
   check_double_parts(op, "moments", moments);
   SBP_CHECK(moments.numel() == 16 * S,
             arg(op, "moments", moments) + " must hold 8 S doubles (16 S F32), S = " + num(S));
