@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "core/checked_math.h"
+#include "engine/window_stream.h"
 
 namespace sbp {
 
@@ -34,12 +35,12 @@ StreamMemoryTerms stream_memory_terms(const ModelConfig& cfg, int64_t T, int64_t
   StreamMemoryTerms m;
   m.checkpoints = prod({L + 1, T, d, a});
   m.grad_buffer = prod({T, d, f});
-  // K/V rows the largest layer holds: T, or for a sliding layer whose window plus one chunk is
-  // shorter than T, that many (engine/window_stream.h); the largest layer sets the peak.
+  // K/V rows the largest layer holds: T, or for a sliding layer whose window frame is shorter
+  // than T, that many (engine/window_stream.h); the largest layer sets the peak.
   int64_t kv_rows = 0;
   for (int64_t l = 0; l < L; ++l) {
     const int64_t w = cfg.layer_window(l);
-    kv_rows = std::max(kv_rows, w > 0 && c + w - 1 < T ? c + w - 1 : T);
+    kv_rows = std::max(kv_rows, w > 0 && window_frame_rows(w, c) < T ? window_frame_rows(w, c) : T);
   }
   m.kv = prod({2, kv_rows, Gh, a});
   m.dkv = prod({2, kv_rows, Gh, f});

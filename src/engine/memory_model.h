@@ -13,8 +13,8 @@ namespace sbp {
 struct StreamMemoryTerms {
   int64_t checkpoints = 0;        // (L+1) T d      layer inputs + final hidden, act dtype
   int64_t grad_buffer = 0;        // T d            fp32 running activation gradient
-  int64_t kv = 0;                 // 2 T G h        act dtype (sliding layers: c + w - 1 rows,
-  int64_t dkv = 0;                // 2 T G h        fp32       not T, when shorter)
+  int64_t kv = 0;                 // 2 T G h        act dtype (sliding layers: their frame's rows,
+  int64_t dkv = 0;                // 2 T G h        fp32       window_frame_rows, when fewer than T)
   int64_t chunk_working_set = 0;  // c (3d + 3Hh + 2F) act + c (H + 3F) fp32 (see .cpp)
   int64_t head_chunk = 0;         // c_h V act logits + c_h d (act + fp32) + 3 c_h fp32
   int64_t step_tables = 0;        // 4 T int32 index arrays + rope table

@@ -37,23 +37,29 @@ void move_rows(Backend& be, std::initializer_list<Tensor> ts, int64_t src, int64
 
 }  // namespace
 
+int64_t window_frame_rows(int64_t window, int64_t chunk) {
+  const int64_t history = (window - 1 + chunk - 1) / chunk;  // ceil((w - 1) / c) whole chunks
+  return (history + 1) * chunk;
+}
+
 bool window_stream_applies(const ModelConfig& cfg, int64_t layer, int64_t T, int64_t chunk) {
   const int64_t w = cfg.layer_window(layer);
-  return w > 0 && chunk + w - 1 < T;
+  return w > 0 && window_frame_rows(w, chunk) < T;
 }
 
 void window_layer_forward(DecoderLayerOps& ops, Backend& be, const LayerTensors& w, const Tensor& x,
                           const Tensor& y, int64_t window, int64_t chunk) {
-  const int64_t T = x.rows(), c = chunk, wm = window - 1;
+  const int64_t T = x.rows(), c = chunk, rows = window_frame_rows(window, chunk);
+  const int64_t history = rows - c;  // rows of the frame below its chunk, a multiple of c
   const Category ws = Category::layer_workspace;
-  LayerKV buf = ops.alloc_kv(c + wm, ws, /*keep_k_raw=*/false);  // (c + w - 1, G*h) K, V
+  LayerKV buf = ops.alloc_kv(rows, ws, /*keep_k_raw=*/false);  // (rows, G*h) K, V
   KVRows frame(buf);
   const Chunks r(T, c, be);
   for (int64_t ci = 0; ci < r.count; ++ci) {
     if (!r.runs(ci)) ci = r.full - 2;  // jump over the repeats
     const int64_t s = ci * c, e = std::min(T, s + c);
-    const int64_t f = s - wm;                    // global row of buffer row 0
-    const int64_t lo = std::max<int64_t>(0, f);  // first key any row of the chunk sees
+    const int64_t f = s - history;                        // global row of buffer row 0
+    const int64_t lo = std::max<int64_t>(0, s - window + 1);  // first key any row of the chunk sees
     frame.k0 = f;
     // Rows [lo, s) stay: they were at buffer rows (g - f + c) in the previous chunk's frame.
     if (s > 0) move_rows(be, {frame.k, frame.v}, lo - f + c, lo - f, s - lo);
@@ -66,37 +72,40 @@ void window_layer_forward(DecoderLayerOps& ops, Backend& be, const LayerTensors&
 void window_layer_backward(DecoderLayerOps& ops, Backend& be, Pool& pool, const LayerTensors& w,
                            const LayerTensors& gw, const Tensor& x, const Tensor& gy,
                            int64_t window, int64_t chunk) {
-  const int64_t T = x.rows(), c = chunk, wm = window - 1;
+  const int64_t T = x.rows(), c = chunk, rows = window_frame_rows(window, chunk);
+  const int64_t history = rows - c;
   const Category ws = Category::layer_workspace;
-  LayerKV buf = ops.alloc_kv(c + wm, ws, /*keep_k_raw=*/false);  // (c + w - 1, G*h) K, V
+  LayerKV buf = ops.alloc_kv(rows, ws, /*keep_k_raw=*/false);  // (rows, G*h) K, V
   KVRows frame(buf);
   const int64_t Gh = frame.k.cols();
-  // (c + w - 1, G*h) F32 accumulators; each row is zeroed when its key enters the window.
-  Buffer dK = pool.allocate(ws, DType::F32, {c + wm, Gh});
-  Buffer dV = pool.allocate(ws, DType::F32, {c + wm, Gh});
+  // (rows, G*h) F32 accumulators; each row is zeroed when its key enters the frame.
+  Buffer dK = pool.allocate(ws, DType::F32, {rows, Gh});
+  Buffer dV = pool.allocate(ws, DType::F32, {rows, Gh});
   const Chunks r(T, c, be);
   for (int64_t ci = r.count - 1; ci >= 0; --ci) {
     if (!r.runs(ci)) ci = 1;  // jump over the repeats
     const int64_t s = ci * c, e = std::min(T, s + c);
-    const int64_t f = s - wm;                    // global row of buffer row 0
-    const int64_t lo = std::max<int64_t>(0, f);  // first key any row of the chunk sees
+    const int64_t f = s - history;                        // global row of buffer row 0
+    const int64_t f0 = std::max<int64_t>(0, f);           // first row of the frame that exists
+    const int64_t lo = std::max<int64_t>(0, s - window + 1);  // first key any row of the chunk sees
     frame.k0 = f;
     // Rows [kept, e) stay from the chunk after this one (keys, and their partial gradients from
     // its queries): they were at buffer rows (g - f - c) in its frame.
     int64_t kept = e;
     if (e < T) {
-      kept = std::max<int64_t>(0, e - wm);
+      kept = std::max<int64_t>(0, f + c);
       move_rows(be, {frame.k, frame.v, dK.view(), dV.view()}, kept - f - c, kept - f, e - kept);
     }
-    // Rows [lo, kept) enter: K/V recomputed from the checkpoint in pieces of at most c rows (the
-    // last chunk, first here, brings up to c + w - 1), gradients from zero.
-    for (int64_t a = lo; a < kept; a += c) {
+    // Rows [f0, kept) enter, in the whole-sequence loop's chunks [a, a + c) (a a multiple of c:
+    // one chunk, or for the last chunk, first here, the whole frame): K/V recomputed from the
+    // checkpoint by the same products, so the same bits on any BLAS; gradients from zero.
+    for (int64_t a = f0; a < kept; a += c) {
       const int64_t b = std::min(kept, a + c);
       ops.kv_forward(w, x.slice_rows(a, b), a, frame);
     }
-    if (kept > lo) {
-      be.fill(dK.rows(lo - f, kept - f), 0.0f);
-      be.fill(dV.rows(lo - f, kept - f), 0.0f);
+    if (kept > f0) {
+      be.fill(dK.rows(f0 - f, kept - f), 0.0f);
+      be.fill(dV.rows(f0 - f, kept - f), 0.0f);
     }
     const KVRows win = frame.rows(lo - f, e - f);  // keys [lo, e)
     ChunkActs acts;
