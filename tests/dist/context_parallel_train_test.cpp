@@ -2,18 +2,18 @@
 // (one context group) and `mpirun -np 4 ... dist.context_parallel=2` (two groups of two that
 // split the batch) train the same weights and log the same losses as one process, for SFT,
 // DPO, GRPO, PPO, LoRA, a sliding-window model and bf16 (its fp32 master weights): weights within
-// 1e-6 (max |a - b| / max |b| per tensor, the data-parallel tests' bound; the ranks add dK/dV and
-// weight gradients in another order than one process) or within twice the distance between two
-// exact one-process runs (stream and base), whichever is larger; every logged statistic within
-// 1e-6. Packed data (max_tokens above one example).
+// the bound that the exactness contract gives two runs summing the same gradients in other
+// orders (dist_support.h, trained_weights_bound: the ranks add dK/dV and weight gradients in
+// another order than one process, over products of other row counts), every logged statistic
+// within 1e-6. Packed data (max_tokens above one example).
 //
-// Why the floor: AdamW's first step moves a weight by lr * g / (|g| + eps), whose slope in g peaks
-// at lr / (4 eps) = 25 where |g| ~ eps = 1e-6. An element with a gradient that small turns fp32
-// summation-order noise of a few 1e-9 into weight differences of ~1e-7, and one process's own
-// exact modes disagree there too: on the DPO case (clang -O1) stream vs base differ by 2.2e-6 at
-// layers.0.q_proj[2, 14], stream vs stream with other chunks by up to 1.3e-6, where cp 4 differs
-// by 1.0e-6. A dropped or doubled contribution moves every weight by ~lr = 1e-4 (~1e-3
-// relative), far above either bound.
+// Adam's eps is 1e-3 (the library's default is 1e-8): at lr 1e-4 its gain from gradient to
+// update, 2 lr / eps, is 0.2, so summation noise in gradients stays below the weights' own
+// rounding, and the bound stays far below what a dropped or doubled contribution does (~3e-4 on
+// the SFT case). With eps 1e-6 the gain was 200: an element with |g| ~ eps turned fp32
+// summation-order noise of a few 1e-9 into weight differences of ~1e-7, and the old bound (twice
+// the distance between two exact one-process runs) was a sample of that noise, which cp 4 drew
+// past on an AMD Zen 5 (1.467e-6 against 1.379e-6, issue 49).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,7 +70,7 @@ TEST_P(ContextParallelTrain, RanksSharingRowsEqualOneProcess) {
                            "\ndata:\n  train: " + test::source_dir() + "/examples/" + k.data +
                            "\n" + k.yaml +
                            "layer_chunk: 16\nhead_chunk: 32\nmax_steps: 3\noptim:\n  lr: 0.0001\n  "
-                           "eps: 1e-6\n  weight_decay: 0.1\n";
+                           "eps: 1e-3\n  weight_decay: 0.1\n";
   const bool lora = std::string(k.name).rfind("lora", 0) == 0;
   const std::string lora_yaml = "lora:\n  r: 4\n  alpha: 8\n";
   // LoRA starts from trained adapters (dist_support.h StartAdapter says why).
@@ -85,16 +85,18 @@ TEST_P(ContextParallelTrain, RanksSharingRowsEqualOneProcess) {
   const std::vector<json> want = dist_test::read_metrics(run.out("one/metrics.jsonl"));
   ASSERT_EQ(want.size(), 3u);
   const std::string weights = lora ? "adapter_model.safetensors" : k.weights;
-  // The floor: the same run in the base mode (no chunks), as exact as stream in another order.
-  r = run.train(0, "base", "grad_accum=2 mode=base" + from);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto floor_of = [&](const std::string& file) {
-    return dist_test::worst_rel_err(run.out("base/checkpoint-3/" + file),
-                                    run.out("one/checkpoint-3/" + file));
-  };
-  const double floor = floor_of(weights);
-  std::printf("[cp] %s base vs stream (the floor): %.2e\n", k.name, floor);
-  const double bound = std::max(1e-6, 2.0 * floor);
+  const bool bf16 = std::string(k.yaml).find("precision: bf16") != std::string::npos;
+  const dist_test::TrainedRun policy{want, "grad_norm", 1e-3, bf16};
+  const dist_test::TrainedRun value{want, "value_grad_norm", 1e-3, bf16};
+  if (std::string(k.name) == "sft") {
+    // The bound can fail: one process trained on half of each step's batch lands far outside it.
+    r = run.train(0, "half", "grad_accum=1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double half = dist_test::trained_weights_ratio(
+        run.out("half/checkpoint-3/" + weights), run.out("one/checkpoint-3/" + weights), policy);
+    std::printf("[cp] sft: half of each batch, max|a-b| / bound %.2e\n", half);
+    EXPECT_GT(half, 10.0);
+  }
   struct Layout {
     const char* name;
     int ranks;
@@ -112,14 +114,15 @@ TEST_P(ContextParallelTrain, RanksSharingRowsEqualOneProcess) {
     EXPECT_NE(r.output.find(l.says), std::string::npos) << r.output;
     const std::string ckpt = run.out(std::string(l.name) + "/checkpoint-3");
     const std::string ref = run.out("one/checkpoint-3");
-    const double worst = dist_test::worst_rel_err(ckpt + "/" + weights, ref + "/" + weights);
-    std::printf("[cp] %s %s: worst max|a-b|/max|b| over the weights %.2e\n", k.name, l.name, worst);
-    EXPECT_LE(worst, bound) << l.name;
+    const std::string label = std::string(k.name) + " " + l.name;
+    const double worst = dist_test::expect_trained_weights_close(ckpt + "/" + weights,
+                                                                 ref + "/" + weights, policy, label);
+    std::printf("[cp] %s: worst max|a-b| / bound over the weights %.2e (relative %.2e)\n",
+                label.c_str(), worst,
+                dist_test::worst_rel_err(ckpt + "/" + weights, ref + "/" + weights));
     if (std::string(k.objective) == "ppo") {
-      const std::string value = "value_model/model.safetensors";
-      EXPECT_LE(dist_test::worst_rel_err(ckpt + "/" + value, ref + "/" + value),
-                std::max(1e-6, 2.0 * floor_of(value)))
-          << l.name;
+      const std::string v = "value_model/model.safetensors";
+      dist_test::expect_trained_weights_close(ckpt + "/" + v, ref + "/" + v, value, label);
     }
     dist_test::expect_same_metrics(run.out(std::string(l.name) + "/metrics.jsonl"),
                                    run.out("one/metrics.jsonl"), std::string(k.name) + " " + l.name,
@@ -138,7 +141,7 @@ TEST(ContextParallelTrainResume, CheckpointsResumeAcrossLayouts) {
   SKIP_WITHOUT_MPIRUN();
   TrainDir run(std::string("objective: sft\ndata:\n  train: ") + test::source_dir() +
                "/examples/data/sft_messages.jsonl\nmax_tokens: 160\nlayer_chunk: 16\n"
-               "head_chunk: 32\nmax_steps: 4\noptim:\n  lr: 0.0001\n  eps: 1e-6\n");
+               "head_chunk: 32\nmax_steps: 4\noptim:\n  lr: 0.0001\n  eps: 1e-3\n");
   auto r = run.train(0, "straight", "grad_accum=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run.train(4, "hop", "grad_accum=1 dist.context_parallel=2 dist.zero=2 stop_after_steps=2");
@@ -153,9 +156,10 @@ TEST(ContextParallelTrainResume, CheckpointsResumeAcrossLayouts) {
   EXPECT_NE(r.output.find("resuming from " + run.out("hop/checkpoint-3") + ": step 3 of 4"),
             std::string::npos)
       << r.output;
-  EXPECT_LE(dist_test::worst_rel_err(run.out("hop/checkpoint-4/model.safetensors"),
-                                     run.out("straight/checkpoint-4/model.safetensors")),
-            1e-6);
+  dist_test::expect_trained_weights_close(
+      run.out("hop/checkpoint-4/model.safetensors"),
+      run.out("straight/checkpoint-4/model.safetensors"),
+      {dist_test::read_metrics(run.out("straight/metrics.jsonl"))}, "across layouts");
 }
 
 TEST(ContextParallelTrainConfig, ContextParallelMustDivideTheRanks) {

@@ -1,7 +1,8 @@
 // Data parallelism through the program: `mpirun -np 2 streambp train` with micro-batches of b
 // equals one process with 2b (grad_accum doubled) — the same global batch — for every
-// objective and every ZeRO stage: weights within 1e-6 (fp32, max |a - b| / max |b| per tensor),
-// the same losses, gradient norms and statistics; the three stages give the same bytes. Each
+// objective and every ZeRO stage: weights within the bound the exactness contract gives two runs
+// that sum the same gradients in other orders (dist_support.h, trained_weights_bound), the same
+// losses, gradient norms and statistics; the three stages give the same bytes. Each
 // case has steps with an odd number of micro-batches (the end of an epoch), where one rank runs
 // an empty slot.
 #include <gtest/gtest.h>
@@ -27,12 +28,11 @@ struct Case {
 // lr 1e-4, 4 steps. The gradients agree to fp32 summation order (ranks add their parts in
 // another order than one process adds its micro-batches; the gradient norms agree to ~1e-8).
 // Adam divides each element by its running RMS, so where a gradient element is tiny that noise
-// becomes update noise proportional to lr (docs/DISTRIBUTED.md has the measurements). Adam's
-// eps bounds that gain at 1/eps: with eps 1e-8, one element of 2048 in layer 0's down_proj
-// differed by 7.6e-8 (1.1e-6 of the tensor's largest weight; 1.1e-7 at lr 1e-5, so it is that
-// gain) on an AMD EPYC, whose OpenBLAS kernels round differently from the Ice Lake the bound
-// was measured on. eps 1e-6 caps the gain 100x lower and leaves every update of a gradient
-// element above ~1e-5 as it is, so a micro-batch on the wrong rank still moves weights by ~lr.
+// becomes update noise of up to 2 lr / eps times itself (docs/DISTRIBUTED.md has the
+// measurements): eps 1e-3 keeps that gain at 0.2, so the weights' bound stays far below the ~lr
+// that a micro-batch on the wrong rank moves them by (dist_support.h, trained_weights_bound).
+// With eps 1e-6 (before issue 49) the bound was a measured 1e-6, which oneMKL's kernels on an
+// AMD Zen 4 exceeded (1.55e-6 on PPO).
 const Case kCases[] = {
     {"sft", "data/sft_messages.jsonl", "max_tokens: 160\n", 2},
     {"dpo", "data/dpo.jsonl", "max_tokens: 256\n", 1},
@@ -52,7 +52,7 @@ TEST_P(DistEquivalence, TwoRanksEqualOneProcessWithTheSameGlobalBatchForEveryZer
                            "\ndata:\n  train: " + test::source_dir() + "/examples/" + k.data +
                            "\n" + k.yaml +
                            "layer_chunk: 16\nhead_chunk: 32\nmax_steps: 4\noptim:\n  lr: 0.0001\n  "
-                           "eps: 1e-6\n  weight_decay: 0.1\n";
+                           "eps: 1e-3\n  weight_decay: 0.1\n";
   TrainDir run(yaml);
   auto r = run.train(0, "one", "grad_accum=" + std::to_string(2 * k.grad_accum));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -73,16 +73,14 @@ TEST_P(DistEquivalence, TwoRanksEqualOneProcessWithTheSameGlobalBatchForEveryZer
               std::string::npos)
         << r.output;
     const std::string ckpt = run.out(name + "/checkpoint-4"), ref = run.out("one/checkpoint-4");
-    const double worst =
-        dist_test::worst_rel_err(ckpt + "/model.safetensors", ref + "/model.safetensors");
-    std::printf("[dist] %s %s: worst max|a-b|/max|b| over the weights %.2e\n", k.objective,
-                name.c_str(), worst);
-    EXPECT_LE(worst, 1e-6) << name;
+    const std::string label = std::string(k.objective) + " " + name;
+    const double worst = dist_test::expect_trained_weights_close(
+        ckpt + "/model.safetensors", ref + "/model.safetensors", {want}, label);
+    std::printf("[dist] %s: worst max|a-b| / bound over the weights %.2e\n", label.c_str(), worst);
     if (ppo) {
-      EXPECT_LE(dist_test::worst_rel_err(ckpt + "/value_model/model.safetensors",
-                                         ref + "/value_model/model.safetensors"),
-                1e-6)
-          << name;
+      dist_test::expect_trained_weights_close(ckpt + "/value_model/model.safetensors",
+                                              ref + "/value_model/model.safetensors",
+                                              {want, "value_grad_norm"}, label);
     }
     // Two ranks add in one order (a + b) whichever collective, so the stages agree to the bit
     // where they reduce the same sums: zero 0 and 1 the step's local sum once; zero 2 each

@@ -5,13 +5,11 @@
 // grouped broadcasts of the weight all-gather for zero 2, events and streams) on two emulated
 // GPUs. A reduced form of dist_equivalence_test: SFT, 2 steps (one with an odd number of
 // micro-batches), zero 0 and 2:
-//  - against one process on the emulated CUDA backend with the same global batch: weights within
-//    1e-6 (the equivalence test's bound; measured 5.9e-8, as the MPI communicator's 6.6e-8 on
-//    the CPU backend);
-//  - against the same two-rank run on the CPU backend with the MPI communicator: weights no
-//    further apart than one process on each backend are (1.17e-6 after 2 steps: the backends sum
-//    in other orders, and Adam turns the difference of a tiny gradient element into an update of
-//    ~lr; dist_equivalence_test.cpp) plus that 1e-6; losses and gradient norms within 1e-6.
+//  - against one process on the emulated CUDA backend with the same global batch, and against
+//    the same two-rank run on the CPU backend with the MPI communicator: weights within the
+//    bound the exactness contract gives two summation orders of the same gradients
+//    (dist_support.h, trained_weights_bound; Adam's eps 1e-3 as in dist_equivalence_test.cpp);
+//    losses and gradient norms within 1e-6.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,7 +30,7 @@ TEST(DistNcclEmulated, TwoCudaRanksOverNcclEqualTwoCpuRanksOverMpi) {
   const std::string yaml = "objective: sft\ndata:\n  train: " + test::source_dir() +
                            "/examples/data/sft_messages.jsonl\nmax_tokens: 160\n"
                            "layer_chunk: 16\nhead_chunk: 32\nmax_steps: 2\ngrad_accum: 2\n"
-                           "optim:\n  lr: 0.0001\n  eps: 1e-6\n  weight_decay: 0.1\n";
+                           "optim:\n  lr: 0.0001\n  eps: 1e-3\n  weight_decay: 0.1\n";
   TrainDir run(yaml);
   auto r = run.train(2, "cpu", "backend=cpu dist.zero=0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -72,8 +70,8 @@ TEST(DistNcclEmulated, TwoCudaRanksOverNcclEqualTwoCpuRanksOverMpi) {
         "[nccl emulated] zero %d: worst max|a-b|/max|b| against one cuda process %.2e, "
         "against two cpu ranks over MPI %.2e\n",
         zero, same_backend, vs_mpi);
-    EXPECT_LE(same_backend, 1e-6) << name;
-    EXPECT_LE(vs_mpi, backends + 1e-6) << name;
+    dist_test::expect_trained_weights_close(weights(name), weights("one_cuda"), {want}, name);
+    dist_test::expect_trained_weights_close(weights(name), weights("cpu"), {want}, name);
     const std::vector<json> got = dist_test::read_metrics(run.out(name + "/metrics.jsonl"));
     ASSERT_EQ(got.size(), want.size()) << name;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -92,7 +90,7 @@ TEST(DistNcclEmulated, TwoCudaRanksOverNcclEqualTwoCpuRanksOverMpi) {
 
 // LoRA over NCCL (dist/lora_grads.cpp: one collective per adapter tensor, in GPU memory): DPO,
 // 2 steps, the second with one pair for two ranks (an empty slot), against one emulated CUDA
-// process with the same global batch; adapters within 1e-6 (measured 9.9e-8). The
+// process with the same global batch; adapters within the trained_weights_bound. The
 // adapters start two SFT steps from PEFT's B = 0 (dist_lora_online_test.cpp says why).
 TEST(DistNcclEmulated, LoraAdaptersOverNcclEqualOneCudaProcess) {
   SKIP_WITHOUT_MPIRUN();
@@ -107,7 +105,7 @@ TEST(DistNcclEmulated, LoraAdaptersOverNcclEqualOneCudaProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   TrainDir run("objective: dpo\ndata:\n  train: " + test::source_dir() +
                "/examples/data/dpo.jsonl\nmax_tokens: 256\nmax_steps: 2\n"
-               "optim:\n  lr: 0.0001\n  eps: 1e-6\n  weight_decay: 0.1\nlora:\n  adapter: " +
+               "optim:\n  lr: 0.0001\n  eps: 1e-3\n  weight_decay: 0.1\nlora:\n  adapter: " +
                start.out("start/checkpoint-2") + "\nlayer_chunk: 16\nhead_chunk: 32\n");
   r = run.train(0, "one", "backend=cuda grad_accum=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -122,11 +120,11 @@ TEST(DistNcclEmulated, LoraAdaptersOverNcclEqualOneCudaProcess) {
        at = r.output.find(" 24 NCCL collective runs", at + 1))
     ++ranks_24;
   EXPECT_EQ(ranks_24, 2u) << r.output;
-  const double w = dist_test::worst_rel_err(run.out("two/checkpoint-2/adapter_model.safetensors"),
-                                            run.out("one/checkpoint-2/adapter_model.safetensors"));
-  std::printf("[nccl emulated] lora: worst max|a-b|/max|b| over the adapters %.2e\n", w);
-  EXPECT_LE(w, 1e-6);
   const std::vector<json> a = dist_test::read_metrics(run.out("one/metrics.jsonl"));
+  const double w = dist_test::expect_trained_weights_close(
+      run.out("two/checkpoint-2/adapter_model.safetensors"),
+      run.out("one/checkpoint-2/adapter_model.safetensors"), {a}, "lora");
+  std::printf("[nccl emulated] lora: worst max|a-b| / bound over the adapters %.2e\n", w);
   const std::vector<json> b = dist_test::read_metrics(run.out("two/metrics.jsonl"));
   ASSERT_EQ(a.size(), 2u);
   ASSERT_EQ(b.size(), 2u);
@@ -144,7 +142,7 @@ TEST(DistNcclEmulated, ContextParallelOverNcclEqualsOneCudaProcess) {
   SKIP_WITHOUT_MPIRUN();
   TrainDir run("objective: sft\ndata:\n  train: " + test::source_dir() +
                "/examples/data/sft_messages.jsonl\nmax_tokens: 160\nmax_steps: 2\n"
-               "optim:\n  lr: 0.0001\n  eps: 1e-6\n  weight_decay: 0.1\n"
+               "optim:\n  lr: 0.0001\n  eps: 1e-3\n  weight_decay: 0.1\n"
                "layer_chunk: 16\nhead_chunk: 32\n");
   auto r = run.train(0, "one", "backend=cuda grad_accum=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -154,10 +152,10 @@ TEST(DistNcclEmulated, ContextParallelOverNcclEqualsOneCudaProcess) {
                         " backend=cuda grad_accum=2 dist.context_parallel=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("context parallel: groups of 2 ranks"), std::string::npos) << r.output;
-  const double w = dist_test::worst_rel_err(run.out("two/checkpoint-2/model.safetensors"),
-                                            run.out("one/checkpoint-2/model.safetensors"));
-  std::printf("[nccl emulated] cp 2: worst max|a-b|/max|b| over the weights %.2e\n", w);
-  EXPECT_LE(w, 1e-6);
+  const double w = dist_test::expect_trained_weights_close(
+      run.out("two/checkpoint-2/model.safetensors"), run.out("one/checkpoint-2/model.safetensors"),
+      {dist_test::read_metrics(run.out("one/metrics.jsonl"))}, "cp 2");
+  std::printf("[nccl emulated] cp 2: worst max|a-b| / bound over the weights %.2e\n", w);
   dist_test::expect_same_metrics(run.out("two/metrics.jsonl"), run.out("one/metrics.jsonl"),
                                  "cp 2 over NCCL", 2);
 }
