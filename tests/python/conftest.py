@@ -18,8 +18,16 @@ def cli_path():
 
 
 def run_cli(*args, check=True):
-    """The program itself, from the repository root (the example configs' paths are relative)."""
-    r = subprocess.run([cli_path(), *map(str, args)], cwd=ROOT, capture_output=True, text=True)
+    """The program itself, from the repository root (the example configs' paths are relative).
+
+    The tests compare its output with the module's bit for bit, which holds when both run the
+    same OpenBLAS kernels: the program re-executes itself with OPENBLAS_CORETYPE set when OpenBLAS
+    chose a generic core for the CPU (src/backend/blas_core_check.h), which a Python process
+    cannot do for itself, so here the program keeps the kernels OpenBLAS chose, as the module
+    does (STREAMBP_BLAS_CORE_CHOSEN marks the choice as made)."""
+    env = dict(os.environ, STREAMBP_BLAS_CORE_CHOSEN="1")
+    r = subprocess.run([cli_path(), *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                       env=env)
     if check and r.returncode != 0:
         raise AssertionError(f"streambp {' '.join(map(str, args))}: exit {r.returncode}\n"
                              f"{r.stdout}\n{r.stderr}")
