@@ -6,14 +6,31 @@
 #include <exception>
 #include <new>
 
+#include "backend/blas_core_check.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
 namespace sbp::cli {
 
+namespace {
+
+// `streambp --version`: the version and the kernels this process multiplies with (the BLAS, the
+// core it chose for this CPU, our attention kernels' instruction set), so that a report or a
+// benchmark can name them; scripts/test.sh reads the core to check that OPENBLAS_CORETYPE took.
+std::string version_text() {
+  const cpu::BlasCoreCheck c = cpu::check_blas_core();
+  std::string s = std::string("streambp ") + STREAMBP_VERSION + "\nblas: " + c.provider;
+  if (!c.core.empty()) s += ", core " + c.core;
+  if (c.generic) s += " (generic for this CPU)";
+  return s + "\ncpu vectors: " + c.cpu_vectors + "\nattention: " + c.attention;
+}
+
+}  // namespace
+
 int run_cli(int argc, char** argv) {
   CLI::App app{"streambp: exact, memory-efficient long-sequence fine-tuning (StreamBP)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text);
   register_init(app);
   register_gradcheck(app);
   register_bench(app);
@@ -30,6 +47,8 @@ int run_cli(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::RuntimeError& e) {
     // A command's own non-zero exit (e.g. a failed gradcheck): app.exit turns it into its exit
