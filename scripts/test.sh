@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fresh machine -> the whole test suite: installs packages (ccache among them: the emulation
 # tree and the wheel take most of their objects from the release tree's build), builds the
-# release tree and runs every test (most on the checking backend), then the CUDA backend on the
-# emulated CUDA runtime (build-emu, docs/CUDA.md), then builds with AddressSanitizer + UBSan
+# release tree and runs every test (most on the checking backend), the exactness suites under
+# every OpenBLAS core the CPU can execute, then the CUDA backend on the emulated CUDA runtime (build-emu, docs/CUDA.md), then builds with AddressSanitizer + UBSan
 # (clang) and runs the tests not labelled slow, then replays and runs the libFuzzer harnesses
 # (fuzz/README.md) for a short fixed time; last, the Python package's tests and its wheel.
 set -euo pipefail
@@ -34,6 +34,12 @@ no_backend_memory+='|ModelConfig|ModelConfigLimits|GemmaConfig|TrainConfig|Train
 (cd build && ctest --output-on-failure -j "$(nproc)" -L slow)
 (cd build && ctest --output-on-failure -j "$(nproc)" -LE slow -R "$no_backend_memory")
 lap 'release tests'
+# The exactness suites (label `exactness`) again under every other OpenBLAS core this CPU can
+# execute (the pass above ran under the preset OPENBLAS_CORETYPE, or OpenBLAS's own choice):
+# what is bit-exact must be so on any kernel, and every bound must hold on each
+# (docs/HACKING.md, "The exactness contract"; scripts/test-blas-cores.sh).
+bash scripts/test-blas-cores.sh
+lap 'exactness under every OpenBLAS core'
 # The CUDA backend compiled as C++ against the emulated CUDA runtime: its op suite, gradchecks
 # and parity fixtures with --backend cuda, on the CPU (scripts/test-emu.sh).
 bash scripts/build.sh emu
