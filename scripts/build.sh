@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Configures and builds one build tree. Usage: scripts/build.sh [release|sanitize|emu]
+# Configures and builds one build tree. Usage: scripts/build.sh [release|program|sanitize|emu]
+#   program: the release tree's `streambp` program alone (scripts/run.sh), none of the tests, the
+#        benchmark tools or the Python extension; a new tree is configured without the tests
+#        (no GoogleTest needed), one that has them keeps them.
 #   emu: the CUDA backend on the emulated CUDA runtime (STREAMBP_CUDA_EMULATION, build-emu), only
 #        the program and the test programs that run the backend on it (scripts/test-emu.sh).
 # STREAMBP_BLAS=blis|mkl in the environment builds with that BLAS instead of OpenBLAS, in a tree
@@ -9,14 +12,15 @@ cd "$(dirname "$0")/.."
 kind="${1:-release}"
 jobs="$(nproc)"
 case "$kind" in
-  release)  dir=build;          flags=(-DCMAKE_BUILD_TYPE=Release) ;;
+  release)  dir=build;          flags=(-DCMAKE_BUILD_TYPE=Release -DSTREAMBP_TESTS=ON) ;;
+  program)  dir=build;          flags=(-DCMAKE_BUILD_TYPE=Release) ;;
   # -g1: line tables are all ASan/UBSan reports need; full debug info cost a quarter of the build.
   # clang, so that the same tree also builds the libFuzzer harnesses (fuzz/, scripts/fuzz.sh).
   sanitize) dir=build-sanitize; flags=(-DCMAKE_BUILD_TYPE=Debug -DSTREAMBP_SANITIZE=ON
                                         -DSTREAMBP_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++
                                         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1") ;;
   emu)      dir=build-emu;      flags=(-DCMAKE_BUILD_TYPE=Release -DSTREAMBP_CUDA_EMULATION=ON) ;;
-  *) echo "usage: scripts/build.sh [release|sanitize|emu]" >&2; exit 2 ;;
+  *) echo "usage: scripts/build.sh [release|program|sanitize|emu]" >&2; exit 2 ;;
 esac
 blas="${STREAMBP_BLAS:-openblas}"
 if [ "$blas" != openblas ]; then
@@ -44,9 +48,14 @@ fi
 if [ "$kind" = release ] && .venv-python/bin/python -c 'import nanobind' 2>/dev/null; then
   flags+=(-DSTREAMBP_PYTHON=ON -DPython_EXECUTABLE="$PWD/.venv-python/bin/python")
 fi
+if [ "$kind" = program ] && [ ! -f "$dir/CMakeCache.txt" ]; then
+  flags+=(-DSTREAMBP_TESTS=OFF)
+fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
 if [ "$kind" = emu ]; then
   cmake --build "$dir" -j "$jobs" --target streambp $(bash scripts/test-emu.sh --targets)
+elif [ "$kind" = program ]; then
+  cmake --build "$dir" -j "$jobs" --target streambp
 else
   cmake --build "$dir" -j "$jobs"
 fi

@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs (idempotent: skips what is already there).
+# Usage: scripts/setup.sh [program]
+#   program: only what the `streambp` program needs (scripts/run.sh), not the test suite's
+#            packages, the sanitizer compiler or the Python package's venv.
 set -euo pipefail
+what="${1:-all}"
 packages=(
   build-essential cmake pkg-config
   ccache   # scripts/test.sh's release and emulation trees share most objects through it
   libopenblas-openmp-dev   # sgemm, OpenMP build so BLAS and our kernels share threads
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  gnuplot-nox
-  python3   # the `command` reward's protocol tests run small Python reward programs
-  python3-venv python3-dev   # the Python package (python/): its build and tests run in .venv-python
-  clang libclang-rt-14-dev libomp-dev   # the sanitizer build and its libFuzzer harnesses (fuzz/)
+  gnuplot-nox   # `streambp plot`
+  python3   # the `command` reward's example programs
   libopenmpi-dev openmpi-bin   # data-parallel training across processes (mpirun), docs/DISTRIBUTED.md
 )
+if [ "$what" != program ]; then
+  packages+=(
+    libgtest-dev libgmock-dev libbenchmark-dev
+    python3-venv python3-dev   # the Python package (python/): its build and tests run in .venv-python
+    clang libclang-rt-14-dev libomp-dev   # the sanitizer build and its libFuzzer harnesses (fuzz/)
+  )
+fi
 # Another BLAS, when asked for (STREAMBP_BLAS=blis|mkl, as scripts/build.sh takes it): BLIS from
 # Debian; oneMKL from PyPI (mkl, mkl-devel) into the Python prefix STREAMBP_BLAS_ROOT.
 case "${STREAMBP_BLAS:-openblas}" in
@@ -39,6 +47,7 @@ if [ "${STREAMBP_BLAS:-}" = mkl ]; then
     "$prefix/bin/pip" install -q mkl mkl-devel
   fi
 fi
+if [ "$what" = program ]; then exit 0; fi
 # The Python package's build and tests (tools/requirements-python.txt) in a venv of their own,
 # .venv-python at the repository's root.
 (
