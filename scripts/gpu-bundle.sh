@@ -5,9 +5,12 @@
 # into gpu-bundle/bundle.tar.xz (ignored by git; carry the gpu-bundle folder to the GPU machine).
 #
 # The build is its own tree (build-gpu/): portable x86-64-v3 code instead of -march=native (the
-# GPU machine's processor is another one), no MPI (the check runs one process per GPU, and
-# OpenMPI's libraries would have to travel too). CUDA's own libraries (cudart, cuBLASLt, NCCL)
-# do not travel: the GPU machine has a CUDA 13 runtime that matches its driver.
+# GPU machine's processor is another one; STREAMBP_ARCH, which also compiles our CPU attention a
+# second time for AVX-512, chosen at run time), no MPI (the check runs one process per GPU, and
+# OpenMPI's libraries would have to travel too). Every program packed is checked to carry no
+# instruction beyond x86-64-v3 outside those AVX-512 kernels (tools/gpu_check/isa_check.py,
+# objdump): a SIGILL on the GPU machine would lose the run. CUDA's own libraries (cudart,
+# cuBLASLt, NCCL) do not travel: the GPU machine has a CUDA 13 runtime that matches its driver.
 #
 #   scripts/gpu-bundle.sh            # JOBS=N to set the build's parallelism
 set -euo pipefail
@@ -23,17 +26,24 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTREAMBP_CUDA=ON \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O3 -march=x86-64-v3 -DNDEBUG" \
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTREAMBP_CUDA=ON -DSTREAMBP_ARCH=x86-64-v3 \
   -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON "${launcher[@]}" >/dev/null
 cmake --build "$BUILD" -j"${JOBS:-$(nproc)}" --target "${TARGETS[@]}"
+
+# No instruction beyond x86-64-v3 outside the AVX-512 attention chosen at run time: checked on
+# the programs before strip (the check needs their function names).
+programs=()
+for t in "${TARGETS[@]}"; do
+  if [[ -f $BUILD/$t ]]; then programs+=("$BUILD/$t"); else programs+=("$BUILD/tests/$t"); fi
+done
+python3 tools/gpu_check/isa_check.py "${programs[@]}"
 
 stage=$OUT/stage
 rm -rf "$stage" "$OUT/bundle.tar.xz"
 mkdir -p "$stage/bin" "$stage/lib"
-for t in "${TARGETS[@]}"; do
-  if [[ -f $BUILD/$t ]]; then cp "$BUILD/$t" "$stage/bin/"; else cp "$BUILD/tests/$t" "$stage/bin/"; fi
-  strip --strip-unneeded "$stage/bin/$t"
+for p in "${programs[@]}"; do
+  cp "$p" "$stage/bin/"
+  strip --strip-unneeded "$stage/bin/$(basename "$p")"
 done
 # Every library the programs load, except the C library's own (the GPU machine's is newer) and
 # CUDA's (see above). gpu-check.sh puts lib/ first on LD_LIBRARY_PATH.
