@@ -12,7 +12,8 @@ Reads `objdump -d -C` (demangled): each instruction belongs to the function whos
 before it. An instruction is beyond x86-64-v3 when it names an AVX-512 register (zmm, the
 mask registers k0-k7, xmm16-31 / ymm16-31), uses masking ({%k..}, {z}) or embedded broadcast
 ({1toN}), or is an AVX-512, AMX, AVX-VNNI, SHA, AES, PCLMUL, GFNI, ADX or RDRAND/RDSEED
-instruction. Functions whose demangled name matches --allow (default: our attention kernels
+instruction (or a few rarer ones: CLWB, MOVDIRI, SERIALIZE, WAITPKG, RDPID, XSAVEC). Functions
+whose demangled name matches --allow (default: our attention kernels
 compiled for AVX-512, sbp::cpu::avx512::, which attention_dispatch.cpp runs only on CPUs that
 have AVX-512) are skipped. Exit 1 with the first offending instructions of each function,
 0 when clean.
@@ -25,7 +26,7 @@ import sys
 # Registers and operand forms only EVEX (AVX-512) encodes.
 EVEX_OPERANDS = re.compile(
     r"%zmm\d|%k[0-7]\b|%[xy]mm(1[6-9]|2\d|3[01])\b|\{%k[0-7]\}|\{z\}|\{1to\d+\}|\{[rs]ae\}|\{r[nduz]-sae\}")
-# Mnemonics beyond x86-64-v3 (prefixes; objdump's AT&T suffixes follow some of them).
+# Mnemonics beyond x86-64-v3 (prefixes of them: objdump's AT&T suffixes follow some).
 MNEMONICS = re.compile(
     r"^(k(add|and|andn|mov|not|or|ortest|shiftl|shiftr|test|unpck|xnor|xor)[bwdq]"
     r"|vpternlog|vperm[it]2|vpcompress|vpexpand|vcompressp|vexpandp"
@@ -39,25 +40,38 @@ MNEMONICS = re.compile(
     r"|vpshld|vpshrd|vpdpbusd|vpdpwssd|vdpbf16ps|vcvtne2ps2bf16|vcvtneps2bf16|vdpbusd"
     r"|vp4dpwssd|v4fmadd|vp2intersect|vpcmp[u]?[bwdq]\b|vcmp.*k"
     r"|ldtilecfg|sttilecfg|tilerelease|tilezero|tileload|tilestore|tdp"
-    r"|sha1|sha256|aes|vaes|pclmul|vpclmul|gf2p8|vgf2p8|adcx|adox|rdrand|rdseed)")
+    r"|sha1|sha256|aes|vaes|pclmul|vpclmul|gf2p8|vgf2p8|adcx|adox|rdrand|rdseed"
+    r"|clwb|clflushopt|movdiri|movdir64b|serialize|umwait|tpause|umonitor|rdpid|xsavec|xsaves)")
+# Prefixes objdump prints before a mnemonic; the instruction is the token after them.
+PREFIXES = {"lock", "rep", "repz", "repnz", "repe", "repne", "notrack", "bnd", "data16", "data32",
+            "addr32", "cs", "ds", "es", "fs", "gs", "ss", "xacquire", "xrelease", "{vex}",
+            "{vex3}", "{disp8}", "{disp32}", "{load}", "{store}", "rex", "rex.w"}
 
 LABEL = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 INSN = re.compile(r"^\s+[0-9a-f]+:\s+(?:[0-9a-f]{2} )*\s*(\S+)\s*(.*)$")
 
 
 def beyond_baseline(mnemonic, operands):
-    # objdump prints prefixes such as {vex}/{evex}/"notrack" before some mnemonics.
-    if mnemonic.startswith("{evex}"):
+    # objdump prints prefixes such as {vex}, {evex} or notrack before some mnemonics: an EVEX
+    # encoding is AVX-512 whatever the instruction; the others are skipped to reach it.
+    tokens = (mnemonic + " " + operands).split()
+    while tokens and tokens[0] in PREFIXES:
+        tokens.pop(0)
+    if not tokens or tokens[0] == "(bad)":
+        return False
+    if tokens[0] == "{evex}":
         return True
-    return bool(MNEMONICS.match(mnemonic) or EVEX_OPERANDS.search(operands))
+    return bool(MNEMONICS.match(tokens[0]) or EVEX_OPERANDS.search(" ".join(tokens[1:])))
 
 
 def check(program, allow):
-    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", program],
-                         capture_output=True, text=True, check=True).stdout
+    # Streamed: a test program's disassembly is hundreds of megabytes of text.
+    proc = subprocess.Popen(["objdump", "-d", "-C", "--no-show-raw-insn", program],
+                            stdout=subprocess.PIPE, text=True, errors="replace")
     bad = {}  # function -> first offending lines
     function = "?"
-    for line in out.splitlines():
+    for line in proc.stdout:
+        line = line.rstrip("\n")
         m = LABEL.match(line)
         if m:
             function = m.group(1)
@@ -70,6 +84,8 @@ def check(program, allow):
             lines = bad.setdefault(function, [])
             if len(lines) < 3:
                 lines.append(line.strip())
+    if proc.wait() != 0:
+        raise SystemExit(f"isa_check: objdump failed on {program}")
     return bad
 
 
