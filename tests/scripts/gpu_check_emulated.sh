@@ -8,8 +8,8 @@
 # enough for every stage to be planned (the first run's tiers are the dry run's business). The
 # PyTorch baseline stages run when the Python interpreter (GPU_CHECK_PYTHON, default python3) has
 # torch and transformers, else are left out (said so); so is the long-keys attention stage when
-# this tree has no cuda_attention_long_test. Part of scripts/test-emu.sh; about a minute on two
-# cores.
+# this tree has no cuda_attention_long_test. Then scripts/gpu-followup.sh's dry run on its
+# report. Part of scripts/test-emu.sh; about a minute on two cores.
 #
 #   tests/scripts/gpu_check_emulated.sh [build-dir]     (default build-emu)
 set -euo pipefail
@@ -68,4 +68,8 @@ sys.exit(1 if bad else 0)
 PY
 ((rc == 0)) || { tail -40 "$T/run.txt" >&2; fail "gpu-check.sh exited $rc"; }
 grep -q '"verdict": "pass (GPU_CHECK_SMALL' "$T/logs/results/preflight.json" || fail "the preflight's verdict"
+# The follow-up plans from this report: a run with nothing left to do has the preflight alone.
+GPU_FOLLOWUP_FROM=$T/out GPU_CHECK_SMALL=1 GPU_CHECK_SKIP=$skip FIRST_DEADLINE=1200 \
+  "$ROOT/scripts/gpu-followup.sh" --dry-run >"$T/followup.txt" || fail "gpu-followup.sh --dry-run"
+grep -q "^1 entries; 1 planned" "$T/followup.txt" || { cat "$T/followup.txt" >&2; fail "the follow-up's plan"; }
 echo "gpu_check_emulated: ok: $planned stages passed in ${elapsed} s"

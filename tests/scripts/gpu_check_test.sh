@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh on a machine without a GPU, against a fake
+# scripts/gpu-check.sh and scripts/gpu-followup.sh on a machine without a GPU, against a fake
 # bundle whose programs pass, fail (a tolerance failure; a kernel error that goes away with
 # CUDA_LAUNCH_BLOCKING), hang (ignoring SIGTERM), report skipped cuda cases, print "gpu
 # fallback:" lines or dump core, a fake nvidia-smi and a fake CUDA runtime (a small C library:
@@ -13,7 +13,8 @@
 # (also when the check itself is killed mid-stage); our programs get the bundle's
 # LD_LIBRARY_PATH and the Python stages do not; --dry-run lists every stage in the order
 # preflight, correctness, profile, perf, with the planned limits within the deadline less the
-# reserve and the profile among them.
+# reserve and the profile among them; the follow-up plans, from the first run's report, the
+# blocking reruns and memcheck of kernel errors and the stages that did not run, and runs them.
 #
 #   tests/scripts/gpu_check_test.sh     (ctest: gpu_check_script)
 set -euo pipefail
@@ -226,6 +227,42 @@ OUT=$T/out1b GPU_CHECK_STAGES='^(preflight|attention_long)$' "$ROOT/scripts/gpu-
 grep -q "^cuda_attention_long_test .*KEYS=8192,32768 ARGS=--gtest_filter=CudaAttentionLong.\* " "$FAKE_LOG" ||
   fail "attention_long's command: $(grep '^cuda_attention_long_test' "$FAKE_LOG")"
 rm "$T/bundle/bin/cuda_attention_long_test"
+
+# ---- 2: the follow-up, from case 1's report ----
+FOLLOW='^(preflight|ops_head_test|ops_dense_test|gradchecks|attention_long|sanitize_memcheck|profile_qwen3_0.6b_8k_stream|plans)$'
+GPU_FOLLOWUP_FROM=$T/out1 GPU_CHECK_STAGES=$FOLLOW "$ROOT/scripts/gpu-followup.sh" --dry-run >"$T/follow-dry.txt"
+plan_of() { awk 'NR > 2 && $1 ~ /^[0-9]+$/ && !/ entries; / {print $2, $3}' "$T/follow-dry.txt" | tr '\n' ';'; }
+want="preflight plain;ops_head_test.memcheck memcheck;gradchecks.memcheck memcheck;profile_qwen3_0.6b_8k_stream plain;plans plain;"
+[[ $(plan_of) == "$want" ]] || { cat "$T/follow-dry.txt" >&2; fail "follow-up plan: $(plan_of)"; }
+grep -q "ops_head_test.memcheck.*\[cases: All/BackendOps.LogSoftmaxTargetAndLogitsGradient/cuda:All/BackendOps.EntropyMatchesFloat64/cuda\]" "$T/follow-dry.txt" ||
+  fail "the memcheck entry is not narrowed"
+: >"$FAKE_LOG"
+rc=0
+OUT=$T/follow GPU_FOLLOWUP_FROM=$T/out1 GPU_CHECK_STAGES=$FOLLOW PATH=$T/sanitizer:$PATH \
+  "$ROOT/scripts/gpu-followup.sh" >"$T/follow.txt" 2>&1 || rc=$?
+S=$T/follow-stages
+tar -C "$T" -xzf "$T/follow/logs.tar.gz" --one-top-level=follow-stages
+for s in preflight profile_qwen3_0.6b_8k_stream plans; do
+  [[ $(status "$s") == pass ]] || fail "follow-up $s: $(status "$s")"
+done
+# The fakes fail without CUDA_LAUNCH_BLOCKING, so under memcheck too (as a real fault would).
+for s in ops_head_test.memcheck gradchecks.memcheck; do
+  [[ $(status "$s") == fail ]] || fail "follow-up $s: $(status "$s")"
+done
+((rc == 1)) || fail "the follow-up's exit status $rc, not 1"
+grep -q "^compute-sanitizer --tool memcheck" "$FAKE_LOG" || fail "memcheck did not run"
+[[ $(grep -c "^streambp .*ARENA=per_tensor .*ARGS=gradcheck" "$FAKE_LOG") == 1 ]] &&
+  grep -q "^streambp .*ARENA=per_tensor .*ARGS=gradcheck .*--objective kto" "$FAKE_LOG" ||
+  fail "memcheck of gradchecks was not narrowed to kto"
+grep -q "^ops_head_test .*ARENA=per_tensor .*--gtest_filter=All/BackendOps.LogSoftmaxTargetAndLogitsGradient" "$FAKE_LOG" ||
+  fail "memcheck's program without STREAMBP_CUDA_ARENA=per_tensor or the narrowed filter"
+grep -q "follow-up" "$T/follow/gpu-check.md" || fail "the follow-up's report"
+# Without a record of the first run: the first run's later stages.
+GPU_FOLLOWUP_FROM=$T/none "$ROOT/scripts/gpu-followup.sh" --dry-run >"$T/follow-none.txt"
+grep -q "bench_qwen3_0.6b_128k_stream_4layers .*not in the first run's plan" "$T/follow-none.txt" ||
+  fail "follow-up without a record: $(cat "$T/follow-none.txt")"
+awk '/entries; .* planned: limits add up to/ {split($0, a, "add up to "); split(a[2], b, "s <= "); split(b[2], c, "s"); exit !(b[1] + 0 <= c[1] + 0)}' "$T/follow-none.txt" ||
+  fail "the follow-up's planned limits exceed its deadline"
 
 # ---- 3: a failed preflight stops the run, with the reason ----
 rc=0
