@@ -4,17 +4,17 @@
 # time goes: the most diagnostic number), then speed and memory at long and 8B-sized shapes.
 #
 # Each limit is an estimate of the stage's work on one H100 (written beside it: WORK_NOTE, which
-# --dry-run prints) with a margin of about 2x; a limit only bounds a hang, the stage ends when
-# its work does. The estimates rest on these measurements (docs/CUDA.md "The GPU check"):
+# --dry-run prints) with a margin of about 2-3x, at least 15 s (10 for the CPU-only plans); a
+# limit only bounds a hang, the stage ends when its work does. The estimates rest on these measurements (docs/CUDA.md "The GPU check"):
 # - the host's part: a gtest program's float64 references and a gradcheck's float64 step run on
 #   the host as in the CPU run of the same cases, timed on the 2-core development machine
 #   (AMD EPYC Zen 4; the GPU machine has 16 cores: a bound from above);
-# - a CUDA context, cuBLASLt's handle and the 1 GiB arena segment: ~1 s per process (lazy module
-#   loading, CUDA 12+: only the kernels a process launches are loaded);
+# - a CUDA context, cuBLASLt's handle and the 1 GiB arena segment: ~1-3 s per process (lazy
+#   module loading, CUDA 12+: only the kernels a process launches are loaded);
 # - random weights drawn on the device (the backend's initialisation, issue 57 item 3): well
-#   under a second even for the 2.5B parameters of an 8B model's embeddings, head and 4 layers
-#   (the host's normal draw took 22 ns a parameter, ~45 s: without device-side weights the 8B
-#   stage's limit would not hold);
+#   under a second even for the 2.0B parameters of an 8B model's embeddings, untied head and
+#   4 layers (0.62B + 0.62B + 4 x 0.19B); the host's normal draw takes 22 ns a parameter, ~45 s
+#   for those: without device-side weights the 8B stage's limit would not hold;
 # - bf16 GEMMs at ~600 TFLOP/s and our tensor-core attention (TF32 split products, accumulators
 #   in shared memory) at 50-100 TFLOP/s, the rest memory-bound at ~2 TB/s.
 # GPU_CHECK_SMALL=1 (the emulated dry run): the same commands at tiny sizes.
@@ -180,7 +180,7 @@ bench() {
 
 catalogue() {
   section preflight
-  WORK_NOTE="3 nvidia-smi calls, a CUDA context, ldd of 13 programs, streambp --version: ~8 s"
+  WORK_NOTE="4 nvidia-smi calls, a CUDA context, ldd of 13 programs, streambp --version: ~8 s"
   stage preflight 20 cpu preflight_stage
 
   section correctness
@@ -246,7 +246,7 @@ catalogue() {
   stage torch_ckpt_qwen3_0.6b_8k 45 py torch_ckpt torch_ckpt_qwen3_0.6b_8k 8192 28
   # 8B shapes (d 4096, F 12288, 32 x 128 heads) at 32k, 4 of its 36 layers: ~0.7 PFLOP a step,
   # with and without offloaded checkpoints (the copies should hide behind the layers).
-  WORK_NOTE="2.5B weights on the device, 2 offload settings x 2 steps of 0.7 PFLOP: ~40 s"
+  WORK_NOTE="2.0B weights on the device, 2 offload settings x 2 steps of 0.7 PFLOP: ~40 s"
   bench bench_qwen3_8b_32k_4layers 90 qwen3-8b 32768 stream --layers 4 \
     --offload none,checkpoints+residual_grad
   # 32k with 8 layers: attention grows as T^2 (1.9e13 FLOPs per layer).
