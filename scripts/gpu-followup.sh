@@ -48,7 +48,7 @@ if ((DRY_RUN)); then
   printf '%-3s %-46s %-9s %-5s %6s  %s\n' "#" "run as" variant tier limit why
   total=0 n=0
   for i in "${!ENTRIES[@]}"; do
-    IFS=$'\t' read -r as st var lim filt items tier why <<<"${ENTRIES[i]}"
+    IFS=$'\t' read -r as _ var lim filt items tier why <<<"${ENTRIES[i]}"
     [[ $filt == - ]] && filt=""
     [[ $items == - ]] && items=""
     printf '%-3s %-46s %-9s %-5s %5ss  %s%s\n' "$((i + 1))" "$as" "$var" "$tier" "$lim" "$why" \

@@ -27,19 +27,19 @@ for p in cuda_math_test cuda_gemm_plan_test cuda_arena_test backend_factory_test
   ln -s "$DIR/tests/$p" "$T/bundle/bin/$p"
 done
 PY=${GPU_CHECK_PYTHON:-python3}
-skip=()
+skips=()
 if ! "$PY" -c 'import torch, transformers' 2>/dev/null; then
-  skip+=('^torch_')
+  skips+=('^torch_')
   echo "gpu_check_emulated: $PY has no torch/transformers: the PyTorch baseline stages are left out"
 fi
 # The long-keys attention test (tests/backend/cuda_attention_long_test.cpp) where this tree has it.
 if [[ -x $DIR/tests/cuda_attention_long_test ]]; then
   ln -s "$DIR/tests/cuda_attention_long_test" "$T/bundle/bin/cuda_attention_long_test"
 else
-  skip+=('^attention_long$')
+  skips+=('^attention_long$')
   echo "gpu_check_emulated: no $DIR/tests/cuda_attention_long_test: the attention_long stage is left out"
 fi
-skip=$(IFS='|'; echo "${skip[*]}")
+skip=$(IFS='|'; echo "${skips[*]}")
 start=$(date +%s)
 rc=0
 OUT=$T/out TMPDIR=$T GPU_CHECK_BUNDLE_DIR=$T/bundle GPU_CHECK_PYTHON=$PY GPU_CHECK_SMALL=1 \

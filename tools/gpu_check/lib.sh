@@ -67,7 +67,7 @@ for p in nvidia.__path__:
   export OUR_LD ROOT SB BIN PY WORK R SMALL SCRIPT
   declare -g -a PLAN_NAMES=() PLAN_LIMITS=() PLAN_KINDS=() PLAN_CLASSES=() PLAN_NOTES=() PLAN_TIERS=()
   declare -g -A STATUS=() KERNEL_ERROR=() TIER=()
-  GPU_WEDGED=0 STOPPED="" CLASS="" WORK_NOTE="" PHASE=collect LAST_STATUS=""
+  GPU_WEDGED=0 STOPPED="" CLASS="" WORK_NOTE="" PHASE=collect
 }
 
 # The bundle carries libstdc++ and libgcc_s for a machine whose own are older than the build
@@ -430,7 +430,6 @@ print(json.dumps({"name": a[0], "stage": a[1], "variant": a[2], "class": a[3], "
     "$name" "$base" "$variant" "${RUN_CLASS:-?}" "${RUN_TIER:-?}" "$status" "$rc" \
     "$(awk "BEGIN{print $t1 - $t0}")" "$limit" "$kerr" "$reason" \
     "$([[ -f $R/$base.json ]] && echo "results/$base.json")" >>"$WORK/stages.jsonl"
-  LAST_STATUS=$status
   report
 }
 

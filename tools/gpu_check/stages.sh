@@ -86,13 +86,13 @@ scores() {
 # one JSON each: results/gradcheck_ITEM.json.
 gradchecks() {
   local gc=(gradcheck --model "$GC_MODEL" --backend cuda --seq-len "$GC_T" --segments 4
-            --layer-chunk 7 --head-chunk 13) modes=(--modes checkpoint,stream,recompute+chunked) o
+            --layer-chunk 7 --head-chunk 13) every=(--modes checkpoint,stream,recompute+chunked) o
   for o in sft dpo grpo ppo kto orpo; do
-    item "$o" 15 ours "$SB" "${gc[@]}" "${modes[@]}" --objective "$o" --json "$R/gradcheck_$o.json"
+    item "$o" 15 ours "$SB" "${gc[@]}" "${every[@]}" --objective "$o" --json "$R/gradcheck_$o.json"
   done
-  item sft_bf16 15 ours "$SB" "${gc[@]}" "${modes[@]}" --precision bf16 --json "$R/gradcheck_sft_bf16.json"
+  item sft_bf16 15 ours "$SB" "${gc[@]}" "${every[@]}" --precision bf16 --json "$R/gradcheck_sft_bf16.json"
   # LoRA's adapter gradients (rank 4: bf16 parts of odd alignment in the adapters' GEMMs).
-  item grpo_lora 15 ours "$SB" "${gc[@]}" "${modes[@]}" --objective grpo --lora-r 4 \
+  item grpo_lora 15 ours "$SB" "${gc[@]}" "${every[@]}" --objective grpo --lora-r 4 \
     --json "$R/gradcheck_grpo_lora.json"
   # Host offload (checkpoints and the residual-stream gradient): the copy stream, its events
   # and pinned blocks; the same gradients as base.
