@@ -96,6 +96,16 @@ TempDir::~TempDir() {
 }
 
 CommandResult run_command(const std::string& cmd) {
+  CommandResult r = run_command_raw(cmd);
+  const std::string marker = "streambp: warning: openblas runs its generic '";
+  for (size_t at = r.output.find(marker); at != std::string::npos; at = r.output.find(marker, at)) {
+    const size_t end = r.output.find('\n', at);
+    r.output.erase(at, end == std::string::npos ? std::string::npos : end + 1 - at);
+  }
+  return r;
+}
+
+CommandResult run_command_raw(const std::string& cmd) {
   CommandResult r;
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) throw std::runtime_error("popen failed: " + cmd);
