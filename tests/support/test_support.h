@@ -76,8 +76,14 @@ struct CommandResult {
   int exit_code = 0;
   std::string output;  // stdout and stderr together
 };
-// Runs a shell command line and captures its output.
+// Runs a shell command line and captures its output, less the line `streambp` prints when the
+// BLAS runs generic kernels (OPENBLAS_CORETYPE=Prescott preset on an AVX2 or AVX-512 CPU, or a
+// BLIS that does not know the CPU: src/backend/blas_core_check.h): a fact of the machine and
+// its environment, which CI must leave as it finds it, not of the command under test, whose
+// output the tests count line by line. Cli.GenericBlasKernelsAreNamedWithTheFix checks that line with run_command_raw.
 CommandResult run_command(const std::string& cmd);
+// The same, with every line the command printed.
+CommandResult run_command_raw(const std::string& cmd);
 
 // Path of the built `streambp` program and of the source tree.
 std::string streambp_binary();
