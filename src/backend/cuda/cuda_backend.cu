@@ -40,6 +40,7 @@ CudaBackend::CudaBackend(int device)
                      std::to_string(count) + ")");
   SBP_CUDA(cudaSetDevice(device_));
   SBP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  staging_ = std::make_unique<cuda::UploadStaging>(stream_);
   SBP_CUBLAS(cublasLtCreate(&lt_));
   const int dev = device_;
   arena_ = std::make_unique<cuda::DeviceArena>(
@@ -90,6 +91,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (const PendingRead& read : pending_reads_) cudaFreeHost(read.staging);  // never read
+  staging_.reset();
   destroy_copy_resources();
   host_.reset();  // the pinned blocks, before the device goes
   if (lt_) cublasLtDestroy(lt_);
@@ -124,17 +126,21 @@ void* CudaBackend::scratch(Slot slot, size_t bytes) {
 
 void CudaBackend::open_memory() { SBP_CUDA(cudaSetDevice(device_)); }
 
-// No synchronisation: from pageable host memory (every caller's: vectors, spans) the runtime
-// stages the bytes before cudaMemcpyAsync returns, so the caller may reuse its buffer at once
-// (CUDA runtime API, "API synchronization behavior"). Pinned memory would need a sync here.
+// No host wait: through pinned staging (upload_staging.h), so the caller may reuse its buffer
+// at once and the copy is asynchronous.
 void CudaBackend::upload_impl(void* dst, const void* host, size_t bytes) {
-  SBP_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  upload_async(dst, host, bytes);
+}
+
+void CudaBackend::upload_async(void* dst, const void* host, size_t bytes) {
+  staging_->upload(dst, host, bytes);
 }
 
 // The step's end (and the profiler): waits for the stream and reports failed index checks.
 void CudaBackend::synchronize_impl() {
   queue_check_readback();
   SBP_CUDA(cudaStreamSynchronize(stream_));
+  staging_->stream_idle();
   complete_reads();
   flush_checks();
 }
@@ -144,6 +150,7 @@ void CudaBackend::download_impl(void* host, const void* src, size_t bytes) {
   queue_check_readback();
   SBP_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
   SBP_CUDA(cudaStreamSynchronize(stream_));
+  staging_->stream_idle();
   complete_reads();
   flush_checks();
 }

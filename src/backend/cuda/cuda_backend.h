@@ -26,6 +26,7 @@
 #include "backend/cuda/arena.h"
 #include "backend/cuda/check_state.h"
 #include "backend/cuda/pinned_host_space.h"
+#include "backend/cuda/upload_staging.h"
 
 namespace sbp {
 
@@ -67,6 +68,9 @@ class CudaBackend : public Backend {
                       int64_t window, int64_t flops_per_pair);
   // Device word that is non-zero once a check has failed (for the kernels' early return).
   const unsigned* check_failed() const { return &checks_->failed; }
+  // host[0, bytes) to device memory at dst, queued on the stream through pinned staging: no
+  // host wait, and the caller may reuse host at once (upload_staging.h).
+  void upload_async(void* dst, const void* host, size_t bytes);
 
  protected:
   void synchronize_impl() override;  // the backend's stream
@@ -178,6 +182,7 @@ class CudaBackend : public Backend {
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::UploadStaging> staging_;  // upload_async's
   size_t smem_optin_ = 48 * 1024;  // shared memory per block a kernel may opt in to
   bool simt_attention_ = false;    // STREAMBP_CUDA_ATTENTION=simt
   cublasLtHandle_t lt_ = nullptr;
