@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 # Programs whose ".../cuda" cases run here (backend_suite.h), then those that run whole.
 suite=(ops_dense_test ops_head_test ops_layer_test ops_gemma_test misuse_test)
 # cuda_emulation_fidelity_test: streams, concurrent blocks, pageable copies, tensor-core rounding;
+# cuda_fallback_test: the second ways (cuBLASLt algorithms, fp32 attention), per-tensor arena;
 whole=(cuda_emulation_test cuda_arena_test cuda_attention_tc_test dist_nccl_emulated_test
-  cuda_emulation_fidelity_test)
+  cuda_emulation_fidelity_test cuda_fallback_test)
 # Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
 on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test objective_parity_test
   sequence_objective_paths_test offload_test)
@@ -86,6 +87,21 @@ run "gradcheck sft lora" "$bin" gradcheck --model tiny-qwen3 --seq-len 24 --segm
   --backend cuda --lora-r 4 --lora-targets all-linear
 run "gradcheck sft simt attention" env STREAMBP_CUDA_ATTENTION=simt "$bin" gradcheck \
   --model tiny-qwen3 --seq-len 24 --segments 2 --backend cuda
+# The second ways, whole: the first 3 algorithms of every cuBLASLt heuristic answer refused, and
+# every tensor-core attention launch refused (out of resources) so that each phase runs the fp32
+# kernels (tiny-llama: head_dim 16, the tensor cores' by default). Its gradients must still check.
+# Both kinds of "gpu fallback: " line must be printed.
+with_fallbacks() {
+  local out
+  out=$("$@" 2>&1) || { echo "$out"; return 1; }
+  for kind in gemm attention; do
+    grep -q "^gpu fallback: $kind" <<<"$out" || { echo "$out"; echo "no 'gpu fallback: $kind' line"; return 1; }
+  done
+  tail -n 1 <<<"$out"
+}
+run "gradcheck sft with gpu fallbacks" with_fallbacks env STREAMBP_CUDA_EMULATION_REFUSE_ALGOS=3 \
+  STREAMBP_CUDA_EMULATION_REFUSE_LAUNCH=tc_ "$bin" gradcheck --model tiny-llama --seq-len 24 \
+  --segments 2 --backend cuda
 # Context parallelism on the CUDA backend, 2 ranks: K/V and dK/dV rows through host copies
 # (the MPI communicator cannot address device memory), every mode against base.
 if command -v mpirun >/dev/null; then

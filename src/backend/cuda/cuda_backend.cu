@@ -1,5 +1,6 @@
 // CudaBackend: construction, memory (the arena), transfers, scratch, and the factory functions
 // of cuda_factory.h.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -42,6 +43,20 @@ CudaBackend::CudaBackend(int device)
   SBP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   staging_ = std::make_unique<cuda::UploadStaging>(stream_);
   SBP_CUBLAS(cublasLtCreate(&lt_));
+  // STREAMBP_CUDA_ARENA=per_tensor: every tensor its own cudaMalloc (slow: each free
+  // synchronises), so that compute-sanitizer's memcheck sees each tensor's bounds; the default
+  // carves tensors out of 1 GiB segments, inside which an overrun into the next tensor is
+  // invisible to it.
+  auto placement = cuda::DeviceArena::Placement::segments;
+  if (const char* arena = std::getenv("STREAMBP_CUDA_ARENA"); arena && *arena) {
+    const std::string kind(arena);
+    if (kind == "per_tensor")
+      placement = cuda::DeviceArena::Placement::per_tensor;
+    else if (kind != "segments")
+      throw InputError("STREAMBP_CUDA_ARENA: '" + kind +
+                       "' is not an arena placement; use segments (the default) or per_tensor "
+                       "(a cudaMalloc per tensor, for compute-sanitizer)");
+  }
   const int dev = device_;
   arena_ = std::make_unique<cuda::DeviceArena>(
       [dev](size_t bytes) -> void* {
@@ -62,7 +77,7 @@ CudaBackend::CudaBackend(int device)
         cudaSetDevice(dev);
         cudaFree(p);
       },
-      kSegmentBytes);
+      kSegmentBytes, placement);
   workspace_ = arena_->allocate(kWorkspaceBytes);
   SBP_CHECK(workspace_, "cuda: cannot allocate the 32 MiB cuBLASLt workspace");
   SBP_CUDA(cudaMallocHost(&pinned_, sizeof(cuda::CheckState)));
@@ -134,6 +149,12 @@ void CudaBackend::upload_impl(void* dst, const void* host, size_t bytes) {
 
 void CudaBackend::upload_async(void* dst, const void* host, size_t bytes) {
   staging_->upload(dst, host, bytes);
+}
+
+void CudaBackend::note_fallback(const std::string& what, const std::string& detail) {
+  ++fallbacks_;
+  if (fallbacks_printed_.insert(what).second)
+    std::fprintf(stderr, "gpu fallback: %s%s\n", what.c_str(), detail.c_str());
 }
 
 // The step's end (and the profiler): waits for the stream and reports failed index checks.
@@ -214,6 +235,11 @@ int64_t cuda_device_peak_reserved(const Backend& be) {
 int64_t cuda_device_peak_in_use(const Backend& be) {
   const auto* c = dynamic_cast<const CudaBackend*>(&be);
   return c ? static_cast<int64_t>(c->arena().peak_in_use()) : -1;
+}
+
+int64_t cuda_fallbacks(const Backend& be) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&be);
+  return c ? c->fallbacks() : -1;
 }
 
 }  // namespace sbp
