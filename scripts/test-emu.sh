@@ -16,7 +16,7 @@ whole=(cuda_emulation_test cuda_arena_test cuda_attention_tc_test dist_nccl_emul
   cuda_emulation_fidelity_test cuda_fallback_test)
 # Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
 on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test objective_parity_test
-  sequence_objective_paths_test offload_test)
+  sequence_objective_paths_test offload_test device_init_test)
 declare -A filter=(
   [lora_parity_test]='*'
   # DPO, ORPO, KTO, GRPO and PPO against TRL's numbers on transformers models; the preference
@@ -34,6 +34,8 @@ declare -A filter=(
   # cudaStreamWaitEvent between the copy stream and compute fails here (streams run in the
   # emulation's adversarial order, docs/CUDA.md). SFT; the protocol's refusals.
   [offload_test]='EveryObjective/OffloadIsExact.*/sft:OffloadProtocol.*'
+  # Random weights drawn on the device (bench's).
+  [device_init_test]='*'
 )
 # The rest of the programs scripts/gpu-check.sh runs (its dry run below, on a bundle of this tree).
 gpu_check_only=(cuda_math_test cuda_gemm_plan_test backend_factory_test)

@@ -119,6 +119,8 @@ class CudaBackend : public Backend {
                int64_t K, float alpha, float beta);
 
   void fill_impl(const Tensor& x, float value) override;
+  void fill_normal_impl(const Tensor& x, float mean, float std, uint64_t seed, uint64_t stream,
+                        uint64_t offset) override;
   void copy_impl(const Tensor& dst, const Tensor& src) override;
   void add_inplace_impl(const Tensor& y, const Tensor& x) override;
   void scale_inplace_impl(const Tensor& x, float s) override;
