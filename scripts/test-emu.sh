@@ -12,8 +12,9 @@ cd "$(dirname "$0")/.."
 suite=(ops_dense_test ops_head_test ops_layer_test ops_gemma_test misuse_test)
 # cuda_emulation_fidelity_test: streams, concurrent blocks, pageable copies, tensor-core rounding;
 # cuda_fallback_test: the second ways (cuBLASLt algorithms, fp32 attention), per-tensor arena;
+# cuda_attention_long_test: attention at STREAMBP_ATTENTION_LONG_KEYS keys (512 here).
 whole=(cuda_emulation_test cuda_arena_test cuda_attention_tc_test dist_nccl_emulated_test
-  cuda_emulation_fidelity_test cuda_fallback_test)
+  cuda_emulation_fidelity_test cuda_fallback_test cuda_attention_long_test)
 # Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
 on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test objective_parity_test
   sequence_objective_paths_test offload_test device_init_test)
