@@ -48,6 +48,11 @@ dir=${STREAMBP_EMU_DIR:-build-emu}  # another emulation tree (e.g. the coverage 
 bin="$dir/streambp"
 start=$(date +%s)
 export OMP_WAIT_POLICY=passive
+# Concurrent block pairs (docs/CUDA.md "Blocks of a grid"): every launch of the op suite and the
+# emulator's own tests; in the whole-model programs the first 16 launches of each kernel (every
+# launch there costs about 20 s of system time in all, mprotect, for kernels the op suite has
+# already checked).
+export STREAMBP_CUDA_EMULATION_BLOCK_PAIRS=${STREAMBP_CUDA_EMULATION_BLOCK_PAIRS:-16}
 pids=()
 logs=()
 run() {  # name, command...: in the background, two at a time (CI has two cores)
@@ -73,8 +78,13 @@ wait_one() {
   fi
   rm -f "${entry#*:}"
 }
-for t in "${suite[@]}"; do run "$t" "$dir/tests/$t" --gtest_filter='*/cuda' --gtest_brief=1; done
-for t in "${whole[@]}"; do run "$t" "$dir/tests/$t" --gtest_brief=1; done
+for t in "${suite[@]}"; do
+  run "$t" env STREAMBP_CUDA_EMULATION_BLOCK_PAIRS=all "$dir/tests/$t" --gtest_filter='*/cuda' \
+    --gtest_brief=1
+done
+for t in "${whole[@]}"; do
+  run "$t" env STREAMBP_CUDA_EMULATION_BLOCK_PAIRS=all "$dir/tests/$t" --gtest_brief=1
+done
 for t in "${on_cuda[@]}"; do
   run "$t" env STREAMBP_TEST_BACKEND=cuda "$dir/tests/$t" --gtest_filter="${filter[$t]}" --gtest_brief=1
 done

@@ -274,6 +274,42 @@ TEST(TensorCoreMath, AdditionsRoundTowardZeroExactly) {
   EXPECT_EQ(cudaemu::tc::mma_dot(0.0f, sub, y, 2), 0.0f);
 }
 
+// The vectorised forms (a WMMA tile, a column of cuBLASLt rows) are mma_dot's operations in
+// its order: the same bits, including NaN/inf and subnormal inputs.
+TEST(TensorCoreMath, TileAndRowFormsGiveTheScalarBits) {
+  Rng rng(5);
+  auto draw = [&] {
+    const uint64_t kind = rng.below(50);
+    if (kind == 0) return std::ldexp(1.0f, -140);  // subnormal
+    if (kind == 1) return INFINITY;
+    return static_cast<float>(rng.normal() * std::ldexp(1.0, static_cast<int>(rng.below(20)) - 10));
+  };
+  for (int rep = 0; rep < 20; ++rep) {
+    float a[16 * 8], b[8 * 16], c[16 * 16], d[16 * 16];
+    for (float& x : a) x = draw();
+    for (float& x : b) x = draw();
+    for (float& x : c) x = draw();
+    cudaemu::tc::mma_tile<16, 16, 8>(d, a, b, c);
+    for (int r = 0; r < 16; ++r)
+      for (int n = 0; n < 16; ++n) {
+        float y[8];
+        for (int k = 0; k < 8; ++k) y[k] = b[k * 16 + n];
+        const float want = cudaemu::tc::mma_dot(c[r * 16 + n], a + r * 8, y, 8);
+        ASSERT_EQ(std::memcmp(&want, &d[r * 16 + n], 4), 0) << r << " " << n;
+      }
+    for (int k : {16, 7, 1}) {
+      std::vector<float> x(100 * 16), acc(100), want(100);
+      float y[16];
+      for (float& v : x) v = draw();
+      for (float& v : y) v = draw();
+      for (int i = 0; i < 100; ++i) acc[i] = want[i] = draw();
+      for (int i = 0; i < 100; ++i) want[i] = cudaemu::tc::mma_dot(want[i], x.data() + i * 16, y, k);
+      cudaemu::tc::mma_dot_rows(acc.data(), x.data(), 16, y, 100, k);
+      ASSERT_EQ(std::memcmp(acc.data(), want.data(), 400), 0) << k;
+    }
+  }
+}
+
 // cuBLASLt's BF16 products go through the tensor cores' additions: 1 + 1.5 2^-24 (both BF16
 // values, K = 2) is 1, not the 1 + 2^-23 of round to nearest.
 TEST(TensorCoreMath, CublasLtBf16SumsTruncate) {

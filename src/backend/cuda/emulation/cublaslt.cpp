@@ -376,23 +376,30 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                                   ob + static_cast<int64_t>(o.transb == CUBLAS_OP_N ? p + j * lb.ld
                                                                                     : j + p * lb.ld),
                                   o.compute);
-      for (uint64_t j = 0; j < n; ++j)
+      std::vector<float> acc(m);
+      for (uint64_t j = 0; j < n; ++j) {
+        const float* y = bt.data() + j * k;
+        if (tensor_cores) {
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (uint64_t p = 0; p < k; p += chunk)
+            sbp::cudaemu::tc::mma_dot_rows(acc.data(), a.data() + p, static_cast<int64_t>(k),
+                                           y + p, static_cast<int64_t>(m),
+                                           static_cast<int>(std::min(chunk, k - p)));
+        }
         for (uint64_t i = 0; i < m; ++i) {
-          const float* x = a.data() + i * k;
-          const float* y = bt.data() + j * k;
-          float acc = 0.0f;
+          float sum = 0.0f;
           if (tensor_cores) {
-            for (uint64_t p = 0; p < k; p += chunk)
-              acc = sbp::cudaemu::tc::mma_dot(acc, x + p, y + p,
-                                              static_cast<int>(std::min(chunk, k - p)));
+            sum = acc[i];
           } else {
-            for (uint64_t p = 0; p < k; ++p) acc = std::fma(x[p], y[p], acc);
+            const float* x = a.data() + i * k;
+            for (uint64_t p = 0; p < k; ++p) sum = std::fma(x[p], y[p], sum);
           }
-          float v = fa * acc;
+          float v = fa * sum;
           const int64_t at = static_cast<int64_t>(i + j * static_cast<uint64_t>(lc.ld));
           if (fb != 0.0f) v = std::fma(fb, static_cast<float>(load(C, lc.type, oc + at)), v);
           store(D, ld.type, od + static_cast<int64_t>(i + j * static_cast<uint64_t>(ld.ld)), v);
         }
+      }
     }
   });
   return CUBLAS_STATUS_SUCCESS;

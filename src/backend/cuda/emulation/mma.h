@@ -122,16 +122,10 @@ void mma_sync(fragment<accumulator, M, N, K, float>& d,
     std::memcpy(d.x, last.out, sizeof last.out);
     return;
   }
-  float out[M * N];
-  for (int r = 0; r < M; ++r)
-    for (int n = 0; n < N; ++n) {
-      float x[K], y[K];
-      for (int k = 0; k < K; ++k) {
-        x[k] = tf32_bits(a.x[r * K + k]);
-        y[k] = tf32_bits(b.x[k * N + n]);
-      }
-      out[r * N + n] = ::sbp::cudaemu::tc::mma_dot(c.x[r * N + n], x, y, K);
-    }
+  float ta[M * K], tb[K * N], out[M * N];
+  for (int i = 0; i < M * K; ++i) ta[i] = tf32_bits(a.x[i]);
+  for (int i = 0; i < K * N; ++i) tb[i] = tf32_bits(b.x[i]);
+  ::sbp::cudaemu::tc::mma_tile<M, N, K>(out, ta, tb, c.x);
   std::memcpy(last.in, in, sizeof in);
   std::memcpy(last.out, out, sizeof out);
   last.valid = true;
