@@ -389,6 +389,19 @@ void Backend::fill(const Tensor& x, float value) {
       OpFamily::copy, [&] { return nb(x); }, [&] { fill_impl(x, value); });
 }
 
+void Backend::fill_normal(const Tensor& x, float mean, float std, uint64_t seed, uint64_t stream,
+                          uint64_t offset) {
+  check_float("fill_normal", "x", x);
+  SBP_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0.0f,
+            "fill_normal: mean " + std::to_string(mean) + " and std " + std::to_string(std) +
+                " must be finite, std >= 0");
+  owns("fill_normal", {&x});
+  const Access access(*this);
+  run_op(
+      OpFamily::copy, [&] { return nb(x); },
+      [&] { fill_normal_impl(x, mean, std, seed, stream, offset); });
+}
+
 void Backend::copy(const Tensor& dst, const Tensor& src) {
   const char* op = "copy";
   SBP_CHECK(dst.defined() && src.defined() && dst.numel() == src.numel(),

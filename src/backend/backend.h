@@ -116,6 +116,13 @@ class Backend : public MemorySpace {
   // ---- elementwise and reductions ----
   // Checks: x float.
   void fill(const Tensor& x, float value);
+  // x[i] = mean + std * N(offset + i), N(j) the standard normal number j of stream (seed,
+  // stream) (core/counter_normal.h: a formula of the counter, so every backend stores the same
+  // values, and a tensor filled in pieces at their offsets equals it filled whole), computed in
+  // fp64, rounded once to fp32 (and once more for a BF16 x). Random weights drawn where they
+  // live (model/device_init.h). Checks: x float; mean, std finite, std >= 0.
+  void fill_normal(const Tensor& x, float mean, float std, uint64_t seed, uint64_t stream,
+                   uint64_t offset = 0);
   // dst = src (same numel); converts between F32 and BF16 where the dtypes differ.
   // Checks: equal numel; equal dtypes (any, I32 included) or one F32 and the other BF16.
   void copy(const Tensor& dst, const Tensor& src);
@@ -429,6 +436,8 @@ class Backend : public MemorySpace {
   virtual void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
                          bool trans_b, float alpha, float beta, const Tensor& scratch) = 0;
   virtual void fill_impl(const Tensor& x, float value) = 0;
+  virtual void fill_normal_impl(const Tensor& x, float mean, float std, uint64_t seed,
+                                uint64_t stream, uint64_t offset) = 0;
   virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
   virtual void add_inplace_impl(const Tensor& y, const Tensor& x) = 0;
   virtual void scale_inplace_impl(const Tensor& x, float s) = 0;

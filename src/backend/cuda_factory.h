@@ -22,6 +22,10 @@ int cuda_device_count(std::string* why);
 // what it handed out at most (tensors and the backend's own scratch). -1 for other backends.
 int64_t cuda_device_peak_reserved(const Backend& be);
 int64_t cuda_device_peak_in_use(const Backend& be);
+// Calls a CUDA backend ran a second way because the device or cuBLASLt refused the first (another
+// cuBLASLt algorithm, the fp32 attention kernels; each printed once as "gpu fallback: ..."). -1
+// for other backends.
+int64_t cuda_fallbacks(const Backend& be);
 // Starts the two peaks above again from the current holdings (no-op for other backends).
 void cuda_reset_device_peaks(Backend& be);
 // Waits for every queued kernel of a CUDA backend (timing); no-op for other backends.

@@ -37,6 +37,7 @@
 #include "core/output_paths.h"
 #include "core/process_memory.h"
 #include "engine/memory_model.h"
+#include "model/device_init.h"
 #include "plan/plan_step.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
@@ -82,6 +83,8 @@ struct Run {
   int64_t logits_peak = 0, head_block = 0;  // ledger peak of `logits`; one head block's logits
   // CUDA backend: device memory its arena took at most / handed out at most (-1: not a GPU).
   int64_t device_reserved_peak = -1, device_in_use_peak = -1;
+  // Calls of the run's steps that the GPU ran a second way (cuda_fallbacks); -1 off the GPU.
+  int64_t gpu_fallbacks = -1;
   // Models with sliding-window layers: FLOPs of one step as counted by the backend, and as the
   // planner counts the same step with and without the windows (the difference is the work the
   // window skips; the backend's count includes its tile padding, the planner's does not).
@@ -174,7 +177,11 @@ struct Bench {
         ModelSetOptions{.param_dtype = dt, .lora = lora.enabled() ? &lora : nullptr});
     if (m.set->has_lora()) init_lora(m.set->lora_weights(), a.seed, 0.02f);
     ParameterSet& w = m.set->policy_weights();
-    if (dt == DType::F32) {
+    if (!src.has_weights) {
+      // Drawn on the backend (model/device_init.h): the 8B shapes' weights in a fraction of a
+      // second on a GPU, not ~45 s on one host thread; the same values on every backend.
+      init_parameters_on_backend(*be, w, a.seed, InitStyle::hf);
+    } else if (dt == DType::F32) {
       fill_weights(src, w, a.seed, InitStyle::hf);
     } else {
       Ledger scratch_ledger;
@@ -186,7 +193,8 @@ struct Bench {
       const ParameterSet& ref = m.set->reference_weights();
       for (size_t i = 0; i < ref.size(); ++i) be->copy(ref.tensor(i), w.get(ref.name(i)));
     }
-    if (m.set->has_value()) init_parameters(m.set->value_weights(), a.seed + 1, InitStyle::hf);
+    if (m.set->has_value())
+      init_parameters_on_backend(*be, m.set->value_weights(), a.seed + 1, InitStyle::hf);
   }
 
   // Every (precision, mode) step at one T, round robin: step i of every configuration runs
@@ -253,6 +261,9 @@ struct Bench {
         const bool profiled = a.profile && i >= a.warmup;
         be->set_profile(profiled ? &r.profile : nullptr);
         device_sync(*be);
+#if defined(STREAMBP_HAVE_CUDA)
+        const int64_t fallbacks_before = cuda_fallbacks(*be);
+#endif
         const auto t0 = std::chrono::steady_clock::now();
         const StepResult out = StepRunner(setup, c.m->set->views(), *be, c.m->pool, c.exec,
                                           single_process(), StepRunnerOptions{.context = context})
@@ -280,6 +291,9 @@ struct Bench {
 #if defined(STREAMBP_HAVE_CUDA)
         r.device_reserved_peak = std::max(r.device_reserved_peak, cuda_device_peak_reserved(*be));
         r.device_in_use_peak = std::max(r.device_in_use_peak, cuda_device_peak_in_use(*be));
+        if (fallbacks_before >= 0)
+          r.gpu_fallbacks = std::max<int64_t>(r.gpu_fallbacks, 0) + cuda_fallbacks(*be) -
+                            fallbacks_before;
 #endif
       }
       sgemm_probes.push_back(gemm_probe(*be));
@@ -487,6 +501,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
       jr["planned_flops_no_window"] = r.planned_flops_no_window;
       jr["window_skipped_flops"] = r.planned_flops_no_window - r.planned_flops;
     }
+    if (r.gpu_fallbacks >= 0) jr["gpu_fallbacks"] = r.gpu_fallbacks;
     if (r.device_reserved_peak >= 0) {
       jr["device_reserved_peak_bytes"] = r.device_reserved_peak;
       jr["device_in_use_peak_bytes"] = r.device_in_use_peak;

@@ -17,7 +17,8 @@ struct HostSource {
   size_t limit = SIZE_MAX;  // total bytes it will hand out
   size_t total = 0;
   int calls = 0;
-  DeviceArena make(size_t segment) {
+  DeviceArena make(size_t segment,
+                   DeviceArena::Placement placement = DeviceArena::Placement::segments) {
     return DeviceArena(
         [this](size_t b) -> void* {
           ++calls;
@@ -33,9 +34,35 @@ struct HostSource {
           total -= b;
           std::free(p);
         },
-        segment);
+        segment, placement);
   }
 };
+
+// STREAMBP_CUDA_ARENA=per_tensor: each request its own allocation of exactly its bytes (their
+// bounds are the tensor's, for compute-sanitizer), given back at release; counted as the
+// segments' placement counts.
+TEST(CudaArena, PerTensorGivesEachRequestItsOwnAllocation) {
+  HostSource src;
+  {
+    DeviceArena a = src.make(1 << 20, DeviceArena::Placement::per_tensor);
+    void* p = a.allocate(10);
+    void* q = a.allocate(300);
+    ASSERT_NE(p, nullptr);
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(src.live.at(p), 10u);
+    EXPECT_EQ(src.live.at(q), 300u);
+    EXPECT_EQ(a.in_use(), 310u);
+    EXPECT_EQ(a.reserved(), 310u);
+    a.release(p);
+    EXPECT_EQ(src.live.count(p), 0u);  // given back at once
+    EXPECT_EQ(a.in_use(), 300u);
+    EXPECT_EQ(a.peak_in_use(), 310u);
+    EXPECT_EQ(a.peak_reserved(), 310u);
+    src.limit = src.total;
+    EXPECT_EQ(a.allocate(1), nullptr);  // the source refuses: the Pool reports out of memory
+  }
+  EXPECT_TRUE(src.live.empty());  // the arena's destruction gave q back
+}
 
 TEST(CudaArena, AlignsAndCountsInUseAndPeak) {
   HostSource src;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cuda/gemm_describe.h"
 #include "backend/cuda/gemm_plan.h"
 #include "backend/cuda/gemm_split.h"
 #include "backend/gemm_scratch.h"
@@ -233,6 +234,31 @@ TEST(CudaGemmPlan, ConversionScratchIsRecordedInTheLentPoolsLedger) {
     }
     EXPECT_EQ(ledger.peak(), before);
   }
+}
+
+// A refused gemm is named (gemm_describe.h): the shape as stored and after op(), the types,
+// whether C is read, the leading dimensions and the alignments; cuBLAS's status by its name.
+TEST(CudaGemmDescribe, NamesTheCallSoARefusalSaysWhichOne) {
+  GemmCall g;
+  g.M = 512;
+  g.N = 1;
+  g.K = 4;
+  g.ab_type = "BF16";
+  g.c_type = "F32";
+  g.trans_a = true;
+  g.lda = 512;
+  g.ldb = 1;
+  g.ldc = 1;
+  g.align_a = 256;
+  g.align_b = 2;
+  g.align_c = 4;
+  g.beta = true;
+  EXPECT_EQ(describe(g),
+            "C (512, 1) F32 = A^T, A (4, 512) BF16 x B (4, 1) BF16, M = 512, N = 1, K = 4, "
+            "beta != 0 (C read); row-major leading dimensions lda 512, ldb 1, ldc 1; alignments "
+            "A 256, B 2, C 4 bytes");
+  EXPECT_EQ(cublas_status_name(15), "CUBLAS_STATUS_NOT_SUPPORTED");
+  EXPECT_EQ(cublas_status_name(99), "cuBLAS status 99");
 }
 
 }  // namespace

@@ -83,6 +83,10 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
       // ---- elementwise ----
       {"fill", "x I32", [&] { be.fill(t({3}, I32), 0); }},
       {"fill", "x F32()", [&] { be.fill(Tensor(), 0); }},
+      {"fill_normal", "x I32", [&] { be.fill_normal(t({3}, I32), 0, 1, 1, 2); }},
+      {"fill_normal", "std -1", [&] { be.fill_normal(x, 0, -1, 1, 2); }},
+      {"fill_normal", "mean nan", [&] { be.fill_normal(x, kNaN, 1, 1, 2); }},
+      {"fill_normal", "std inf", [&] { be.fill_normal(x, 0, kInf, 1, 2); }},
       {"copy", "numel",
        [&] {
          be.copy(t({12}), t({4, 5}));
@@ -391,6 +395,7 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
   // At least one case for every op of the Backend interface.
   const std::set<std::string> all = {"gemm",
                                      "fill",
+                                     "fill_normal",
                                      "copy",
                                      "add_inplace",
                                      "scale_inplace",
@@ -422,6 +427,7 @@ TEST_P(BackendMisuse, RejectsEveryCase) {
   // The valid operands themselves pass (so each case above fails for its one spoiled argument).
   EXPECT_NO_THROW(be.gemm(C, A, false, B, false, 1, 0));
   EXPECT_NO_THROW(be.fill(x, 0));
+  EXPECT_NO_THROW(be.fill_normal(x, 0, 1, 1, 2, 5));
   EXPECT_NO_THROW(be.copy(y, x));
   EXPECT_NO_THROW(be.add_inplace(y, x));
   EXPECT_NO_THROW(be.scale_inplace(y, 2));

@@ -1,4 +1,4 @@
-// The dense and elementwise ops of every backend (backend_suite.h): gemm, fill, copy,
+// The dense and elementwise ops of every backend (backend_suite.h): gemm, fill, fill_normal, copy,
 // add_inplace, scale_inplace, sum_squares, add_bias / bias_backward, adamw_step, against float64
 // references written here; bias_backward also against central finite differences. Each also
 // with BF16 operands, in every combination of F32 and BF16 (backend_suite.h).
@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend_suite.h"
+#include "core/counter_normal.h"
 
 namespace sbp {
 namespace {
@@ -345,6 +346,46 @@ TEST_P(BackendOps, FillAddScaleBf16) {
     }
     EXPECT_EQ(down(ys[static_cast<size_t>(combo)]), expect);
   }
+}
+
+// fill_normal on every backend is the counter formula (core/counter_normal.h) to the bit, F32
+// and BF16 (that value rounded once); a tensor filled in two pieces at their offsets is the
+// tensor filled whole; another stream gives other numbers; and the numbers look normal: mean and
+// variance within 5 standard errors of n draws, each tail's share within 5 of its.
+TEST_P(BackendOps, FillNormalIsTheCounterFormula) {
+  const int64_t n = 20011, cut = 7001;
+  const float mean = 0.5f, std = 2.0f;
+  Buffer x = zeros({n, 1}), y = zeros({n, 1}, DType::BF16), pieces = zeros({n, 1});
+  Buffer other = zeros({n, 1});
+  be.fill_normal(x.view(), mean, std, 17, 3);
+  be.fill_normal(y.view(), mean, std, 17, 3);
+  be.fill_normal(pieces.view().slice_rows(0, cut), mean, std, 17, 3, 0);
+  be.fill_normal(pieces.view().slice_rows(cut, n), mean, std, 17, 3, cut);
+  be.fill_normal(other.view(), mean, std, 17, 4);
+  if (!computes()) return;
+  const Vec gx = down(x), gy = down(y), gp = down(pieces), go = down(other);
+  const uint64_t key = counter_normal_key(17, 3);
+  double sum = 0, sum2 = 0;
+  int64_t tail1 = 0, tail2 = 0, same_other = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = counter_normal_value(key, static_cast<uint64_t>(i), mean, std);
+    ASSERT_EQ(gx[i], want) << i;
+    ASSERT_EQ(gy[i], test::round_bf16(want)) << i;
+    ASSERT_EQ(gp[i], want) << i;
+    same_other += go[i] == gx[i];
+    const double z = (gx[i] - mean) / std;
+    sum += z;
+    sum2 += z * z;
+    tail1 += std::fabs(z) > 1.0;
+    tail2 += std::fabs(z) > 2.0;
+  }
+  EXPECT_LT(same_other, 10);
+  const double N = static_cast<double>(n);
+  EXPECT_LT(std::fabs(sum / N), 5.0 / std::sqrt(N));
+  EXPECT_LT(std::fabs(sum2 / N - 1.0), 5.0 * std::sqrt(2.0 / N));
+  // P(|z| > 1) = 0.3173, P(|z| > 2) = 0.0455.
+  EXPECT_LT(std::fabs(tail1 / N - 0.3173), 5.0 * std::sqrt(0.3173 * 0.6827 / N));
+  EXPECT_LT(std::fabs(tail2 / N - 0.0455), 5.0 * std::sqrt(0.0455 * 0.9545 / N));
 }
 
 TEST_P(BackendOps, SumSquaresOfBf16InFloat64) {

@@ -43,6 +43,8 @@ class CpuBackend : public Backend {
                  float alpha, float beta, const Tensor& scratch) override;
 
   void fill_impl(const Tensor& x, float value) override;
+  void fill_normal_impl(const Tensor& x, float mean, float std, uint64_t seed, uint64_t stream,
+                        uint64_t offset) override;
   void copy_impl(const Tensor& dst, const Tensor& src) override;
   void add_inplace_impl(const Tensor& y, const Tensor& x) override;
   void scale_inplace_impl(const Tensor& x, float s) override;

@@ -1,7 +1,9 @@
-// Fill, copy (with F32/BF16 conversion), residual add, scale, bias, sum of squares.
-// Every float tensor may be F32 or BF16 (storage.h): computed in fp32, sums in fp64.
+// Fill (a value, or counter-based normal numbers), copy (with F32/BF16 conversion), residual
+// add, scale, bias, sum of squares. Every float tensor may be F32 or BF16 (storage.h): computed
+// in fp32, sums in fp64.
 #include <cstring>
 
+#include "core/counter_normal.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/storage.h"
@@ -17,6 +19,14 @@ template <class T>
 void fill_kernel(T* p, int64_t n, float value) {  // p (n)
 #pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) store(p[i], value);
+}
+
+// p (n): element i is number offset + i of the stream with key `key` (core/counter_normal.h).
+template <class T>
+void fill_normal_kernel(T* p, int64_t n, uint64_t key, uint64_t offset, float mean, float std) {
+#pragma omp parallel for schedule(static) if (n > cpu::kMinParallelWork / 64)
+  for (int64_t i = 0; i < n; ++i)
+    store(p[i], counter_normal_value(key, offset + static_cast<uint64_t>(i), mean, std));
 }
 
 template <class TD, class TS>
@@ -75,6 +85,13 @@ void bias_backward_kernel(TDB* pdb, const TDY* pdy, int64_t n, int64_t m) {
 
 void CpuBackend::fill_impl(const Tensor& x, float value) {
   cpu::with_float_data([&](auto* p) { fill_kernel(p, x.numel(), value); }, x);
+}
+
+void CpuBackend::fill_normal_impl(const Tensor& x, float mean, float std, uint64_t seed,
+                                  uint64_t stream, uint64_t offset) {
+  const uint64_t key = counter_normal_key(seed, stream);
+  cpu::with_float_data([&](auto* p) { fill_normal_kernel(p, x.numel(), key, offset, mean, std); },
+                       x);
 }
 
 void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) {

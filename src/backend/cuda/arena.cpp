@@ -8,13 +8,15 @@ namespace {
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 }  // namespace
 
-DeviceArena::DeviceArena(Source source, Sink sink, size_t segment_bytes)
+DeviceArena::DeviceArena(Source source, Sink sink, size_t segment_bytes, Placement placement)
     : source_(std::move(source)), sink_(std::move(sink)),
-      segment_bytes_(round_up(std::max<size_t>(segment_bytes, kAlignment), kAlignment)) {}
+      segment_bytes_(round_up(std::max<size_t>(segment_bytes, kAlignment), kAlignment)),
+      placement_(placement) {}
 
 DeviceArena::~DeviceArena() {
   for (const Segment& s : segments_)
     if (s.bytes) sink_(reinterpret_cast<void*>(s.base), s.bytes);
+  for (const auto& [p, bytes] : own_) sink_(reinterpret_cast<void*>(p), bytes);
 }
 
 void DeviceArena::add_free(uintptr_t addr, size_t bytes, size_t segment) {
@@ -65,6 +67,17 @@ void* DeviceArena::take(uintptr_t addr, size_t bytes) {
 }
 
 void* DeviceArena::allocate(size_t bytes) {
+  if (placement_ == Placement::per_tensor) {  // exactly the bytes asked: their bounds are its
+    const size_t want = std::max<size_t>(bytes, 1);
+    void* p = source_(want);
+    if (!p) return nullptr;
+    own_[reinterpret_cast<uintptr_t>(p)] = want;
+    in_use_ += want;
+    reserved_ += want;
+    peak_in_use_ = std::max(peak_in_use_, in_use_);
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+    return p;
+  }
   const size_t need = round_up(std::max<size_t>(bytes, 1), kAlignment);
   auto it = free_by_size_.lower_bound(need);  // the smallest block that fits
   if (it == free_by_size_.end()) {
@@ -77,6 +90,13 @@ void* DeviceArena::allocate(size_t bytes) {
 void DeviceArena::release(void* p) {
   if (!p) return;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  if (const auto o = own_.find(addr); o != own_.end()) {
+    sink_(p, o->second);
+    in_use_ -= o->second;
+    reserved_ -= o->second;
+    own_.erase(o);
+    return;
+  }
   const auto u = used_.find(addr);
   if (u == used_.end()) return;  // not ours (the Pool never does this)
   FreeBlock b = u->second;

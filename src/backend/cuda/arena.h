@@ -9,6 +9,11 @@
 // is handed out (`in_use`), each with its high-water mark: `peak_reserved` is the device memory
 // this backend took, which `bench` reports beside the ledger's peak.
 //
+// Placement::per_tensor (STREAMBP_CUDA_ARENA=per_tensor, cuda_backend.cu) gives every request a
+// source allocation of exactly its size instead, given back at its release: slow (a cudaFree
+// synchronises the device), for compute-sanitizer's memcheck, which sees the bounds of
+// allocations, not of blocks inside a segment.
+//
 // Plain C++ (no CUDA): the bookkeeping is tested on the CPU with a host Source
 // (tests/backend/cuda_arena_test.cpp).
 #include <cstddef>
@@ -27,10 +32,12 @@ class DeviceArena {
   using Source = std::function<void*(size_t)>;
   using Sink = std::function<void(void*, size_t)>;
   static constexpr size_t kAlignment = 256;
+  enum class Placement { segments, per_tensor };
 
   // segment_bytes: the size of a new segment when a request is smaller (larger requests get a
-  // segment of their own size).
-  DeviceArena(Source source, Sink sink, size_t segment_bytes);
+  // segment of their own size). per_tensor: none; each request is its own allocation.
+  DeviceArena(Source source, Sink sink, size_t segment_bytes,
+              Placement placement = Placement::segments);
   ~DeviceArena();
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
@@ -69,6 +76,8 @@ class DeviceArena {
   Source source_;
   Sink sink_;
   size_t segment_bytes_;
+  Placement placement_;
+  std::unordered_map<uintptr_t, size_t> own_;  // per_tensor: allocation -> bytes
   std::vector<Segment> segments_;  // a released segment leaves {0, 0}
   std::map<uintptr_t, FreeBlock> free_;                 // by address: merging neighbours
   std::multimap<size_t, uintptr_t> free_by_size_;       // best fit

@@ -11,11 +11,19 @@
 // Two sets of kernels, both deterministic: attention_tc.cu on the tensor cores (WMMA, split
 // TF32: fp32 results), for head_dim % 16 == 0 up to 256; attention_simt.cu on the fp32 CUDA
 // cores, for the other head dims and whenever STREAMBP_CUDA_ATTENTION=simt (CudaBackend's
-// constructor). This file checks the call and dispatches.
+// constructor). This file checks the call and dispatches, phase by phase (forward; backward D,
+// dQ, dK/dV): a tensor-core launch the device refuses (its shared-memory opt-in or the launch
+// itself: cudaErrorInvalidValue, ...InvalidConfiguration, ...LaunchOutOfResources) runs the
+// fp32 kernel of the same phase instead, printed ("gpu fallback: ...") and counted
+// (CudaBackend::fallbacks). The attribute that chose the tensor-core kernels' shape promises
+// that shared memory, but a driver, a kernel's static shared memory or its registers may still
+// refuse: on the one GPU run we get, a refusal must cost speed, not the run.
 #include "backend/cuda/attention_args.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
+
+#include <string>
 
 namespace sbp {
 
@@ -42,6 +50,25 @@ AttnArgs args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s
   return a;
 }
 
+// One phase: on the tensor cores when they are chosen and the device takes the launch, else on
+// the fp32 CUDA cores.
+void run_phase(CudaBackend& be, bool tensor_cores, size_t smem_limit, const AttnArgs& a,
+               cuda::AttnPhase phase) {
+  if (tensor_cores) {
+    const cuda::TcRefusal r = cuda::tc_attention_run(a, phase, smem_limit, be.stream());
+    if (!r) return;
+    const std::string what = std::string("attention ") + cuda::phase_name(phase) + ": " +
+                             r.kernel + " (head_dim " + std::to_string(a.h) + ", " +
+                             std::to_string(a.H) + " heads, " + std::to_string(a.G) +
+                             " kv heads, " + std::to_string(r.warps) + " warps, " +
+                             std::to_string(r.smem) + " bytes of shared memory) refused: " +
+                             cudaGetErrorName(r.error) + "; the fp32 kernels ran instead";
+    be.note_fallback(what, " at " + std::to_string(a.n) + " query rows, keys to " +
+                               std::to_string(a.q_offset + a.n));
+  }
+  cuda::simt_attention_run(a, phase, be.stream());
+}
+
 void check_head_dim(const char* op, const AttentionDims& dims) {
   // A capability of this backend (backend.h allows backends to compute less than the contract).
   SBP_CHECK(cuda::simt_attention_supported(static_cast<int>(dims.head_dim)) && dims.n_heads < 65536,
@@ -66,10 +93,7 @@ void CudaBackend::attention_forward_impl(const Tensor& out, const Tensor& lse, c
   a.failed = check_failed();
   a.out = fptr(out);
   a.lse = lse.f32();
-  if (use_tensor_core_attention(a.h))
-    cuda::tc_attention_forward(a, smem_optin_, stream_);
-  else
-    cuda::simt_attention_forward(a, stream_);
+  run_phase(*this, use_tensor_core_attention(a.h), smem_optin_, a, cuda::AttnPhase::forward);
 }
 
 void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -97,10 +121,10 @@ void CudaBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, co
   // D from rowsum(dout * out) when out is the forward's F32 output; the kernels sum it from P
   // and dP themselves for a BF16 out (backend.h).
   if (!d_from_p) cuda::attention_delta_from_out(a, stream_);
-  if (use_tensor_core_attention(a.h))
-    cuda::tc_attention_backward(a, d_from_p, smem_optin_, stream_);
-  else
-    cuda::simt_attention_backward(a, d_from_p, stream_);
+  const bool tc = use_tensor_core_attention(a.h);
+  if (d_from_p) run_phase(*this, tc, smem_optin_, a, cuda::AttnPhase::delta);
+  run_phase(*this, tc, smem_optin_, a, cuda::AttnPhase::dq);
+  run_phase(*this, tc, smem_optin_, a, cuda::AttnPhase::dkdv);
 }
 
 }  // namespace sbp

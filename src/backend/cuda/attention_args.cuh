@@ -54,8 +54,61 @@ void launch_attention(Kernel kernel, dim3 grid, int threads, size_t smem, cudaSt
   SBP_LAUNCH(kernel, grid, threads, smem, stream, a);
 }
 
+// Whether a launch's error is the device refusing this configuration (more shared memory than
+// it grants, too many resources for the block): nothing ran and another kernel may. A fault of
+// an earlier kernel (sticky) is not.
+inline bool is_launch_refusal(cudaError_t e) {
+  return e == cudaErrorInvalidValue || e == cudaErrorInvalidConfiguration ||
+         e == cudaErrorLaunchOutOfResources;
+}
+
+// launch_attention for a kernel that has a second way: a refusal (the shared-memory opt-in or
+// the launch) is returned, and cleared, instead of thrown; anything else throws. `name` names the
+// kernel (in error messages and the emulation's refusals).
+template <class Kernel>
+cudaError_t try_launch_attention(Kernel kernel, const char* name, dim3 grid, int threads,
+                                 size_t smem, cudaStream_t stream, const AttnArgs& a) {
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      if (is_launch_refusal(e)) return e;
+      fail_cuda(e, "cudaFuncSetAttribute", __FILE__, __LINE__);
+    }
+  }
+#if defined(STREAMBP_CUDA_EMULATION)
+  ::sbp::cudaemu::launch(name, kernel, grid, threads, smem, stream, a);
+#else
+  kernel<<<grid, threads, smem, stream>>>(a);
+#endif
+  last_kernel() = name;
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    if (is_launch_refusal(e)) return e;
+    fail_cuda(e, name, __FILE__, __LINE__);
+  }
+  if (launch_blocking()) SBP_CUDA(cudaDeviceSynchronize());
+  return cudaSuccess;
+}
+
+// The launches of one attention call: the forward; the backward's D from P and dP (a BF16 out),
+// dQ, then dK/dV.
+enum class AttnPhase { forward, delta, dq, dkdv };
+inline const char* phase_name(AttnPhase p) {
+  switch (p) {
+    case AttnPhase::forward: return "forward";
+    case AttnPhase::delta: return "backward D";
+    case AttnPhase::dq: return "backward dQ";
+    case AttnPhase::dkdv: return "backward dK/dV";
+  }
+  return "?";
+}
+
 // ---- the fp32 CUDA-core kernels (attention_simt.cu) ----
 bool simt_attention_supported(int h);  // head_dim <= 256
+// One phase; a refusal throws (no third way).
+void simt_attention_run(const AttnArgs& a, AttnPhase phase, cudaStream_t stream);
 void simt_attention_forward(const AttnArgs& a, cudaStream_t stream);
 // D = rowsum(dout * out) into a.D, for an F32 out (either kernel set's backward reads it).
 void attention_delta_from_out(const AttnArgs& a, cudaStream_t stream);
@@ -66,6 +119,19 @@ void simt_attention_backward(const AttnArgs& a, bool d_from_p, cudaStream_t stre
 // Whether they run head_dim h within `smem_limit` bytes of shared memory per block (the
 // device's opt-in limit): h % 16 == 0, h <= 256. Otherwise the fp32 kernels run.
 bool tc_attention_supported(int h, size_t smem_limit);
+// A launch the device refused, with what it asked for; error == cudaSuccess: it launched.
+struct TcRefusal {
+  cudaError_t error = cudaSuccess;
+  const char* kernel = nullptr;
+  int warps = 0;
+  size_t smem = 0;
+  explicit operator bool() const { return error != cudaSuccess; }
+};
+// One phase on the tensor cores; a refusal launches nothing (attention.cu then runs the fp32
+// kernel of the same phase).
+TcRefusal tc_attention_run(const AttnArgs& a, AttnPhase phase, size_t smem_limit,
+                           cudaStream_t stream);
+// The phases in order (the kernels' own tests); a refusal throws.
 void tc_attention_forward(const AttnArgs& a, size_t smem_limit, cudaStream_t stream);
 // D first (from P and dP when `d_from_p`; else the caller has filled a.D), then dQ, then
 // dK/dV.

@@ -287,9 +287,31 @@ __global__ void attn_dkdv_kernel(AttnArgs a) {
 
 bool simt_attention_supported(int h) { return h > 0 && h <= kMaxHeadDim; }
 
+void simt_attention_run(const AttnArgs& a, AttnPhase phase, cudaStream_t stream) {
+  const dim3 rows(static_cast<unsigned>((a.n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
+  switch (phase) {
+    case AttnPhase::forward:
+      launch_attention(attn_forward_kernel, rows, 32 * kRows, row_kernel_smem(a.h), stream, a);
+      return;
+    case AttnPhase::delta:
+      launch_attention(attn_rows_backward_kernel<false>, rows, 32 * kRows, row_kernel_smem(a.h),
+                       stream, a);
+      return;
+    case AttnPhase::dq:
+      launch_attention(attn_rows_backward_kernel<true>, rows, 32 * kRows, row_kernel_smem(a.h),
+                       stream, a);
+      return;
+    case AttnPhase::dkdv: {
+      const int64_t key_tiles = (a.q_offset + a.n + kTile - 1) / kTile;
+      const dim3 kv(static_cast<unsigned>(key_tiles), static_cast<unsigned>(a.G));
+      launch_attention(attn_dkdv_kernel, kv, 32, kv_kernel_smem(a.h), stream, a);
+      return;
+    }
+  }
+}
+
 void simt_attention_forward(const AttnArgs& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((a.n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
-  launch_attention(attn_forward_kernel, grid, 32 * kRows, row_kernel_smem(a.h), stream, a);
+  simt_attention_run(a, AttnPhase::forward, stream);
 }
 
 void attention_delta_from_out(const AttnArgs& a, cudaStream_t stream) {
@@ -298,15 +320,9 @@ void attention_delta_from_out(const AttnArgs& a, cudaStream_t stream) {
 }
 
 void simt_attention_backward(const AttnArgs& a, bool d_from_p, cudaStream_t stream) {
-  const dim3 rows(static_cast<unsigned>((a.n + kRows - 1) / kRows), static_cast<unsigned>(a.H));
-  if (d_from_p)
-    launch_attention(attn_rows_backward_kernel<false>, rows, 32 * kRows, row_kernel_smem(a.h),
-                     stream, a);
-  launch_attention(attn_rows_backward_kernel<true>, rows, 32 * kRows, row_kernel_smem(a.h), stream,
-                   a);
-  const int64_t key_tiles = (a.q_offset + a.n + kTile - 1) / kTile;
-  const dim3 kv(static_cast<unsigned>(key_tiles), static_cast<unsigned>(a.G));
-  launch_attention(attn_dkdv_kernel, kv, 32, kv_kernel_smem(a.h), stream, a);
+  if (d_from_p) simt_attention_run(a, AttnPhase::delta, stream);
+  simt_attention_run(a, AttnPhase::dq, stream);
+  simt_attention_run(a, AttnPhase::dkdv, stream);
 }
 
 }  // namespace sbp::cuda

@@ -410,25 +410,60 @@ bool tc_attention_supported(int h, size_t smem_limit) {
          warps_for(dkdv_floats, h, smem_limit) > 0;
 }
 
+TcRefusal tc_attention_run(const AttnArgs& a, AttnPhase phase, size_t smem_limit,
+                           cudaStream_t stream) {
+  TcRefusal r;
+  switch (phase) {
+    case AttnPhase::forward:
+      r.kernel = "tc_forward_kernel";
+      r.warps = warps_for(forward_floats, a.h, smem_limit);
+      r.smem = sizeof(float) * forward_floats(r.warps, a.h);
+      r.error = try_launch_attention(tc_forward_kernel, r.kernel, row_grid(a, r.warps),
+                                     32 * r.warps, r.smem, stream, a);
+      break;
+    case AttnPhase::delta:
+    case AttnPhase::dq:
+      r.kernel = phase == AttnPhase::delta ? "tc_rows_backward_kernel<false>"
+                                           : "tc_rows_backward_kernel<true>";
+      r.warps = warps_for(rows_backward_floats, a.h, smem_limit);
+      r.smem = sizeof(float) * rows_backward_floats(r.warps, a.h);
+      r.error = phase == AttnPhase::delta
+                    ? try_launch_attention(tc_rows_backward_kernel<false>, r.kernel,
+                                           row_grid(a, r.warps), 32 * r.warps, r.smem, stream, a)
+                    : try_launch_attention(tc_rows_backward_kernel<true>, r.kernel,
+                                           row_grid(a, r.warps), 32 * r.warps, r.smem, stream, a);
+      break;
+    case AttnPhase::dkdv: {
+      r.kernel = "tc_dkdv_kernel";
+      r.warps = warps_for(dkdv_floats, a.h, smem_limit);
+      r.smem = sizeof(float) * dkdv_floats(r.warps, a.h);
+      const int64_t key_blocks = (a.q_offset + a.n + 16 * r.warps - 1) / (16 * r.warps);
+      r.error = try_launch_attention(
+          tc_dkdv_kernel, r.kernel,
+          dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(a.G)), 32 * r.warps,
+          r.smem, stream, a);
+      break;
+    }
+  }
+  return r;
+}
+
+namespace {
+void run_or_throw(const AttnArgs& a, AttnPhase phase, size_t smem_limit, cudaStream_t stream) {
+  const TcRefusal r = tc_attention_run(a, phase, smem_limit, stream);
+  if (r) fail_cuda(r.error, r.kernel, __FILE__, __LINE__);
+}
+}  // namespace
+
 void tc_attention_forward(const AttnArgs& a, size_t smem_limit, cudaStream_t stream) {
-  const int W = warps_for(forward_floats, a.h, smem_limit);
-  launch_attention(tc_forward_kernel, row_grid(a, W), 32 * W,
-                   sizeof(float) * forward_floats(W, a.h), stream, a);
+  run_or_throw(a, AttnPhase::forward, smem_limit, stream);
 }
 
 void tc_attention_backward(const AttnArgs& a, bool d_from_p, size_t smem_limit,
                            cudaStream_t stream) {
-  const int Wr = warps_for(rows_backward_floats, a.h, smem_limit);
-  const size_t rows_smem = sizeof(float) * rows_backward_floats(Wr, a.h);
-  if (d_from_p)
-    launch_attention(tc_rows_backward_kernel<false>, row_grid(a, Wr), 32 * Wr, rows_smem, stream,
-                     a);
-  launch_attention(tc_rows_backward_kernel<true>, row_grid(a, Wr), 32 * Wr, rows_smem, stream, a);
-  const int Wk = warps_for(dkdv_floats, a.h, smem_limit);
-  const int64_t key_blocks = (a.q_offset + a.n + 16 * Wk - 1) / (16 * Wk);
-  launch_attention(tc_dkdv_kernel,
-                   dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(a.G)), 32 * Wk,
-                   sizeof(float) * dkdv_floats(Wk, a.h), stream, a);
+  if (d_from_p) run_or_throw(a, AttnPhase::delta, smem_limit, stream);
+  run_or_throw(a, AttnPhase::dq, smem_limit, stream);
+  run_or_throw(a, AttnPhase::dkdv, smem_limit, stream);
 }
 
 }  // namespace sbp::cuda

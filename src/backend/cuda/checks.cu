@@ -73,9 +73,7 @@ int CudaBackend::open_check(std::function<std::string(int64_t, int64_t)> message
   const int slot = static_cast<int>(checks_pending_.size());
   checks_pending_.push_back(std::move(message));
   const cuda::CheckRecord init{ULLONG_MAX, 0};
-  // From pageable memory: staged by the runtime before the call returns (no sync needed).
-  SBP_CUDA(cudaMemcpyAsync(&checks_->rec[slot], &init, sizeof init, cudaMemcpyHostToDevice,
-                           stream_));
+  upload_async(&checks_->rec[slot], &init, sizeof init);
   return slot;
 }
 
@@ -123,8 +121,7 @@ void CudaBackend::flush_checks() {
   checks_pending_.clear();
   // The header back to zero for the next checks (queued: ordered before any later kernel).
   const CheckState zero{};
-  SBP_CUDA(cudaMemcpyAsync(checks_, &zero, offsetof(CheckState, rec), cudaMemcpyHostToDevice,
-                           stream_));
+  upload_async(checks_, &zero, offsetof(CheckState, rec));
   SBP_CHECK(!failed || !error.empty(), "cuda: a device-side index check failed without a record");
   SBP_CHECK(error.empty(), error);
 }

@@ -1,5 +1,6 @@
 // CudaBackend: construction, memory (the arena), transfers, scratch, and the factory functions
 // of cuda_factory.h.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -40,7 +41,22 @@ CudaBackend::CudaBackend(int device)
                      std::to_string(count) + ")");
   SBP_CUDA(cudaSetDevice(device_));
   SBP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  staging_ = std::make_unique<cuda::UploadStaging>(stream_);
   SBP_CUBLAS(cublasLtCreate(&lt_));
+  // STREAMBP_CUDA_ARENA=per_tensor: every tensor its own cudaMalloc (slow: each free
+  // synchronises), so that compute-sanitizer's memcheck sees each tensor's bounds; the default
+  // carves tensors out of 1 GiB segments, inside which an overrun into the next tensor is
+  // invisible to it.
+  auto placement = cuda::DeviceArena::Placement::segments;
+  if (const char* arena = std::getenv("STREAMBP_CUDA_ARENA"); arena && *arena) {
+    const std::string kind(arena);
+    if (kind == "per_tensor")
+      placement = cuda::DeviceArena::Placement::per_tensor;
+    else if (kind != "segments")
+      throw InputError("STREAMBP_CUDA_ARENA: '" + kind +
+                       "' is not an arena placement; use segments (the default) or per_tensor "
+                       "(a cudaMalloc per tensor, for compute-sanitizer)");
+  }
   const int dev = device_;
   arena_ = std::make_unique<cuda::DeviceArena>(
       [dev](size_t bytes) -> void* {
@@ -61,7 +77,7 @@ CudaBackend::CudaBackend(int device)
         cudaSetDevice(dev);
         cudaFree(p);
       },
-      kSegmentBytes);
+      kSegmentBytes, placement);
   workspace_ = arena_->allocate(kWorkspaceBytes);
   SBP_CHECK(workspace_, "cuda: cannot allocate the 32 MiB cuBLASLt workspace");
   SBP_CUDA(cudaMallocHost(&pinned_, sizeof(cuda::CheckState)));
@@ -90,6 +106,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (const PendingRead& read : pending_reads_) cudaFreeHost(read.staging);  // never read
+  staging_.reset();
   destroy_copy_resources();
   host_.reset();  // the pinned blocks, before the device goes
   if (lt_) cublasLtDestroy(lt_);
@@ -124,17 +141,27 @@ void* CudaBackend::scratch(Slot slot, size_t bytes) {
 
 void CudaBackend::open_memory() { SBP_CUDA(cudaSetDevice(device_)); }
 
-// No synchronisation: from pageable host memory (every caller's: vectors, spans) the runtime
-// stages the bytes before cudaMemcpyAsync returns, so the caller may reuse its buffer at once
-// (CUDA runtime API, "API synchronization behavior"). Pinned memory would need a sync here.
+// No host wait: through pinned staging (upload_staging.h), so the caller may reuse its buffer
+// at once and the copy is asynchronous.
 void CudaBackend::upload_impl(void* dst, const void* host, size_t bytes) {
-  SBP_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  upload_async(dst, host, bytes);
+}
+
+void CudaBackend::upload_async(void* dst, const void* host, size_t bytes) {
+  staging_->upload(dst, host, bytes);
+}
+
+void CudaBackend::note_fallback(const std::string& what, const std::string& detail) {
+  ++fallbacks_;
+  if (fallbacks_printed_.insert(what).second)
+    std::fprintf(stderr, "gpu fallback: %s%s\n", what.c_str(), detail.c_str());
 }
 
 // The step's end (and the profiler): waits for the stream and reports failed index checks.
 void CudaBackend::synchronize_impl() {
   queue_check_readback();
   SBP_CUDA(cudaStreamSynchronize(stream_));
+  staging_->stream_idle();
   complete_reads();
   flush_checks();
 }
@@ -144,6 +171,7 @@ void CudaBackend::download_impl(void* host, const void* src, size_t bytes) {
   queue_check_readback();
   SBP_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
   SBP_CUDA(cudaStreamSynchronize(stream_));
+  staging_->stream_idle();
   complete_reads();
   flush_checks();
 }
@@ -207,6 +235,11 @@ int64_t cuda_device_peak_reserved(const Backend& be) {
 int64_t cuda_device_peak_in_use(const Backend& be) {
   const auto* c = dynamic_cast<const CudaBackend*>(&be);
   return c ? static_cast<int64_t>(c->arena().peak_in_use()) : -1;
+}
+
+int64_t cuda_fallbacks(const Backend& be) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&be);
+  return c ? c->fallbacks() : -1;
 }
 
 }  // namespace sbp

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "backend/cuda/arena.h"
 #include "backend/cuda/check_state.h"
 #include "backend/cuda/pinned_host_space.h"
+#include "backend/cuda/upload_staging.h"
 
 namespace sbp {
 
@@ -67,6 +69,18 @@ class CudaBackend : public Backend {
                       int64_t window, int64_t flops_per_pair);
   // Device word that is non-zero once a check has failed (for the kernels' early return).
   const unsigned* check_failed() const { return &checks_->failed; }
+  // host[0, bytes) to device memory at dst, queued on the stream through pinned staging: no
+  // host wait, and the caller may reuse host at once (upload_staging.h).
+  void upload_async(void* dst, const void* host, size_t bytes);
+
+  // ---- another way, when the device refuses the first ----
+  // Times a call ran a second way because the device or cuBLASLt refused the first (gemm.cu:
+  // another cuBLASLt algorithm; attention.cu: the fp32 kernels). `bench` reports it per run
+  // (cuda_fallbacks, cuda_factory.h).
+  int64_t fallbacks() const { return fallbacks_; }
+  // Counts one and prints "gpu fallback: <what><detail>" on stderr the first time `what` is seen
+  // (a refusal repeats every layer; `detail` varies with the call, e.g. its row count).
+  void note_fallback(const std::string& what, const std::string& detail = "");
 
  protected:
   void synchronize_impl() override;  // the backend's stream
@@ -105,6 +119,8 @@ class CudaBackend : public Backend {
                int64_t K, float alpha, float beta);
 
   void fill_impl(const Tensor& x, float value) override;
+  void fill_normal_impl(const Tensor& x, float mean, float std, uint64_t seed, uint64_t stream,
+                        uint64_t offset) override;
   void copy_impl(const Tensor& dst, const Tensor& src) override;
   void add_inplace_impl(const Tensor& y, const Tensor& x) override;
   void scale_inplace_impl(const Tensor& x, float s) override;
@@ -178,6 +194,9 @@ class CudaBackend : public Backend {
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::UploadStaging> staging_;  // upload_async's
+  int64_t fallbacks_ = 0;
+  std::set<std::string> fallbacks_printed_;
   size_t smem_optin_ = 48 * 1024;  // shared memory per block a kernel may opt in to
   bool simt_attention_ = false;    // STREAMBP_CUDA_ATTENTION=simt
   cublasLtHandle_t lt_ = nullptr;
@@ -202,8 +221,9 @@ class CudaBackend : public Backend {
   };
   std::vector<PendingRead> pending_reads_;
   void complete_reads();
-  // cuBLASLt's heuristic pick per problem (types, transposes, sizes, leading dims, alignment):
-  // asking costs tens of microseconds, and the engine repeats the same few shapes.
+  // cuBLASLt's algorithm per problem (types, transposes, sizes, leading dims, alignment): the
+  // first of the heuristic's answers that cublasLtMatmul took at the problem's first call
+  // (gemm.cu). Asking costs tens of microseconds, and the engine repeats the same few shapes.
   using GemmKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t, int, bool>;
   std::map<GemmKey, cublasLtMatmulAlgo_t> algos_;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "backend/cuda/gemm_describe.h"
 #include "core/error.h"
 
 namespace sbp::cuda {
@@ -26,8 +27,8 @@ inline const char*& last_kernel() {
 }
 [[noreturn]] inline void fail_cublas(cublasStatus_t s, const char* call, const char* file,
                                      int line) {
-  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + call + ": cuBLAS status " +
-              std::to_string(static_cast<int>(s)));
+  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + call + ": " +
+              cublas_status_name(static_cast<int>(s)));
 }
 
 }  // namespace sbp::cuda

@@ -1,4 +1,4 @@
-// Fill, copy (with F32/BF16 conversion), residual add, scale, bias and its backward, sum of
+// Fill (a value, or counter-based normal numbers), copy (with F32/BF16 conversion), residual add, scale, bias and its backward, sum of
 // squares. Float tensors may be F32 or BF16 (device_ptr.cuh); arithmetic in fp32, sums in fp64
 // in a fixed order (reduce.cuh).
 #include <vector>
@@ -8,6 +8,7 @@
 #include "backend/cuda/device_ptr.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/reduce.cuh"
+#include "core/counter_normal.h"
 
 namespace sbp {
 
@@ -27,6 +28,12 @@ constexpr int kSumBlocks = 512;
 
 __global__ void fill_kernel(FPtr x, int64_t n, float value) {
   SBP_GRID_STRIDE(i, n) x.st(i, value);
+}
+// Element i: number offset + i of the stream with key `key` (core/counter_normal.h, the CPU
+// backend's formula: the same values).
+__global__ void fill_normal_kernel(FPtr x, int64_t n, uint64_t key, uint64_t offset, float mean,
+                                   float std) {
+  SBP_GRID_STRIDE(i, n) x.st(i, counter_normal_value(key, offset + static_cast<uint64_t>(i), mean, std));
 }
 __global__ void convert_kernel(FPtr d, FPtr s, int64_t n) {
   SBP_GRID_STRIDE(i, n) d.st(i, s.ld(i));
@@ -83,6 +90,14 @@ void CudaBackend::fill_impl(const Tensor& x, float value) {
   const int64_t n = x.numel();
   if (n == 0) return;
   SBP_LAUNCH(fill_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(x), n, value);
+}
+
+void CudaBackend::fill_normal_impl(const Tensor& x, float mean, float std, uint64_t seed,
+                                   uint64_t stream, uint64_t offset) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  SBP_LAUNCH(fill_normal_kernel, grid_for(n, kThreads), kThreads, 0, stream_, fptr(x), n,
+             counter_normal_key(seed, stream), offset, mean, std);
 }
 
 void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {

@@ -3,6 +3,13 @@
 // the tensor cores; an F32 operand beside a BF16 one is split into bf16 parts, one call per
 // part (gemm_plan.h says why and what each dtype mix becomes, gemm_split.h how a value splits).
 //
+// Algorithms: cuBLASLt's heuristic is asked for up to kAlgos of them at a problem's first call,
+// and they are tried in its order until cublasLtMatmul takes one (a kernel may refuse what its
+// heuristic entry did not exclude: an odd alignment, N = 1, a 2-byte view); the one that ran is
+// kept for the problem. A second or later one is a fallback (printed once, counted:
+// CudaBackend::note_fallback). None: an sbp::Error naming the call (gemm_describe.h) and what
+// each algorithm answered, instead of "cuBLAS status 15".
+//
 // Row-major to cuBLASLt's column-major: a row-major (r, c) matrix is the column-major (c, r)
 // matrix of its transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with B's
 // memory as cuBLASLt's first operand: m = N, n = M, k = K.
@@ -10,6 +17,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_ptr.cuh"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/gemm_describe.h"
 #include "backend/cuda/gemm_plan.h"
 #include "backend/cuda/gemm_split.h"
 
@@ -18,6 +26,9 @@ namespace sbp {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // as allocated in cuda_backend.cu
+constexpr int kAlgos = 8;  // cuBLASLt algorithms asked for, tried in order
+
+const char* type_name(cudaDataType t) { return t == CUDA_R_16BF ? "BF16" : "F32"; }
 
 __global__ void widen_kernel(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -73,40 +84,67 @@ void CudaBackend::gemm_lt(void* C, cudaDataType tc, int64_t ldc, const void* A, 
                  al_c = cuda::alignment_of(C);
   const GemmKey key{static_cast<int>(tc), static_cast<int>(tab), trans_a, trans_b, M, N, K, lda, ldb,
                     ldc, static_cast<int>(al_a * 1000000 + al_b * 1000 + al_c), beta != 0.0f};
-  auto it = algos_.find(key);
-  if (it == algos_.end()) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    SBP_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-    const size_t ws = kWorkspaceBytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof ws);
-    const uint32_t a32 = al_a, b32 = al_b, c32 = al_c;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32,
-                                         sizeof a32);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32,
-                                         sizeof b32);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c32,
-                                         sizeof c32);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c32,
-                                         sizeof c32);
-    // Split-K only with fp32 partials reduced in a separate pass (COMPUTE_TYPE): reducing "in
-    // place" or in the output type would round a BF16 C more than once, and in-place reduction
-    // orders its additions by arrival (not reproducible).
-    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                         sizeof schemes);
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-        lt_, call.op, call.a, call.b, call.c, call.c, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    SBP_CUBLAS(st);
-    SBP_CHECK(found > 0, "gemm: cuBLASLt has no algorithm for C (" + std::to_string(M) + ", " +
-                             std::to_string(N) + "), K = " + std::to_string(K));
-    it = algos_.emplace(key, result.algo).first;
+  const cuda::GemmCall what{M, N, K, type_name(tab), type_name(tc), trans_a, trans_b, lda, ldb,
+                            ldc, al_b, al_a, al_c, beta != 0.0f};
+  auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(lt_, call.op, &alpha, B, call.a, A, call.b, &beta, C, call.c, C, call.c,
+                          &algo, workspace_, kWorkspaceBytes, stream_);
+  };
+  if (const auto it = algos_.find(key); it != algos_.end()) {
+    const cublasStatus_t s = matmul(it->second);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      throw Error("gemm: cublasLtMatmul: " + cuda::cublas_status_name(s) + " for " +
+                  cuda::describe(what) + " (with the algorithm that ran it before)");
+    return;
   }
-  SBP_CUBLAS(cublasLtMatmul(lt_, call.op, &alpha, B, call.a, A, call.b, &beta, C, call.c, C,
-                            call.c, &it->second, workspace_, kWorkspaceBytes, stream_));
+  cublasLtMatmulPreference_t pref = nullptr;
+  SBP_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                       sizeof ws);
+  const uint32_t a32 = al_a, b32 = al_b, c32 = al_c;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32,
+                                       sizeof a32);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32,
+                                       sizeof b32);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c32,
+                                       sizeof c32);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c32,
+                                       sizeof c32);
+  // Split-K only with fp32 partials reduced in a separate pass (COMPUTE_TYPE): reducing "in
+  // place" or in the output type would round a BF16 C more than once, and in-place reduction
+  // orders its additions by arrival (not reproducible).
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                       sizeof schemes);
+  cublasLtMatmulHeuristicResult_t results[kAlgos] = {};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      lt_, call.op, call.a, call.b, call.c, call.c, pref, kAlgos, results, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found <= 0)
+    throw Error("gemm: cuBLASLt's heuristic offers no algorithm (" +
+                (st != CUBLAS_STATUS_SUCCESS ? cuda::cublas_status_name(st)
+                                             : std::string("none returned")) +
+                ") for " + cuda::describe(what));
+  // Tried in the heuristic's order; a refusal launches nothing, so the next may run.
+  std::string refused;
+  for (int i = 0; i < found && i < kAlgos; ++i) {
+    const cublasStatus_t s = results[i].state != CUBLAS_STATUS_SUCCESS ? results[i].state
+                                                                        : matmul(results[i].algo);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      algos_.emplace(key, results[i].algo);
+      if (i > 0)
+        note_fallback("gemm " + cuda::describe(what) + ": cuBLASLt algorithm " +
+                      std::to_string(i + 1) + " of " + std::to_string(found) +
+                      " ran after refusals (" + refused + ")");
+      return;
+    }
+    refused += (refused.empty() ? "" : ", ") + std::string("algorithm ") + std::to_string(i + 1) +
+               ": " + cuda::cublas_status_name(s);
+  }
+  throw Error("gemm: cuBLASLt refused every algorithm its heuristic offered (" + refused +
+              ") for " + cuda::describe(what));
 }
 
 void CudaBackend::gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,

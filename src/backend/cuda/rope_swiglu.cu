@@ -65,10 +65,8 @@ void CudaBackend::rope_table_impl(const Tensor& table, std::span<const float> in
   const int64_t P = table.rows(), half = table.cols() / 2;
   if (P == 0) return;
   auto* f = static_cast<float*>(scratch(kScratchA, sizeof(float) * half));
-  SBP_CUDA(cudaMemcpyAsync(f, inv_freq.data(), sizeof(float) * half, cudaMemcpyHostToDevice,
-                           stream_));
+  upload_async(f, inv_freq.data(), sizeof(float) * half);  // staged: no wait
   SBP_LAUNCH(rope_table_kernel, grid_for(P * half, 256), 256, 0, stream_, table.f32(), f, P, half);
-  // No sync for inv_freq (the caller's pageable memory): the runtime staged it (upload_impl).
 }
 
 namespace {

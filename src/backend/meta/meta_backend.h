@@ -39,6 +39,7 @@ class MetaBackend final : public Backend {
   void gemm_impl(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
                  float, float, const Tensor&) override;
   void fill_impl(const Tensor&, float) override {}
+  void fill_normal_impl(const Tensor&, float, float, uint64_t, uint64_t, uint64_t) override {}
   void copy_impl(const Tensor&, const Tensor&) override {}
   void add_inplace_impl(const Tensor&, const Tensor&) override {}
   void scale_inplace_impl(const Tensor&, float) override {}

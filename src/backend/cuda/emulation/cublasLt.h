@@ -9,8 +9,11 @@
 // Type combinations are those of cublasLtMatmul's table (compute, scale, A/B, C/D); others are
 // CUBLAS_STATUS_NOT_SUPPORTED, inconsistent shapes and leading dimensions
 // CUBLAS_STATUS_INVALID_VALUE. Numerics: products of the inputs as the compute type reads them
-// (BF16 exact; TF32 / BF16 rounding for the FAST_* compute types), accumulated in fp32 in k order,
-// then alpha/beta in fp32 and one rounding to D's type.
+// (BF16 exact; TF32 / BF16 rounding for the FAST_* compute types); on the tensor cores (16-bit
+// operands, FAST_*) accumulated per instruction as tensor_core_math.h says (a tree per k-step,
+// every addition rounded toward zero), on the CUDA cores (FP32 operands) by fused multiply-adds
+// in k order; then alpha/beta in fp32 and one rounding to D's type. The heuristic offers up to
+// 8 algorithms; the first STREAMBP_CUDA_EMULATION_REFUSE_ALGOS fail (emulator.h).
 #include <cstddef>
 #include <cstdint>
 

@@ -1,14 +1,19 @@
-// The emulated cuBLASLt (cublasLt.h): descriptors, a heuristic that offers one algorithm, and
-// cublasLtMatmul queued on its stream like any kernel. Written from cuBLASLt's documentation
+// The emulated cuBLASLt (cublasLt.h): descriptors, a heuristic that offers up to 8 algorithms
+// (the same arithmetic; the first STREAMBP_CUDA_EMULATION_REFUSE_ALGOS of them refused at
+// cublasLtMatmul, emulator.h), and cublasLtMatmul queued on its stream like any kernel. Written from cuBLASLt's documentation
 // (column-major layouts, op(A) is m x k, op(B) k x n, C and D m x n), independently of the
 // backend's row-major mapping in gemm_plan.h.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "cublasLt.h"
+#include "emulator.h"
 #include "runtime_internal.h"
+#include "tensor_core_math.h"
 
 struct cublasLtContext {
   int unused = 0;
@@ -34,6 +39,18 @@ struct cublasLtMatmulPreferenceOpaque_t {
 };
 
 namespace {
+
+constexpr int kMaxAlgos = 8;  // what the heuristic offers at most
+constexpr uint64_t kMark = 0x5b9;  // algo.data[4]: an algorithm from this heuristic
+
+// The emulated library's state: how many of every heuristic answer's algorithms fail.
+int& refused_algos() {
+  static int n = [] {
+    const char* v = std::getenv("STREAMBP_CUDA_EMULATION_REFUSE_ALGOS");
+    return v ? std::atoi(v) : 0;
+  }();
+  return n;
+}
 
 using Desc = cublasLtMatmulDescOpaque_t;
 using Layout = cublasLtMatrixLayoutOpaque_t;
@@ -257,9 +274,10 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
-// One algorithm for every supported problem; it remembers the alignments it was chosen for
-// (data[0..3]) and the problem's types, so that cublasLtMatmul can refuse a call whose
-// pointers are less aligned than promised, as a real kernel picked for them would misbehave.
+// Up to kMaxAlgos algorithms for every supported problem, all computing the same way; each
+// remembers the alignments it was chosen for (data[0..3]) and its place in the answer (data[5]),
+// so that cublasLtMatmul can refuse a call whose pointers are less aligned than promised, as a
+// real kernel picked for them would misbehave, and the first refused_algos() of an answer.
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t handle, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -274,14 +292,18 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   const cudaDataType_t types[4] = {a->type, b->type, c->type, d->type};
   for (int i = 0; i < 4; ++i)
     if (pref->align[i] < type_bytes(types[i])) return CUBLAS_STATUS_NOT_SUPPORTED;
-  cublasLtMatmulHeuristicResult_t& r = results[0];
-  std::memset(&r, 0, sizeof r);
-  for (int i = 0; i < 4; ++i) r.algo.data[i] = pref->align[i];
-  r.algo.data[4] = 0x5b9;  // marks an algorithm from this heuristic
-  r.workspaceSize = 0;
-  r.state = CUBLAS_STATUS_SUCCESS;
-  r.wavesCount = 1.0f;
-  *returned = 1;
+  const int n = requested < kMaxAlgos ? requested : kMaxAlgos;
+  for (int k = 0; k < n; ++k) {
+    cublasLtMatmulHeuristicResult_t& r = results[k];
+    std::memset(&r, 0, sizeof r);
+    for (int i = 0; i < 4; ++i) r.algo.data[i] = pref->align[i];
+    r.algo.data[4] = kMark;
+    r.algo.data[5] = static_cast<uint64_t>(k);
+    r.workspaceSize = 0;
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
+  }
+  *returned = n;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -304,9 +326,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   const cudaDataType_t types[4] = {a->type, b->type, c->type, d->type};
   for (int i = 0; i < 4; ++i) {
     if (alignment(ptrs[i]) < type_bytes(types[i])) return CUBLAS_STATUS_INVALID_VALUE;
-    if (algo && algo->data[4] == 0x5b9 && alignment(ptrs[i]) < algo->data[i])
+    if (algo && algo->data[4] == kMark && alignment(ptrs[i]) < algo->data[i])
       return CUBLAS_STATUS_INVALID_VALUE;  // the algorithm was chosen for a larger alignment
   }
+  if (algo && algo->data[4] == kMark && algo->data[5] < static_cast<uint64_t>(refused_algos()))
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // told to refuse (emulator.h)
   (void)workspace;
   (void)workspace_bytes;
   const Desc o = *op;
@@ -325,8 +349,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   if ((k > 0 && (!device_range(A, span(la)) || !device_range(B, span(lb)))) ||
       !device_range(D, span(ld)) || (fb != 0.0f && !device_range(C, span(lc))))
     return CUBLAS_STATUS_INVALID_VALUE;
-  (void)stream;  // one queue in issue order (runtime.cpp)
-  enqueue_op("cublasLtMatmul", [=] {
+  // BF16/FP16 operands and the FAST_* compute types run on the tensor cores: one instruction per
+  // `chunk` of k (16 for 16-bit operands, 8 for TF32), its products summed as
+  // tensor_core_math.h says; FP32 operands with CUBLAS_COMPUTE_32F on the CUDA cores, fused
+  // multiply-adds in k order.
+  const bool tensor_cores = o.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                            o.compute == CUBLAS_COMPUTE_32F_FAST_16BF ||
+                            o.compute == CUBLAS_COMPUTE_32F_FAST_16F || la.type == CUDA_R_16BF ||
+                            la.type == CUDA_R_16F;
+  const uint64_t chunk = o.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? 8 : 16;
+  enqueue_op(stream, "cublasLtMatmul", [=] {
     // op(A) as (m, k) and op(B)^T as (n, k), row-major, in the values the compute type reads.
     std::vector<float> a(m * k), bt(n * k);
     for (int64_t batch = 0; batch < ld.batch; ++batch) {
@@ -344,19 +376,35 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                                   ob + static_cast<int64_t>(o.transb == CUBLAS_OP_N ? p + j * lb.ld
                                                                                     : j + p * lb.ld),
                                   o.compute);
-      for (uint64_t j = 0; j < n; ++j)
+      std::vector<float> acc(m);
+      for (uint64_t j = 0; j < n; ++j) {
+        const float* y = bt.data() + j * k;
+        if (tensor_cores) {
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (uint64_t p = 0; p < k; p += chunk)
+            sbp::cudaemu::tc::mma_dot_rows(acc.data(), a.data() + p, static_cast<int64_t>(k),
+                                           y + p, static_cast<int64_t>(m),
+                                           static_cast<int>(std::min(chunk, k - p)));
+        }
         for (uint64_t i = 0; i < m; ++i) {
-          // fp32 accumulation in k order (products of BF16 inputs are exact in fp32).
-          const float* x = a.data() + i * k;
-          const float* y = bt.data() + j * k;
-          float acc = 0.0f;
-          for (uint64_t p = 0; p < k; ++p) acc = std::fma(x[p], y[p], acc);
-          float v = fa * acc;
+          float sum = 0.0f;
+          if (tensor_cores) {
+            sum = acc[i];
+          } else {
+            const float* x = a.data() + i * k;
+            for (uint64_t p = 0; p < k; ++p) sum = std::fma(x[p], y[p], sum);
+          }
+          float v = fa * sum;
           const int64_t at = static_cast<int64_t>(i + j * static_cast<uint64_t>(lc.ld));
           if (fb != 0.0f) v = std::fma(fb, static_cast<float>(load(C, lc.type, oc + at)), v);
           store(D, ld.type, od + static_cast<int64_t>(i + j * static_cast<uint64_t>(ld.ld)), v);
         }
+      }
     }
   });
   return CUBLAS_STATUS_SUCCESS;
 }
+
+namespace sbp::cudaemu {
+void set_refused_algorithms(int n) { refused_algos() = n; }
+}  // namespace sbp::cudaemu

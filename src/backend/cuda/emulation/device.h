@@ -9,7 +9,9 @@
 //  - static __shared__ arrays live in one linker section that is filled with NaN bytes before
 //    every block (function templates' statics are not: GCC keeps them in their COMDAT section);
 //    dynamic shared memory is a NaN-filled buffer per block;
-//  - atomics are plain read-modify-writes: the fibres of a launch run on one host thread.
+//  - atomics are plain read-modify-writes: the fibres of a launch run on one host thread. Two
+//    blocks of a launch run as if at the same time (block_pairs.cpp): the second one's atomics
+//    are applied again onto the merged memory, so that both blocks' atomics count.
 #if defined(__CUDACC__)
 #error "emulation/device.h is for the g++ emulation build only"
 #endif
@@ -56,6 +58,12 @@ struct ThreadContext {
 extern ThreadContext* current_thread;
 
 inline void* dynamic_shared() { return current_thread->dynamic_smem; }
+
+// Set while the second block of a concurrent pair runs (block_pairs.cpp): its atomics are
+// recorded to be applied again after the merge. Global state of the emulated hardware, as
+// current_thread.
+extern bool pair_recording_atomics;
+void pair_atomic(void* p, size_t bytes, std::function<void()> replay);
 
 // Barriers (scheduler.cpp): every live thread of the block / the live lanes of `mask` in the
 // calling thread's warp.
@@ -145,30 +153,39 @@ template <class T>
 T atomicAdd(T* p, T v) {
   const T old = *p;
   *p = old + v;
+  if (sbp::cudaemu::pair_recording_atomics)
+    sbp::cudaemu::pair_atomic(p, sizeof(T), [p, v] { *p = *p + v; });
   return old;
 }
 template <class T>
 T atomicMin(T* p, T v) {
   const T old = *p;
   if (v < old) *p = v;
+  if (sbp::cudaemu::pair_recording_atomics)
+    sbp::cudaemu::pair_atomic(p, sizeof(T), [p, v] { if (v < *p) *p = v; });
   return old;
 }
 template <class T>
 T atomicMax(T* p, T v) {
   const T old = *p;
   if (old < v) *p = v;
+  if (sbp::cudaemu::pair_recording_atomics)
+    sbp::cudaemu::pair_atomic(p, sizeof(T), [p, v] { if (*p < v) *p = v; });
   return old;
 }
 template <class T>
 T atomicExch(T* p, T v) {
   const T old = *p;
   *p = v;
+  if (sbp::cudaemu::pair_recording_atomics) sbp::cudaemu::pair_atomic(p, sizeof(T), [p, v] { *p = v; });
   return old;
 }
 template <class T>
 T atomicCAS(T* p, T compare, T v) {
   const T old = *p;
   if (old == compare) *p = v;
+  if (sbp::cudaemu::pair_recording_atomics)
+    sbp::cudaemu::pair_atomic(p, sizeof(T), [p, compare, v] { if (*p == compare) *p = v; });
   return old;
 }
 inline unsigned __float_as_uint(float f) {

@@ -28,6 +28,11 @@ int& group_depth() {
   static int depth = 0;
   return depth;
 }
+// The streams of the collectives queued inside the open group (run at ncclGroupEnd).
+std::vector<cudaStream_t>& group_streams() {
+  static std::vector<cudaStream_t>* s = new std::vector<cudaStream_t>;
+  return *s;
+}
 
 size_t element_bytes(ncclDataType_t t) {
   switch (t) {
@@ -80,9 +85,13 @@ bool device_buffer(const void* p, size_t bytes) { return bytes == 0 || device_ra
 
 // Queues `body` behind the kernels queued so far and, outside a group, runs the queue now
 // (nccl.h says why not at the next host wait).
-void run(const char* name, std::function<void()> body) {
-  enqueue_op(name, std::move(body));
-  if (group_depth() == 0) run_collectives();
+void run(cudaStream_t stream, const char* name, std::function<void()> body) {
+  enqueue_op(stream, name, std::move(body));
+  if (group_depth() == 0) {
+    run_collectives({stream});
+  } else {
+    group_streams().push_back(stream);
+  }
 }
 
 void mpi_ok(int err, const char* what) {
@@ -169,7 +178,11 @@ ncclResult_t ncclGroupStart() {
 
 ncclResult_t ncclGroupEnd() {
   if (group_depth() == 0) return ncclInvalidUsage;
-  if (--group_depth() == 0) run_collectives();
+  if (--group_depth() == 0) {
+    const std::vector<cudaStream_t> streams = std::move(group_streams());
+    group_streams().clear();
+    run_collectives(streams);
+  }
   return ncclSuccess;
 }
 
@@ -191,11 +204,11 @@ ncclResult_t check_args(const void* sendbuff, size_t send, const void* recvbuff,
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                           cudaStream_t) {
+                           cudaStream_t stream) {
   if (const ncclResult_t e = check_args(sendbuff, count, recvbuff, count, datatype, comm))
     return e;
   if (mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
-  run("ncclAllReduce", [=] {
+  run(stream, "ncclAllReduce", [=] {
     const size_t bytes = count * element_bytes(datatype);
     std::vector<char> in(bytes), out(bytes);
     if (bytes) std::memcpy(in.data(), sendbuff, bytes);
@@ -209,13 +222,13 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                               cudaStream_t) {
+                               cudaStream_t stream) {
   if (!comm) return ncclInvalidArgument;
   const size_t sendcount = recvcount * static_cast<size_t>(comm->size);
   if (const ncclResult_t e = check_args(sendbuff, sendcount, recvbuff, recvcount, datatype, comm))
     return e;
   if (mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
-  run("ncclReduceScatter", [=] {
+  run(stream, "ncclReduceScatter", [=] {
     const size_t b = element_bytes(datatype);
     std::vector<char> in(sendcount * b), out(recvcount * b);
     if (!in.empty()) std::memcpy(in.data(), sendbuff, in.size());
@@ -228,12 +241,12 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   if (!comm) return ncclInvalidArgument;
   const size_t recvcount = sendcount * static_cast<size_t>(comm->size);
   if (const ncclResult_t e = check_args(sendbuff, sendcount, recvbuff, recvcount, datatype, comm))
     return e;
-  run("ncclAllGather", [=] {
+  run(stream, "ncclAllGather", [=] {
     const size_t b = element_bytes(datatype);
     std::vector<char> in(sendcount * b), out(recvcount * b);
     if (!in.empty()) std::memcpy(in.data(), sendbuff, in.size());
@@ -247,14 +260,14 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
 
 // sendbuff is read on the root only (NCCL: other ranks may pass anything).
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   if (!comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
   const bool is_root = comm->rank == root;
   if (const ncclResult_t e =
           check_args(is_root ? sendbuff : nullptr, is_root ? count : 0, recvbuff, count, datatype,
                      comm))
     return e;
-  run("ncclBroadcast", [=] {
+  run(stream, "ncclBroadcast", [=] {
     const size_t bytes = count * element_bytes(datatype);
     std::vector<char> buf(bytes);
     if (is_root && bytes) std::memcpy(buf.data(), sendbuff, bytes);

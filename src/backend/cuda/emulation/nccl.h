@@ -5,13 +5,12 @@
 // and semantics are NCCL's (nccl.h of NCCL 2.x): in-place or out-of-place buffers in device
 // memory, counts in elements, one communicator per rank made collectively by ncclCommInitRank.
 //
-// How a collective runs: it is queued on the emulated runtime's one work queue behind the
-// kernels queued before it (so it sees what they wrote, as a collective on a stream that waits
-// for the compute stream's event does), and the queue is then run at once: a rank cannot wait
-// for the host's next synchronisation, which another rank might reach only after a host
-// collective of its own (the real NCCL progresses on the GPU, independently of the host). Within
-// ncclGroupStart/End the queue runs at the group's end. Counted in
-// sbp::cudaemu::Counters::collective_runs, not as a host wait.
+// How a collective runs: it is queued on its stream (ordered after what that stream waits for:
+// the compute stream's event, in the communicator), and that stream's work, with what it waits
+// for, is then run at once: a rank cannot wait for the host's next synchronisation, which another
+// rank might reach only after a host collective of its own (the real NCCL progresses on the GPU,
+// independently of the host). Within ncclGroupStart/End the group's streams run at its end.
+// Counted in sbp::cudaemu::Counters::collective_runs, not as a host wait.
 #include <cstddef>
 
 #include "cuda_runtime.h"

@@ -1,30 +1,25 @@
-// The emulated CUDA runtime (cuda_runtime.h): devices, memory, streams, events, errors.
+// The emulated CUDA runtime (cuda_runtime.h): devices, memory, errors, copies, launches.
+// Streams and events are streams.cpp's.
 //
 // Global state: the CUDA runtime is process-global (devices, allocations, the sticky error, the
 // per-function attributes), so this emulation of it is too: one Runtime object, below. Nothing
 // else in the program holds global mutable state.
 //
-// Streams: every operation (kernel, copy, memset, event record, cuBLASLt call) is appended to
-// one queue in issue order, which is a valid order for any set of streams; the queue runs only
-// when the host waits for the device. Until then the device memory holds the old bytes, so a
-// host read that forgot its sync reads stale data, and the sync counter says how often the
-// host waited.
-//
-// Memory: cudaMalloc maps pages PROT_NONE (plus one guard page); the queue lifts the protection
-// while it runs and sets it back after, so any host access to device memory outside kernels and
-// copies faults at once (the SIGSEGV handler names the allocation). cudaMallocHost memory is
-// ordinary host memory.
-#include <execinfo.h>
+// Memory: cudaMalloc maps pages PROT_NONE, the allocation placed at the END of its pages (at a
+// 256-byte boundary, as cudaMalloc aligns) with one guard page after them; queued work lifts the
+// protection while it runs and sets it back after, so any host access to device memory outside
+// kernels and copies faults at once (the SIGSEGV handler names the allocation), and a kernel
+// that reads or writes past an allocation's 256-byte-rounded end faults too (with the backend's
+// STREAMBP_CUDA_ARENA=per_tensor every tensor is an allocation of its own). cudaMallocHost
+// memory is ordinary host memory.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,14 +30,6 @@
 #include "emulator.h"
 #include "runtime_internal.h"
 
-struct CUstream_st {
-  unsigned flags = 0;
-};
-struct CUevent_st {
-  bool recorded = false, done = false;
-  std::chrono::steady_clock::time_point when;
-};
-
 namespace sbp::cudaemu {
 
 namespace {
@@ -50,9 +37,11 @@ namespace {
 constexpr size_t kDefaultOptin = 232448;  // H100/H200: 227 KiB per block with the opt-in
 constexpr size_t kDefaultSmem = 48 * 1024;
 
-struct Op {
-  std::string name;
-  std::function<void()> run;
+// A cudaMalloc allocation: the pointer handed out (its key), its bytes, and its mapping.
+struct Allocation {
+  size_t bytes;
+  uintptr_t map;      // the mapping's start
+  size_t map_bytes;   // its pages up to the allocation's end (the guard page follows)
 };
 
 struct Runtime;
@@ -64,13 +53,13 @@ struct Runtime {
   int current = 0;
   cudaError_t last = cudaSuccess;
   cudaError_t sticky = cudaSuccess;
-  std::map<uintptr_t, size_t> device;  // base -> usable bytes (one guard page follows)
-  std::set<uintptr_t> pinned;
-  std::set<CUstream_st*> streams;
-  std::set<CUevent_st*> events;
+  std::map<uintptr_t, Allocation> device;  // by the pointer handed out
+  std::map<uintptr_t, size_t> pinned;       // cudaMallocHost: base -> bytes
   std::map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute opt-ins
-  std::deque<Op> queue;
-  bool draining = false;
+  bool draining = false;  // queued work is running (device memory open)
+  // Refusals a real device may make that the attributes do not predict (emulator.h):
+  size_t smem_accepted = kDefaultOptin;  // STREAMBP_CUDA_EMULATION_MAX_SMEM
+  std::string refuse_launch;             // STREAMBP_CUDA_EMULATION_REFUSE_LAUNCH
   bool launch_blocking = false;
   bool trace_syncs = false;  // STREAMBP_CUDA_EMULATION_TRACE_SYNCS=1: a backtrace per wait
   size_t memory_limit = size_t{16} << 30;
@@ -85,6 +74,9 @@ struct Runtime {
     if (const char* d = std::getenv("STREAMBP_CUDA_EMULATION_DEVICES")) devices = std::atoi(d);
     if (const char* m = std::getenv("STREAMBP_CUDA_EMULATION_MEMORY"))
       memory_limit = std::strtoull(m, nullptr, 10);
+    if (const char* m = std::getenv("STREAMBP_CUDA_EMULATION_MAX_SMEM"))
+      smem_accepted = std::min<size_t>(std::strtoull(m, nullptr, 10), kDefaultOptin);
+    if (const char* k = std::getenv("STREAMBP_CUDA_EMULATION_REFUSE_LAUNCH")) refuse_launch = k;
     const char* b = std::getenv("CUDA_LAUNCH_BLOCKING");
     launch_blocking = b && std::string(b) == "1";
     const char* t = std::getenv("STREAMBP_CUDA_EMULATION_TRACE_SYNCS");
@@ -114,10 +106,10 @@ size_t round_pages(size_t n, long page) {
 }
 
 void protect_all(int prot) {
-  Runtime& r = rt();
-  for (const auto& [base, bytes] : r.device)
-    mprotect(reinterpret_cast<void*>(base), round_pages(bytes, r.page), prot);
+  for (const auto& [base, a] : rt().device) mprotect(reinterpret_cast<void*>(a.map), a.map_bytes, prot);
 }
+
+}  // namespace
 
 // Returns the error a call must report: the sticky one, else `e` (recorded as the last error).
 cudaError_t report(cudaError_t e) {
@@ -127,40 +119,60 @@ cudaError_t report(cudaError_t e) {
   return e;
 }
 
+namespace {
+
 bool is_device(const void* p, size_t bytes) {
   Runtime& r = rt();
   const auto a = reinterpret_cast<uintptr_t>(p);
   auto it = r.device.upper_bound(a);
   if (it == r.device.begin()) return false;
   --it;
+  return a >= it->first && a + bytes <= it->first + it->second.bytes;
+}
+
+// Whether [p, p + bytes) lies in one cudaMallocHost block (a copy from inside one is as
+// asynchronous as from its start).
+bool is_pinned(const void* p, size_t bytes) {
+  Runtime& r = rt();
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = r.pinned.upper_bound(a);
+  if (it == r.pinned.begin()) return false;
+  --it;
   return a >= it->first && a + bytes <= it->first + it->second;
 }
 
-bool is_stream(cudaStream_t s) { return s == nullptr || rt().streams.count(s) > 0; }
-
-void enqueue(std::string name, std::function<void()> run) {
-  rt().queue.push_back(Op{std::move(name), std::move(run)});
-}
-
 void segv_handler(int sig, siginfo_t* info, void*) {
+  if (pair_on_fault(info->si_addr)) return;  // a write block_pairs.cpp records: retried
   Runtime& r = rt();
   const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
+  // The allocation whose pages or guard page hold the address.
+  const Allocation* hit = nullptr;
+  uintptr_t base = 0;
   auto it = r.device.upper_bound(a);
+  if (it != r.device.end() && a >= it->second.map) {  // in the head of its first page
+    hit = &it->second;
+    base = it->first;
+  } else if (it != r.device.begin()) {
+    --it;
+    if (a < it->second.map + it->second.map_bytes + static_cast<size_t>(r.page)) {
+      hit = &it->second;
+      base = it->first;
+    }
+  }
   char msg[256];
   int n;
-  if (it != r.device.begin() && a < std::prev(it)->first + round_pages(std::prev(it)->second, r.page) +
-                                        static_cast<size_t>(r.page)) {
-    --it;
-    if (r.draining)
+  if (hit) {
+    const char* where = !r.draining ? nullptr : a >= base ? "past the end of" : "before the start of";
+    if (where)
       n = std::snprintf(msg, sizeof msg,
-                        "cuda emulation: a kernel accessed %p, past the end of the device "
-                        "allocation at %p (%zu bytes)\n",
-                        info->si_addr, reinterpret_cast<void*>(it->first), it->second);
+                        "cuda emulation: a kernel accessed %p, %s the device allocation at %p "
+                        "(%zu bytes)\n",
+                        info->si_addr, where, reinterpret_cast<void*>(base), hit->bytes);
     else
       n = std::snprintf(msg, sizeof msg,
                         "cuda emulation: host code touched device memory at %p (allocation at %p, "
                         "%zu bytes) outside a kernel or copy\n",
-                        info->si_addr, reinterpret_cast<void*>(it->first), it->second);
+                        info->si_addr, reinterpret_cast<void*>(base), hit->bytes);
   } else {
     n = std::snprintf(msg, sizeof msg, "cuda emulation: segmentation fault at %p\n", info->si_addr);
   }
@@ -181,51 +193,30 @@ void install_segv_handler() {
 
 }  // namespace
 
-// ---- the queue ----
+// ---- what streams.cpp and block_pairs.cpp need (runtime_internal.h) ----
 
-void drain() {
-  Runtime& r = rt();
-  if (r.draining || r.queue.empty()) return;
-  r.draining = true;
+bool faulted() { return rt().sticky != cudaSuccess; }
+
+void set_sticky(int error, const char* op, const char* what) {
+  rt().sticky = static_cast<cudaError_t>(error);
+  std::fprintf(stderr, "cuda emulation: %s: %s\n", op, what);
+}
+
+Counters& counters_ref() { return rt().counters; }
+
+bool trace_syncs() { return rt().trace_syncs; }
+
+void open_device_memory() {
+  rt().draining = true;
   protect_all(PROT_READ | PROT_WRITE);
-  while (!r.queue.empty()) {
-    Op op = std::move(r.queue.front());
-    r.queue.pop_front();
-    if (r.sticky != cudaSuccess) continue;  // a faulted context runs nothing more
-    try {
-      op.run();
-    } catch (const KernelFault& f) {
-      r.sticky = static_cast<cudaError_t>(f.error);
-      std::fprintf(stderr, "cuda emulation: %s: %s\n", op.name.c_str(), f.what());
-    }
-  }
+}
+
+void close_device_memory() {
   protect_all(PROT_NONE);
-  r.draining = false;
+  rt().draining = false;
 }
 
-// A host wait. Counted when the device has queued work to finish (a wait on an idle device costs
-// no GPU time): that is what a step must not do.
-void host_wait() {
-  Runtime& r = rt();
-  ++r.counters.sync_calls;
-  if (!r.queue.empty()) {
-    ++r.counters.syncs;
-    if (r.trace_syncs) {
-      std::fprintf(stderr, "cuda emulation: host wait #%lld with %zu queued operations, from:\n",
-                   static_cast<long long>(r.counters.syncs), r.queue.size());
-      void* frames[32];
-      backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
-    }
-  }
-  drain();
-}
-
-void run_collectives() {
-  ++rt().counters.collective_runs;
-  drain();
-}
-
-void enqueue_op(const char* name, std::function<void()> run) { enqueue(name, std::move(run)); }
+void protect_device(int prot) { protect_all(prot); }
 
 bool device_range(const void* p, size_t bytes) { return is_device(p, bytes); }
 
@@ -244,19 +235,29 @@ void enqueue_launch(const char* name, const void* fn, dim3 grid, dim3 block, siz
   size_t allowed = kDefaultSmem;
   if (const auto it = r.max_dynamic_smem.find(fn); it != r.max_dynamic_smem.end())
     allowed = static_cast<size_t>(it->second);
-  if (smem > allowed || !is_stream(static_cast<cudaStream_t>(stream))) {
-    r.last = smem > allowed ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle;
+  // Past the default 48 KiB, what the device grants (STREAMBP_CUDA_EMULATION_MAX_SMEM).
+  const bool too_much = smem > allowed || (smem > kDefaultSmem && smem > r.smem_accepted);
+  if (too_much || !is_stream(static_cast<cudaStream_t>(stream))) {
+    r.last = too_much ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle;
+    return;
+  }
+  // A kernel the device cannot run in this configuration (registers, say): what a real launch
+  // reports as out of resources, told by the test (emulator.h).
+  if (!r.refuse_launch.empty() && std::strstr(name, r.refuse_launch.c_str())) {
+    r.last = cudaErrorLaunchOutOfResources;
     return;
   }
   ++r.counters.launches;
   r.counters.max_dynamic_smem = std::max(r.counters.max_dynamic_smem, smem);
-  enqueue(name, [name = std::string(name), grid, block, smem, body = std::move(body)] {
-    Runtime& rr = rt();
-    ++rr.counters.kernels_run;
-    rr.counters.blocks_run += int64_t{grid.x} * grid.y * grid.z;
-    run_kernel(name.c_str(), grid, block, smem, body);
-  });
-  if (r.launch_blocking) host_wait();
+  const Dep launched = enqueue_on(
+      static_cast<cudaStream_t>(stream), name,
+      [name = std::string(name), grid, block, smem, body = std::move(body)] {
+        Runtime& rr = rt();
+        ++rr.counters.kernels_run;
+        rr.counters.blocks_run += int64_t{grid.x} * grid.y * grid.z;
+        run_kernel(name.c_str(), grid, block, smem, body);
+      });
+  if (r.launch_blocking) host_wait({launched});
 }
 
 // ---- tests (emulator.h) ----
@@ -279,9 +280,14 @@ void reset_errors() {
   r.last = cudaSuccess;
   r.malloc_fail_after = -1;
   r.counters.max_dynamic_smem = 0;
+  r.max_dynamic_smem.clear();
 }
 
 void set_device_memory(size_t bytes) { rt().memory_limit = bytes; }
+
+void set_max_shared_memory(size_t bytes) { rt().smem_accepted = std::min(bytes, kDefaultOptin); }
+
+void refuse_launches(const std::string& name_part) { rt().refuse_launch = name_part; }
 
 }  // namespace sbp::cudaemu
 
@@ -377,7 +383,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 
 cudaError_t cudaDeviceSynchronize() {
-  host_wait();
+  host_wait_all();
   return report(cudaSuccess);
 }
 
@@ -392,6 +398,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   Runtime& r = rt();
   *p = nullptr;
+  install_segv_handler();  // device memory's faults are named (and block_pairs.cpp's recorded)
   if (r.sticky != cudaSuccess) return r.sticky;
   if (r.malloc_fail_after >= 0 && r.malloc_fail_after-- == 0) {
     const cudaError_t e = r.malloc_fail_error;
@@ -400,23 +407,28 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   }
   if (bytes == 0) return report(cudaSuccess);
   if (r.memory_used + bytes > r.memory_limit) return report(cudaErrorMemoryAllocation);
-  const size_t mapped = round_pages(bytes, r.page) + static_cast<size_t>(r.page);  // + guard
+  // The allocation ends where its pages end (rounded up to 256 bytes, cudaMalloc's alignment),
+  // and the guard page follows: a kernel that runs past it faults.
+  const size_t pages = round_pages(bytes, r.page);
+  const size_t mapped = pages + static_cast<size_t>(r.page);  // + guard
   void* m = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return report(cudaErrorMemoryAllocation);
-  r.device[reinterpret_cast<uintptr_t>(m)] = bytes;
+  const uintptr_t map = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t base = map + pages - (bytes + 255) / 256 * 256;
+  r.device[base] = Allocation{bytes, map, pages};
   r.memory_used += bytes;
-  *p = m;
+  *p = reinterpret_cast<void*>(base);
   return report(cudaSuccess);
 }
 
 cudaError_t cudaFree(void* p) {
   Runtime& r = rt();
   if (!p) return report(cudaSuccess);
-  host_wait();  // cudaFree synchronises the device
+  host_wait_all();  // cudaFree synchronises the device
   const auto it = r.device.find(reinterpret_cast<uintptr_t>(p));
   if (it == r.device.end()) return report(cudaErrorInvalidDevicePointer);
-  munmap(p, round_pages(it->second, r.page) + static_cast<size_t>(r.page));
-  r.memory_used -= it->second;
+  munmap(reinterpret_cast<void*>(it->second.map), it->second.map_bytes + static_cast<size_t>(r.page));
+  r.memory_used -= it->second.bytes;
   r.device.erase(it);
   return report(cudaSuccess);
 }
@@ -424,7 +436,7 @@ cudaError_t cudaFree(void* p) {
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   *p = std::aligned_alloc(4096, round_pages(bytes == 0 ? 1 : bytes, 4096));
   if (!*p) return report(cudaErrorMemoryAllocation);
-  rt().pinned.insert(reinterpret_cast<uintptr_t>(*p));
+  rt().pinned[reinterpret_cast<uintptr_t>(*p)] = bytes == 0 ? 1 : bytes;
   return report(cudaSuccess);
 }
 
@@ -451,6 +463,12 @@ cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind&
 
 }  // namespace
 
+// Pageable host memory (CUDA runtime API, "API synchronization behavior"): a copy from it is
+// staged before the call returns, so the caller may reuse its buffer at once, and it "might be
+// synchronous with respect to host": the driver may first wait for the stream. The emulation
+// always does, and counts it as a host wait when the stream has work queued (inside a training
+// step that is a stall the real device may make: the backend stages its uploads through pinned
+// memory instead). A copy into pageable memory returns only once it is done: a host wait.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   Runtime& r = rt();
@@ -458,27 +476,24 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (bytes == 0) return report(cudaSuccess);
   if (!is_stream(stream)) return report(cudaErrorInvalidResourceHandle);
   if (const cudaError_t e = check_copy(dst, src, bytes, kind); e != cudaSuccess) return report(e);
-  const bool src_pinned = r.pinned.count(reinterpret_cast<uintptr_t>(src)) > 0;
-  const bool dst_pinned = r.pinned.count(reinterpret_cast<uintptr_t>(dst)) > 0;
-  if ((kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost) && !src_pinned) {
-    // From pageable memory the runtime stages the bytes before it returns: the caller may
-    // reuse its buffer at once (documented API synchronisation behaviour).
+  const bool from_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost;
+  if (from_host && !is_pinned(src, bytes)) {
+    host_wait({last_on(stream)});
     auto staged = std::make_shared<std::vector<unsigned char>>(
         static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
-    enqueue("cudaMemcpyAsync", [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    enqueue_on(stream, "cudaMemcpyAsync", [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
   } else {
-    enqueue("cudaMemcpyAsync", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    const Dep copy = enqueue_on(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, bytes)) host_wait({copy});
   }
-  // To pageable host memory the call returns only once the copy is done: a host wait.
-  if (kind == cudaMemcpyDeviceToHost && !dst_pinned) host_wait();
   return report(cudaSuccess);
 }
 
+// On the legacy default stream, and returns once the copy is done.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
   if (e != cudaSuccess) return e;
-  if (kind != cudaMemcpyDeviceToHost || rt().pinned.count(reinterpret_cast<uintptr_t>(dst)))
-    host_wait();
+  host_wait({last_on(nullptr)});
   return report(cudaSuccess);
 }
 
@@ -488,96 +503,21 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t strea
   if (bytes == 0) return report(cudaSuccess);
   if (!is_stream(stream)) return report(cudaErrorInvalidResourceHandle);
   if (!is_device(p, bytes)) return report(cudaErrorInvalidValue);
-  enqueue("cudaMemsetAsync", [p, value, bytes] { std::memset(p, value, bytes); });
+  enqueue_on(stream, "cudaMemsetAsync", [p, value, bytes] { std::memset(p, value, bytes); });
   return report(cudaSuccess);
 }
 
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   const cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr);
-  if (e == cudaSuccess) host_wait();
+  if (e == cudaSuccess) host_wait({last_on(nullptr)});
   return report(e);
 }
 
-// ---- streams and events ----
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-  *s = new CUstream_st{flags};
-  rt().streams.insert(*s);
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
-
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  if (!s || !rt().streams.erase(s)) return report(cudaErrorInvalidResourceHandle);
-  delete s;  // queued work on it still runs (the runtime lets it finish)
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  if (!is_stream(s)) return report(cudaErrorInvalidResourceHandle);
-  host_wait();
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
-  // One queue in issue order: work queued after this call already runs after the event.
-  if (!is_stream(s) || !rt().events.count(e)) return report(cudaErrorInvalidResourceHandle);
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  *e = new CUevent_st;
-  rt().events.insert(*e);
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
-
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  if (!rt().events.erase(e)) return report(cudaErrorInvalidResourceHandle);
-  // A record still queued would write to it: let it run first (cheap, and rare).
-  drain();
-  delete e;
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  if (!rt().events.count(e) || !is_stream(s)) return report(cudaErrorInvalidResourceHandle);
-  e->recorded = true;
-  e->done = false;
-  enqueue("cudaEventRecord", [e] {
-    e->done = true;
-    e->when = std::chrono::steady_clock::now();
-  });
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  if (!rt().events.count(e)) return report(cudaErrorInvalidResourceHandle);
-  host_wait();
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaEventQuery(cudaEvent_t e) {
-  if (!rt().events.count(e)) return report(cudaErrorInvalidResourceHandle);
-  // Nothing runs until the host waits: a pending event stays pending until then, as a real
-  // device's may for as long as its work takes. A caller that polls in a loop without ever
-  // waiting would spin for ever here (and could on a GPU): ours test once per group
-  // (DataParallel::progress) and never loop. Not an error: not made the last error either.
-  if (e->recorded && !e->done) return rt().sticky != cudaSuccess ? rt().sticky : cudaErrorNotReady;
-  return report(cudaSuccess);
-}
-
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (!start->done || !end->done) return report(cudaErrorNotReady);
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
-  return report(cudaSuccess);
-}
-
+// Above STREAMBP_CUDA_EMULATION_MAX_SMEM the opt-in is refused although the device attribute
+// reports more: as for a kernel whose static shared memory takes part of the block's share.
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-    if (value < 0 || static_cast<size_t>(value) > kDefaultOptin)
+    if (value < 0 || static_cast<size_t>(value) > rt().smem_accepted)
       return report(cudaErrorInvalidValue);
     rt().max_dynamic_smem[func] = value;
   }

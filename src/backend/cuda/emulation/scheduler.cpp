@@ -1,6 +1,13 @@
-// The emulated device's execution of one launch: blocks one after another on the calling host
-// thread; the threads of a block as fibres (a small x86-64 context switch below: ucontext's
-// swapcontext makes a system call per switch, too slow for the whole suite).
+// The emulated device's execution of one launch on the calling host thread: the threads of a
+// block as fibres (a small x86-64 context switch below: ucontext's swapcontext makes a system
+// call per switch, too slow for the whole suite); the blocks in a random order, seeded per
+// launch, two of them (a random block and the next) as if at the same time (block_pairs.cpp:
+// the second sees device memory as it was before the first ran, and bytes both changed are
+// compared), then the others one after another. A kernel whose blocks race on an output (a
+// non-atomic read-modify-write of one element by two blocks, or overlapping writes) loses an
+// update or is reported; one whose blocks depend on the order they run in sees another order.
+// STREAMBP_CUDA_EMULATION_BLOCK_PAIRS: how many launches of each kernel (by name) run a pair:
+// `all` (the default), a number (the first that many launches with two or more blocks), 0.
 //
 // A fibre runs until it reaches a barrier (__syncthreads, __syncwarp, a shuffle or ballot) or
 // exits. When no fibre can run, the barriers whose participants have all arrived release them
@@ -12,6 +19,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -193,6 +203,18 @@ void run_block(Block& b, std::mt19937_64& rng) {
   }
 }
 
+// Whether this launch of `name` runs a concurrent pair (STREAMBP_CUDA_EMULATION_BLOCK_PAIRS).
+bool run_pair(const char* name) {
+  static const int64_t per_kernel = [] {
+    const char* v = std::getenv("STREAMBP_CUDA_EMULATION_BLOCK_PAIRS");
+    if (!v || !*v || std::string(v) == "all") return int64_t{-1};
+    return static_cast<int64_t>(std::strtoll(v, nullptr, 10));
+  }();
+  if (per_kernel < 0) return true;
+  static std::map<std::string, int64_t>* runs = new std::map<std::string, int64_t>;
+  return (*runs)[name]++ < per_kernel;
+}
+
 }  // namespace
 
 [[noreturn]] void kernel_fault(int cuda_error, const char* what) {
@@ -262,41 +284,82 @@ void run_kernel(const char* name, dim3 grid, dim3 block, size_t smem,
     Block* outer;
     ~Restore() { g_block = outer; }
   } restore{outer};
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        std::fill(dyn.begin(), dyn.end(), std::numeric_limits<float>::quiet_NaN());
-        if (__start_sbp_cudaemu_shared && __stop_sbp_cudaemu_shared)
-          std::memset(__start_sbp_cudaemu_shared, 0xff,
-                      static_cast<size_t>(__stop_sbp_cudaemu_shared - __start_sbp_cudaemu_shared));
-        b.state.assign(static_cast<size_t>(n), State::ready);
-        b.warp_mask.assign(static_cast<size_t>(n), 0xffffffffu);
-        b.sp.resize(static_cast<size_t>(n));
-        b.live = n;
-        for (int t = 0; t < n; ++t) {
-          ThreadContext& c = b.ctx[static_cast<size_t>(t)];
-          c.thread_idx = uint3{static_cast<unsigned>(t) % block.x,
-                               static_cast<unsigned>(t) / block.x % block.y,
-                               static_cast<unsigned>(t) / (block.x * block.y)};
-          c.block_idx = uint3{bx, by, bz};
-          c.block_dim = block;
-          c.grid_dim = grid;
-          c.linear = static_cast<unsigned>(t);
-          c.dynamic_smem = smem_p;
-          b.sp[static_cast<size_t>(t)] = prepare(stack(t));
-        }
-        run_block(b, rng);
-        current_thread = nullptr;
-        if (b.fault) {
-          try {
-            std::rethrow_exception(b.fault);
-          } catch (const KernelFault&) {
-            throw;
-          } catch (const std::exception& e) {
-            throw KernelFault(cudaErrorLaunchFailure, std::string(name) + ": " + e.what());
-          }
+  // The blocks' order: a random block and the next as a concurrent pair first, then the others
+  // in a random order.
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  std::vector<uint64_t> order;
+  order.reserve(blocks);
+  const bool pair = blocks >= 2 && run_pair(name);
+  if (pair) {
+    // Neighbours (in x, then y, z): where an off-by-one boundary makes two blocks overlap.
+    const uint64_t first = rng() % (blocks - 1), second = first + 1;
+    order = {first, second};
+    for (uint64_t i = 0; i < blocks; ++i)
+      if (i != first && i != second) order.push_back(i);
+    std::shuffle(order.begin() + 2, order.end(), rng);
+  } else {
+    for (uint64_t i = 0; i < blocks; ++i) order.push_back(i);
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  auto coord = [&](uint64_t i) {
+    return uint3{static_cast<unsigned>(i % grid.x), static_cast<unsigned>(i / grid.x % grid.y),
+                 static_cast<unsigned>(i / (uint64_t{grid.x} * grid.y))};
+  };
+  try {
+    for (uint64_t at = 0; at < blocks; ++at) {
+      const uint3 bi = coord(order[at]);
+      if (pair && at == 0) pair_begin();
+      std::fill(dyn.begin(), dyn.end(), std::numeric_limits<float>::quiet_NaN());
+      if (__start_sbp_cudaemu_shared && __stop_sbp_cudaemu_shared)
+        std::memset(__start_sbp_cudaemu_shared, 0xff,
+                    static_cast<size_t>(__stop_sbp_cudaemu_shared - __start_sbp_cudaemu_shared));
+      b.state.assign(static_cast<size_t>(n), State::ready);
+      b.warp_mask.assign(static_cast<size_t>(n), 0xffffffffu);
+      b.sp.resize(static_cast<size_t>(n));
+      b.live = n;
+      for (int t = 0; t < n; ++t) {
+        ThreadContext& c = b.ctx[static_cast<size_t>(t)];
+        c.thread_idx = uint3{static_cast<unsigned>(t) % block.x,
+                             static_cast<unsigned>(t) / block.x % block.y,
+                             static_cast<unsigned>(t) / (block.x * block.y)};
+        c.block_idx = bi;
+        c.block_dim = block;
+        c.grid_dim = grid;
+        c.linear = static_cast<unsigned>(t);
+        c.dynamic_smem = smem_p;
+        b.sp[static_cast<size_t>(t)] = prepare(stack(t));
+      }
+      run_block(b, rng);
+      current_thread = nullptr;
+      if (b.fault) {
+        try {
+          std::rethrow_exception(b.fault);
+        } catch (const KernelFault&) {
+          throw;
+        } catch (const std::exception& e) {
+          throw KernelFault(cudaErrorLaunchFailure, std::string(name) + ": " + e.what());
         }
       }
+      if (pair && at == 0) pair_switch();
+      if (pair && at == 1) {
+        const std::string race = pair_end();
+        if (!race.empty()) {
+          const uint3 a = coord(order[0]);
+          char who[160];
+          std::snprintf(who, sizeof who, "%s: blocks (%u, %u, %u) and (%u, %u, %u) ", name, a.x,
+                        a.y, a.z, bi.x, bi.y, bi.z);
+          throw KernelFault(cudaErrorLaunchFailure,
+                            who + race +
+                                ": blocks of one launch race on that output (a non-atomic "
+                                "update, or writes that overlap)");
+        }
+      }
+    }
+  } catch (...) {
+    current_thread = nullptr;
+    pair_abort();
+    throw;
+  }
 }
 
 }  // namespace sbp::cudaemu
