@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/cpu/blas_info.h"
 #include "backend/cpu/cpu_backend.h"
 #include "check/gradcheck.h"
 #include "check/random_batches.h"
@@ -74,6 +75,8 @@ struct RssRun {
   int64_t rss_before = 0;
   int64_t rss_peak = 0;
   int64_t ledger_peak = 0;
+  int64_t blas_pool_growth = 0;  // the provider's own pool, outside the ledger (MKL's)
+  int64_t blas_pool = 0;         // its size at the step's end
 };
 
 void one_step(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batch, Ledger& ledger) {
@@ -95,9 +98,14 @@ RssRun measure(const ModelConfig& cfg, const ExecConfig& exec, const Batch& batc
   RssRun r;
   if (!reset_peak_rss()) return r;
   r.rss_before = current_rss_bytes();
+  const int64_t pool_before = cpu::blas_pool_bytes();
   Ledger ledger;
   one_step(cfg, exec, batch, ledger);
   r.rss_peak = peak_rss_bytes();
+  // MKL's pool keeps what it allocated during the step (it only grows), so its growth by the
+  // step's end bounds what it held at the peak.
+  r.blas_pool = cpu::blas_pool_bytes();
+  r.blas_pool_growth = r.blas_pool - pool_before;
   r.ledger_peak = ledger.peak();
   return r;
 }
@@ -130,20 +138,28 @@ TEST_P(PlanRss, PeakRssIsBaselinePlusPlannedLedgerPeak) {
   const RssRun r = measure(cfg.cfg, exec, batch);
   if (r.rss_before == 0) GTEST_SKIP() << "this kernel does not let us reset the peak RSS";
   ASSERT_EQ(r.ledger_peak, plan.peak_bytes);
-  const int64_t expected = r.rss_before + plan.peak_bytes;
+  const int64_t expected = r.rss_before + plan.peak_bytes + r.blas_pool_growth;
   const int64_t diff = r.rss_peak - expected;
   const double mib = 1024.0 * 1024.0;
   std::printf(
       "%s %s T=%lld chunks %lld/%lld threads %d mmap threshold %s: RSS before %.1f MiB, planned "
       "%.1f MiB, "
-      "RSS peak %.1f MiB, peak - (before + planned) = %+.2f MiB (%+.2f%%)\n",
+      "BLAS pool %.1f MiB (growth %.1f), RSS peak %.1f MiB, peak - (before + planned + pool growth) = "
+      "%+.2f MiB (%+.2f%%)\n",
       cfg.name, c.mode, static_cast<long long>(c.T), static_cast<long long>(c.layer_chunk),
       static_cast<long long>(c.head_chunk), c.threads, c.fixed_mmap_threshold ? "fixed" : "dynamic",
-      r.rss_before / mib, plan.peak_bytes / mib, r.rss_peak / mib, diff / mib,
+      r.rss_before / mib, plan.peak_bytes / mib, r.blas_pool / mib, r.blas_pool_growth / mib,
+      r.rss_peak / mib,
+      diff / mib,
       100.0 * static_cast<double>(diff) / static_cast<double>(plan.peak_bytes));
+  // With the dynamic threshold, a provider's pool (MKL's memory manager: its buffers come from
+  // the same glibc heap and stay allocated) sits among the heap chunks the step frees and keeps
+  // up to its size more of them resident: measured with MKL 2026.2 (AMD Zen 5), +14.6 to +17.7 MiB
+  // with the pool (5.2 MiB), +13.6 to +13.8 MiB with MKL_DISABLE_FAST_MM=1, like OpenBLAS.
   const double allowed =
       kRelTolerance * static_cast<double>(plan.peak_bytes) +
-      static_cast<double>(c.fixed_mmap_threshold ? kFixedOverhead : kFixedOverheadDynamicMmap);
+      static_cast<double>(c.fixed_mmap_threshold ? kFixedOverhead
+                                                 : kFixedOverheadDynamicMmap + r.blas_pool);
   EXPECT_LE(std::abs(static_cast<double>(diff)), allowed)
       << "peak RSS " << r.rss_peak << " vs before " << r.rss_before << " + planned "
       << plan.peak_bytes;

@@ -48,6 +48,15 @@ const char* blas_core() {
 #endif
 }
 
+long long blas_pool_bytes() {
+#if defined(STREAMBP_BLAS_MKL)
+  int buffers = 0;
+  return static_cast<long long>(mkl_mem_stat(&buffers));
+#else
+  return 0;
+#endif
+}
+
 void blas_set_threads(int n) {
 #if defined(STREAMBP_BLAS_BLIS)
   bli_thread_set_num_threads(n);
