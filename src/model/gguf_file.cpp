@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "core/checked_math.h"
@@ -161,6 +162,21 @@ GgufValue read_value(Cursor& c, const std::string& key) {
     }
   }
   return v;
+}
+
+// The index of the first NaN or infinite value of x[0, n), or -1. The common case (all finite)
+// is a branch-free reduction the compiler vectorises; the search for the index runs only after.
+int64_t first_non_finite(const float* x, int64_t n) {
+  uint32_t worst = 0;  // an exponent field of all ones marks inf and NaN
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    worst |= ~u & 0x7f800000u ? 0u : 1u;
+  }
+  if (!worst) return -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
 }
 
 uint64_t round_up(uint64_t x, uint64_t a, const std::string& what) {
@@ -368,7 +384,7 @@ void GgufFile::parse() {
   data_ = static_cast<const unsigned char*>(map_) + data_start;
   // As llama.cpp lays tensors out (and checks them): in order, each at the previous one's end
   // rounded up to the alignment. This also rules out overlaps and misaligned offsets.
-  uint64_t expected = 0;
+  uint64_t expected = 0, last_end = 0;
   for (const GgufTensorInfo& t : tensors_) {
     const std::string where = path + ": tensor '" + t.name + "': ";
     if (t.offset != expected)
@@ -381,7 +397,15 @@ void GgufFile::parse() {
                        std::to_string(t.offset) + " run past the " + std::to_string(data_size) +
                        "-byte data region (truncated file?)");
     expected = round_up(end, alignment_, "tensor offsets");
+    last_end = end;
   }
+  // Every byte accounted for: the regions must tile the data section up to the alignment padding
+  // after the last one (writers pad it or not). Bytes left over mean the header lies: a tensor
+  // count one too low shifted every tensor 64 bytes early and dropped output.weight unseen.
+  if (data_size != last_end && data_size != expected)
+    throw InputError(path + ": data region bytes [" + std::to_string(last_end) + ", " +
+                     std::to_string(data_size) + ") belong to no tensor (the tensor count " +
+                     std::to_string(tensors_.size()) + " does not account for the whole file)");
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {
@@ -447,7 +471,18 @@ void GgufFile::dequantize_into(const GgufTensorInfo& t, float* dst) const {
   if (!info || !info->readable)
     throw InputError(path_ + ": tensor '" + t.name + "': type " + ggml_type_name(t.type) +
                      " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K are)");
-  dequantize(static_cast<GgmlType>(t.type), data(t), dst, t.numel());
+  const int64_t n = t.numel();
+  dequantize(static_cast<GgmlType>(t.type), data(t), dst, n);
+  // Every value becomes a weight: a NaN or inf would convert into a model every other command
+  // refuses. One pass over what was just written (hot in cache), no copy.
+  const int64_t bad = first_non_finite(dst, n);
+  if (bad < 0) return;
+  std::string where = "element " + std::to_string(bad);
+  if (info->block_elems > 1)
+    where += " (" + std::string(info->name) + " block " + std::to_string(bad / info->block_elems) +
+             ": its scale or values)";
+  throw InputError(path_ + ": tensor '" + t.name + "': " + where + " is " +
+                   (std::isnan(dst[bad]) ? "nan" : "infinite") + " (weights must be finite)");
 }
 
 // ---- writing ---------------------------------------------------------------------------------

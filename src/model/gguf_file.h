@@ -8,8 +8,10 @@
 // Files are untrusted: everything is validated before a tensor is used (every length against
 // the bytes left, counts, key and name uniqueness, types, shapes, the byte size of each tensor
 // with overflow checks, offsets aligned and laid out as llama.cpp lays them: in order, each at
-// the previous one's end rounded up to the alignment, all inside the file). Errors are one
-// InputError line naming the file and the field.
+// the previous one's end rounded up to the alignment, all inside the file, and together with
+// the padding after the last one the whole data region: no byte left unread). Tensor values are
+// checked for finiteness as they are dequantized. Errors are one InputError line naming the
+// file and the field.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -93,7 +95,8 @@ class GgufFile {
   // The raw bytes of a tensor (inside the mapping).
   const unsigned char* data(const GgufTensorInfo& t) const { return data_ + t.offset; }
   // All elements of a readable tensor as fp32 (dst holds numel()); InputError naming the tensor
-  // when its type is one dequantize() does not read.
+  // when its type is one dequantize() does not read, or when a value is NaN or infinite (naming
+  // the element, and for a quantized type its block: an inf or NaN block scale).
   void dequantize_into(const GgufTensorInfo& t, float* dst) const;
 
  private:
