@@ -31,10 +31,43 @@ std::vector<int64_t> dims_of(const Shape& s) {
   return std::vector<int64_t>(s.dims.begin(), s.dims.begin() + s.ndim);
 }
 
+// general.file_type is llama_ftype (llama.h): 0 all F32 to 38 MXFP4 (numbers llama.cpp has since
+// retired, 4 to 6 and 33 to 35, still appear in old files), optionally with 1024 (guessed).
+// The converter takes each tensor's own type, but a number outside the enumeration means the
+// metadata is not what llama.cpp wrote.
+void check_file_type(const GgufFile& f) {
+  const auto ft = f.get_int("general.file_type");  // InputError if not an integer
+  if (!ft) return;
+  constexpr int64_t kGuessed = 1024, kLast = 38;
+  const int64_t base = *ft >= kGuessed ? *ft - kGuessed : *ft;
+  if (base < 0 || base > kLast)
+    throw InputError(f.path() + ": metadata 'general.file_type' is " + std::to_string(*ft) +
+                     ", not a llama_ftype (0 to 38, plus 1024 when guessed)");
+}
+
+// Export refuses what the target type cannot represent, naming the tensor and the value: f16
+// wrote inf for a weight past 65504, and q8_0 an inf block scale (the whole block inf or NaN),
+// with exit 0. Checked before the output is created, so nothing is left behind.
+void check_representable(const std::string& source, const std::string& name, GgmlType type,
+                         const std::vector<float>& x) {
+  const int64_t i = first_unrepresentable(type, x.data(), static_cast<int64_t>(x.size()));
+  if (i < 0) return;
+  char value[64];
+  std::snprintf(value, sizeof value, "%.9g", static_cast<double>(x[static_cast<size_t>(i)]));
+  const std::string tn = ggml_type_name(static_cast<uint32_t>(type));
+  const std::string why = type == GgmlType::Q8_0
+                              ? "its Q8_0 block scale (max |x| / 127) would be past the f16 range"
+                              : "past the " + tn + " range";
+  throw InputError(source + ": tensor '" + name + "' element " + std::to_string(i) + " is " +
+                   value + ", " + why + ": " + tn +
+                   " cannot represent it (no clamping; choose a wider type)");
+}
+
 }  // namespace
 
 std::string convert_gguf_to_hf(const std::string& in, const std::string& out, DType dtype) {
   const GgufFile f(in);
+  check_file_type(f);
   const GgufArch& arch = gguf_arch_by_name(f.require_string("general.architecture"), in);
   json cj = gguf_to_config_json(f, arch);
   // The special ids transformers' generate() reads from config.json.
@@ -70,6 +103,8 @@ std::string convert_gguf_to_hf(const std::string& in, const std::string& out, DT
     }
     if (arch.norm_plus_one && is_norm_weight(hf))
       for (float& x : vals) x -= 1.0f;
+    if (dtype == DType::BF16 || dtype == DType::F16)
+      check_representable(in, gname, dtype == DType::BF16 ? GgmlType::BF16 : GgmlType::F16, vals);
     upload_f32(w.tensor(i), vals);
     used.insert(gname);
   }
@@ -130,6 +165,7 @@ std::string convert_hf_to_gguf(const std::string& dir, const std::string& out, G
     GgmlType t = type;
     if (shape.size() == 1) t = GgmlType::F32;  // norms and biases, as llama.cpp keeps them
     else if (t == GgmlType::Q8_0 && shape.back() % 32 != 0) t = GgmlType::F16;
+    check_representable(dir, hf, t, vals[i]);
     tensors.push_back({gguf_tensor_name(cfg, hf), shape, t, vals[i].data()});
   }
   std::vector<float> rope_factors;

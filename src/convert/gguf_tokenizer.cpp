@@ -1,6 +1,7 @@
 #include "convert/gguf_tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -19,8 +20,10 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// llama.cpp's token types (llama_token_type).
+// llama.cpp's token types (llama_token_type): 0 undefined, 1 normal, 2 unknown, 3 control,
+// 4 user defined, 5 unused, 6 byte. Nothing else is a token type.
 constexpr int64_t kNormal = 1, kControl = 3, kUserDefined = 4, kByte = 6;
+constexpr int64_t kMaxTokenType = 6;
 
 const char* const kLlama3Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
@@ -202,6 +205,11 @@ HfTokenizerFiles gguf_tokenizer_to_hf_impl(const GgufFile& f, int64_t max_len) {
   if (n == 0) throw InputError(m.where("tokenizer.ggml.tokens") + " is empty");
   const std::vector<int64_t> types =
       m.ints("tokenizer.ggml.token_type", n).value_or(std::vector<int64_t>(n, kNormal));
+  // An unknown type would silently take a control token's special status away.
+  for (size_t i = 0; i < n; ++i)
+    if (types[i] < 0 || types[i] > kMaxTokenType)
+      throw InputError(m.where("tokenizer.ggml.token_type") + "[" + std::to_string(i) + "] is " +
+                       std::to_string(types[i]) + ", not a llama.cpp token type (0 to 6)");
   std::unordered_map<std::string, int64_t> id_of;
   id_of.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -262,6 +270,12 @@ HfTokenizerFiles gguf_tokenizer_to_hf_impl(const GgufFile& f, int64_t max_len) {
   } else if (model == "llama") {
     const auto scores = m.floats("tokenizer.ggml.scores", n);
     if (!scores) throw InputError(m.where("tokenizer.ggml.scores") + " is missing");
+    // The merges are sorted by score: a NaN breaks the ordering the sort relies on.
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite((*scores)[i]))
+        throw InputError(m.where("tokenizer.ggml.scores") + "[" + std::to_string(i) + "] is " +
+                         ((*scores)[i] != (*scores)[i] ? "nan" : "infinite") +
+                         " (scores must be finite)");
     for (size_t i = 0; i < n; ++i)
       if (types[i] == kByte && !(tokens[i].size() == 6 && tokens[i].rfind("<0x", 0) == 0))
         throw InputError(m.where("tokenizer.ggml.tokens") + ": byte token " + std::to_string(i) +

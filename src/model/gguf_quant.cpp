@@ -218,6 +218,30 @@ void dequantize(GgmlType type, const unsigned char* src, float* dst, int64_t n) 
   for (int64_t i = 0; i < nb; ++i) block(src + i * bb, dst + i * be);
 }
 
+int64_t first_unrepresentable(GgmlType type, const float* x, int64_t n) {
+  constexpr float kF16Inf = 65520.0f;  // the first magnitude f32_to_f16 rounds to inf
+  switch (type) {
+    case GgmlType::F16:
+      for (int64_t i = 0; i < n; ++i)
+        if (std::fabs(x[i]) >= kF16Inf && std::isfinite(x[i])) return i;
+      return -1;
+    case GgmlType::BF16:
+      for (int64_t i = 0; i < n; ++i)
+        if ((f32_to_bf16(x[i]) & 0x7f80) == 0x7f80 && std::isfinite(x[i])) return i;
+      return -1;
+    case GgmlType::Q8_0:
+      // q8_0_block's scale: amax / 127 in f32, then f16.
+      for (int64_t b = 0; b + 32 <= n; b += 32) {
+        int64_t arg = b;
+        for (int64_t j = b; j < b + 32; ++j)
+          if (std::fabs(x[j]) > std::fabs(x[arg])) arg = j;
+        if (std::isfinite(x[arg]) && std::fabs(x[arg]) / 127.0f >= kF16Inf) return arg;
+      }
+      return -1;
+    default: return -1;
+  }
+}
+
 void quantize(GgmlType type, const float* src, unsigned char* dst, int64_t n) {
   SBP_CHECK(n >= 0, "quantize: negative count");
   switch (type) {

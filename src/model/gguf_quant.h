@@ -42,4 +42,11 @@ void dequantize(GgmlType type, const unsigned char* src, float* dst, int64_t n);
 // Supported: F32, F16, BF16, Q8_0.
 void quantize(GgmlType type, const float* src, unsigned char* dst, int64_t n);
 
+// Export refuses what the target type cannot represent (no silent clamping or inf): the index
+// of the first of x[0, n) that `type` cannot hold, or -1. F16: a finite value that rounds to inf
+// (|x| >= 65520); BF16: one that rounds past the largest bf16; Q8_0: the largest value of the
+// first block whose scale (max |x| / 127, stored as f16) would be inf, which turns the whole
+// block into inf and NaN. F32 holds every float. Non-finite inputs are the caller's to refuse.
+int64_t first_unrepresentable(GgmlType type, const float* x, int64_t n);
+
 }  // namespace sbp
