@@ -184,8 +184,6 @@ std::string shard_name(int64_t i, int64_t n) {
 
 }  // namespace
 
-namespace {
-
 // A NaN or infinite weight makes every loss NaN: `score` printed "loss nan" with exit 0, and
 // `train` ran until its non-finite guard stopped the first step. Checked from the file in
 // bounded pieces (read as F32, which keeps BF16/F16 values exactly), before anything is copied.
@@ -203,8 +201,6 @@ void check_weights_finite(const SafetensorsFile& file, const std::string& name, 
     }
   }
 }
-
-}  // namespace
 
 void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params) {
   std::vector<std::unique_ptr<SafetensorsFile>> files;

@@ -1,6 +1,7 @@
 #pragma once
 // Hugging Face model directories: config.json + model.safetensors, or sharded
 // model-0000i-of-0000n.safetensors with model.safetensors.index.json.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,12 +10,19 @@
 
 namespace sbp {
 
+class SafetensorsFile;
+
 // Loads every parameter of `params` (layout from `cfg`) from the directory `dir`, converting
 // to the parameters' dtype. Validates: every expected tensor present exactly once, shapes equal
 // to those implied by config.json, no unknown tensor names (a tied checkpoint may carry an
 // `lm_head.weight` only if it equals the embedding), index files naming existing shards.
 // Errors name the file and the tensor.
 void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params);
+
+// Every element of tensor `name` of `file` (numel elements) is finite, or InputError naming the
+// file, the tensor and the element: a NaN or inf weight makes every loss NaN. Read from the file
+// in bounded pieces; load_weights and the value model's loader call it before copying anything.
+void check_weights_finite(const SafetensorsFile& file, const std::string& name, int64_t numel);
 
 // The files beside the weights that transformers reads with a model directory: the tokenizer's
 // (AutoTokenizer.from_pretrained) and generation_config.json (generate's defaults: eos ids,

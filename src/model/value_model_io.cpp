@@ -11,6 +11,7 @@
 #include "core/untrusted_json.h"
 #include "core/input_file.h"
 #include "core/rng.h"
+#include "model/checkpoint_io.h"
 #include "model/safetensors.h"
 
 namespace sbp {
@@ -90,6 +91,13 @@ void load_value_weights(const std::string& dir, const ModelConfig& cfg, Paramete
                         bool init_missing_head, uint64_t seed, float head_std) {
   SBP_CHECK(params.head() == ModelHead::value, "load_value_weights: not a value-model set");
   const ValueCheckpoint ck = open_value_checkpoint(dir, cfg, init_missing_head);
+  // Every weight finite before anything is copied, as load_weights checks the policy's: a NaN
+  // in the value model made every value, advantage and loss NaN.
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& t = params.tensor(i);
+    auto it = ck.where.find(params.name(i));
+    if (t.data && it != ck.where.end()) check_weights_finite(*it->second, params.name(i), t.numel());
+  }
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& t = params.tensor(i);
     if (!t.data) continue;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -41,8 +42,20 @@ bool parse_shard_name(const std::string& name, int* rank, int* ranks) {
   return true;
 }
 
+// Every tensor of an optimizer file is a moment this run reads: one it does not (a parameter
+// this model lacks, a misspelled name) is state left unread, so the file is not this run's.
+void refuse_unread_tensors(const SafetensorsFile& f, const std::set<std::string>& read) {
+  for (const SafetensorsEntry& e : f.entries())
+    if (!read.count(e.name))
+      throw InputError(f.path() + ": unexpected tensor '" + e.name +
+                       "' (not a moment of a parameter this run trains)");
+}
+
 void read_whole(const fs::path& path, const std::vector<MomentSlice>& into, int64_t* steps) {
   SafetensorsFile f(path.string());
+  std::set<std::string> read;
+  for (const MomentSlice& s : into) read.insert({"m." + s.name, "v." + s.name});
+  refuse_unread_tensors(f, read);
   for (const MomentSlice& s : into) {
     for (const auto& [prefix, dst] : {std::pair{"m.", s.m}, std::pair{"v.", s.v}}) {
       const std::string name = prefix + s.name;
@@ -73,6 +86,10 @@ void read_shards(const fs::path& dir, int ranks, const std::vector<MomentSlice>&
     if (step != *steps)
       throw InputError(path.string() + ": step " + std::to_string(step) + ", but " +
                        optimizer_shard_file(0, ranks) + " has " + std::to_string(*steps));
+    std::set<std::string> written;  // what write_optimizer_shard wrote for rank r
+    for (const MomentSlice& s : into)
+      if (shard_range(s.numel, ranks, r).count > 0) written.insert({"m." + s.name, "v." + s.name});
+    refuse_unread_tensors(f, written);
     for (const MomentSlice& s : into) {
       const ShardRange saved = shard_range(s.numel, ranks, r);
       const int64_t begin = std::max(saved.offset, s.range.offset),
