@@ -21,6 +21,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "cli/command_output.h"
+#include "cli/commands.h"
 #include "cli/run_cli.h"
 #include "cli/run_config.h"
 #include "core/error.h"
@@ -40,14 +42,22 @@ nb::object utf8(const std::string& s) {
   return nb::steal(o);
 }
 
-// "ValueError: bad input": one line, as every error of the library.
-std::string one_line(const nb::python_error& e) {
+// "ValueError: bad input": one line, as every error of the library (without the type's name:
+// "bad input").
+std::string one_line(const nb::python_error& e, bool with_type = true) {
   const std::string type = nb::str(e.type().attr("__name__")).c_str();
   const std::string text = nb::str(e.value()).c_str();
-  std::string s = text.empty() ? type : type + ": " + text;
+  std::string s = text.empty() ? type : with_type ? type + ": " + text : text;
   for (char& c : s)
     if (c == '\n') c = ' ';
   return s;
+}
+
+// A failure of a function of the Python program, in one line. The package's own checks of what
+// the function returned (streambp._check) raise streambp.Error, whose message is already that
+// line: no type name before it.
+std::string failure_line(const nb::python_error& e) {
+  return one_line(e, !e.matches(nb::module_::import_("streambp._core").attr("Error")));
 }
 
 // A reward function of the Python program, called in this process on each batch of completions
@@ -79,7 +89,7 @@ class PythonReward : public sbp::RewardFunction {
         nb::object got = call_(fn_, prompts, completions, fields, tokens, truncated);
         out = nb::cast<std::vector<double>>(got);
       } catch (nb::python_error& e) {
-        failure = one_line(e);
+        failure = failure_line(e);
       } catch (const nb::cast_error&) {
         failure = "did not return a list of numbers";
       }
@@ -108,6 +118,31 @@ int run_main(std::vector<std::string> args) {
   argv.push_back(nullptr);
   nb::gil_scoped_release nogil;
   return sbp::cli::run_cli(static_cast<int>(args.size()), argv.data());
+}
+
+// The flags of plan, score or generate as the command line defines them: (long name, whether it
+// takes a value). streambp._check turns keyword arguments into flags by this table, so that an
+// unknown keyword, a value for a switch or True for a flag with a value is refused by name
+// before the command runs (a switch given False would otherwise be dropped without a word).
+std::vector<std::pair<std::string, bool>> command_flags(const std::string& command) {
+  sbp::cli::CommandOutput unused;
+  CLI::App app{"streambp"};
+  sbp::cli::register_score(app, &unused);
+  sbp::cli::register_generate(app, &unused);
+  sbp::cli::register_plan(app, &unused);
+  const CLI::App* c = nullptr;
+  try {
+    c = app.get_subcommand(command);
+  } catch (const CLI::OptionNotFound&) {
+    throw sbp::Error(command + ": not one of plan, score, generate");
+  }
+  std::vector<std::pair<std::string, bool>> flags;
+  for (const CLI::Option* o : c->get_options()) {
+    if (o == c->get_help_ptr()) continue;
+    for (const std::string& name : o->get_lnames())
+      flags.emplace_back(name, o->get_expected_max() != 0);
+  }
+  return flags;
 }
 
 // plan / score / generate on `args` (score's sequences in `input_json`, generate's prompt
@@ -211,6 +246,7 @@ NB_MODULE(_core, m) {
         "Runs the streambp command line (argv[0] is the program's name); returns its exit code.");
   m.def("command", &run_command, nb::arg("args"), nb::arg("input_json") = "",
         nb::arg("grads") = false, nb::arg("input_lines") = "");
+  m.def("command_flags", &command_flags, nb::arg("command"));
   m.def("train", &run_train, nb::arg("positional"), nb::arg("overrides_only"), nb::arg("resume"),
         nb::arg("in_memory"), nb::arg("rewards"),
         nb::arg("reward_call"), nb::arg("on_metrics").none());

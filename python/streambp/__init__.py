@@ -9,7 +9,9 @@ The same C++ library as the `streambp` program (docs/PYTHON.md):
     streambp.train("examples/tiny-chat/sft.yaml", epochs=1)
     streambp.train(cfg, reward_funcs=[my_reward])                     # TRL's reward signature
 
-Every error is a streambp.Error with the command line's one-line message.
+Every error is a streambp.Error with the command line's one-line message; an argument of the
+wrong type (a float for a token id, a str for a list of prompts, an unknown keyword) is one too,
+naming the argument and the row (docs/PYTHON.md "What the functions accept").
 """
 
 def _check_cpu():
@@ -56,9 +58,12 @@ def main(argv=None):
     """The `streambp` command line (the wheel's console script): returns its exit code."""
     import sys
 
-    from . import _core
+    from . import _check, _core
 
-    args = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = [_check.argument(a, f"main: argv[{i}]")
+            for i, a in enumerate(_check.sequence(argv, "main: argv", "a list of arguments"))]
     return _core.main(["streambp"] + args)
 
 
