@@ -581,8 +581,8 @@ void register_bench(CLI::App& app) {
       ->check(int_in(1, 1000000));
   c->add_option("--warmup", a->warmup, "Untimed steps before the timed ones")
       ->check(int_in(0, 1000000));
-  c->add_option("--seed", a->seed, "Seed for weights and batch");
-  c->add_option("--json", a->json, "Write the results as JSON");
+  c->add_option("--seed", a->seed, "Seed for weights and batch")->check(uint64_flag());
+  c->add_option("--json", a->json, "Write the results as JSON")->check(non_empty());
   c->add_option("--cp", a->cp,
                 "Context parallelism: under mpirun -np N, --cp N splits every step's rows across "
                 "the N ranks (rank 0 reports)")

@@ -239,16 +239,19 @@ void register_generate(CLI::App& app, CommandOutput* out) {
       "generate", "Sample completions of prompts with a KV cache; prints JSONL");
   c->add_option("--model", a->model, "Model directory (config.json + safetensors), or a preset")
       ->required();
-  c->add_option("--adapter", a->adapter,
-                "A LoRA adapter directory (PEFT format) on top of --model");
+  c->add_option("--adapter", a->adapter, "A LoRA adapter directory (PEFT format) on top of --model")
+      ->check(non_empty());
   c->add_option("--input", a->input,
                 "prompts.jsonl: {\"prompt\": text | messages} or {\"prompt_ids\": [ids]} per line")
       ->required(out == nullptr);  // an embedding program may give the lines in memory
-  c->add_option("--output", a->output, "Write the JSONL here (default: standard output)");
-  c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json (default: --model)");
+  c->add_option("--output", a->output, "Write the JSONL here (default: standard output)")
+      ->check(non_empty());
+  c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json (default: --model)")
+      ->check(non_empty());
   c->add_option("--chat-template", a->chat_template,
                 "Chat template instead of the tokenizer config's: chatml, qwen2, qwen2.5, qwen3, "
-                "llama3, llama3.0, gemma3");
+                "llama3, llama3.0, gemma3")
+      ->check(non_empty());
   c->add_option("--num-return-sequences", a->num_return_sequences, "Samples per prompt")
       ->check(int_in(1, 65536));
   c->add_option("--batch-size", a->batch_size,
@@ -266,15 +269,18 @@ void register_generate(CLI::App& app, CommandOutput* out) {
       ->check(positive_finite(1.0));
   c->add_option("--min-p", a->min_p, "Drop tokens below min_p x the top probability")
       ->check(CLI::Range(0.0, 0.999999));
-  c->add_option("--stop", a->stop, "Stop string (repeatable); the completion keeps it");
+  c->add_option("--stop", a->stop, "Stop string (repeatable); the completion keeps it")
+      ->check(non_empty());
   c->add_option("--stop-id", a->stop_ids,
                 "Stop token id (repeatable), besides eos and the template's end of turn");
-  c->add_option("--seed", a->seed, "Sampling seed (and random weights for a preset)");
+  c->add_option("--seed", a->seed, "Sampling seed (and random weights for a preset)")
+      ->check(uint64_flag());
   a->exec.add_flags(c, kGenerateExec);
   c->add_flag("--accuracy", a->accuracy,
               "Score each completion with the accuracy reward against the record's answer field; "
               "prints the share that match");
-  c->add_option("--answer-field", a->answer_field, "The record field --accuracy compares with");
+  c->add_option("--answer-field", a->answer_field, "The record field --accuracy compares with")
+      ->check(non_empty());
   c->add_flag("--bandwidth-bound", a->bandwidth_bound,
               "Also measure the copy bandwidth and print the decoding bound it gives at the batch size");
   c->callback([a, out] {

@@ -198,11 +198,11 @@ void register_gradcheck(CLI::App& app) {
   a->exec.add_flags(c, kGradcheckExec);
   c->add_option("--layers", a->layers, "Override the number of layers (random weights)")
       ->check(int_in(1, kMaxFlagInt));
-  c->add_option("--seed", a->seed, "Seed for weights and batch");
+  c->add_option("--seed", a->seed, "Seed for weights and batch")->check(uint64_flag());
   c->add_flag("--mask", a->mask, "Mask about a third of the targets at random");
   c->add_option("--tolerance", a->tolerance, "Exit non-zero above this relative error")
       ->check(positive_finite(1e3));
-  c->add_option("--json", a->json, "Write the result as JSON");
+  c->add_option("--json", a->json, "Write the result as JSON")->check(non_empty());
   a->objective.add_flags(c);
   a->lora.add_flags(c);
   c->add_option("--cp", a->cp,

@@ -28,7 +28,7 @@ void register_init(CLI::App& app) {
   auto* f = c->add_option("--config", a->config, "A Hugging Face config.json");
   p->excludes(f);
   c->add_option("--out", a->out, "Output directory")->required();
-  c->add_option("--seed", a->seed, "Random seed");
+  c->add_option("--seed", a->seed, "Random seed")->check(uint64_flag());
   c->add_option("--layers", a->layers, "Override the number of layers")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--dtype", a->dtype, "Weights dtype on disk: f32, bf16")

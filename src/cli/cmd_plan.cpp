@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -46,6 +47,7 @@ struct Args {
   int64_t seq_len = 0;
   int64_t layers = 0;
   int ranks = 1;
+  bool ranks_given = false;  // --ranks on the command line (1 is also its default)
   int zero = 0;
   int cp = 1;  // context parallelism: ranks sharing each sequence
   std::string json;
@@ -131,6 +133,10 @@ Request parse_request(const Args& a) {
         "--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state) or 2 (sharded "
         "gradients too)");
   setup.ranks = a.ranks;
+  if (a.cp > 1 && a.ranks_given && a.ranks < a.cp)
+    throw InputError("--cp " + std::to_string(a.cp) + " and --ranks " + std::to_string(a.ranks) +
+                     ": --ranks counts every rank, so it must be a multiple of --cp (or omit "
+                     "--ranks to plan --cp ranks)");
   if (a.cp > 1) {
     // --ranks counts every rank (data x context); alone, --cp N plans N ranks on one sequence.
     setup.ranks = a.ranks == 1 ? a.cp : a.ranks;
@@ -140,6 +146,8 @@ Request parse_request(const Args& a) {
     setup.context_parallel = a.cp;
   }
   setup.zero = setup.ranks > 1 ? a.zero : 0;
+  if (a.prompt_len > 0 && a.max_completion_length == 0)
+    throw InputError("--prompt-len: plans the generation phase with --max-completion-length");
   if (a.max_completion_length > 0) {
     if (!setup.objective.traits().rollouts)
       throw InputError(
@@ -172,6 +180,7 @@ Request parse_request(const Args& a) {
   }
   if (!a.budget.empty()) {
     q.budget = parse_size(a.budget, "--budget");
+    if (q.budget == 0) throw InputError("--budget: must be > 0; omit it to plan without a budget");
     q.reserve = parse_size(a.reserve, "--reserve");
     if (q.reserve >= q.budget)
       throw InputError("--reserve: " + format_bytes(q.reserve) + " leaves nothing of the " +
@@ -185,6 +194,9 @@ Request parse_request(const Args& a) {
     if (setup.budget == 0)
       throw InputError("--host-budget: applies with a device budget (give --budget too)");
     setup.host_budget = parse_size(a.host_budget, "--host-budget");
+    // 0 used to mean "no host budget": the flag's absence says that.
+    if (setup.host_budget == 0)
+      throw InputError("--host-budget: must be > 0; omit it for no host budget");
   }
   if (a.seq_len == 0 && setup.budget == 0)
     throw InputError(
@@ -213,6 +225,21 @@ Request parse_request(const Args& a) {
   return q;
 }
 
+// Why not even the smallest step fits: the host budget when the device peak fits (its numbers,
+// not the device budget's), else the device budget (explain_too_small).
+std::string explain_no_fit(const PlanSetup& setup, const ExecConfig& mode) {
+  const int64_t T = min_planning_tokens(setup.objective.kind, setup.group_size);
+  const PlannedStep need = plan_at(setup, mode, T);
+  if (setup.host_budget > 0 && need.peak_bytes <= setup.budget &&
+      need.host_peak_bytes > setup.host_budget)
+    return "--host-budget: the usable host budget of " + format_bytes(setup.host_budget) +
+           " cannot hold even a " + std::to_string(T) + "-token step in mode " + mode_name(mode) +
+           ", which offloads " + format_bytes(need.host_peak_bytes) +
+           " to host memory (its device peak of " + format_bytes(need.peak_bytes) +
+           " fits the usable --budget " + format_bytes(setup.budget) + ")";
+  return "--budget: " + explain_too_small(setup, mode);
+}
+
 std::vector<Row> plan_rows(const Request& q, int64_t seq_len) {
   std::vector<Row> rows;
   for (const ExecConfig& mode : q.modes) {
@@ -224,7 +251,7 @@ std::vector<Row> plan_rows(const Request& q, int64_t seq_len) {
           int64_t{1} << 22 << std::bit_width(static_cast<unsigned>(q.setup.context_parallel - 1)),
           max_planning_tokens(q.setup.objective.kind));
       const MaxLenResult m = find_max_seq_len(q.setup, mode, q.chunks, {}, ceiling);
-      if (!m.fits_at_all) throw InputError("--budget: " + explain_too_small(q.setup, mode));
+      if (!m.fits_at_all) throw InputError(explain_no_fit(q.setup, mode));
       r.plan = m.plan;
       r.hit_limit = m.hit_limit;
     } else {
@@ -430,18 +457,22 @@ void register_plan(CLI::App& app, CommandOutput* out) {
       "plan", "Peak memory of a training step, or the longest trainable sequence under a budget");
   c->add_option("--model", a->model, "Model directory, config.json or preset")->required();
   a->exec.add_flags(c, kPlanExec);
-  c->add_option("--budget", a->budget, "Device memory, e.g. 80GiB, 2.5GB, 512MiB, bytes");
+  c->add_option("--budget", a->budget, "Device memory, e.g. 80GiB, 2.5GB, 512MiB, bytes")
+      ->check(non_empty());
   c->add_option("--host-budget", a->host_budget,
-                "Host memory the offloaded bytes may use, e.g. 1TiB (with --budget, --offload)");
+                "Host memory the offloaded bytes may use, e.g. 1TiB (with --budget, --offload)")
+      ->check(non_empty());
   c->add_option("--reserve", a->reserve,
                 "Part of the budget kept for the runtime (CUDA context, allocator slack)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_empty());
   c->add_option("--optimizer", a->optimizer,
                 "none, or adamw: fp32 m and v (and fp32 master weights with --dtype bf16)")
       ->capture_default_str();
   a->objective.add_flags(c);
   a->lora.add_flags(c);
-  c->add_option("--seq-len", a->seq_len, "Plan this many tokens (else: search the longest)");
+  c->add_option("--seq-len", a->seq_len, "Plan this many tokens (else: search the longest)")
+      ->check(int_in(1, std::numeric_limits<int64_t>::max()));  // 0 used to mean "search"
   c->add_option("--layers", a->layers, "Override the number of layers (configs and presets)")
       ->check(int_in(1, kMaxFlagInt));
   c->add_option("--ranks", a->ranks, "Data parallel: plan the memory of one of this many ranks")
@@ -456,17 +487,20 @@ void register_plan(CLI::App& app, CommandOutput* out) {
        "--zero", a->zero,
        "With --ranks > 1: 0 replicated optimizer, 1 AdamW state sharded, 2 gradients sharded too")
       ->capture_default_str();
-  c->add_option("--json", a->json, "Write the plan as JSON");
+  c->add_option("--json", a->json, "Write the plan as JSON")->check(non_empty());
   c->add_option("--max-completion-length", a->max_completion_length,
                 "Online grpo/ppo: plan the generation phase too (new tokens per completion)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+      ->check(int_in(1, int64_t{1} << 31));  // absent: no generation phase
   c->add_option("--prompt-len", a->prompt_len, "Online grpo/ppo: prompt tokens of the generation")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+      ->check(int_in(1, int64_t{1} << 31));
   c->add_option("--num-generations", a->num_generations,
                 "Online grpo/ppo: completions per prompt, decoded together (grpo.num_generations)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  c->callback([a, out] { run(*a, out); });
+  c->callback([a, c, out] {
+    a->ranks_given = c->count("--ranks") > 0;
+    run(*a, out);
+  });
 }
 
 }  // namespace sbp::cli

@@ -327,12 +327,16 @@ void register_score(CLI::App& app, CommandOutput* out) {
       "tokens.json: {\"sequences\": [[ids...]...], \"loss_mask\": [[0/1...]...]}");
   if (!out) input->required();  // an embedding program gives the sequences in memory
   a->exec.add_flags(c, ExecFlags{});
-  c->add_option("--grads", a->grads, "Write every parameter's gradient (F32 safetensors)");
+  c->add_option("--grads", a->grads, "Write every parameter's gradient (F32 safetensors)")
+      ->check(non_empty());
   c->add_option("--adapter", a->adapter,
                 "A LoRA adapter directory (PEFT format) on top of --model; --grads then writes "
-                "the adapters' gradients");
-  c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON");
-  c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset");
+                "the adapters' gradients")
+      ->check(non_empty());
+  c->add_option("--json", a->json_out, "Write loss and per-token log-probs as JSON")
+      ->check(non_empty());
+  c->add_option("--seed", a->seed, "Seed of the random weights when --model is a preset")
+      ->check(uint64_flag());
   c->callback([a, out] {
     const int rc = run(*a, out);
     if (rc != 0) throw CLI::RuntimeError(rc);

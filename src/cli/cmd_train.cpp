@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/run_config.h"
 #include "core/error.h"
 #include "dist/rank_agreement.h"
@@ -88,22 +89,31 @@ void register_train(CLI::App& app) {
   c->add_option(
       "--resume", a->resume,
       "Continue from a checkpoint directory, or from the newest checkpoint in an output directory");
-  c->add_option("--steps", o->steps, "Demo: optimizer steps");
-  c->add_option("--seq-len", o->seq_len, "Demo: tokens per sequence");
-  c->add_option("--lr", o->lr, "Demo: peak learning rate");
-  c->add_option("--warmup", o->warmup, "Demo: warmup steps");
-  c->add_option("--eval-every", o->eval_every, "Demo: evaluate every N steps");
-  c->add_option("--layer-chunk", o->layer_chunk, "Demo: stream-mode chunk length");
-  c->add_option("--head-chunk", o->head_chunk, "Demo: LM-head chunk length");
-  c->add_option("--hidden", o->hidden, "Demo model width");
-  c->add_option("--layers", o->layers, "Demo model depth");
-  c->add_option("--heads", o->heads, "Demo model attention heads");
-  c->add_option("--pairs", o->num_pairs, "Demo: key/value pairs per sequence");
-  c->add_option("--queries", o->num_queries, "Demo: queries at the end of each sequence");
-  c->add_option("--filler", o->num_filler, "Demo: distinct filler tokens");
-  c->add_option("--seed", o->seed, "Demo: seed");
-  c->add_option("--threads", o->threads, "Demo: threads (default: all)");
-  c->add_option("--out", o->out, "Demo: where to save the trained model");
+  // The same ranges as the demo.* keys (train_config.cpp): a negative chunk or thread count used
+  // to run, and --steps 0 trained nothing.
+  c->add_option("--steps", o->steps, "Demo: optimizer steps")->check(int_in(1, int64_t{1} << 53));
+  c->add_option("--seq-len", o->seq_len, "Demo: tokens per sequence")
+      ->check(int_in(16, int64_t{1} << 20));
+  c->add_option("--lr", o->lr, "Demo: peak learning rate")->check(positive_finite(1e3));
+  c->add_option("--warmup", o->warmup, "Demo: warmup steps")->check(int_in(0, int64_t{1} << 53));
+  c->add_option("--eval-every", o->eval_every, "Demo: evaluate every N steps")
+      ->check(int_in(0, int64_t{1} << 53));
+  c->add_option("--layer-chunk", o->layer_chunk, "Demo: stream-mode chunk length")
+      ->check(int_in(1, int64_t{1} << 20));
+  c->add_option("--head-chunk", o->head_chunk, "Demo: LM-head chunk length")
+      ->check(int_in(1, int64_t{1} << 20));
+  c->add_option("--hidden", o->hidden, "Demo model width")->check(int_in(1, int64_t{1} << 16));
+  c->add_option("--layers", o->layers, "Demo model depth")->check(int_in(1, 4096));
+  c->add_option("--heads", o->heads, "Demo model attention heads")->check(int_in(1, 4096));
+  c->add_option("--pairs", o->num_pairs, "Demo: key/value pairs per sequence")
+      ->check(int_in(1, int64_t{1} << 20));
+  c->add_option("--queries", o->num_queries, "Demo: queries at the end of each sequence")
+      ->check(int_in(1, int64_t{1} << 20));
+  c->add_option("--filler", o->num_filler, "Demo: distinct filler tokens")
+      ->check(int_in(0, int64_t{1} << 20));
+  c->add_option("--seed", o->seed, "Demo: seed")->check(uint64_flag());
+  c->add_option("--threads", o->threads, "Demo: threads (default: all)")->check(int_in(0, 4096));
+  c->add_option("--out", o->out, "Demo: where to save the trained model")->check(non_empty());
   c->callback([a, c] {
     const int rc = run(c, *a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -36,6 +36,30 @@ inline CLI::Validator int_in(int64_t lo, int64_t hi) {
       "INT");
 }
 
+// An unsigned 64-bit integer (--seed): CLI11 reads "-1" into a uint64_t as 2^64 - 1, so a
+// negative seed silently became another seed. Digits only, at most 2^64 - 1.
+inline CLI::Validator uint64_flag() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const auto want = "must be an integer from 0 to 18446744073709551615, got '" + s + "'";
+        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return want;
+        errno = 0;
+        std::strtoull(s.c_str(), nullptr, 10);
+        return errno == ERANGE ? want : "";
+      },
+      "UINT");
+}
+
+// A string flag whose absence has a default: given, it must say something (`--output ''` used
+// to mean standard output, `--stop ''` was ignored).
+inline CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return s.empty() ? "is empty; give a value, or omit the flag for its default" : "";
+      },
+      "TEXT");
+}
+
 // A finite number in (0, hi]: a NaN would pass an ordinary range check (its comparisons are false).
 inline CLI::Validator positive_finite(double hi) {
   return CLI::Validator(

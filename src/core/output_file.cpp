@@ -76,6 +76,30 @@ OutputTarget output_target(const std::string& path) {
                    ", cannot write it");
 }
 
+OutputTarget output_target_in(const std::string& key, const std::string& path,
+                              const std::string& dir) {
+  std::error_code ec;
+  const fs::path base = fs::absolute(dir, ec).lexically_normal();
+  const fs::path rel = fs::absolute(path, ec).lexically_normal().lexically_relative(base);
+  const bool inside = !rel.empty() && *rel.begin() != ".." && rel != ".";
+  fs::path at = base;
+  for (const fs::path& part : inside ? rel : fs::path()) {
+    at /= part;
+    struct stat ls {};
+    if (::lstat(at.c_str(), &ls) != 0) break;  // absent from here on: created by the run
+    if (!S_ISLNK(ls.st_mode)) continue;
+    const std::string to = fs::read_symlink(at, ec).string();
+    throw InputError(key + " " + path + ": " + at.string() + " is a symlink (to " + to +
+                     ") inside output_dir " + dir +
+                     "; refusing to write through it (remove the link, or name the file itself)");
+  }
+  try {
+    return output_target(path);
+  } catch (const InputError& e) {
+    throw InputError(key + " " + e.what());
+  }
+}
+
 OutputFile::OutputFile(const std::string& path) : path_(path), target_(output_target(path)) {
   if (target_.kind == OutputTarget::stream) {
     // No O_CREAT and no O_TRUNC: the node exists and is written as it is. A FIFO blocks here

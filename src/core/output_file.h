@@ -33,6 +33,14 @@ struct OutputTarget {
 };
 OutputTarget output_target(const std::string& path);
 
+// An output the run places inside a directory it owns (`dir`, output_dir), named by `key` for
+// messages: no part of the path below `dir` may be a symlink, since a link there would send
+// the write (or overwrite_output_dir's truncation) outside `dir`; then output_target's rule.
+// Compared as written (absolute, `..` folded), not resolved: a path that is not below `dir`
+// (an output given elsewhere explicitly) gets output_target's rule alone.
+OutputTarget output_target_in(const std::string& key, const std::string& path,
+                              const std::string& dir);
+
 // One output file. Construction applies output_target() and opens the temporary (or the
 // stream); write() appends; commit() publishes. Destroyed without commit(): the temporary is
 // removed and the target is as it was (a stream keeps what was written).

@@ -90,6 +90,10 @@ Offload parse_offload(const std::string& list) {
     if (item.empty())
       throw InputError("--offload: an empty item in '" + list +
                        "' (use none, checkpoints, residual_grad or checkpoints+residual_grad)");
+    if (item == "none")  // alone it returned above
+      throw InputError("--offload: 'none' cannot be combined with other items in '" + list +
+                       "' (use none alone, or checkpoints, residual_grad or "
+                       "checkpoints+residual_grad)");
     if (item == "checkpoints")
       o.checkpoints = true;
     else if (item == "residual_grad")

@@ -49,6 +49,16 @@ ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
   const ChunkRequest req{.layer = c.layer_chunk, .head = c.head_chunk};
   const int64_t T = std::max(c.max_tokens, min_planning_tokens(c.objective, setup.group_size));
   const ChunkedPlan plan = choose_chunks(setup, exec, T, req);
+  if (!plan.fits && plan.step.peak_bytes <= r.budget) {
+    // The device peak fits: the offloaded bytes are what do not (a host budget is given).
+    throw InputError(
+        c.where("host_memory_budget") + ": a step of max_tokens " + std::to_string(c.max_tokens) +
+        " tokens of objective " + objective_name(c.objective) + " in mode " + mode_name(exec) +
+        " offloads " + format_bytes(plan.step.host_peak_bytes) + " to host memory (offload " +
+        c.offload + "), more than the " + format_bytes(setup.host_budget) +
+        " host_memory_budget (its device peak of " + format_bytes(plan.step.peak_bytes) +
+        " fits memory_budget " + format_bytes(r.budget) + ")");
+  }
   if (!plan.fits) {
     throw InputError(
         c.where("memory_budget") + ": a step of max_tokens " + std::to_string(c.max_tokens) +

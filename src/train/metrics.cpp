@@ -14,6 +14,9 @@ namespace sbp {
 
 MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(path) {
   namespace fs = std::filesystem;
+  // The output rule (core/output_file.h) decides what may be written: not a directory or a
+  // dangling link. The trainer has checked the path inside output_dir (output_target_in).
+  output_target(path);
   const fs::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);

@@ -21,6 +21,11 @@ RunData::RunData(const TrainConfig& c, const ModelConfig& policy, Communicator& 
 }
 
 void RunData::load_offline(const ModelConfig& policy) {
+  // An online objective whose data.train did not look like prompt records: a first line that
+  // does not parse makes it so too, and is what is wrong, so the loader's error (file and line)
+  // comes before the one about the objective.
+  if (!c_.rewards.empty() && objective_traits(c_.objective).rollouts)
+    prepare_training_data(c_, policy.vocab_size);
   if (!c_.rewards.empty())
     throw InputError(c_.where("rewards") +
                      ": rewards score sampled completions: they need objective grpo or ppo with "

@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -524,9 +525,24 @@ std::string mark(const std::string& file, const YAML::Node& n) {
   return file + ":" + std::to_string(n.Mark().line + 1);
 }
 
+// String keys whose absence has a default (or means "none") and whose empty value has no
+// meaning of its own: `output_dir: ''` used to fall back to out/<config name> without a word.
+// Only what the user writes is checked (a YAML file, an override, Python's keywords): a stored
+// config lists every key, the unset ones as "". The model directories of the objective rows
+// are not here: their "" is documented (the starting model).
+constexpr const char* kNonEmptyKeys[] = {
+    "model",      "tokenizer",          "output_dir",       "metrics",
+    "data.train", "data.eval",          "data.date_string", "memory_budget",
+    "offload",    "host_memory_budget", "lora.adapter",     "demo.out"};
+
 void apply(TrainConfig& c, const std::string& name, const YAML::Node& value,
            const std::string& where) {
   const Key* k = find_key(name);
+  if (std::find(std::begin(kNonEmptyKeys), std::end(kNonEmptyKeys), name) !=
+          std::end(kNonEmptyKeys) &&
+      (value.IsNull() || (value.IsScalar() && value.Scalar().empty())))
+    throw InputError(where + ": " + name + " is empty; give a value, or omit the key for " +
+                     "its default");
   k->set(c, value, where);
   c.origin[name] = where;
   if (name.rfind("demo.", 0) == 0) c.demo = true;
@@ -633,8 +649,10 @@ void check_demo_ranges(const TrainConfig& c) {
   require_range(c, "demo.eval_every", d.eval_every, 0, kMaxStepCount);
   require_range(c, "demo.eval_sequences", d.eval_sequences, 0, int64_t{1} << 20);
   require_range(c, "demo.warmup", d.warmup, 0, kMaxStepCount);
-  require_range(c, "demo.layer_chunk", d.layer_chunk, 0, int64_t{1} << 20);
-  require_range(c, "demo.head_chunk", d.head_chunk, 0, int64_t{1} << 20);
+  require_range(c, "demo.layer_chunk", d.layer_chunk, 1, int64_t{1} << 20);
+  require_range(c, "demo.head_chunk", d.head_chunk, 1, int64_t{1} << 20);
+  require(d.lr > 0.0, c, "demo.lr", "must be positive");
+  require(d.clip >= 0.0, c, "demo.clip", "must be >= 0 (0: no clipping)");
   require_range(c, "demo.hidden", d.hidden, 1, int64_t{1} << 16);
   require_range(c, "demo.layers", d.layers, 1, 4096);
   require_range(c, "demo.heads", d.heads, 1, 4096);
@@ -680,13 +698,22 @@ void fill_defaults_and_validate(TrainConfig& c) {
           "cannot be combined with data.eval (one held-out set)");
   try {
     parse_offload(c.offload);
-  } catch (const InputError&) {
-    require(false, c, "offload",
-            "must be none, checkpoints, residual_grad or checkpoints+residual_grad, got '" +
-                c.offload + "'");
+  } catch (const InputError& e) {
+    // parse_offload's reason (an unknown item, 'none' among others) without its flag name.
+    std::string why = e.what();
+    if (why.rfind("--offload: ", 0) == 0) why.erase(0, 11);
+    require(false, c, "offload", "'" + c.offload + "': " + why);
   }
   require(c.host_memory_budget.empty() || c.offload != "none", c, "host_memory_budget",
           "applies with offload (checkpoints, residual_grad)");
+  // 0 bytes is no budget anyone means: it used to mean "unlimited" without a word.
+  for (const auto& [key, text, absent] :
+       {std::tuple<const char*, const std::string&, const char*>{"memory_budget", c.memory_budget,
+                                                                 "90% of physical memory"},
+        {"host_memory_budget", c.host_memory_budget, "no host budget"}})
+    if (!text.empty())
+      require(parse_size(text, c.where(key) + ": " + key) > 0, c, key,
+              "must be > 0; omit it for " + std::string(absent));
   require(c.layer_chunk >= 0, c, "layer_chunk", "must be at least 1, or auto");
   require(c.head_chunk >= 0, c, "head_chunk", "must be at least 1, or auto");
   require(c.grad_accum >= 1, c, "grad_accum", "must be at least 1");

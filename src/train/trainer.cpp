@@ -7,6 +7,7 @@
 
 #include "backend/cpu_threads.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/stop_signal.h"
 #include "dist/world.h"
 #include "model/checkpoint_io.h"
@@ -30,6 +31,39 @@ std::string fnv_hex(const std::string& s) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+// What the run writes goes where the output rule allows (core/output_file.h), checked before
+// anything is written or deleted: output_dir is a directory (a file there, or above it, used to
+// surface as a failure to open the metrics file), and the metrics and completions files inside
+// it are not reached through a symlink (overwrite_output_dir used to truncate a link's target
+// outside output_dir).
+void check_output_paths(const TrainConfig& c) {
+  std::error_code ec;
+  for (fs::path p = fs::absolute(c.output_dir, ec).lexically_normal(); !p.empty();
+       p = p.parent_path()) {
+    const auto type = fs::status(p, ec).type();
+    if (type == fs::file_type::not_found) {
+      if (p == p.parent_path()) break;
+      continue;
+    }
+    if (type != fs::file_type::directory)
+      throw InputError(c.where("output_dir") + ": output_dir " + c.output_dir +
+                       " is not a directory" +
+                       (p == fs::absolute(c.output_dir, ec).lexically_normal()
+                            ? ""
+                            : " (" + p.string() + " is not one)"));
+    break;
+  }
+  const auto check = [&](const std::string& key, const std::string& path) {
+    try {
+      output_target_in(key, path, c.output_dir);
+    } catch (const InputError& e) {
+      throw InputError(c.where(key) + ": " + e.what());
+    }
+  };
+  check("metrics", c.metrics);
+  if (c.log_completions_every > 0) check("output_dir", c.output_dir + "/completions.jsonl");
 }
 
 // The model to start from: a Hugging Face directory with weights (its config and directory), or
@@ -125,6 +159,7 @@ Trainer::Trainer(const TrainConfig& c, const std::string& resume, RunRanks ranks
       metrics_(ranks.world),
       setup_(c.objective_setup()),
       be_(std::move(backend)) {
+  check_output_paths(c_);  // before minutes of loading: nothing is written by it
   load_inputs(resume);
   plan_schedule();
   build_models();
