@@ -90,6 +90,7 @@ class CommandReward : public RewardFunction {
     ::shutdown(fd_, SHUT_WR);          // end of input: a well-behaved program exits now
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(kExitGraceS));
+    bool ended = false;  // its output reached its end: it is exiting
     for (;;) {
       if (!buffer_.empty()) {
         const size_t newline = buffer_.find('\n');
@@ -98,14 +99,18 @@ class CommandReward : public RewardFunction {
                  excerpt(newline == std::string::npos ? buffer_ : buffer_.substr(0, newline)),
              true);
       }
-      if (!wait_for(POLLIN, deadline)) break;  // still running: stop() ends it
+      if (!wait_for(POLLIN, deadline)) break;  // still running after the grace: ended below
       char chunk[4096];
       const ssize_t n = recv(fd_, chunk, sizeof chunk, 0);
       if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-      if (n <= 0) break;  // its end (or it is gone): nothing was left over
+      if (n <= 0) {  // its end (or it is gone): nothing was left over
+        ended = true;
+        break;
+      }
       buffer_.append(chunk, static_cast<size_t>(n));
     }
-    stop(/*graceful=*/true);
+    // The grace to exit on end of input was given here already when it did not end.
+    stop(/*graceful=*/ended);
   }
 
  private:
