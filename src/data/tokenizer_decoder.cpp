@@ -3,6 +3,7 @@
 #include <string_view>
 #include <utility>
 
+#include "data/tokenizer_normalize.h"
 #include "data/tokenizer_utf8.h"
 
 namespace sbp::tokenizer_detail {
@@ -27,10 +28,9 @@ int fallback_byte(const std::string& token) {
   return hi < 0 ? -1 : hi * 16 + lo;
 }
 
-// A {"Regex": ...} Replace: every match (as the library iterates them) becomes `content`.
-void replace_regex(std::string& s, const Regex& regex, const std::string& content) {
-  std::vector<Span> matches;
-  regex.find_all(s, matches);
+// A {"Regex": ...} Replace: every match in `matches` (as the library iterates them) becomes
+// `content`.
+void replace_regex(std::string& s, const std::vector<Span>& matches, const std::string& content) {
   if (matches.empty()) return;
   std::string out;
   size_t done = 0;
@@ -146,6 +146,54 @@ void strip(std::string& token, const std::string& ch, size_t start, size_t stop)
   token = token.substr(begin, end - begin);
 }
 
+// The size `s` has after rust_replace(s, pattern, content), without building it.
+size_t rust_replaced_size(const std::string& s, const std::string& pattern,
+                          const std::string& content) {
+  size_t count = 0;
+  if (pattern.empty()) {
+    count = 1;  // both ends and every character boundary between
+    for (size_t i = 0; i < s.size(); i += utf8_char_len(static_cast<unsigned char>(s[i]))) ++count;
+  } else {
+    for (size_t at = s.find(pattern); at != std::string::npos;
+         at = s.find(pattern, at + pattern.size()))
+      ++count;
+  }
+  return s.size() - count * pattern.size() + count * content.size();
+}
+
+size_t total_bytes(const std::vector<std::string>& tokens) {
+  size_t n = 0;
+  for (const std::string& t : tokens) n += t.size();
+  return n;
+}
+
+// A Replace over every token. The tokens' total is checked against `limit` before each token's
+// result is built, so a chain of them never holds more than the limit.
+void replace_step(const DecoderStep& step, std::vector<std::string>& tokens, size_t limit,
+                  size_t input_bytes) {
+  size_t total = total_bytes(tokens);
+  std::vector<Span> matches;
+  for (std::string& t : tokens) {
+    size_t after = 0;
+    if (step.regex) {
+      matches.clear();
+      step.regex->find_all(t, matches);
+      size_t matched = 0;
+      for (const Span& m : matches) matched += m.end - m.begin;
+      after = t.size() - matched + matches.size() * step.content.size();
+    } else {
+      after = rust_replaced_size(t, step.pattern, step.content);
+    }
+    total = total - t.size() + after;
+    if (total > limit) fail_text_growth(step.where, "decoder", input_bytes, total);
+    if (step.regex) {
+      replace_regex(t, matches, step.content);
+    } else {
+      rust_replace(t, step.pattern, step.content);
+    }
+  }
+}
+
 }  // namespace
 
 void rust_replace(std::string& s, const std::string& pattern, const std::string& content) {
@@ -175,17 +223,14 @@ void rust_replace(std::string& s, const std::string& pattern, const std::string&
 }
 
 std::string decode_chain(const std::vector<DecoderStep>& steps, std::vector<std::string>& tokens) {
+  // One bound for the whole chain, relative to the tokens it was given (see kMaxTextGrowth).
+  // The steps other than Replace grow text by at most twice (an empty suffix or delimiter
+  // becomes ' ' between characters), so checking after them keeps within twice the limit.
+  const size_t input_bytes = total_bytes(tokens);
+  const size_t limit = text_growth_limit(input_bytes);
   for (const DecoderStep& step : steps) {
     switch (step.kind) {
-      case DecoderStep::Kind::Replace:
-        for (std::string& t : tokens) {
-          if (step.regex) {
-            replace_regex(t, *step.regex, step.content);
-          } else {
-            rust_replace(t, step.pattern, step.content);
-          }
-        }
-        break;
+      case DecoderStep::Kind::Replace: replace_step(step, tokens, limit, input_bytes); break;
       case DecoderStep::Kind::ByteFallback: byte_fallback(tokens); break;
       case DecoderStep::Kind::Fuse: {
         std::string all;
@@ -211,6 +256,8 @@ std::string decode_chain(const std::vector<DecoderStep>& steps, std::vector<std:
         break;
       case DecoderStep::Kind::Ctc: ctc(tokens, step); break;
     }
+    const size_t now = total_bytes(tokens);
+    if (now > limit) fail_text_growth(step.where, "decoder", input_bytes, now);
   }
   std::string out;
   for (const std::string& t : tokens) out += t;

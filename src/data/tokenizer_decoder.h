@@ -35,9 +35,13 @@ struct DecoderStep {
   bool cleanup = false;        // WordPiece, CTC: the English spacing clean-up (" ." -> ".", ...)
   std::string pad_token;       // CTC: dropped
   std::string word_delimiter;  // CTC: becomes ' ' (with cleanup)
+  // "<tokenizer.json>: decoder.decoders[1] (Replace)", for errors ("" when built in code).
+  std::string where;
 };
 
-// Runs the steps over `tokens` (changed in place) and returns the joined text.
+// Runs the steps over `tokens` (changed in place) and returns the joined text. InputError
+// naming the step when the tokens would grow past text_growth_limit (tokenizer_normalize.h)
+// of their bytes: a Replace is refused before it builds its result.
 std::string decode_chain(const std::vector<DecoderStep>& steps, std::vector<std::string>& tokens);
 
 // Rust's str::replace: every non-overlapping occurrence, leftmost first; an empty `pattern`

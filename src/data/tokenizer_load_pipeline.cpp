@@ -110,6 +110,7 @@ void JsonLoader::normalizer(const json& n, const std::string& field, Normalizer&
   } else {
     fail(field, "unsupported normalizer " + type);
   }
+  step.where = path_ + ": " + field + " (" + type + ")";
   out.steps.push_back(std::move(step));
 }
 
@@ -260,6 +261,7 @@ DecoderStep JsonLoader::decoder_step(const json& d, const std::string& field) co
   } else {
     fail(field, "unsupported decoder " + type);
   }
+  step.where = path_ + ": " + field + " (" + type + ")";
   for (const std::string* s : {&step.prefix, &step.pad_token, &step.word_delimiter}) {
     if (s->size() > kMaxInsertBytes)
       fail(field, "a string of " + std::to_string(s->size()) + " bytes (at most " +

@@ -152,12 +152,27 @@ bool strip(const NormalizerStep& step, std::string_view text, std::string& out) 
   return true;
 }
 
-bool replace(const NormalizerStep& step, std::string_view text, std::string& out) {
+// The size of `text` with `matches` occurrences of `matched` bytes in all replaced by `content`.
+size_t replaced_size(size_t text, size_t matches, size_t matched, size_t content) {
+  return text - matched + matches * content;
+}
+
+// Refuses a Replace whose result would pass `limit`, before it is built.
+void check_replace(const NormalizerStep& step, size_t size, size_t limit, size_t input_bytes) {
+  if (size > limit) fail_text_growth(step.where, "normalizer", input_bytes, size);
+}
+
+bool replace(const NormalizerStep& step, std::string_view text, std::string& out, size_t limit,
+             size_t input_bytes) {
   if (step.regex) {
     // The library replaces every match of the regex, in its iteration order.
     std::vector<Span> matches;
     step.regex->find_all(text, matches);
     if (matches.empty()) return false;
+    size_t matched = 0;
+    for (const Span& m : matches) matched += m.end - m.begin;
+    check_replace(step, replaced_size(text.size(), matches.size(), matched, step.content.size()),
+                  limit, input_bytes);
     out.clear();
     size_t done = 0;
     for (const Span& m : matches) {
@@ -172,6 +187,12 @@ bool replace(const NormalizerStep& step, std::string_view text, std::string& out
   // valid UTF-8, so a byte match always starts on a character boundary.
   size_t at = text.find(step.pattern);
   if (at == std::string_view::npos) return false;
+  size_t count = 0;
+  for (size_t i = at; i != std::string_view::npos; i = text.find(step.pattern, i + step.pattern.size()))
+    ++count;
+  check_replace(step,
+                replaced_size(text.size(), count, count * step.pattern.size(), step.content.size()),
+                limit, input_bytes);
   out.clear();
   out.reserve(text.size() + text.size() / 2);
   size_t done = 0;
@@ -185,6 +206,17 @@ bool replace(const NormalizerStep& step, std::string_view text, std::string& out
 }
 
 }  // namespace
+
+void fail_text_growth(const std::string& where, const char* chain, size_t input_bytes,
+                      size_t output_bytes) {
+  throw InputError((where.empty() ? std::string("tokenizer: a ") + chain + " step" : where) +
+                   ": grows a text of " + std::to_string(input_bytes) +
+                   (input_bytes == 1 ? " byte" : " bytes") + " to " +
+                   std::to_string(output_bytes) + " bytes, past the " + chain + "'s limit of " +
+                   std::to_string(text_growth_limit(input_bytes)) + " (" +
+                   std::to_string(kMaxTextGrowth) + " times its input plus " +
+                   std::to_string(kTextGrowthSlack) + " bytes)");
+}
 
 bool NormalizerStep::can_delete() const {
   switch (kind) {
@@ -204,16 +236,22 @@ bool NormalizerStep::can_delete() const {
 std::string_view Normalizer::apply(std::string_view text, std::string& buffer) const {
   std::string_view current = text;
   std::string next;
+  // One bound for the whole chain, relative to what it was given: each step alone is bounded,
+  // a chain multiplies them. Replace is checked before it builds its result; the other steps
+  // grow text by at most a small factor and are checked after.
+  const size_t limit = text_growth_limit(text.size());
   for (const NormalizerStep& step : steps) {
     // `current` may point into `buffer`, so the step writes elsewhere and the two swap.
-    if (!apply_step(step, current, next)) continue;
+    if (!apply_step(step, current, next, limit, text.size())) continue;
+    if (next.size() > limit) fail_text_growth(step.where, "normalizer", text.size(), next.size());
     buffer.swap(next);
     current = buffer;
   }
   return current;
 }
 
-bool Normalizer::apply_step(const NormalizerStep& step, std::string_view text, std::string& out) {
+bool Normalizer::apply_step(const NormalizerStep& step, std::string_view text, std::string& out,
+                            size_t limit, size_t input_bytes) {
   using Kind = NormalizerStep::Kind;
   switch (step.kind) {
     case Kind::Form:
@@ -221,7 +259,7 @@ bool Normalizer::apply_step(const NormalizerStep& step, std::string_view text, s
       if (is_ascii(text)) return false;
       normalize_runs(text, step.form, out);
       return true;
-    case Kind::Replace: return replace(step, text, out);
+    case Kind::Replace: return replace(step, text, out, limit, input_bytes);
     case Kind::Prepend:
       if (text.empty()) return false;  // the library leaves an empty piece empty
       out.clear();

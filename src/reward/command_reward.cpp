@@ -27,6 +27,7 @@ constexpr size_t kMaxAnswerBytes = size_t{1} << 20;
 constexpr size_t kStderrTailBytes = 400;  // what a failure message quotes of the program's stderr
 constexpr int kPollSliceMs = 100;         // how often a pending answer checks for SIGINT/SIGTERM
 constexpr int kKillGraceMs = 500;         // SIGTERM to the group, then SIGKILL after this
+constexpr double kExitGraceS = 2.0;       // end of input, then this long for the program to exit
 
 using Clock = std::chrono::steady_clock;
 
@@ -77,6 +78,39 @@ class CommandReward : public RewardFunction {
     out.reserve(requests.size());
     for (const RewardRequest& r : requests) out.push_back(ask(r));
     return out;
+  }
+
+  // A line written late (after the check that follows its request's answer) is either taken
+  // for a later request's answer, which then leaves that answer over, or is still unread when
+  // the run ends: either way the program wrote more lines than it was asked for. So at the end
+  // its input is closed and its output read to its end: any byte left is a framing error,
+  // whatever the timing. A program that does not exit on end of input is ended as before.
+  void finish() override {
+    if (failed_ || pid_ <= 0) return;  // never started, or failed and stopped already
+    ::shutdown(fd_, SHUT_WR);          // end of input: a well-behaved program exits now
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(kExitGraceS));
+    bool ended = false;  // its output reached its end: it is exiting
+    for (;;) {
+      if (!buffer_.empty()) {
+        const size_t newline = buffer_.find('\n');
+        fail("answered a request with more than one line (one answer per request; found when "
+             "its input was closed after the last request): " +
+                 excerpt(newline == std::string::npos ? buffer_ : buffer_.substr(0, newline)),
+             true);
+      }
+      if (!wait_for(POLLIN, deadline)) break;  // still running after the grace: ended below
+      char chunk[4096];
+      const ssize_t n = recv(fd_, chunk, sizeof chunk, 0);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      if (n <= 0) {  // its end (or it is gone): nothing was left over
+        ended = true;
+        break;
+      }
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+    // The grace to exit on end of input was given here already when it did not end.
+    stop(/*graceful=*/ended);
   }
 
  private:

@@ -8,7 +8,9 @@
 // back from its stdout: {"reward": x} with x a finite number. Strictly one request, then its
 // answer: a program may buffer nothing (print with flush=True), and a line that answers no
 // pending request (a second answer, lines before the first request) is an error, never the
-// answer of a later one. Its stderr is copied to the trainer's; its tail is kept for messages.
+// answer of a later one. finish(), after the run's last request, closes the program's input
+// and reads its output to the end, so an extra line is an error whenever it arrives (after the
+// last request of a step, or only at exit), not only when it beats the next request. Its stderr is copied to the trainer's; its tail is kept for messages.
 //
 // Failure is an error, never a default reward: a program that cannot start, exits or dies
 // (named by its exit status or signal and its stderr's last lines), answers anything but such a

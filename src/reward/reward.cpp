@@ -133,4 +133,8 @@ RewardSet::Scores RewardSet::score(std::span<const RewardRequest> requests) {
   return s;
 }
 
+void RewardSet::finish() {
+  for (const std::unique_ptr<RewardFunction>& f : functions_) f->finish();
+}
+
 }  // namespace sbp

@@ -58,6 +58,9 @@ class RewardFunction {
   virtual ~RewardFunction() = default;
   // One finite reward per request. Throws RewardError when it cannot.
   virtual std::vector<double> score(std::span<const RewardRequest> requests) = 0;
+  // The run's last score() is done. A function that holds a program checks that it wrote
+  // nothing it was not asked for, to its end (RewardError if it did), and ends it.
+  virtual void finish() {}
 };
 
 // The reward types, spelled as in a config file: the one list of them.
@@ -104,6 +107,8 @@ class RewardSet {
     std::vector<std::vector<double>> per_reward;  // (R, n) each function's unweighted rewards
   };
   Scores score(std::span<const RewardRequest> requests);
+  // After the run's last score(): every function's finish(), in order (RewardError).
+  void finish();
 
   size_t size() const { return specs_.size(); }
   const std::string& name(size_t i) const { return specs_[i].name; }

@@ -248,6 +248,21 @@ void OnlineRollouts::agree_on_rewards(std::exception_ptr failed, int code) {
   if (worst == 1) throw RewardError("rewards: a reward function failed on another rank");
 }
 
+void OnlineRollouts::finish_rewards() {
+  std::exception_ptr failed;
+  int code = 0;
+  try {
+    if (rewards_) rewards_->finish();  // null: no batch was sampled by this invocation
+  } catch (const RewardInterrupted&) {
+    failed = std::current_exception();
+    code = 2;
+  } catch (const RewardError&) {
+    failed = std::current_exception();
+    code = 1;
+  }
+  agree_on_rewards(failed, code);
+}
+
 // Every rank's scored samples to every rank, in the batch's prompt order: prompt j's group
 // from rank j % ranks (the order sample() took them in). The numbers travel as JSON, which
 // writes doubles (and floats widened to them) so that they read back exactly.

@@ -94,6 +94,10 @@ class OnlineRollouts {
   // every rank throws when any rank's reward fails. This rank's share of the micro-batches.
   StepBatches next(Engine& policy, Engine* value, int64_t step);
 
+  // The run's last step is done: the reward functions' finish() (a reward program's extra
+  // output found at its exit), agreed across ranks like score()'s failures.
+  void finish_rewards();
+
   bool sampled_last() const { return sampled_last_; }  // next() generated a new batch
   const RolloutStats& stats() const { return stats_; }
   const std::vector<RolloutSample>& samples() const { return samples_; }

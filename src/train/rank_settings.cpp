@@ -7,6 +7,7 @@
 #include <system_error>
 #include <vector>
 
+#include "dist/weight_digest.h"
 #include "train/checkpoint.h"
 
 namespace sbp {
@@ -89,6 +90,21 @@ std::string file_digest(const fs::path& p, bool whole_content) {
   return std::to_string(bytes) + " bytes, " + what + " " + hex_digest(h);
 }
 
+// Weights are compared tensor by tensor, by content (dist/weight_digest.h): the model, adapter,
+// reference and value model files, and a checkpoint's weights. Not optimizer shards: each rank
+// loads only its own, and they are larger than the weights.
+bool weights_file(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return ends_with(n, ".safetensors") && n.rfind("optimizer-", 0) != 0;
+}
+
+// The file's digest, then (weights) each tensor's.
+void append_file(std::vector<AgreedSetting>& out, const std::string& key, const fs::path& p,
+                 bool whole_content) {
+  out.push_back({key, file_digest(p, whole_content)});
+  if (!whole_content && weights_file(p)) append_tensor_digests(out, key, p.string());
+}
+
 std::string config_value(const nlohmann::json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
@@ -105,7 +121,7 @@ void append_input_digests(std::vector<AgreedSetting>& out, const std::string& ke
   std::error_code ec;
   const fs::file_status st = fs::status(p, ec);  // follows symlinks: what a reader would open
   if (fs::is_regular_file(st)) {
-    out.push_back({key, file_digest(p, whole_content)});
+    append_file(out, key, p, whole_content);
     return;
   }
   if (!fs::is_directory(st)) {
@@ -124,7 +140,7 @@ void append_input_digests(std::vector<AgreedSetting>& out, const std::string& ke
     return;
   }
   std::sort(names.begin(), names.end());
-  for (const std::string& n : names) out.push_back({key + "/" + n, file_digest(p / n, false)});
+  for (const std::string& n : names) append_file(out, key + "/" + n, p / n, false);
 }
 
 std::vector<AgreedSetting> settings_ranks_must_share(const TrainConfig& c,

@@ -7,9 +7,10 @@
 // same files elsewhere still agree, and ranks whose files differ under the same path do not.
 // output_dir and metrics are compared as paths: every rank writes under the same directory.
 //
-// Inputs are digested cheaply: small files (configs, tokenizers, data) by their whole content,
-// safetensors weights by size and header (names, dtypes, shapes, offsets) so that no rank reads
-// gigabytes of weights twice. A path that cannot be read is recorded as such, not thrown: the
+// Inputs are digested by content: small files (configs, tokenizers, data) whole, safetensors
+// weights by size and header (names, dtypes, shapes, offsets) and then every tensor's bytes
+// (dist/weight_digest.h: one XXH64 pass at memory speed; the run's load then reads the files
+// from the page cache), so that ranks with the same shapes but other weights disagree too. A path that cannot be read is recorded as such, not thrown: the
 // ranks then disagree, or all fail alike when the run loads it.
 #include <string>
 #include <vector>
@@ -29,7 +30,8 @@ std::vector<AgreedSetting> settings_ranks_must_share(const TrainConfig& c,
 // The entries of one input path under `key`: the file's digest; or "directory" and then one
 // entry "<key>/<name>" per regular file in it; or what is there instead ("no such file: <path>", a preset name).
 // `whole_content`: a file is hashed whole whatever its size (data); otherwise files over 64 MiB
-// are recorded by size only, and *.safetensors by size and header.
+// are recorded by size only, and *.safetensors by size and header plus one entry per tensor
+// ("<key>: <tensor>", its bytes' digest), optimizer shards excepted.
 void append_input_digests(std::vector<AgreedSetting>& out, const std::string& key,
                           const std::string& path, bool whole_content);
 

@@ -46,6 +46,9 @@ int Trainer::run() {
   TrainingLoop loop(*models_, *runner_, *be_, schedule_, c_.max_grad_norm);
   try {
     loop.run(state_.step, stop_at_, *this);  // next_batches, accept, after_step below
+    // A reward program's output is read to its end: an extra line it wrote is an error even
+    // when it came after the last request.
+    if (!stopped_ && data_->online()) data_->online()->finish_rewards();
   } catch (const RewardInterrupted&) {
     return stop_while_reward_pending();
   } catch (const RewardError& e) {
@@ -75,8 +78,9 @@ void Trainer::stop_after_reward_error(const RewardError& e) {
       last_saved_ != state_.step
           ? "saved " + save()
           : "the checkpoint of step " + std::to_string(state_.step) + " is in " + c_.output_dir;
-  throw RewardError(std::string(e.what()) + "; stopped before step " +
-                    std::to_string(state_.step + 1) + ", " + saved);
+  const std::string when = state_.step >= stop_at_ ? "after step " + std::to_string(state_.step)
+                                                  : "before step " + std::to_string(state_.step + 1);
+  throw RewardError(std::string(e.what()) + "; stopped " + when + ", " + saved);
 }
 
 // after_step saved the step a signal (to any rank) stopped after.

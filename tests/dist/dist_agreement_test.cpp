@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "cli/hostile_support.h"
 #include "dist/dist_support.h"
 
 namespace sbp {
@@ -119,6 +120,46 @@ TEST(DistAgreement, RanksWithAnotherModelEndAtOnceNamingIt) {
   EXPECT_NE(line.find(std::to_string(deeper.size()) + " bytes, fnv1a64 "), std::string::npos)
       << line;
   expect_disagreement(run, r, line);
+}
+
+// Issue 54: model files with the same shapes but other weights used to agree (the safetensors
+// header was all that was compared) and train silently, data- and context-parallel. Each tensor's
+// bytes are now compared: both ranks end at once naming the file and the first tensor that
+// differs. Copies of the same weights elsewhere still train.
+TEST(DistAgreement, RanksWithOtherWeightsOfTheSameShapesEndAtOnceNamingTheTensor) {
+  SKIP_WITHOUT_MPIRUN();
+  TrainDir run(kSftYaml);
+  const std::string m0 = run.out("m0"), m1 = run.out("m1"), copy = run.out("copy-of-m0");
+  const auto init = test::run_command(test::streambp_binary() + " init --config " +
+                                      run.out("model.json") + " --out " + m0 + " --seed 1");
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  fs::copy(m0, copy, fs::copy_options::recursive);
+  fs::copy(m0, m1, fs::copy_options::recursive);
+  // One element of one tensor changed: same file size, same header.
+  const std::string weights = m1 + "/model.safetensors";
+  std::string bytes = hostile::read_bytes(weights);
+  const hostile::Safetensors st(weights);
+  const size_t data_start = bytes.size() - st.data.size();
+  const size_t at = data_start + st.header["model.norm.weight"]["data_offsets"][0].get<size_t>();
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x01);
+  hostile::write_bytes(weights, bytes);
+  ASSERT_EQ(fs::file_size(weights), fs::file_size(m0 + "/model.safetensors"));
+  for (const std::string& layout : {std::string(""), std::string("dist.context_parallel=2")}) {
+    SCOPED_TRACE(layout.empty() ? "data parallel" : layout);
+    const TwoRanks r =
+        run_two(run, run.config, layout + " model=" + m0, run.config, layout + " model=" + m1);
+    ASSERT_EQ(r.result.exit_code, 1) << r.result.output;
+    const std::string says = "ranks disagree on model/model.safetensors: model.norm.weight (rank 0: ";
+    const size_t m = r.result.output.find(says);
+    ASSERT_NE(m, std::string::npos) << r.result.output;
+    const std::string line = r.result.output.substr(m, r.result.output.find('\n', m) - m);
+    EXPECT_EQ(count(line, " xxh64 "), 2u) << line;
+    expect_disagreement(run, r, line);
+  }
+  const TwoRanks same =
+      run_two(run, run.config, "max_steps=1 model=" + m0, run.config, "max_steps=1 model=" + copy);
+  ASSERT_EQ(same.result.exit_code, 0) << same.result.output;
+  EXPECT_TRUE(fs::exists(run.out("out/checkpoint-1/model.safetensors"))) << same.result.output;
 }
 
 TEST(DistAgreement, RanksWithOtherDataEndAtOnceNamingIt) {

@@ -165,7 +165,7 @@ TEST(RankSettings, EveryKeyButThreadsAndInputsByContentNotPath) {
   EXPECT_EQ(find(resumed, "--resume/trainer_state.json")->value.rfind("2 bytes, fnv1a64 ", 0), 0u);
 }
 
-TEST(RankSettings, AModelDirectoryByConfigAndSafetensorsHeaderNotItsWeights) {
+TEST(RankSettings, AModelDirectoryByConfigSafetensorsHeaderAndEveryTensorsBytes) {
   test::TempDir d;
   const std::string dir = d.file("model");
   fs::create_directories(dir);
@@ -185,14 +185,18 @@ TEST(RankSettings, AModelDirectoryByConfigAndSafetensorsHeaderNotItsWeights) {
     return s;
   };
   const List base = list();
-  ASSERT_EQ(base.size(), 3u);  // the directory, config.json, model.safetensors (sorted)
+  // The directory, config.json, model.safetensors (sorted), then its one tensor.
+  ASSERT_EQ(base.size(), 4u);
   EXPECT_EQ(base[0].value, "directory");
   EXPECT_EQ(base[1].key, "model/config.json");
   EXPECT_EQ(base[2].key, "model/model.safetensors");
   EXPECT_NE(base[2].value.find("header fnv1a64 "), std::string::npos) << base[2].value;
-  // Other weights under the same header: not read, so the same (the load checks the values).
+  EXPECT_EQ(base[3].key, "model/model.safetensors: w");
+  EXPECT_EQ(base[3].value.rfind("F32 (2) xxh64 ", 0), 0u) << base[3].value;
+  // Other weights under the same header (issue 54: they used to agree and train silently): the
+  // tensor that differs is named.
   write_weights(header, std::string(8, '\2'));
-  EXPECT_EQ(first_key(base, list()), "");
+  EXPECT_EQ(first_key(base, list()), "model/model.safetensors: w");
   // Another shape in the header.
   write_weights(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"
                 "    ",

@@ -346,5 +346,44 @@ TEST(CommandReward, AStopSignalEndsAPendingAnswerPromptly) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
+
+// ---- issue 54: an extra line is an error whenever it arrives ----
+
+// finish() after the last score(): the program's input is closed and its output read to its
+// end, so a line it writes late, or only at exit, is a framing error, not left unread.
+std::string finish_error(const std::vector<std::string>& mode) {
+  std::vector<std::string> argv = {"python3", fixture("late_line_reward.py")};
+  argv.insert(argv.end(), mode.begin(), mode.end());
+  auto reward = make_reward(command(argv, 20.0), "r");
+  try {
+    const std::vector<double> r =
+        reward->score(std::vector<RewardRequest>{request("a"), request("b")});
+    EXPECT_EQ(r.size(), 2u);
+    reward->finish();
+  } catch (const RewardError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(CommandReward, FinishReadsTheProgramsOutputToItsEnd) {
+  if (!have_python()) GTEST_SKIP() << "python3 is not installed (scripts/setup.sh installs it)";
+  StopSignalScope scope;  // a fresh stop flag: an earlier test raised SIGTERM in this process
+  for (const std::vector<std::string>& mode :
+       {std::vector<std::string>{"at-exit"}, std::vector<std::string>{"after", "2"}}) {
+    const std::string e = finish_error(mode);
+    EXPECT_NE(e.find("found when its input was closed after the last request"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("'{\"reward\": 1.0}'"), std::string::npos) << e;
+  }
+  // A program that keeps to the protocol finishes quietly, and finish() again does nothing.
+  auto reward = make_reward(
+      command({"python3", fixture("late_line_reward.py"), "after", "0"}, 20.0), "r");
+  EXPECT_EQ(reward->score(std::vector<RewardRequest>{request("a")}).size(), 1u);
+  EXPECT_NO_THROW(reward->finish());
+  EXPECT_NO_THROW(reward->finish());
+}
+
 }  // namespace
 }  // namespace sbp
