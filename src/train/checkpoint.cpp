@@ -426,6 +426,9 @@ void load_trained_weights(const fs::path& dir, const ModelConfig& cfg, Parameter
   const fs::path master = dir / "master_weights.safetensors";
   if (fs::exists(master)) {
     SafetensorsFile f(master.string());
+    // Every tensor checked before any is copied: a NaN here would resume into NaN losses.
+    for (size_t i = 0; i < weights.size(); ++i)
+      check_weights_finite(f, weights.name(i), weights.tensor(i).numel());
     for (size_t i = 0; i < weights.size(); ++i) f.read_into(weights.name(i), weights.tensor(i));
   } else {
     load(dir.string());

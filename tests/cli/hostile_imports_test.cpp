@@ -238,8 +238,9 @@ TEST(HostileImports, GgufEnumerations) {
 }
 
 // Writes `value` at flat element `index` of F32 tensor `name` of dir/model.safetensors.
-void poke_f32(const std::string& dir, const std::string& name, size_t index, float value) {
-  const std::string path = dir + "/model.safetensors";
+void poke_f32(const std::string& dir, const std::string& name, size_t index, float value,
+              const std::string& file = "model.safetensors") {
+  const std::string path = dir + "/" + file;
   Safetensors s(path);
   ASSERT_EQ(s.header[name]["dtype"], "F32") << name;
   const size_t begin = s.header[name]["data_offsets"][0].get<size_t>();
@@ -316,7 +317,13 @@ TEST(HostileImports, CheckpointFiles) {
   r = run_command(bin() + " train " + tmp.file("ppo.yaml") + " output_dir=" + tmp.file("ppo") +
                   " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Saved in bf16: the checkpoint keeps the fp32 weights in master_weights.safetensors.
+  r = run_command(bin() + " train " + tmp.file("sft.yaml") + " output_dir=" + tmp.file("sftb") +
+                  " save_dtype=bf16 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string good = tmp.file("sft/checkpoint-2");
+  const std::string good_bf16 = tmp.file("sftb/checkpoint-2");
+  ASSERT_TRUE(fs::exists(good_bf16 + "/master_weights.safetensors")) << r.output;
   const std::string value = tmp.file("ppo/checkpoint-1/value_model");
   ASSERT_TRUE(fs::exists(value + "/model.safetensors")) << r.output;
 
@@ -348,6 +355,18 @@ TEST(HostileImports, CheckpointFiles) {
     Safetensors st = opt;
     st.data += std::string(64, '\0');
     resume_with("bytes after the last moment", st, {"belong to no tensor"});
+  }
+  {  // A NaN among the master weights a bf16 checkpoint resumes from.
+    const std::string ckpt = tmp.file("case" + std::to_string(n));
+    const std::string out = tmp.file("resumed" + std::to_string(n++));
+    fs::copy(good_bf16, ckpt, fs::copy_options::recursive);
+    poke_f32(ckpt, "model.layers.0.self_attn.q_proj.weight", 7,
+             std::numeric_limits<float>::quiet_NaN(), "master_weights.safetensors");
+    cases.push_back({"master weight nan", "train --resume " + ckpt + " output_dir=" + out +
+                         " max_steps=4",
+                     {ckpt + "/master_weights.safetensors", "model.layers.0.self_attn.q_proj.weight",
+                      "element 7", "nan"},
+                     {out}, true});
   }
   // A PPO value model with a NaN weight (the score head) and an inf one (a trunk weight).
   auto value_with = [&](const std::string& name, const std::string& tensor, size_t i, float v,
