@@ -10,6 +10,7 @@ packages=(
   ccache   # scripts/test.sh's release and emulation trees share most objects through it
   libopenblas-openmp-dev   # sgemm, OpenMP build so BLAS and our kernels share threads
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
+  libxxhash-dev   # XXH64 of the weights ranks compare (header only: nothing to link)
   gnuplot-nox   # `streambp plot`
   python3   # the `command` reward's example programs
   libopenmpi-dev openmpi-bin   # data-parallel training across processes (mpirun), docs/DISTRIBUTED.md

@@ -14,7 +14,7 @@
 
 namespace sbp {
 
-// XXH64 of `n` bytes (the reference algorithm; 64-bit little-endian reads).
+// XXH64 of `n` bytes (libxxhash's, inlined).
 uint64_t xxh64(const void* data, size_t n, uint64_t seed = 0);
 
 // One entry per tensor of the safetensors file `path`, in the file's order: key

@@ -39,6 +39,8 @@ class SafetensorsFile {
   // Copies dst.numel() elements of tensor `name`, starting at flat element `first`, into dst
   // (converting as read_into does). Lets callers stream a large tensor in bounded pieces.
   void read_range_into(const std::string& name, int64_t first, const Tensor& dst) const;
+  // The stored bytes of `e` (one of entries()), as mapped: for digests of what a rank loads.
+  const unsigned char* raw_bytes(const SafetensorsEntry& e) const { return data_ + e.begin; }
 
  private:
   void parse_and_validate();  // throws InputError; called once by the constructor
