@@ -23,7 +23,10 @@ struct HostSource {
         [this](size_t b) -> void* {
           ++calls;
           if (total + b > limit) return nullptr;
-          void* p = std::aligned_alloc(DeviceArena::kAlignment, b);
+          // aligned_alloc wants a multiple of the alignment (ASan enforces it); a per-tensor
+          // request is the tensor's exact size.
+          const size_t a = DeviceArena::kAlignment;
+          void* p = std::aligned_alloc(a, (b + a - 1) / a * a);
           live[p] = b;
           total += b;
           return p;
