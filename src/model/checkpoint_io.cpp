@@ -56,14 +56,6 @@ json read_json_file(const std::string& path) {
   }
 }
 
-// Tensors that transformers itself ignores on load: rotary tables are derived from the
-// config, and older Llama checkpoints carry them as buffers.
-bool ignorable_tensor(const std::string& name) {
-  constexpr std::string_view kSuffix = ".self_attn.rotary_emb.inv_freq";
-  return name.size() > kSuffix.size() &&
-         name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
-}
-
 // Opens the checkpoint files of `dir` and maps every tensor name to its file, checking that
 // each name appears once and, for a sharded checkpoint, that the index and the shards agree.
 // `source` receives the file that lists the tensors (model.safetensors or the index).
@@ -200,6 +192,17 @@ void check_weights_finite(const SafetensorsFile& file, const std::string& name, 
                        " is " + (std::isnan(x) ? "nan" : "infinite") + " (weights must be finite)");
     }
   }
+}
+
+// Rotary tables are derived from the config, and older Llama checkpoints carry them as buffers.
+bool ignorable_tensor(const std::string& name) {
+  return name.ends_with(".self_attn.rotary_emb.inv_freq");
+}
+
+ModelFiles open_model_files(const std::string& dir) {
+  ModelFiles m;
+  for (const auto& [name, loc] : open_checkpoint(dir, &m.files, &m.source)) m.where[name] = loc.file;
+  return m;
 }
 
 void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params) {

@@ -2,15 +2,16 @@
 // Hugging Face model directories: config.json + model.safetensors, or sharded
 // model-0000i-of-0000n.safetensors with model.safetensors.index.json.
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
 #include "model/parameters.h"
+#include "model/safetensors.h"
 
 namespace sbp {
-
-class SafetensorsFile;
 
 // Loads every parameter of `params` (layout from `cfg`) from the directory `dir`, converting
 // to the parameters' dtype. Validates: every expected tensor present exactly once, shapes equal
@@ -18,6 +19,19 @@ class SafetensorsFile;
 // `lm_head.weight` only if it equals the embedding), index files naming existing shards.
 // Errors name the file and the tensor.
 void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params);
+
+// The safetensors files of a model directory (model.safetensors, or model.safetensors.index.json
+// and its shards), opened and cross-checked as load_weights reads them: shard names plain file
+// names, every tensor stored once, the index and the shards agreeing both ways.
+struct ModelFiles {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, const SafetensorsFile*> where;  // tensor name -> the file holding it
+  std::string source;  // the file that lists the tensors: model.safetensors or the index
+};
+ModelFiles open_model_files(const std::string& dir);
+
+// Tensors transformers ignores on load (rotary tables older Llama checkpoints carry as buffers).
+bool ignorable_tensor(const std::string& name);
 
 // Every element of tensor `name` of `file` (numel elements) is finite, or InputError naming the
 // file, the tensor and the element: a NaN or inf weight makes every loss NaN. Read from the file

@@ -1,15 +1,11 @@
 #include "model/value_model_io.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-
-#include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
-#include "core/untrusted_json.h"
-#include "core/input_file.h"
 #include "core/rng.h"
 #include "model/checkpoint_io.h"
 #include "model/safetensors.h"
@@ -25,46 +21,20 @@ ParameterSet make_value_parameters(const ModelConfig& cfg, Pool& pool, Category 
 
 namespace {
 
-// A value checkpoint's files, opened, with the file that holds each tensor.
-struct ValueCheckpoint {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::map<std::string, const SafetensorsFile*> where;
-};
-
-// Opens model.safetensors (or the shards of its index) and validates every tensor's presence
-// and shape against `cfg` before anything is copied.
-ValueCheckpoint open_value_checkpoint(const std::string& dir, const ModelConfig& cfg,
-                                      bool init_missing_head) {
-  ValueCheckpoint ck;
-  const fs::path single = fs::path(dir) / "model.safetensors";
-  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  std::vector<std::string> names;
-  if (fs::exists(single)) {
-    names.push_back(single.string());
-  } else if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      check_input_file(index);
-      std::ifstream in(index);
-      j = parse_untrusted_json(in, index.string());
-    } catch (const InputError&) {  // names the file already
-      throw;
-    } catch (const std::exception& e) {
-      throw InputError(index.string() + ": " + e.what());
-    }
-    std::map<std::string, bool> seen;
-    for (const auto& [tensor, shard] : j.at("weight_map").items()) {
-      const std::string f = (fs::path(dir) / shard.get<std::string>()).string();
-      if (!seen[f]) names.push_back(f);
-      seen[f] = true;
-    }
-  } else {
-    throw InputError(dir + ": no model.safetensors or model.safetensors.index.json");
-  }
-  for (const std::string& f : names) {
-    ck.files.push_back(std::make_unique<SafetensorsFile>(f));
-    for (const SafetensorsEntry& e : ck.files.back()->entries())
-      ck.where[e.name] = ck.files.back().get();
+// Opens model.safetensors (or the index and its shards, cross-checked as the policy's are) and
+// validates every tensor's presence and shape against `cfg` before anything is copied. Besides
+// the value model's tensors a directory may hold the policy's head (a value model started from
+// a policy checkpoint) and what transformers ignores; any other tensor is refused.
+ModelFiles open_value_checkpoint(const std::string& dir, const ModelConfig& cfg,
+                                 bool init_missing_head) {
+  ModelFiles ck = open_model_files(dir);
+  std::set<std::string> known;
+  for (const ModelHead head : {ModelHead::value, ModelHead::lm})
+    for (const ParamSpec& s : parameter_specs(cfg, head)) known.insert(s.name);
+  for (const auto& [name, file] : ck.where) {
+    if (!known.count(name) && !ignorable_tensor(name) && name != "lm_head.weight")
+      throw InputError(file->path() + ": unexpected tensor '" + name +
+                       "' (not a parameter of this value model's config)");
   }
   for (const ParamSpec& s : parameter_specs(cfg, ModelHead::value)) {
     auto it = ck.where.find(s.name);
@@ -90,7 +60,7 @@ void check_value_weights(const std::string& dir, const ModelConfig& cfg, bool in
 void load_value_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& params,
                         bool init_missing_head, uint64_t seed, float head_std) {
   SBP_CHECK(params.head() == ModelHead::value, "load_value_weights: not a value-model set");
-  const ValueCheckpoint ck = open_value_checkpoint(dir, cfg, init_missing_head);
+  const ModelFiles ck = open_value_checkpoint(dir, cfg, init_missing_head);
   // Every weight finite before anything is copied, as load_weights checks the policy's: a NaN
   // in the value model made every value, advantage and loss NaN.
   for (size_t i = 0; i < params.size(); ++i) {

@@ -714,6 +714,14 @@ void fill_defaults_and_validate(TrainConfig& c) {
     if (!text.empty())
       require(parse_size(text, c.where(key) + ": " + key) > 0, c, key,
               "must be > 0; omit it for " + std::string(absent));
+  // The budgets are what `auto` chunks plan with, and nothing else reads them: with both chunks
+  // fixed a budget would be accepted and mean nothing.
+  for (const auto& [key, text] : {std::pair<const char*, const std::string&>{"memory_budget",
+                                                                            c.memory_budget},
+                                  {"host_memory_budget", c.host_memory_budget}})
+    require(text.empty() || c.layer_chunk == 0 || c.head_chunk == 0, c, key,
+            "is what auto chunks plan with; layer_chunk and head_chunk are both fixed, so "
+            "nothing would use it (set one of them to auto, or omit " + std::string(key) + ")");
   require(c.layer_chunk >= 0, c, "layer_chunk", "must be at least 1, or auto");
   require(c.head_chunk >= 0, c, "head_chunk", "must be at least 1, or auto");
   require(c.grad_accum >= 1, c, "grad_accum", "must be at least 1");

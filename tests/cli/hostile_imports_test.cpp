@@ -381,6 +381,22 @@ TEST(HostileImports, CheckpointFiles) {
                       "element " + std::to_string(i), word},
                      {out}, true});
   };
+  {  // A value model carrying a tensor of no parameter: refused as the policy's loader does.
+    const std::string d = tmp.file("value" + std::to_string(n));
+    const std::string out = tmp.file("ppo-out" + std::to_string(n++));
+    fs::copy(value, d, fs::copy_options::recursive);
+    Safetensors st(d + "/model.safetensors");
+    json t = st.header["score.weight"];
+    const size_t nb = t["data_offsets"][1].get<size_t>() - t["data_offsets"][0].get<size_t>();
+    t["data_offsets"] = {st.data.size(), st.data.size() + nb};
+    st.data += std::string(nb, '\0');
+    st.header["extra.score.weight"] = t;
+    write_bytes(d + "/model.safetensors", st.bytes());
+    cases.push_back({"value model extra tensor", "train " + tmp.file("ppo.yaml") +
+                         " output_dir=" + out + " ppo.value_model=" + d,
+                     {d + "/model.safetensors", "extra.score.weight", "unexpected tensor"},
+                     {out}, true});
+  }
   value_with("value head nan", "score.weight", 3, std::numeric_limits<float>::quiet_NaN(), "nan");
   value_with("value trunk inf", "model.layers.1.mlp.down_proj.weight", 100,
              std::numeric_limits<float>::infinity(), "infinite");

@@ -71,6 +71,12 @@ TEST(HostileValues, OffValues) {
   const std::string train = "train " + kChat + "/sft.yaml output_dir=" + out + " ";
   for (const auto& [name, kv, key] : std::vector<std::array<std::string, 3>>{
            {"override memory_budget 0", "memory_budget=0 layer_chunk=auto", "memory_budget"},
+           // A budget only auto chunks read: with both chunks fixed it would mean nothing.
+           {"memory_budget with fixed chunks", "memory_budget=1GiB layer_chunk=64 head_chunk=32",
+            "memory_budget"},
+           {"host_memory_budget with fixed chunks",
+            "offload=checkpoints host_memory_budget=1GiB layer_chunk=64 head_chunk=32",
+            "host_memory_budget"},
            {"override host_memory_budget 0", "offload=checkpoints host_memory_budget=0",
             "host_memory_budget"},
            {"override tokenizer empty", "tokenizer=", "tokenizer"},
