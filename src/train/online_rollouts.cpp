@@ -241,18 +241,11 @@ void OnlineRollouts::score() {
 // Agrees on the outcome of every rank's score(): code 0 scored, 1 a reward failed, 2 a reward
 // was interrupted by a signal. Every rank throws when any failed (the worst kind), so that they
 // all take the trainer's same stop path (and its collective save) together.
-void OnlineRollouts::agree_on_rewards(std::exception_ptr failed, int code) {
-  const int64_t worst = comm_.size() > 1 ? comm_.max(int64_t{code}) : code;
-  if (failed && worst == code) std::rethrow_exception(failed);
-  if (worst == 2) throw RewardInterrupted("rewards: interrupted by a signal on another rank");
-  if (worst == 1) throw RewardError("rewards: a reward function failed on another rank");
-}
-
-void OnlineRollouts::finish_rewards() {
+void OnlineRollouts::agree_on_rewards(const std::function<void()>& rewards_work) {
   std::exception_ptr failed;
   int code = 0;
   try {
-    if (rewards_) rewards_->finish();  // null: no batch was sampled by this invocation
+    rewards_work();
   } catch (const RewardInterrupted&) {
     failed = std::current_exception();
     code = 2;
@@ -260,7 +253,16 @@ void OnlineRollouts::finish_rewards() {
     failed = std::current_exception();
     code = 1;
   }
-  agree_on_rewards(failed, code);
+  const int64_t worst = comm_.size() > 1 ? comm_.max(int64_t{code}) : code;
+  if (failed && worst == code) std::rethrow_exception(failed);
+  if (worst == 2) throw RewardInterrupted("rewards: interrupted by a signal on another rank");
+  if (worst == 1) throw RewardError("rewards: a reward function failed on another rank");
+}
+
+void OnlineRollouts::finish_rewards() {
+  agree_on_rewards([this] {
+    if (rewards_) rewards_->finish();  // null: no batch was sampled by this invocation
+  });
 }
 
 // Every rank's scored samples to every rank, in the batch's prompt order: prompt j's group
@@ -396,18 +398,7 @@ StepBatches OnlineRollouts::next(Engine& policy, Engine* value, int64_t step) {
     try {
       const std::vector<int64_t> prompts = take_prompts();
       sample(policy, step, prompts);
-      std::exception_ptr failed;
-      int code = 0;
-      try {
-        score();
-      } catch (const RewardInterrupted&) {
-        failed = std::current_exception();
-        code = 2;
-      } catch (const RewardError&) {
-        failed = std::current_exception();
-        code = 1;
-      }
-      agree_on_rewards(failed, code);
+      agree_on_rewards([this] { score(); });
       gather_samples(prompts.size());
       compute_stats();
     } catch (...) {

@@ -27,6 +27,7 @@
 // each micro-batch and all-gathered.
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,9 +119,10 @@ class OnlineRollouts {
   std::vector<int64_t> take_prompts();
   void sample(Engine& policy, int64_t step, const std::vector<int64_t>& prompts);
   void score();
-  // Several ranks: every rank's failure (or none) from score(), agreed, then every rank's
-  // samples, whole batch in prompt order on every rank.
-  void agree_on_rewards(std::exception_ptr failed, int code);
+  // Runs `rewards_work` (score(), or the reward programs' finish()) and agrees with every rank on
+  // how it ended: every rank throws when any failed. Then gather_samples: every rank's samples,
+  // whole batch in prompt order on every rank.
+  void agree_on_rewards(const std::function<void()>& rewards_work);
   void gather_samples(size_t prompts);
   void compute_stats();
   void pack();
