@@ -284,7 +284,8 @@ report() {
 # caused it. CUDA's error names and strings as our programs print them (cuda_check.h:
 # "call: cudaErrorX: string (last kernel launched: k)"), cuBLAS's execution failure (status 13),
 # and the launch configuration errors. Never a tolerance failure, a timeout or a Python stage.
-KERNEL_ERROR_RE='cudaError(IllegalAddress|LaunchFailure|MisalignedAddress|IllegalInstruction|InvalidPc|HardwareStackError|Assert|LaunchTimeout|LaunchOutOfResources|InvalidConfiguration|IllegalState)|an illegal memory access|unspecified launch failure|misaligned address|an illegal instruction|too many resources requested for launch|invalid configuration argument|device-side assert|the launch timed out|invalid program counter|hardware stack error|cuBLAS status 13\b'
+# One extended regular expression (grep -E and Python's re read it alike) in kernel_error.re.
+KERNEL_ERROR_RE=$(<"$(dirname "${BASH_SOURCE[0]}")/kernel_error.re")  # summarize.py reads it too
 export KERNEL_ERROR_RE
 
 # ---- the plan ----

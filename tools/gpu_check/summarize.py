@@ -19,14 +19,9 @@ import os
 import re
 import sys
 
-# The same pattern as tools/gpu_check/lib.sh's KERNEL_ERROR_RE (which decides the reruns).
-KERNEL_ERROR = re.compile(
-    r"cudaError(IllegalAddress|LaunchFailure|MisalignedAddress|IllegalInstruction|InvalidPc|"
-    r"HardwareStackError|Assert|LaunchTimeout|LaunchOutOfResources|InvalidConfiguration|"
-    r"IllegalState)|an illegal memory access|unspecified launch failure|misaligned address|"
-    r"an illegal instruction|too many resources requested for launch|invalid configuration "
-    r"argument|device-side assert|the launch timed out|invalid program counter|hardware stack "
-    r"error|cuBLAS status 13\b")
+# Launch and kernel errors: the pattern tools/gpu_check/lib.sh decides the reruns with.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_error.re")) as f:
+    KERNEL_ERROR = re.compile(f.read().strip())
 GTEST_FAILED = re.compile(r"^\[  FAILED  \] ([A-Za-z_][^\s,]*)")
 ITEM = re.compile(r"^gpu-check: item (\S+): (pass|fail|timeout|skipped)")
 FALLBACK = re.compile(r"^gpu fallback:\s*(.*)")
