@@ -5,55 +5,52 @@
 #include <utility>
 
 #include "objective/dpo.h"
-#include "step/kept_objectives.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
+#include "step/step_context.h"
 #include "step/step_runner.h"
 
 namespace sbp {
 
 namespace {
 
-void run_dpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
-  Communicator& comm = runner.comm();
+void run_dpo(StepContext& ctx, const StepBatches& step, StepResult& r) {
+  Communicator& comm = ctx.comm();
   double pairs = 0.0;
   for (const MicroBatch& mb : step.micro)
     pairs += static_cast<double>(mb.batch.seq_lens.size() / 2);
   pairs = comm.sum(pairs);
-  // The objectives live to the step's end: the host sees the reference's and the pre-pass's
+  // The objectives are kept to the step's end: the host sees the reference's and the pre-pass's
   // log-probs there, with the step's one wait (objective.h sequence_terms).
-  auto kept = std::make_shared<KeptObjectives>();
-  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
+  ctx.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     // One preparation shared by the reference's pass and the policy's.
-    MicroBatchPrep prep(b, runner.backend(), runner.pool());
-    Engine reference = runner.reference_engine();
+    MicroBatchPrep prep(b, ctx.backend(), ctx.pool());
+    Engine reference = ctx.reference_engine();
     Buffer ref_device;  // (T) the reference's log-probs, read on the device by the policy's pass
     ReferenceLogp ref =
-        runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()), &ref_device);
+        ctx.logp_at_next_wait(reference, prep.for_model(ctx.reference_config()), &ref_device);
     DpoObjective& objective =
-        kept->keep(std::make_unique<DpoObjective>(b, std::move(ref), runner.objective().dpo, pairs),
+        ctx.keep(std::make_unique<DpoObjective>(b, std::move(ref), ctx.objective().dpo, pairs),
                    static_cast<double>(b.seq_lens.size() / 2));
-    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
+    ctx.backward_slot(ctx.models().policy, prep, objective, slot, ctx.logp_slot(r, i));
   });
-  runner.at_finish([kept, &comm](StepResult& result) { kept->complete(result, comm); });
 }
 
 // Per-sequence sums of the policy's and the reference's log-probs over the completions, then
 // the pair loss: DpoObjective's formulas, forward only.
-double evaluate_dpo(StepRunner& runner, std::span<const MicroBatch> eval) {
-  Communicator& comm = runner.comm();
-  const DpoConfig& cfg = runner.objective().dpo;
+double evaluate_dpo(StepContext& ctx, std::span<const MicroBatch> eval) {
+  Communicator& comm = ctx.comm();
+  const DpoConfig& cfg = ctx.objective().dpo;
   const bool ipo = cfg.loss_type == DpoLoss::ipo;
   double sums[2] = {0.0, 0.0};  // loss, pairs
-  for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
-       i += static_cast<size_t>(comm.size())) {
-    const Batch& b = eval[i].batch;
-    MicroBatchPrep prep(b, runner.backend(), runner.pool());  // shared by the policy and reference
+  for (const MicroBatch* mb : ctx.eval_share(eval)) {
+    const Batch& b = mb->batch;
+    MicroBatchPrep prep(b, ctx.backend(), ctx.pool());  // shared by the policy and reference
     const std::vector<float> pol =
-        runner.policy_engine().score(prep.for_model(*runner.models().policy.model.cfg)).logp;
+        ctx.policy_engine().score(prep.for_model(*ctx.models().policy.model.cfg)).logp;
     const std::vector<float> ref =
-        runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
+        ctx.reference_engine().score(prep.for_model(ctx.reference_config())).logp;
     const SequenceRows rows(b);
     std::vector<double> sp(b.seq_lens.size(), 0.0), sr(sp.size(), 0.0);
     for (int64_t t = 0; t < rows.num_rows(); ++t) {

@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "core/error.h"
-#include "step/kept_objectives.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
+#include "step/step_context.h"
 #include "step/step_runner.h"
 
 namespace sbp {
@@ -58,8 +58,8 @@ StepRewards gather_rewards(const StepBatches& step, Communicator& comm) {
   return out;
 }
 
-void run_grpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
-  Communicator& comm = runner.comm();
+void run_grpo(StepContext& ctx, const StepBatches& step, StepResult& r) {
+  Communicator& comm = ctx.comm();
   // Advantages over the step's groups, which sit as consecutive segments in order.
   const StepRewards rewards = gather_rewards(step, comm);
   for (const MicroBatch& mb : step.micro)
@@ -68,39 +68,35 @@ void run_grpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
                        std::to_string(rewards.group) + " and " + std::to_string(mb.group_size) +
                        " completions (every group must have the same size)");
   const std::vector<float> advantages =
-      group_advantages(rewards.all, rewards.group, runner.objective().scale_rewards);
-  GrpoConfig cfg = runner.objective().grpo;
+      group_advantages(rewards.all, rewards.group, ctx.objective().scale_rewards);
+  GrpoConfig cfg = ctx.objective().grpo;
   cfg.grad_accum_steps = step.step_micro_batches;
   cfg.num_items_in_batch = r.loss_tokens;  // completion tokens of the whole step
-  // The objectives live to the step's end: their losses and statistics add the log-probs that
-  // the engine reads there (objective.h policy_terms), after the step's one wait.
-  auto kept = std::make_shared<KeptObjectives>();
-  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
+  // The objectives are kept to the step's end: their losses and statistics add the log-probs
+  // that the engine reads there (objective.h policy_terms), after the step's one wait.
+  ctx.for_each_slot(step, [&](size_t i, int64_t slot) {
     const MicroBatch& mb = step.micro[i];
     const size_t at = rewards.begin[static_cast<size_t>(step.index[i])];
     const std::span<const float> adv(advantages.data() + at, mb.batch.seq_lens.size());  // (S)
     // One preparation shared by the reference's pass and the policy's.
-    MicroBatchPrep prep(mb.batch, runner.backend(), runner.pool());
+    MicroBatchPrep prep(mb.batch, ctx.backend(), ctx.pool());
     // With a KL term, the reference's log-probs: read on the device by the policy's formula,
     // by the host with the step's wait.
     Buffer ref_device;  // (T)
     ReferenceLogp ref;
     if (cfg.beta != 0.0) {
-      Engine reference = runner.reference_engine();
-      ref = runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()),
+      Engine reference = ctx.reference_engine();
+      ref = ctx.logp_at_next_wait(reference, prep.for_model(ctx.reference_config()),
                                      &ref_device);
     }
     GrpoObjective& objective =
-        kept->keep(std::make_unique<GrpoObjective>(mb.batch, adv, cfg, mb.old_logp, std::move(ref)),
+        ctx.keep(std::make_unique<GrpoObjective>(mb.batch, adv, cfg, mb.old_logp, std::move(ref)),
                    mb.batch.loss_weight_sum());
-    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
+    ctx.backward_slot(ctx.models().policy, prep, objective, slot, ctx.logp_slot(r, i));
   });
   double reward = 0.0;
   for (float x : rewards.all) reward += x / static_cast<double>(rewards.all.size());
-  runner.at_finish([kept, reward, &comm](StepResult& result) {
-    kept->complete(result, comm);
-    result.metrics["reward"] = reward;
-  });
+  ctx.at_finish([reward](StepResult& result) { result.metrics["reward"] = reward; });
 }
 
 }  // namespace

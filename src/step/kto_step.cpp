@@ -21,9 +21,9 @@
 #include "core/sequence_terms.h"
 #include "objective/kto.h"
 #include "objective/sequence_rows.h"
-#include "step/kept_objectives.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
+#include "step/step_context.h"
 #include "step/step_runner.h"
 
 namespace sbp {
@@ -48,26 +48,26 @@ double host_part(const KlScored& s) {
 
 // Queues the two forwards of every batch's KL pairs (no wait). With `parts` (2 P) defined,
 // also each batch's part of the estimate into its double there, on the device.
-std::vector<KlScored> score_kl(StepRunner& runner, const std::vector<const Batch*>& batches,
+std::vector<KlScored> score_kl(StepContext& ctx, const std::vector<const Batch*>& batches,
                                const Tensor& parts) {
-  Backend& be = runner.backend();
+  Backend& be = ctx.backend();
   std::vector<KlScored> scored;
   for (size_t i = 0; i < batches.size(); ++i) {
     KlScored& s = scored.emplace_back();
     s.kl = kto_kl_batch(*batches[i]);
-    MicroBatchPrep prep(s.kl, be, runner.pool());
-    Engine policy = runner.policy_engine(), reference = runner.reference_engine();
+    MicroBatchPrep prep(s.kl, be, ctx.pool());
+    Engine policy = ctx.policy_engine(), reference = ctx.reference_engine();
     const bool device = parts.defined();
     Buffer policy_logp, reference_logp;  // (T) each, with `parts`
-    s.policy = runner.logp_at_next_wait(policy, prep.for_model(*runner.models().policy.model.cfg),
+    s.policy = ctx.logp_at_next_wait(policy, prep.for_model(*ctx.models().policy.model.cfg),
                                         device ? &policy_logp : nullptr);
-    s.reference = runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()),
+    s.reference = ctx.logp_at_next_wait(reference, prep.for_model(ctx.reference_config()),
                                            device ? &reference_logp : nullptr);
     if (!device) continue;
     const SequenceRows rows(s.kl);
     const int64_t T = rows.num_rows(), S = rows.num_sequences();
-    const Buffer weight = runner.pool().allocate(Category::other, DType::F32, {T});     // (T)
-    const Buffer begin = runner.pool().allocate(Category::other, DType::I32, {S + 1});  // (S + 1)
+    const Buffer weight = ctx.pool().allocate(Category::other, DType::F32, {T});     // (T)
+    const Buffer begin = ctx.pool().allocate(Category::other, DType::I32, {S + 1});  // (S + 1)
     if (be.computes()) {
       upload_f32(weight.view(), rows.weight);
       upload_i32(begin.view(), offsets_i32(rows.begin));
@@ -86,20 +86,20 @@ struct KlOnHost {
   double estimate = 0.0;
   double sequences = 0.0;  // every rank's
 };
-KlOnHost kl_on_host(StepRunner& runner, const std::vector<const Batch*>& batches) {
-  const std::vector<KlScored> scored = score_kl(runner, batches, Tensor());
-  runner.backend().finish_reads();  // the one wait
+KlOnHost kl_on_host(StepContext& ctx, const std::vector<const Batch*>& batches) {
+  const std::vector<KlScored> scored = score_kl(ctx, batches, Tensor());
+  ctx.backend().finish_reads();  // the one wait
   double kl[2] = {0.0, 0.0};        // sum of the parts, sequences
   for (const KlScored& s : scored) {
     kl[0] += host_part(s);
     kl[1] += static_cast<double>(s.kl.seq_lens.size());
   }
-  runner.comm().sum(kl);
+  ctx.comm().sum(kl);
   return {.estimate = kto_kl_estimate(&kl[0], 1, kl[1]), .sequences = kl[1]};
 }
 
-void run_kto(StepRunner& runner, const StepBatches& step, StepResult& r) {
-  Communicator& comm = runner.comm();
+void run_kto(StepContext& ctx, const StepBatches& step, StepResult& r) {
+  Communicator& comm = ctx.comm();
   std::vector<const Batch*> batches;
   double sequences = 0.0;  // the step's, every rank's
   for (const MicroBatch& mb : step.micro) {
@@ -108,15 +108,15 @@ void run_kto(StepRunner& runner, const StepBatches& step, StepResult& r) {
   }
   KtoKl kl;
   Buffer parts;  // (2 P) the estimate's parts on the device, read by every gradient pass below
-  if (comm.size() == 1 && !runner.context_parallel() && !batches.empty()) {
+  if (comm.size() == 1 && !ctx.context_parallel() && !batches.empty()) {
     const int64_t P = static_cast<int64_t>(batches.size());
-    parts = runner.pool().allocate(Category::other, DType::F32, {2 * P});
+    parts = ctx.pool().allocate(Category::other, DType::F32, {2 * P});
     auto scored =
-        std::make_shared<const std::vector<KlScored>>(score_kl(runner, batches, parts.view()));
+        std::make_shared<const std::vector<KlScored>>(score_kl(ctx, batches, parts.view()));
     auto value = std::make_shared<std::optional<double>>();
     kl = {.parts = parts.view(),
           .sequences = sequences,
-          .host = [scored, value, &be = runner.backend(), sequences] {
+          .host = [scored, value, &be = ctx.backend(), sequences] {
             if (!*value) {
               be.finish_reads();  // already done at the step's end: no wait then
               std::vector<double> part;
@@ -126,46 +126,42 @@ void run_kto(StepRunner& runner, const StepBatches& step, StepResult& r) {
             return **value;
           }};
   } else {
-    const KlOnHost k = kl_on_host(runner, batches);
+    const KlOnHost k = kl_on_host(ctx, batches);
     kl.value = k.estimate;
     sequences = k.sequences;
   }
-  // The objectives live to the step's end: the host sees the reference's and the pre-pass's
+  // The objectives are kept to the step's end: the host sees the reference's and the pre-pass's
   // log-probs there, with the step's one wait (objective.h sequence_terms).
-  auto kept = std::make_shared<KeptObjectives>();
-  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
+  ctx.for_each_slot(step, [&](size_t i, int64_t slot) {
     const MicroBatch& mb = step.micro[i];
-    MicroBatchPrep prep(mb.batch, runner.backend(), runner.pool());
-    Engine reference = runner.reference_engine();
+    MicroBatchPrep prep(mb.batch, ctx.backend(), ctx.pool());
+    Engine reference = ctx.reference_engine();
     Buffer ref_device;  // (T) the reference's log-probs, read on the device by the policy's pass
     ReferenceLogp ref =
-        runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()), &ref_device);
+        ctx.logp_at_next_wait(reference, prep.for_model(ctx.reference_config()), &ref_device);
     KtoObjective& objective =
-        kept->keep(std::make_unique<KtoObjective>(mb.batch, std::move(ref), mb.rewards, kl,
-                                                  runner.objective().kto, sequences),
+        ctx.keep(std::make_unique<KtoObjective>(mb.batch, std::move(ref), mb.rewards, kl,
+                                                  ctx.objective().kto, sequences),
                    static_cast<double>(mb.batch.seq_lens.size()));
-    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
+    ctx.backward_slot(ctx.models().policy, prep, objective, slot, ctx.logp_slot(r, i));
   });
-  runner.at_finish([kept, &comm](StepResult& result) { kept->complete(result, comm); });
 }
 
-double evaluate_kto(StepRunner& runner, std::span<const MicroBatch> eval) {
-  Communicator& comm = runner.comm();
-  const KtoConfig& cfg = runner.objective().kto;
+double evaluate_kto(StepContext& ctx, std::span<const MicroBatch> eval) {
+  Communicator& comm = ctx.comm();
+  const KtoConfig& cfg = ctx.objective().kto;
+  const std::vector<const MicroBatch*> share = ctx.eval_share(eval);
   std::vector<const Batch*> mine;  // this rank's held-out batches
-  for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
-       i += static_cast<size_t>(comm.size()))
-    mine.push_back(&eval[i].batch);
-  const double eval_kl = kl_on_host(runner, mine).estimate;
+  for (const MicroBatch* mb : share) mine.push_back(&mb->batch);
+  const double eval_kl = kl_on_host(ctx, mine).estimate;
   double sums[2] = {0.0, 0.0};  // loss, sequences
-  for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
-       i += static_cast<size_t>(comm.size())) {
-    const MicroBatch& mb = eval[i];
-    MicroBatchPrep prep(mb.batch, runner.backend(), runner.pool());
+  for (const MicroBatch* m : share) {
+    const MicroBatch& mb = *m;
+    MicroBatchPrep prep(mb.batch, ctx.backend(), ctx.pool());
     const std::vector<float> pol =
-        runner.policy_engine().score(prep.for_model(*runner.models().policy.model.cfg)).logp;
+        ctx.policy_engine().score(prep.for_model(*ctx.models().policy.model.cfg)).logp;
     const std::vector<float> ref =
-        runner.reference_engine().score(prep.for_model(runner.reference_config())).logp;
+        ctx.reference_engine().score(prep.for_model(ctx.reference_config())).logp;
     // KtoObjective's formulas, forward only: its pre-pass on the whole batch as one block.
     KtoObjective objective(mb.batch, ref, mb.rewards, eval_kl, cfg, 1.0);
     TokenChunk all;

@@ -11,17 +11,17 @@
 
 namespace sbp {
 
-class StepRunner;
+class StepContext;
 struct StepResult;
 
 struct ObjectiveStep {
   ObjectiveKind kind;
   // Adds this rank's micro-batches' gradients and fills r.loss and r.metrics (whole-step values,
   // summed / merged over ranks). r.loss_tokens and r.tokens are set before the call.
-  void (*run)(StepRunner& runner, const StepBatches& step, StepResult& r);
+  void (*run)(StepContext& ctx, const StepBatches& step, StepResult& r);
   // The held-out loss over `eval` (each rank every ranks-th micro-batch, sums added); nullptr:
   // the objective has none (StepRunner::evaluate returns NaN).
-  double (*evaluate)(StepRunner& runner, std::span<const MicroBatch> eval);
+  double (*evaluate)(StepContext& ctx, std::span<const MicroBatch> eval);
 };
 
 const ObjectiveStep& objective_step(ObjectiveKind kind);

@@ -6,47 +6,44 @@
 
 #include "objective/orpo.h"
 #include "objective/token_terms.h"
-#include "step/kept_objectives.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
+#include "step/step_context.h"
 #include "step/step_runner.h"
 
 namespace sbp {
 
 namespace {
 
-void run_orpo(StepRunner& runner, const StepBatches& step, StepResult& r) {
-  Communicator& comm = runner.comm();
+void run_orpo(StepContext& ctx, const StepBatches& step, StepResult& r) {
+  Communicator& comm = ctx.comm();
   double counts[2] = {0.0, 0.0};  // pairs, NLL rows
   for (const MicroBatch& mb : step.micro) {
     counts[0] += static_cast<double>(mb.batch.seq_lens.size() / 2);
     counts[1] += orpo_nll_rows(mb.batch);
   }
   comm.sum(counts);
-  // The objectives live to the step's end: the host sees the pre-pass's log-probs there, with
-  // the step's one wait (objective.h sequence_terms).
-  auto kept = std::make_shared<KeptObjectives>();
-  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
+  // The objectives are kept to the step's end: the host sees the pre-pass's log-probs there,
+  // with the step's one wait (objective.h sequence_terms).
+  ctx.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
-    MicroBatchPrep prep(b, runner.backend(), runner.pool());
-    OrpoObjective& objective = kept->keep(
-        std::make_unique<OrpoObjective>(b, runner.objective().orpo, counts[0], counts[1]),
+    MicroBatchPrep prep(b, ctx.backend(), ctx.pool());
+    OrpoObjective& objective = ctx.keep(
+        std::make_unique<OrpoObjective>(b, ctx.objective().orpo, counts[0], counts[1]),
         static_cast<double>(b.seq_lens.size() / 2));
-    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
+    ctx.backward_slot(ctx.models().policy, prep, objective, slot, ctx.logp_slot(r, i));
   });
-  runner.at_finish([kept, &comm](StepResult& result) { kept->complete(result, comm); });
 }
 
 // The policy's log-probs, then OrpoObjective's formulas, forward only: the chosen rows' NLL
 // over all held-out chosen rows plus the mean odds term over all held-out pairs.
-double evaluate_orpo(StepRunner& runner, std::span<const MicroBatch> eval) {
-  Communicator& comm = runner.comm();
-  const double beta = runner.objective().orpo.beta;
+double evaluate_orpo(StepContext& ctx, std::span<const MicroBatch> eval) {
+  Communicator& comm = ctx.comm();
+  const double beta = ctx.objective().orpo.beta;
   double sums[4] = {0.0, 0.0, 0.0, 0.0};  // NLL, NLL rows, -log sigmoid(z), pairs
-  for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
-       i += static_cast<size_t>(comm.size())) {
-    const Batch& b = eval[i].batch;
-    const std::vector<float> logp = runner.score(b).logp;  // (T)
+  for (const MicroBatch* mb : ctx.eval_share(eval)) {
+    const Batch& b = mb->batch;
+    const std::vector<float> logp = ctx.score(b).logp;  // (T)
     const SequenceRows rows(b);
     std::vector<double> sum(b.seq_lens.size(), 0.0);
     for (int64_t t = 0; t < rows.num_rows(); ++t) {

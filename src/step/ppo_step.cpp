@@ -23,6 +23,7 @@
 #include "objective/sequence_rows.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
+#include "step/step_context.h"
 #include "step/step_runner.h"
 #include "step/weighted_means.h"
 
@@ -63,14 +64,14 @@ std::shared_ptr<const std::vector<float>> given(const std::vector<float>& v) {
 // The rollout on the device (one process): returns the constants of each micro-batch, their
 // rows views of *rows (policy (T, 4), value (T, 3) over the step), which the caller keeps until
 // the gradient passes are queued.
-std::vector<RolloutConstants> rollout_on_device(StepRunner& runner, const StepBatches& step,
+std::vector<RolloutConstants> rollout_on_device(StepContext& ctx, const StepBatches& step,
                                                 std::vector<MicroBatchPrep>& preps,
                                                 std::pair<Buffer, Buffer>& rows) {
-  Backend& be = runner.backend();
-  Pool& pool = runner.pool();
+  Backend& be = ctx.backend();
+  Pool& pool = ctx.pool();
   const bool computes = be.computes();
   const size_t P = step.micro.size();
-  PpoConfig ppo = runner.objective().ppo;
+  PpoConfig ppo = ctx.objective().ppo;
   ppo.grad_accum_steps = step.step_micro_batches;
   // The step's rows, micro-batch after micro-batch: offsets, weights, sequence offsets and the
   // sequences' constants (score and the two loss weights of their micro-batch).
@@ -97,27 +98,27 @@ std::vector<RolloutConstants> rollout_on_device(StepRunner& runner, const StepBa
   Buffer ref = pool.allocate(Category::other, DType::F32, {T});     // (T)
   Buffer values = pool.allocate(Category::other, DType::F32, {T});  // (T) old values
   std::vector<RolloutOnHost> host(P);
-  const ModelConfig& policy_cfg = *runner.models().policy.model.cfg;
-  const ModelConfig& value_cfg = *runner.models().value.model.cfg;
+  const ModelConfig& policy_cfg = *ctx.models().policy.model.cfg;
+  const ModelConfig& value_cfg = *ctx.models().value.model.cfg;
   for (size_t i = 0; i < P; ++i) {
     const MicroBatch& mb = step.micro[i];
     const int64_t a = off[i], b = off[i + 1];
     MicroBatchPrep& prep = preps.emplace_back(mb.batch, be, pool);
-    Engine policy = runner.policy_engine(), reference = runner.reference_engine();
+    Engine policy = ctx.policy_engine(), reference = ctx.reference_engine();
     Buffer dev;  // (T_i) a forward's rows, copied into the step's vector
     if (mb.old_logp.empty()) {
-      host[i].old_logp = runner.logp_at_next_wait(policy, prep.for_model(policy_cfg), &dev).host;
+      host[i].old_logp = ctx.logp_at_next_wait(policy, prep.for_model(policy_cfg), &dev).host;
       be.copy(logp.view().slice_rows(a, b), dev.view());
     } else {
       host[i].old_logp = given(mb.old_logp);
       if (computes) upload_f32(logp.view().slice_rows(a, b), mb.old_logp);
     }
     host[i].ref_logp =
-        runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config()), &dev).host;
+        ctx.logp_at_next_wait(reference, prep.for_model(ctx.reference_config()), &dev).host;
     be.copy(ref.view().slice_rows(a, b), dev.view());
     if (mb.old_values.empty()) {
-      Engine value = runner.value_engine();
-      host[i].old_values = runner.values_at_next_wait(value, prep.for_model(value_cfg), &dev);
+      Engine value = ctx.value_engine();
+      host[i].old_values = ctx.values_at_next_wait(value, prep.for_model(value_cfg), &dev);
       be.copy(values.view().slice_rows(a, b), dev.view());
     } else {
       host[i].old_values = given(mb.old_values);
@@ -137,7 +138,7 @@ std::vector<RolloutConstants> rollout_on_device(StepRunner& runner, const StepBa
   rows.second = pool.allocate(Category::other, DType::F32, {T, kValueRowWidth});  // (T, 3)
   be.ppo_rollout_rows(rows.first.view(), rows.second.view(), moments.view(), logp.view(),
                       ref.view(), values.view(), w.view(), starts.view(), sequences.view(),
-                      runner.objective().rollout);
+                      ctx.objective().rollout);
   // The rows' host copies come with the step's wait; the objectives read them only then.
   std::shared_ptr<const std::vector<float>> policy_host, value_host;
   if (computes) {
@@ -147,7 +148,7 @@ std::vector<RolloutConstants> rollout_on_device(StepRunner& runner, const StepBa
     policy_host = value_host = std::make_shared<const std::vector<float>>();
   }
   std::vector<RolloutConstants> out(P);
-  const PpoRolloutConfig cfg = runner.objective().rollout;
+  const PpoRolloutConfig cfg = ctx.objective().rollout;
   for (size_t i = 0; i < P; ++i) {
     const int64_t a = off[i], T_i = off[i + 1] - off[i];
     out[i].policy = {.host =
@@ -176,29 +177,29 @@ std::vector<RolloutConstants> rollout_on_device(StepRunner& runner, const StepBa
 
 // The rollout on the host: one wait for every micro-batch's forwards, then
 // ppo_step_advantages, its whitening summed over the ranks.
-std::vector<RolloutConstants> rollout_on_host(StepRunner& runner, const StepBatches& step,
+std::vector<RolloutConstants> rollout_on_host(StepContext& ctx, const StepBatches& step,
                                               std::vector<MicroBatchPrep>& preps) {
-  Communicator& comm = runner.comm();
-  const ModelConfig& policy_cfg = *runner.models().policy.model.cfg;
-  const ModelConfig& value_cfg = *runner.models().value.model.cfg;
+  Communicator& comm = ctx.comm();
+  const ModelConfig& policy_cfg = *ctx.models().policy.model.cfg;
+  const ModelConfig& value_cfg = *ctx.models().value.model.cfg;
   std::vector<RolloutOnHost> host(step.micro.size());
   for (size_t i = 0; i < step.micro.size(); ++i) {
     const MicroBatch& mb = step.micro[i];
-    MicroBatchPrep& prep = preps.emplace_back(mb.batch, runner.backend(), runner.pool());
-    Engine policy = runner.policy_engine(), reference = runner.reference_engine();
+    MicroBatchPrep& prep = preps.emplace_back(mb.batch, ctx.backend(), ctx.pool());
+    Engine policy = ctx.policy_engine(), reference = ctx.reference_engine();
     host[i].old_logp = mb.old_logp.empty()
-                           ? runner.logp_at_next_wait(policy, prep.for_model(policy_cfg)).host
+                           ? ctx.logp_at_next_wait(policy, prep.for_model(policy_cfg)).host
                            : given(mb.old_logp);
     host[i].ref_logp =
-        runner.logp_at_next_wait(reference, prep.for_model(runner.reference_config())).host;
+        ctx.logp_at_next_wait(reference, prep.for_model(ctx.reference_config())).host;
     if (mb.old_values.empty()) {
-      Engine value = runner.value_engine();
-      host[i].old_values = runner.values_at_next_wait(value, prep.for_model(value_cfg));
+      Engine value = ctx.value_engine();
+      host[i].old_values = ctx.values_at_next_wait(value, prep.for_model(value_cfg));
     } else {
       host[i].old_values = given(mb.old_values);
     }
   }
-  runner.backend().finish_reads();  // the rollout's one wait
+  ctx.backend().finish_reads();  // the rollout's one wait
   std::vector<PpoRolloutPart> parts;
   for (size_t i = 0; i < step.micro.size(); ++i)
     parts.push_back({&step.micro[i].batch, step.micro[i].rewards, *host[i].old_logp,
@@ -206,7 +207,7 @@ std::vector<RolloutConstants> rollout_on_host(StepRunner& runner, const StepBatc
   SumOverRanks sum_over_ranks;  // whitening over the whole step: statistics summed over ranks
   if (comm.size() > 1) sum_over_ranks = [&comm](std::span<double> x) { comm.sum(x); };
   const std::vector<PpoAdvantages> adv =
-      ppo_step_advantages(parts, runner.objective().rollout, sum_over_ranks);
+      ppo_step_advantages(parts, ctx.objective().rollout, sum_over_ranks);
   std::vector<RolloutConstants> out(step.micro.size());
   for (size_t i = 0; i < step.micro.size(); ++i) {
     out[i].policy = PpoRollout::on_host(adv[i].advantages, *host[i].old_logp);
@@ -218,8 +219,8 @@ std::vector<RolloutConstants> rollout_on_host(StepRunner& runner, const StepBatc
   return out;
 }
 
-void run_ppo(StepRunner& runner, const StepBatches& step, StepResult& r) {
-  Communicator& comm = runner.comm();
+void run_ppo(StepContext& ctx, const StepBatches& step, StepResult& r) {
+  Communicator& comm = ctx.comm();
   // Each micro-batch prepared once for its (up to) five passes: the rollout's three and the two
   // updates below. Its tables stay until its updates are done.
   std::vector<MicroBatchPrep> preps;
@@ -227,36 +228,41 @@ void run_ppo(StepRunner& runner, const StepBatches& step, StepResult& r) {
   // The rollout constants of every micro-batch, before any backward: the weights they are
   // computed from are the ones the step starts with.
   std::pair<Buffer, Buffer> rows;  // the device path's (T, 4) and (T, 3) rows
-  const bool on_device = comm.size() == 1 && !runner.context_parallel() && !step.micro.empty();
+  const bool on_device = comm.size() == 1 && !ctx.context_parallel() && !step.micro.empty();
   const std::vector<RolloutConstants> rollout = on_device
-                                                    ? rollout_on_device(runner, step, preps, rows)
-                                                    : rollout_on_host(runner, step, preps);
+                                                    ? rollout_on_device(ctx, step, preps, rows)
+                                                    : rollout_on_host(ctx, step, preps);
 
   // One update per micro-batch; each term is already divided by ga, so the losses add up to the
   // mean over micro-batches of TRL's pg_loss + vf_coef * vf_loss.
-  PpoConfig cfg = runner.objective().ppo;
+  PpoConfig cfg = ctx.objective().ppo;
   cfg.grad_accum_steps = step.step_micro_batches;
-  // The objectives live to the step's end: their losses and statistics add the log-probs that
-  // the engine reads there (objective.h policy_terms), after the step's wait.
+  // The objectives are kept to the step's end: their losses and statistics add the log-probs
+  // that the engine reads there (objective.h policy_terms), after the step's wait. The step's
+  // statistics merge each micro-batch's two models' (below), so they are only kept alive.
   struct Kept {
-    std::unique_ptr<PpoPolicyObjective> policy;
-    std::unique_ptr<PpoValueObjective> value;
+    const PpoPolicyObjective* policy = nullptr;
+    const PpoValueObjective* value = nullptr;
     std::function<PpoAdvantages()> means;
     double sequences = 0;
   };
   auto kept = std::make_shared<std::vector<Kept>>();
-  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
+  ctx.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
     Kept& k = kept->emplace_back();
-    k.policy = std::make_unique<PpoPolicyObjective>(b, rollout[i].policy, cfg);
-    runner.backward_slot(runner.models().policy, preps[i], *k.policy, slot, runner.logp_slot(r, i));
-    k.value = std::make_unique<PpoValueObjective>(b, rollout[i].value, cfg);
-    runner.backward_slot(runner.models().value, preps[i], *k.value, slot, nullptr);
+    PpoPolicyObjective& policy =
+        ctx.keep_alive(std::make_unique<PpoPolicyObjective>(b, rollout[i].policy, cfg));
+    ctx.backward_slot(ctx.models().policy, preps[i], policy, slot, ctx.logp_slot(r, i));
+    PpoValueObjective& value =
+        ctx.keep_alive(std::make_unique<PpoValueObjective>(b, rollout[i].value, cfg));
+    ctx.backward_slot(ctx.models().value, preps[i], value, slot, nullptr);
+    k.policy = &policy;
+    k.value = &value;
     preps[i].release();  // its passes are done
     k.means = rollout[i].means;
     k.sequences = static_cast<double>(b.seq_lens.size());
   });
-  runner.at_finish([kept, &comm](StepResult& result) {
+  ctx.at_finish([kept, &comm](StepResult& result) {
     WeightedMeans stats;    // TRL logs the mean of its per-micro-batch statistics
     WeightedMeans rollout;  // the rollout's statistics, over the sequences
     for (const Kept& k : *kept) {

@@ -6,37 +6,31 @@
 #include "objective/sft.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
+#include "step/step_context.h"
 #include "step/step_runner.h"
 
 namespace sbp {
 
 namespace {
 
-void run_sft(StepRunner& runner, const StepBatches& step, StepResult& r) {
-  // The objectives live to the step's end: their losses add the log-probs that the engine reads
-  // there (grads_without_logp), after the step's one wait (StepRunner::finish).
-  auto objectives = std::make_shared<std::vector<std::unique_ptr<SftObjective>>>();
-  runner.for_each_slot(step, [&](size_t i, int64_t slot) {
+void run_sft(StepContext& ctx, const StepBatches& step, StepResult& r) {
+  ctx.for_each_slot(step, [&](size_t i, int64_t slot) {
     const Batch& b = step.micro[i].batch;
-    // normalised by the loss tokens of the whole step
+    // Normalised by the loss tokens of the whole step. Kept to the step's end: its loss adds the
+    // log-probs that the engine reads there (step_context.h). SFT logs no statistics but its loss.
     SftObjective& objective =
-        *objectives->emplace_back(std::make_unique<SftObjective>(b, r.loss_tokens));
-    MicroBatchPrep prep(b, runner.backend(), runner.pool());
-    runner.backward_slot(runner.models().policy, prep, objective, slot, runner.logp_slot(r, i));
-  });
-  runner.at_finish([objectives, &comm = runner.comm()](StepResult& result) {
-    for (const auto& objective : *objectives) result.loss += objective->loss();
-    result.loss = comm.sum(result.loss);
+        ctx.keep(std::make_unique<SftObjective>(b, r.loss_tokens), b.loss_weight_sum());
+    MicroBatchPrep prep(b, ctx.backend(), ctx.pool());
+    ctx.backward_slot(ctx.models().policy, prep, objective, slot, ctx.logp_slot(r, i));
   });
 }
 
-double evaluate_sft(StepRunner& runner, std::span<const MicroBatch> eval) {
-  Communicator& comm = runner.comm();
+double evaluate_sft(StepContext& ctx, std::span<const MicroBatch> eval) {
+  Communicator& comm = ctx.comm();
   double sums[2] = {0.0, 0.0};  // NLL, loss weight
-  for (size_t i = static_cast<size_t>(comm.rank()); i < eval.size();
-       i += static_cast<size_t>(comm.size())) {
-    const Batch& b = eval[i].batch;
-    const std::vector<float> logp = runner.score(b).logp;
+  for (const MicroBatch* mb : ctx.eval_share(eval)) {
+    const Batch& b = mb->batch;
+    const std::vector<float> logp = ctx.score(b).logp;
     const std::vector<float> w = b.target_weights();
     for (size_t t = 0; t < w.size(); ++t) {
       sums[0] -= static_cast<double>(w[t]) * static_cast<double>(logp[t]);

@@ -43,7 +43,6 @@
 // statistics are summed / merged over ranks, so every rank returns the whole step's.
 // With LoRA the adapters' gradients are summed over ranks once, at the end of run()
 // (dist/lora_grads.h): adapters are replicated, not sharded.
-#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -52,12 +51,11 @@
 #include "backend/backend.h"
 #include "core/pool.h"
 #include "dist/communicator.h"
-#include "engine/deferred_reads.h"
 #include "engine/engine.h"
 #include "engine/exec_config.h"
 #include "objective/objective_setup.h"
 #include "step/micro_batch.h"
-#include "step/micro_batch_prep.h"
+#include "step/step_context.h"
 #include "step/step_models.h"
 
 namespace sbp {
@@ -70,15 +68,6 @@ struct StepResult {
   // (T) per micro-batch of this rank: the policy's target log-probs as the gradient pass saw
   // them (only with StepRunnerOptions::record_logp).
   std::vector<std::vector<float>> logp;
-};
-
-struct StepRunnerOptions {
-  bool record_logp = false;  // fill StepResult::logp
-  // Context parallelism (engine/context_slice.h): every engine of the step is a rank of this
-  // group, which shares each micro-batch's rows. The gradients each rank ADDS are then its
-  // rows' share; the group's sum is the micro-batch's gradient (summing is the caller's: the
-  // models' DataParallel over every rank, or a test). Null: none.
-  Communicator* context = nullptr;
 };
 
 class StepRunner {
@@ -111,77 +100,17 @@ class StepRunner {
   // Forward only: the policy's target log-probs and argmax per row.
   Engine::TokenScores score(const Batch& batch);
 
-  const ObjectiveSetup& objective() const { return setup_; }
+  const ObjectiveSetup& objective() const { return ctx_.objective(); }
 
   // An engine on the policy's current weights, its LoRA adapters on (the policy that samples
   // online rollouts and that score() runs).
-  Engine policy_engine();
+  Engine policy_engine() { return ctx_.policy_engine(); }
   // PPO: an engine on the value model's current weights (only a PPO runner has one).
-  Engine value_engine();
-
-  // For the objectives' step functions (step/objective_steps.h), not for callers.
-  Communicator& comm() { return comm_; }
-  // Whether the step's engines share their rows with a context group (StepRunnerOptions).
-  bool context_parallel() const { return opts_.context != nullptr; }
-  Backend& backend() { return be_; }
-  Pool& pool() { return pool_; }
-  const StepModels& models() const { return models_; }
-  // The reference model, or with LoRA and no separate reference the policy's adapters off.
-  Engine reference_engine();
-  const ModelConfig& reference_config() const;
-  // Forward only on `engine` (the reference model, or the policy without grad): the batch's
-  // target log-probs for an objective (objective.h ReferenceLogp), their host copy coming with
-  // the backend's next wait (Backend::download_at_next_wait; finish_reads() waits for it at
-  // once), the device vector kept in *device when given (ReferenceLogp::device views it while
-  // the caller keeps it). With a context group, whose ranks each hold only their rows, they are
-  // read now, every row on every rank, and *device stays empty.
-  ReferenceLogp logp_at_next_wait(Engine& engine, const PreparedBatch& batch,
-                                  Buffer* device = nullptr);
-  // The same for a value model's values (Engine::rows_on_device), the device vector kept in
-  // *device when given.
-  std::shared_ptr<const std::vector<float>> values_at_next_wait(Engine& engine,
-                                                                const PreparedBatch& batch,
-                                                                Buffer* device = nullptr);
-  // Slot `slot`'s forward_backward on one trained model, with the reduction hook of its slot.
-  // The objective's loss may be complete only in finish() (Engine::forward_backward's `later`):
-  // it must live until then, and what reads its loss is added with at_finish().
-  void backward_slot(const TrainedView& model, MicroBatchPrep& prep, Objective& objective,
-                     int64_t slot, std::vector<float>* logp);
-  // Runs `complete` in finish(), after the step's deferred reads, in the order added.
-  void at_finish(std::function<void(StepResult&)> complete);
-  // fn(i, slot) for each of this rank's micro-batches i in its slot; the empty slots a rank has
-  // at a step's end are skipped for it (DataParallel::empty_slot), so every rank's collectives
-  // match.
-  template <class Fn>
-  void for_each_slot(const StepBatches& step, Fn fn) {
-    for (int64_t slot = 0; slot < step.slots; ++slot) {
-      const size_t i = static_cast<size_t>(slot);
-      if (i < step.micro.size())
-        fn(i, slot);
-      else
-        skip_slot(slot);
-    }
-  }
-  // Where micro-batch i's log-probs are recorded, or null (StepRunnerOptions::record_logp).
-  std::vector<float>* logp_slot(StepResult& r, size_t i);
+  Engine value_engine() { return ctx_.value_engine(); }
 
  private:
-  void skip_slot(int64_t slot);
-  // An engine on these weights, in the step's exec config and context group.
-  Engine engine(const ModelConfig& cfg, const ParameterSet& weights);
-
-  ObjectiveSetup setup_;
-  StepModels models_;
-  Backend& be_;
-  Pool& pool_;
-  ExecConfig exec_;
-  Communicator& comm_;
-  StepRunnerOptions opts_;
-  ParameterSet frozen_;  // with LoRA: the policy's gradients, unallocated (no buffer, no gradient)
-  // Between start() and finish(): the engines' reads left for the step's end, then what
-  // completes the result from them.
-  DeferredReads reads_;
-  std::vector<std::function<void(StepResult&)>> completions_;
+  // What the objectives' step functions work with (step_context.h), and the step's pending end.
+  StepContext ctx_;
 };
 
 }  // namespace sbp
