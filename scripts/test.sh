@@ -23,16 +23,12 @@ lap 'release build'
 # host arithmetic), the plan-versus-step agreements (whole steps that other tests cover) and
 # the `slow` label (resident memory of the plain backend's allocations, long gradchecks, the
 # gpu-check script's own test).
-# The plan-versus-step agreements: a real step of every objective and mode beside its plan,
-# steps that other tests run in both passes.
-beside_plan='PlanAgreement'
-no_backend_memory='^(Tokenizer|TokenizerLoad|TokenizeCli|ChatTemplate|MaskedEncoding|Dataset|Packing'
-no_backend_memory+='|AnswerMatch|Rewards|CommandReward|Sampling|CudaMath|CudaAttentionTc|CudaAttentionTcEmulated|CudaArena|CheckedMath|ParseSize'
-no_backend_memory+='|ModelConfig|ModelConfigLimits|GemmaConfig|TrainConfig|TrainConfigNumbers|'"$beside_plan"')\.'
-(cd build && STREAMBP_CHECK_MEMORY=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
-   -E "$no_backend_memory")
+# The suites of the last two kinds carry the ctest labels `no_backend_memory` and `beside_plan`
+# (tests/CMakeLists.txt, by gtest suite).
+(cd build && STREAMBP_CHECK_MEMORY=1 ctest --output-on-failure -j "$(nproc)" \
+   -LE '^(slow|no_backend_memory|beside_plan)$')
 (cd build && ctest --output-on-failure -j "$(nproc)" -L slow)
-(cd build && ctest --output-on-failure -j "$(nproc)" -LE slow -R "$no_backend_memory")
+(cd build && ctest --output-on-failure -j "$(nproc)" -LE slow -L '^(no_backend_memory|beside_plan)$')
 lap 'release tests'
 # The exactness suites (label `exactness`) again under every other OpenBLAS core this CPU can
 # execute (the pass above ran under the preset OPENBLAS_CORETYPE, or OpenBLAS's own choice):
@@ -48,12 +44,12 @@ bash scripts/test-emu.sh
 lap 'emulated CUDA suite'
 bash scripts/build.sh sanitize
 lap 'sanitizer build'
-# The multi-rank runs (mpirun, checked in the release pass on the checking backend) and the
-# plan agreements (a real step of every objective and mode beside the plan, steps the other
-# tests run here) are the slowest third of this pass under ASan and add no code path of ours
-# that the other tests do not run here.
-(cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$(nproc)" -LE slow \
-   -E "^(DistTrain|DistMemory|$beside_plan)\.")
+# The multi-rank runs (label `multi_rank`: mpirun, checked in the release pass on the checking
+# backend) and the plan agreements (`beside_plan`: a real step of every objective and mode beside
+# the plan, steps the other tests run here) are the slowest third of this pass under ASan and
+# add no code path of ours that the other tests do not run here.
+(cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$(nproc)" \
+   -LE '^(slow|multi_rank|beside_plan)$')
 lap 'sanitizer tests'
 # The libFuzzer harnesses of that tree: committed inputs replayed, then FUZZ_SECONDS each.
 bash scripts/fuzz.sh build-sanitize

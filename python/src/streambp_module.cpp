@@ -197,7 +197,7 @@ int run_train(const std::vector<std::string>& positional, bool overrides_only,
   }
   for (const auto& [name, weight, fn] : rewards) {
     sbp::RewardSpec spec;
-    spec.type = "python";
+    spec.type = sbp::RewardType::python;
     spec.name = name;
     spec.weight = weight;
     spec.timeout_s = cfg.reward_timeout;
@@ -206,7 +206,7 @@ int run_train(const std::vector<std::string>& positional, bool overrides_only,
     // their functions: the function of that name takes its place (and order); else it is added.
     bool placed = false;
     for (sbp::RewardSpec& r : cfg.rewards) {
-      if (r.type == "python" && r.name == name && !r.function) {
+      if (r.type == sbp::RewardType::python && r.name == name && !r.function) {
         r = spec;
         placed = true;
         break;

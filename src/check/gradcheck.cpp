@@ -34,7 +34,7 @@ double scaled_err(const std::vector<float>& a, const std::vector<float>& b, doub
 }
 
 // The value model's tensors are named "value:<HF name>" (a model of its own, with its own scale).
-bool is_value_tensor(const std::string& name) { return name.rfind("value:", 0) == 0; }
+bool is_value_tensor(const std::string& name) { return name.starts_with("value:"); }
 
 // Each tensor's denominator of the error measure (gradcheck.h): max(max |g_base| of the tensor,
 // kNegligibleGradient x the largest max |g_base| of its model). Also each tensor's max |g_base|

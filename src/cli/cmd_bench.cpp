@@ -116,7 +116,7 @@ double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 // The GPU backend's hooks (no-ops elsewhere): a step is timed to the end of its last kernel, the
 // yardstick on a GPU is a bf16 GEMM (cuBLASLt, 8192^3) instead of the CPU's sgemm.
-bool on_gpu(const Backend& be) { return be.name().rfind("cuda", 0) == 0; }
+bool on_gpu(const Backend& be) { return be.name().starts_with("cuda"); }
 void device_sync(Backend& be) {
 #if defined(STREAMBP_HAVE_CUDA)
   cuda_synchronize(be);
@@ -538,7 +538,7 @@ int run(const Args& a) {
   // the steps ran in (a shared machine's speed drifts). On the CPU the first probe runs before
   // the models exist (as it always did); a GPU's needs the backend.
   double first_probe = -1;
-  if (a.exec.backend.rfind("cuda", 0) != 0) {
+  if (!a.exec.backend.starts_with("cuda")) {
     std::fprintf(stderr, "bench: measuring sgemm...\n");
     first_probe = measure_sgemm_gflops();
   }

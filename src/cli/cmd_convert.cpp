@@ -4,10 +4,13 @@
 //   streambp convert hf_dir --to gguf --type f16|bf16|q8_0 --out model.gguf
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "convert/gguf_convert.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/output_paths.h"
 
@@ -29,8 +32,10 @@ void register_convert(CLI::App& app) {
   c->add_option("--out", a->out, "Output directory (to hf) or .gguf file (to gguf)")->required();
   c->add_option("--to", a->to, "hf or gguf (default: hf for a file, gguf for a directory)")
       ->check(CLI::IsMember({"hf", "gguf"}));
+  std::vector<std::string> types;
+  for (const EnumName<GgmlType>& n : kGgufOutputTypeNames) types.push_back(n.name);
   c->add_option("--type", a->type, "GGUF type of the matrices: f32, f16, bf16, q8_0")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+      ->check(CLI::IsMember(types));
   c->add_option("--dtype", a->dtype, "Weights dtype of the Hugging Face output: f32, bf16")
       ->check(weight_dtype_names());
   c->callback([a, c] {
@@ -51,11 +56,8 @@ void register_convert(CLI::App& app) {
                          " is not a directory");
       if (c->count("--dtype"))
         throw InputError("convert: --dtype is for --to hf (use --type for GGUF)");
-      const GgmlType t = a->type == "f32"  ? GgmlType::F32
-                         : a->type == "f16" ? GgmlType::F16
-                         : a->type == "bf16" ? GgmlType::BF16
-                                             : GgmlType::Q8_0;
-      std::printf("%s\n", convert_hf_to_gguf(a->input, a->out, t).c_str());
+      const GgmlType type = parse_enum<GgmlType>(kGgufOutputTypeNames, a->type, "--type");
+      std::printf("%s\n", convert_hf_to_gguf(a->input, a->out, type).c_str());
     }
   });
 }

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/enum_names.h"
 #include "model/gguf_quant.h"
 
 namespace sbp {
@@ -15,8 +16,14 @@ std::string convert_gguf_to_hf(const std::string& gguf_path, const std::string& 
                                DType dtype);
 
 // Writes the model directory `dir` (config.json + safetensors + tokenizer files) as one GGUF
-// file: matrices in `type` (F16, BF16 or Q8_0; Q8_0 falls back to F16 for rows that are not a
-// multiple of 32), vectors (norms, biases) in F32, as llama.cpp's converter stores them.
+// file: matrices in `type` (one of kGgufOutputTypeNames; Q8_0 falls back to F16 for rows that
+// are not a multiple of 32), vectors (norms, biases) in F32, as llama.cpp's converter stores them.
 std::string convert_hf_to_gguf(const std::string& dir, const std::string& out_path, GgmlType type);
+
+// The matrix types convert_hf_to_gguf writes, spelled as `streambp convert --type` takes them.
+inline constexpr EnumName<GgmlType> kGgufOutputTypeNames[] = {{GgmlType::F32, "f32"},
+                                                              {GgmlType::F16, "f16"},
+                                                              {GgmlType::BF16, "bf16"},
+                                                              {GgmlType::Q8_0, "q8_0"}};
 
 }  // namespace sbp

@@ -277,7 +277,7 @@ HfTokenizerFiles gguf_tokenizer_to_hf_impl(const GgufFile& f, int64_t max_len) {
                          ((*scores)[i] != (*scores)[i] ? "nan" : "infinite") +
                          " (scores must be finite)");
     for (size_t i = 0; i < n; ++i)
-      if (types[i] == kByte && !(tokens[i].size() == 6 && tokens[i].rfind("<0x", 0) == 0))
+      if (types[i] == kByte && !(tokens[i].size() == 6 && tokens[i].starts_with("<0x")))
         throw InputError(m.where("tokenizer.ggml.tokens") + ": byte token " + std::to_string(i) +
                          " is not <0xNN>");
     bpe["fuse_unk"] = true;

@@ -15,7 +15,7 @@ int64_t read_status_kb(const char* key) {
   std::string line;
   const size_t klen = std::strlen(key);
   while (std::getline(in, line)) {
-    if (line.compare(0, klen, key) == 0) return std::stoll(line.substr(klen + 1)) * 1024;
+    if (line.starts_with(key)) return std::stoll(line.substr(klen + 1)) * 1024;
   }
   return 0;
 }

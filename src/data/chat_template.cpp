@@ -27,10 +27,6 @@ class Renderer {
   RenderedChat out_;
 };
 
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
 bool contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
 
 // Python's str.strip('\n') family: only newline characters.
@@ -90,7 +86,7 @@ void render_qwen3(Renderer& r, std::span<const ChatMessage> msgs, const RenderOp
   for (int64_t i = n - 1; i >= 0; --i) {
     const ChatMessage& m = msgs[static_cast<size_t>(i)];
     if (m.role == "user" &&
-        !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
+        !(m.content.starts_with("<tool_response>") && m.content.ends_with("</tool_response>"))) {
       last_query = i;
       break;
     }

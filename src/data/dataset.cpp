@@ -33,7 +33,7 @@ nlohmann::json parse_line(const std::string& line, const std::string& at) {
     if (const size_t p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
     // "parse error at line 1, column 15: ..." — the line is the record's, named already.
     if (const size_t c = msg.find("column ");
-        msg.rfind("parse error at line 1, ", 0) == 0 && c != std::string::npos)
+        msg.starts_with("parse error at line 1, ") && c != std::string::npos)
       msg = msg.substr(c);
     throw InputError(at + ": not valid JSON: " + msg);
   }
@@ -141,7 +141,7 @@ Dataset load_dataset(const DataSource& source, const ExampleEncoder& encoder,
         r.sequences = encoder.encode(r.record);
       } catch (const Error& e) {
         r.error = e.what();
-        if (r.error.rfind(path + ":", 0) != 0) r.error = at + ": " + r.error;
+        if (!r.error.starts_with(path + ":")) r.error = at + ": " + r.error;
       } catch (const std::exception& e) {
         r.error = at + ": " + e.what();
       }

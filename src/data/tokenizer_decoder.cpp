@@ -20,7 +20,7 @@ int hex_digit(char c) {
 // The byte a "<0xNN>" token stands for, or -1. The library parses the two characters with
 // u8::from_str_radix(.., 16), which takes either case and also a leading '+' ("<0x+A>" is 10).
 int fallback_byte(const std::string& token) {
-  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
+  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
   const int lo = hex_digit(token[4]);
   if (lo < 0) return -1;
   if (token[3] == '+') return lo;
@@ -77,10 +77,10 @@ void word_piece(std::vector<std::string>& tokens, const DecoderStep& step) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     std::string& t = tokens[i];
     if (i != 0) {
-      if (t.compare(0, step.prefix.size(), step.prefix) == 0) {
+      if (t.starts_with(step.prefix)) {
         t.erase(0, step.prefix.size());
       } else {
-        t.insert(0, " ");
+        t.insert(t.begin(), ' ');  // a char: GCC 12 misreads insert(0, " ") here (-Wrestrict)
       }
     }
     if (step.cleanup) cleanup(t);

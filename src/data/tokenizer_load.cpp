@@ -229,7 +229,7 @@ Tokenizer Tokenizer::from_gpt2_files(const std::string& encoder_json_path,
   std::string line;
   int32_t rank = 0;
   for (int64_t line_no = 1; std::getline(lines, line); ++line_no) {
-    if (line.rfind("#version", 0) == 0) continue;
+    if (line.starts_with("#version")) continue;
     const std::string field = "line " + std::to_string(line_no);
     const size_t space = line.find(' ');
     if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {

@@ -34,7 +34,7 @@ int local_rank() {
 
 std::unique_ptr<Communicator> make_gpu_collectives(Communicator& world, Backend& be) {
 #if defined(STREAMBP_HAVE_NCCL)
-  if (world.size() > 1 && be.name().rfind("cuda", 0) == 0) return make_nccl_communicator(world, be);
+  if (world.size() > 1 && be.name().starts_with("cuda")) return make_nccl_communicator(world, be);
 #endif
   return nullptr;
 }

@@ -292,8 +292,8 @@ bool is_model_dir_file(const std::string& name) {
     if (name == t) return true;
   // model-<i>-of-<n>.safetensors, as shard_name() writes them.
   const std::string pre = "model-", post = ".safetensors";
-  if (name.size() != pre.size() + 14 + post.size() || name.rfind(pre, 0) != 0 ||
-      name.compare(name.size() - post.size(), post.size(), post) != 0)
+  if (name.size() != pre.size() + 14 + post.size() || !name.starts_with(pre) ||
+      !name.ends_with(post))
     return false;
   const std::string mid = name.substr(pre.size(), 14);  // 00001-of-00002
   for (size_t i = 0; i < mid.size(); ++i) {

@@ -852,7 +852,7 @@ const std::map<std::string, ModelConfig>& presets() {
     m["tiny-mistral"] =
         mistral(make(ModelType::mistral, 48, 112, 2, 4, 2, 12, 79, false, 1e4, 1e-5, 4096), 5);
     for (auto& [name, c] : m) {
-      if (name.rfind("tiny-", 0) == 0) c.torch_dtype = "float32";
+      if (name.starts_with("tiny-")) c.torch_dtype = "float32";
     }
     return m;
   }();

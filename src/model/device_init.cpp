@@ -18,7 +18,7 @@ void init_parameters_on_backend(Backend& be, ParameterSet& params, uint64_t seed
     const std::string& n = params.name(i);
     const uint64_t stream = parameter_stream(n);
     const bool is_norm = n.find("norm") != std::string::npos;
-    const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+    const bool is_bias = n.size() > 5 && n.ends_with(".bias");
     const bool test = style == InitStyle::test;
     if (is_norm) {
       const float identity = 1.0f - params.norm_weight_offset();  // (offset + w) = 1

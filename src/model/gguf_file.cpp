@@ -1,17 +1,11 @@
 #include "model/gguf_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
 #include <cmath>
 #include <cstring>
 
 #include "core/checked_math.h"
 #include "core/error.h"
-#include "core/input_file.h"
 #include "core/output_file.h"
 
 static_assert(std::endian::native == std::endian::little, "GGUF I/O assumes little-endian");
@@ -24,13 +18,6 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr int kMaxDims = 4;               // GGML_MAX_DIMS
 constexpr size_t kMaxTensorName = 256;
 constexpr uint64_t kDefaultAlignment = 32;
-
-struct FdGuard {
-  int fd = -1;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // Bytes of one element of a scalar value type (0 for STRING and ARRAY, which vary).
 size_t scalar_size(GgufValueType t) {
@@ -259,38 +246,15 @@ std::vector<int64_t> GgufTensorInfo::hf_shape() const {
 
 // ---- reading ---------------------------------------------------------------------------------
 
-GgufFile::GgufFile(const std::string& path) : path_(path) {
-  FdGuard fd;
-  check_input_file(path);
-  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd.fd < 0) throw InputError(path + ": cannot open GGUF file: " + errno_message());
-  struct stat st;
-  if (::fstat(fd.fd, &st) != 0) throw InputError(path + ": cannot stat: " + errno_message());
-  if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file");
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size < 24)
-    throw InputError(path + ": file is " + std::to_string(size) +
-                     " bytes, shorter than the 24-byte GGUF header");
-  void* m = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
-  if (m == MAP_FAILED) throw InputError(path + ": cannot mmap: " + errno_message());
-  map_ = m;
-  map_size_ = static_cast<size_t>(size);
-  try {
-    parse();
-  } catch (...) {
-    ::munmap(map_, map_size_);
-    map_ = nullptr;
-    throw;
-  }
-}
-
-GgufFile::~GgufFile() {
-  if (map_) ::munmap(map_, map_size_);
+GgufFile::GgufFile(const std::string& path)
+    : path_(path), file_(path, {"GGUF file", 24, "GGUF header"}) {
+  parse();
 }
 
 void GgufFile::parse() {
   const std::string& path = path_;
-  Cursor c{static_cast<const unsigned char*>(map_), 0, map_size_, path_};
+  const uint64_t file_size = file_.size();
+  Cursor c{file_.bytes(), 0, file_size, path_};
   const uint32_t magic = c.read<uint32_t>("magic");
   if (magic != kMagic) throw InputError(path + ": not a GGUF file (magic is not \"GGUF\")");
   version_ = c.read<uint32_t>("version");
@@ -377,11 +341,11 @@ void GgufFile::parse() {
 
   // The data region starts at the end of the tensor infos rounded up to the alignment.
   const uint64_t data_start = round_up(c.pos, alignment_, "the data region start");
-  if (data_start > map_size_)
+  if (data_start > file_size)
     throw InputError(path + ": data region starts at byte " + std::to_string(data_start) +
-                     ", past the end of the " + std::to_string(map_size_) + "-byte file");
-  const uint64_t data_size = map_size_ - data_start;
-  data_ = static_cast<const unsigned char*>(map_) + data_start;
+                     ", past the end of the " + std::to_string(file_size) + "-byte file");
+  const uint64_t data_size = file_size - data_start;
+  data_ = file_.bytes() + data_start;
   // As llama.cpp lays tensors out (and checks them): in order, each at the previous one's end
   // rounded up to the alignment. This also rules out overlaps and misaligned offsets.
   uint64_t expected = 0, last_end = 0;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "model/gguf_quant.h"
 
 namespace sbp {
@@ -70,7 +71,6 @@ struct GgufTensorInfo {
 class GgufFile {
  public:
   explicit GgufFile(const std::string& path);  // opens, maps and validates
-  ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
@@ -102,15 +102,14 @@ class GgufFile {
  private:
   void parse();
   std::string path_;
+  MappedFile file_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::map<std::string, size_t> kv_index_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t> tensor_index_;
-  const unsigned char* data_ = nullptr;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  const unsigned char* data_ = nullptr;  // start of the data region (inside the mapping)
 };
 
 // A tensor to write: its HF shape (rows..., row length), the ggml type to store it as, and its

@@ -105,7 +105,7 @@ LoraConfig read_lora_config(const std::string& dir) {
     throw InputError(path + ": " + e.what());
   } catch (const InputError& e) {
     const std::string what = e.what();
-    if (what.rfind(path, 0) == 0) throw;
+    if (what.starts_with(path)) throw;
     throw InputError(path + ": " + what);
   }
 }

@@ -1,13 +1,10 @@
 #include "model/safetensors.h"
 
-#include "core/input_file.h"
 #include "core/untrusted_json.h"
 #include "core/output_file.h"
 #include "core/memory.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -134,14 +131,6 @@ void convert(const unsigned char* src, DType s, unsigned char* dst, DType d, int
 
 bool is_float_dtype(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
 
-// Closes a file descriptor on scope exit (constructor failure paths included).
-struct FdGuard {
-  int fd = -1;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 // Parses the header, rejecting duplicate keys in any object: nlohmann keeps the last value
 // of a repeated key, which would silently hide a second tensor of the same name.
 ojson parse_header(const char* begin, const char* end, const std::string& path) {
@@ -181,44 +170,17 @@ ojson parse_header(const char* begin, const char* end, const std::string& path) 
 
 // ---- reading ---------------------------------------------------------------------------------
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  FdGuard fd;
-  check_input_file(path);
-  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd.fd < 0) throw InputError(path + ": cannot open safetensors file: " + errno_message());
-  struct stat st;
-  if (::fstat(fd.fd, &st) != 0) throw InputError(path + ": cannot stat: " + errno_message());
-  if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  if (file_size < 8) {
-    throw InputError(path + ": file is " + std::to_string(file_size) +
-                     " bytes, shorter than the 8-byte safetensors header length");
-  }
-  // The mapping outlives the descriptor; pages are read lazily as tensors are copied out.
-  void* m = ::mmap(nullptr, static_cast<size_t>(file_size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
-  if (m == MAP_FAILED) throw InputError(path + ": cannot mmap: " + errno_message());
-  map_ = m;
-  map_size_ = static_cast<size_t>(file_size);
-  try {
-    parse_and_validate();
-  } catch (...) {
-    // The destructor does not run when a constructor throws: unmap here.
-    ::munmap(map_, map_size_);
-    map_ = nullptr;
-    throw;
-  }
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), file_(path, {"safetensors file", 8, "safetensors header length"}) {
+  parse_and_validate();
   // Weights are copied out front to back, once.
-  ::madvise(map_, map_size_, MADV_SEQUENTIAL);
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, map_size_);
+  file_.advise_sequential();
 }
 
 void SafetensorsFile::parse_and_validate() {
   const std::string& path = path_;
-  const auto* bytes = static_cast<const unsigned char*>(map_);
-  const uint64_t file_size = map_size_;
+  const unsigned char* bytes = file_.bytes();
+  const uint64_t file_size = file_.size();
   uint64_t n = 0;
   std::memcpy(&n, bytes, 8);  // little-endian u64 (static_assert above)
   if (n > kMaxHeaderBytes) {

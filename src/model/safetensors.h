@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/tensor.h"
 
 namespace sbp {
@@ -24,7 +25,6 @@ class SafetensorsFile {
  public:
   // Opens and validates; throws InputError naming the file and the problem.
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -47,12 +47,11 @@ class SafetensorsFile {
   const SafetensorsEntry& entry_or_throw(const std::string& name) const;
 
   std::string path_;
+  MappedFile file_;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;
   const unsigned char* data_ = nullptr;  // start of the data region (inside the mapping)
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
 };
 
 struct NamedTensor {

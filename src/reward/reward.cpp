@@ -59,14 +59,22 @@ std::string reward_type_list() {
   return s;
 }
 
+RewardType parse_reward_type(const std::string& name, const std::string& where) {
+  RewardType type{};
+  if (!try_parse_enum<RewardType>(kRewardTypeNames, name, &type))
+    throw InputError(where + ": unknown reward type '" + name + "' (known: " +
+                     reward_type_list() + ")");
+  return type;
+}
+
+const char* reward_type_name(RewardType type) {
+  return enum_name<RewardType>(kRewardTypeNames, type);
+}
+
 std::unique_ptr<RewardFunction> make_reward(const RewardSpec& spec, const std::string& where) {
   if (!std::isfinite(spec.weight))
     throw InputError(where + ": weight must be a finite number");
-  RewardType type{};
-  if (!try_parse_enum<RewardType>(kRewardTypeNames, spec.type, &type))
-    throw InputError(where + ": unknown reward type '" + spec.type + "' (known: " +
-                     reward_type_list() + ")");
-  switch (type) {
+  switch (spec.type) {
     case RewardType::accuracy:
       if (spec.answer_field.empty()) throw InputError(where + ": answer_field must not be empty");
       return make_accuracy_reward(spec.answer_field);
@@ -81,10 +89,8 @@ std::unique_ptr<RewardFunction> make_reward(const RewardSpec& spec, const std::s
 }
 
 nlohmann::json reward_spec_json(const RewardSpec& s) {
-  nlohmann::json r = {{"type", s.type}, {"name", s.name}, {"weight", s.weight}};
-  RewardType type{};
-  if (!try_parse_enum<RewardType>(kRewardTypeNames, s.type, &type)) return r;
-  switch (type) {
+  nlohmann::json r = {{"type", reward_type_name(s.type)}, {"name", s.name}, {"weight", s.weight}};
+  switch (s.type) {
     case RewardType::accuracy: r["answer_field"] = s.answer_field; break;
     case RewardType::format: r["pattern"] = s.pattern; break;
     case RewardType::length:
@@ -106,7 +112,7 @@ RewardSet::RewardSet(std::vector<RewardSpec> specs, const std::string& where)
   std::set<std::string> names;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const std::string at = where + "[" + std::to_string(i) + "]";
-    if (specs_[i].name.empty()) specs_[i].name = specs_[i].type;
+    if (specs_[i].name.empty()) specs_[i].name = reward_type_name(specs_[i].type);
     if (!names.insert(specs_[i].name).second)
       throw InputError(at + ": a second reward named '" + specs_[i].name +
                        "' (give each reward of the same type its own `name`)");

@@ -71,10 +71,13 @@ inline constexpr EnumName<RewardType> kRewardTypeNames[] = {{RewardType::accurac
                                                             {RewardType::command, "command"},
                                                             {RewardType::python, "python"}};
 std::string reward_type_list();  // "accuracy, format, length, command, python"
+// The type spelled `name`, parsed where a spec is read; InputError "<where>: unknown reward type
+// '<name>' (known: ...)" otherwise.
+RewardType parse_reward_type(const std::string& name, const std::string& where);
+const char* reward_type_name(RewardType type);  // its kRewardTypeNames spelling
 
 struct RewardSpec {
-  // kRewardTypeNames spelling, as written (checked by make_reward, which names the place).
-  std::string type;
+  RewardType type = RewardType::accuracy;
   std::string name;  // the metric's name (reward/<name>); empty: the type
   double weight = 1.0;
   std::string answer_field = "answer";  // accuracy
@@ -88,13 +91,12 @@ struct RewardSpec {
 };
 
 // Throws InputError naming `where` (e.g. "config.yaml: rewards[1]") and the field when a spec
-// is invalid: unknown type, non-finite weight, a pattern that does not compile, max_length < 1
+// is invalid: non-finite weight, a pattern that does not compile, max_length < 1
 // or cache_length outside [1, max_length], an empty command, timeout_s not in (0, 86400], a
 // python reward without its function (one named in a config file).
 std::unique_ptr<RewardFunction> make_reward(const RewardSpec& spec, const std::string& where);
 
-// The spec as a config file writes it: type, name, weight and its type's own fields (only the
-// common ones when the type is unknown).
+// The spec as a config file writes it: type, name, weight and its type's own fields.
 nlohmann::json reward_spec_json(const RewardSpec& spec);
 
 class RewardSet {

@@ -22,9 +22,16 @@
 //         ppo_step_advantages: whitened over the whole step, as TRL whitens its whole batch);
 //         then per micro-batch PpoPolicyObjective on the policy and PpoValueObjective on the
 //         value model, both with ga = the step's micro-batches
+//   kto   KtoObjective; first, for every micro-batch and before any backward, the KL
+//         estimate's sums (the policy, no grad, and the reference on mismatched pairs); the
+//         step's KL is their mean over every sequence of the step, clamped at 0; the loss is the
+//         mean over the step's sequences
+//   orpo  OrpoObjective; the policy alone (no reference pass); the NLL a mean over the step's
+//         chosen rows, the odds term a mean over the step's pairs
 //
 // Each objective's step is its row in step/objective_steps.h (sft_step.cpp, dpo_step.cpp,
-// grpo_step.cpp, ppo_step.cpp); run() checks the micro-batches and dispatches to it.
+// grpo_step.cpp, ppo_step.cpp, kto_step.cpp, orpo_step.cpp), which says how it runs in more
+// detail; run() checks the micro-batches and dispatches to it.
 //
 // Every forward pass of a reference or value model runs before the policy's backward of the
 // same micro-batch, so their working sets are never live beside the policy's checkpoints.
@@ -39,7 +46,8 @@
 // Data parallelism (docs/DISTRIBUTED.md): each rank runs its share of the micro-batches, and
 // every step-wide quantity is made global before the first backward: the SFT token count and
 // the DPO pair count are summed, GRPO's rewards are gathered in step order, PPO's whitening
-// statistics are summed, dapo's num_items_in_batch and every ga are the step's. Losses and
+// statistics are summed, KTO's KL sums and sequence count and ORPO's pair and NLL row counts
+// are summed, dapo's num_items_in_batch and every ga are the step's. Losses and
 // statistics are summed / merged over ranks, so every rank returns the whole step's.
 // With LoRA the adapters' gradients are summed over ranks once, at the end of run()
 // (dist/lora_grads.h): adapters are replicated, not sharded.
@@ -80,7 +88,8 @@ class StepRunner {
 
   // One optimizer step's gradients: zeroes the trained models' gradients, then ADDS this rank's
   // micro-batches' contributions (reduced over ranks by the models' DataParallel). Clipping
-  // and the optimizer update are the caller's (DataParallel::clip, update). = start + finish.
+  // and the optimizer update are the caller's (DataParallel::clip_to, update). = start +
+  // finish.
   StepResult run(const StepBatches& step);
   // The same in two halves, so that a step waits for the device once (docs/CUDA.md
   // "Synchronisations"): start() queues the step's work and returns its result without the
@@ -93,7 +102,9 @@ class StepRunner {
   void finish(StepResult& r);
 
   // The held-out loss: token-weighted NLL for sft; the mean DPO loss over the pairs for dpo;
-  // NaN for grpo and ppo (rollouts have no held-out loss). With several ranks each scores every
+  // for orpo the chosen rows' NLL plus the mean odds term; for kto the mean loss over the
+  // sequences, with the held-out set's KL; NaN for grpo and ppo (rollouts have no held-out
+  // loss). With several ranks each scores every
   // ranks-th micro-batch and the sums are added.
   double evaluate(std::span<const MicroBatch> eval);
 

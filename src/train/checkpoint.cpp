@@ -58,7 +58,7 @@ void copy_synced(const fs::path& from, const fs::path& to) {
 int64_t checkpoint_step(const std::string& name) {
   const std::string p = kStatePrefix;
   // At most 18 digits: the step fits int64 (a longer name is not one of ours).
-  if (name.rfind(p, 0) != 0 || name.size() == p.size() || name.size() > p.size() + 18) return -1;
+  if (!name.starts_with(p) || name.size() == p.size() || name.size() > p.size() + 18) return -1;
   int64_t step = 0;
   for (size_t i = p.size(); i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
@@ -386,8 +386,8 @@ void remove_stale_staging(const std::string& output_dir) {
     const std::string name = e.path().filename().string();
     const bool incomplete = checkpoint_step(name) >= 0 && e.is_directory() &&
                             !fs::exists(e.path() / "trainer_state.json");
-    if (name.rfind(kStagingPrefix, 0) == 0 ||
-        name.rfind(std::string(".old-") + kStatePrefix, 0) == 0 || incomplete)
+    if (name.starts_with(kStagingPrefix) ||
+        name.starts_with(std::string(".old-") + kStatePrefix) || incomplete)
       stale.push_back(e.path());
   }
   for (const fs::path& p : stale) fs::remove_all(p, ec);

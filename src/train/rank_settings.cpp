@@ -54,17 +54,13 @@ bool hash_stream(std::FILE* f, int64_t limit, uint64_t* h, int64_t* read) {
   return true;
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // A regular file's digest as text. Safetensors: the size and the 8-byte length + JSON header
 // (every tensor's name, dtype, shape and offsets), not the weights.
 std::string file_digest(const fs::path& p, bool whole_content) {
   std::error_code ec;
   const int64_t bytes = static_cast<int64_t>(fs::file_size(p, ec));
   if (ec) return "unreadable: " + ec.message();
-  const bool safetensors = ends_with(p.filename().string(), ".safetensors");
+  const bool safetensors = p.filename().string().ends_with(".safetensors");
   if (!whole_content && !safetensors && bytes > kDirFileHashLimit)
     return std::to_string(bytes) + " bytes (not hashed)";
   std::FILE* f = std::fopen(p.c_str(), "rb");
@@ -95,7 +91,7 @@ std::string file_digest(const fs::path& p, bool whole_content) {
 // loads only its own, and they are larger than the weights.
 bool weights_file(const fs::path& p) {
   const std::string n = p.filename().string();
-  return ends_with(n, ".safetensors") && n.rfind("optimizer-", 0) != 0;
+  return n.ends_with(".safetensors") && !n.starts_with("optimizer-");
 }
 
 // The file's digest, then (weights) each tensor's.

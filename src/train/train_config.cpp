@@ -214,11 +214,14 @@ Key rewards_key() {
       if (!r.IsMap()) bad_value(where, at, "a mapping (type, weight, ...)", r);
       RewardSpec spec;
       spec.timeout_s = 0.0;  // reward_timeout unless given
+      bool typed = false;
       for (auto it = r.begin(); it != r.end(); ++it) {
         const std::string key = it->first.Scalar(), name = at + "." + key;
         const YAML::Node v = it->second;  // a handle: it->second is a temporary
-        if (key == "type") spec.type = as_string(v, name, where);
-        else if (key == "name") spec.name = as_string(v, name, where);
+        if (key == "type") {
+          spec.type = parse_reward_type(as_string(v, name, where), where + ": " + at);
+          typed = true;
+        } else if (key == "name") spec.name = as_string(v, name, where);
         else if (key == "weight") spec.weight = as_number(v, name, where);
         else if (key == "answer_field") spec.answer_field = as_string(v, name, where);
         else if (key == "pattern") spec.pattern = as_string(v, name, where);
@@ -242,9 +245,9 @@ Key rewards_key() {
                            "cache_length, command, timeout)");
         }
       }
-      if (spec.type.empty())
+      if (!typed)
         throw InputError(where + ": " + at + ": type is required (" + reward_type_list() + ")");
-      if (spec.name.empty()) spec.name = spec.type;
+      if (spec.name.empty()) spec.name = reward_type_name(spec.type);
       c.rewards.push_back(std::move(spec));
     }
   };

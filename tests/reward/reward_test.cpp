@@ -37,9 +37,9 @@ std::vector<double> score_one(const RewardSpec& spec, const std::vector<RewardRe
 
 // A spec of `type` with the given fields set (designated initializers would warn under -Wextra
 // for every field left at its default).
-RewardSpec spec_of(std::string type, std::function<void(RewardSpec&)> set = {}) {
+RewardSpec spec_of(const std::string& type, std::function<void(RewardSpec&)> set = {}) {
   RewardSpec s;
-  s.type = std::move(type);
+  s.type = parse_reward_type(type, "test");
   if (set) set(s);
   return s;
 }
@@ -130,7 +130,16 @@ TEST(Rewards, BadSpecsNameTheirPlace) {
   EXPECT_EQ(message({spec_of("accuracy"), spec_of("accuracy")}),
             "config.yaml: rewards[1]: a second reward named 'accuracy' (give each reward of the "
             "same type its own `name`)");
-  EXPECT_EQ(message({spec_of("bleu")}),
+  // The type is parsed where a spec is read (a config file's rewards[i].type), naming its place.
+  auto type_message = [](const std::string& type, const std::string& where) {
+    try {
+      parse_reward_type(type, where);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(type_message("bleu", "config.yaml: rewards[0]"),
             "config.yaml: rewards[0]: unknown reward type 'bleu' (known: accuracy, format, "
             "length, command, python)");
   EXPECT_EQ(message({spec_of("command")}),

@@ -1,0 +1,68 @@
+# The layer graph of docs/HACKING.md, generated from cmake/layers.cmake so that the two cannot
+# drift: cmake -DDOC=docs/HACKING.md -P cmake/layer_graph.cmake fails when the block between the
+# document's two markers is not what layers.cmake gives (ctest Layers.HackingShowsLayersCmake);
+# with -DWRITE=ON it writes the block instead.
+cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/layers.cmake)
+
+set(begin_marker "<!-- The layer graph, generated from cmake/layers.cmake: cmake -DDOC=docs/HACKING.md -DWRITE=ON -P cmake/layer_graph.cmake -->")
+set(end_marker "<!-- end of the generated layer graph -->")
+
+# `text` padded with spaces to `width` columns (ASCII only: string(LENGTH) counts bytes).
+function(pad text width out)
+  string(LENGTH "${text}" n)
+  while(n LESS width)
+    string(APPEND text " ")
+    math(EXPR n "${n} + 1")
+  endwhile()
+  set(${out} "${text}" PARENT_SCOPE)
+endfunction()
+
+# One line per layer, bottom to top: the layer, the layers it links, what it holds; each column
+# as wide as its longest entry and a space.
+set(name_width 0)
+set(deps_width 0)
+foreach(layer IN LISTS STREAMBP_LAYERS)
+  list(JOIN STREAMBP_LAYER_DEPS_${layer} " " deps_${layer})
+  if(deps_${layer})
+    set(deps_${layer} "<- ${deps_${layer}}")
+  endif()
+  string(LENGTH "${layer} " n)
+  string(LENGTH "${deps_${layer}} " d)
+  if(n GREATER name_width)
+    set(name_width ${n})
+  endif()
+  if(d GREATER deps_width)
+    set(deps_width ${d})
+  endif()
+endforeach()
+set(graph "```\n")
+foreach(layer IN LISTS STREAMBP_LAYERS)
+  pad("${layer}" ${name_width} name)
+  pad("${deps_${layer}}" ${deps_width} deps)
+  string(APPEND graph "${name}${deps}${STREAMBP_LAYER_HOLDS_${layer}}\n")
+endforeach()
+string(APPEND graph "```\n")
+
+file(READ ${DOC} doc)
+string(FIND "${doc}" "${begin_marker}\n" at_begin)
+string(FIND "${doc}" "${end_marker}" at_end)
+if(at_begin EQUAL -1 OR at_end EQUAL -1)
+  message(FATAL_ERROR "${DOC} lacks the layer graph's markers:\n${begin_marker}\n${end_marker}")
+endif()
+string(LENGTH "${begin_marker}\n" begin_length)
+math(EXPR at_block "${at_begin} + ${begin_length}")
+math(EXPR block_length "${at_end} - ${at_block}")
+string(SUBSTRING "${doc}" ${at_block} ${block_length} block)
+if(block STREQUAL graph)
+  return()
+endif()
+if(WRITE)
+  string(SUBSTRING "${doc}" 0 ${at_block} before)
+  string(SUBSTRING "${doc}" ${at_end} -1 after)
+  file(WRITE ${DOC} "${before}${graph}${after}")
+  message(STATUS "wrote the layer graph into ${DOC}")
+else()
+  message(FATAL_ERROR "${DOC}'s layer graph is not cmake/layers.cmake's; write it with\n"
+    "  cmake -DDOC=${DOC} -DWRITE=ON -P cmake/layer_graph.cmake\nit should read:\n${graph}")
+endif()
