@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 #include <tuple>
+#include <variant>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -74,12 +75,104 @@ bool as_bool(const YAML::Node& n, const std::string& key, const std::string& whe
   bad_value(where, key, "true or false", n);
 }
 
-// One configuration key: how to set it from YAML and how to read it back.
+void require(bool ok, const TrainConfig& c, const std::string& key, const std::string& what) {
+  if (!ok) throw InputError(c.where(key) + ": " + key + " " + what);
+}
+
+// Integer settings are bounded above as well as below: a count nobody means (2^62 epochs, a
+// micro-batch of 2^40 tokens) must fail here, in one line naming the key, not overflow an int64
+// product or size an allocation later.
+void require_range(const TrainConfig& c, const std::string& key, int64_t v, int64_t lo,
+                   int64_t hi) {
+  if (v < lo || v > hi)
+    throw InputError(c.where(key) + ": " + key + " is " + std::to_string(v) +
+                     ", outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// Step counts share the trainer state's bound (what a JSON number holds exactly); tokens per
+// micro-batch are bounded by the attention kernels' int32 positions.
+constexpr int64_t kMaxStepCount = int64_t{1} << 53;
+constexpr int64_t kMaxTokensPerBatch = int64_t{1} << 31;
+
+// A real-number key's interval, said the way the objectives' rows say theirs ("must be
+// positive", "must be in [0, 1)"), then what its edge value means (" (0: no clipping)").
+struct RealBound {
+  SettingBound interval;
+  const char* note = "";
+};
+
+// An integer key's range, said "is 9999999999, outside [1, 1048576]"; a value under `lo` is told
+// `below` instead where the key has always said it so ("must be at least 1"), and any value
+// outside is told `outside` where the numbers need their meaning (dist.zero).
+struct IntegerBound {
+  int64_t lo = 0, hi = 0;
+  const char* below = nullptr;
+  const char* outside = nullptr;
+};
+
+using KeyBound = std::variant<std::monostate, RealBound, IntegerBound>;
+
+// One configuration key, a row of keys() below: how to set it from YAML, how to read it back,
+// and everything it must satisfy alone, which check_key() checks for every row. Rules about
+// several keys are the named checks of kCrossChecks.
 struct Key {
   std::string name;
   std::function<void(TrainConfig&, const YAML::Node&, const std::string&)> set;
   std::function<nlohmann::json(const TrainConfig&)> get;
+  KeyBound bound;                  // a number's range (none for the other keys)
+  const char* required = nullptr;  // must be given, and what it is ("a JSONL file")
+  // What is written must not be empty: the key's absence has a default (or means "none") and an
+  // empty value has no meaning of its own (`output_dir: ''` used to fall back to out/<config
+  // name> without a word). Only what the user writes is checked (a YAML file, an override,
+  // Python's keywords): a stored config lists every key, the unset ones as "". The objectives'
+  // model directories may be empty: their "" is documented (the starting model).
+  bool non_empty = false;
+  // Its default where it follows another key (metrics: <output_dir>/metrics.jsonl), filled when
+  // it was not given before anything is checked.
+  std::function<void(TrainConfig&)> derive;
+  // A rule about this key alone that a bound does not say (offload's items, a budget's size),
+  // checked before the bound.
+  std::function<void(const TrainConfig&, const Key&)> rule;
+
+  Key in(KeyBound b) && {
+    bound = b;
+    return std::move(*this);
+  }
+  Key must_give(const char* what) && {
+    required = what;
+    return std::move(*this);
+  }
+  Key given_non_empty() && {
+    non_empty = true;
+    return std::move(*this);
+  }
+  Key derived(std::function<void(TrainConfig&)> fill) && {
+    derive = std::move(fill);
+    return std::move(*this);
+  }
+  Key with_rule(std::function<void(const TrainConfig&, const Key&)> r) && {
+    rule = std::move(r);
+    return std::move(*this);
+  }
 };
+
+// Every row's own checks; `v` is the value as trainer_state.json stores it (`auto` chunks and
+// optionals are strings there, within any bound).
+void check_key(const Key& k, const TrainConfig& c) {
+  const nlohmann::json v = k.get(c);
+  if (k.required) require(!v.get_ref<const std::string&>().empty(), c, k.name,
+                          "is required (" + std::string(k.required) + ")");
+  if (k.rule) k.rule(c, k);
+  if (const auto* b = std::get_if<RealBound>(&k.bound))
+    require(within(b->interval, v.get<double>()), c, k.name,
+            bound_text(b->interval) + b->note);
+  if (const auto* b = std::get_if<IntegerBound>(&k.bound); b && v.is_number()) {
+    const int64_t x = v.get<int64_t>();
+    if (b->outside) require(x >= b->lo && x <= b->hi, c, k.name, b->outside);
+    if (b->below) require(x >= b->lo, c, k.name, b->below);
+    require_range(c, k.name, x, b->lo, b->hi);
+  }
+}
 
 template <class T, class Ref>
 Key bind(const std::string& name, Ref ref) {
@@ -283,19 +376,42 @@ Key rollout_stop_key(const std::string& section, Of of) {
   return k;
 }
 
-// An online objective's rollout settings (RolloutSettings) as keys of its section.
+// An online objective's rollout settings (RolloutSettings) as keys of its section. How sampling's
+// numbers go together (temperature, top_p, top_k, min_p) is a check of several keys
+// (check_sampling).
 std::vector<Key> rollout_keys(const ObjectiveTraits& t) {
   const std::string obj = t.name;
   const auto of = [kind = t.kind](TrainConfig& c) -> RolloutSettings& {
     return c.rollouts.at(kind);
   };
+  // An objective whose advantage compares a completion with the others of its prompt's group
+  // (GRPO) has no advantage for a group of one: the group's std is undefined (0/0 with the
+  // unbiased std TRL uses, so every advantage and then the loss is NaN). TRL refuses
+  // num_generations < 2 for GRPO in its config too. PPO's advantages are per token (GAE), so
+  // one completion per prompt is its default.
+  const bool compares_in_group = t.group == SequenceGroup::configured;
+  const auto group_of_one = [obj, of](const TrainConfig& c, const Key& k) {
+    require(of(const_cast<TrainConfig&>(c)).num_generations != 1, c, k.name,
+            "is 1: " + obj +
+                " compares each completion with the others of its prompt's group, and a group "
+                "of one has no advantage (its std is undefined); use at least 2");
+  };
 #define ROLLOUT_KEY(T, field) \
   sbp::bind<T>(obj + "." #field, [of](TrainConfig& c) -> T& { return of(c).field; })
-  return {ROLLOUT_KEY(int64_t, num_generations),     ROLLOUT_KEY(int64_t, prompts_per_step),
-          ROLLOUT_KEY(int64_t, max_completion_length), ROLLOUT_KEY(int64_t, num_iterations),
-          ROLLOUT_KEY(double, temperature),          ROLLOUT_KEY(double, top_p),
-          ROLLOUT_KEY(int64_t, top_k),               ROLLOUT_KEY(double, min_p),
-          ROLLOUT_KEY(bool, mask_truncated_completions), rollout_stop_key(obj, of)};
+  Key num_generations = ROLLOUT_KEY(int64_t, num_generations)
+                            .in(IntegerBound{.lo = compares_in_group ? 2 : 1, .hi = 4096});
+  if (compares_in_group) num_generations.rule = group_of_one;
+  return {std::move(num_generations),
+          ROLLOUT_KEY(int64_t, prompts_per_step).in(IntegerBound{.lo = 1, .hi = int64_t{1} << 20}),
+          ROLLOUT_KEY(int64_t, max_completion_length)
+              .in(IntegerBound{.lo = 1, .hi = kMaxTokensPerBatch}),
+          ROLLOUT_KEY(int64_t, num_iterations).in(IntegerBound{.lo = 1, .hi = 1024}),
+          ROLLOUT_KEY(double, temperature),
+          ROLLOUT_KEY(double, top_p),
+          ROLLOUT_KEY(int64_t, top_k).in(IntegerBound{.lo = 0, .hi = kMaxTokensPerBatch}),
+          ROLLOUT_KEY(double, min_p),
+          ROLLOUT_KEY(bool, mask_truncated_completions),
+          rollout_stop_key(obj, of)};
 #undef ROLLOUT_KEY
 }
 
@@ -306,8 +422,8 @@ Key setting_key(const ObjectiveSetting& row) {
   switch (row.type) {
     case SettingType::number:
       return bind<double>(name, [number = row.number](TrainConfig& c) -> double& {
-        return number(c.objective_settings);
-      });
+               return number(c.objective_settings);
+             }).in(RealBound{row.bound});
     case SettingType::choice: {
       Key k;
       k.name = name;
@@ -380,6 +496,94 @@ Key lora_targets_key() {
   return k;
 }
 
+// Derived defaults: what a key is when not given, where that follows another key.
+void default_output_dir(TrainConfig& c) {
+  if (!c.output_dir.empty()) return;
+  const std::string stem =
+      c.source.empty() ? "run" : std::filesystem::path(c.source).stem().string();
+  c.output_dir = "out/" + stem;
+}
+
+void default_metrics(TrainConfig& c) {
+  if (c.metrics.empty()) c.metrics = c.output_dir + "/metrics.jsonl";
+}
+
+// The model's directory (for a config.json, the directory it is in).
+void default_tokenizer(TrainConfig& c) {
+  if (!c.tokenizer.empty()) return;
+  const std::filesystem::path m(c.model);
+  c.tokenizer = std::filesystem::is_regular_file(m)
+                    ? (m.has_parent_path() ? m.parent_path().string() : ".")
+                    : c.model;
+}
+
+void default_max_seq_len(TrainConfig& c) {
+  if (c.max_seq_len == 0) c.max_seq_len = c.max_tokens;
+}
+
+void default_reward_timeouts(TrainConfig& c) {
+  for (RewardSpec& r : c.rewards)
+    if (r.timeout_s == 0.0) r.timeout_s = c.reward_timeout;
+}
+
+// offload: parse_offload's reason (an unknown item, 'none' among others) without its flag name.
+void offload_parses(const TrainConfig& c, const Key& k) {
+  try {
+    parse_offload(c.offload);
+  } catch (const InputError& e) {
+    std::string why = e.what();
+    if (why.starts_with("--offload: ")) why.erase(0, 11);
+    require(false, c, k.name, "'" + c.offload + "': " + why);
+  }
+}
+
+// 0 bytes is no budget anyone means: it used to mean "unlimited" without a word.
+template <std::string TrainConfig::*budget>
+void budget_positive(const TrainConfig& c, const Key& k) {
+  const std::string& text = c.*budget;
+  const char* absent = budget == &TrainConfig::memory_budget ? "90% of physical memory"
+                                                               : "no host budget";
+  if (!text.empty())
+    require(parse_size(text, c.where(k.name) + ": " + k.name) > 0, c, k.name,
+            "must be > 0; omit it for " + std::string(absent));
+}
+
+// host_memory_budget: what offloaded checkpoints may use of host memory, so nothing without
+// offload (said before its size, the one key's two rules in the order they were always said).
+void host_budget_rules(const TrainConfig& c, const Key& k) {
+  require(c.host_memory_budget.empty() || c.offload != "none", c, k.name,
+          "applies with offload (checkpoints, residual_grad)");
+  budget_positive<&TrainConfig::host_memory_budget>(c, k);
+}
+
+// optim.betas: [beta1, beta2], each in [0, 1).
+Key betas_key() {
+  Key k;
+  k.name = "optim.betas";
+  k.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    if (!n.IsSequence() || n.size() != 2)
+      bad_value(where, "optim.betas", "a list [beta1, beta2]", n);
+    c.beta1 = as_number(n[0], "optim.betas[0]", where);
+    c.beta2 = as_number(n[1], "optim.betas[1]", where);
+  };
+  k.get = [](const TrainConfig& c) { return nlohmann::json::array({c.beta1, c.beta2}); };
+  k.rule = [](const TrainConfig& c, const Key& self) {
+    constexpr SettingBound unit_open{.lo = 0.0, .hi = 1.0, .hi_open = true};
+    require(within(unit_open, c.beta1) && within(unit_open, c.beta2), c, self.name,
+            bound_text(unit_open));
+  };
+  return k;
+}
+
+constexpr SettingBound kFraction{.lo = 0.0, .hi = 1.0, .hi_open = true};  // [0, 1)
+constexpr const char* kZeroChoices =
+    "must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2 (sharded gradients too)";
+
+IntegerBound counted_from(int64_t lo, int64_t hi, const char* below) {
+  return {.lo = lo, .hi = hi, .below = below};
+}
+IntegerBound range(int64_t lo, int64_t hi) { return {.lo = lo, .hi = hi}; }
+
 #define KEY(T, name, member) bind<T>(name, [](TrainConfig& c) -> T& { return c.member; })
 #define ENUM_KEY(E, name, member, table) \
   enum_key<E>(                           \
@@ -389,106 +593,116 @@ Key lora_targets_key() {
       name, [](TrainConfig& c) -> std::optional<E>& { return c.member; }, \
       std::span<const EnumName<E>>(table))
 
+// Every key in the order docs/TRAINING.md and the error messages list them, each with its bound.
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = [] {
-    std::vector<Key> k = {
-        KEY(std::string, "model", model),
-        KEY(std::string, "tokenizer", tokenizer),
-        KEY(std::string, "output_dir", output_dir),
-        KEY(std::string, "metrics", metrics),
+    std::vector<Key> k;
+    const auto add = [&k](std::vector<Key> rows) {
+      for (Key& r : rows) k.push_back(std::move(r));
+    };
+    add({
+        KEY(std::string, "model", model).must_give("a Hugging Face model directory")
+            .given_non_empty(),
+        KEY(std::string, "tokenizer", tokenizer).given_non_empty().derived(default_tokenizer),
+        KEY(std::string, "output_dir", output_dir).given_non_empty().derived(default_output_dir),
+        KEY(std::string, "metrics", metrics).given_non_empty().derived(default_metrics),
         KEY(bool, "overwrite_output_dir", overwrite_output_dir),
         AUTO_KEY(DType, "save_dtype", save_dtype, kWeightDTypeNames),
-        KEY(std::string, "data.train", data_train),
-        KEY(std::string, "data.eval", data_eval),
-        KEY(double, "data.eval_fraction", eval_fraction),
+        KEY(std::string, "data.train", data_train).must_give("a JSONL file").given_non_empty(),
+        KEY(std::string, "data.eval", data_eval).given_non_empty(),
+        KEY(double, "data.eval_fraction", eval_fraction).in(RealBound{kFraction}),
         AUTO_KEY(DataFormat, "data.format", data_format, kDataFormatNames),
         AUTO_KEY(ChatTemplateName, "data.chat_template", chat_template, kChatTemplateNames),
-        KEY(std::string, "data.date_string", date_string),
+        KEY(std::string, "data.date_string", date_string).given_non_empty(),
         ENUM_KEY(Truncation, "data.truncation", truncation, kTruncationNames),
-        KEY(int64_t, "data.max_seq_len", max_seq_len),
+        KEY(int64_t, "data.max_seq_len", max_seq_len).derived(default_max_seq_len),
         KEY(bool, "data.shuffle", shuffle),
         KEY(bool, "data.append_eos", append_eos),
         AUTO_KEY(bool, "data.add_bos", add_bos, kBoolNames),
         ENUM_KEY(ObjectiveKind, "objective", objective, objective_names()),
-    };
+    });
     // Every objective's keys, after `objective`.
-    for (const ObjectiveTraits* t : objectives_in_key_order()) {
-      const std::vector<Key> o = objective_keys(*t);
-      k.insert(k.end(), o.begin(), o.end());
-    }
-    const std::vector<Key> rest = {
-        rewards_key(),
-        KEY(double, "reward_timeout", reward_timeout),
-        KEY(int64_t, "log_completions_every", log_completions_every),
+    for (const ObjectiveTraits* t : objectives_in_key_order()) add(objective_keys(*t));
+    add({
+        rewards_key().derived(default_reward_timeouts),
+        KEY(double, "reward_timeout", reward_timeout)
+            .in(RealBound{{.lo = 0.0, .hi = 86400.0, .lo_open = true}, " seconds"}),
+        KEY(int64_t, "log_completions_every", log_completions_every)
+            .in(range(0, kMaxStepCount)),
         backend_key(),
         ENUM_KEY(Precision, "precision", precision, kPrecisionNames),
         ENUM_KEY(DType, "grad_dtype", grad_dtype, kGradDTypeNames),
         mode_key(),
-        chunk_key("layer_chunk", &TrainConfig::layer_chunk),
-        chunk_key("head_chunk", &TrainConfig::head_chunk),
-        KEY(std::string, "memory_budget", memory_budget),
-        KEY(std::string, "offload", offload),
-        KEY(std::string, "host_memory_budget", host_memory_budget),
-        KEY(int64_t, "max_tokens", max_tokens),
-        KEY(int64_t, "grad_accum", grad_accum),
-        KEY(int64_t, "epochs", epochs),
-        KEY(int64_t, "max_steps", max_steps),
-        KEY(int64_t, "stop_after_steps", stop_after_steps),
-        KEY(int, "threads", threads),
+        chunk_key("layer_chunk", &TrainConfig::layer_chunk)
+            .in(counted_from(0, kMaxTokensPerBatch, "must be at least 1, or auto")),
+        chunk_key("head_chunk", &TrainConfig::head_chunk)
+            .in(counted_from(0, kMaxTokensPerBatch, "must be at least 1, or auto")),
+        KEY(std::string, "memory_budget", memory_budget)
+            .given_non_empty()
+            .with_rule(budget_positive<&TrainConfig::memory_budget>),
+        KEY(std::string, "offload", offload).given_non_empty().with_rule(offload_parses),
+        KEY(std::string, "host_memory_budget", host_memory_budget)
+            .given_non_empty()
+            .with_rule(host_budget_rules),
+        KEY(int64_t, "max_tokens", max_tokens)
+            .in(counted_from(2, kMaxTokensPerBatch, "must be at least 2")),
+        KEY(int64_t, "grad_accum", grad_accum)
+            .in(counted_from(1, int64_t{1} << 20, "must be at least 1")),
+        KEY(int64_t, "epochs", epochs).in(counted_from(1, int64_t{1} << 40, "must be at least 1")),
+        KEY(int64_t, "max_steps", max_steps).in(counted_from(0, kMaxStepCount, "must be >= 0")),
+        KEY(int64_t, "stop_after_steps", stop_after_steps)
+            .in(counted_from(0, kMaxStepCount, "must be >= 0")),
+        KEY(int, "threads", threads).in(counted_from(0, 4096, "must be >= 0 (0: all cores)")),
         KEY(uint64_t, "seed", seed),
-        KEY(double, "optim.lr", lr),
-        KEY(double, "optim.eps", eps),
-        KEY(double, "optim.weight_decay", weight_decay),
-        KEY(double, "optim.max_grad_norm", max_grad_norm),
+        KEY(double, "optim.lr", lr).in(RealBound{kPositive}),
+        betas_key(),
+        KEY(double, "optim.eps", eps).in(RealBound{kPositive}),
+        KEY(double, "optim.weight_decay", weight_decay).in(RealBound{kNonNegative}),
+        KEY(double, "optim.max_grad_norm", max_grad_norm)
+            .in(RealBound{kNonNegative, " (0: no clipping)"}),
         ENUM_KEY(ScheduleKind, "schedule.type", schedule, kScheduleNames),
-        KEY(int64_t, "schedule.warmup_steps", warmup_steps),
-        KEY(double, "schedule.warmup_ratio", warmup_ratio),
-        KEY(double, "schedule.min_lr_ratio", min_lr_ratio),
-        KEY(int64_t, "eval_every", eval_every),
-        KEY(int64_t, "save_every", save_every),
-        KEY(int64_t, "keep_last", keep_last),
+        KEY(int64_t, "schedule.warmup_steps", warmup_steps)
+            .in(counted_from(0, kMaxStepCount, "must be >= 0")),
+        KEY(double, "schedule.warmup_ratio", warmup_ratio).in(RealBound{kUnitInterval}),
+        KEY(double, "schedule.min_lr_ratio", min_lr_ratio).in(RealBound{kUnitInterval}),
+        KEY(int64_t, "eval_every", eval_every).in(counted_from(0, kMaxStepCount, "must be >= 0")),
+        KEY(int64_t, "save_every", save_every).in(counted_from(0, kMaxStepCount, "must be >= 0")),
+        KEY(int64_t, "keep_last", keep_last)
+            .in(counted_from(0, kMaxStepCount, "must be >= 0 (0: keep all)")),
         ENUM_KEY(NonFinitePolicy, "on_nonfinite", on_nonfinite, kNonFiniteNames),
-        KEY(int, "dist.zero", dist.zero),
-        KEY(int, "dist.context_parallel", dist.context_parallel),
+        KEY(int, "dist.zero", dist.zero).in(IntegerBound{.lo = 0, .hi = 2, .outside = kZeroChoices}),
+        KEY(int, "dist.context_parallel", dist.context_parallel)
+            .in(IntegerBound{
+                .lo = 1,
+                .hi = 4096,
+                .outside = "must be between 1 and 4096 (ranks sharing each sequence)"}),
         KEY(int64_t, "lora.r", lora.r),
-        KEY(std::string, "lora.adapter", lora_adapter),
+        KEY(std::string, "lora.adapter", lora_adapter).given_non_empty(),
         KEY(double, "lora.alpha", lora.alpha),
         KEY(double, "lora.dropout", lora.dropout),
         KEY(bool, "lora.use_rslora", lora.use_rslora),
         lora_targets_key(),
-        KEY(int64_t, "demo.seq_len", demo_options.seq_len),
-        KEY(int64_t, "demo.steps", demo_options.steps),
-        KEY(int64_t, "demo.eval_every", demo_options.eval_every),
-        KEY(int64_t, "demo.eval_sequences", demo_options.eval_sequences),
-        KEY(double, "demo.lr", demo_options.lr),
-        KEY(int64_t, "demo.warmup", demo_options.warmup),
-        KEY(double, "demo.clip", demo_options.clip),
-        KEY(int64_t, "demo.layer_chunk", demo_options.layer_chunk),
-        KEY(int64_t, "demo.head_chunk", demo_options.head_chunk),
-        KEY(int64_t, "demo.hidden", demo_options.hidden),
-        KEY(int64_t, "demo.layers", demo_options.layers),
-        KEY(int64_t, "demo.heads", demo_options.heads),
-        KEY(int64_t, "demo.pairs", demo_options.num_pairs),
-        KEY(int64_t, "demo.queries", demo_options.num_queries),
-        KEY(int64_t, "demo.filler", demo_options.num_filler),
+        KEY(int64_t, "demo.seq_len", demo_options.seq_len).in(range(16, int64_t{1} << 20)),
+        KEY(int64_t, "demo.steps", demo_options.steps).in(range(1, kMaxStepCount)),
+        KEY(int64_t, "demo.eval_every", demo_options.eval_every).in(range(0, kMaxStepCount)),
+        KEY(int64_t, "demo.eval_sequences", demo_options.eval_sequences)
+            .in(range(0, int64_t{1} << 20)),
+        KEY(double, "demo.lr", demo_options.lr).in(RealBound{kPositive}),
+        KEY(int64_t, "demo.warmup", demo_options.warmup).in(range(0, kMaxStepCount)),
+        KEY(double, "demo.clip", demo_options.clip)
+            .in(RealBound{kNonNegative, " (0: no clipping)"}),
+        KEY(int64_t, "demo.layer_chunk", demo_options.layer_chunk).in(range(1, int64_t{1} << 20)),
+        KEY(int64_t, "demo.head_chunk", demo_options.head_chunk).in(range(1, int64_t{1} << 20)),
+        KEY(int64_t, "demo.hidden", demo_options.hidden).in(range(1, int64_t{1} << 16)),
+        KEY(int64_t, "demo.layers", demo_options.layers).in(range(1, 4096)),
+        KEY(int64_t, "demo.heads", demo_options.heads).in(range(1, 4096)),
+        KEY(int64_t, "demo.pairs", demo_options.num_pairs).in(range(1, int64_t{1} << 20)),
+        KEY(int64_t, "demo.queries", demo_options.num_queries).in(range(1, int64_t{1} << 20)),
+        KEY(int64_t, "demo.filler", demo_options.num_filler).in(range(0, int64_t{1} << 20)),
         KEY(uint64_t, "demo.seed", demo_options.seed),
-        KEY(int, "demo.threads", demo_options.threads),
-        KEY(std::string, "demo.out", demo_options.out),
-    };
-    k.insert(k.end(), rest.begin(), rest.end());
-    // optim.betas: [beta1, beta2]
-    Key betas;
-    betas.name = "optim.betas";
-    betas.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
-      if (!n.IsSequence() || n.size() != 2)
-        bad_value(where, "optim.betas", "a list [beta1, beta2]", n);
-      c.beta1 = as_number(n[0], "optim.betas[0]", where);
-      c.beta2 = as_number(n[1], "optim.betas[1]", where);
-    };
-    betas.get = [](const TrainConfig& c) { return nlohmann::json::array({c.beta1, c.beta2}); };
-    const auto lr =
-        std::find_if(k.begin(), k.end(), [](const Key& x) { return x.name == "optim.lr"; });
-    k.insert(lr + 1, betas);
+        KEY(int, "demo.threads", demo_options.threads).in(range(0, 4096)),
+        KEY(std::string, "demo.out", demo_options.out).given_non_empty(),
+    });
     return k;
   }();
   return table;
@@ -525,22 +739,10 @@ std::string mark(const std::string& file, const YAML::Node& n) {
   return file + ":" + std::to_string(n.Mark().line + 1);
 }
 
-// String keys whose absence has a default (or means "none") and whose empty value has no
-// meaning of its own: `output_dir: ''` used to fall back to out/<config name> without a word.
-// Only what the user writes is checked (a YAML file, an override, Python's keywords): a stored
-// config lists every key, the unset ones as "". The model directories of the objective rows
-// are not here: their "" is documented (the starting model).
-constexpr const char* kNonEmptyKeys[] = {
-    "model",      "tokenizer",          "output_dir",       "metrics",
-    "data.train", "data.eval",          "data.date_string", "memory_budget",
-    "offload",    "host_memory_budget", "lora.adapter",     "demo.out"};
-
 void apply(TrainConfig& c, const std::string& name, const YAML::Node& value,
            const std::string& where) {
   const Key* k = find_key(name);
-  if (std::find(std::begin(kNonEmptyKeys), std::end(kNonEmptyKeys), name) !=
-          std::end(kNonEmptyKeys) &&
-      (value.IsNull() || (value.IsScalar() && value.Scalar().empty())))
+  if (k->non_empty && (value.IsNull() || (value.IsScalar() && value.Scalar().empty())))
     throw InputError(where + ": " + name + " is empty; give a value, or omit the key for " +
                      "its default");
   k->set(c, value, where);
@@ -606,177 +808,42 @@ void apply_override(TrainConfig& c, const std::string& arg) {
   apply(c, name, value, where);
 }
 
-void require(bool ok, const TrainConfig& c, const std::string& key, const std::string& what) {
-  if (!ok) throw InputError(c.where(key) + ": " + key + " " + what);
-}
-
-// Integer settings are bounded above as well as below: a count nobody means (2^62 epochs, a
-// micro-batch of 2^40 tokens) must fail here, in one line naming the key, not overflow an int64
-// product or size an allocation later.
-void require_range(const TrainConfig& c, const std::string& key, int64_t v, int64_t lo,
-                   int64_t hi) {
-  if (v < lo || v > hi)
-    throw InputError(c.where(key) + ": " + key + " is " + std::to_string(v) +
-                     ", outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-}
-
-// Step counts share the trainer state's bound (what a JSON number holds exactly); tokens per
-// micro-batch are bounded by the attention kernels' int32 positions.
-constexpr int64_t kMaxStepCount = int64_t{1} << 53;
-constexpr int64_t kMaxTokensPerBatch = int64_t{1} << 31;
-
-void check_integer_ranges(const TrainConfig& c) {
-  require_range(c, "max_tokens", c.max_tokens, 2, kMaxTokensPerBatch);
-  require_range(c, "layer_chunk", c.layer_chunk, 0, kMaxTokensPerBatch);
-  require_range(c, "head_chunk", c.head_chunk, 0, kMaxTokensPerBatch);
-  require_range(c, "grad_accum", c.grad_accum, 1, int64_t{1} << 20);
-  require_range(c, "epochs", c.epochs, 1, int64_t{1} << 40);
-  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"max_steps", c.max_steps},
-                               {"stop_after_steps", c.stop_after_steps},
-                               {"schedule.warmup_steps", c.warmup_steps},
-                               {"eval_every", c.eval_every},
-                               {"save_every", c.save_every},
-                               {"keep_last", c.keep_last}})
-    require_range(c, key, v, 0, kMaxStepCount);
-  require_range(c, "threads", c.threads, 0, 4096);
-}
-
-void check_demo_ranges(const TrainConfig& c) {
-  const DemoOptions& d = c.demo_options;
-  require(d.steps >= 1 && d.seq_len >= 16, c, "demo", "needs steps >= 1 and seq_len >= 16");
-  require_range(c, "demo.seq_len", d.seq_len, 16, int64_t{1} << 20);
-  require_range(c, "demo.steps", d.steps, 1, kMaxStepCount);
-  require_range(c, "demo.eval_every", d.eval_every, 0, kMaxStepCount);
-  require_range(c, "demo.eval_sequences", d.eval_sequences, 0, int64_t{1} << 20);
-  require_range(c, "demo.warmup", d.warmup, 0, kMaxStepCount);
-  require_range(c, "demo.layer_chunk", d.layer_chunk, 1, int64_t{1} << 20);
-  require_range(c, "demo.head_chunk", d.head_chunk, 1, int64_t{1} << 20);
-  require(d.lr > 0.0, c, "demo.lr", "must be positive");
-  require(d.clip >= 0.0, c, "demo.clip", "must be >= 0 (0: no clipping)");
-  require_range(c, "demo.hidden", d.hidden, 1, int64_t{1} << 16);
-  require_range(c, "demo.layers", d.layers, 1, 4096);
-  require_range(c, "demo.heads", d.heads, 1, 4096);
-  require_range(c, "demo.pairs", d.num_pairs, 1, int64_t{1} << 20);
-  require_range(c, "demo.queries", d.num_queries, 1, int64_t{1} << 20);
-  require_range(c, "demo.filler", d.num_filler, 0, int64_t{1} << 20);
-  require_range(c, "demo.threads", d.threads, 0, 4096);
-}
-
-void fill_defaults_and_validate(TrainConfig& c) {
-  if (c.demo) {
-    for (const char* k : {"model", "data.train", "data.eval", "objective"}) {
-      if (c.origin.count(k))
-        throw InputError(c.where(k) + ": " + k +
-                         " cannot be combined with the demo section (the demo "
-                         "trains its own model on its own task)");
-    }
-    check_demo_ranges(c);
-    return;
-  }
-  require(!c.model.empty(), c, "model", "is required (a Hugging Face model directory)");
-  require(!c.data_train.empty(), c, "data.train", "is required (a JSONL file)");
-  if (c.output_dir.empty()) {
-    const std::string stem =
-        c.source.empty() ? "run" : std::filesystem::path(c.source).stem().string();
-    c.output_dir = "out/" + stem;
-  }
-  if (c.metrics.empty()) c.metrics = c.output_dir + "/metrics.jsonl";
-  if (c.tokenizer.empty()) {
-    // The model's directory (for a config.json, the directory it is in).
-    const std::filesystem::path m(c.model);
-    c.tokenizer = std::filesystem::is_regular_file(m)
-                      ? (m.has_parent_path() ? m.parent_path().string() : ".")
-                      : c.model;
-  }
-  require(c.max_tokens >= 2, c, "max_tokens", "must be at least 2");
-  if (c.max_seq_len == 0) c.max_seq_len = c.max_tokens;
+// The rules that are about several keys, each named for what it keeps from happening; every key
+// alone has been checked by then (check_key). Each names the key to change.
+void check_max_seq_len(const TrainConfig& c) {
   require(c.max_seq_len >= 2 && c.max_seq_len <= c.max_tokens, c, "data.max_seq_len",
           "must be between 2 and max_tokens (" + std::to_string(c.max_tokens) + ")");
-  require(c.eval_fraction >= 0.0 && c.eval_fraction < 1.0, c, "data.eval_fraction",
-          "must be in [0, 1)");
+}
+
+void check_one_held_out_set(const TrainConfig& c) {
   require(c.data_eval.empty() || c.eval_fraction == 0.0, c, "data.eval_fraction",
           "cannot be combined with data.eval (one held-out set)");
-  try {
-    parse_offload(c.offload);
-  } catch (const InputError& e) {
-    // parse_offload's reason (an unknown item, 'none' among others) without its flag name.
-    std::string why = e.what();
-    if (why.rfind("--offload: ", 0) == 0) why.erase(0, 11);
-    require(false, c, "offload", "'" + c.offload + "': " + why);
-  }
-  require(c.host_memory_budget.empty() || c.offload != "none", c, "host_memory_budget",
-          "applies with offload (checkpoints, residual_grad)");
-  // 0 bytes is no budget anyone means: it used to mean "unlimited" without a word.
-  for (const auto& [key, text, absent] :
-       {std::tuple<const char*, const std::string&, const char*>{"memory_budget", c.memory_budget,
-                                                                 "90% of physical memory"},
-        {"host_memory_budget", c.host_memory_budget, "no host budget"}})
-    if (!text.empty())
-      require(parse_size(text, c.where(key) + ": " + key) > 0, c, key,
-              "must be > 0; omit it for " + std::string(absent));
-  // The budgets are what `auto` chunks plan with, and nothing else reads them: with both chunks
-  // fixed a budget would be accepted and mean nothing.
+}
+
+// The budgets are what `auto` chunks plan with, and nothing else reads them: with both chunks
+// fixed a budget would be accepted and mean nothing.
+void check_budgets_have_auto_chunks(const TrainConfig& c) {
   for (const auto& [key, text] : {std::pair<const char*, const std::string&>{"memory_budget",
                                                                             c.memory_budget},
                                   {"host_memory_budget", c.host_memory_budget}})
     require(text.empty() || c.layer_chunk == 0 || c.head_chunk == 0, c, key,
             "is what auto chunks plan with; layer_chunk and head_chunk are both fixed, so "
             "nothing would use it (set one of them to auto, or omit " + std::string(key) + ")");
-  require(c.layer_chunk >= 0, c, "layer_chunk", "must be at least 1, or auto");
-  require(c.head_chunk >= 0, c, "head_chunk", "must be at least 1, or auto");
-  require(c.grad_accum >= 1, c, "grad_accum", "must be at least 1");
-  require(c.epochs >= 1, c, "epochs", "must be at least 1");
-  require(c.max_steps >= 0, c, "max_steps", "must be >= 0");
-  require(c.stop_after_steps >= 0, c, "stop_after_steps", "must be >= 0");
-  require(c.threads >= 0, c, "threads", "must be >= 0 (0: all cores)");
-  require(c.lr > 0.0, c, "optim.lr", "must be positive");
-  require(c.beta1 >= 0.0 && c.beta1 < 1.0 && c.beta2 >= 0.0 && c.beta2 < 1.0, c, "optim.betas",
-          "must be in [0, 1)");
-  require(c.eps > 0.0, c, "optim.eps", "must be positive");
-  require(c.weight_decay >= 0.0, c, "optim.weight_decay", "must be >= 0");
-  require(c.max_grad_norm >= 0.0, c, "optim.max_grad_norm", "must be >= 0 (0: no clipping)");
-  require(c.warmup_steps >= 0, c, "schedule.warmup_steps", "must be >= 0");
-  require(c.warmup_ratio >= 0.0 && c.warmup_ratio <= 1.0, c, "schedule.warmup_ratio",
-          "must be in [0, 1]");
-  require(c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0, c, "schedule.min_lr_ratio",
-          "must be in [0, 1]");
-  require(c.eval_every >= 0, c, "eval_every", "must be >= 0");
-  require(c.save_every >= 0, c, "save_every", "must be >= 0");
-  require(c.keep_last >= 0, c, "keep_last", "must be >= 0 (0: keep all)");
-  require(
-      c.dist.zero >= 0 && c.dist.zero <= 2, c, "dist.zero",
-      "must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2 (sharded gradients too)");
-  require(c.dist.context_parallel >= 1 && c.dist.context_parallel <= 4096, c,
-          "dist.context_parallel", "must be between 1 and 4096 (ranks sharing each sequence)");
-  require(c.dist.context_parallel == 1 || c.mode.layers != LayerMode::store, c, "dist.context_parallel",
+}
+
+void check_context_parallel_mode(const TrainConfig& c) {
+  require(c.dist.context_parallel == 1 || c.mode.layers != LayerMode::store, c,
+          "dist.context_parallel",
           "runs the stream and checkpoint modes, not base (store keeps every activation of the "
           "whole sequence on every rank)");
-  for (const ObjectiveTraits* t : objectives_in_key_order())
-    for (const ObjectiveSetting& row : t->settings)
-      if (row.type == SettingType::number)
-        require(within(row.bound, row.number(c.objective_settings)), c, row.key,
-                bound_text(row.bound));
+}
+
+// Every online objective's temperature, top_p, top_k and min_p, as the sampler takes them.
+void check_sampling(const TrainConfig& c) {
   for (const ObjectiveTraits* t : objectives_in_key_order()) {
     if (!t->rollouts) continue;
     const std::string obj = t->name;
     const RolloutSettings& r = c.rollouts.at(t->kind);
-    // An objective whose advantage compares a completion with the others of its prompt's group
-    // (GRPO) has no advantage for a group of one: the group's std is undefined (0/0 with the
-    // unbiased std TRL uses, so every advantage and then the loss is NaN). TRL refuses
-    // num_generations < 2 for GRPO in its config too. PPO's advantages are per token (GAE), so
-    // one completion per prompt is its default.
-    const bool compares_in_group = t->group == SequenceGroup::configured;
-    if (compares_in_group)
-      require(r.num_generations != 1, c, obj + ".num_generations",
-              "is 1: " + obj +
-                  " compares each completion with the others of its prompt's group, and a "
-                  "group of one has no advantage (its std is undefined); use at least 2");
-    require_range(c, obj + ".num_generations", r.num_generations, compares_in_group ? 2 : 1,
-                  4096);
-    require_range(c, obj + ".prompts_per_step", r.prompts_per_step, 1, int64_t{1} << 20);
-    require_range(c, obj + ".max_completion_length", r.max_completion_length, 1, kMaxTokensPerBatch);
-    require_range(c, obj + ".num_iterations", r.num_iterations, 1, 1024);
-    require_range(c, obj + ".top_k", r.top_k, 0, kMaxTokensPerBatch);
     SamplingParams p{false, r.temperature, r.top_k, r.top_p, r.min_p};
     try {
       p.validate(obj);
@@ -784,60 +851,92 @@ void fill_defaults_and_validate(TrainConfig& c) {
       throw InputError(c.where(obj + ".temperature") + ": " + e.what());
     }
   }
-  require(c.reward_timeout > 0.0 && c.reward_timeout <= 86400.0, c, "reward_timeout",
-          "must be in (0, 86400] seconds");
-  require_range(c, "log_completions_every", c.log_completions_every, 0, kMaxStepCount);
-  for (RewardSpec& r : c.rewards)
-    if (r.timeout_s == 0.0) r.timeout_s = c.reward_timeout;
-  check_integer_ranges(c);
-  if (!c.lora_adapter.empty()) {
-    const LoraConfig a = read_lora_config(c.lora_adapter);  // errors name the file
-    auto agree = [&](const char* key, bool same, const std::string& theirs) {
-      if (c.origin.count(key) && !same)
-        throw InputError(c.where(key) + ": " + key + " disagrees with " + c.lora_adapter +
-                         "/adapter_config.json (" + theirs + ")");
-    };
-    agree("lora.r", c.lora.r == a.r, "r " + std::to_string(a.r));
-    agree("lora.alpha", c.lora.alpha == a.alpha, "lora_alpha " + std::to_string(a.alpha));
-    agree("lora.use_rslora", c.lora.use_rslora == a.use_rslora,
-          std::string("use_rslora ") + (a.use_rslora ? "true" : "false"));
-    bool same_targets = true;
-    for (int p = 0; p < kLoraTargets; ++p)
-      same_targets = same_targets && c.lora.targets(static_cast<LoraTarget>(p)) ==
-                                         a.targets(static_cast<LoraTarget>(p));
-    agree("lora.target_modules", same_targets, "target_modules " + a.describe());
-    c.lora.r = a.r;
-    c.lora.alpha = a.alpha;
-    c.lora.use_rslora = a.use_rslora;
-    c.lora.target_modules = a.target_modules;
+}
+
+// lora.adapter: the adapter's r, lora_alpha, target_modules and use_rslora become the run's;
+// lora.* keys given beside it must agree.
+void take_lora_adapter(TrainConfig& c) {
+  if (c.lora_adapter.empty()) return;
+  const LoraConfig a = read_lora_config(c.lora_adapter);  // errors name the file
+  auto agree = [&](const char* key, bool same, const std::string& theirs) {
+    if (c.origin.count(key) && !same)
+      throw InputError(c.where(key) + ": " + key + " disagrees with " + c.lora_adapter +
+                       "/adapter_config.json (" + theirs + ")");
+  };
+  agree("lora.r", c.lora.r == a.r, "r " + std::to_string(a.r));
+  agree("lora.alpha", c.lora.alpha == a.alpha, "lora_alpha " + std::to_string(a.alpha));
+  agree("lora.use_rslora", c.lora.use_rslora == a.use_rslora,
+        std::string("use_rslora ") + (a.use_rslora ? "true" : "false"));
+  bool same_targets = true;
+  for (int p = 0; p < kLoraTargets; ++p)
+    same_targets = same_targets && c.lora.targets(static_cast<LoraTarget>(p)) ==
+                                       a.targets(static_cast<LoraTarget>(p));
+  agree("lora.target_modules", same_targets, "target_modules " + a.describe());
+  c.lora.r = a.r;
+  c.lora.alpha = a.alpha;
+  c.lora.use_rslora = a.use_rslora;
+  c.lora.target_modules = a.target_modules;
+}
+
+// Full fine-tuning: adapter settings given beside it would be ignored without a word (a missing
+// or zero lora.r in a config meant for LoRA trains every weight instead). Keys at their default
+// change nothing and pass (a stored config lists every key).
+void check_lora_settings_used(const TrainConfig& c) {
+  if (c.lora.r != 0) return;
+  const LoraConfig defaults;
+  std::string ignored, first;
+  auto given = [&](const char* key, bool changed) {
+    if (!changed || !c.origin.count(key)) return;
+    ignored += (ignored.empty() ? "" : ", ") + std::string(key);
+    if (first.empty()) first = key;
+  };
+  given("lora.alpha", c.lora.alpha != defaults.alpha);
+  given("lora.dropout", c.lora.dropout != defaults.dropout);
+  given("lora.use_rslora", c.lora.use_rslora != defaults.use_rslora);
+  given("lora.target_modules", c.lora.target_modules != defaults.target_modules);
+  if (!ignored.empty())
+    throw InputError(c.where(first) + ": " + ignored + " would be ignored: lora.r is 0 " +
+                     "(full fine-tuning); set lora.r to train LoRA adapters, or remove " +
+                     (ignored.find(',') == std::string::npos ? "it" : "them"));
+}
+
+void check_lora(const TrainConfig& c) {
+  if (c.lora.r == 0) return;
+  try {
+    c.lora.validate();
+  } catch (const InputError& e) {
+    throw InputError(c.where("lora.r") + ": " + e.what());
   }
-  if (c.lora.r == 0) {
-    // Full fine-tuning: adapter settings given beside it would be ignored without a word (a
-    // missing or zero lora.r in a config meant for LoRA trains every weight instead). Keys at
-    // their default change nothing and pass (a stored config lists every key).
-    const LoraConfig defaults;
-    std::string ignored, first;
-    auto given = [&](const char* key, bool changed) {
-      if (!changed || !c.origin.count(key)) return;
-      ignored += (ignored.empty() ? "" : ", ") + std::string(key);
-      if (first.empty()) first = key;
-    };
-    given("lora.alpha", c.lora.alpha != defaults.alpha);
-    given("lora.dropout", c.lora.dropout != defaults.dropout);
-    given("lora.use_rslora", c.lora.use_rslora != defaults.use_rslora);
-    given("lora.target_modules", c.lora.target_modules != defaults.target_modules);
-    if (!ignored.empty())
-      throw InputError(c.where(first) + ": " + ignored + " would be ignored: lora.r is 0 " +
-                       "(full fine-tuning); set lora.r to train LoRA adapters, or remove " +
-                       (ignored.find(',') == std::string::npos ? "it" : "them"));
+}
+
+// The demo trains its own model on its own task: the keys that name another would be ignored.
+void check_demo_alone(const TrainConfig& c) {
+  for (const char* k : {"model", "data.train", "data.eval", "objective"}) {
+    if (c.origin.count(k))
+      throw InputError(c.where(k) + ": " + k +
+                       " cannot be combined with the demo section (the demo "
+                       "trains its own model on its own task)");
   }
-  if (c.lora.r != 0) {
-    try {
-      c.lora.validate();
-    } catch (const InputError& e) {
-      throw InputError(c.where("lora.r") + ": " + e.what());
-    }
-  }
+  const DemoOptions& d = c.demo_options;
+  require(d.steps >= 1 && d.seq_len >= 16, c, "demo", "needs steps >= 1 and seq_len >= 16");
+}
+
+// A run's keys are the demo's (demo.*) or everything else's.
+bool in_run(const Key& k, const TrainConfig& c) { return k.name.starts_with("demo.") == c.demo; }
+
+void fill_defaults_and_validate(TrainConfig& c) {
+  if (c.demo) check_demo_alone(c);
+  for (const Key& k : keys())
+    if (k.derive && in_run(k, c)) k.derive(c);
+  for (const Key& k : keys())
+    if (in_run(k, c)) check_key(k, c);
+  if (c.demo) return;
+  for (void (*check)(const TrainConfig&) :
+       {check_max_seq_len, check_one_held_out_set, check_budgets_have_auto_chunks, check_context_parallel_mode, check_sampling})
+    check(c);
+  take_lora_adapter(c);
+  check_lora_settings_used(c);
+  check_lora(c);
 }
 
 }  // namespace
