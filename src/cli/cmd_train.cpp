@@ -89,8 +89,8 @@ void register_train(CLI::App& app) {
   c->add_option(
       "--resume", a->resume,
       "Continue from a checkpoint directory, or from the newest checkpoint in an output directory");
-  // The same ranges as the demo.* keys (train_config.cpp): a negative chunk or thread count used
-  // to run, and --steps 0 trained nothing.
+  // The same ranges as the demo.* keys (train/config_keys.cpp): a negative chunk or thread
+  // count used to run, and --steps 0 trained nothing.
   c->add_option("--steps", o->steps, "Demo: optimizer steps")->check(int_in(1, int64_t{1} << 53));
   c->add_option("--seq-len", o->seq_len, "Demo: tokens per sequence")
       ->check(int_in(16, int64_t{1} << 20));

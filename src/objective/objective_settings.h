@@ -4,7 +4,7 @@
 // objective, or a setting to one, touches only that objective's files. A row is a key
 // ("kto.desirable_weight"; the Python keyword kto__desirable_weight) bound to its field of
 // ObjectiveSetup (a number with its bound, or a closed set), or a model directory the trainer
-// loads for the objective (its reference model, PPO's value model). train/train_config.cpp makes
+// loads for the objective (its reference model, PPO's value model). train/config_keys.cpp makes
 // every row a config key and checks its bound; cli/objective_args.cpp sets the row that --beta
 // names.
 //

@@ -25,7 +25,7 @@ constexpr int64_t kHeaderHashLimit = int64_t{64} << 20;
 // Config keys each rank may set for itself: its machine's thread count.
 const char* const kPerRankKeys[] = {"threads"};
 
-// Keys whose default is derived from another key (train_config.cpp fills them in): they go
+// Keys whose default is derived from another key (their rows in config_keys.cpp): they go
 // last, so that ranks that differ in the source (output_dir, max_tokens) are told about it, not
 // about its consequence.
 const char* const kDerivedKeys[] = {"metrics", "data.max_seq_len"};
