@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/error.h"
-
 namespace sbp {
 
 namespace {
