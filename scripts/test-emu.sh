@@ -17,7 +17,7 @@ whole=(cuda_emulation_test cuda_arena_test cuda_attention_tc_test dist_nccl_emul
   cuda_emulation_fidelity_test cuda_fallback_test cuda_attention_long_test)
 # Programs that take the backend from STREAMBP_TEST_BACKEND (test_support.h), and their filters.
 on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test objective_parity_test
-  sequence_objective_paths_test offload_test device_init_test)
+  sequence_objective_paths_test head_route_test offload_test device_init_test)
 declare -A filter=(
   [lora_parity_test]='*'
   # DPO, ORPO, KTO, GRPO and PPO against TRL's numbers on transformers models; the preference
@@ -25,6 +25,8 @@ declare -A filter=(
   [objective_parity_test]='*'
   # That kernel's route against the host's, to the bit.
   [sequence_objective_paths_test]='*'
+  # Every head route against its host version, to the bit (objective/head_route.h).
+  [head_route_test]='*'
   [hf_parity_bf16_test]='*'
   # The fixtures' every-mode gradients are the slow third of this program emulated; the bf16
   # program above runs every mode on every fixture already.

@@ -2,77 +2,22 @@
 
 #include <algorithm>
 #include <memory>
-#include <optional>
+#include <variant>
 
+#include "engine/chunk_loops.h"
 #include "engine/context_rows.h"
-#include "engine/head_block.h"
+#include "engine/head_routes.h"
 #include "engine/residual_grad.h"
 #include "engine/window_stream.h"
 #include "model/decoder_layer.h"
-#include "objective/sequence_rows.h"
 
 namespace sbp {
 
 namespace {
 
-// The chunks a loop over [0, T) in `chunk`-row pieces runs. A backend that computes runs every
-// chunk. One that skips repeated chunks (the planner's) runs, of the full-sized chunks, the first
-// two and the last two, and the shorter last chunk: every buffer a chunk allocates is sized by its
-// row count alone (n rows of something), and each chunk frees what it allocated before the next
-// begins, so a skipped chunk would repeat the allocations of the one before it from the same
-// ledger state. The peak and its breakdown are unchanged (the plan-equals-measurement tests
-// compare them with real runs, which run every chunk) and planning 10^8 tokens costs what
-// planning 10^4 does. The second and second-to-last runs keep that true even if a first
-// chunk ever allocated something lazily that later chunks reuse.
-struct ChunkRange {
-  int64_t T, chunk, count, full;  // full: chunks of exactly `chunk` rows, indices [0, full)
-  bool skip;
-  ChunkRange(int64_t t, int64_t c, const Backend& be)
-      : T(t), chunk(c), count((t + c - 1) / c), full(t / c), skip(be.skips_repeated_chunks()) {}
-  bool runs(int64_t c) const { return !skip || c < 2 || c >= full - 2; }
-};
-
-// Calls fn(begin, end) for consecutive chunks of `chunk` rows covering [0, T).
-template <class Fn>
-void for_chunks(const ChunkRange& r, Fn fn) {
-  for (int64_t c = 0; c < r.count; ++c) {
-    if (!r.runs(c)) c = r.full - 2;  // jump over the repeats
-    fn(c * r.chunk, std::min(r.T, (c + 1) * r.chunk));
-  }
-}
-
-// Same, last chunk first (the order StreamBP's backward needs).
-template <class Fn>
-void for_chunks_reversed(const ChunkRange& r, Fn fn) {
-  for (int64_t c = r.count - 1; c >= 0; --c) {
-    if (!r.runs(c)) c = 1;
-    fn(c * r.chunk, std::min(r.T, (c + 1) * r.chunk));
-  }
-}
-
 // The embedding multiplier in the activation dtype (ModelConfig::embed_scale).
 float embed_scale_in(const ModelConfig& cfg, DType act) {
   return cfg.embed_scale(act == DType::BF16);
-}
-
-// Calls fn(piece, begin, end) for the chunks of `chunk` rows of each of this rank's pieces, in
-// row order; begin and end are rows of the piece (global rows piece.begin + begin ..., local
-// rows piece.local + begin ...).
-template <class Fn>
-void for_piece_chunks(const ContextSlice& cs, int64_t chunk, const Backend& be, Fn fn) {
-  for (const RowPiece& p : cs.mine())
-    for_chunks(ChunkRange(p.size(), chunk, be), [&](int64_t s, int64_t e) { fn(p, s, e); });
-}
-
-// Sums the objective's row-additive accumulators over the context group (Objective::pass_sums).
-void sum_over_group(Communicator* group, std::vector<std::span<double>> parts) {
-  if (!group || parts.empty()) return;
-  std::vector<double> all;
-  for (const std::span<double>& part : parts) all.insert(all.end(), part.begin(), part.end());
-  group->sum(std::span<double>(all));
-  size_t at = 0;
-  for (const std::span<double>& part : parts)
-    for (double& v : part) v = all[at++];
 }
 
 }  // namespace
@@ -157,219 +102,22 @@ void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
 
 void Engine::head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
                            const ModelTensors& G, ResidualGrad& gy, DeferredReads* later) {
-  const int64_t T = step.size();
-  const ContextSlice cs = slice(T);  // hidden and gy hold this rank's rows (local rows)
-  const int64_t hc = exec_.head_chunk_for(T);
-  const bool entropy = objective.wants_entropy();
-  const bool computes = be_.computes();
-  const int passes = objective.prepasses();
-  const bool lm = objective.head() == HeadKind::lm;
-  // A sequence-level objective (DPO, ORPO, KTO) on one process's rows: the pre-pass and the
-  // gradients stay on the device. With a context group the per-sequence sums span the ranks,
-  // which the host sums (prepass_sums), so the host path below runs.
-  const SequenceTerms* sequence =
-      lm && passes == 1 && !entropy && !cs.split() ? objective.sequence_terms() : nullptr;
-  if (sequence) {
-    sequence_head_backward(step, hidden, objective, *sequence, G, gy, later);
-    return;
-  }
-  // Rows [s, e) of piece p: hidden's local rows, the batch's global rows.
-  auto block = [&](const RowPiece& p, int64_t s, int64_t e, bool to_host = true) {
-    return HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, objective.head(), entropy,
-                     hidden.slice_rows(p.local + s, p.local + e),
-                     step.targets().slice_rows(p.begin + s, p.begin + e), p.begin + s, to_host);
-  };
-  // Pre-passes (no grad): every block once per pass, from the kept final hidden state; with a
-  // context group, each rank its own blocks, then the group sums what they added up. The blocks
-  // leave their numbers on the device; the host reads the pass once and shows them to the
-  // objective block by block, in row order. With a single block the gradient pass below reuses
-  // it instead of recomputing it.
-  const bool one_block = !cs.split() && hc >= T;
-  for (int p = 0; p < passes && !one_block; ++p) {
-    HeadPassRows rows(be_, pool_, objective.head(), entropy, cs.local_rows());
-    for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
-      rows.keep(block(piece, s, e, /*to_host=*/false), piece.local + s);
-    });
-    const HeadPassRows::Host host = rows.read(/*at_next_wait=*/false);  // the pass's one wait
-    if (!computes) continue;
-    for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
-      objective.prepass(p, host.chunk(piece.local + s, e - s, piece.begin + s));
-    });
-    sum_over_group(context_, objective.prepass_sums(p));
-    objective.finish_prepass(p);
-  }
-  // An objective whose gradients need none of this pass's values (objective.h
-  // grads_without_logp: SFT; DPO, KTO and ORPO after their pre-pass) writes them without
-  // waiting for the device. Without a pre-pass its loss reads the values (SFT): the blocks
-  // leave them on the device, gathered in one (Tl) vector that the host reads once, after the
-  // pass or, given `later`, at the step's end.
-  // A policy-gradient objective (GRPO, PPO's policy and value; objective.h policy_terms and
-  // value_terms) has the backend compute its gradients from each block's log-probs (values)
-  // and constants, and reads the pass's numbers once afterwards for its loss and statistics,
-  // as SFT does.
-  const PolicyTerms* terms = lm && passes == 0 ? objective.policy_terms() : nullptr;
-  const ValueTerms* vterms = !lm && passes == 0 ? objective.value_terms() : nullptr;
-  const bool formula = terms || vterms;
-  const bool constant = !formula && objective.grads_without_logp() && lm && !entropy;
-  const bool gathered = (constant && passes == 0) || formula;
-  // (Tl) the gradient pass's log-probs [+ entropies] or values, this rank's rows
-  std::optional<HeadPassRows> pass_rows;
-  if (gathered) pass_rows.emplace(be_, pool_, objective.head(), terms && entropy, cs.local_rows());
-  std::vector<float> constants;  // (n, 4) or (n, 3) host constants of a block
-  // (T, 4) or (T, 3): the whole batch's constants where the backend holds them (objective.h
-  // rows_on_device), read there by each block
-  const Tensor on_device = formula ? objective.rows_on_device() : Tensor();
-  SBP_CHECK(!on_device.defined() || (!cs.split() && on_device.rows() == T),
-            "objective: its rows on the device must cover the batch, without a context group");
-  for_piece_chunks(cs, hc, be_, [&](const RowPiece& piece, int64_t s, int64_t e) {
-    HeadBlock b =
-        block(piece, s, e, /*to_host=*/!(constant || formula) || (one_block && passes > 0));
-    for (int p = 0; p < passes && one_block; ++p) {
-      if (computes) objective.prepass(p, b.chunk());
-      if (computes) objective.finish_prepass(p);
-    }
-    TokenChunkGrads g;  // the host's gradients (none with a formula: the backend writes them)
-    if (!formula) g = b.alloc_grads();
-    if (formula) {
-      // The block's constants: where the backend holds them already, a view; else from the host.
-      HeadBlock::Rows block_rows;
-      if (on_device.defined()) {
-        block_rows.device = on_device.slice_rows(piece.begin + s, piece.begin + e);
-      } else {
-        const int width = terms ? kPolicyRowWidth : kValueRowWidth;
-        constants.assign(computes ? static_cast<size_t>((e - s) * width) : 0, 0.0f);
-        if (computes && terms) objective.policy_rows(piece.begin + s, constants);
-        if (computes && vterms) objective.value_rows(piece.begin + s, constants);
-        block_rows.host = constants;
-      }
-      if (terms) {
-        const ReferenceLogp* ref = objective.policy_reference();
-        b.policy_grads(*terms, block_rows,
-                       ref && ref->device.defined()
-                           ? ref->device.slice_rows(piece.begin + s, piece.begin + e)
-                           : Tensor());
-      }
-      if (vterms) b.value_grads(*vterms, block_rows);
-      pass_rows->keep(b, piece.local + s);
-    } else if (constant) {
-      if (computes) objective.constant_grads(piece.begin + s, g.dlogp);
-      if (gathered) pass_rows->keep(b, piece.local + s);
-    } else if (computes) {
-      objective.chunk_grads(b.chunk(), g);
-    }
-    b.backward(G, gy.open(piece.local + s, piece.local + e));
-    gy.close();
-  });
-  if (!gathered) {
-    if (computes) sum_over_group(context_, objective.pass_sums());
-    return;
-  }
-  // The pass's one read of the log-probs, now or at the device's next wait (the step's,
-  // deferred_reads.h). Then each piece's rows in row order, which adds the loss in the blocks'
-  // order (add_logp and add_values walk their rows one after another, whatever the blocks
-  // were), and the group's sums, which need every rank's pass.
-  const HeadPassRows::Host host = pass_rows->read(/*at_next_wait=*/later != nullptr);
-  pass_rows.reset();
-  if (!computes) return;
-  auto read = [host, &objective, group = context_, formula,
-               pieces = std::vector<RowPiece>(cs.mine().begin(), cs.mine().end())] {
-    for (const RowPiece& piece : pieces) {
-      const TokenChunk rows = host.chunk(piece.local, piece.size(), piece.begin);
-      if (formula)
-        objective.add_values(rows);
-      else
-        objective.add_logp(piece.begin, rows.logp);
-    }
-    sum_over_group(group, objective.pass_sums());
-  };
-  if (later)
-    later->add(read);
-  else
-    read();
-}
-
-void Engine::sequence_head_backward(const PreparedBatch& step, const Tensor& hidden,
-                                    Objective& objective, const SequenceTerms& terms,
-                                    const ModelTensors& G, ResidualGrad& gy, DeferredReads* later) {
-  const int64_t T = step.size();
-  const int64_t hc = exec_.head_chunk_for(T);
-  const bool computes = be_.computes();
-  const ChunkRange range(T, hc, be_);
-  auto block = [&](int64_t s, int64_t e) {
-    return HeadBlock(cfg_, be_, pool_, weights_.views(), exec_.act_dtype, HeadKind::lm, false,
-                     hidden.slice_rows(s, e), step.targets().slice_rows(s, e), s,
-                     /*to_host=*/false);
-  };
-  // The objective's constants on the device, uploaded without a wait: (T) row weights, (S + 1)
-  // sequence offsets, (S) labels (KTO), and the reference's (T) log-probs where they are only
-  // on the host (a reference scored with a context group, or an objective built from host
-  // values).
-  const Objective::SequenceInputs in = objective.sequence_inputs();
-  const int64_t S = static_cast<int64_t>(in.begin.size()) - 1;
-  SBP_CHECK(static_cast<int64_t>(in.weight.size()) == T && S >= 0 && in.begin.back() == T &&
-                T <= INT32_MAX,
-            "sequence objective: its rows do not match the batch");
-  Buffer weight = pool_.allocate(Category::other, DType::F32, {T});     // (T)
-  Buffer begin = pool_.allocate(Category::other, DType::I32, {S + 1});  // (S + 1)
-  Buffer label, ref_upload;
-  if (!in.label.empty()) label = pool_.allocate(Category::other, DType::F32, {S});  // (S)
-  Tensor ref;  // (T) F32 or undefined
-  if (in.reference && in.reference->device.defined()) {
-    ref = in.reference->device;
-  } else if (in.reference) {
-    ref_upload = pool_.allocate(Category::other, DType::F32, {T});  // (T)
-    ref = ref_upload.view();
-  }
-  if (computes) {
-    upload_f32(weight.view(), in.weight);
-    upload_i32(begin.view(), offsets_i32(in.begin));
-    if (label.defined()) upload_f32(label.view(), in.label);
-    if (ref_upload.defined()) upload_f32(ref_upload.view(), *in.reference->host);
-  }
-  HeadPassRows pre(be_, pool_, HeadKind::lm, false, T);  // (T) the pre-pass's log-probs
-  Buffer dlogp;                                          // (T) every row's dL/dlogp
-  HeadPassRows::Host host;
-  // Once the pre-pass's blocks are all kept: the gradients from them, then the pre-pass's one
-  // read (at the step's end, given `later`).
-  auto gradients = [&] {
-    dlogp = pool_.allocate(Category::other, DType::F32, {T});
-    be_.sequence_token_grads(dlogp.view(), pre.logp(), ref, weight.view(), begin.view(),
-                             label.defined() ? label.view() : Tensor(), terms, in.kl_parts);
-    host = pre.read(/*at_next_wait=*/later != nullptr);
-    weight.reset();
-    begin.reset();
-    label.reset();
-    ref_upload.reset();
-  };
-  // With a single block the gradient pass reuses the pre-pass's block.
-  const bool one_block = hc >= T;
-  if (!one_block) {
-    for_chunks(range, [&](int64_t s, int64_t e) { pre.keep(block(s, e), s); });
-    gradients();
-  }
-  for_chunks(range, [&](int64_t s, int64_t e) {
-    HeadBlock b = block(s, e);
-    if (one_block) {
-      pre.keep(b, s);
-      gradients();
-    }
-    b.grads_from(dlogp.view().slice_rows(s, e));
-    b.backward(G, gy.open(s, e));
-    gy.close();
-  });
-  dlogp.reset();
-  if (!computes) return;
-  // The host's pre-pass, for the loss and statistics: the blocks' rows in row order, as the
-  // host path shows them, so the same sums.
-  auto read = [host, &objective, T, hc] {
-    for (int64_t s = 0; s < T; s += hc)
-      objective.prepass(0, host.chunk(s, std::min(T, s + hc) - s, s));
-    objective.finish_prepass(0);
-  };
-  if (later)
-    later->add(read);
-  else
-    read();
+  const ContextSlice cs = slice(step.size());  // hidden and gy hold this rank's rows (local rows)
+  const HeadPass pass{.cfg = cfg_,
+                      .be = be_,
+                      .pool = pool_,
+                      .W = weights_.views(),
+                      .act = exec_.act_dtype,
+                      .step = step,
+                      .hidden = hidden,
+                      .cs = cs,
+                      .hc = exec_.head_chunk_for(step.size()),
+                      .group = context_,
+                      .G = G,
+                      .gy = gy,
+                      .later = later,
+                      .objective = objective};
+  std::visit([&](const auto& route) { run_head_route(pass, route); }, objective.route());
 }
 
 void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelTensors& G,

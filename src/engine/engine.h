@@ -47,8 +47,8 @@ class Engine {
   // call, for callers with a single pass.
   //
   // `later` (optional): where the objective's reads of values it needs only for its loss go
-  // (SFT's log-probs, objective.h grads_without_logp; the passes of policy_terms and
-  // sequence_terms objectives; deferred_reads.h), so that the call waits for the device
+  // (the completions of the ConstantGrads, PolicyFormula, ValueFormula and SequenceRoute
+  // routes, objective/head_route.h; deferred_reads.h), so that the call waits for the device
   // nowhere. The objective's loss and pass_sums() are then complete only once
   // `later` has run, and the objective must live until then. Null: read before returning.
   void forward_backward(const PreparedBatch& batch, Objective& objective, const ParameterSet& grads,
@@ -143,17 +143,11 @@ class Engine {
   // (T, d) before the final norm.
   // With a context group: only this rank's rows, in its local rows (context_slice.h).
   Buffer forward_layers(const PreparedBatch& step, Kept* kept, bool whole = false);
-  // The head over blocks of rows (one block of T in `full` mode), driven by the objective:
-  // pre-passes, then the gradient pass; head weight gradients ADD into G, dL/d(hidden) into
-  // gy (T, d).
+  // The head over blocks of rows (one block of T in `full` mode) on the objective's route
+  // (objective/head_route.h, engine/head_routes.h); head weight gradients ADD into G,
+  // dL/d(hidden) into gy (T, d).
   void head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
                      const ModelTensors& G, ResidualGrad& gy, DeferredReads* later);
-  // head_backward of a sequence-level objective (objective.h sequence_terms) on one process's
-  // rows: the pre-pass's log-probs stay on the device, the backend computes every row's
-  // gradient from them, and the host sees the pre-pass only at `later` (now without).
-  void sequence_head_backward(const PreparedBatch& step, const Tensor& hidden, Objective& objective,
-                              const SequenceTerms& terms, const ModelTensors& G, ResidualGrad& gy,
-                              DeferredReads* later);
   // The final hidden rows x (this rank's, local rows) through the head block by block, on the
   // device: their target log-probs (LM head) or values (value head) into rows (Tl) F32 and,
   // given, their argmax into best (Tl) I32.

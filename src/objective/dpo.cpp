@@ -106,12 +106,18 @@ void DpoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
   rows_.scale_weights(coef_, row_begin, dlogp);
 }
 
-Objective::SequenceInputs DpoObjective::sequence_inputs() const {
-  return {.weight = rows_.weight,
-          .begin = rows_.begin,
-          .label = {},
-          .reference = &ref_,
-          .kl_parts = Tensor()};
+HeadRoute DpoObjective::route() {
+  return SequenceRoute{
+      .terms = terms_,
+      .inputs = SequenceInputs{.weight = rows_.weight,
+                               .begin = rows_.begin,
+                               .label = {},
+                               .reference = &ref_,
+                               .kl_parts = Tensor()},
+      .add_prepass = [this](const TokenChunk& rows) { prepass(0, rows); },
+      .finish = [this] { finish_prepass(0); },
+      .host_grads = [this](int64_t row_begin,
+                           std::span<float> dlogp) { constant_grads(row_begin, dlogp); }};
 }
 
 std::map<std::string, double> DpoObjective::metrics() const {

@@ -82,6 +82,16 @@ GrpoObjective::GrpoObjective(const Batch& batch, std::span<const float> advantag
   terms_.on_policy = old_.empty();
 }
 
+HeadRoute GrpoObjective::route() {
+  return PolicyFormula{
+      .terms = terms_,
+      .entropy = wants_entropy(),
+      .rows = [this](int64_t row_begin, std::span<float> rows) { policy_rows(row_begin, rows); },
+      .rows_on_device = Tensor(),
+      .reference = ref_.device.defined() ? &ref_ : nullptr,
+      .add_values = [this](const TokenChunk& in) { add_values(in); }};
+}
+
 void GrpoObjective::policy_rows(int64_t row_begin, std::span<float> rows) const {
   const int64_t n = static_cast<int64_t>(rows.size()) / kPolicyRowWidth;
   SBP_CHECK(row_begin >= 0 && row_begin + n <= rows_.num_rows(), "grpo: rows outside the batch");
@@ -90,7 +100,7 @@ void GrpoObjective::policy_rows(int64_t row_begin, std::span<float> rows) const 
     float* r = rows.data() + k * kPolicyRowWidth;
     r[kOldLogp] = old_.empty() ? 0.0f : old_[t];  // unused on policy (terms_.on_policy)
     // Unused without a KL term (beta 0), and where the backend reads the device's copy
-    // (policy_reference(): the host's comes with a later wait). The host's route reads the
+    // (PolicyFormula::reference: the host's comes with a later wait). The host's route reads the
     // rows after a block's download, which brought it.
     r[kRefLogp] = ref_.host->empty() ? 0.0f : (*ref_.host)[t];
     r[kAdvantage] = adv_[static_cast<size_t>(rows_.segment[t])];

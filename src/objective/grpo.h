@@ -66,23 +66,24 @@ class GrpoObjective final : public Objective {
   GrpoObjective(const Batch& batch, std::span<const float> advantages, const GrpoConfig& cfg,
                 std::span<const float> old_logp, ReferenceLogp ref);
 
-  bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
-  // dL/dlogp_t = w_t (clipped surrogate' + beta k3'), on the backend (objective.h).
-  const PolicyTerms* policy_terms() const override { return &terms_; }
-  void policy_rows(int64_t row_begin, std::span<float> rows) const override;
-  const ReferenceLogp* policy_reference() const override {
-    return ref_.device.defined() ? &ref_ : nullptr;
-  }
-  void add_values(const TokenChunk& in) override;
+  // dL/dlogp_t = w_t (clipped surrogate' + beta k3'), on the backend (head_route.h
+  // PolicyFormula).
+  HeadRoute route() override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
-    return {{&loss_, 1}, {&kl_sum_, 1}, {&entropy_sum_, 1}, {&low_, 1}, {&high_, 1}, {&mask_sum_, 1}};
+    return {{&loss_, 1}, {&kl_sum_, 1}, {&entropy_sum_, 1},
+            {&low_, 1},  {&high_, 1},   {&mask_sum_, 1}};
   }
   // loss, kl (if beta != 0), entropy (if computed), clip_ratio/low_mean, clip_ratio/high_mean,
   // clip_ratio/region_mean: masked means over this batch's completion tokens, as TRL logs them.
   std::map<std::string, double> metrics() const override;
 
  private:
+  bool wants_entropy() const { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
+  // A block's (n, 4) constants (core/policy_terms.h), and the pass's values for the loss.
+  void policy_rows(int64_t row_begin, std::span<float> rows) const;
+  void add_values(const TokenChunk& in);
+
   GrpoConfig cfg_;
   SequenceRows rows_;
   std::vector<float> adv_;  // (S)

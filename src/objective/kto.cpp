@@ -61,8 +61,8 @@ KtoObjective::KtoObjective(const Batch& batch, ReferenceLogp ref, std::span<cons
       kl_(std::move(kl)) {
   const int64_t S = rows_.num_sequences();
   if (static_cast<int64_t>(labels.size()) != S)
-    throw InputError("kto: " + std::to_string(labels.size()) + " labels for " +
-                     std::to_string(S) + " sequences");
+    throw InputError("kto: " + std::to_string(labels.size()) + " labels for " + std::to_string(S) +
+                     " sequences");
   SBP_CHECK(ref_.host, "kto: no reference log-probs");
   if (static_cast<int64_t>(ref_.host->size()) != rows_.num_rows())
     throw InputError("kto: " + std::to_string(ref_.host->size()) +
@@ -140,12 +140,18 @@ void KtoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
   rows_.scale_weights(coef_, row_begin, dlogp);
 }
 
-Objective::SequenceInputs KtoObjective::sequence_inputs() const {
-  return {.weight = rows_.weight,
-          .begin = rows_.begin,
-          .label = labels_,
-          .reference = &ref_,
-          .kl_parts = kl_.parts};
+HeadRoute KtoObjective::route() {
+  return SequenceRoute{
+      .terms = terms_,
+      .inputs = SequenceInputs{.weight = rows_.weight,
+                               .begin = rows_.begin,
+                               .label = labels_,
+                               .reference = &ref_,
+                               .kl_parts = kl_.parts},
+      .add_prepass = [this](const TokenChunk& rows) { prepass(0, rows); },
+      .finish = [this] { finish_prepass(0); },
+      .host_grads = [this](int64_t row_begin,
+                           std::span<float> dlogp) { constant_grads(row_begin, dlogp); }};
 }
 
 std::map<std::string, double> KtoObjective::metrics() const {

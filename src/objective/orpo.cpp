@@ -84,12 +84,18 @@ void OrpoObjective::constant_grads(int64_t row_begin, std::span<float> dlogp) {
   }
 }
 
-Objective::SequenceInputs OrpoObjective::sequence_inputs() const {
-  return {.weight = rows_.weight,
-          .begin = rows_.begin,
-          .label = {},
-          .reference = nullptr,
-          .kl_parts = Tensor()};
+HeadRoute OrpoObjective::route() {
+  return SequenceRoute{
+      .terms = terms_,
+      .inputs = SequenceInputs{.weight = rows_.weight,
+                               .begin = rows_.begin,
+                               .label = {},
+                               .reference = nullptr,
+                               .kl_parts = Tensor()},
+      .add_prepass = [this](const TokenChunk& rows) { prepass(0, rows); },
+      .finish = [this] { finish_prepass(0); },
+      .host_grads = [this](int64_t row_begin,
+                           std::span<float> dlogp) { constant_grads(row_begin, dlogp); }};
 }
 
 std::map<std::string, double> OrpoObjective::metrics() const {

@@ -51,18 +51,18 @@ class OrpoObjective final : public Objective {
   OrpoObjective(const Batch& batch, const OrpoConfig& cfg, double pairs_in_step = 0,
                 double nll_rows_in_step = 0);
 
-  int prepasses() const override { return 1; }
-  void prepass(int pass, const TokenChunk& rows) override;
-  void finish_prepass(int pass) override;
+  // One pre-pass, then dL/dlogp_t is a per-sequence constant times the row's weight, on the
+  // device or, with a context group, on the host (head_route.h SequenceRoute).
+  HeadRoute route() override;
   std::vector<std::span<double>> prepass_sums(int) override {
     return {policy_sum_, {&nll_sum_, 1}};
   }
-  // After the pre-pass dL/dlogp_t is a per-sequence constant times the row's weight: the
-  // gradient pass needs none of its own values (objective.h grads_without_logp).
-  bool grads_without_logp() const override { return true; }
-  void constant_grads(int64_t row_begin, std::span<float> dlogp) override;
-  const SequenceTerms* sequence_terms() const override { return &terms_; }
-  SequenceInputs sequence_inputs() const override;
+  // The route's host halves, public for callers that run the formulas on the host (the
+  // pre-pass on all rows at once, then finish_prepass): the pre-pass's per-sequence sums, the
+  // loss and coefficients from them, then each row's dL/dlogp.
+  void prepass(int pass, const TokenChunk& rows);
+  void finish_prepass(int pass);
+  void constant_grads(int64_t row_begin, std::span<float> dlogp);
 
   double loss() const override { return loss_; }
   // TRL's names: loss, nll_loss (this batch's token mean), rewards/chosen = beta * a_c,

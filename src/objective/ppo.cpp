@@ -76,6 +76,16 @@ const PpoRowConstants& PpoPolicyObjective::constants() const {
   return host_constants(rollout_, host_, rows_.num_rows(), "advantages", "old_logp");
 }
 
+HeadRoute PpoPolicyObjective::route() {
+  return PolicyFormula{
+      .terms = terms_,
+      .entropy = wants_entropy(),
+      .rows = [this](int64_t row_begin, std::span<float> rows) { policy_rows(row_begin, rows); },
+      .rows_on_device = rollout_.device,
+      .reference = nullptr,
+      .add_values = [this](const TokenChunk& in) { add_values(in); }};
+}
+
 void PpoPolicyObjective::policy_rows(int64_t row_begin, std::span<float> rows) const {
   const int64_t n = static_cast<int64_t>(rows.size()) / kPolicyRowWidth;
   SBP_CHECK(row_begin >= 0 && row_begin + n <= rows_.num_rows(), "ppo: rows outside the batch");
@@ -142,6 +152,14 @@ PpoValueObjective::PpoValueObjective(const Batch& batch, PpoRollout rollout, con
 
 const PpoRowConstants& PpoValueObjective::constants() const {
   return host_constants(rollout_, host_, rows_.num_rows(), "returns", "old_values");
+}
+
+HeadRoute PpoValueObjective::route() {
+  return ValueFormula{
+      .terms = terms_,
+      .rows = [this](int64_t row_begin, std::span<float> rows) { value_rows(row_begin, rows); },
+      .rows_on_device = rollout_.device,
+      .add_values = [this](const TokenChunk& in) { add_values(in); }};
 }
 
 void PpoValueObjective::value_rows(int64_t row_begin, std::span<float> rows) const {

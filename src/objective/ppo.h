@@ -67,12 +67,8 @@ class PpoPolicyObjective final : public Objective {
   // rollout: advantages and old log-probs (PpoRollout::host), (T, 4) rows on the device or not.
   PpoPolicyObjective(const Batch& batch, PpoRollout rollout, const PpoConfig& cfg);
 
-  bool wants_entropy() const override { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
-  // dL/dlogp_t = w clipped surrogate', on the backend (objective.h).
-  const PolicyTerms* policy_terms() const override { return &terms_; }
-  void policy_rows(int64_t row_begin, std::span<float> rows) const override;
-  Tensor rows_on_device() const override { return rollout_.device; }
-  void add_values(const TokenChunk& in) override;
+  // dL/dlogp_t = w clipped surrogate', on the backend (head_route.h PolicyFormula).
+  HeadRoute route() override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
     return {{&loss_, 1}, {&pg_sum_, 1}, {&clip_sum_, 1}, {&approxkl_sum_, 1}, {&entropy_sum_, 1}};
@@ -83,6 +79,10 @@ class PpoPolicyObjective final : public Objective {
 
  private:
   const PpoRowConstants& constants() const;  // rollout_.host(), once
+  bool wants_entropy() const { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
+  // A block's (n, 4) constants (core/policy_terms.h), and the pass's values for the loss.
+  void policy_rows(int64_t row_begin, std::span<float> rows) const;
+  void add_values(const TokenChunk& in);
 
   PpoConfig cfg_;
   SequenceRows rows_;
@@ -103,11 +103,8 @@ class PpoValueObjective final : public Objective {
   PpoValueObjective(const Batch& batch, PpoRollout rollout, const PpoConfig& cfg);
 
   HeadKind head() const override { return HeadKind::value; }
-  // dL/dv_t = w clipped value loss', on the backend (objective.h).
-  const ValueTerms* value_terms() const override { return &terms_; }
-  void value_rows(int64_t row_begin, std::span<float> rows) const override;
-  Tensor rows_on_device() const override { return rollout_.device; }
-  void add_values(const TokenChunk& in) override;
+  // dL/dv_t = w clipped value loss', on the backend (head_route.h ValueFormula).
+  HeadRoute route() override;
   double loss() const override { return loss_; }
   std::vector<std::span<double>> pass_sums() override {
     return {{&loss_, 1}, {&vf_sum_, 1}, {&clip_sum_, 1}};
@@ -117,6 +114,9 @@ class PpoValueObjective final : public Objective {
 
  private:
   const PpoRowConstants& constants() const;  // rollout_.host(), once
+  // A block's (n, 3) constants (core/policy_terms.h), and the pass's values for the loss.
+  void value_rows(int64_t row_begin, std::span<float> rows) const;
+  void add_values(const TokenChunk& in);
 
   PpoConfig cfg_;
   SequenceRows rows_;

@@ -18,16 +18,24 @@ void SftObjective::for_each_weight(int64_t row_begin, int64_t n, Fn fn) const {
   SBP_CHECK(row_begin >= 0 && row_begin + n <= batch_.size(), "sft: rows outside the batch");
   // The segment of row_begin, then walked along: row r's weight is Batch::target_weights()[r]
   // (the mask of its target r + 1, 0 at a segment's last row), scaled by 1 / N.
-  size_t seg = static_cast<size_t>(
-      std::upper_bound(seg_end_.begin(), seg_end_.end(), row_begin) - seg_end_.begin());
+  size_t seg = static_cast<size_t>(std::upper_bound(seg_end_.begin(), seg_end_.end(), row_begin) -
+                                   seg_end_.begin());
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = row_begin + i;
     while (r >= seg_end_[seg]) ++seg;
-    const float m = r + 1 == seg_end_[seg]  ? 0.0f
+    const float m = r + 1 == seg_end_[seg]     ? 0.0f
                     : batch_.loss_mask.empty() ? 1.0f
                                                : batch_.loss_mask[static_cast<size_t>(r + 1)];
     fn(static_cast<size_t>(i), static_cast<float>(m * inv_));
   }
+}
+
+HeadRoute SftObjective::route() {
+  return ConstantGrads{
+      .grads = [this](int64_t row_begin,
+                      std::span<float> dlogp) { constant_grads(row_begin, dlogp); },
+      .add_logp = [this](int64_t row_begin,
+                         std::span<const float> logp) { add_logp(row_begin, logp); }};
 }
 
 void SftObjective::token_grads(int64_t row_begin, std::span<const float> logp,

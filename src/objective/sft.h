@@ -16,12 +16,13 @@ class SftObjective final : public Objective {
   // copied into a (T) table (T can be 10^8 in a plan, and a plan never asks for them).
   SftObjective(const Batch& batch, double normalizer);
 
-  void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp) override;
-  // The same two halves apart (objective.h): dlogp = -w needs no log-prob; the loss adds
-  // -w logp in row order when the log-probs come.
-  bool grads_without_logp() const override { return true; }
-  void constant_grads(int64_t row_begin, std::span<float> dlogp) override;
-  void add_logp(int64_t row_begin, std::span<const float> logp) override;
+  // dlogp = -w needs no log-prob (head_route.h ConstantGrads); the loss adds -w logp in row
+  // order when the pass's log-probs come.
+  HeadRoute route() override;
+  // Both halves at once, for a caller that has the log-probs now: the same numbers.
+  void token_grads(int64_t row_begin, std::span<const float> logp, std::span<float> dlogp);
+  void constant_grads(int64_t row_begin, std::span<float> dlogp);
+  void add_logp(int64_t row_begin, std::span<const float> logp);
 
   // This micro-batch's share of the step loss, accumulated over the rows seen so far.
   double loss() const override { return loss_; }
@@ -33,8 +34,8 @@ class SftObjective final : public Objective {
   void for_each_weight(int64_t row_begin, int64_t n, Fn fn) const;
 
   const Batch& batch_;
-  double inv_ = 0.0;               // 1 / N
-  std::vector<int64_t> seg_end_;   // (segments) one past each segment's last row
+  double inv_ = 0.0;              // 1 / N
+  std::vector<int64_t> seg_end_;  // (segments) one past each segment's last row
   double loss_ = 0.0;
 };
 

@@ -13,23 +13,26 @@ namespace sbp {
 
 namespace {
 
-// Passes everything through to `inner` and keeps the target log-probs of the gradient pass.
+// `inner` on its route's host version (objective/head_route.h host_chunks: the same numbers),
+// keeping the target log-probs of the gradient pass.
 class RecordingObjective final : public Objective {
  public:
   RecordingObjective(Objective& inner, std::vector<float>& logp) : inner_(inner), logp_(logp) {}
   HeadKind head() const override { return inner_.head(); }
-  bool wants_entropy() const override { return inner_.wants_entropy(); }
-  int prepasses() const override { return inner_.prepasses(); }
-  void prepass(int pass, const TokenChunk& rows) override { inner_.prepass(pass, rows); }
-  void finish_prepass(int pass) override { inner_.finish_prepass(pass); }
+  HeadRoute route() override {
+    HostChunks host = host_chunks(inner_.route());
+    host.constant = nullptr;  // every block's log-probs come to the host
+    host.grads = [grads = std::move(host.grads), &logp = logp_](const TokenChunk& in,
+                                                                const TokenChunkGrads& out) {
+      std::copy(in.logp.begin(), in.logp.end(), logp.begin() + in.row_begin);
+      grads(in, out);
+    };
+    return host;
+  }
   std::vector<std::span<double>> prepass_sums(int pass) override {
     return inner_.prepass_sums(pass);
   }
   std::vector<std::span<double>> pass_sums() override { return inner_.pass_sums(); }
-  void chunk_grads(const TokenChunk& in, const TokenChunkGrads& out) override {
-    std::copy(in.logp.begin(), in.logp.end(), logp_.begin() + in.row_begin);
-    inner_.chunk_grads(in, out);
-  }
   double loss() const override { return inner_.loss(); }
   std::map<std::string, double> metrics() const override { return inner_.metrics(); }
 

@@ -78,7 +78,7 @@ double value_loss(const ModelConfig& cfg, const ParameterSet& vm, Backend& be, P
   in.value = v;
   TokenChunkGrads out;
   out.dvalue = dv;
-  obj.chunk_grads(in, out);
+  host_chunks(obj.route()).grads(in, out);
   return obj.loss();
 }
 

@@ -1,16 +1,17 @@
 // The sequence-level objectives (DPO, ORPO, KTO) take one of two routes through the engine's head
-// (objective.h sequence_terms): on one process, the pre-pass's log-probs stay on the device and
-// the backend computes every row's gradient from them (Backend::sequence_token_grads), the host
-// seeing the pre-pass only afterwards; with a context group, or where an objective offers no
-// formula, the host reads the pre-pass first and writes the gradients (constant_grads). Both must
-// give the same bits: the gradients, the loss and every statistic, in several blocks and in one,
-// with the reads at once and left for the step's end (DeferredReads). And GRPO's reference read
-// on the device gives what its rows give.
+// (objective/head_route.h SequenceRoute): on one process, the pre-pass's log-probs stay on the
+// device and the backend computes every row's gradient from them (Backend::sequence_token_grads),
+// the host seeing the pre-pass only afterwards; with a context group, or where an objective offers
+// no formula, the host reads the pre-pass first and writes the gradients (its host_chunks()). Both
+// must give the same bits: the gradients, the loss and every statistic, in several blocks and in
+// one, with the reads at once and left for the step's end (DeferredReads). And GRPO's reference
+// read on the device gives what its rows give.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "check/random_batches.h"
 #include "engine/engine.h"
@@ -28,13 +29,7 @@ namespace {
 class HostRoute final : public Objective {
  public:
   explicit HostRoute(Objective& inner) : inner_(inner) {}
-  int prepasses() const override { return inner_.prepasses(); }
-  void prepass(int p, const TokenChunk& rows) override { inner_.prepass(p, rows); }
-  void finish_prepass(int p) override { inner_.finish_prepass(p); }
-  bool grads_without_logp() const override { return inner_.grads_without_logp(); }
-  void constant_grads(int64_t row_begin, std::span<float> dlogp) override {
-    inner_.constant_grads(row_begin, dlogp);
-  }
+  HeadRoute route() override { return host_chunks(inner_.route()); }
   std::vector<std::span<double>> prepass_sums(int p) override { return inner_.prepass_sums(p); }
   double loss() const override { return inner_.loss(); }
   std::map<std::string, double> metrics() const override { return inner_.metrics(); }
@@ -105,7 +100,7 @@ TEST(SequenceObjectivePaths, DeviceAndHostRoutesGiveTheSameBits) {
         exec.head_chunk = head_chunk;
         Engine e(f.cfg, f.w, f.be, f.pool, exec);
         const std::unique_ptr<Objective> device = c.make(ref), host = c.make(ref);
-        ASSERT_NE(device->sequence_terms(), nullptr) << where;
+        ASSERT_TRUE(std::holds_alternative<SequenceRoute>(device->route())) << where;
         HostRoute host_route(*host);
         ParameterSet gd = f.zeros(), gh = f.zeros();
         DeferredReads later;
@@ -126,7 +121,7 @@ TEST(SequenceObjectivePaths, DeviceAndHostRoutesGiveTheSameBits) {
 }
 
 // GRPO with a KL term reads its reference's log-probs on the device where their forward left them
-// there (Objective::policy_reference), instead of from its rows: the same bits.
+// there (PolicyFormula::reference), instead of from its rows: the same bits.
 TEST(SequenceObjectivePaths, GrpoReferenceOnTheDeviceGivesTheSameBits) {
   Fixture f;
   const int64_t T = 48;
@@ -146,8 +141,8 @@ TEST(SequenceObjectivePaths, GrpoReferenceOnTheDeviceGivesTheSameBits) {
   exec.head_chunk = 7;
   Engine e(f.cfg, f.w, f.be, f.pool, exec);
   GrpoObjective rows_route(batch, adv, cfg, {}, ref), device_route(batch, adv, cfg, {}, on_device);
-  ASSERT_NE(device_route.policy_reference(), nullptr);
-  ASSERT_EQ(rows_route.policy_reference(), nullptr);
+  ASSERT_NE(std::get<PolicyFormula>(device_route.route()).reference, nullptr);
+  ASSERT_EQ(std::get<PolicyFormula>(rows_route.route()).reference, nullptr);
   ParameterSet gr = f.zeros(), gd = f.zeros();
   e.forward_backward(batch, rows_route, gr);
   e.forward_backward(batch, device_route, gd);

@@ -35,9 +35,10 @@ using Factory = std::function<std::unique_ptr<Objective>()>;
 Eval drive(const Factory& make, const std::vector<float>& logp, const std::vector<float>& ent,
            const std::vector<float>& val, int64_t chunk) {
   std::unique_ptr<Objective> obj = make();
+  const HostChunks route = host_chunks(obj->route());  // the objective's route on the host
   const int64_t T = static_cast<int64_t>(std::max(logp.size(), val.size()));
   const bool value = obj->head() == HeadKind::value;
-  const bool want_ent = obj->wants_entropy();
+  const bool want_ent = route.entropy;
   auto block = [&](int64_t s, int64_t e) {
     TokenChunk c;
     c.row_begin = s;
@@ -50,9 +51,9 @@ Eval drive(const Factory& make, const std::vector<float>& logp, const std::vecto
     }
     return c;
   };
-  for (int p = 0; p < obj->prepasses(); ++p) {
-    for (int64_t s = 0; s < T; s += chunk) obj->prepass(p, block(s, std::min(T, s + chunk)));
-    obj->finish_prepass(p);
+  for (int p = 0; p < route.prepasses; ++p) {
+    for (int64_t s = 0; s < T; s += chunk) route.prepass(p, block(s, std::min(T, s + chunk)));
+    route.finish_prepass(p);
   }
   Eval ev;
   ev.dlogp.assign(static_cast<size_t>(T), NAN);
@@ -68,7 +69,7 @@ Eval drive(const Factory& make, const std::vector<float>& logp, const std::vecto
       g.dlogp = std::span<float>(ev.dlogp.data() + s, n);
       if (want_ent) g.dentropy = std::span<float>(ev.dentropy.data() + s, n);
     }
-    obj->chunk_grads(block(s, e), g);
+    route.grads(block(s, e), g);
   }
   ev.loss = obj->loss();
   return ev;
@@ -402,8 +403,7 @@ TEST(ObjectiveInputs, BadShapesAreInputErrors) {
   const std::vector<float> ref(20, 0.0f), two = {1.0f, 0.0f};
   EXPECT_NO_THROW(KtoObjective(k, ref, two, 0.0, KtoConfig{}));
   EXPECT_THROW(KtoObjective(k, ref, std::vector<float>{1.0f}, 0.0, KtoConfig{}), InputError);
-  EXPECT_THROW(KtoObjective(k, ref, std::vector<float>{1.0f, 0.5f}, 0.0, KtoConfig{}),
-               InputError);
+  EXPECT_THROW(KtoObjective(k, ref, std::vector<float>{1.0f, 0.5f}, 0.0, KtoConfig{}), InputError);
   EXPECT_THROW(KtoObjective(k, short_ref, two, 0.0, KtoConfig{}), InputError);
   EXPECT_THROW(KtoObjective(k, ref, two, -0.1, KtoConfig{}), InputError);  // KL is clamped at 0
 }

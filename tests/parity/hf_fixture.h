@@ -32,12 +32,11 @@ namespace sbp::parity {
 using json = nlohmann::json;
 
 inline const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> names = {"qwen3_gqa_qknorm",  "qwen2_bias_tied",
-                                                 "llama_rope_llama3", "qwen3_head_dim_24",
-                                                 "qwen3_bf16",        "qwen2_sharded",
-                                                 "gemma3_sliding_softcap", "gemma3_mqa_pattern",
-                                                 "qwen2_sliding_window", "mistral_sliding_window",
-                                                 "gemma3_pad_tied",   "llama_pad_untied"};
+  static const std::vector<std::string> names = {
+      "qwen3_gqa_qknorm",       "qwen2_bias_tied",    "llama_rope_llama3",
+      "qwen3_head_dim_24",      "qwen3_bf16",         "qwen2_sharded",
+      "gemma3_sliding_softcap", "gemma3_mqa_pattern", "qwen2_sliding_window",
+      "mistral_sliding_window", "gemma3_pad_tied",    "llama_pad_untied"};
   return names;
 }
 
@@ -148,10 +147,13 @@ class RecordingSft final : public Objective {
  public:
   RecordingSft(const Batch& batch, double normalizer)
       : sft_(batch, normalizer), logp_(static_cast<size_t>(batch.size()), 0.0f) {}
-  void token_grads(int64_t row_begin, std::span<const float> logp,
-                   std::span<float> dlogp) override {
-    std::copy(logp.begin(), logp.end(), logp_.begin() + row_begin);
-    sft_.token_grads(row_begin, logp, dlogp);
+  HeadRoute route() override {
+    HostChunks h;
+    h.grads = [this](const TokenChunk& in, const TokenChunkGrads& out) {
+      std::copy(in.logp.begin(), in.logp.end(), logp_.begin() + in.row_begin);
+      sft_.token_grads(in.row_begin, in.logp, out.dlogp);
+    };
+    return h;
   }
   double loss() const { return sft_.loss(); }
   const std::vector<float>& logp() const { return logp_; }

@@ -5,7 +5,7 @@
 # that a wait added or removed shows. Part of scripts/test-emu.sh.
 #
 #   sft.yaml: one micro-batch of 8 head blocks per step. SFT gathers its log-probs on the device
-#     (objective.h grads_without_logp) and queues their read for the step's end
+#     (objective/head_route.h ConstantGrads) and queues their read for the step's end
 #     (engine/deferred_reads.h), where the gradient norm's wait brings them: that one wait per
 #     step, none inside it (there were 9, then 2).
 #   kto.yaml: the KL estimate's two no-grad forwards (the policy and the reference on the
