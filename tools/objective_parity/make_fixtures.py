@@ -21,7 +21,8 @@ Layout:
     cases/<name>.grads.safetensors  d(loss)/d(parameter): the policy's under its HF names, the
                                   value model's (PPO) under "value_model." + its HF name
 
-Cases: ORPO (beta 0.1 and 2; no reference model) on the DPO pairs; KTO (TRL's defaults, and
+Cases: ORPO (beta 0.1 and 2; no reference model) on the DPO pairs; SimPO (TRL's CPOTrainer with
+loss_type "simpo": cpo_alpha 0, and beta 2 with label smoothing and cpo_alpha 0.5) on them too; KTO (TRL's defaults, and
 beta 0.5 with desirable / undesirable weights; the KL pairs shifted within the batch); DPO sigmoid (with and without label smoothing), hinge, ipo; GRPO with each loss_type
 (grpo, bnpo, dr_grpo, dapo; KL beta 0.04, epsilon 0.2 / 0.28, supplied old log-probs), GRPO dapo
 with old = current detached and beta = 0 (no reference model) and scale_rewards batch, GRPO bnpo
@@ -220,6 +221,40 @@ def orpo_case(policy, pairs, beta):
         "logps/rejected": rejected.detach().mean().item(),
         "log_odds_ratio": ratio.mean().item(),
         "log_odds_chosen": log_odds.mean().item(),
+    }
+    return loss, metrics, {}
+
+
+def simpo_case(policy, pairs, cfg):
+    """TRL's CPOTrainer with loss_type "simpo" (trl.experimental.cpo, TRL 1.x): concatenated_forward
+    (average completion log-probs, get_batch_logps(average_log_prob=True); with cpo_alpha != 0 the
+    chosen NLL, one CrossEntropyLoss mean over the chosen completion tokens: labels are -100 on
+    the prompt), cpo_loss (logits = a_c - a_r - simpo_gamma / beta, -(1 - ls) logsigmoid(beta
+    logits) - ls logsigmoid(-beta logits)) and get_batch_loss_metrics (loss = losses.mean() +
+    cpo_alpha * nll; rewards = beta * a)."""
+    beta, gamma, ls, alpha = cfg["beta"], cfg["simpo_gamma"], cfg["label_smoothing"], cfg["cpo_alpha"]
+    seqs = [(p, c) for p, c, _ in pairs] + [(p, r) for p, _, r in pairs]
+    logits, _, _, labels = padded_logits(policy, seqs)
+    B = len(pairs)
+    nll = torch.tensor(0.0)
+    if alpha != 0:
+        nll = F.cross_entropy(logits[:B, :-1, :].reshape(-1, logits.size(-1)),
+                              labels[:B, 1:].reshape(-1))
+    all_logps = batch_logps(logits, labels, average_log_prob=True)
+    chosen, rejected = all_logps[:B], all_logps[B:]
+    z = (chosen - rejected) - gamma / beta
+    losses = -F.logsigmoid(beta * z) * (1 - ls) - F.logsigmoid(-beta * z) * ls
+    loss = losses.mean() + alpha * nll
+    chosen_rewards = beta * chosen.detach()
+    rejected_rewards = beta * rejected.detach()
+    metrics = {
+        "nll_loss": nll.item(),
+        "rewards/chosen": chosen_rewards.mean().item(),
+        "rewards/rejected": rejected_rewards.mean().item(),
+        "rewards/accuracies": (chosen_rewards > rejected_rewards).float().mean().item(),
+        "rewards/margins": (chosen_rewards - rejected_rewards).mean().item(),
+        "logps/chosen": chosen.detach().mean().item(),
+        "logps/rejected": rejected.detach().mean().item(),
     }
     return loss, metrics, {}
 
@@ -439,6 +474,15 @@ def build_cases(policy, reference, value_model):
         inputs = {"objective": "orpo", "config": {"beta": beta},
                   "pairs": [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]}
         cases.append((name, inputs, lambda beta=beta: orpo_case(policy, pairs, beta)))
+    # SimPO: TRL's CPOConfig defaults for beta and simpo_gamma with cpo_alpha 0 (SimPO proper),
+    # then the paper's larger beta with label smoothing and the CPO-SimPO NLL term.
+    for name, cfg in [("simpo", {"beta": 0.1, "simpo_gamma": 0.5, "label_smoothing": 0.0,
+                                 "cpo_alpha": 0.0}),
+                      ("simpo_cpo", {"beta": 2.0, "simpo_gamma": 1.0, "label_smoothing": 0.1,
+                                     "cpo_alpha": 0.5})]:
+        inputs = {"objective": "simpo", "config": cfg,
+                  "pairs": [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]}
+        cases.append((name, inputs, lambda cfg=cfg: simpo_case(policy, pairs, cfg)))
     kseqs = group_inputs(26, groups=5, G=1)
     klabels = [True, False, True, True, False]
     for name, cfg in [("kto", {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0}),
@@ -497,15 +541,28 @@ def versions() -> dict:
             "numpy": numpy.__version__}
 
 
-def write_all(out: Path) -> None:
+def write_all(out: Path, only: set[str] | None = None) -> None:
     torch.set_num_threads(1)
     policy, reference, value_model = make_models()
     models = out / "models"
-    for name, m in [("policy", policy), ("reference", reference), ("value", value_model)]:
-        m.save_pretrained(models / name, safe_serialization=True)
+    if only is None:
+        for name, m in [("policy", policy), ("reference", reference), ("value", value_model)]:
+            m.save_pretrained(models / name, safe_serialization=True)
+    else:  # the cases' models must be the ones on disk
+        for name, m in [("policy", policy), ("reference", reference), ("value", value_model)]:
+            saved = load_file(str(models / name / "model.safetensors"))
+            for k, v in m.state_dict().items():
+                if k in saved and not torch.equal(saved[k], v):
+                    raise SystemExit(f"--only: {name}.{k} differs from {models / name}")
     cases_dir = out / "cases"
     cases_dir.mkdir(parents=True, exist_ok=True)
-    for name, inputs, run in build_cases(policy, reference, value_model):
+    cases = build_cases(policy, reference, value_model)
+    unknown = (only or set()) - {name for name, _, _ in cases}
+    if unknown:
+        raise SystemExit(f"--only: no case named {', '.join(sorted(unknown))}")
+    for name, inputs, run in cases:
+        if only is not None and name not in only:
+            continue
         for m in (policy, value_model):
             m.zero_grad(set_to_none=True)
         loss, metrics, extra = run()
@@ -519,7 +576,8 @@ def write_all(out: Path) -> None:
         save_file(grads, str(cases_dir / f"{name}.grads.safetensors"))
         inputs["expected"] = {"loss": float(loss.detach()), "metrics": metrics, **extra}
         (cases_dir / f"{name}.json").write_text(json.dumps(inputs, indent=1) + "\n")
-    (out / "VERSIONS.json").write_text(json.dumps(versions(), indent=1) + "\n")
+    if only is None or versions() != json.loads((out / "VERSIONS.json").read_text()):
+        (out / "VERSIONS.json").write_text(json.dumps(versions(), indent=1) + "\n")
 
 
 def compare(a: Path, b: Path) -> float:
@@ -537,7 +595,14 @@ def main() -> int:
     ap.add_argument("--check", action="store_true",
                     help="regenerate into a temporary directory and report the largest change")
     ap.add_argument("--out", type=Path, default=FIXTURES)
+    ap.add_argument("--only", nargs="+", metavar="CASE",
+                    help="write only these cases into --out, leaving the models and the other "
+                         "cases as they are (a new case beside fixtures made on another machine)")
     args = ap.parse_args()
+    if args.only:
+        write_all(args.out, only=set(args.only))
+        print(f"wrote {', '.join(sorted(args.only))} into {args.out}")
+        return 0
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
             write_all(Path(tmp))
