@@ -9,13 +9,14 @@
 # never a concrete backend's (backend/cpu/, backend/cuda/, backend/meta/); and a header of src/
 # is included with quotes, from src/ ("core/error.h", not <core/error.h> nor "../core/error.h"),
 # the spelling the check reads.
-set(STREAMBP_LAYERS core backend data objective model convert engine optim dist step plan reward check
-  train cli)
+set(STREAMBP_LAYERS core backend data objective objective_kernels model convert engine optim dist
+  step plan reward check train cli)
 # What each layer holds, for the graph of docs/HACKING.md.
 set(STREAMBP_LAYER_HOLDS_core "errors, tensors, the ledger, files, the collectives' interface")
 set(STREAMBP_LAYER_HOLDS_backend "the backend contract and its CPU / meta / CUDA implementations")
 set(STREAMBP_LAYER_HOLDS_data "tokenizers, datasets, chat templates")
 set(STREAMBP_LAYER_HOLDS_objective "losses on one chunk of logits (no model, no engine)")
+set(STREAMBP_LAYER_HOLDS_objective_kernels "the objectives' own kernels, one set per backend")
 set(STREAMBP_LAYER_HOLDS_model "configuration, weights, the decoder layer")
 set(STREAMBP_LAYER_HOLDS_convert "GGUF files to and from Hugging Face directories (streambp convert)")
 set(STREAMBP_LAYER_HOLDS_engine "the modes (base, checkpoint, stream)")
@@ -32,9 +33,10 @@ set(STREAMBP_LAYER_DEPS_core "")
 set(STREAMBP_LAYER_DEPS_backend core)
 set(STREAMBP_LAYER_DEPS_data core)
 set(STREAMBP_LAYER_DEPS_objective core)
+set(STREAMBP_LAYER_DEPS_objective_kernels backend objective)
 set(STREAMBP_LAYER_DEPS_model backend)
 set(STREAMBP_LAYER_DEPS_convert model data)
-set(STREAMBP_LAYER_DEPS_engine model objective)
+set(STREAMBP_LAYER_DEPS_engine model objective_kernels)
 set(STREAMBP_LAYER_DEPS_optim model)
 set(STREAMBP_LAYER_DEPS_dist engine optim)
 set(STREAMBP_LAYER_DEPS_step dist)
@@ -46,4 +48,7 @@ set(STREAMBP_LAYER_DEPS_cli train check convert)
 # Files that belong to a lower library although they live in a higher folder, with why:
 # the NCCL communicator is a dist Communicator built from CUDA streams; it is compiled into the
 # CUDA library (it needs the CUDA backend's stream), so it may see backend/cuda/.
-set(STREAMBP_LAYER_EXCEPTIONS "dist/nccl_communicator.cpp")
+# So are the objectives' CUDA kernels, which launch on that stream
+# (objective_kernels/kernel_table.h).
+set(STREAMBP_LAYER_EXCEPTIONS "dist/nccl_communicator.cpp" "objective_kernels/cuda/policy_terms.cu"
+  "objective_kernels/cuda/sequence_terms.cu")

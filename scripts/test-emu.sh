@@ -21,7 +21,7 @@ on_cuda=(lora_parity_test hf_parity_bf16_test hf_parity_test generate_test objec
 declare -A filter=(
   [lora_parity_test]='*'
   # DPO, ORPO, KTO, GRPO and PPO against TRL's numbers on transformers models; the preference
-  # objectives' gradients from the device kernel (Backend::sequence_token_grads).
+  # objectives' gradients from the device kernel (objective_kernels.h's sequence_token_grads).
   [objective_parity_test]='*'
   # That kernel's route against the host's, to the bit.
   [sequence_objective_paths_test]='*'

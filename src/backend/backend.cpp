@@ -20,7 +20,7 @@
 
 namespace sbp {
 
-namespace {
+namespace contract {
 
 std::string num(int64_t v) { return std::to_string(v); }
 std::string num(float v) {  // %g: "1e-08", "nan", "inf" (std::to_string would print 0.000000)
@@ -36,17 +36,6 @@ std::string arg(const char* op, const char* name, const Tensor& t) {
 
 // Bytes of a tensor, for the profile's estimate of the memory an op moves.
 int64_t nb(const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }
-// The rope table rows an op reads: one (h) F32 row per row of x.
-int64_t rope_rows(const Tensor& x, const Tensor& table) {
-  return x.rows() * table.cols() * static_cast<int64_t>(sizeof(float));
-}
-
-bool is_float(DType dt) { return dt == DType::F32 || dt == DType::BF16; }
-
-// Activations, weights, weight gradients, logits: F32 or BF16.
-void check_float(const char* op, const char* name, const Tensor& t) {
-  SBP_CHECK(t.defined() && is_float(t.dtype), arg(op, name, t) + " must be an F32 or BF16 tensor");
-}
 // Index tensors (I32) and per-row statistics and accumulators (F32).
 void check_dtype(const char* op, const char* name, const Tensor& t, DType dt) {
   SBP_CHECK(t.defined() && t.dtype == dt,
@@ -71,6 +60,24 @@ void check_rows_table(const char* op, const char* name, const Tensor& t, int64_t
   SBP_CHECK(t.defined() && t.dtype == DType::F32 && t.rows() == n && t.cols() == width &&
                 t.numel() == n * width,
             arg(op, name, t) + " must be F32 (" + num(n) + ", " + num(int64_t{width}) + ")");
+}
+
+}  // namespace contract
+
+using namespace contract;
+
+namespace {
+
+// The rope table rows an op reads: one (h) F32 row per row of x.
+int64_t rope_rows(const Tensor& x, const Tensor& table) {
+  return x.rows() * table.cols() * static_cast<int64_t>(sizeof(float));
+}
+
+bool is_float(DType dt) { return dt == DType::F32 || dt == DType::BF16; }
+
+// Activations, weights, weight gradients, logits: F32 or BF16.
+void check_float(const char* op, const char* name, const Tensor& t) {
+  SBP_CHECK(t.defined() && is_float(t.dtype), arg(op, name, t) + " must be an F32 or BF16 tensor");
 }
 // t has the shape (rows, cols) of `like`, e.g. out and dq like q (n, H*h).
 void check_like(const char* op, const char* name, const Tensor& t, const char* like_name,
@@ -337,6 +344,14 @@ void Backend::run_op(OpFamily family, Bytes&& bytes, Impl&& impl) {
   synchronize_impl();  // nor is this op's work done when an asynchronous launch returns
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   profile_->record(family, s, flops_ - flops0, bytes());
+}
+
+void Backend::run_extension(const char* op, OpFamily family, std::span<const Tensor* const> tensors,
+                            int64_t bytes, const std::function<void()>& impl) {
+  for (const Tensor* t : tensors) owns(op, {t});
+  const Access access(*this);
+  run_op(
+      family, [&] { return bytes; }, impl);
 }
 
 void check_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
@@ -762,148 +777,6 @@ void Backend::argmax_rows(const Tensor& out, const Tensor& logits) {
   run_op(
       OpFamily::head_softmax, [&] { return nb(logits) + nb(out); },
       [&] { argmax_rows_impl(out, logits); });
-}
-
-void Backend::policy_token_grads(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
-                                 const Tensor& rows, const PolicyTerms& terms, const Tensor& ref) {
-  const char* op = "policy_token_grads";
-  const int64_t n = logp.numel();
-  check_rows_vector(op, "logp", logp, DType::F32, n);
-  check_rows_vector(op, "dlogp", dlogp, DType::F32, n);
-  if (dentropy.defined()) check_rows_vector(op, "dentropy", dentropy, DType::F32, n);
-  if (ref.defined()) check_rows_vector(op, "ref", ref, DType::F32, n);
-  check_rows_table(op, "rows", rows, n, kPolicyRowWidth);
-  SBP_CHECK(std::isfinite(terms.eps_low) && std::isfinite(terms.eps_high) &&
-                std::isfinite(terms.beta) && std::isfinite(terms.entropy_coef),
-            std::string(op) + ": the terms' scalars must be finite");
-  owns(op, {&dlogp, &logp, &rows});
-  if (dentropy.defined()) owns(op, {&dentropy});
-  if (ref.defined()) owns(op, {&ref});
-  const Access access(*this);
-  run_op(
-      OpFamily::elementwise,
-      [&] {
-        return nb(dlogp) + nb(logp) + nb(rows) + (dentropy.defined() ? nb(dentropy) : 0) +
-               (ref.defined() ? nb(ref) : 0);
-      },
-      [&] { policy_token_grads_impl(dlogp, dentropy, logp, rows, terms, ref); });
-}
-
-void Backend::value_token_grads(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
-                                const ValueTerms& terms) {
-  const char* op = "value_token_grads";
-  const int64_t n = value.numel();
-  check_rows_vector(op, "value", value, DType::F32, n);
-  check_rows_vector(op, "dvalue", dvalue, DType::F32, n);
-  check_rows_table(op, "rows", rows, n, kValueRowWidth);
-  SBP_CHECK(std::isfinite(terms.clip) && terms.clip >= 0.0,
-            std::string(op) + ": the clip range must be finite and >= 0");
-  owns(op, {&dvalue, &value, &rows});
-  const Access access(*this);
-  run_op(
-      OpFamily::elementwise, [&] { return nb(dvalue) + nb(value) + nb(rows); },
-      [&] { value_token_grads_impl(dvalue, value, rows, terms); });
-}
-
-void Backend::sequence_token_grads(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
-                                   const Tensor& weight, const Tensor& begin, const Tensor& label,
-                                   const SequenceTerms& terms, const Tensor& kl_parts) {
-  const char* op = "sequence_token_grads";
-  const int64_t T = logp.numel();
-  check_rows_vector(op, "logp", logp, DType::F32, T);
-  check_rows_vector(op, "dlogp", dlogp, DType::F32, T);
-  check_rows_vector(op, "weight", weight, DType::F32, T);
-  check_dtype(op, "begin", begin, DType::I32);
-  const int64_t S = begin.numel() - 1, per = sequences_per_unit(terms);
-  SBP_CHECK(S >= 0 && S % per == 0, arg(op, "begin", begin) +
-                                        " must hold S + 1 offsets with S a "
-                                        "multiple of " +
-                                        num(per) + " sequences");
-  const bool kto = terms.formula == SequenceFormula::kto;
-  const bool wants_ref = terms.formula != SequenceFormula::orpo;
-  SBP_CHECK(ref.defined() == wants_ref, std::string(op) + ": ref must be " +
-                                            (wants_ref ? "given" : "undefined") +
-                                            " for this formula");
-  if (wants_ref) check_rows_vector(op, "ref", ref, DType::F32, T);
-  SBP_CHECK(label.defined() == kto,
-            std::string(op) + ": label must be " + (kto ? "given (KTO)" : "undefined"));
-  if (kto) check_rows_vector(op, "label", label, DType::F32, S);
-  SBP_CHECK(std::isfinite(terms.beta) && std::isfinite(terms.label_smoothing) &&
-                std::isfinite(terms.kl) && std::isfinite(terms.desirable_weight) &&
-                std::isfinite(terms.undesirable_weight) && std::isfinite(terms.units_in_step) &&
-                terms.units_in_step > 0.0 && std::isfinite(terms.nll_rows_in_step) &&
-                terms.nll_rows_in_step > 0.0 && std::isfinite(terms.kl_sequences),
-            std::string(op) + ": the terms' scalars must be finite, the step's counts > 0");
-  if (kl_parts.defined()) {
-    SBP_CHECK(kto, std::string(op) + ": kl_parts is for the KTO formula only");
-    check_double_parts(op, "kl_parts", kl_parts);
-  }
-  owns(op, {&dlogp, &logp, &weight, &begin});
-  if (wants_ref) owns(op, {&ref});
-  if (kto) owns(op, {&label});
-  if (kl_parts.defined()) owns(op, {&kl_parts});
-  const Access access(*this);
-  run_op(
-      OpFamily::elementwise,
-      [&] {
-        return nb(dlogp) + nb(logp) + nb(weight) + nb(begin) + (wants_ref ? nb(ref) : 0) +
-               (kto ? nb(label) : 0) + (kl_parts.defined() ? nb(kl_parts) : 0);
-      },
-      [&] { sequence_token_grads_impl(dlogp, logp, ref, weight, begin, label, terms, kl_parts); });
-}
-
-void Backend::kto_kl_part(const Tensor& part, const Tensor& logp, const Tensor& ref,
-                          const Tensor& weight, const Tensor& begin) {
-  const char* op = "kto_kl_part";
-  const int64_t T = logp.numel();
-  check_rows_vector(op, "logp", logp, DType::F32, T);
-  check_rows_vector(op, "ref", ref, DType::F32, T);
-  check_rows_vector(op, "weight", weight, DType::F32, T);
-  check_dtype(op, "begin", begin, DType::I32);
-  SBP_CHECK(begin.numel() >= 1, arg(op, "begin", begin) + " must hold S + 1 offsets");
-  check_double_parts(op, "part", part);
-  SBP_CHECK(part.numel() == 2, arg(op, "part", part) + " must hold one double (2 F32)");
-  owns(op, {&part, &logp, &ref, &weight, &begin});
-  const Access access(*this);
-  run_op(
-      OpFamily::elementwise, [&] { return nb(part) + nb(logp) + nb(ref) + nb(weight) + nb(begin); },
-      [&] { kto_kl_part_impl(part, logp, ref, weight, begin); });
-}
-
-void Backend::ppo_rollout_rows(const Tensor& policy_rows, const Tensor& value_rows,
-                               const Tensor& moments, const Tensor& logp, const Tensor& ref,
-                               const Tensor& values, const Tensor& weight, const Tensor& begin,
-                               const Tensor& seq, const PpoRolloutConfig& cfg) {
-  const char* op = "ppo_rollout_rows";
-  const int64_t T = logp.numel();
-  check_rows_vector(op, "logp", logp, DType::F32, T);
-  check_rows_vector(op, "ref", ref, DType::F32, T);
-  check_rows_vector(op, "values", values, DType::F32, T);
-  check_rows_vector(op, "weight", weight, DType::F32, T);
-  check_dtype(op, "begin", begin, DType::I32);
-  const int64_t S = begin.numel() - 1;
-  SBP_CHECK(S >= 1, arg(op, "begin", begin) + " must hold S + 1 offsets, S >= 1");
-  check_rows_table(op, "seq", seq, S, kPpoSequenceWidth);
-  check_rows_table(op, "policy_rows", policy_rows, T, kPolicyRowWidth);
-  check_rows_table(op, "value_rows", value_rows, T, kValueRowWidth);
-  check_double_parts(op, "moments", moments);
-  SBP_CHECK(moments.numel() == 16 * S,
-            arg(op, "moments", moments) + " must hold 8 S doubles (16 S F32), S = " + num(S));
-  SBP_CHECK(std::isfinite(cfg.kl_coef) && cfg.kl_coef >= 0.0 && cfg.gamma >= 0.0 &&
-                cfg.gamma <= 1.0 && cfg.lam >= 0.0 && cfg.lam <= 1.0,
-            std::string(op) + ": kl_coef must be finite and >= 0, gamma and lam in [0, 1]");
-  owns(op, {&policy_rows, &value_rows, &moments, &logp, &ref, &values, &weight, &begin, &seq});
-  const Access access(*this);
-  run_op(
-      OpFamily::elementwise,
-      [&] {
-        return nb(policy_rows) + nb(value_rows) + nb(moments) + nb(logp) + nb(ref) + nb(values) +
-               nb(weight) + nb(begin) + nb(seq);
-      },
-      [&] {
-        ppo_rollout_rows_impl(policy_rows, value_rows, moments, logp, ref, values, weight, begin,
-                              seq, cfg);
-      });
 }
 
 void Backend::softmax_entropy(const Tensor& entropy, const Tensor& logits, const Tensor& lse) {

@@ -32,6 +32,7 @@
 // and they guard that backend's own memory accesses, so each computing backend checks them in
 // its kernels, before any parallel loop (the CPU backend does); the meta backend cannot.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -42,10 +43,7 @@
 #include "backend/op_profile.h"
 #include "core/ledger.h"
 #include "core/memory.h"
-#include "core/policy_terms.h"
 #include "core/pool.h"
-#include "core/ppo_rollout.h"
-#include "core/sequence_terms.h"
 #include "core/tensor.h"
 
 namespace sbp {
@@ -81,6 +79,10 @@ class Backend : public MemorySpace {
   virtual std::string name() const = 0;
   // False for the shape-only backend: kernels do nothing, tensors have no data.
   virtual bool computes() const = 0;
+  // Which implementation this is, for a layer above that keeps kernels of its own per kind
+  // (objective_kernels/: the objectives' formulas, no part of this contract).
+  enum class Kind { cpu, cuda, shape_only };
+  virtual Kind kind() const = 0;
   // True for a shape-only backend that only the ledger is read from (the planner's): the engine
   // may then skip the chunks of a loop that would repeat an earlier chunk's allocations exactly
   // (engine.cpp, ChunkRange), so that planning work does not grow with T / chunk. FLOP counts
@@ -271,69 +273,15 @@ class Backend : public MemorySpace {
   void dlogits_entropy_inplace(const Tensor& logits, const Tensor& lse, const Tensor& targets,
                                const Tensor& dlogp, const Tensor& entropy, const Tensor& dentropy);
 
-  // The per-token gradients of the policy-gradient objectives (GRPO, PPO's policy), written on
-  // the backend so that the gradient pass needs no log-prob on the host (docs/CUDA.md "no host
-  // wait in the head"): per row i, (dlogp[i], dentropy[i]) = policy_token_grad(logp[i], rows
-  // row i, terms) (core/policy_terms.h, the objectives' own function), overwritten. rows (n, 4)
-  // F32: old log-prob, reference log-prob, advantage, loss weight. dentropy may be undefined.
-  // ref (n) F32, or undefined: where given, the reference log-probs are read from it and the
-  // rows' column is unused (a reference whose forward left them on the device).
-  // Checks: dlogp, logp F32 with numel n; rows F32 (n, 4); dentropy and ref undefined or F32
-  // numel n; the terms' scalars finite.
-  void policy_token_grads(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
-                          const Tensor& rows, const PolicyTerms& terms,
-                          const Tensor& ref = Tensor());
-  // The value head's counterpart (PPO's value model): dvalue[i] = value_token_grad(value[i],
-  // rows row i, terms), overwritten; rows (n, 3) F32: old value, return, loss weight.
-  // Checks: dvalue, value F32 with numel n; rows F32 (n, 3); terms.clip finite and >= 0.
-  void value_token_grads(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
-                         const ValueTerms& terms);
-
-  // The sequence-level objectives' gradients (DPO, ORPO, KTO; core/sequence_terms.h) for every
-  // row of a micro-batch at once, from its pre-pass's log-probs, so that they need not come to
-  // the host first (docs/CUDA.md "no host wait in the head"): per unit of
-  // sequences_per_unit(terms) consecutive sequences, sequence_unit_grads (the objectives' own
-  // functions): the sums of m_t logp_t, m_t ref_t and m_t over each sequence's rows in row
-  // order in fp64, the unit's coefficients, then dlogp[t] for every row, overwritten.
-  // dlogp, logp, weight (T) F32; ref (T) F32, or undefined where the formula has no reference
-  // (ORPO); begin (S + 1) I32, the first row of each sequence, then T; label (S) F32 for KTO,
-  // else undefined.
-  // Checks: the dtypes and sizes above, S a multiple of the unit's sequences, ref defined
-  // exactly where the formula reads one, the terms' scalars finite with units_in_step and
-  // nll_rows_in_step > 0; begin's and label's values where the host can read them (the CPU
-  // backends: 0 = begin[0] <= ... <= begin[S] = T; labels 0 or 1). A GPU clamps the offsets
-  // into [0, T] instead of reading them back.
-  // kl_parts (KTO only, or undefined): (2 P) F32 holding the bytes of P doubles, the step's KL
-  // estimate's parts from kto_kl_part, which then replace terms.kl (sequence_unit_grads), so
-  // that the estimate need not come to the host before the gradient pass. (Tensors have no
-  // F64 dtype; the parts are only ever moved and read as doubles.)
-  void sequence_token_grads(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
-                            const Tensor& weight, const Tensor& begin, const Tensor& label,
-                            const SequenceTerms& terms, const Tensor& kl_parts = Tensor());
-  // One micro-batch's part of KTO's KL estimate (core/sequence_terms.h kto_kl_part) from the
-  // policy's and the reference's log-probs on its KL pairs: part (2) F32 := the bytes of the
-  // double sum over sequences of sum m_t (logp_t - ref_t), each sequence's two sums in row
-  // order. logp, ref, weight (T) F32; begin (S + 1) I32 as for sequence_token_grads.
-  // Checks: those dtypes and sizes; part 8-byte aligned; begin's values as
-  // sequence_token_grads' where the host can read them.
-  void kto_kl_part(const Tensor& part, const Tensor& logp, const Tensor& ref, const Tensor& weight,
-                   const Tensor& begin);
-  // PPO's rollout constants (core/ppo_rollout.h; objective/gae.h computes them on the host),
-  // so that its advantages need not come to the host before the gradient passes: from a step's
-  // rollout (its micro-batches' rows one after another), the policy's rows policy_rows (T, 4)
-  // F32 for policy_token_grads and the value model's value_rows (T, 3) F32 for
-  // value_token_grads, overwritten. logp (the sampling policy's), ref, values and weight (the
-  // completion mask) (T) F32; begin (S + 1) I32 as for sequence_token_grads; seq (S, 3) F32 per
-  // sequence: score, policy and value loss weight. moments: scratch, (8 S) doubles as (16 S)
-  // F32 (the phases' partials).
-  // Checks: those dtypes and sizes, S >= 1; moments 8-byte aligned; cfg's numbers finite,
-  // kl_coef >= 0, gamma and lam in [0, 1]. Where the host can read them, also begin's values,
-  // a completion row in every sequence and at least 2 in all (the whitening's unbiased
-  // variance); a GPU trusts the caller for those (objective/gae.h check_ppo_rollout).
-  void ppo_rollout_rows(const Tensor& policy_rows, const Tensor& value_rows, const Tensor& moments,
-                        const Tensor& logp, const Tensor& ref, const Tensor& values,
-                        const Tensor& weight, const Tensor& begin, const Tensor& seq,
-                        const PpoRolloutConfig& cfg);
+  // ---- operations a higher layer owns (objective_kernels/objective_kernels.h) ----
+  // Runs `impl`, that layer's kernel for this backend's kind, as this backend runs its own ops:
+  // every tensor of `tensors` must live in this backend's memory and not be in flight (the
+  // message names `op`), impl runs inside the memory's Access scope, and with a profile
+  // attached it is timed and recorded under `family` with `bytes` moved. So a plan's ledger,
+  // the checking backend's protections and `bench`'s op profile see it as any other op. The
+  // caller has checked the call's arguments (backend_checks.h's contract helpers).
+  void run_extension(const char* op, OpFamily family, std::span<const Tensor* const> tensors,
+                     int64_t bytes, const std::function<void()>& impl);
 
   // ---- optimizer ----
   // Decoupled weight decay, bias-corrected moments, fp32 states m, v.
@@ -486,22 +434,6 @@ class Backend : public MemorySpace {
   virtual void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse,
                                             const Tensor& targets, const Tensor& dlogp,
                                             const Tensor& entropy, const Tensor& dentropy) = 0;
-  virtual void policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy,
-                                       const Tensor& logp, const Tensor& rows,
-                                       const PolicyTerms& terms, const Tensor& ref) = 0;
-  virtual void value_token_grads_impl(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
-                                      const ValueTerms& terms) = 0;
-  virtual void sequence_token_grads_impl(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
-                                         const Tensor& weight, const Tensor& begin,
-                                         const Tensor& label, const SequenceTerms& terms,
-                                         const Tensor& kl_parts) = 0;
-  virtual void kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
-                                const Tensor& weight, const Tensor& begin) = 0;
-  virtual void ppo_rollout_rows_impl(const Tensor& policy_rows, const Tensor& value_rows,
-                                     const Tensor& moments, const Tensor& logp, const Tensor& ref,
-                                     const Tensor& values, const Tensor& weight,
-                                     const Tensor& begin, const Tensor& seq,
-                                     const PpoRolloutConfig& cfg) = 0;
   virtual void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
                                const Tensor& v, const AdamWStep& s) = 0;
 

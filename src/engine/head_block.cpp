@@ -1,4 +1,5 @@
 #include "engine/head_block.h"
+#include "objective_kernels/objective_kernels.h"
 
 namespace sbp {
 
@@ -92,8 +93,8 @@ void HeadBlock::policy_grads(const PolicyTerms& terms, const Rows& rows, const T
   SBP_CHECK(kind_ == HeadKind::lm, "head block: policy gradients on a value head");
   const Tensor r = device_rows(kPolicyRowWidth, rows);                      // (n, 4)
   if (entropy_) dent_ = pool_.allocate(Category::other, DType::F32, {n_});  // (n)
-  be_.policy_token_grads(dlogp_.view(), entropy_ ? dent_.view() : Tensor(), logp_.view(), r, terms,
-                         ref);
+  policy_token_grads(be_, dlogp_.view(), entropy_ ? dent_.view() : Tensor(), logp_.view(), r, terms,
+                     ref);
   rows_.reset();
   entropy_grad_ = entropy_ && terms.entropy_coef != 0.0;
 }
@@ -101,7 +102,7 @@ void HeadBlock::policy_grads(const PolicyTerms& terms, const Rows& rows, const T
 void HeadBlock::value_grads(const ValueTerms& terms, const Rows& rows) {
   SBP_CHECK(kind_ == HeadKind::value, "head block: value gradients on an LM head");
   const Tensor r = device_rows(kValueRowWidth, rows);  // (n, 3); dlogp_ holds dL/dvalues
-  be_.value_token_grads(dlogp_.view(), out_.view().reshaped({n_}), r, terms);
+  value_token_grads(be_, dlogp_.view(), out_.view().reshaped({n_}), r, terms);
   rows_.reset();
 }
 

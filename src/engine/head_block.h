@@ -35,19 +35,20 @@ class HeadBlock {
   TokenChunkGrads alloc_grads();
   // A block's (n, width) constants for the backend's gradients: host values (empty without
   // data), uploaded without a wait, or, where `device` is defined, the rows the backend already
-  // holds (PPO's, Backend::ppo_rollout_rows), used where they are.
+  // holds (PPO's, objective_kernels.h's ppo_rollout_rows), used where they are.
   struct Rows {
     std::span<const float> host;
     Tensor device;
   };
   // Instead of alloc_grads(): the backend writes the gradients from the block's log-probs and
-  // rows (n, 4) (Backend::policy_token_grads), and backward() uses them where they are.
-  // ref (n) F32 or undefined: the reference's log-probs where they are on the device.
+  // rows (n, 4) (objective_kernels.h's policy_token_grads), and backward() uses them where they
+  // are. ref (n) F32 or undefined: the reference's log-probs where they are on the device.
   void policy_grads(const PolicyTerms& terms, const Rows& rows, const Tensor& ref = Tensor());
-  // The value head's: Backend::value_token_grads from the block's values and rows (n, 3).
+  // The value head's: objective_kernels.h's value_token_grads from the block's values and rows (n,
+  // 3).
   void value_grads(const ValueTerms& terms, const Rows& rows);
   // Instead of alloc_grads(): dlogp (n) F32 computed on the device already (a sequence-level
-  // objective's, Backend::sequence_token_grads), copied there.
+  // objective's, objective_kernels.h's sequence_token_grads), copied there.
   void grads_from(const Tensor& dlogp);
   // Backward from the objective's gradients: weight gradients ADD into G (lm_head or score,
   // final_norm); dL/d(hidden rows) ADDS into gy (n, d) F32. Releases the block's buffers.

@@ -1,6 +1,6 @@
 // The sequence-level route (head_route.h SequenceRoute: DPO, ORPO, KTO). On one process the
 // pre-pass's log-probs stay on the device, the backend computes every row's gradient from them
-// (Backend::sequence_token_grads), and the host sees the pre-pass only at `later` (now
+// (objective_kernels.h's sequence_token_grads), and the host sees the pre-pass only at `later` (now
 // without). With a context group the per-sequence sums span the ranks, which the host sums: the
 // route's host version runs instead.
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include "engine/chunk_loops.h"
 #include "engine/head_routes.h"
 #include "objective/sequence_rows.h"
+#include "objective_kernels/objective_kernels.h"
 
 namespace sbp {
 
@@ -64,9 +65,9 @@ void run_head_route(const HeadPass& pass, const SequenceRoute& route) {
   // read (at the step's end, given `later`).
   auto gradients = [&] {
     dlogp = pass.pool.allocate(Category::other, DType::F32, {T});
-    pass.be.sequence_token_grads(dlogp.view(), pre.logp(), up.ref, up.weight.view(),
-                                 up.begin.view(), up.label.defined() ? up.label.view() : Tensor(),
-                                 route.terms, route.inputs.kl_parts);
+    sequence_token_grads(pass.be, dlogp.view(), pre.logp(), up.ref, up.weight.view(),
+                         up.begin.view(), up.label.defined() ? up.label.view() : Tensor(),
+                         route.terms, route.inputs.kl_parts);
     host = pre.read(/*at_next_wait=*/pass.later != nullptr);
     up.release();
   };

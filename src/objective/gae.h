@@ -26,12 +26,12 @@
 
 #include "core/batch.h"
 #include "core/enum_names.h"
-#include "core/ppo_rollout.h"
+#include "objective/ppo_rollout.h"
 
 namespace sbp {
 
 // KlEstimator and PpoRolloutConfig live with the backends' per-sequence functions
-// (core/ppo_rollout.h); the spellings of the estimator are the config's.
+// (objective/ppo_rollout.h); the spellings of the estimator are the config's.
 inline constexpr EnumName<KlEstimator> kKlEstimatorNames[] = {{KlEstimator::k1, "k1"},
                                                               {KlEstimator::k3, "k3"}};
 
@@ -81,7 +81,8 @@ std::vector<PpoAdvantages> ppo_step_advantages(std::span<const PpoRolloutPart> p
 int64_t check_ppo_rollout_part(const Batch& batch, size_t scores);
 
 // A part's rollout statistics alone (PpoAdvantages' means; its vectors empty), from its host
-// values: what the step reports where the backend computed the rows (Backend::ppo_rollout_rows).
+// values: what the step reports where the backend computed the rows (objective_kernels.h's
+// ppo_rollout_rows).
 PpoAdvantages ppo_rollout_means(const PpoRolloutPart& p, const PpoRolloutConfig& cfg);
 
 // TRL's masked_whiten: (x - mean) * rsqrt(var + 1e-8) over the rows where mask is true, with

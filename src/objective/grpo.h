@@ -80,7 +80,7 @@ class GrpoObjective final : public Objective {
 
  private:
   bool wants_entropy() const { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
-  // A block's (n, 4) constants (core/policy_terms.h), and the pass's values for the loss.
+  // A block's (n, 4) constants (objective/policy_terms.h), and the pass's values for the loss.
   void policy_rows(int64_t row_begin, std::span<float> rows) const;
   void add_values(const TokenChunk& in);
 

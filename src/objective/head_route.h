@@ -23,9 +23,9 @@
 #include <variant>
 #include <vector>
 
-#include "core/policy_terms.h"
-#include "core/sequence_terms.h"
 #include "core/tensor.h"
+#include "objective/policy_terms.h"
+#include "objective/sequence_terms.h"
 
 namespace sbp {
 
@@ -98,17 +98,17 @@ struct ConstantGrads {
 };
 
 // Policy-gradient objectives (GRPO, PPO's policy): dL/dlogp (and dL/dentropy) of each row is
-// core/policy_terms.h's policy_token_grad of its log-prob and (n, 4) constants; the backend
-// computes them (Backend::policy_token_grads: on a GPU, without the host). After the pass the
-// engine shows the pass's values (log-probs, entropies) to add_values, piece by piece in row
-// order, with one read; pass_sums() comes after that.
+// objective/policy_terms.h's policy_token_grad of its log-prob and (n, 4) constants; the backend
+// computes them (objective_kernels.h's policy_token_grads: on a GPU, without the host). After the
+// pass the engine shows the pass's values (log-probs, entropies) to add_values, piece by piece in
+// row order, with one read; pass_sums() comes after that.
 struct PolicyFormula {
   PolicyTerms terms;
   bool entropy = false;  // as HostChunks::entropy
   RowsFn rows;           // a block's (n, kPolicyRowWidth) constants
   // (T, 4): the whole batch's rows where the backend already holds them (PPO's,
-  // Backend::ppo_rollout_rows), or undefined: the engine fills each block's from `rows`
-  // (which may wait for the device first). Defined only for one process's rows.
+  // objective_kernels.h's ppo_rollout_rows), or undefined: the engine fills each block's from
+  // `rows` (which may wait for the device first). Defined only for one process's rows.
   Tensor rows_on_device;
   // The reference log-probs where their forward left them on the device (GRPO, beta != 0):
   // the backend reads them there and the rows' reference column is unused. Null: the rows
@@ -127,13 +127,13 @@ struct ValueFormula {
 };
 
 // Sequence-level objectives (DPO, ORPO, KTO): after one pre-pass, dL/dlogp_t is
-// core/sequence_terms.h's sequence_row_grad of the coefficient sequence_unit gives the row's
+// objective/sequence_terms.h's sequence_row_grad of the coefficient sequence_unit gives the row's
 // sequence from the per-sequence sums. On one process the pre-pass's log-probs stay on the
 // device and the backend computes every row's gradient from them and `inputs`
-// (Backend::sequence_token_grads) without a wait; the host reads the pre-pass after (at the
-// step's end, given DeferredReads) and shows it to add_prepass, then finish: the completion.
-// With a context group the per-sequence sums span the ranks, which the host sums, so the
-// engine takes the host's fallback instead: host_chunks() of this route (add_prepass,
+// (objective_kernels.h's sequence_token_grads) without a wait; the host reads the pre-pass after
+// (at the step's end, given DeferredReads) and shows it to add_prepass, then finish: the
+// completion. With a context group the per-sequence sums span the ranks, which the host sums, so
+// the engine takes the host's fallback instead: host_chunks() of this route (add_prepass,
 // Objective::prepass_sums, finish, then host_grads). The same functions on the same sums in
 // the same order: the same numbers.
 struct SequenceInputs {
@@ -141,8 +141,8 @@ struct SequenceInputs {
   std::span<const int64_t> begin;            // (S + 1) first row of each sequence, then T
   std::span<const float> label;              // (S) KTO's labels, else empty
   const ReferenceLogp* reference = nullptr;  // DPO, KTO: the reference's log-probs
-  // KTO: the KL estimate's parts on the device (Backend::sequence_token_grads' kl_parts), or
-  // undefined when the estimate is known on the host (terms.kl)
+  // KTO: the KL estimate's parts on the device (objective_kernels.h's sequence_token_grads'
+  // kl_parts), or undefined when the estimate is known on the host (terms.kl)
   Tensor kl_parts;
 };
 struct SequenceRoute {

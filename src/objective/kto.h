@@ -42,10 +42,10 @@ struct KtoConfig {
 Batch kto_kl_batch(const Batch& batch);
 
 // The step's KL estimate as an objective is given it: known on the host (value), or still on
-// the device: parts (2 P) F32 holding P doubles, each a micro-batch's part (Backend::kto_kl_part),
-// with the step's sequences, the estimate's denominator, and `host`, which gives the same value
-// (core/sequence_terms.h kto_kl_estimate of the same parts) once the KL forwards' log-probs have
-// come back. The gradient pass then reads the estimate on the device (objective.h
+// the device: parts (2 P) F32 holding P doubles, each a micro-batch's part (objective_kernels.h's
+// kto_kl_part), with the step's sequences, the estimate's denominator, and `host`, which gives the
+// same value (objective/sequence_terms.h kto_kl_estimate of the same parts) once the KL forwards'
+// log-probs have come back. The gradient pass then reads the estimate on the device (objective.h
 // SequenceInputs::kl_parts) and the host learns it at the step's end, for the loss and `kl`.
 struct KtoKl {
   double value = 0.0;

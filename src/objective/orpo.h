@@ -36,7 +36,7 @@ struct OrpoConfig {
   double beta = 0.1;  // TRL ORPOConfig.beta (the paper's lambda)
 };
 
-// z of TRL's odds_ratio_loss: orpo_log_odds in core/sequence_terms.h.
+// z of TRL's odds_ratio_loss: orpo_log_odds in objective/sequence_terms.h.
 
 // The rows of a preference batch (preference_batch: chosen, rejected, ...) that ORPO's NLL
 // scores: every row of a chosen sequence with a target in it (length - 1 per chosen sequence).

@@ -32,8 +32,8 @@ namespace sbp {
 // One micro-batch's rollout constants for one of PPO's two objectives, per row (T): the
 // advantages and the old log-probs (policy), or the returns and the old values (value model).
 // `host` returns them; with `device` defined they were computed on the backend
-// (Backend::ppo_rollout_rows) and `host` may wait for the device's next read to bring them, so
-// the objectives call it only where they need the numbers on the host: add_values() at the
+// (objective_kernels.h's ppo_rollout_rows) and `host` may wait for the device's next read to bring
+// them, so the objectives call it only where they need the numbers on the host: add_values() at the
 // step's end, or policy_rows() / value_rows() when the engine cannot read `device`.
 struct PpoRowConstants {
   std::shared_ptr<const std::vector<float>> first, second;  // (T) each
@@ -80,7 +80,7 @@ class PpoPolicyObjective final : public Objective {
  private:
   const PpoRowConstants& constants() const;  // rollout_.host(), once
   bool wants_entropy() const { return cfg_.entropy_coef != 0.0 || cfg_.log_entropy; }
-  // A block's (n, 4) constants (core/policy_terms.h), and the pass's values for the loss.
+  // A block's (n, 4) constants (objective/policy_terms.h), and the pass's values for the loss.
   void policy_rows(int64_t row_begin, std::span<float> rows) const;
   void add_values(const TokenChunk& in);
 
@@ -114,7 +114,7 @@ class PpoValueObjective final : public Objective {
 
  private:
   const PpoRowConstants& constants() const;  // rollout_.host(), once
-  // A block's (n, 3) constants (core/policy_terms.h), and the pass's values for the loss.
+  // A block's (n, 3) constants (objective/policy_terms.h), and the pass's values for the loss.
   void value_rows(int64_t row_begin, std::span<float> rows) const;
   void add_values(const TokenChunk& in);
 

@@ -28,7 +28,8 @@ struct SequenceRows {
 };
 
 // Sequence offsets (S + 1, as SequenceRows::begin) in the int32 the backends' sequence kernels
-// take (Backend::sequence_token_grads, Backend::kto_kl_part). Throws Error if T does not fit.
+// take (objective_kernels.h's sequence_token_grads, objective_kernels.h's kto_kl_part). Throws
+// Error if T does not fit.
 std::vector<int32_t> offsets_i32(std::span<const int64_t> begin);
 
 // One sequence made of a prompt and a completion. Only the completion is scored: the packed

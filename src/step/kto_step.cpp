@@ -6,11 +6,11 @@
 // with the held-out set's KL.
 //
 // One process without a context group keeps the estimate on the device: each micro-batch's part
-// (Backend::kto_kl_part) goes into a device vector that the gradient passes read
-// (Backend::sequence_token_grads' kl_parts), and the host computes the same value from the same
-// log-probs at the step's end, so the step waits once, at its end. With several ranks the parts
-// of every rank are summed on the host first (Communicator::sum): one wait before the gradient
-// passes, for all the micro-batches' forwards at once.
+// (objective_kernels.h's kto_kl_part) goes into a device vector that the gradient passes read
+// (objective_kernels.h's sequence_token_grads' kl_parts), and the host computes the same value from
+// the same log-probs at the step's end, so the step waits once, at its end. With several ranks the
+// parts of every rank are summed on the host first (Communicator::sum): one wait before the
+// gradient passes, for all the micro-batches' forwards at once.
 #include <memory>
 #include <optional>
 #include <span>
@@ -18,9 +18,10 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "core/sequence_terms.h"
 #include "objective/kto.h"
 #include "objective/sequence_rows.h"
+#include "objective/sequence_terms.h"
+#include "objective_kernels/objective_kernels.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
 #include "step/step_context.h"
@@ -73,8 +74,8 @@ std::vector<KlScored> score_kl(StepContext& ctx, const std::vector<const Batch*>
       upload_i32(begin.view(), offsets_i32(rows.begin));
     }
     const int64_t at = 2 * static_cast<int64_t>(i);
-    be.kto_kl_part(parts.slice_rows(at, at + 2), policy_logp.view(), reference_logp.view(),
-                   weight.view(), begin.view());
+    kto_kl_part(be, parts.slice_rows(at, at + 2), policy_logp.view(), reference_logp.view(),
+                weight.view(), begin.view());
   }
   return scored;
 }

@@ -4,9 +4,9 @@
 // One process without a context group keeps the rollout on the device: every micro-batch's
 // three no-grad forwards (old log-probs, reference log-probs, old values) leave their rows in
 // step-wide vectors, where the backend computes the step's rewards, GAE and whitenings and
-// writes the two models' per-row constants (Backend::ppo_rollout_rows), which the gradient
-// passes read there. The host reads the same rows back with the step's one wait, at its end,
-// for the losses and statistics. With several ranks the whitening's statistics are every
+// writes the two models' per-row constants (objective_kernels.h's ppo_rollout_rows), which the
+// gradient passes read there. The host reads the same rows back with the step's one wait, at its
+// end, for the losses and statistics. With several ranks the whitening's statistics are every
 // rank's, summed on the host (objective/gae.h ppo_step_advantages): one wait before the
 // gradient passes, for all the micro-batches' forwards at once.
 #include <functional>
@@ -21,6 +21,7 @@
 #include "objective/gae.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
+#include "objective_kernels/objective_kernels.h"
 #include "step/micro_batch_prep.h"
 #include "step/objective_steps.h"
 #include "step/step_context.h"
@@ -136,9 +137,9 @@ std::vector<RolloutConstants> rollout_on_device(StepContext& ctx, const StepBatc
   }
   rows.first = pool.allocate(Category::other, DType::F32, {T, kPolicyRowWidth});  // (T, 4)
   rows.second = pool.allocate(Category::other, DType::F32, {T, kValueRowWidth});  // (T, 3)
-  be.ppo_rollout_rows(rows.first.view(), rows.second.view(), moments.view(), logp.view(),
-                      ref.view(), values.view(), w.view(), starts.view(), sequences.view(),
-                      ctx.objective().rollout);
+  ppo_rollout_rows(be, rows.first.view(), rows.second.view(), moments.view(), logp.view(),
+                   ref.view(), values.view(), w.view(), starts.view(), sequences.view(),
+                   ctx.objective().rollout);
   // The rows' host copies come with the step's wait; the objectives read them only then.
   std::shared_ptr<const std::vector<float>> policy_host, value_host;
   if (computes) {

@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "backend/backend_suite.h"
-#include "core/ppo_rollout.h"
 #include "objective/gae.h"
 #include "objective/ppo.h"
+#include "objective/ppo_rollout.h"
 #include "objective/sequence_rows.h"
+#include "objective_kernels/objective_kernels.h"
 
 namespace sbp {
 namespace {
@@ -294,7 +295,7 @@ TEST_P(BackendOps, PolicyTokenGradsMatchTheirLossInFloat64) {
     for (int c = 0; c < 4; ++c) rows[i * 4 + c] = table[i * 5 + 1 + c];
   }
   Buffer logp = up(lp, {n}), r = up(rows, {n, 4}), dlogp = zeros({n}), dent = zeros({n});
-  be.policy_token_grads(dlogp.view(), dent.view(), logp.view(), r.view(), terms);
+  policy_token_grads(be, dlogp.view(), dent.view(), logp.view(), r.view(), terms);
   if (!computes()) return;
   auto loss = [&](const Vec& x, int64_t i, bool on_policy) {
     const double old = on_policy ? lp[i] : rows[i * 4], ref = rows[i * 4 + 1];
@@ -320,14 +321,14 @@ TEST_P(BackendOps, PolicyTokenGradsMatchTheirLossInFloat64) {
     rows_without[i * 4 + 1] = 99.0;
   }
   Buffer r_without = up(rows_without, {n, 4}), ref = up(refs, {n}), dlogp_ref = zeros({n});
-  be.policy_token_grads(dlogp_ref.view(), Tensor(), logp.view(), r_without.view(), terms,
-                        ref.view());
+  policy_token_grads(be, dlogp_ref.view(), Tensor(), logp.view(), r_without.view(), terms,
+                     ref.view());
   EXPECT_EQ(down(dlogp_ref), got);
 
   PolicyTerms on = terms;  // r = 1: the old log-probs are the current ones
   on.on_policy = true;
   on.beta = 0.0;
-  be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), r.view(), on);
+  policy_token_grads(be, dlogp.view(), Tensor(), logp.view(), r.view(), on);
   const Vec got_on = down(dlogp);
   for (int64_t i = 0; i < n; ++i)  // -w A, the old log-probs unread
     EXPECT_NEAR(got_on[i], -rows[i * 4 + 3] * rows[i * 4 + 2], 1e-7) << "row " << i;
@@ -338,17 +339,17 @@ TEST_P(BackendOps, PolicyTokenGradsRejectMisuse) {
   Buffer logp = zeros({3}), dlogp = zeros({3}), r = zeros({3, 4}), bad_rows = zeros({3, 3});
   Buffer short_ent = zeros({2});
   const PolicyTerms terms;
-  EXPECT_THROW(be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), bad_rows.view(), terms),
+  EXPECT_THROW(policy_token_grads(be, dlogp.view(), Tensor(), logp.view(), bad_rows.view(), terms),
                ShapeError);
-  EXPECT_THROW(be.policy_token_grads(dlogp.view(), short_ent.view(), logp.view(), r.view(), terms),
+  EXPECT_THROW(policy_token_grads(be, dlogp.view(), short_ent.view(), logp.view(), r.view(), terms),
                ShapeError);
   Buffer short_ref = zeros({2});
-  EXPECT_THROW(
-      be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), r.view(), terms, short_ref.view()),
-      ShapeError);
+  EXPECT_THROW(policy_token_grads(be, dlogp.view(), Tensor(), logp.view(), r.view(), terms,
+                                  short_ref.view()),
+               ShapeError);
   PolicyTerms nan = terms;
   nan.beta = std::nan("");
-  EXPECT_THROW(be.policy_token_grads(dlogp.view(), Tensor(), logp.view(), r.view(), nan),
+  EXPECT_THROW(policy_token_grads(be, dlogp.view(), Tensor(), logp.view(), r.view(), nan),
                ShapeError);
 }
 
@@ -370,7 +371,7 @@ TEST_P(BackendOps, ValueTokenGradsMatchTheirLossInFloat64) {
     for (int c = 0; c < 3; ++c) rows[i * 3 + c] = table[i * 4 + 1 + c];
   }
   Buffer value = up(v, {n}), r = up(rows, {n, 3}), dvalue = zeros({n});
-  be.value_token_grads(dvalue.view(), value.view(), r.view(), terms);
+  value_token_grads(be, dvalue.view(), value.view(), r.view(), terms);
   if (!computes()) return;
   auto loss = [&](const Vec& x, int64_t i) {
     const double vold = rows[i * 3], ret = rows[i * 3 + 1], w = rows[i * 3 + 2];
@@ -384,9 +385,9 @@ TEST_P(BackendOps, ValueTokenGradsMatchTheirLossInFloat64) {
   }
   EXPECT_EQ(got[4], 0.0f);
   Buffer bad_rows = zeros({n, 4});
-  EXPECT_THROW(be.value_token_grads(dvalue.view(), value.view(), bad_rows.view(), terms),
+  EXPECT_THROW(value_token_grads(be, dvalue.view(), value.view(), bad_rows.view(), terms),
                ShapeError);
-  EXPECT_THROW(be.value_token_grads(dvalue.view(), value.view(), r.view(), ValueTerms{.clip = -1}),
+  EXPECT_THROW(value_token_grads(be, dvalue.view(), value.view(), r.view(), ValueTerms{.clip = -1}),
                ShapeError);
 }
 
@@ -487,9 +488,9 @@ TEST_P(BackendOps, SequenceTokenGradsMatchTheirLossInFloat64) {
   for (const Case& c : cases) {
     const bool orpo_case = c.terms.formula == SequenceFormula::orpo;
     const bool kto_case = c.terms.formula == SequenceFormula::kto;
-    be.sequence_token_grads(dlogp.view(), logp.view(), orpo_case ? Tensor() : ref.view(),
-                            weight.view(), offsets.view(), kto_case ? label.view() : Tensor(),
-                            c.terms);
+    sequence_token_grads(be, dlogp.view(), logp.view(), orpo_case ? Tensor() : ref.view(),
+                         weight.view(), offsets.view(), kto_case ? label.view() : Tensor(),
+                         c.terms);
     if (!computes()) continue;
     const Vec got = down(dlogp), expect = numeric_grad(c.loss, lp);
     for (int64_t t = 0; t < T; ++t)
@@ -508,7 +509,7 @@ TEST_P(BackendOps, SequenceTokenGradsRejectMisuse) {
   const SequenceTerms orpo{.formula = SequenceFormula::orpo};
   const SequenceTerms kto{.formula = SequenceFormula::kto};
   auto run = [&](const Tensor& r, const Tensor& b, const Tensor& l, const SequenceTerms& t) {
-    be.sequence_token_grads(dlogp.view(), logp.view(), r, w.view(), b, l, t);
+    sequence_token_grads(be, dlogp.view(), logp.view(), r, w.view(), b, l, t);
   };
   EXPECT_NO_THROW(run(ref.view(), pairs.view(), Tensor(), dpo));
   EXPECT_THROW(run(Tensor(), pairs.view(), Tensor(), dpo), ShapeError);
@@ -558,12 +559,12 @@ TEST_P(BackendOps, KtoKlPartsMatchFloat64AndFeedTheFormula) {
                           .undesirable_weight = 1.5};
   for (const Vec* lp : {&lp_up, &lp_down}) {
     Buffer logp = up(*lp, {T}), parts = zeros({4}), dlogp = zeros({T}), host_dlogp = zeros({T});
-    be.kto_kl_part(parts.view().slice_rows(0, 2), logp.view(), ref.view(), weight.view(),
-                   ba.view());
-    be.kto_kl_part(parts.view().slice_rows(2, 4), logp.view(), ref.view(), weight.view(),
-                   bb.view());
-    be.sequence_token_grads(dlogp.view(), logp.view(), ref.view(), weight.view(), ba.view(),
-                            label.view(), kto, parts.view());
+    kto_kl_part(be, parts.view().slice_rows(0, 2), logp.view(), ref.view(), weight.view(),
+                ba.view());
+    kto_kl_part(be, parts.view().slice_rows(2, 4), logp.view(), ref.view(), weight.view(),
+                bb.view());
+    sequence_token_grads(be, dlogp.view(), logp.view(), ref.view(), weight.view(), ba.view(),
+                         label.view(), kto, parts.view());
     if (!computes()) continue;
     const std::vector<float> raw = download_f32(parts.view());  // the doubles' bytes
     double got[2];
@@ -574,8 +575,8 @@ TEST_P(BackendOps, KtoKlPartsMatchFloat64AndFeedTheFormula) {
     EXPECT_EQ(kl, lp == &lp_up ? (got[0] + got[1]) / 5.0 : 0.0);
     SequenceTerms on_host = kto;
     on_host.kl = kl;
-    be.sequence_token_grads(host_dlogp.view(), logp.view(), ref.view(), weight.view(), ba.view(),
-                            label.view(), on_host);
+    sequence_token_grads(be, host_dlogp.view(), logp.view(), ref.view(), weight.view(), ba.view(),
+                         label.view(), on_host);
     const Vec a = down(dlogp), b = down(host_dlogp);
     for (int64_t t = 0; t < T; ++t) EXPECT_EQ(a[t], b[t]) << "row " << t;
   }
@@ -589,10 +590,11 @@ TEST_P(BackendOps, KtoKlPartsRejectMisuse) {
   const SequenceTerms kto{.formula = SequenceFormula::kto, .kl_sequences = 2.0};
   const SequenceTerms dpo{.formula = SequenceFormula::dpo};
   auto part = [&](const Tensor& p) {
-    be.kto_kl_part(p, logp.view(), ref.view(), w.view(), pairs.view());
+    kto_kl_part(be, p, logp.view(), ref.view(), w.view(), pairs.view());
   };
   auto grads = [&](const Tensor& l, const SequenceTerms& t, const Tensor& p) {
-    be.sequence_token_grads(dlogp.view(), logp.view(), ref.view(), w.view(), pairs.view(), l, t, p);
+    sequence_token_grads(be, dlogp.view(), logp.view(), ref.view(), w.view(), pairs.view(), l, t,
+                         p);
   };
   EXPECT_NO_THROW(part(parts.view().slice_rows(0, 2)));
   EXPECT_THROW(part(parts.view()), ShapeError);  // two doubles for one
@@ -603,8 +605,8 @@ TEST_P(BackendOps, KtoKlPartsRejectMisuse) {
   EXPECT_THROW(part(parts.view().slice_rows(1, 3)), ShapeError);
 }
 
-// PPO's rollout rows (Backend::ppo_rollout_rows, core/ppo_rollout.h) against the host's own
-// computation of the same quantities (objective/gae.h ppo_step_advantages, which the TRL
+// PPO's rollout rows (objective_kernels.h's ppo_rollout_rows, objective/ppo_rollout.h) against the
+// host's own computation of the same quantities (objective/gae.h ppo_step_advantages, which the TRL
 // fixtures check): a step of two micro-batches (their rows one after another on the device, two
 // parts on the host), prompt rows between completions, both KL estimators, with and without the
 // rewards' whitening. The sums run in different orders, so the two agree to the double
@@ -652,8 +654,8 @@ TEST_P(BackendOps, PpoRolloutRowsMatchTheHostRollout) {
       const PpoRolloutConfig cfg{
           .kl_coef = 0.1, .kl_estimator = est, .gamma = 0.97, .lam = 0.9, .whiten_rewards = whiten};
       Buffer policy = zeros({T, 4}), value = zeros({T, 3}), moments = zeros({16 * S});
-      be.ppo_rollout_rows(policy.view(), value.view(), moments.view(), lp.view(), rf.view(),
-                          val.view(), w.view(), starts.view(), sq.view(), cfg);
+      ppo_rollout_rows(be, policy.view(), value.view(), moments.view(), lp.view(), rf.view(),
+                       val.view(), w.view(), starts.view(), sq.view(), cfg);
       if (!computes()) continue;
       const Vec p = down(policy), v = down(value);
       std::vector<PpoRolloutPart> parts;
@@ -711,7 +713,7 @@ TEST_P(BackendOps, PpoRolloutRowsRejectMisuse) {
   const PpoRolloutConfig cfg;
   auto call = [&](const Tensor& p, const Tensor& v, const Tensor& m, const Tensor& weight,
                   const Tensor& begin, const Tensor& seq, const PpoRolloutConfig& c) {
-    be.ppo_rollout_rows(p, v, m, v6.view(), v6.view(), v6.view(), weight, begin, seq, c);
+    ppo_rollout_rows(be, p, v, m, v6.view(), v6.view(), v6.view(), weight, begin, seq, c);
   };
   const Tensor P = policy.view(), V = value.view(), M = moments.view(), W = w.view();
   EXPECT_NO_THROW(call(P, V, M, W, two.view(), sq.view(), cfg));

@@ -32,6 +32,7 @@
 #include "objective/orpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
+#include "objective_kernels/objective_kernels.h"
 #include "support/test_support.h"
 
 namespace sbp {
@@ -336,8 +337,8 @@ TEST(PpoParity, RolloutLossesAndBothModelsGradients) {
     expect_grads(vg, grads, "value_model.", what);
 
     // The same step with the rollout on the backend, as PPO's step computes it on one process
-    // (Backend::ppo_rollout_rows): the gradient passes read the rows there, the objectives' host
-    // copies come from the same rows.
+    // (objective_kernels.h's ppo_rollout_rows): the gradient passes read the rows there, the
+    // objectives' host copies come from the same rows.
     const std::string on_device = what + " (rollout rows on the backend)";
     const int64_t T = batch.size(), S = static_cast<int64_t>(seqs.size());
     double n = 0;
@@ -357,9 +358,9 @@ TEST(PpoParity, RolloutLossesAndBothModelsGradients) {
     const Buffer moments = m.pool.allocate(Category::other, DType::F32, {16 * S});
     const Buffer policy_rows = m.pool.allocate(Category::other, DType::F32, {T, 4});
     const Buffer value_rows = m.pool.allocate(Category::other, DType::F32, {T, 3});
-    m.be.ppo_rollout_rows(policy_rows.view(), value_rows.view(), moments.view(), logp_d.view(),
-                          ref_d.view(), values_d.view(), weight_d.view(), begin_d.view(),
-                          seq_d.view(), rc);
+    ppo_rollout_rows(m.be, policy_rows.view(), value_rows.view(), moments.view(), logp_d.view(),
+                     ref_d.view(), values_d.view(), weight_d.view(), begin_d.view(), seq_d.view(),
+                     rc);
     auto columns = [T](const Tensor& rows_d, int width, int a, int b) {
       const std::vector<float> h = download_f32(rows_d);
       auto first = std::make_shared<std::vector<float>>();

@@ -1,11 +1,11 @@
 // The sequence-level objectives (DPO, ORPO, KTO) take one of two routes through the engine's head
 // (objective/head_route.h SequenceRoute): on one process, the pre-pass's log-probs stay on the
-// device and the backend computes every row's gradient from them (Backend::sequence_token_grads),
-// the host seeing the pre-pass only afterwards; with a context group, or where an objective offers
-// no formula, the host reads the pre-pass first and writes the gradients (its host_chunks()). Both
-// must give the same bits: the gradients, the loss and every statistic, in several blocks and in
-// one, with the reads at once and left for the step's end (DeferredReads). And GRPO's reference
-// read on the device gives what its rows give.
+// device and the backend computes every row's gradient from them (objective_kernels.h's
+// sequence_token_grads), the host seeing the pre-pass only afterwards; with a context group, or
+// where an objective offers no formula, the host reads the pre-pass first and writes the gradients
+// (its host_chunks()). Both must give the same bits: the gradients, the loss and every statistic,
+// in several blocks and in one, with the reads at once and left for the step's end (DeferredReads).
+// And GRPO's reference read on the device gives what its rows give.
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -365,7 +365,7 @@ TEST(GrpoNormalisers, FollowTheirDefinitions) {
     const Eval e = drive(
         [&] { return std::make_unique<GrpoObjective>(b, d.adv_seq, cfg, d.old_logp, d.ref_logp); },
         d.logp, d.ent, d.val, 9);
-    // The objective holds each row's weight as a float (core/policy_terms.h: the device's
+    // The objective holds each row's weight as a float (objective/policy_terms.h: the device's
     // constants, and TRL's float32), written here in double: 2^-24 relative per weight at most.
     EXPECT_NEAR(e.loss, want, 0x1p-23 * std::fabs(want)) << grpo_loss_name(loss);
   }

@@ -10,9 +10,9 @@
 #     step, none inside it (there were 9, then 2).
 #   kto.yaml: the KL estimate's two no-grad forwards (the policy and the reference on the
 #     mismatched pairs) of every micro-batch leave their log-probs on the device, where each
-#     micro-batch's part of the estimate is summed (Backend::kto_kl_part) for the gradient
+#     micro-batch's part of the estimate is summed (kto_kl_part) for the gradient
 #     passes to read; the reference's forward on the batch and the pre-pass stay on the device
-#     too, where the backend computes the gradients from them (Backend::sequence_token_grads);
+#     too, where the backend computes the gradients from them (sequence_token_grads);
 #     all of it comes back with the norm: 1 (65, then 20, then 5, then 2). With several ranks
 #     the estimate is summed on the host first: one wait more (kto_step.cpp).
 #   orpo.yaml: no reference; the pre-pass and its gradients on the device, the norm: 1 (17, then
@@ -20,14 +20,14 @@
 #   dpo: orpo.yaml's data and model with objective=dpo (the reference is the starting model):
 #     the reference's forward, the pre-pass and the gradients on the device, the norm: 1.
 #   examples/grpo.yaml and ppo.yaml on the tiny-chat model (head_chunk 16: 28 blocks): their
-#     per-token formulas run on the device (Backend::policy_token_grads, value_token_grads) and
+#     per-token formulas run on the device (policy_token_grads, value_token_grads) and
 #     their statistics read the pass's numbers at the step's end. GRPO (beta 0, no reference):
 #     the norm alone, 1 (57 before). grpo-kl (beta 0.04): the reference's forward leaves its
 #     log-probs on the device, where the formula reads them, and the host's copy comes with the
 #     norm: 1 (2 before). PPO: its rollout's three no-grad forwards (old log-probs,
 #     reference log-probs, old values) of every micro-batch leave their rows on the device,
 #     where the backend computes the rewards, GAE and whitenings and the two models' per-row
-#     constants (Backend::ppo_rollout_rows), which the gradient passes read there; the host's
+#     constants (ppo_rollout_rows), which the gradient passes read there; the host's
 #     copies come with the norm, one for both models: 1 (88, then 4, then 2). With several ranks
 #     the whitening is summed on the host first: one wait more (ppo_step.cpp).
 #

@@ -14,6 +14,7 @@ class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   bool computes() const override { return true; }
+  Kind kind() const override { return Kind::cpu; }
 
   // Memory: 64-byte aligned host allocations, one per tensor; a large freed one is kept for
   // the next tensor of its size within the high-water mark (backend/host_block_cache.h).
@@ -94,20 +95,6 @@ class CpuBackend : public Backend {
   void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,
                                     const Tensor& dlogp, const Tensor& entropy,
                                     const Tensor& dentropy) override;
-  void policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
-                               const Tensor& rows, const PolicyTerms& terms,
-                               const Tensor& ref) override;
-  void value_token_grads_impl(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
-                              const ValueTerms& terms) override;
-  void sequence_token_grads_impl(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
-                                 const Tensor& weight, const Tensor& begin, const Tensor& label,
-                                 const SequenceTerms& terms, const Tensor& kl_parts) override;
-  void kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
-                        const Tensor& weight, const Tensor& begin) override;
-  void ppo_rollout_rows_impl(const Tensor& policy_rows, const Tensor& value_rows,
-                             const Tensor& moments, const Tensor& logp, const Tensor& ref,
-                             const Tensor& values, const Tensor& weight, const Tensor& begin,
-                             const Tensor& seq, const PpoRolloutConfig& cfg) override;
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;

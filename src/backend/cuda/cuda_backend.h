@@ -40,6 +40,7 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   bool computes() const override { return true; }
+  Kind kind() const override { return Kind::cuda; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   const cuda::DeviceArena& arena() const { return *arena_; }
@@ -170,20 +171,6 @@ class CudaBackend : public Backend {
   void dlogits_entropy_inplace_impl(const Tensor& logits, const Tensor& lse, const Tensor& targets,
                                     const Tensor& dlogp, const Tensor& entropy,
                                     const Tensor& dentropy) override;
-  void policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy, const Tensor& logp,
-                               const Tensor& rows, const PolicyTerms& terms,
-                               const Tensor& ref) override;
-  void value_token_grads_impl(const Tensor& dvalue, const Tensor& value, const Tensor& rows,
-                              const ValueTerms& terms) override;
-  void sequence_token_grads_impl(const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
-                                 const Tensor& weight, const Tensor& begin, const Tensor& label,
-                                 const SequenceTerms& terms, const Tensor& kl_parts) override;
-  void kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
-                        const Tensor& weight, const Tensor& begin) override;
-  void ppo_rollout_rows_impl(const Tensor& policy_rows, const Tensor& value_rows,
-                             const Tensor& moments, const Tensor& logp, const Tensor& ref,
-                             const Tensor& values, const Tensor& weight, const Tensor& begin,
-                             const Tensor& seq, const PpoRolloutConfig& cfg) override;
 
   void adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWStep& s) override;

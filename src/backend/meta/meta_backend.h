@@ -19,6 +19,7 @@ class MetaBackend final : public Backend {
 
   std::string name() const override { return "meta"; }
   bool computes() const override { return false; }
+  Kind kind() const override { return Kind::shape_only; }
   bool skips_repeated_chunks() const override { return runs_ == Runs::ledger_only; }
 
   // Memory that holds nothing: tensors have shapes and null data; transfers do nothing.
@@ -74,18 +75,6 @@ class MetaBackend final : public Backend {
   void dlogits_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void argmax_rows_impl(const Tensor&, const Tensor&) override {}
   void softmax_entropy_impl(const Tensor&, const Tensor&, const Tensor&) override {}
-  void policy_token_grads_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                               const PolicyTerms&, const Tensor&) override {}
-  void value_token_grads_impl(const Tensor&, const Tensor&, const Tensor&,
-                              const ValueTerms&) override {}
-  void sequence_token_grads_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const Tensor&, const Tensor&, const SequenceTerms&,
-                                 const Tensor&) override {}
-  void kto_kl_part_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                        const Tensor&) override {}
-  void ppo_rollout_rows_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, const PpoRolloutConfig&) override {}
   void dlogits_entropy_inplace_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, const Tensor&) override {}
   void adamw_step_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,

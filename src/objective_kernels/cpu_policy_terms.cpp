@@ -1,13 +1,13 @@
-// The policy-gradient objectives' per-token gradients (Backend::policy_token_grads and
-// value_token_grads): the objectives' own formulas (core/policy_terms.h) over the rows of one
-// head block.
-#include "backend/cpu/cpu_backend.h"
+// The policy-gradient objectives' per-token gradients on the CPU backends (policy_token_grads
+// and value_token_grads of objective_kernels.h): the objectives' own formulas
+// (objective/policy_terms.h) over the rows of one head block, in host memory.
+#include "objective_kernels/kernel_table.h"
 
 namespace sbp {
 
-void CpuBackend::policy_token_grads_impl(const Tensor& dlogp, const Tensor& dentropy,
-                                         const Tensor& logp, const Tensor& rows,
-                                         const PolicyTerms& terms, const Tensor& ref) {
+void cpu_policy_token_grads(Backend&, const Tensor& dlogp, const Tensor& dentropy,
+                            const Tensor& logp, const Tensor& rows, const PolicyTerms& terms,
+                            const Tensor& ref) {
   const int64_t n = logp.numel();
   const float* lp = logp.f32();                              // (n)
   const float* r = rows.f32();                               // (n, 4)
@@ -22,8 +22,8 @@ void CpuBackend::policy_token_grads_impl(const Tensor& dlogp, const Tensor& dent
   }
 }
 
-void CpuBackend::value_token_grads_impl(const Tensor& dvalue, const Tensor& value,
-                                        const Tensor& rows, const ValueTerms& terms) {
+void cpu_value_token_grads(Backend&, const Tensor& dvalue, const Tensor& value, const Tensor& rows,
+                           const ValueTerms& terms) {
   const int64_t n = value.numel();
   const float* v = value.f32();  // (n)
   const float* r = rows.f32();   // (n, 3)

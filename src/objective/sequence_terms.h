@@ -5,13 +5,13 @@
 // chosen sequence's rows). They are SBP_HD functions: the objectives compute their losses,
 // statistics and coefficients with them on the host (objective/dpo.cpp, orpo.cpp, kto.cpp), and
 // the backends compute the same coefficients and gradients from the sums on the device
-// (Backend::sequence_token_grads), so that a pre-pass's log-probs need not come to the host
-// before the gradient pass (docs/CUDA.md "no host wait in the head"). Finite-difference checks:
-// tests/objective/token_terms_test.cpp and the op suite's SequenceTokenGrads cases.
+// (objective_kernels.h's sequence_token_grads), so that a pre-pass's log-probs need not come to the
+// host before the gradient pass (docs/CUDA.md "no host wait in the head"). Finite-difference
+// checks: tests/objective/token_terms_test.cpp and the op suite's SequenceTokenGrads cases.
 #include <cstdint>
 
 #include "core/host_device.h"
-#include "core/policy_terms.h"
+#include "objective/policy_terms.h"
 
 namespace sbp {
 
@@ -82,8 +82,9 @@ struct SequenceTerms {
   double units_in_step = 1.0;     // the loss's mean is over the step's pairs (KTO: sequences)
   double nll_rows_in_step = 1.0;  // ORPO: the NLL's mean is over the step's chosen rows
   double kl = 0.0;                // KTO: the step's KL estimate, clamped at 0
-  // KTO with the KL estimate's parts on the device (Backend::sequence_token_grads' kl_parts):
-  // the step's sequences, the estimate's denominator (kto_kl_estimate); kl is then unused.
+  // KTO with the KL estimate's parts on the device (objective_kernels.h's sequence_token_grads'
+  // kl_parts): the step's sequences, the estimate's denominator (kto_kl_estimate); kl is then
+  // unused.
   double kl_sequences = 0.0;
   double desirable_weight = 1.0, undesirable_weight = 1.0;  // KTO
 };
@@ -161,8 +162,8 @@ SBP_HD UnitTerms sequence_unit(const SequenceTerms& t, const UnitSums& s) {
 // policy's minus the reference's completion sum (sum m_t logp_t over the sequence's rows
 // [begin[s], begin[s + 1]) in row order); then the step's estimate from its P parts added in
 // order, max(0, sum / sequences), 0 without sequences. The step (step/kto_step.cpp) and the
-// backends (Backend::kto_kl_part, sequence_token_grads) call these same functions. Offsets are
-// clamped into [0, T] as in sequence_unit_grads.
+// backends (objective_kernels.h's kto_kl_part, sequence_token_grads) call these same functions.
+// Offsets are clamped into [0, T] as in sequence_unit_grads.
 SBP_HD double kto_kl_part(const float* logp, const float* ref, const float* weight,
                           const int32_t* begin, int64_t S, int64_t T) {
   double sum = 0.0;
@@ -194,8 +195,8 @@ SBP_HD float sequence_row_grad(const SequenceTerms& t, double coef, float weight
   return static_cast<float>(coef * weight);
 }
 
-// One unit's rows, for Backend::sequence_token_grads (the CPU backend's loop over units and the
-// CUDA kernel's thread run this same function): each of its sequences' sums over rows
+// One unit's rows, for objective_kernels.h's sequence_token_grads (the CPU backend's loop over
+// units and the CUDA kernel's thread run this same function): each of its sequences' sums over rows
 // [begin[seq], begin[seq + 1]) in row order, as the objectives' pre-passes add them, the formula,
 // then every one of those rows' dL/dlogp. ref and label may be null (ORPO; DPO). An offset
 // outside [0, T] is clamped into it, so that a bad offset cannot reach outside the vectors.

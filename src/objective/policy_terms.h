@@ -2,10 +2,10 @@
 // The per-token terms of the policy-gradient objectives (GRPO, PPO's policy and value), each with
 // its derivative, in double precision. They are SBP_HD functions: the objectives compute their
 // losses and statistics with them on the host (objective/grpo.cpp, ppo.cpp), and the backends
-// compute dL/dlogp with the very same functions on the device (Backend::policy_token_grads, in
-// the CPU backend and a CUDA kernel), so that the gradient pass needs no value on the host
-// (docs/CUDA.md "no host wait in the head"). Finite-difference checks of each term:
-// tests/objective/token_terms_test.cpp.
+// compute dL/dlogp with the very same functions on the device (objective_kernels.h's
+// policy_token_grads, in the CPU backend and a CUDA kernel), so that the gradient pass needs no
+// value on the host (docs/CUDA.md "no host wait in the head"). Finite-difference checks of each
+// term: tests/objective/token_terms_test.cpp.
 //
 // Where PyTorch's autograd defines a derivative at a kink (torch.minimum/maximum of two equal
 // values sends half the gradient to each side; clamp passes the gradient on its closed

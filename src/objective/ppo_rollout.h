@@ -1,9 +1,10 @@
 #pragma once
 // PPO's rollout constants (objective/gae.h: per-token rewards, GAE, the two whitenings) as
 // functions of one sequence, so that a backend computes them where the rollout's log-probs and
-// values already are (Backend::ppo_rollout_rows: on a GPU, one thread per sequence, without the
-// host; docs/CUDA.md "Synchronisations"). objective/gae.cpp computes the same quantities on the
-// host with its own loops: it is these functions' reference in tests/backend/ops_head_test.cpp.
+// values already are (objective_kernels.h's ppo_rollout_rows: on a GPU, one thread per sequence,
+// without the host; docs/CUDA.md "Synchronisations"). objective/gae.cpp computes the same
+// quantities on the host with its own loops: it is these functions' reference in
+// tests/backend/ops_head_test.cpp.
 //
 // A step's rows are its micro-batches' rows one after another (sequences never span two), and
 // S sequences begin at begin[s]. The whitenings are over every completion row of the step, so
@@ -20,7 +21,7 @@
 #include <cstdint>
 
 #include "core/host_device.h"
-#include "core/policy_terms.h"
+#include "objective/policy_terms.h"
 
 namespace sbp {
 
@@ -59,7 +60,7 @@ struct PpoRolloutInputs {
   int64_t S = 0;
 };
 
-// The outputs of kRows: policy rows (T, 4) as core/policy_terms.h's PolicyRowField (old_logp,
+// The outputs of kRows: policy rows (T, 4) as objective/policy_terms.h's PolicyRowField (old_logp,
 // ref 0, advantage, loss weight) and value rows (T, 3) as ValueRowField (old value, return,
 // loss weight). Rows outside completions get advantage, return and loss weights 0.
 struct PpoRolloutRows {

@@ -1,12 +1,12 @@
-// The sequence-level objectives' gradients (Backend::sequence_token_grads), KTO's KL parts
-// (Backend::kto_kl_part) and PPO's rollout rows (Backend::ppo_rollout_rows): the objectives'
-// own functions (core/sequence_terms.h, core/ppo_rollout.h) over a micro-batch's units of
-// sequences (a step's sequences), one after another.
+// The sequence-level objectives' gradients (sequence_token_grads), KTO's KL parts (kto_kl_part)
+// and PPO's rollout rows (ppo_rollout_rows) on the CPU backends (objective_kernels.h): the
+// objectives' own functions (objective/sequence_terms.h, objective/ppo_rollout.h) over a
+// micro-batch's units of sequences (a step's sequences), one after another, in host memory.
 #include <cstring>
 #include <string>
 
-#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "objective_kernels/kernel_table.h"
 
 namespace sbp {
 
@@ -24,10 +24,9 @@ void check_offsets(const char* op, const int32_t* b, int64_t S, int64_t T) {
 
 }  // namespace
 
-void CpuBackend::sequence_token_grads_impl(const Tensor& dlogp, const Tensor& logp,
-                                           const Tensor& ref, const Tensor& weight,
-                                           const Tensor& begin, const Tensor& label,
-                                           const SequenceTerms& terms, const Tensor& kl_parts) {
+void cpu_sequence_token_grads(Backend&, const Tensor& dlogp, const Tensor& logp, const Tensor& ref,
+                              const Tensor& weight, const Tensor& begin, const Tensor& label,
+                              const SequenceTerms& terms, const Tensor& kl_parts) {
   const int64_t T = logp.numel(), S = begin.numel() - 1;
   const int32_t* b = begin.i32();  // (S + 1)
   check_offsets("sequence_token_grads", b, S, T);
@@ -46,19 +45,18 @@ void CpuBackend::sequence_token_grads_impl(const Tensor& dlogp, const Tensor& lo
                         l, T, parts, P, dlogp.f32());
 }
 
-void CpuBackend::kto_kl_part_impl(const Tensor& part, const Tensor& logp, const Tensor& ref,
-                                  const Tensor& weight, const Tensor& begin) {
+void cpu_kto_kl_part(Backend&, const Tensor& part, const Tensor& logp, const Tensor& ref,
+                     const Tensor& weight, const Tensor& begin) {
   const int64_t T = logp.numel(), S = begin.numel() - 1;
   check_offsets("kto_kl_part", begin.i32(), S, T);
   const double sum = ::sbp::kto_kl_part(logp.f32(), ref.f32(), weight.f32(), begin.i32(), S, T);
   std::memcpy(part.data, &sum, sizeof sum);
 }
 
-void CpuBackend::ppo_rollout_rows_impl(const Tensor& policy_rows, const Tensor& value_rows,
-                                       const Tensor& moments, const Tensor& logp, const Tensor& ref,
-                                       const Tensor& values, const Tensor& weight,
-                                       const Tensor& begin, const Tensor& seq,
-                                       const PpoRolloutConfig& cfg) {
+void cpu_ppo_rollout_rows(Backend&, const Tensor& policy_rows, const Tensor& value_rows,
+                          const Tensor& moments, const Tensor& logp, const Tensor& ref,
+                          const Tensor& values, const Tensor& weight, const Tensor& begin,
+                          const Tensor& seq, const PpoRolloutConfig& cfg) {
   const char* op = "ppo_rollout_rows";
   const int64_t T = logp.numel(), S = begin.numel() - 1;
   const int32_t* b = begin.i32();  // (S + 1)
