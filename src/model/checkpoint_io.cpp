@@ -342,9 +342,9 @@ void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const Pa
   const std::vector<ParamSpec> specs = parameter_specs(cfg);
   std::vector<NamedTensor> tensors;
   for (const ParamSpec& s : specs) {
-    if (!params.contains(s.name))
-      throw ShapeError("save_model_dir: parameter set has no '" + s.name + "'");
-    const Tensor& t = params.get(s.name);
+    const std::optional<size_t> i = params.find(s.id);
+    if (!i) throw ShapeError("save_model_dir: parameter set has no '" + s.name + "'");
+    const Tensor& t = params.tensor(*i);
     SBP_CHECK(t.shape == s.shape, "save_model_dir: '" + s.name + "' is " + t.describe() +
                                       ", config implies " + s.shape.str());
     SBP_CHECK(t.data != nullptr, "save_model_dir: '" + s.name + "' has no data");
