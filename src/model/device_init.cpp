@@ -35,8 +35,7 @@ void init_parameters_on_backend(Backend& be, ParameterSet& params, uint64_t seed
     }
     // transformers zeroes nn.Embedding's padding_idx row after drawing the others.
     const int64_t zero_row =
-        style == InitStyle::hf && params.id(i).role == ParamRole::embed ? params.padding_row()
-                                                                        : -1;
+        style == InitStyle::hf && params.id(i).role == ParamRole::embed ? params.padding_row() : -1;
     if (zero_row >= 0 && zero_row < t.rows()) be.fill(t.slice_rows(zero_row, zero_row + 1), 0.0f);
   }
 }

@@ -17,12 +17,22 @@ enum class ParamRole : int {
   lm_head,     // lm_head.weight (absent when tied)
   score,       // score.weight, the value head of value models
   input_norm,
-  q_proj, q_bias, k_proj, k_bias, v_proj, v_bias, o_proj, o_bias,
-  q_norm, k_norm,
+  q_proj,
+  q_bias,
+  k_proj,
+  k_bias,
+  v_proj,
+  v_bias,
+  o_proj,
+  o_bias,
+  q_norm,
+  k_norm,
   post_norm,      // the norm before the MLP
   attn_out_norm,  // Gemma: on the attention output
   mlp_out_norm,   // Gemma: on the MLP output
-  gate_proj, up_proj, down_proj,
+  gate_proj,
+  up_proj,
+  down_proj,
 };
 
 // Which gradient group (engine/grad_hook.h) a tensor's gradient belongs to.

@@ -63,7 +63,8 @@ TEST(ParameterId, TheNamesAreTheCheckpointNames) {
   EXPECT_EQ(sandwich, NormLayout::sandwich);
   EXPECT_EQ(hf_name(model_param(ParamRole::embed), plain), "model.embed_tokens.weight");
   EXPECT_EQ(hf_name(model_param(ParamRole::score), plain), "score.weight");
-  EXPECT_EQ(hf_name(layer_param(7, ParamRole::k_bias), plain), "model.layers.7.self_attn.k_proj.bias");
+  EXPECT_EQ(hf_name(layer_param(7, ParamRole::k_bias), plain),
+            "model.layers.7.self_attn.k_proj.bias");
   EXPECT_EQ(hf_name(layer_param(2, ParamRole::post_norm), plain),
             "model.layers.2.post_attention_layernorm.weight");
   EXPECT_EQ(hf_name(layer_param(2, ParamRole::post_norm), sandwich),
@@ -71,7 +72,8 @@ TEST(ParameterId, TheNamesAreTheCheckpointNames) {
   EXPECT_EQ(hf_name(layer_param(2, ParamRole::attn_out_norm), sandwich),
             "model.layers.2.post_attention_layernorm.weight");
   EXPECT_EQ(*gguf_name(layer_param(2, ParamRole::post_norm)), "blk.2.ffn_norm.weight");
-  EXPECT_EQ(*gguf_name(layer_param(2, ParamRole::attn_out_norm)), "blk.2.post_attention_norm.weight");
+  EXPECT_EQ(*gguf_name(layer_param(2, ParamRole::attn_out_norm)),
+            "blk.2.post_attention_norm.weight");
   EXPECT_EQ(*gguf_name(model_param(ParamRole::lm_head)), "output.weight");
 }
 
@@ -79,22 +81,20 @@ TEST(ParameterId, NamesNoTableSpellsParseToNothing) {
   for (const char* name :
        {"model.layers.01.mlp.up_proj.weight", "model.layers.-1.mlp.up_proj.weight",
         "model.layers.x.mlp.up_proj.weight", "model.layers.3", "model.layers.3.",
-        "model.layers.3.mlp.up_proj.bias",
-        "model.layers.3.mlp.up_proj.weight.x", "lm_head.bias", "model.lm_head.weight", "",
-        "model.layers.99999999999999999999.mlp.up_proj.weight"})
+        "model.layers.3.mlp.up_proj.bias", "model.layers.3.mlp.up_proj.weight.x", "lm_head.bias",
+        "model.lm_head.weight", "", "model.layers.99999999999999999999.mlp.up_proj.weight"})
     EXPECT_FALSE(parse_hf_name(name, NormLayout::plain).has_value()) << name;
   // Gemma's extra norms are not Llama parameters.
   EXPECT_FALSE(
       parse_hf_name("model.layers.0.post_feedforward_layernorm.weight", NormLayout::plain));
   for (const char* name : {"blk.01.attn_q.weight", "blk.0.attn_q", "blk.0.output.weight",
-                                  "token_embd.bias", "rope_freqs.weight", "blk..attn_q.weight"})
+                           "token_embd.bias", "rope_freqs.weight", "blk..attn_q.weight"})
     EXPECT_FALSE(parse_gguf_name(name).has_value()) << name;
   for (const char* name :
        {"base_model.model.model.layers.0.self_attn.q_proj.weight",
         "base_model.model.model.layers.0.self_attn.q_norm.lora_A.weight",
         "base_model.model.model.layers.0.input_layernorm.lora_B.weight",
-        "model.layers.0.self_attn.q_proj.lora_A.weight",
-        "base_model.model.lm_head.lora_A.weight"})
+        "model.layers.0.self_attn.q_proj.lora_A.weight", "base_model.model.lm_head.lora_A.weight"})
     EXPECT_FALSE(parse_lora_tensor_name(name).has_value()) << name;
 }
 
