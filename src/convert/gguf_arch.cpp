@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
+#include "model/parameters.h"
 
 namespace sbp {
 
@@ -39,29 +41,40 @@ int64_t positive(const GgufFile& f, const std::string& key) {
   return v;
 }
 
-// HF name inside a layer -> GGUF name inside a block.
-struct LayerName {
-  const char* hf;
+// Each role's GGUF name; a layer's inside "blk.<l>.". Roles are what a tensor does, and so are
+// llama.cpp's names: Llama's post_attention_layernorm and Gemma's pre_feedforward_layernorm are
+// both the norm before the MLP (post_norm), ffn_norm in either family.
+struct GgufName {
+  ParamRole role;
   const char* gguf;
 };
-constexpr LayerName kLayerNames[] = {
-    {"input_layernorm.weight", "attn_norm.weight"},
-    {"self_attn.q_proj.weight", "attn_q.weight"},
-    {"self_attn.q_proj.bias", "attn_q.bias"},
-    {"self_attn.k_proj.weight", "attn_k.weight"},
-    {"self_attn.k_proj.bias", "attn_k.bias"},
-    {"self_attn.v_proj.weight", "attn_v.weight"},
-    {"self_attn.v_proj.bias", "attn_v.bias"},
-    {"self_attn.o_proj.weight", "attn_output.weight"},
-    {"self_attn.o_proj.bias", "attn_output.bias"},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
-    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
-    {"mlp.gate_proj.weight", "ffn_gate.weight"},
-    {"mlp.up_proj.weight", "ffn_up.weight"},
-    {"mlp.down_proj.weight", "ffn_down.weight"},
-};
+constexpr GgufName kGgufNames[] = {
+    {ParamRole::embed, "token_embd.weight"},
+    {ParamRole::final_norm, "output_norm.weight"},
+    {ParamRole::lm_head, "output.weight"},
+    {ParamRole::input_norm, "attn_norm.weight"},
+    {ParamRole::q_proj, "attn_q.weight"},
+    {ParamRole::q_bias, "attn_q.bias"},
+    {ParamRole::k_proj, "attn_k.weight"},
+    {ParamRole::k_bias, "attn_k.bias"},
+    {ParamRole::v_proj, "attn_v.weight"},
+    {ParamRole::v_bias, "attn_v.bias"},
+    {ParamRole::o_proj, "attn_output.weight"},
+    {ParamRole::o_bias, "attn_output.bias"},
+    {ParamRole::q_norm, "attn_q_norm.weight"},
+    {ParamRole::k_norm, "attn_k_norm.weight"},
+    {ParamRole::post_norm, "ffn_norm.weight"},
+    {ParamRole::attn_out_norm, "post_attention_norm.weight"},
+    {ParamRole::mlp_out_norm, "post_ffw_norm.weight"},
+    {ParamRole::gate_proj, "ffn_gate.weight"},
+    {ParamRole::up_proj, "ffn_up.weight"},
+    {ParamRole::down_proj, "ffn_down.weight"},
+};  // score (the value head) has none: llama.cpp's decoders end in an LM head.
+
+constexpr std::string_view kBlockPrefix = "blk.";
+
+// The name of a role's tensor in layer 0, for the metadata that asks whether the file has it.
+std::string first_block(ParamRole role) { return *gguf_name(layer_param(0, role)); }
 
 }  // namespace
 
@@ -97,10 +110,11 @@ json gguf_to_config_json(const GgufFile& f, const GgufArch& arch) {
     throw InputError(path + ": metadata '" + a + ".rope.dimension_count' " + std::to_string(*rd) +
                      " is not the head dimension " + std::to_string(h) +
                      " (partial rotary embeddings are not supported)");
-  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
-  if (!embd) throw InputError(path + ": tensor 'token_embd.weight' is missing");
+  const std::string embd_name = *gguf_name(model_param(ParamRole::embed));
+  const GgufTensorInfo* embd = f.find_tensor(embd_name);
+  if (!embd) throw InputError(path + ": tensor '" + embd_name + "' is missing");
   if (embd->ne.size() != 2)
-    throw InputError(path + ": tensor 'token_embd.weight' must have 2 dimensions");
+    throw InputError(path + ": tensor '" + embd_name + "' must have 2 dimensions");
   const int64_t V = embd->ne[1];
   if (const auto vs = f.get_int(a + ".vocab_size"); vs && *vs != V)
     throw InputError(path + ": metadata '" + a + ".vocab_size' " + std::to_string(*vs) +
@@ -118,7 +132,8 @@ json gguf_to_config_json(const GgufFile& f, const GgufArch& arch) {
   if (!eps) throw InputError(path + ": metadata '" + a + ".attention.layer_norm_rms_epsilon' is missing");
   j["rms_norm_eps"] = shortest_f32(*eps);
   j["rope_theta"] = shortest_f32(f.get_float(a + ".rope.freq_base").value_or(10000.0));
-  j["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
+  j["tie_word_embeddings"] =
+      f.find_tensor(*gguf_name(model_param(ParamRole::lm_head))) == nullptr;
   const std::string scaling = f.get_string(a + ".rope.scaling.type").value_or("none");
   if (scaling == "linear") {
     const auto factor = f.get_float(a + ".rope.scaling.factor");
@@ -128,8 +143,8 @@ json gguf_to_config_json(const GgufFile& f, const GgufArch& arch) {
     throw InputError(path + ": metadata '" + a + ".rope.scaling.type' '" + scaling +
                      "' is not supported (none, linear are)");
   }
-  const bool has_q_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  const bool has_o_bias = f.find_tensor("blk.0.attn_output.bias") != nullptr;
+  const bool has_q_bias = f.find_tensor(first_block(ParamRole::q_bias)) != nullptr;
+  const bool has_o_bias = f.find_tensor(first_block(ParamRole::o_bias)) != nullptr;
   switch (arch.type) {
     case ModelType::llama: {
       j["attention_bias"] = has_q_bias;
@@ -278,23 +293,38 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
   return m;
 }
 
-std::string gguf_tensor_name(const ModelConfig& cfg, const std::string& hf) {
-  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf == "model.norm.weight") return "output_norm.weight";
-  if (hf == "lm_head.weight") return "output.weight";
-  const std::string prefix = "model.layers.";
-  if (hf.rfind(prefix, 0) == 0) {
-    const size_t dot = hf.find('.', prefix.size());
-    if (dot != std::string::npos) {
-      const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
-      const std::string rest = hf.substr(dot + 1);
-      if (rest == "post_attention_layernorm.weight")
-        return "blk." + layer + (cfg.gemma() ? ".post_attention_norm.weight" : ".ffn_norm.weight");
-      for (const LayerName& n : kLayerNames)
-        if (rest == n.hf) return "blk." + layer + "." + n.gguf;
-    }
+std::optional<std::string> gguf_name(const ParamId& id) {
+  for (const GgufName& n : kGgufNames) {
+    if (n.role != id.role) continue;
+    if (id.group() == ParamGroup::layer)
+      return std::string(kBlockPrefix) + std::to_string(id.layer) + "." + n.gguf;
+    return std::string(n.gguf);
   }
-  throw InputError("convert: tensor '" + hf + "' has no GGUF name");
+  return std::nullopt;
+}
+
+std::string gguf_tensor_name(const ModelConfig& cfg, const ParamId& id) {
+  if (std::optional<std::string> name = gguf_name(id)) return *name;
+  throw InputError("convert: tensor '" + hf_name(id, norm_layout(cfg)) + "' has no GGUF name");
+}
+
+std::optional<ParamId> parse_gguf_name(const std::string& name) {
+  if (name.starts_with(kBlockPrefix)) {
+    const size_t dot = name.find('.', kBlockPrefix.size());
+    if (dot == std::string::npos) return std::nullopt;
+    const auto layer =
+        parse_layer_number(name.substr(kBlockPrefix.size(), dot - kBlockPrefix.size()));
+    if (!layer) return std::nullopt;
+    const std::string rest = name.substr(dot + 1);
+    for (const GgufName& n : kGgufNames)
+      if (model_param(n.role).group() == ParamGroup::layer && rest == n.gguf)
+        return layer_param(*layer, n.role);
+    return std::nullopt;
+  }
+  for (const GgufName& n : kGgufNames)
+    if (model_param(n.role).group() != ParamGroup::layer && name == n.gguf)
+      return model_param(n.role);
+  return std::nullopt;
 }
 
 void permute_qk_rows(float* w, int64_t heads, int64_t h, int64_t cols, bool to_gguf) {
@@ -312,25 +342,17 @@ void permute_qk_rows(float* w, int64_t heads, int64_t h, int64_t cols, bool to_g
   }
 }
 
-bool is_permuted_qk(const ModelConfig& cfg, const std::string& hf, int64_t* heads) {
+bool is_permuted_qk(const ModelConfig& cfg, const ParamId& id, int64_t* heads) {
   if (!gguf_arch_for(cfg.model_type).permute_qk) return false;
-  auto ends = [&](const std::string& s) {
-    return hf.size() >= s.size() && hf.compare(hf.size() - s.size(), s.size(), s) == 0;
-  };
-  if (ends("self_attn.q_proj.weight") || ends("self_attn.q_proj.bias")) {
-    *heads = cfg.num_attention_heads;
-    return true;
+  switch (id.role) {
+    case ParamRole::q_proj:
+    case ParamRole::q_bias: *heads = cfg.num_attention_heads; return true;
+    case ParamRole::k_proj:
+    case ParamRole::k_bias: *heads = cfg.num_key_value_heads; return true;
+    default: return false;
   }
-  if (ends("self_attn.k_proj.weight") || ends("self_attn.k_proj.bias")) {
-    *heads = cfg.num_key_value_heads;
-    return true;
-  }
-  return false;
 }
 
-bool is_norm_weight(const std::string& hf) {
-  const std::string s = "norm.weight";
-  return hf.size() >= s.size() && hf.compare(hf.size() - s.size(), s.size(), s) == 0;
-}
+bool is_norm_weight(const ParamId& id) { return id.kind() == ParamKind::norm; }
 
 }  // namespace sbp

@@ -15,6 +15,9 @@
 //   model.layers.N.post_feedforward_layernorm blk.N.post_ffw_norm (Gemma)
 //   model.layers.N.mlp.{gate,up,down}_proj    blk.N.ffn_{gate,up,down}
 //
+// In code both sides are spelled from a parameter's typed identity (model/parameter_id.h): the
+// GGUF column is gguf_arch.cpp's table by role, the HF column parameter_id.cpp's.
+//
 // Two value conventions differ:
 //  - llama: llama.cpp's converter permutes the rows of q_proj and k_proj (weight and bias) within
 //    each head from HF's rotate-half order (first half, second half) to interleaved pairs, since
@@ -22,11 +25,13 @@
 //    (head, i, s) in GGUF. Qwen and Gemma use llama.cpp's NEOX rope and are stored unpermuted.
 //  - gemma3: norm weights are stored as 1 + w (llama.cpp multiplies by the stored weight).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
 #include "model/gguf_file.h"
+#include "model/parameter_id.h"
 
 namespace sbp {
 
@@ -49,18 +54,22 @@ nlohmann::json gguf_to_config_json(const GgufFile& f, const GgufArch& arch);
 // <arch>.* and general.* metadata of a config, in the order llama.cpp writes them.
 std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const ModelConfig& cfg);
 
-// The GGUF tensor name of a Hugging Face parameter name (InputError if there is none).
-std::string gguf_tensor_name(const ModelConfig& cfg, const std::string& hf_name);
+// The GGUF tensor name of a parameter (nullopt: none, e.g. a value model's score), and the
+// inverse (nullopt: not a tensor name of this table). One table each way (gguf_arch.cpp).
+std::optional<std::string> gguf_name(const ParamId& id);
+std::optional<ParamId> parse_gguf_name(const std::string& name);
+// gguf_name, or InputError naming the parameter by its Hugging Face name.
+std::string gguf_tensor_name(const ModelConfig& cfg, const ParamId& id);
 
 // Row permutation of llama's q/k: values (rows = heads * h, cols) in place, HF order to GGUF
 // order (to_gguf) or back.
 void permute_qk_rows(float* values, int64_t heads, int64_t head_dim, int64_t cols, bool to_gguf);
 
-// True for the HF names whose rows llama.cpp permutes (q_proj / k_proj weight and bias), with
+// True for the parameters whose rows llama.cpp permutes (q_proj / k_proj weight and bias), with
 // the number of heads of that projection in *heads.
-bool is_permuted_qk(const ModelConfig& cfg, const std::string& hf_name, int64_t* heads);
+bool is_permuted_qk(const ModelConfig& cfg, const ParamId& id, int64_t* heads);
 
-bool is_norm_weight(const std::string& hf_name);
+bool is_norm_weight(const ParamId& id);
 
 // llama3 rope scaling as llama.cpp stores it (tensor rope_freqs.weight, head_dim / 2 values):
 // per frequency, the unscaled inverse frequency divided by the scaled one.

@@ -87,7 +87,7 @@ std::string convert_gguf_to_hf(const std::string& in, const std::string& out, DT
   std::vector<float> vals;
   for (size_t i = 0; i < w.size(); ++i) {
     const std::string& hf = w.name(i);
-    const std::string gname = gguf_tensor_name(cfg, hf);
+    const std::string gname = gguf_tensor_name(cfg, w.id(i));
     const GgufTensorInfo* t = f.find_tensor(gname);
     if (!t) throw InputError(in + ": tensor '" + gname + "' (" + hf + ") is missing");
     const std::vector<int64_t> want = dims_of(w.shape(i));
@@ -97,11 +97,11 @@ std::string convert_gguf_to_hf(const std::string& in, const std::string& out, DT
     vals.resize(static_cast<size_t>(t->numel()));
     f.dequantize_into(*t, vals.data());
     int64_t heads = 0;
-    if (is_permuted_qk(cfg, hf, &heads)) {
+    if (is_permuted_qk(cfg, w.id(i), &heads)) {
       const int64_t cols = want.size() == 2 ? want[1] : 1;
       permute_qk_rows(vals.data(), heads, cfg.head_dim, cols, /*to_gguf=*/false);
     }
-    if (arch.norm_plus_one && is_norm_weight(hf))
+    if (arch.norm_plus_one && is_norm_weight(w.id(i)))
       for (float& x : vals) x -= 1.0f;
     if (dtype == DType::BF16 || dtype == DType::F16)
       check_representable(in, gname, dtype == DType::BF16 ? GgmlType::BF16 : GgmlType::F16, vals);
@@ -157,16 +157,16 @@ std::string convert_hf_to_gguf(const std::string& dir, const std::string& out, G
     const std::vector<int64_t> shape = dims_of(w.shape(i));
     vals[i] = download_f32(w.tensor(i));
     int64_t heads = 0;
-    if (is_permuted_qk(cfg, hf, &heads))
+    if (is_permuted_qk(cfg, w.id(i), &heads))
       permute_qk_rows(vals[i].data(), heads, cfg.head_dim, shape.size() == 2 ? shape[1] : 1,
                       /*to_gguf=*/true);
-    if (arch.norm_plus_one && is_norm_weight(hf))
+    if (arch.norm_plus_one && is_norm_weight(w.id(i)))
       for (float& x : vals[i]) x += 1.0f;
     GgmlType t = type;
     if (shape.size() == 1) t = GgmlType::F32;  // norms and biases, as llama.cpp keeps them
     else if (t == GgmlType::Q8_0 && shape.back() % 32 != 0) t = GgmlType::F16;
     check_representable(dir, hf, t, vals[i]);
-    tensors.push_back({gguf_tensor_name(cfg, hf), shape, t, vals[i].data()});
+    tensors.push_back({gguf_tensor_name(cfg, w.id(i)), shape, t, vals[i].data()});
   }
   std::vector<float> rope_factors;
   if (cfg.rope_scaling.type == RopeScalingType::llama3) {

@@ -7,21 +7,17 @@
 namespace sbp {
 
 GradGroups::GradGroups(const ParameterSet& params) {
-  const std::string layer_prefix = "model.layers.";
   for (size_t i = 0; i < params.size(); ++i) {
-    const std::string& n = params.name(i);
-    if (n.rfind(layer_prefix, 0) == 0) {
-      const size_t dot = n.find('.', layer_prefix.size());
-      const size_t l =
-          static_cast<size_t>(std::stoll(n.substr(layer_prefix.size(), dot - layer_prefix.size())));
-      if (layers_.size() <= l) layers_.resize(l + 1);
-      layers_[l].push_back(i);
-    } else if (n == "model.embed_tokens.weight") {
-      embedding_.push_back(i);
-    } else if (n == "model.norm.weight" || n == "lm_head.weight" || n == "score.weight") {
-      head_.push_back(i);
-    } else {
-      throw ShapeError("GradGroups: parameter '" + n + "' belongs to no gradient group");
+    const ParamId& id = params.id(i);
+    switch (id.group()) {
+      case ParamGroup::layer: {
+        const size_t l = static_cast<size_t>(id.layer);
+        if (layers_.size() <= l) layers_.resize(l + 1);
+        layers_[l].push_back(i);
+        break;
+      }
+      case ParamGroup::embedding: embedding_.push_back(i); break;
+      case ParamGroup::head: head_.push_back(i); break;
     }
   }
 }

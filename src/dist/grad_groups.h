@@ -1,7 +1,7 @@
 #pragma once
 // Which tensors of a parameter set belong to each gradient group of engine/grad_hook.h, by
-// their Hugging Face names: model.layers.<l>.* to layer l, model.embed_tokens.weight to the
-// embedding, model.norm.weight / lm_head.weight / score.weight to the head.
+// their identity's group (model/parameter_id.h): a layer's tensors to that layer, the embedding
+// to the embedding, the final norm, the LM head and the value head to the head.
 #include <cstdint>
 #include <vector>
 

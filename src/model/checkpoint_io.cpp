@@ -215,7 +215,8 @@ void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& 
   std::set<std::string> expected;
   for (const ParamSpec& s : specs) {
     expected.insert(s.name);
-    if (!params.contains(s.name) || params.get(s.name).shape != s.shape) {
+    const std::optional<size_t> i = params.find(s.id);
+    if (!i || params.tensor(*i).shape != s.shape) {
       throw ShapeError("load_weights: parameter set does not match the config at '" + s.name + "'");
     }
     auto it = where.find(s.name);
@@ -230,12 +231,13 @@ void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& 
     }
   }
   SBP_CHECK(params.size() == specs.size(), "load_weights: parameter set has extra tensors");
-  const std::string kLmHead = "lm_head.weight";
+  const std::string kLmHead = hf_name(model_param(ParamRole::lm_head), norm_layout(cfg));
+  const std::string kEmbed = hf_name(model_param(ParamRole::embed), norm_layout(cfg));
   const Located* tied_head = nullptr;
   for (const auto& [name, loc] : where) {
     if (expected.count(name) || ignorable_tensor(name)) continue;
     if (cfg.tie_word_embeddings && name == kLmHead) {
-      const Shape want = params.get("model.embed_tokens.weight").shape;
+      const Shape want = params.get(kEmbed).shape;
       if (loc.entry->shape != want) {
         throw InputError(loc.file->path() + ": tensor '" + name + "' has shape " +
                          loc.entry->shape.str() + " but config.json implies " + want.str() +
@@ -251,7 +253,6 @@ void load_weights(const std::string& dir, const ModelConfig& cfg, ParameterSet& 
   // A tied checkpoint that still carries lm_head.weight: the model will use the embedding,
   // so accept the extra tensor only if it says the same thing after conversion to the
   // parameters' dtype. Compared from the file in bounded pieces, before anything is copied.
-  const std::string kEmbed = "model.embed_tokens.weight";
   const Tensor& embed = params.get(kEmbed);
   if (tied_head && embed.data) {
     const Located& src = where.at(kEmbed);
@@ -341,9 +342,9 @@ void save_model_dir(const std::string& dir_arg, const ModelConfig& cfg, const Pa
   const std::vector<ParamSpec> specs = parameter_specs(cfg);
   std::vector<NamedTensor> tensors;
   for (const ParamSpec& s : specs) {
-    if (!params.contains(s.name))
-      throw ShapeError("save_model_dir: parameter set has no '" + s.name + "'");
-    const Tensor& t = params.get(s.name);
+    const std::optional<size_t> i = params.find(s.id);
+    if (!i) throw ShapeError("save_model_dir: parameter set has no '" + s.name + "'");
+    const Tensor& t = params.tensor(*i);
     SBP_CHECK(t.shape == s.shape, "save_model_dir: '" + s.name + "' is " + t.describe() +
                                       ", config implies " + s.shape.str());
     SBP_CHECK(t.data != nullptr, "save_model_dir: '" + s.name + "' has no data");

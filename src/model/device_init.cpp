@@ -15,10 +15,9 @@ void init_parameters_on_backend(Backend& be, ParameterSet& params, uint64_t seed
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& t = params.tensor(i);
     if (!t.data) continue;
-    const std::string& n = params.name(i);
-    const uint64_t stream = parameter_stream(n);
-    const bool is_norm = n.find("norm") != std::string::npos;
-    const bool is_bias = n.size() > 5 && n.ends_with(".bias");
+    const uint64_t stream = parameter_stream(params.name(i));
+    const bool is_norm = params.id(i).kind() == ParamKind::norm;
+    const bool is_bias = params.id(i).kind() == ParamKind::bias;
     const bool test = style == InitStyle::test;
     if (is_norm) {
       const float identity = 1.0f - params.norm_weight_offset();  // (offset + w) = 1
@@ -36,7 +35,7 @@ void init_parameters_on_backend(Backend& be, ParameterSet& params, uint64_t seed
     }
     // transformers zeroes nn.Embedding's padding_idx row after drawing the others.
     const int64_t zero_row =
-        style == InitStyle::hf && n == "model.embed_tokens.weight" ? params.padding_row() : -1;
+        style == InitStyle::hf && params.id(i).role == ParamRole::embed ? params.padding_row() : -1;
     if (zero_row >= 0 && zero_row < t.rows()) be.fill(t.slice_rows(zero_row, zero_row + 1), 0.0f);
   }
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -21,12 +22,15 @@ constexpr double kMaxLoraAlpha = 1e6;
 
 namespace {
 
-constexpr std::array<const char*, kLoraTargets> kNames = {
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+// Indexed by LoraTarget.
+constexpr std::array<ParamRole, kLoraTargets> kBaseRoles = {
+    ParamRole::q_proj,    ParamRole::k_proj,  ParamRole::v_proj,   ParamRole::o_proj,
+    ParamRole::gate_proj, ParamRole::up_proj, ParamRole::down_proj};
 
-bool is_attention(LoraTarget t) {
-  return static_cast<int>(t) <= static_cast<int>(LoraTarget::o_proj);
-}
+// PEFT wraps the model twice (PeftModel.base_model, LoraModel.model) before the HF names.
+constexpr std::string_view kPeftPrefix = "base_model.model.";
+constexpr std::string_view kMatrixA = ".lora_A.weight", kMatrixB = ".lora_B.weight";
+static_assert(kMatrixA.size() == kMatrixB.size());
 
 // (out, in) of projection t.
 std::pair<int64_t, int64_t> proj_shape(const ModelConfig& cfg, LoraTarget t) {
@@ -47,7 +51,9 @@ std::pair<int64_t, int64_t> proj_shape(const ModelConfig& cfg, LoraTarget t) {
 
 }  // namespace
 
-const char* lora_target_name(LoraTarget t) { return kNames[static_cast<size_t>(t)]; }
+ParamRole lora_base_role(LoraTarget t) { return kBaseRoles[static_cast<size_t>(t)]; }
+
+const char* lora_target_name(LoraTarget t) { return hf_module_name(lora_base_role(t)); }
 
 float LoraConfig::scale() const {
   const double rr = static_cast<double>(r);
@@ -80,11 +86,14 @@ void LoraConfig::validate() const {
   if (target_modules.empty()) throw InputError("lora: target_modules is empty");
   for (const std::string& m : target_modules) {
     bool known = m == "all-linear";
-    for (const char* n : kNames) known = known || m == n;
+    std::string choices;
+    for (int p = 0; p < kLoraTargets; ++p) {
+      const char* n = lora_target_name(static_cast<LoraTarget>(p));
+      known = known || m == n;
+      choices += std::string(n) + ", ";
+    }
     if (!known)
-      throw InputError("lora: unknown target module '" + m +
-                       "' (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, "
-                       "all-linear)");
+      throw InputError("lora: unknown target module '" + m + "' (" + choices + "all-linear)");
   }
 }
 
@@ -109,10 +118,37 @@ std::vector<std::string> parse_lora_targets(const std::string& csv) {
   return out;
 }
 
+std::string lora_tensor_name(const LoraId& id) {
+  // Projections are spelled alike in every norm layout.
+  std::string name(kPeftPrefix);
+  name += hf_module_path(layer_param(id.layer, lora_base_role(id.target)), NormLayout::plain);
+  name += id.matrix == LoraMatrix::B ? kMatrixB : kMatrixA;
+  return name;
+}
+
 std::string lora_tensor_name(int64_t layer, LoraTarget t, bool is_b) {
-  return "base_model.model.model.layers." + std::to_string(layer) +
-         (is_attention(t) ? ".self_attn." : ".mlp.") + lora_target_name(t) +
-         (is_b ? ".lora_B.weight" : ".lora_A.weight");
+  return lora_tensor_name({layer, t, is_b ? LoraMatrix::B : LoraMatrix::A});
+}
+
+std::optional<LoraId> parse_lora_tensor_name(const std::string& name) {
+  if (name.size() < kPeftPrefix.size() + kMatrixA.size() || !name.starts_with(kPeftPrefix))
+    return std::nullopt;
+  LoraMatrix matrix;
+  if (name.ends_with(kMatrixA))
+    matrix = LoraMatrix::A;
+  else if (name.ends_with(kMatrixB))
+    matrix = LoraMatrix::B;
+  else
+    return std::nullopt;
+  // The base weight's name: the module path between the prefix and the matrix, + ".weight".
+  const size_t path_size = name.size() - kPeftPrefix.size() - kMatrixA.size();
+  const std::optional<ParamId> base =
+      parse_hf_name(name.substr(kPeftPrefix.size(), path_size) + ".weight", NormLayout::plain);
+  if (!base) return std::nullopt;
+  for (int p = 0; p < kLoraTargets; ++p)
+    if (kBaseRoles[static_cast<size_t>(p)] == base->role)
+      return LoraId{base->layer, static_cast<LoraTarget>(p), matrix};
+  return std::nullopt;
 }
 
 LoraSet::LoraSet(const ModelConfig& cfg, const LoraConfig& lc, Pool& pool, Category category,
@@ -125,10 +161,12 @@ LoraSet::LoraSet(const ModelConfig& cfg, const LoraConfig& lc, Pool& pool, Categ
       const auto t = static_cast<LoraTarget>(p);
       if (!lc_.targets(t)) continue;
       const auto [out, in] = proj_shape(cfg, t);
-      for (bool is_b : {false, true}) {
-        const Shape shape = is_b ? Shape{out, lc_.r} : Shape{lc_.r, in};
-        index_[lora_tensor_name(l, t, is_b)] = buffers_.size();
-        names_.push_back(lora_tensor_name(l, t, is_b));
+      for (const LoraMatrix m : {LoraMatrix::A, LoraMatrix::B}) {
+        const Shape shape = m == LoraMatrix::B ? Shape{out, lc_.r} : Shape{lc_.r, in};
+        const LoraId id{l, t, m};
+        index_[id] = buffers_.size();
+        ids_.push_back(id);
+        names_.push_back(lora_tensor_name(id));
         buffers_.push_back(zero ? pool.zeros(category, dtype, shape)
                                 : pool.allocate(category, dtype, shape));
       }
@@ -139,8 +177,14 @@ LoraSet::LoraSet(const ModelConfig& cfg, const LoraConfig& lc, Pool& pool, Categ
   }
 }
 
+bool LoraSet::contains(const std::string& name) const {
+  const std::optional<LoraId> id = parse_lora_tensor_name(name);
+  return id && index_.count(*id) != 0;
+}
+
 const Tensor& LoraSet::get(const std::string& name) const {
-  const auto it = index_.find(name);
+  const std::optional<LoraId> id = parse_lora_tensor_name(name);
+  const auto it = id ? index_.find(*id) : index_.end();
   if (it == index_.end()) throw InputError("no LoRA tensor named " + name);
   return buffers_[it->second].view();
 }
@@ -155,9 +199,8 @@ void init_lora(LoraSet& lora, uint64_t seed, float b_std) {
   for (size_t i = 0; i < lora.size(); ++i) {
     const Tensor& t = lora.tensor(i);
     if (!t.data) continue;  // shape-only
-    const std::string& n = lora.name(i);
-    const bool is_b = n.find(".lora_B.") != std::string::npos;
-    Rng rng(seed, n);  // one stream per tensor
+    const bool is_b = lora.id(i).matrix == LoraMatrix::B;
+    Rng rng(seed, lora.name(i));  // one stream per tensor, keyed by its name
     std::vector<float> p(static_cast<size_t>(t.numel()));
     // kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in)
     // = 1 / sqrt(fan_in), fan_in = A's columns (the projection's input width).

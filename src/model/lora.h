@@ -12,17 +12,22 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/pool.h"
 #include "model/config.h"
+#include "model/parameter_id.h"
 
 namespace sbp {
 
-// The projections an adapter can sit on, in PEFT's module names.
+// The projections an adapter can sit on.
 enum class LoraTarget : int { q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj };
 inline constexpr int kLoraTargets = 7;
+// The weight an adapter sits beside (ParamRole::q_proj ... down_proj).
+ParamRole lora_base_role(LoraTarget t);
+// PEFT's module name, "q_proj": the Hugging Face module's (parameter_id.h).
 const char* lora_target_name(LoraTarget t);
 
 struct LoraConfig {
@@ -32,7 +37,8 @@ struct LoraConfig {
   bool use_rslora = false;  // scale alpha / sqrt(r) instead of alpha / r
   // PEFT names (q_proj ... down_proj) or the single entry "all-linear" (every projection of the
   // layers; never the LM head, as PEFT's all-linear).
-  std::vector<std::string> target_modules = {"q_proj", "v_proj"};
+  std::vector<std::string> target_modules = {lora_target_name(LoraTarget::q_proj),
+                                             lora_target_name(LoraTarget::v_proj)};
 
   bool enabled() const { return r > 0; }
   float scale() const;
@@ -57,8 +63,21 @@ struct LoraLayer {
   const LoraPair& operator[](LoraTarget t) const { return proj[static_cast<size_t>(t)]; }
 };
 
-// PEFT's tensor name, e.g. "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".
+// One adapter matrix's identity.
+enum class LoraMatrix { A, B };
+struct LoraId {
+  int64_t layer = 0;
+  LoraTarget target = LoraTarget::q_proj;
+  LoraMatrix matrix = LoraMatrix::A;
+  auto operator<=>(const LoraId&) const = default;
+};
+
+// PEFT's tensor name, e.g. "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight":
+// the base weight's Hugging Face module path between PEFT's prefix and the matrix.
+std::string lora_tensor_name(const LoraId& id);
 std::string lora_tensor_name(int64_t layer, LoraTarget t, bool is_b);
+// The inverse; nullopt for a name that is not an adapter matrix of some layer's projection.
+std::optional<LoraId> parse_lora_tensor_name(const std::string& name);
 
 class LoraSet {
  public:
@@ -71,8 +90,10 @@ class LoraSet {
 
   size_t size() const { return buffers_.size(); }
   const std::string& name(size_t i) const { return names_[i]; }
+  const LoraId& id(size_t i) const { return ids_[i]; }
   const Tensor& tensor(size_t i) const { return buffers_[i].view(); }
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  // By PEFT name (parsed once, by parse_lora_tensor_name).
+  bool contains(const std::string& name) const;
   const Tensor& get(const std::string& name) const;  // throws naming the tensor
   const std::vector<LoraLayer>& layers() const { return layers_; }
   const LoraConfig& config() const { return lc_; }
@@ -81,9 +102,10 @@ class LoraSet {
 
  private:
   LoraConfig lc_;
+  std::vector<LoraId> ids_;
   std::vector<std::string> names_;
   std::vector<Buffer> buffers_;
-  std::map<std::string, size_t> index_;
+  std::map<LoraId, size_t> index_;
   std::vector<LoraLayer> layers_;
 };
 

@@ -60,10 +60,9 @@ void check_merged_weights(const ParameterSet& weights, const LoraSet& lora, DTyp
       for (size_t i = 0; i < w.size(); ++i) {
         const float stored = as_stored(w[i], out);
         if (std::isfinite(stored)) continue;
-        // The base tensor's name: the adapter's, without PEFT's prefix and the lora_B part.
-        std::string name = lora_tensor_name(static_cast<int64_t>(l), t, true);
-        name = name.substr(std::string("base_model.model.").size());
-        name = name.substr(0, name.size() - std::string("lora_B.weight").size()) + "weight";
+        // Projections are spelled alike in every norm layout.
+        const std::string name =
+            hf_name(layer_param(static_cast<int64_t>(l), lora_base_role(t)), NormLayout::plain);
         char what[160];
         if (std::isfinite(w[i]))
           std::snprintf(what, sizeof what, "is %g, beyond %s's range", static_cast<double>(w[i]),

@@ -7,47 +7,58 @@
 
 namespace sbp {
 
+NormLayout norm_layout(const ModelConfig& c) {
+  return c.sandwich_norms() ? NormLayout::sandwich : NormLayout::plain;
+}
+
 std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
   const int64_t d = c.hidden_size, F = c.intermediate_size, h = c.head_dim;
   // Checked: specs are also built for configs made in code, which validate() has not seen.
   const int64_t Hh = checked_mul(c.num_attention_heads, h, "num_attention_heads * head_dim");
   const int64_t Gh = checked_mul(c.num_key_value_heads, h, "num_key_value_heads * head_dim");
+  const NormLayout layout = norm_layout(c);
   std::vector<ParamSpec> s;
-  s.push_back({"model.embed_tokens.weight", {c.vocab_size, d}});
+  auto add = [&](ParamId id, Shape shape) { s.push_back({id, hf_name(id, layout), shape}); };
+  add(model_param(ParamRole::embed), {c.vocab_size, d});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    s.push_back({p + "input_layernorm.weight", {d}});
-    s.push_back({p + "self_attn.q_proj.weight", {Hh, d}});
-    if (c.qkv_bias()) s.push_back({p + "self_attn.q_proj.bias", {Hh}});
-    s.push_back({p + "self_attn.k_proj.weight", {Gh, d}});
-    if (c.qkv_bias()) s.push_back({p + "self_attn.k_proj.bias", {Gh}});
-    s.push_back({p + "self_attn.v_proj.weight", {Gh, d}});
-    if (c.qkv_bias()) s.push_back({p + "self_attn.v_proj.bias", {Gh}});
-    s.push_back({p + "self_attn.o_proj.weight", {d, Hh}});
-    if (c.o_bias()) s.push_back({p + "self_attn.o_proj.bias", {d}});
+    auto layer = [&](ParamRole role, Shape shape) { add(layer_param(l, role), shape); };
+    layer(ParamRole::input_norm, {d});
+    layer(ParamRole::q_proj, {Hh, d});
+    if (c.qkv_bias()) layer(ParamRole::q_bias, {Hh});
+    layer(ParamRole::k_proj, {Gh, d});
+    if (c.qkv_bias()) layer(ParamRole::k_bias, {Gh});
+    layer(ParamRole::v_proj, {Gh, d});
+    if (c.qkv_bias()) layer(ParamRole::v_bias, {Gh});
+    layer(ParamRole::o_proj, {d, Hh});
+    if (c.o_bias()) layer(ParamRole::o_bias, {d});
     if (c.qk_norm()) {
-      s.push_back({p + "self_attn.q_norm.weight", {h}});
-      s.push_back({p + "self_attn.k_norm.weight", {h}});
+      layer(ParamRole::q_norm, {h});
+      layer(ParamRole::k_norm, {h});
     }
-    s.push_back({p + "post_attention_layernorm.weight", {d}});
+    // The set's order is the order of files and optimizer states: Hugging Face's
+    // post_attention_layernorm comes first in either layout (for Gemma, the attention output's).
     if (c.sandwich_norms()) {
-      s.push_back({p + "pre_feedforward_layernorm.weight", {d}});
-      s.push_back({p + "post_feedforward_layernorm.weight", {d}});
+      layer(ParamRole::attn_out_norm, {d});
+      layer(ParamRole::post_norm, {d});
+      layer(ParamRole::mlp_out_norm, {d});
+    } else {
+      layer(ParamRole::post_norm, {d});
     }
-    s.push_back({p + "mlp.gate_proj.weight", {F, d}});
-    s.push_back({p + "mlp.up_proj.weight", {F, d}});
-    s.push_back({p + "mlp.down_proj.weight", {d, F}});
+    layer(ParamRole::gate_proj, {F, d});
+    layer(ParamRole::up_proj, {F, d});
+    layer(ParamRole::down_proj, {d, F});
   }
-  s.push_back({"model.norm.weight", {d}});
-  if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {c.vocab_size, d}});
+  add(model_param(ParamRole::final_norm), {d});
+  if (!c.tie_word_embeddings) add(model_param(ParamRole::lm_head), {c.vocab_size, d});
   return s;
 }
 
 std::vector<ParamSpec> parameter_specs(const ModelConfig& c, ModelHead head) {
   std::vector<ParamSpec> s = parameter_specs(c);
   if (head == ModelHead::value) {
-    if (!c.tie_word_embeddings) s.pop_back();  // lm_head.weight
-    s.push_back({"score.weight", {1, c.hidden_size}});
+    if (!c.tie_word_embeddings) s.pop_back();  // lm_head
+    const ParamId score = model_param(ParamRole::score);
+    s.push_back({score, hf_name(score, norm_layout(c)), {1, c.hidden_size}});
   }
   return s;
 }
@@ -61,7 +72,7 @@ ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category
     : head_(head),
       tied_(cfg.tie_word_embeddings),
       layers_(cfg.num_hidden_layers),
-      sandwich_(cfg.sandwich_norms()),
+      layout_(norm_layout(cfg)),
       norm_offset_(cfg.norm_weight_offset()),
       padding_row_(cfg.padding_row()) {
   specs_ = parameter_specs(cfg, head);
@@ -69,7 +80,7 @@ ParameterSet::ParameterSet(const ModelConfig& cfg, Pool& pool, Category category
   for (size_t i = 0; i < specs_.size(); ++i) {
     buffers_.push_back(zero ? pool.zeros(category, dtype, specs_[i].shape)
                             : pool.allocate(category, dtype, specs_[i].shape));
-    index_[specs_[i].name] = i;
+    index_[specs_[i].id] = i;
   }
   build_views();
 }
@@ -79,12 +90,12 @@ ParameterSet ParameterSet::unallocated(const ModelConfig& cfg, ModelHead head) {
   p.head_ = head;
   p.tied_ = cfg.tie_word_embeddings;
   p.layers_ = cfg.num_hidden_layers;
-  p.sandwich_ = cfg.sandwich_norms();
+  p.layout_ = norm_layout(cfg);
   p.norm_offset_ = cfg.norm_weight_offset();
   p.padding_row_ = cfg.padding_row();
   p.specs_ = parameter_specs(cfg, head);
   p.buffers_.resize(p.specs_.size());
-  for (size_t i = 0; i < p.specs_.size(); ++i) p.index_[p.specs_[i].name] = i;
+  for (size_t i = 0; i < p.specs_.size(); ++i) p.index_[p.specs_[i].id] = i;
   p.build_views();
   return p;
 }
@@ -102,10 +113,21 @@ void ParameterSet::detach(size_t i) {
   build_views();
 }
 
+std::optional<size_t> ParameterSet::find(const ParamId& id) const {
+  const auto it = index_.find(id);
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<size_t> ParameterSet::find(const std::string& name) const {
+  const std::optional<ParamId> id = parse_hf_name(name, layout_);
+  return id ? find(*id) : std::nullopt;
+}
+
 const Tensor& ParameterSet::get(const std::string& name) const {
-  auto it = index_.find(name);
-  if (it == index_.end()) throw InputError("no parameter named '" + name + "'");
-  return buffers_[it->second].view();
+  const std::optional<size_t> i = find(name);
+  if (!i) throw InputError("no parameter named '" + name + "'");
+  return buffers_[*i].view();
 }
 
 int64_t ParameterSet::numel() const {
@@ -114,59 +136,74 @@ int64_t ParameterSet::numel() const {
   return n;
 }
 
+namespace {
+
+// The field of a layer's views that holds a tensor of this role.
+Tensor& layer_view(LayerTensors& t, ParamRole role) {
+  switch (role) {
+    case ParamRole::input_norm: return t.input_norm;
+    case ParamRole::q_proj: return t.q_proj;
+    case ParamRole::q_bias: return t.q_bias;
+    case ParamRole::k_proj: return t.k_proj;
+    case ParamRole::k_bias: return t.k_bias;
+    case ParamRole::v_proj: return t.v_proj;
+    case ParamRole::v_bias: return t.v_bias;
+    case ParamRole::o_proj: return t.o_proj;
+    case ParamRole::o_bias: return t.o_bias;
+    case ParamRole::q_norm: return t.q_norm;
+    case ParamRole::k_norm: return t.k_norm;
+    case ParamRole::post_norm: return t.post_norm;
+    case ParamRole::attn_out_norm: return t.attn_out_norm;
+    case ParamRole::mlp_out_norm: return t.mlp_out_norm;
+    case ParamRole::gate_proj: return t.gate_proj;
+    case ParamRole::up_proj: return t.up_proj;
+    case ParamRole::down_proj: return t.down_proj;
+    default: break;
+  }
+  throw ShapeError(std::string("parameter role ") + hf_module_name(role) + " is not a layer's");
+}
+
+Tensor& model_view(ModelTensors& v, ParamRole role) {
+  switch (role) {
+    case ParamRole::embed: return v.embed;
+    case ParamRole::final_norm: return v.final_norm;
+    case ParamRole::lm_head: return v.lm_head;
+    case ParamRole::score: return v.score;
+    default: break;
+  }
+  throw ShapeError(std::string("parameter role ") + hf_module_name(role) + " is a layer's");
+}
+
+}  // namespace
+
 void ParameterSet::build_views() {
-  auto opt = [&](const std::string& n) -> Tensor {
-    auto it = index_.find(n);
-    return it == index_.end() ? Tensor() : buffers_[it->second].view();
-  };
-  views_.embed = get("model.embed_tokens.weight");
-  views_.final_norm = get("model.norm.weight");
-  if (head_ == ModelHead::value) {
-    views_.score = get("score.weight");
-  } else {
-    views_.lm_head = tied_ ? views_.embed : get("lm_head.weight");
+  // In place: views held by an engine (a LayerTensors&) stay valid.
+  views_.layers.resize(static_cast<size_t>(layers_));
+  views_.embed = views_.final_norm = views_.lm_head = views_.score = Tensor();
+  for (LayerTensors& t : views_.layers) t = LayerTensors();
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const ParamId& id = specs_[i].id;
+    Tensor& view = id.group() == ParamGroup::layer
+                       ? layer_view(views_.layers[static_cast<size_t>(id.layer)], id.role)
+                       : model_view(views_, id.role);
+    view = buffers_[i].view();
   }
-  views_.layers.resize(
-      static_cast<size_t>(layers_));  // in place: views held by an engine stay valid
-  for (int64_t l = 0; l < layers_; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerTensors& t = views_.layers[static_cast<size_t>(l)];
-    t.input_norm = get(p + "input_layernorm.weight");
-    t.q_proj = get(p + "self_attn.q_proj.weight");
-    t.q_bias = opt(p + "self_attn.q_proj.bias");
-    t.k_proj = get(p + "self_attn.k_proj.weight");
-    t.k_bias = opt(p + "self_attn.k_proj.bias");
-    t.v_proj = get(p + "self_attn.v_proj.weight");
-    t.v_bias = opt(p + "self_attn.v_proj.bias");
-    t.o_proj = get(p + "self_attn.o_proj.weight");
-    t.o_bias = opt(p + "self_attn.o_proj.bias");
-    t.q_norm = opt(p + "self_attn.q_norm.weight");
-    t.k_norm = opt(p + "self_attn.k_norm.weight");
-    if (sandwich_) {  // Gemma: post_attention_layernorm norms the attention output
-      t.attn_out_norm = get(p + "post_attention_layernorm.weight");
-      t.post_norm = get(p + "pre_feedforward_layernorm.weight");
-      t.mlp_out_norm = get(p + "post_feedforward_layernorm.weight");
-    } else {
-      t.post_norm = get(p + "post_attention_layernorm.weight");
-    }
-    t.gate_proj = get(p + "mlp.gate_proj.weight");
-    t.up_proj = get(p + "mlp.up_proj.weight");
-    t.down_proj = get(p + "mlp.down_proj.weight");
-  }
+  if (head_ == ModelHead::lm && tied_) views_.lm_head = views_.embed;
 }
 
 void init_parameters(ParameterSet& params, uint64_t seed, InitStyle style, float std) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& t = params.tensor(i);
     if (!t.data) continue;
-    const std::string& n = params.name(i);
-    // One independent stream per tensor, so adding a tensor does not shift the others.
-    Rng rng(seed, n);
-    const bool is_norm = n.find("norm") != std::string::npos;
-    const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+    const ParamId& id = params.id(i);
+    // One independent stream per tensor (keyed by its name), so adding a tensor does not shift
+    // the others.
+    Rng rng(seed, params.name(i));
+    const bool is_norm = id.kind() == ParamKind::norm;
+    const bool is_bias = id.kind() == ParamKind::bias;
     // transformers zeroes nn.Embedding's padding_idx row after drawing the others.
     const int64_t zero_row =
-        style == InitStyle::hf && n == "model.embed_tokens.weight" ? params.padding_row() : -1;
+        style == InitStyle::hf && id.role == ParamRole::embed ? params.padding_row() : -1;
     // Drawn on the host in row blocks of bounded size, then uploaded.
     std::vector<float> p;
     for_row_blocks(t, int64_t{1} << 20, [&](int64_t r0, int64_t r1) {

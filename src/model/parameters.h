@@ -1,13 +1,16 @@
 #pragma once
-// The parameter set of a decoder under its Hugging Face names, owned by Buffers from a
-// Pool. The same layout serves weights, gradients and optimizer moments (one set each).
+// The parameter set of a decoder, owned by Buffers from a Pool: each tensor identified by its
+// ParamId (parameter_id.h) and named as Hugging Face names it. The same layout serves weights,
+// gradients and optimizer moments (one set each).
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/pool.h"
 #include "model/config.h"
+#include "model/parameter_id.h"
 
 namespace sbp {
 
@@ -49,9 +52,13 @@ struct ModelTensors {
 enum class ModelHead { lm, value };
 
 struct ParamSpec {
+  ParamId id;        // what the tensor is: ask this, never the name
   std::string name;  // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
 };
+
+// How this config's Hugging Face names spell its norms (parameter_id.h).
+NormLayout norm_layout(const ModelConfig& cfg);
 
 // Every tensor a checkpoint of this config holds, in a fixed order (lm_head absent if tied).
 std::vector<ParamSpec> parameter_specs(const ModelConfig& cfg);
@@ -75,8 +82,12 @@ class ParameterSet {
 
   size_t size() const { return buffers_.size(); }
   const std::string& name(size_t i) const { return specs_[i].name; }
+  const ParamId& id(size_t i) const { return specs_[i].id; }
   const Tensor& tensor(size_t i) const { return buffers_[i].view(); }
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  // The index of a tensor by identity, or by Hugging Face name (parsed by parameter_id.h).
+  std::optional<size_t> find(const ParamId& id) const;
+  std::optional<size_t> find(const std::string& name) const;
+  bool contains(const std::string& name) const { return find(name).has_value(); }
   const Tensor& get(const std::string& name) const;  // throws naming the tensor
   const ModelTensors& views() const { return views_; }
   int64_t numel() const;
@@ -98,12 +109,12 @@ class ParameterSet {
   void build_views();
   std::vector<ParamSpec> specs_;
   std::vector<Buffer> buffers_;
-  std::map<std::string, size_t> index_;
+  std::map<ParamId, size_t> index_;
   ModelTensors views_;
   ModelHead head_ = ModelHead::lm;
   bool tied_ = false;   // cfg.tie_word_embeddings
   int64_t layers_ = 0;  // cfg.num_hidden_layers
-  bool sandwich_ = false;   // cfg.sandwich_norms()
+  NormLayout layout_ = NormLayout::plain;  // norm_layout(cfg)
   float norm_offset_ = 0.0f;  // cfg.norm_weight_offset()
   int64_t padding_row_ = -1;  // cfg.padding_row()
 };

@@ -31,15 +31,16 @@ ModelFiles open_value_checkpoint(const std::string& dir, const ModelConfig& cfg,
   std::set<std::string> known;
   for (const ModelHead head : {ModelHead::value, ModelHead::lm})
     for (const ParamSpec& s : parameter_specs(cfg, head)) known.insert(s.name);
+  const std::string lm_head = hf_name(model_param(ParamRole::lm_head), norm_layout(cfg));
   for (const auto& [name, file] : ck.where) {
-    if (!known.count(name) && !ignorable_tensor(name) && name != "lm_head.weight")
+    if (!known.count(name) && !ignorable_tensor(name) && name != lm_head)
       throw InputError(file->path() + ": unexpected tensor '" + name +
                        "' (not a parameter of this value model's config)");
   }
   for (const ParamSpec& s : parameter_specs(cfg, ModelHead::value)) {
     auto it = ck.where.find(s.name);
     if (it == ck.where.end()) {
-      if (s.name == "score.weight" && init_missing_head) continue;
+      if (s.id.role == ParamRole::score && init_missing_head) continue;
       throw InputError(dir + ": tensor '" + s.name + "' (shape " + s.shape.str() +
                        ") is missing from the value model checkpoint");
     }
