@@ -127,7 +127,7 @@ if command -v mpirun >/dev/null; then
 fi
 # scripts/gpu-check.sh itself, every stage at a small size against this tree's programs.
 run "gpu-check.sh, emulated" bash tests/scripts/gpu_check_emulated.sh "$dir"
-run "host waits per step (sft, dpo, kto, orpo, grpo, grpo-kl, ppo; sft, ppo on 2 ranks)" bash tests/scripts/emu_step_waits.sh "$dir"
+run "host waits per step (sft, dpo, kto, orpo, simpo, grpo, grpo-kl, ppo; sft, ppo on 2 ranks)" bash tests/scripts/emu_step_waits.sh "$dir"
 # A short training run on the CUDA backend: the trainer's loop, optimizer, checkpoint and metrics;
 # beside it the same run on the CPU backend, whose losses, gradient norms and held-out losses
 # the CUDA run's must equal within 1e-6 relative (measured 5e-9 and 5e-8): the SFT loss is

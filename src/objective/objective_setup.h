@@ -11,6 +11,7 @@
 //   grpo  GrpoObjective, against a reference model when beta != 0
 //   orpo  OrpoObjective, the policy alone
 //   kto   KtoObjective, against a reference model, with a KL estimate from mismatched pairs
+//   simpo SimpoObjective, the policy alone
 //   ppo   PpoPolicyObjective on the policy and PpoValueObjective on a value model, rollout
 //         constants (GAE) against a reference model
 #include <string>
@@ -23,6 +24,7 @@
 #include "objective/objective_traits.h"
 #include "objective/orpo.h"
 #include "objective/ppo.h"
+#include "objective/simpo.h"
 
 namespace sbp {
 
@@ -37,6 +39,7 @@ struct ObjectiveSetup {
   PpoRolloutConfig rollout;
   OrpoConfig orpo;
   KtoConfig kto;
+  SimpoConfig simpo;
 
   // The objective's row (objective_traits.h).
   const ObjectiveTraits& traits() const { return objective_traits(kind); }

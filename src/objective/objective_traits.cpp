@@ -10,13 +10,14 @@ namespace sbp {
 
 // The objectives' own rows, each defined in its objective's file (sft.cpp, dpo.cpp, ...).
 extern const ObjectiveTraits kSftTraits, kDpoTraits, kGrpoTraits, kPpoTraits, kOrpoTraits,
-    kKtoTraits;
+    kKtoTraits, kSimpoTraits;
 
 namespace {
 
 // The registry: one entry per objective, in enum order (checked below).
-const ObjectiveTraits* const kObjectives[] = {&kSftTraits, &kDpoTraits, &kGrpoTraits, &kPpoTraits,
-                                              &kOrpoTraits, &kKtoTraits};
+const ObjectiveTraits* const kObjectives[] = {&kSftTraits,  &kDpoTraits, &kGrpoTraits,
+                                              &kPpoTraits,  &kOrpoTraits, &kKtoTraits,
+                                              &kSimpoTraits};
 
 }  // namespace
 

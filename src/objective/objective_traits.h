@@ -2,7 +2,7 @@
 // What the rest of the program needs to know about an objective, one row per objective, so
 // that step, plan, train, check and cli read the row instead of asking "which one is it?"
 // (DESIGN §5). Each objective defines its row in its own file (sft.cpp, dpo.cpp, grpo.cpp,
-// ppo.cpp, orpo.cpp, kto.cpp) and registers it with one line in objective_traits.cpp; how it
+// ppo.cpp, orpo.cpp, kto.cpp, simpo.cpp) and registers it with one line in objective_traits.cpp; how it
 // runs a step and scores held-out data is the step layer's row of the same kind
 // (step/objective_steps.h).
 //
@@ -19,7 +19,7 @@
 
 namespace sbp {
 
-enum class ObjectiveKind { sft, dpo, grpo, ppo, orpo, kto };
+enum class ObjectiveKind { sft, dpo, grpo, ppo, orpo, kto, simpo };
 
 struct ObjectiveSetup;
 

@@ -1,6 +1,6 @@
 #pragma once
 // The sequence-level preference objectives' formulas (DPO and its ipo / hinge variants, ORPO,
-// KTO), each with its derivative, in double precision. Their loss is a function of per-sequence
+// KTO, SimPO), each with its derivative, in double precision. Their loss is a function of per-sequence
 // sums of m_t logp_t, so dL/dlogp_t = coef[sequence] * m_t (ORPO: plus its NLL's constant on a
 // chosen sequence's rows). They are SBP_HD functions: the objectives compute their losses,
 // statistics and coefficients with them on the host (objective/dpo.cpp, orpo.cpp, kto.cpp), and
@@ -72,15 +72,19 @@ SBP_HD OrpoLogOdds orpo_log_odds(double a_c, double a_r) {
 }
 
 // Which objective's formula, and its scalars. A unit is the sequences one formula reads: a
-// (chosen, rejected) pair of consecutive segments for DPO and ORPO, one sequence for KTO.
-enum class SequenceFormula : int32_t { dpo, orpo, kto };
+// (chosen, rejected) pair of consecutive segments for DPO, ORPO and SimPO, one sequence for KTO.
+enum class SequenceFormula : int32_t { dpo, orpo, kto, simpo };
 struct SequenceTerms {
   SequenceFormula formula = SequenceFormula::dpo;
   DpoLoss dpo_loss = DpoLoss::sigmoid;
   double beta = 0.1;
-  double label_smoothing = 0.0;   // DPO sigmoid
+  double label_smoothing = 0.0;   // DPO sigmoid, SimPO
   double units_in_step = 1.0;     // the loss's mean is over the step's pairs (KTO: sequences)
-  double nll_rows_in_step = 1.0;  // ORPO: the NLL's mean is over the step's chosen rows
+  // ORPO: the NLL's mean is over the step's chosen rows; SimPO: over the step's chosen
+  // completion tokens (the sum of their m_t)
+  double nll_rows_in_step = 1.0;
+  double gamma = 0.5;      // SimPO: the target margin (TRL's simpo_gamma)
+  double cpo_alpha = 0.0;  // SimPO: the chosen NLL's coefficient (TRL's cpo_alpha; 0: SimPO)
   double kl = 0.0;                // KTO: the step's KL estimate, clamped at 0
   // KTO with the KL estimate's parts on the device (objective_kernels.h's sequence_token_grads'
   // kl_parts): the step's sequences, the estimate's denominator (kto_kl_estimate); kl is then
@@ -91,6 +95,12 @@ struct SequenceTerms {
 
 SBP_HD int sequences_per_unit(const SequenceTerms& t) {
   return t.formula == SequenceFormula::kto ? 1 : 2;
+}
+
+// Whether the formula scores against a reference model's log-probs (DPO, KTO) or the policy
+// alone (ORPO, SimPO).
+SBP_HD bool reads_reference(const SequenceTerms& t) {
+  return t.formula == SequenceFormula::dpo || t.formula == SequenceFormula::kto;
 }
 
 // One unit's sums (index k < sequences_per_unit): policy[k] = sum m_t logp_t, ref[k] the
@@ -137,6 +147,20 @@ SBP_HD UnitTerms sequence_unit(const SequenceTerms& t, const UnitSums& s) {
       u.dvalue_dz = -t.beta / (1.0 + exp(o.z)) / P;
       u.coef[0] = u.dvalue_dz * o.dz_dchosen / nc;
       u.coef[1] = u.dvalue_dz * o.dz_drejected / nr;
+      break;
+    }
+    case SequenceFormula::simpo: {
+      // TRL's CPOTrainer with loss_type "simpo": logits = a_c - a_r - gamma / beta of the
+      // length-averaged log-probs, the sigmoid pair loss of beta * logits (label smoothing as
+      // DPO's); with cpo_alpha the chosen NLL, -cpo_alpha sum m_t logp_t / N, adds its
+      // constant to the chosen rows' coefficient (N: nll_rows_in_step).
+      const double nc = s.weight[0], nr = s.weight[1];
+      u.z = (s.policy[0] / nc - s.policy[1] / nr) - t.gamma / t.beta;
+      const Term term = dpo_pair_loss(u.z, DpoLoss::sigmoid, t.beta, t.label_smoothing);
+      u.value = term.value;
+      u.dvalue_dz = term.d;
+      u.coef[0] = term.d / (P * nc) - t.cpo_alpha / t.nll_rows_in_step;
+      u.coef[1] = -term.d / (P * nr);
       break;
     }
     case SequenceFormula::kto: {

@@ -111,7 +111,7 @@ void sequence_token_grads(Backend& be, const Tensor& dlogp, const Tensor& logp, 
                                         "multiple of " +
                                         num(per) + " sequences");
   const bool kto = terms.formula == SequenceFormula::kto;
-  const bool wants_ref = terms.formula != SequenceFormula::orpo;
+  const bool wants_ref = reads_reference(terms);
   SBP_CHECK(ref.defined() == wants_ref, std::string(op) + ": ref must be " +
                                             (wants_ref ? "given" : "undefined") +
                                             " for this formula");
@@ -123,7 +123,8 @@ void sequence_token_grads(Backend& be, const Tensor& dlogp, const Tensor& logp, 
                 std::isfinite(terms.kl) && std::isfinite(terms.desirable_weight) &&
                 std::isfinite(terms.undesirable_weight) && std::isfinite(terms.units_in_step) &&
                 terms.units_in_step > 0.0 && std::isfinite(terms.nll_rows_in_step) &&
-                terms.nll_rows_in_step > 0.0 && std::isfinite(terms.kl_sequences),
+                terms.nll_rows_in_step > 0.0 && std::isfinite(terms.kl_sequences) &&
+                std::isfinite(terms.gamma) && std::isfinite(terms.cpo_alpha),
             std::string(op) + ": the terms' scalars must be finite, the step's counts > 0");
   if (kl_parts.defined()) {
     SBP_CHECK(kto, std::string(op) + ": kl_parts is for the KTO formula only");

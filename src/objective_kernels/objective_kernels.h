@@ -1,6 +1,6 @@
 #pragma once
 // The objectives' kernels on a backend: the per-token gradients of the policy-gradient
-// objectives (GRPO, PPO), the sequence-level objectives' gradients (DPO, ORPO, KTO),
+// objectives (GRPO, PPO), the sequence-level objectives' gradients (DPO, ORPO, KTO, SimPO),
 // KTO's KL parts and PPO's rollout rows, each the objectives' own SBP_HD functions
 // (objective/policy_terms.h, sequence_terms.h, ppo_rollout.h) run where the tensors live, so
 // that the head's gradient pass needs nothing from the host (docs/CUDA.md "no host wait in the
@@ -42,14 +42,14 @@ void policy_token_grads(Backend& be, const Tensor& dlogp, const Tensor& dentropy
 void value_token_grads(Backend& be, const Tensor& dvalue, const Tensor& value, const Tensor& rows,
                        const ValueTerms& terms);
 
-// The sequence-level objectives' gradients (DPO, ORPO, KTO; objective/sequence_terms.h) for every
-// row of a micro-batch at once, from its pre-pass's log-probs, so that they need not come to
+// The sequence-level objectives' gradients (DPO, ORPO, KTO, SimPO; objective/sequence_terms.h) for
+// every row of a micro-batch at once, from its pre-pass's log-probs, so that they need not come to
 // the host first (docs/CUDA.md "no host wait in the head"): per unit of
 // sequences_per_unit(terms) consecutive sequences, sequence_unit_grads (the objectives' own
 // functions): the sums of m_t logp_t, m_t ref_t and m_t over each sequence's rows in row
 // order in fp64, the unit's coefficients, then dlogp[t] for every row, overwritten.
 // dlogp, logp, weight (T) F32; ref (T) F32, or undefined where the formula has no reference
-// (ORPO); begin (S + 1) I32, the first row of each sequence, then T; label (S) F32 for KTO,
+// (ORPO, SimPO); begin (S + 1) I32, the first row of each sequence, then T; label (S) F32 for KTO,
 // else undefined.
 // Checks: the dtypes and sizes above, S a multiple of the unit's sequences, ref defined
 // exactly where the formula reads one, the terms' scalars finite with units_in_step and

@@ -7,13 +7,14 @@
 namespace sbp {
 
 // The objectives' own rows, each defined in its step file (sft_step.cpp, dpo_step.cpp, ...).
-extern const ObjectiveStep kSftStep, kDpoStep, kGrpoStep, kPpoStep, kOrpoStep, kKtoStep;
+extern const ObjectiveStep kSftStep, kDpoStep, kGrpoStep, kPpoStep, kOrpoStep, kKtoStep,
+    kSimpoStep;
 
 namespace {
 
 // The registry: one entry per objective, in enum order (checked below).
-const ObjectiveStep* const kSteps[] = {&kSftStep, &kDpoStep, &kGrpoStep, &kPpoStep, &kOrpoStep,
-                                       &kKtoStep};
+const ObjectiveStep* const kSteps[] = {&kSftStep, &kDpoStep, &kGrpoStep, &kPpoStep,
+                                       &kOrpoStep, &kKtoStep, &kSimpoStep};
 
 }  // namespace
 

@@ -467,6 +467,24 @@ TEST_P(BackendOps, SequenceTokenGradsMatchTheirLossInFloat64) {
                      }
                      return nll / nll_rows - orpo.beta * odds / units;
                    }});
+  const SequenceTerms simpo{.formula = SequenceFormula::simpo,
+                            .beta = 2.0,
+                            .label_smoothing = 0.1,
+                            .units_in_step = units,
+                            .nll_rows_in_step = nll_rows,
+                            .gamma = 1.0,
+                            .cpo_alpha = 0.5};
+  cases.push_back({"simpo", simpo, [&](const Vec& x) {
+                     double L = 0, nll = 0;
+                     for (int64_t p = 0; p < S / 2; ++p) {
+                       const auto c = sums(x, rf, 2 * p), r = sums(x, rf, 2 * p + 1);
+                       const double z = c[0] / c[2] - r[0] / r[2] - simpo.gamma / simpo.beta;
+                       L += -(1 - simpo.label_smoothing) * log_sig(simpo.beta * z) -
+                            simpo.label_smoothing * log_sig(-simpo.beta * z);
+                       nll -= c[0];
+                     }
+                     return L / units + simpo.cpo_alpha * nll / nll_rows;
+                   }});
   const SequenceTerms kto{.formula = SequenceFormula::kto,
                           .beta = 0.5,
                           .units_in_step = units,
@@ -486,11 +504,10 @@ TEST_P(BackendOps, SequenceTokenGradsMatchTheirLossInFloat64) {
                      return L / units;
                    }});
   for (const Case& c : cases) {
-    const bool orpo_case = c.terms.formula == SequenceFormula::orpo;
     const bool kto_case = c.terms.formula == SequenceFormula::kto;
-    sequence_token_grads(be, dlogp.view(), logp.view(), orpo_case ? Tensor() : ref.view(),
-                         weight.view(), offsets.view(), kto_case ? label.view() : Tensor(),
-                         c.terms);
+    sequence_token_grads(be, dlogp.view(), logp.view(),
+                         reads_reference(c.terms) ? ref.view() : Tensor(), weight.view(),
+                         offsets.view(), kto_case ? label.view() : Tensor(), c.terms);
     if (!computes()) continue;
     const Vec got = down(dlogp), expect = numeric_grad(c.loss, lp);
     for (int64_t t = 0; t < T; ++t)

@@ -26,6 +26,7 @@ const Case kCases[] = {
     {2, "--model tiny-qwen3 --seq-len 64 --objective dpo"},
     {2, "--model tiny-qwen3 --seq-len 64 --objective orpo"},
     {2, "--model tiny-qwen3 --seq-len 64 --objective kto"},
+    {2, "--model tiny-qwen3 --seq-len 64 --objective simpo"},
     {2, "--model tiny-qwen3 --seq-len 64 --objective grpo"},
     {2, "--model tiny-llama --seq-len 64 --objective ppo"},
     {4, "--model tiny-qwen3 --seq-len 96 --objective sft --segments 3 --mask"},

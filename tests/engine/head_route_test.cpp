@@ -20,6 +20,7 @@
 #include "objective/grpo.h"
 #include "objective/kto.h"
 #include "objective/orpo.h"
+#include "objective/simpo.h"
 #include "objective/ppo.h"
 #include "objective/sft.h"
 #include "support/test_support.h"
@@ -115,6 +116,10 @@ std::vector<Case> cases(int64_t vocab, int64_t T) {
                  }});
   out.push_back({"orpo", 4, pairs, false, [](const Batch& b, const std::vector<float>&) {
                    return std::make_unique<OrpoObjective>(b, OrpoConfig{.beta = 0.25}, 5.0, 60.0);
+                 }});
+  out.push_back({"simpo", 4, pairs, false, [](const Batch& b, const std::vector<float>&) {
+                   return std::make_unique<SimpoObjective>(
+                       b, SimpoConfig{.beta = 2.0, .gamma = 1.0, .cpo_alpha = 0.5}, 5.0, 60.0);
                  }});
   out.push_back({"kto", 4, unpaired, false, [](const Batch& b, const std::vector<float>& ref) {
                    std::vector<float> labels;

@@ -47,7 +47,7 @@ TEST(ObjectiveCli, GradcheckEveryObjective) {
   const auto lone = test::run_command(bin() + " gradcheck --model tiny-qwen3 --objective grpo"
                                               " --group-size 1 2>&1");
   EXPECT_NE(lone.output.find("--group-size must be >= 2"), std::string::npos) << lone.output;
-  const auto bad = test::run_command(bin() + " gradcheck --model tiny-qwen3 --objective simpo");
+  const auto bad = test::run_command(bin() + " gradcheck --model tiny-qwen3 --objective rlhf");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("unknown objective"), std::string::npos) << bad.output;
 }

@@ -49,6 +49,11 @@ std::vector<Case> cases() {
   orpo.objective.orpo.beta = 2.0;
   add("orpo_tied", "tiny-qwen2", orpo, {4, 8});
 
+  cli::GradcheckOptions simpo;
+  simpo.objective.kind = ObjectiveKind::simpo;
+  simpo.objective.simpo = {.beta = 2.0, .gamma = 1.0, .label_smoothing = 0.1, .cpo_alpha = 0.5};
+  add("simpo", "tiny-llama", simpo, {2, 6});
+
   cli::GradcheckOptions kto;
   kto.objective.kind = ObjectiveKind::kto;
   kto.objective.kto.beta = 0.5;

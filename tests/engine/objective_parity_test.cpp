@@ -30,6 +30,7 @@
 #include "objective/grpo.h"
 #include "objective/kto.h"
 #include "objective/orpo.h"
+#include "objective/simpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
 #include "objective_kernels/objective_kernels.h"
@@ -193,6 +194,33 @@ TEST_P(OrpoParity, LossMetricsAndGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OrpoParity, ::testing::Values("orpo", "orpo_beta2"));
+
+// SimPO: the policy alone; length-averaged completion log-probs, the margin gamma / beta, and
+// with cpo_alpha the chosen completion NLL, as TRL's CPOTrainer (loss_type "simpo") computes them.
+class SimpoParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SimpoParity, LossMetricsAndGradients) {
+  Models& m = models();
+  const json j = read_case(GetParam());
+  const Batch batch = preference_batch(preference_pairs(j));
+  const json& c = j.at("config");
+  const SimpoConfig cfg = {.beta = c.at("beta"),
+                           .gamma = c.at("simpo_gamma"),
+                           .label_smoothing = c.at("label_smoothing"),
+                           .cpo_alpha = c.at("cpo_alpha")};
+  const SafetensorsFile grads(root() + "/cases/" + GetParam() + ".grads.safetensors");
+  for (const ExecConfig& exec : modes()) {
+    const std::string what = std::string(GetParam()) + " " + mode_name(exec);
+    SimpoObjective obj(batch, cfg);
+    ParameterSet g(m.cfg, m.pool, Category::grads, DType::F32, true);
+    Engine(m.cfg, m.policy, m.be, m.pool, exec).forward_backward(batch, obj, g);
+    expect_loss(obj.loss(), j.at("expected").at("loss"), what);
+    expect_metrics(obj.metrics(), j.at("expected").at("metrics"), what);
+    expect_grads(g, grads, "", what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, SimpoParity, ::testing::Values("simpo", "simpo_cpo"));
 
 // Per-sequence sums of m_t logp_t over a batch's rows (the completion log-probs), written here
 // independently of the step's kto_kl_part.

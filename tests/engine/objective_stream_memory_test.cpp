@@ -43,9 +43,8 @@ Step measure(const ObjectiveSetup& s, const ModelConfig& cfg, const MicroBatch& 
 TEST(ObjectiveMemory, StreamHoldsOneHeadBlockOfLogits) {
   const ModelConfig cfg = preset_config("tiny-qwen3");
   const int64_t T = 120, V = cfg.vocab_size, hc = 16;
-  for (ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
-        ObjectiveKind::orpo, ObjectiveKind::kto}) {
+  for (const ObjectiveTraits* row : all_objectives()) {
+    const ObjectiveKind kind = row->kind;
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;

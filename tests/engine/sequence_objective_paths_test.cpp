@@ -19,6 +19,7 @@
 #include "objective/grpo.h"
 #include "objective/kto.h"
 #include "objective/orpo.h"
+#include "objective/simpo.h"
 #include "step/step_runner.h"
 #include "support/test_support.h"
 
@@ -79,6 +80,13 @@ TEST(SequenceObjectivePaths, DeviceAndHostRoutesGiveTheSameBits) {
   cases.push_back({"orpo", &pairs, [&pairs](const std::vector<float>&) {
                      return std::make_unique<OrpoObjective>(pairs, OrpoConfig{.beta = 0.25}, 5.0,
                                                             60.0);
+                   }});
+  cases.push_back({"simpo", &pairs, [&pairs](const std::vector<float>&) {
+                     return std::make_unique<SimpoObjective>(
+                         pairs,
+                         SimpoConfig{.beta = 2.0, .gamma = 1.0, .label_smoothing = 0.1,
+                                     .cpo_alpha = 0.5},
+                         5.0, 60.0);
                    }});
   cases.push_back(
       {"kto", &unpaired, [&unpaired, &labels](const std::vector<float>& ref) {

@@ -15,6 +15,7 @@
 #include "objective/grpo.h"
 #include "objective/kto.h"
 #include "objective/orpo.h"
+#include "objective/simpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
 #include "objective/token_terms.h"
@@ -149,6 +150,18 @@ std::vector<Case> cases() {
     cfg.beta = beta;
     const Batch b = c.batch;
     c.make = [b, cfg] { return std::make_unique<OrpoObjective>(b, cfg, 3.0, 40.0); };
+    c.inputs = {Input::logp};
+    out.push_back(c);
+  }
+  // SimPO: the length-normalised margin, with and without label smoothing and the CPO NLL.
+  for (const SimpoConfig& cfg :
+       {SimpoConfig{}, SimpoConfig{.beta = 2.0, .gamma = 1.0, .label_smoothing = 0.1,
+                                   .cpo_alpha = 0.5}}) {
+    Case c;
+    c.name = cfg.cpo_alpha > 0.0 ? "simpo_cpo" : "simpo";
+    c.batch = batch_for(ObjectiveKind::simpo, 37, 4, seed);
+    const Batch b = c.batch;
+    c.make = [b, cfg] { return std::make_unique<SimpoObjective>(b, cfg, 3.0, 40.0); };
     c.inputs = {Input::logp};
     out.push_back(c);
   }

@@ -270,9 +270,8 @@ TEST_F(PlanAgreement, ContextParallelCheckpointsFallAsOneOverCp) {
 TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
   const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), tied_qwen3_with_bias()};
   int cases = 0;
-  for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
-        ObjectiveKind::orpo, ObjectiveKind::kto}) {
+  for (const ObjectiveTraits* row : all_objectives()) {
+    const ObjectiveKind kind = row->kind;
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;  // with its reference model
@@ -292,7 +291,7 @@ TEST_F(PlanAgreement, EveryObjectiveEqualsARealStepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 6 * 2 * 2 * 7);
+  EXPECT_EQ(cases, static_cast<int>(all_objectives().size()) * 2 * 2 * 7);
 }
 
 // Mixed precision (`precision: bf16`): bf16 weights, activations, checkpoints, K/V and head
@@ -302,9 +301,8 @@ TEST_F(PlanAgreement, EveryObjectiveInBf16EqualsARealBf16StepExactly) {
   const std::vector<ModelConfig> models = {preset_config("tiny-qwen3"), tied_qwen3_with_bias(),
                                            mqa_llama()};
   int cases = 0;
-  for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
-        ObjectiveKind::orpo, ObjectiveKind::kto}) {
+  for (const ObjectiveTraits* row : all_objectives()) {
+    const ObjectiveKind kind = row->kind;
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;
@@ -325,7 +323,7 @@ TEST_F(PlanAgreement, EveryObjectiveInBf16EqualsARealBf16StepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 6 * 3 * 2 * 7);
+  EXPECT_EQ(cases, static_cast<int>(all_objectives().size()) * 3 * 2 * 7);
 }
 
 // LoRA (`plan --lora-r`): frozen weights (no gradients, moments or master weights for them),
@@ -337,9 +335,8 @@ TEST_F(PlanAgreement, EveryObjectiveWithLoraEqualsARealStepExactly) {
   lora.r = 4;
   lora.target_modules = {"all-linear"};
   int cases = 0;
-  for (const ObjectiveKind kind :
-       {ObjectiveKind::sft, ObjectiveKind::dpo, ObjectiveKind::grpo, ObjectiveKind::ppo,
-        ObjectiveKind::orpo, ObjectiveKind::kto}) {
+  for (const ObjectiveTraits* row : all_objectives()) {
+    const ObjectiveKind kind = row->kind;
     ObjectiveSetup s;
     s.kind = kind;
     s.grpo.beta = 0.04;  // a reference pass: the base with the adapters off
@@ -359,7 +356,7 @@ TEST_F(PlanAgreement, EveryObjectiveWithLoraEqualsARealStepExactly) {
       }
     }
   }
-  EXPECT_EQ(cases, 6 * 2 * 2 * 5);
+  EXPECT_EQ(cases, static_cast<int>(all_objectives().size()) * 2 * 2 * 5);
 }
 
 // A mid-sized model where activations dominate (tens of MB), through the planner's own entry

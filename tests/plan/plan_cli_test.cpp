@@ -107,7 +107,7 @@ TEST(PlanCli, BadArgumentsNameTheField) {
         Bad{"--model tiny-qwen3 --budget 1GiB --reserve 2GiB", "--reserve"},
         Bad{"--model tiny-qwen3 --seq-len 3 --objective dpo", "--seq-len: must be between 4"},
         Bad{"--model tiny-qwen3 --seq-len 10 --objective dpo --dpo-loss kto", "--dpo-loss"},
-        Bad{"--model tiny-qwen3 --seq-len 10 --objective simpo", "--objective"},
+        Bad{"--model tiny-qwen3 --seq-len 10 --objective rlhf", "--objective"},
         Bad{"--model tiny-qwen3 --seq-len 10 --dtype f16", "--precision"},
         Bad{"--model tiny-qwen3 --seq-len 10 --optimizer sgd", "--optimizer"},
         Bad{"--model tiny-qwen3 --seq-len 10 --layer-chunk big", "--layer-chunk"},

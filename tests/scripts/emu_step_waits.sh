@@ -17,6 +17,7 @@
 #     the estimate is summed on the host first: one wait more (kto_step.cpp).
 #   orpo.yaml: no reference; the pre-pass and its gradients on the device, the norm: 1 (17, then
 #     2).
+#   simpo.yaml: no reference, a SequenceRoute like ORPO's, added without an engine change: 1.
 #   dpo: orpo.yaml's data and model with objective=dpo (the reference is the starting model):
 #     the reference's forward, the pre-pass and the gradients on the device, the norm: 1.
 #   examples/grpo.yaml and ppo.yaml on the tiny-chat model (head_chunk 16: 28 blocks): their
@@ -61,7 +62,7 @@ waits() {  # case steps -> the host waits of the whole run (every rank's, added 
     awk '{ n += $1 } END { if (NR) print n }'
 }
 status=0
-cases=(sft:1 dpo:1 kto:1 orpo:1 grpo:1 grpo-kl:1 ppo:1)
+cases=(sft:1 dpo:1 kto:1 orpo:1 simpo:1 grpo:1 grpo-kl:1 ppo:1)
 # Two ranks (NCCL emulated over MPI), every rank's waits added up: SFT waits once per step on
 # each rank (the gradient reductions complete on the device: NcclCommunicator::wait); PPO's rank
 # with a micro-batch waits once more, before its first backward, for the whitening's sums over

@@ -87,7 +87,7 @@ TEST(TrainConfig, UnknownKeysAndBadValuesNameTheLine) {
   EXPECT_EQ(error_of(std::string(kMinimal) + "grad_accum: 0\n"),
             "cfg.yaml:4: grad_accum must be at least 1");
   EXPECT_EQ(error_of(std::string(kMinimal) + "objective: ppo2\n"),
-            "cfg.yaml:4: objective must be sft, dpo, grpo, ppo, orpo or kto");
+            "cfg.yaml:4: objective must be sft, dpo, grpo, ppo, orpo, kto or simpo");
   EXPECT_EQ(error_of(std::string(kMinimal) + "data:\n  truncation: maybe\n").substr(0, 11),
             "cfg.yaml:5:");
   EXPECT_NE(error_of(std::string(kMinimal) + "mode: fast\n").find("cfg.yaml:4: mode: "),
@@ -180,7 +180,8 @@ TEST(TrainConfig, ObjectiveKeysStayAsTheyWere) {
       "ppo.kl_estimator=\"k1\" ppo.lam=0.95 ppo.mask_truncated_completions=false "
       "ppo.max_completion_length=256 ppo.min_p=0.0 ppo.num_generations=1 ppo.num_iterations=1 "
       "ppo.prompts_per_step=4 ppo.reference=\"\" ppo.stop=[] ppo.temperature=1.0 ppo.top_k=0 "
-      "ppo.top_p=1.0 ppo.value_epsilon=0.2 ppo.value_model=\"\" ppo.vf_coef=0.1 ");
+      "ppo.top_p=1.0 ppo.value_epsilon=0.2 ppo.value_model=\"\" ppo.vf_coef=0.1 "
+      "simpo.beta=0.1 simpo.cpo_alpha=0.0 simpo.gamma=0.5 simpo.label_smoothing=0.0 ");
   std::string inputs;
   for (const TrainConfig::Input& in : c.inputs()) inputs += std::string(in.key) + " ";
   EXPECT_EQ(inputs,
@@ -189,8 +190,8 @@ TEST(TrainConfig, ObjectiveKeysStayAsTheyWere) {
   EXPECT_EQ(
       error_of(kMinimal, {"nope=1"}),
       "override 'nope=1': unknown key 'nope' (known keys: model, tokenizer, output_dir, metrics, "
-      "overwrite_output_dir, save_dtype, data.*, objective, dpo.*, orpo.*, kto.*, grpo.*, ppo.*, "
-      "rewards, reward_timeout, log_completions_every, backend, precision, grad_dtype, mode, "
+      "overwrite_output_dir, save_dtype, data.*, objective, dpo.*, orpo.*, kto.*, simpo.*, grpo.*, "
+      "ppo.*, rewards, reward_timeout, log_completions_every, backend, precision, grad_dtype, mode, "
       "layer_chunk, head_chunk, memory_budget, offload, host_memory_budget, max_tokens, "
       "grad_accum, epochs, max_steps, stop_after_steps, threads, seed, optim.*, schedule.*, "
       "eval_every, save_every, keep_last, on_nonfinite, dist.*, lora.*, demo.*)");

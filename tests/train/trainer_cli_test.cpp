@@ -628,6 +628,26 @@ TEST(TrainCli, OrpoExampleLossFalls) {
   EXPECT_LT(eval_last, 0.5 * eval_first);
 }
 
+// SimPO (no reference model, a head route added without an engine change) through the trainer:
+// the runnable example's loss falls, chosen ends above rejected, and TRL's CPO statistics are
+// logged, the NLL as 0 without cpo_alpha.
+TEST(TrainCli, SimpoExampleLossFalls) {
+  test::TempDir tmp;
+  const auto r = run_command("cd " + src() + " && " + bin() +
+                             " train examples/tiny-chat/simpo.yaml output_dir=" + tmp.file("simpo"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("48 preference records"), std::string::npos) << r.output;
+  const std::vector<json> m = read_metrics(tmp.file("simpo/metrics.jsonl"));
+  ASSERT_GT(m.size(), 10u);
+  const json& first = m.front().contains("loss") ? m.front() : m[1];
+  EXPECT_LT(m.back()["loss"].get<double>(), 0.6 * first["loss"].get<double>());
+  EXPECT_EQ(m.back()["rewards/accuracies"].get<double>(), 1.0);
+  EXPECT_EQ(m.back()["nll_loss"].get<double>(), 0.0);
+  for (const char* k : {"rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen",
+                        "logps/rejected"})
+    EXPECT_TRUE(m.back().contains(k)) << k;
+}
+
 // KTO through the trainer: labels reach the step, the reference is the starting model (loss 0.5
 // at step 1: every log-ratio and the KL estimate are 0), the example's loss falls.
 TEST(TrainCli, KtoExampleStartsAtOneHalfAndFalls) {
