@@ -38,7 +38,7 @@ BackendSpec parse_backend(const std::string& name) {
     require_cuda_build(name);
     return BackendSpec{BackendKind::cuda, 0};
   }
-  if (name.rfind("cuda:", 0) == 0) {
+  if (name.starts_with("cuda:")) {
     const std::string digits = name.substr(5);
     // Plain decimal digits, no sign or spaces, and a number an int holds.
     const bool ok = !digits.empty() && digits.size() <= 6 &&

@@ -20,7 +20,7 @@ namespace {
 std::string known_keys(const std::string& prefix) {
   std::vector<std::string> names;
   for (const ConfigKey& k : config_keys()) {
-    if (k.name.rfind(prefix, 0) != 0) continue;
+    if (!k.name.starts_with(prefix)) continue;
     std::string rest = k.name.substr(prefix.size());
     if (const size_t dot = rest.find('.'); dot != std::string::npos)
       rest = rest.substr(0, dot) + ".*";
@@ -33,7 +33,7 @@ std::string known_keys(const std::string& prefix) {
 
 bool is_section(const std::string& name) {
   for (const ConfigKey& k : config_keys())
-    if (k.name.rfind(name + ".", 0) == 0) return true;
+    if (k.name.starts_with(name + ".")) return true;
   return false;
 }
 
@@ -49,7 +49,7 @@ void apply(TrainConfig& c, const std::string& name, const YAML::Node& value,
                      "its default");
   k->set(c, value, where);
   c.origin[name] = where;
-  if (name.rfind("demo.", 0) == 0) c.demo = true;
+  if (name.starts_with("demo.")) c.demo = true;
 }
 
 // `first_line`: the line each setting was first given on. yaml-cpp hands over both of two equal
@@ -255,7 +255,7 @@ std::string TrainConfig::where(const std::string& key) const {
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   for (const ConfigKey& k : config_keys()) {
-    if (!demo && k.name.rfind("demo.", 0) == 0) continue;
+    if (!demo && k.name.starts_with("demo.")) continue;
     j[k.name] = k.get(*this);
   }
   j["demo"] = demo;
