@@ -20,28 +20,14 @@
 #include "objective/grpo.h"
 #include "objective/kto.h"
 #include "objective/orpo.h"
-#include "objective/simpo.h"
 #include "objective/ppo.h"
 #include "objective/sft.h"
+#include "objective/simpo.h"
+#include "support/host_route.h"
 #include "support/test_support.h"
 
 namespace sbp {
 namespace {
-
-// `inner` on its route's host version.
-class OnTheHost final : public Objective {
- public:
-  explicit OnTheHost(Objective& inner) : inner_(inner) {}
-  HeadKind head() const override { return inner_.head(); }
-  HeadRoute route() override { return host_chunks(inner_.route()); }
-  std::vector<std::span<double>> prepass_sums(int p) override { return inner_.prepass_sums(p); }
-  std::vector<std::span<double>> pass_sums() override { return inner_.pass_sums(); }
-  double loss() const override { return inner_.loss(); }
-  std::map<std::string, double> metrics() const override { return inner_.metrics(); }
-
- private:
-  Objective& inner_;
-};
 
 struct Fixture {
   ModelConfig cfg = preset_config("tiny-qwen3");
@@ -150,7 +136,7 @@ TEST(HeadRoute, EveryRouteGivesItsHostVersionsBits) {
         Engine e(f.cfg, weights, f.be, f.pool, exec);
         const std::unique_ptr<Objective> device = c.make(c.batch, ref), host = c.make(c.batch, ref);
         ASSERT_EQ(device->route().index(), c.route) << where;
-        OnTheHost on_host(*host);
+        test::OnTheHost on_host(*host);
         auto zeros = [&] {
           return c.value_model
                      ? make_value_parameters(f.cfg, f.pool, Category::grads, DType::F32, true)

@@ -30,9 +30,9 @@
 #include "objective/grpo.h"
 #include "objective/kto.h"
 #include "objective/orpo.h"
-#include "objective/simpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
+#include "objective/simpo.h"
 #include "objective_kernels/objective_kernels.h"
 #include "support/test_support.h"
 

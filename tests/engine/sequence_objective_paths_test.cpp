@@ -21,23 +21,11 @@
 #include "objective/orpo.h"
 #include "objective/simpo.h"
 #include "step/step_runner.h"
+#include "support/host_route.h"
 #include "support/test_support.h"
 
 namespace sbp {
 namespace {
-
-// Everything of `inner` but its formula: the engine takes the host's route.
-class HostRoute final : public Objective {
- public:
-  explicit HostRoute(Objective& inner) : inner_(inner) {}
-  HeadRoute route() override { return host_chunks(inner_.route()); }
-  std::vector<std::span<double>> prepass_sums(int p) override { return inner_.prepass_sums(p); }
-  double loss() const override { return inner_.loss(); }
-  std::map<std::string, double> metrics() const override { return inner_.metrics(); }
-
- private:
-  Objective& inner_;
-};
 
 struct Fixture {
   ModelConfig cfg = preset_config("tiny-qwen3");
@@ -109,7 +97,7 @@ TEST(SequenceObjectivePaths, DeviceAndHostRoutesGiveTheSameBits) {
         Engine e(f.cfg, f.w, f.be, f.pool, exec);
         const std::unique_ptr<Objective> device = c.make(ref), host = c.make(ref);
         ASSERT_TRUE(std::holds_alternative<SequenceRoute>(device->route())) << where;
-        HostRoute host_route(*host);
+        test::OnTheHost host_route(*host);
         ParameterSet gd = f.zeros(), gh = f.zeros();
         DeferredReads later;
         e.forward_backward(*c.batch, *device, gd, nullptr, deferred ? &later : nullptr);

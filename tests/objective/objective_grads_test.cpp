@@ -15,9 +15,9 @@
 #include "objective/grpo.h"
 #include "objective/kto.h"
 #include "objective/orpo.h"
-#include "objective/simpo.h"
 #include "objective/ppo.h"
 #include "objective/sequence_rows.h"
+#include "objective/simpo.h"
 #include "objective/token_terms.h"
 
 namespace sbp {
