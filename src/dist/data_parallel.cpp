@@ -327,6 +327,20 @@ void DataParallel::weights_loaded(const ParameterSet& weights) {
   if (offload_) upload_image(weights);
 }
 
+void DataParallel::weights_set(const ParameterSet& weights) {
+  ParameterSet* m = adamw_ ? adamw_->master() : nullptr;
+  if (!offload_) {
+    for (size_t i = 0; m && i < weights.size(); ++i) be_.copy(m->tensor(i), weights.tensor(i));
+    return;
+  }
+  Backend::CopyTicket last = 0;
+  for (size_t i = 0; i < weights.size(); ++i)
+    last = be_.offload_async(image_.tensor(i), weights.tensor(i));
+  if (last) be_.wait_copy(last);
+  host_ready();
+  for (size_t i = 0; m && i < weights.size(); ++i) host_->copy(m->tensor(i), image_.tensor(i));
+}
+
 int64_t DataParallel::optimizer_steps() const {
   return adamw_ ? adamw_->steps() : sharded_ ? sharded_->steps() : 0;
 }

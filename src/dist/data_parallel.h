@@ -110,6 +110,9 @@ class DataParallel : private GradHook {
   // Makes the device weights (and with offload the host's copy) follow master() after a load:
   // rounds the master into them, or copies the host's copy to the device.
   void weights_loaded(const ParameterSet& weights);
+  // The other way: the device weights were written directly (bench draws them on the device),
+  // and the optimizer's copies of them (master weights, the host's copy) follow.
+  void weights_set(const ParameterSet& weights);
   int64_t optimizer_steps() const;
 
   // Collectives of the current step (metrics and tests: one reduction per tensor per step
