@@ -87,15 +87,17 @@ void ExecArgs::add_flags(CLI::App* c, const ExecFlags& takes) {
   if (takes.offload_list)
     c->add_option("--offload", offload,
                   "Comma-separated offload settings, interleaved with the modes: none, "
-                  "checkpoints (layer inputs wait in host memory), residual_grad, or "
-                  "checkpoints+residual_grad")
+                  "checkpoints (layer inputs wait in host memory), residual_grad, optimizer "
+                  "(with --optimizer adamw), or several joined by + (checkpoints+optimizer)")
         ->capture_default_str();
   else if (takes.offload)
     c->add_option("--offload", offload,
                   "none, checkpoints (every layer input but the last waits in host memory, "
                   "prefetched one layer ahead of its backward), residual_grad (the residual "
-                  "stream's gradient waits there, a chunk at a time on the device), or both: "
-                  "checkpoints+residual_grad (or checkpoints,residual_grad)")
+                  "stream's gradient waits there, a chunk at a time on the device), optimizer "
+                  "(AdamW's moments, fp32 master weights and the gradient sums live there, each "
+                  "layer's gradient leaves the device as its backward completes, the update runs "
+                  "on the CPU), or several joined by + (checkpoints+residual_grad+optimizer)")
         ->capture_default_str();
   if (takes.runs) {
     c->add_option("--threads", threads, "Threads (default: all)")->check(int_in(0, 4096));
@@ -122,7 +124,9 @@ std::vector<Offload> ExecArgs::offload_values() const {
   std::stringstream ss(offload);
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(parse_offload(item));
-  if (out.empty()) throw InputError("--offload: empty list (use none, checkpoints or both)");
+  if (out.empty())
+    throw InputError("--offload: empty list (use none, or checkpoints, residual_grad and optimizer "
+                     "joined by +)");
   return out;
 }
 
