@@ -37,6 +37,9 @@ ACCEPTED = {
     "ORPOConfig": _COMMON | {"max_length", "beta", "max_completion_length"},
 }
 
+# A name of _COMMON that a config lacks (SFTConfig has no disable_dropout) is not its field.
+ACCEPTED = {kind: names & set(DEFAULTS[kind]) for kind, names in ACCEPTED.items()}
+
 # streambp's own settings, extra fields of every config: name -> (default, config key).
 EXTRA = {
     "mode": (None, "mode"),                    # base | checkpoint | stream | ... (DESIGN §3)
@@ -150,7 +153,8 @@ def streambp_keys(kind, c):
         k["schedule.warmup_steps"] = int(w)
 
     # Precision and the memory mode: gradient checkpointing's flags name streambp's modes.
-    if c.bf16:
+    # TRL's bf16=None means bf16 (its __post_init__: `not fp16`), on the CPU as well.
+    if c.bf16 or c.bf16 is None:
         k["precision"] = "bf16"
     gck = c.gradient_checkpointing_kwargs or {}
     if not isinstance(gck, dict) or set(gck) - {"use_reentrant"}:

@@ -111,6 +111,13 @@ def _records(dataset, where):
     return dataset
 
 
+def _without_nulls(rows):
+    """A datasets.Dataset has one set of columns for all its rows: a column a row lacks is None
+    there (a preference row with an implicit prompt has prompt None). The row as TRL reads it
+    is without that column."""
+    return [{k: v for k, v in r.items() if v is not None} for r in rows]
+
+
 class TRLTrainer:
     """Base of SFTTrainer, DPOTrainer, ...: `config_class` is the matching config class."""
 
@@ -163,9 +170,9 @@ class TRLTrainer:
             keys["tokenizer"] = self._tokenizer
         keys.update(self._lora)
         keys.update(self._extra_keys())
-        keys["data.train"] = self._train_records()
+        keys["data.train"] = _without_nulls(self._train_records())
         if self.eval_dataset is not None:
-            keys["data.eval"] = self.eval_dataset
+            keys["data.eval"] = _without_nulls(self.eval_dataset)
         return keys
 
     def train(self, resume_from_checkpoint=None, **kwargs):
