@@ -181,6 +181,7 @@ def test_callbacks_resume_evaluate_and_save_model(tmp_path):
     def make(steps, out):
         args = strl.SFTConfig(output_dir=str(out), max_steps=steps, logging_steps=1,
                               save_steps=2, learning_rate=1e-3, bf16=False, threads=1,
+                              lr_scheduler_type="constant",  # the same for a run of 2 or 4
                               train_sampling_strategy="sequential", eval_strategy="steps",
                               eval_steps=2)
         return strl.SFTTrainer(model=os.path.join(FIX, "tiny"), args=args,
