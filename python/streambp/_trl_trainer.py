@@ -404,6 +404,9 @@ def _report_to(args):
     return report_to_list(args.report_to)
 
 
+PROMPT_COLUMN = "_streambp_trl_prompt"
+
+
 def conversational(value):
     return isinstance(value, list) and all(isinstance(m, dict) and "role" in m for m in value)
 
@@ -415,7 +418,9 @@ def trl_reward(fn):
 
     @functools.wraps(fn)
     def call(prompts, completions, **kw):
-        original = kw.get("prompt")
+        # The trainer reads the prompt out of each record; GRPOTrainer keeps a copy under this
+        # column (_train_records) so that the function gets it as the dataset gave it.
+        original = kw.pop(PROMPT_COLUMN, None)
         if original is not None and len(original) == len(completions):
             prompts = original
             if any(conversational(p) for p in original):

@@ -13,8 +13,8 @@ from . import _core
 from ._trl_config import make as _make
 from ._trl_defaults import TRL_VERSION
 from ._trl_fields import ACCEPTED, EXTRA, refused
-from ._trl_trainer import (TRLTrainer, TrainerControl, TrainerState, TrainOutput, conversational,
-                           trl_reward)
+from ._trl_trainer import (PROMPT_COLUMN, TRLTrainer, TrainerControl, TrainerState, TrainOutput,
+                           conversational, trl_reward)
 
 SFTConfig = _make("SFTConfig")
 DPOConfig = _make("DPOConfig")
@@ -154,6 +154,17 @@ class GRPOTrainer(TRLTrainer):
 
     def _extra_keys(self):
         return {"rewards": []}  # only the Python functions score
+
+    def _train_records(self):
+        # Each record keeps its prompt as a column too: the trainer passes a record's columns
+        # but the prompt to the rewards, and TRL's reward functions get the prompt as given.
+        out = []
+        for r in self.train_dataset:
+            r = dict(r)
+            if "prompt" in r:
+                r[PROMPT_COLUMN] = r["prompt"]
+            out.append(r)
+        return out
 
     def _reward_funcs(self):
         w = self.args.reward_weights or [1.0] * len(self.reward_funcs)

@@ -224,3 +224,82 @@ def test_trl_quickstarts_run_to_completion(script, tmp_path):
         assert "done: " in r.stdout
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_grpo_reward_funcs_are_called_as_trl_calls_them(tmp_path):
+    """Conversational prompts: the reward gets the prompts as the dataset gave them (messages),
+    completions as [{"role": "assistant", "content": text}], the other columns by name; its
+    name and weight make rewards/<name>/mean."""
+    prompts = [json.loads(x) for x in open(os.path.join(ROOT, "examples", "tiny-chat",
+                                                        "arith_prompts.jsonl"))][:2]
+    seen = []
+
+    def exact(prompts, completions, answer, **kw):
+        seen.append((prompts, completions, answer))
+        return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
+
+    args = strl.GRPOConfig(output_dir=str(tmp_path), max_steps=2, num_generations=4,
+                           per_device_train_batch_size=4, max_completion_length=8,
+                           reward_weights=[0.5], threads=1, logging_steps=1)
+    t = strl.GRPOTrainer(model=os.path.join(FIX, "tiny"), reward_funcs=exact, args=args,
+                         train_dataset=prompts)
+    t.train()
+    p, c, a = seen[0]
+    assert p[0] in [r["prompt"] for r in prompts] and len(p) == len(c) == len(a) == 4
+    assert all(isinstance(x, list) and x[0]["role"] == "assistant" for x in c)
+    logged = [h for h in t.state.log_history if "loss" in h]
+    assert len(logged) == 2 and all("rewards/exact/mean" in h for h in logged)
+
+
+def test_kto_and_orpo_trainers_run(tmp_path):
+    for kind, data in (("KTO", "arith_unpaired.jsonl"), ("ORPO", "arith_preference.jsonl")):
+        rows = [json.loads(x) for x in open(os.path.join(ROOT, "examples", "data", data))]
+        args = getattr(strl, kind + "Config")(output_dir=str(tmp_path / kind), max_steps=2,
+                                              logging_steps=1, threads=1, max_length=64)
+        t = getattr(strl, kind + "Trainer")(model=os.path.join(FIX, "tiny"), args=args,
+                                            train_dataset=rows)
+        t.train()
+        assert [h["step"] for h in t.state.log_history if "loss" in h] == [1, 2]
+
+
+class FakeLoraConfig:
+    """PEFT's LoraConfig read by its attributes (peft is not in the test venv)."""
+
+    def __init__(self, **kw):
+        self.r, self.lora_alpha, self.target_modules, self.lora_dropout = 8, 16, None, 0.0
+        self.bias, self.use_rslora, self.task_type = "none", False, "CAUSAL_LM"
+        self.__dict__.update(kw)
+
+
+def test_peft_config_processing_class_and_hub_cache(tmp_path, monkeypatch):
+    from streambp._trl_peft import lora_keys
+    assert lora_keys(FakeLoraConfig(target_modules={"v_proj", "q_proj"})) == {
+        "lora.r": 8, "lora.alpha": 16, "lora.use_rslora": False,
+        "lora.target_modules": ["q_proj", "v_proj"]}
+    with pytest.raises(streambp.Error, match="peft_config: lora_dropout=0.1: not supported"):
+        lora_keys(FakeLoraConfig(lora_dropout=0.1))
+    with pytest.raises(streambp.Error, match="peft_config: use_dora=True"):
+        lora_keys(FakeLoraConfig(use_dora=True))
+    # A Hub id whose snapshot is in the cache; a tokenizer object by its name_or_path.
+    repo = tmp_path / "hub" / "models--org--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc\n")
+    (repo / "snapshots").mkdir()
+    os.symlink(os.path.join(FIX, "tiny"), repo / "snapshots" / "abc")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    class Tok:
+        name_or_path = "org/tiny"
+
+    args = strl.SFTConfig(output_dir=str(tmp_path / "out"), max_steps=1, threads=1)
+    t = strl.SFTTrainer(model="org/tiny", args=args, train_dataset=sft_rows(),
+                        processing_class=Tok(), peft_config=FakeLoraConfig())
+    assert t.model == str(repo / "snapshots" / "abc")
+    t.train()
+    t.save_model(str(tmp_path / "adapter"))
+    assert "adapter_model.safetensors" in os.listdir(tmp_path / "adapter")
+    with pytest.raises(streambp.Error, match="not a directory, and no snapshot"):
+        strl.SFTTrainer(model="org/absent", args=args, train_dataset=sft_rows())
+    with pytest.raises(streambp.Error, match="data_collator: not supported by streambp"):
+        strl.SFTTrainer(model="org/tiny", args=args, train_dataset=sft_rows(),
+                        data_collator=object())
