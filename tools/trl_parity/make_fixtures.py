@@ -22,7 +22,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 import trl  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from trl import SFTConfig, SFTTrainer  # noqa: E402
+from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "fixtures", "trl")
@@ -54,6 +54,43 @@ def make_data(tok):
     return rows, L
 
 
+def make_preference(tok):
+    """Preference rows whose prompt + chosen and prompt + rejected (+ eos) all have one token
+    length L: a micro-batch of B x 2 x L tokens is then exactly TRL's batch of B pairs."""
+    rows, L = [], None
+    for a in range(40):
+        for b in range(0, 40, 3):
+            p, c, r = f"{a} plus {b} is", f" {a + b}.", f" {a + b + 10}."
+            n = [len(tok(p + x)["input_ids"]) + 1 for x in (c, r)]
+            if n[0] == n[1] and (L is None or n[0] == L):
+                L = n[0]
+                rows.append({"prompt": p, "chosen": c, "rejected": r})
+    rows = rows[:16]
+    with open(os.path.join(OUT, "dpo_pairs.jsonl"), "w") as f:
+        for x in rows:
+            f.write(json.dumps(x) + "\n")
+    return rows, L
+
+
+def dpo(tok):
+    rows, L = make_preference(tok)
+    settings = dict(max_steps=3, per_device_train_batch_size=2, learning_rate=1e-3, bf16=False,
+                    logging_steps=1, train_sampling_strategy="sequential", seed=0, beta=0.1)
+    with tempfile.TemporaryDirectory() as tmp:
+        args = DPOConfig(output_dir=tmp, max_length=L, report_to="none", use_cpu=True,
+                         save_strategy="no", gradient_checkpointing=False, **settings)
+        trainer = DPOTrainer(model=MODEL, args=args, train_dataset=Dataset.from_list(rows),
+                             processing_class=tok)
+        trainer.train()
+        logs = [h for h in trainer.state.log_history if "loss" in h]
+    keep = ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen",
+            "logps/rejected")
+    with open(os.path.join(OUT, "dpo_losses.json"), "w") as f:
+        json.dump({"trl": trl.__version__, "settings": dict(settings, max_length=L),
+                   "logs": [{k: h[k] for k in keep if k in h} for h in logs]}, f, indent=1)
+    print("dpo max_length", L, [h["loss"] for h in logs])
+
+
 def main():
     make_model()
     tok = transformers.AutoTokenizer.from_pretrained(MODEL)
@@ -70,6 +107,7 @@ def main():
                    "torch": torch.__version__, "settings": dict(SETTINGS, max_length=L),
                    "losses": losses}, f, indent=1)
     print("max_length", L, "losses", losses)
+    dpo(tok)
 
 
 if __name__ == "__main__":
