@@ -324,3 +324,13 @@ def test_peft_config_processing_class_and_hub_cache(tmp_path, monkeypatch):
     with pytest.raises(streambp.Error, match="data_collator: not supported by streambp"):
         strl.SFTTrainer(model="org/tiny", args=args, train_dataset=sft_rows(),
                         data_collator=object())
+
+
+def test_accuracy_reward_judges_boxed_answers_and_numbers():
+    from streambp.trl.rewards import accuracy_reward
+    msg = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
+    got = accuracy_reward(
+        [msg(r"so \boxed{\frac{1}{3}}"), msg(r"\boxed{\frac{1}{2}}"), "It is 1,000.",
+         "the answer: +42", "no number", r"\boxed{5} then 7", msg(r"\boxed{0.5}")],
+        [r"\frac{1}{3}", r"$\frac{1}{3}$", "1000", r"\boxed{42}", "3", "5", r"\frac{1}{2}"])
+    assert got == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0]  # no symbolic equivalence (last case)

@@ -9,11 +9,11 @@ The configs have the field names and defaults of the TRL release in _trl_default
 and streambp's own settings (mode, layer_chunk, head_chunk, offload, memory_budget, max_tokens,
 ...); a TRL field streambp does not support is an error naming it (docs/PYTHON.md "TRL's
 names"). Neither TRL nor torch is imported. PPO is not here: TRL 1.x has no PPOTrainer."""
-from . import _core
-from ._trl_config import make as _make
-from ._trl_defaults import TRL_VERSION
-from ._trl_fields import ACCEPTED, EXTRA, refused
-from ._trl_trainer import (PROMPT_COLUMN, TRLTrainer, TrainerControl, TrainerState, TrainOutput,
+from .. import _core
+from .._trl_config import make as _make
+from .._trl_defaults import TRL_VERSION
+from .._trl_fields import ACCEPTED, EXTRA, refused
+from .._trl_trainer import (PROMPT_COLUMN, TRLTrainer, TrainerControl, TrainerState, TrainOutput,
                            conversational, trl_reward)
 
 SFTConfig = _make("SFTConfig")
@@ -72,7 +72,7 @@ class _WithReference(TRLTrainer):
 
     def __init__(self, model, ref_model=None, args=None, train_dataset=None, eval_dataset=None,
                  processing_class=None, callbacks=None, peft_config=None, **others):
-        from ._trl_trainer import resolve_model
+        from .._trl_trainer import resolve_model
         self.ref_model = None if ref_model is None else resolve_model(ref_model, "ref_model")
         super().__init__(model, args, train_dataset, eval_dataset, processing_class, callbacks,
                          peft_config, **others)
