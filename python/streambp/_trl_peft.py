@@ -9,7 +9,14 @@ _MUST_BE = {"lora_dropout": (0, 0.0), "bias": ("none",), "modules_to_save": (Non
             "rank_pattern": ({}, None), "alpha_pattern": ({}, None), "fan_in_fan_out": (False,),
             "init_lora_weights": (True,), "exclude_modules": (None,), "trainable_token_indices":
             (None,), "target_parameters": (None, []), "use_qalora": (False,),
-            "layer_replication": (None,), "lora_bias": (False,)}
+            "layer_replication": (None,), "lora_bias": (False,), "loftq_config": ({}, None),
+            "eva_config": (None,), "corda_config": (None,), "astra_config": (None,),
+            "lora_ga_config": (None,), "velora_config": (None,), "monteclora_config": (None,),
+            "alora_invocation_tokens": (None,), "megatron_config": (None,),
+            "use_bdlora": (None, False), "arrow_config": (None,), "kasa_config": (None,),
+            "ensure_weight_tying": (False,)}
+# (The settings of PEFT 0.22's LoraConfig that change the adapters; the rest name the base model,
+# PEFT's version or its run-time placement.)
 
 
 def lora_keys(cfg):
