@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 1 of the GPU check (README "CUDA backend"), on a machine with nvcc: builds what
+# Step 1 of the GPU check (docs/FEATURES.md "CUDA backend"), on a machine with nvcc: builds what
 # scripts/gpu-check.sh runs and packs it, with the shared libraries a GPU machine that has only
 # CUDA/cuDNN/NCCL/PyTorch may lack (OpenBLAS, yaml-cpp, PCRE2, utf8proc, libgomp, libstdc++),
 # into gpu-bundle/bundle.tar.xz (ignored by git; carry the gpu-bundle folder to the GPU machine).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 2 of the GPU check (README "CUDA backend", docs/CUDA.md "The GPU check"): run from the
+# Step 2 of the GPU check (docs/FEATURES.md "CUDA backend", docs/CUDA.md "The GPU check"): run from the
 # repository root on a machine with an NVIDIA GPU, after scripts/gpu-bundle.sh made
 # gpu-bundle/bundle.tar.xz elsewhere. Needs only the CUDA 13 runtime, cuBLASLt, python3
 # (PyTorch + transformers for the baseline stages; compute-sanitizer for the sanitizer stages).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA backend on the emulated CUDA runtime (build-emu, scripts/build.sh emu; README "CUDA
+# The CUDA backend on the emulated CUDA runtime (build-emu, scripts/build.sh emu; docs/FEATURES.md "CUDA
 # emulation"): the op suite's ".../cuda" cases, the emulator's own tests, gradcheck of every
 # objective in fp32 and bf16 (every mode) and with LoRA, and the LoRA and Hugging Face parity
 # fixtures with STREAMBP_TEST_BACKEND=cuda, the NCCL communicator over emulated NCCL, and a run of

@@ -179,12 +179,14 @@ std::pair<std::string, nb::list> run_command(const std::vector<std::string>& arg
 // in_memory_label() by the overrides) read from memory as the files would be,
 // with the Python reward functions `rewards` (name, weight, function) added to the config's and
 // `on_metrics` (None or a callable taking a JSON line) called with each metrics line. Returns the
-// trainer's exit code (130 after SIGINT/SIGTERM, with a checkpoint saved).
+// trainer's exit code (130 after SIGINT/SIGTERM, with a checkpoint saved). `on_config` (None or a
+// callable) is given the resolved config as JSON (TrainConfig::to_json) before the run starts:
+// streambp.train opens report_to's dashboards from it (python/streambp/_report.py).
 int run_train(const std::vector<std::string>& positional, bool overrides_only,
               const std::string& resume,
               std::vector<std::pair<std::string, std::string>> in_memory,
               const std::vector<std::tuple<std::string, double, nb::object>>& rewards,
-              nb::object reward_call, nb::object on_metrics) {
+              nb::object reward_call, nb::object on_metrics, nb::object on_config) {
   sbp::TrainConfig cfg = overrides_only ? sbp::load_train_config("", positional)
                                         : sbp::cli::load_run_config(positional, resume);
   for (auto& [key, lines] : in_memory) {
@@ -229,6 +231,7 @@ int run_train(const std::vector<std::string>& positional, bool overrides_only,
       if (!failure.empty()) throw sbp::Error("callback: " + failure);
     };
   }
+  if (!on_config.is_none()) on_config(cfg.to_json().dump());
   // cfg (and its Python handles) outlives the run; nothing of Python is touched without the GIL.
   nb::gil_scoped_release nogil;
   return sbp::run_training(cfg, resume);
@@ -249,5 +252,5 @@ NB_MODULE(_core, m) {
   m.def("command_flags", &command_flags, nb::arg("command"));
   m.def("train", &run_train, nb::arg("positional"), nb::arg("overrides_only"), nb::arg("resume"),
         nb::arg("in_memory"), nb::arg("rewards"),
-        nb::arg("reward_call"), nb::arg("on_metrics").none());
+        nb::arg("reward_call"), nb::arg("on_metrics").none(), nb::arg("on_config").none());
 }

@@ -8,6 +8,7 @@ The same C++ library as the `streambp` program (docs/PYTHON.md):
     streambp.generate("my-model", ["What is 2 plus 3?"], max_new_tokens=16)
     streambp.train("examples/tiny-chat/sft.yaml", epochs=1)
     streambp.train(cfg, reward_funcs=[my_reward])                     # TRL's reward signature
+    from streambp.trl import SFTConfig, SFTTrainer                    # TRL's trainers, by name
 
 Every error is a streambp.Error with the command line's one-line message; an argument of the
 wrong type (a float for a token id, a str for a list of prompts, an unknown keyword) is one too,

@@ -144,13 +144,31 @@ def train(config, reward_funcs=None, callbacks=None, resume=None, reward_weights
     for i, cb in enumerate(listeners):
         _check.function(cb, f"train: callbacks[{i}]")
 
+    # report_to (the config's key, resolved by the trainer): the dashboards are opened once the
+    # config is known and closed when the run ends, however it ends (_report.py).
+    reporting = {"to": None, "tokens": 0}
+
+    def on_config(text):
+        cfg = json.loads(text)
+        if cfg.get("report_to"):
+            from . import _report
+            reporting["to"] = _report.Reporters(cfg["report_to"], cfg["output_dir"], config=cfg)
+
     def on_metrics(line):
         record = json.loads(line)
+        if reporting["to"] is not None:
+            from . import _report
+            logs, reporting["tokens"] = _report.trl_logs(record, reporting["tokens"])
+            reporting["to"].log(logs, record["step"])
         for cb in listeners:
             cb(record)
 
-    code = _core.train(positional, overrides_only, resume, in_memory, rewards, _reward_call,
-                       on_metrics if listeners else None)
+    try:
+        code = _core.train(positional, overrides_only, resume, in_memory, rewards, _reward_call,
+                           on_metrics, on_config)
+    finally:
+        if reporting["to"] is not None:
+            reporting["to"].close()
     if code == 130:
         raise KeyboardInterrupt("streambp.train: stopped by a signal; the checkpoint is saved")
     return code

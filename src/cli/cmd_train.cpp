@@ -37,6 +37,13 @@ int run_config(CLI::App* c, const TrainArgs& a, Communicator& world) {
                        "keys instead (e.g. seed=1, or demo.steps=20 in a demo config)");
   }
   const TrainConfig cfg = load_run_config(a.positional, a.resume);
+  // TensorBoard's event files and W&B's runs are written through their own Python libraries,
+  // which the program does not embed: refused before anything runs rather than ignored.
+  if (!cfg.report_to.empty())
+    throw InputError(cfg.where("report_to") + ": report_to: " + cfg.report_to.front() +
+                     " is written by the Python package: run this config with "
+                     "streambp.train(\"" + (a.positional.empty() ? std::string("CONFIG.yaml") : a.positional.front()) +
+                     "\") (docs/PYTHON.md \"report_to\"); the program writes metrics.jsonl only");
   return run_training(cfg, a.resume, world);
 }
 

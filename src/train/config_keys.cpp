@@ -1,5 +1,6 @@
 #include "train/config_keys.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -152,6 +153,43 @@ ConfigKey rollout_stop_key(const std::string& section, Of of) {
   k.get = [of](const TrainConfig& c) {
     return nlohmann::json(of(const_cast<TrainConfig&>(c)).stop);
   };
+  return k;
+}
+
+// report_to: the dashboards the metrics lines also go to, as TRL's TrainingArguments names them
+// (`tensorboard`, `wandb`; `none` or an empty list: none), a string or a list. Written by the
+// Python package (python/streambp/_report.py): the program refuses the key (cli/cmd_train.cpp).
+ConfigKey report_to_key() {
+  ConfigKey k;
+  k.name = "report_to";
+  k.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    std::vector<std::string> given;
+    if (n.IsScalar()) {
+      given.push_back(n.Scalar());
+    } else if (n.IsSequence()) {
+      for (const YAML::Node& e : n) {
+        if (!e.IsScalar()) throw InputError(where + ": report_to must list names");
+        given.push_back(e.Scalar());
+      }
+    } else {
+      throw InputError(where + ": report_to must be a name or a list of names");
+    }
+    std::vector<std::string> v;
+    for (const std::string& s : given) {
+      if (s == "none") {
+        if (given.size() > 1) throw InputError(where + ": report_to: 'none' with other names");
+        continue;
+      }
+      if (s != "tensorboard" && s != "wandb")
+        throw InputError(where + ": report_to: unknown '" + s +
+                         "' (known: tensorboard, wandb, none)");
+      if (std::find(v.begin(), v.end(), s) != v.end())
+        throw InputError(where + ": report_to: '" + s + "' given twice");
+      v.push_back(s);
+    }
+    c.report_to = std::move(v);
+  };
+  k.get = [](const TrainConfig& c) { return nlohmann::json(c.report_to); };
   return k;
 }
 
@@ -387,6 +425,7 @@ const std::vector<ConfigKey>& config_keys() {
         KEY(std::string, "tokenizer", tokenizer).given_non_empty().derived(default_tokenizer),
         KEY(std::string, "output_dir", output_dir).given_non_empty().derived(default_output_dir),
         KEY(std::string, "metrics", metrics).given_non_empty().derived(default_metrics),
+        report_to_key(),
         KEY(bool, "overwrite_output_dir", overwrite_output_dir),
         AUTO_KEY(DType, "save_dtype", save_dtype, kWeightDTypeNames),
         KEY(std::string, "data.train", data_train).must_give("a JSONL file").given_non_empty(),

@@ -79,6 +79,9 @@ struct TrainConfig {
                           // model directory (the directory of a model config.json)
   std::string output_dir;
   std::string metrics;                // "" = <output_dir>/metrics.jsonl
+  // Dashboards the metrics lines also go to (tensorboard, wandb), written by the Python package
+  // (python/streambp/_report.py); the program refuses a non-empty list (cli/cmd_train.cpp).
+  std::vector<std::string> report_to;
   bool overwrite_output_dir = false;  // a fresh run may replace a previous run's checkpoints
   std::optional<DType> save_dtype;    // f32 | bf16 | f16; empty (auto): the input checkpoint's
 

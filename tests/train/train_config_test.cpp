@@ -73,6 +73,27 @@ mode: recompute+chunked
   EXPECT_EQ(back.to_json(), c.to_json());
 }
 
+// report_to: TRL's names of the dashboards, a name or a list; `none` is the empty list.
+TEST(TrainConfig, ReportToTakesTrlsNamesAndRefusesOthers) {
+  test::TempDir dir;
+  const auto load = [&](const std::string& extra) {
+    return load_train_config(write_yaml(dir, std::string(kMinimal) + extra), {}).report_to;
+  };
+  EXPECT_EQ(load(""), std::vector<std::string>{});
+  EXPECT_EQ(load("report_to: tensorboard\n"), std::vector<std::string>{"tensorboard"});
+  EXPECT_EQ(load("report_to: [wandb, tensorboard]\n"),
+            (std::vector<std::string>{"wandb", "tensorboard"}));
+  EXPECT_EQ(load("report_to: none\n"), std::vector<std::string>{});
+  EXPECT_EQ(error_of(std::string(kMinimal) + "report_to: mlflow\n"),
+            "cfg.yaml:4: report_to: unknown 'mlflow' (known: tensorboard, wandb, none)");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "report_to: [wandb, wandb]\n"),
+            "cfg.yaml:4: report_to: 'wandb' given twice");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "report_to: [none, wandb]\n"),
+            "cfg.yaml:4: report_to: 'none' with other names");
+  EXPECT_EQ(error_of(std::string(kMinimal) + "report_to: {a: 1}\n"),
+            "cfg.yaml:4: report_to must be a name or a list of names");
+}
+
 TEST(TrainConfig, UnknownKeysAndBadValuesNameTheLine) {
   EXPECT_EQ(error_of(std::string(kMinimal) + "optim:\n  lrr: 1\n"),
             "cfg.yaml:5: unknown key 'optim.lrr' (known keys under optim: lr, betas, eps, "
@@ -190,7 +211,8 @@ TEST(TrainConfig, ObjectiveKeysStayAsTheyWere) {
   EXPECT_EQ(
       error_of(kMinimal, {"nope=1"}),
       "override 'nope=1': unknown key 'nope' (known keys: model, tokenizer, output_dir, metrics, "
-      "overwrite_output_dir, save_dtype, data.*, objective, dpo.*, orpo.*, kto.*, simpo.*, grpo.*, "
+      "report_to, overwrite_output_dir, save_dtype, data.*, objective, dpo.*, orpo.*, kto.*, "
+      "simpo.*, grpo.*, "
       "ppo.*, rewards, reward_timeout, log_completions_every, backend, precision, grad_dtype, mode, "
       "layer_chunk, head_chunk, memory_budget, offload, host_memory_budget, max_tokens, "
       "grad_accum, epochs, max_steps, stop_after_steps, threads, seed, optim.*, schedule.*, "
