@@ -145,6 +145,19 @@ TEST(OptimizerOffloadResume, EitherSettingResumesTheOtherExactly) {
   }
 }
 
+// on_nonfinite: skip: the steps a huge learning rate makes non-finite are skipped alike (the
+// host's sums start from zeros at the next step), and the run ends with the same weights.
+TEST(OptimizerOffloadNonFinite, SkipsTheSameStepsAndEndsTheSame) {
+  TrainDir run(run_yaml(kCases[0]));
+  const std::string args = "optim.lr=1e30 on_nonfinite=skip grad_accum=3";
+  auto r = run.train(0, "dev", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NE(r.output.find("skipped (on_nonfinite: skip)"), std::string::npos) << r.output;
+  r = run.train(0, "host", args + " offload=optimizer");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NO_FATAL_FAILURE(expect_same_run(run, "dev", "host", "checkpoint-3"));
+}
+
 // Two ranks: the host holds this rank's sums and shards; the reductions, the shards' sums, the
 // update of the slices and their all-gather give the device path's bits, at every ZeRO stage.
 TEST(OptimizerOffloadRanks, TwoRanksEqualTheDeviceOptimizerAtEveryZeroStage) {
