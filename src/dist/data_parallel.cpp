@@ -242,35 +242,30 @@ void DataParallel::clip_to(double max_norm, double norm) {
   if (!distributed() && !offload_) return scale_to_max_norm(grads_, be_, max_norm, norm);
   const float scale = clip_factor(max_norm, norm);
   if (scale == 1.0f) return;
-  for (size_t i = 0; i < grads_.size(); ++i) {
-    const Tensor g = zero_ == 0 ? held().tensor(i) : owned_grad(i);
-    if (offload_)
-      host_->scale_inplace(g, scale);
-    else
-      be_.scale_inplace(g, scale);
-  }
+  auto scale_all = [&](auto& ops) {
+    for (size_t i = 0; i < grads_.size(); ++i)
+      ops.scale_inplace(zero_ == 0 ? held().tensor(i) : owned_grad(i), scale);
+  };
+  if (offload_)
+    scale_all(*host_);
+  else
+    scale_all(be_);
 }
 
 void DataParallel::update(const ParameterSet& weights, float lr) {
   SBP_CHECK(adamw_ || sharded_, "DataParallel::update without an optimizer");
-  // The host's copy of the weights with offload: optimizer, else the weights themselves.
-  const ParameterSet& w = offload_ ? image_ : weights;
-  if (offload_) host_ready();
-  if (adamw_) {
-    if (offload_)
-      adamw_->step(w, host_grads_, *host_, lr);
-    else
-      adamw_->step(w, grads_, be_, lr);
-  } else {
+  // On the device, or with offload: optimizer on the host's copy of the weights (HostMath).
+  auto step = [&](const ParameterSet& w, auto& ops) {
+    if (adamw_) return adamw_->step(w, held(), ops, lr);
     std::vector<Tensor> slices;
     for (size_t i = 0; i < grads_.size(); ++i) slices.push_back(owned_grad(i));
-    if (offload_)
-      sharded_->step(w, slices, *host_, lr);
-    else
-      sharded_->step(w, slices, be_, lr);
+    sharded_->step(w, slices, ops, lr);
     gather_updated(w);
-  }
-  if (offload_) upload_image(weights);
+  };
+  if (!offload_) return step(weights, be_);
+  host_ready();
+  step(image_, *host_);
+  upload_image(weights);
 }
 
 void DataParallel::gather_updated(const ParameterSet& w) {

@@ -58,7 +58,7 @@ void RunMetrics::write_step(const StepRecord& s, const TrainerState& state, doub
       {"elapsed_s", elapsed_s()},
       {"peak_memory_bytes", memory_json(ledger.peak_breakdown())},
       {"peak_rss_bytes", peak_rss_bytes()},
-      {"update_s", s.update_s}};
+      {"update_time_s", s.update_s}};
   // offload: what waited in host memory (checkpoints, the optimizer), at the host's peak.
   if (host_ledger) line["peak_host_memory_bytes"] = memory_json(host_ledger->peak_breakdown());
   if (models.has_value()) line["value_grad_norm"] = s.value_grad_norm;
