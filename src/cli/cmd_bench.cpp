@@ -50,7 +50,8 @@ namespace {
 constexpr ExecFlags kBenchExec{.mode_list = true,
                                .chunks = ChunkDefault::quarter,
                                .precision_list = true,
-                               .offload_list = true};
+                               .offload_list = true,
+                               .offload_optimizer = true};
 ExecArgs bench_exec() {
   ExecArgs e;
   e.modes = "checkpoint,stream";

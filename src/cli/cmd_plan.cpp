@@ -27,8 +27,11 @@ namespace sbp::cli {
 
 namespace {
 
-constexpr ExecFlags kPlanExec{
-    .mode_list = true, .chunks = ChunkDefault::planned, .grad_dtype = true, .runs = false};
+constexpr ExecFlags kPlanExec{.mode_list = true,
+                              .chunks = ChunkDefault::planned,
+                              .grad_dtype = true,
+                              .runs = false,
+                              .offload_optimizer = true};
 ExecArgs plan_exec() {
   ExecArgs e;
   e.modes = "base,checkpoint,stream";

@@ -84,6 +84,7 @@ void ExecArgs::add_flags(CLI::App* c, const ExecFlags& takes) {
                   "Gradient buffers: f32 (the trainer's default) or bf16 (the paper's setup)")
         ->capture_default_str();
   offload_list = takes.offload_list;
+  offload_optimizer = takes.offload_optimizer;
   if (takes.offload_list)
     c->add_option("--offload", offload,
                   "Comma-separated offload settings, interleaved with the modes: none, "
@@ -117,13 +118,26 @@ void ExecArgs::apply(ExecConfig& e, ChunkDefault chunks, int64_t T, Precision p)
   if (!offload_list) e.offload = offload_value();
 }
 
-Offload ExecArgs::offload_value() const { return parse_offload(offload); }
+namespace {
+// The `optimizer` item where no optimizer runs: an error, not a setting that means nothing.
+Offload checked(const Offload& o, bool optimizer_runs) {
+  if (o.optimizer && !optimizer_runs)
+    throw InputError("--offload: 'optimizer': this command runs no optimizer (the item applies "
+                     "to train, and to bench and plan with --optimizer adamw)");
+  return o;
+}
+}  // namespace
+
+Offload ExecArgs::offload_value() const {
+  return checked(parse_offload(offload), offload_optimizer);
+}
 
 std::vector<Offload> ExecArgs::offload_values() const {
   std::vector<Offload> out;
   std::stringstream ss(offload);
   std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(parse_offload(item));
+  while (std::getline(ss, item, ','))
+    out.push_back(checked(parse_offload(item), offload_optimizer));
   if (out.empty())
     throw InputError("--offload: empty list (use none, or checkpoints, residual_grad and optimizer "
                      "joined by +)");
