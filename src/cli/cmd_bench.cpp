@@ -194,8 +194,6 @@ struct Bench {
     // One set of models per precision and per place of the optimizer's state.
     std::vector<bool> places;
     for (const Offload& o : a.exec.offload_values()) {
-      if (o.optimizer && a.optimizer != "adamw")
-        throw InputError("--offload optimizer: there is no optimizer to offload (add --optimizer adamw)");
       if (std::find(places.begin(), places.end(), o.optimizer) == places.end())
         places.push_back(o.optimizer);
     }
@@ -608,6 +606,10 @@ int run(const Args& a) {
   const std::unique_ptr<Communicator> world = context_group_from_flag(a.cp, "bench");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
   a.exec.configs(ChunkDefault::quarter, 1, Precision::fp32);  // a bad mode fails before any work
+  for (const Offload& o : a.exec.offload_values())  // and an optimizer offloaded without one
+    if (o.optimizer && a.optimizer != "adamw")
+      throw InputError(
+          "--offload optimizer: there is no optimizer to offload (add --optimizer adamw)");
   // Probed again after every round of steps: the median is the yardstick of the same moments
   // the steps ran in (a shared machine's speed drifts). On the CPU the first probe runs before
   // the models exist (as it always did); a GPU's needs the backend.
