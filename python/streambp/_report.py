@@ -17,8 +17,8 @@ _SKIP = {"step", "peak_memory_bytes", "peak_rss_bytes", "tokens"}
 def trl_logs(line, tokens_so_far=0):
     """One metrics.jsonl line as TRL names its values: loss, learning_rate, grad_norm, epoch,
     rewards/<func>/mean, kl, entropy, ... as they are; num_tokens the tokens seen so far (TRL's
-    count), tokens_per_second, memory/<category> (the step's peak by ledger category, bytes)
-    and memory/rss (the process's peak). Returns (logs, tokens seen after this line)."""
+    count), tokens_per_second, memory/<category> (the step's peak by ledger category, bytes),
+    memory/host_<category> (the host space's, with offload) and memory/rss (the process's peak). Returns (logs, tokens seen after this line)."""
     logs = {}
     for k, v in line.items():
         if k in _SKIP or not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -29,6 +29,9 @@ def trl_logs(line, tokens_so_far=0):
         logs["num_tokens"] = tokens_so_far
     for cat, b in (line.get("peak_memory_bytes") or {}).items():
         logs[f"memory/{cat}"] = b
+    # With offload: the host space's peak by category (the optimizer's state, checkpoints).
+    for cat, b in (line.get("peak_host_memory_bytes") or {}).items():
+        logs[f"memory/host_{cat}"] = b
     if "peak_rss_bytes" in line:
         logs["memory/rss"] = line["peak_rss_bytes"]
     return logs, tokens_so_far

@@ -227,6 +227,11 @@ void check_adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const
 
 }  // namespace
 
+void contract::check_adamw_args(const Tensor& param, const Tensor& grad, const Tensor& m,
+                                const Tensor& v, const AdamWStep& s) {
+  check_adamw(param, grad, m, v, s);
+}
+
 void Backend::owns(const char* op, std::initializer_list<const Tensor*> tensors) const {
   for (const Tensor* t : tensors) {
     SBP_CHECK(t->memory == this, std::string(op) + ": tensor " + t->describe() +

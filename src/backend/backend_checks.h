@@ -30,6 +30,9 @@ void check_double_parts(const char* op, const char* name, const Tensor& t);
 void check_rows_vector(const char* op, const char* name, const Tensor& t, DType dt, int64_t n);
 // A per-row table of a call with n rows: F32 (n, width).
 void check_rows_table(const char* op, const char* name, const Tensor& t, int64_t n, int width);
+// Backend::adamw_step's argument checks (host_math.h runs the same update on host memory).
+void check_adamw_args(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                      const AdamWStep& s);
 
 }  // namespace contract
 

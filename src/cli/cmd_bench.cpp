@@ -38,6 +38,7 @@
 #include "core/process_memory.h"
 #include "engine/memory_model.h"
 #include "model/device_init.h"
+#include "optim/lora_adamw.h"
 #include "plan/plan_step.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
@@ -49,7 +50,8 @@ namespace {
 constexpr ExecFlags kBenchExec{.mode_list = true,
                                .chunks = ChunkDefault::quarter,
                                .precision_list = true,
-                               .offload_list = true};
+                               .offload_list = true,
+                               .offload_optimizer = true};
 ExecArgs bench_exec() {
   ExecArgs e;
   e.modes = "checkpoint,stream";
@@ -70,6 +72,9 @@ struct Args {
   int64_t segments = 0;  // 0: sft 1, dpo 2 (one pair), grpo one group, ppo 2
   int cp = 1;            // context parallelism: the ranks of `mpirun -np cp` share the rows
   bool profile = false;
+  // adamw: each step ends as a training step does (norm, clipping, AdamW update; with offload
+  // optimizer on the host), timed within the step and on its own.
+  std::string optimizer = "none";
 };
 
 struct Run {
@@ -77,6 +82,7 @@ struct Run {
   std::string precision;
   int64_t T = 0, layer_chunk = 0, head_chunk = 0;
   double median_s = 0, tokens_per_s = 0, gflops = 0, loss = 0;
+  double update_median_s = -1;  // --optimizer adamw: the step's norm, clipping and update
   int64_t peak = 0, activation_peak = 0, rss_peak = 0, analytic = 0;
   std::string offload = "none";
   int64_t host_peak = 0;                    // the host pool's peak (offload)
@@ -136,12 +142,35 @@ const char* gemm_probe_name(const Backend& be) {
 // their gradients, in a ledger of their own, so that each precision's peak counts its own bytes.
 struct Models {
   Precision precision;
+  bool offload_optimizer;  // the optimizer's state in host_pool (offload: optimizer)
   Ledger ledger, host_ledger;
   Pool pool, host_pool;  // host_pool: where offloaded tensors wait (set per configuration)
   std::unique_ptr<ModelSet> set;
-  Models(Precision p, Backend& be)
-      : precision(p), pool(ledger, be), host_pool(host_ledger, be.host_memory()) {}
+  Models(Precision p, bool offload_opt, Backend& be)
+      : precision(p),
+        offload_optimizer(offload_opt),
+        pool(ledger, be),
+        host_pool(host_ledger, be.host_memory()) {
+    if (offload_opt) pool.set_host(&host_pool);
+  }
 };
+
+// The end of a training step (train/training_loop.cpp): the gradient norm, clipping to 1, and
+// the AdamW update of every trained model.
+void optimizer_step(ModelSet& ms, Backend& be) {
+  constexpr float kLr = 1e-5f;
+  if (ms.has_lora()) {
+    scale_lora_grads(ms.lora_grads(), be, 1.0, lora_grad_norm(ms.lora_grads(), be));
+    ms.lora_optimizer()->step(ms.lora_weights(), ms.lora_grads(), be, kLr);
+  } else {
+    ms.policy().clip_to(1.0, ms.policy().grad_norm());
+    ms.policy().update(ms.policy_weights(), kLr);
+  }
+  if (ms.has_value()) {
+    ms.value().clip_to(1.0, ms.value().grad_norm());
+    ms.value().update(ms.value_weights(), kLr);
+  }
+}
 
 // What every length and mode of the run shares: the models per precision, one backend.
 struct Bench {
@@ -154,6 +183,7 @@ struct Bench {
   std::unique_ptr<Backend> be;
   std::vector<std::unique_ptr<Models>> models;  // one per --precision
   std::vector<double> sgemm_probes;
+  AdamWConfig adamw;
 
   explicit Bench(const Args& args) : a(args), be(args.exec.make_backend()) {
     src = resolve_model(a.model, a.layers);
@@ -161,10 +191,17 @@ struct Bench {
     lora = a.lora.config();
     segments =
         a.segments > 0 ? a.segments : plan_sequences_of(setup.traits(), a.objective.group_size);
-    for (const Precision p : a.exec.precision_values()) {
-      models.push_back(std::make_unique<Models>(p, *be));
-      build(*models.back());
+    // One set of models per precision and per place of the optimizer's state.
+    std::vector<bool> places;
+    for (const Offload& o : a.exec.offload_values()) {
+      if (std::find(places.begin(), places.end(), o.optimizer) == places.end())
+        places.push_back(o.optimizer);
     }
+    for (const Precision p : a.exec.precision_values())
+      for (bool offload_opt : places) {
+        models.push_back(std::make_unique<Models>(p, offload_opt, *be));
+        build(*models.back());
+      }
   }
 
   // Weights, then gradients (kept across modes and steps: the ledger holds the same fixed bytes
@@ -174,7 +211,10 @@ struct Bench {
     const DType dt = storage_dtype(m.precision);
     m.set = std::make_unique<ModelSet>(
         setup, src.cfg, m.pool, *be,
-        ModelSetOptions{.param_dtype = dt, .lora = lora.enabled() ? &lora : nullptr});
+        ModelSetOptions{.param_dtype = dt,
+                        .optim = a.optimizer == "adamw" ? &adamw : nullptr,
+                        .lora = lora.enabled() ? &lora : nullptr,
+                        .offload_optimizer = m.offload_optimizer});
     if (m.set->has_lora()) init_lora(m.set->lora_weights(), a.seed, 0.02f);
     ParameterSet& w = m.set->policy_weights();
     if (!src.has_weights) {
@@ -195,6 +235,10 @@ struct Bench {
     }
     if (m.set->has_value())
       init_parameters_on_backend(*be, m.set->value_weights(), a.seed + 1, InitStyle::hf);
+    // The optimizer's copies of the weights (master, host copy) follow the drawn weights.
+    if (a.optimizer == "adamw" && !m.set->has_lora()) m.set->policy().weights_set(w);
+    if (a.optimizer == "adamw" && m.set->has_value())
+      m.set->value().weights_set(m.set->value_weights());
   }
 
   // Every (precision, mode) step at one T, round robin: step i of every configuration runs
@@ -211,13 +255,14 @@ struct Bench {
     struct Config {
       Models* m;
       ExecConfig exec;
-      std::vector<double> times;
+      std::vector<double> times, update_times;
     };
     std::vector<Config> configs;
     const size_t first = runs.size();
     for (const std::unique_ptr<Models>& m : models) {
       for (const ExecConfig& exec_mode : a.exec.configs(ChunkDefault::quarter, T, m->precision))
         for (const Offload& offload : a.exec.offload_values()) {
+          if (offload.optimizer != m->offload_optimizer) continue;  // another set's
           ExecConfig exec = exec_mode;
           exec.offload = offload;
           Run r;
@@ -268,6 +313,15 @@ struct Bench {
         const StepResult out = StepRunner(setup, c.m->set->views(), *be, c.m->pool, c.exec,
                                           single_process(), StepRunnerOptions{.context = context})
                                    .run(step);
+        if (a.optimizer == "adamw") {
+          device_sync(*be);
+          const auto u0 = std::chrono::steady_clock::now();
+          optimizer_step(*c.m->set, *be);
+          device_sync(*be);
+          if (i >= a.warmup)
+            c.update_times.push_back(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - u0).count());
+        }
         device_sync(*be);
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -298,8 +352,12 @@ struct Bench {
       }
       sgemm_probes.push_back(gemm_probe(*be));
     }
-    for (size_t k = 0; k < configs.size(); ++k)
+    for (size_t k = 0; k < configs.size(); ++k) {
       finish(runs[first + k], configs[k].times, configs[k].exec);
+      std::vector<double>& u = configs[k].update_times;
+      std::sort(u.begin(), u.end());
+      if (!u.empty()) runs[first + k].update_median_s = u[u.size() / 2];
+    }
   }
 
   void finish(Run& r, std::vector<double>& times, const ExecConfig& exec) const {
@@ -353,6 +411,19 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
         static_cast<long long>(r.layer_chunk), static_cast<long long>(r.head_chunk), r.median_s,
         r.tokens_per_s, r.gflops, 100.0 * r.gflops / sgemm, mib(r.peak), mib(r.activation_peak),
         analytic, mib(r.rss_peak));
+  }
+  if (b.a.optimizer == "adamw") {
+    std::printf(
+        "\nThe optimizer (--optimizer adamw): each step ends with the gradient norm, clipping and "
+        "the AdamW update, timed within the step s above and on its own here (with "
+        "offload optimizer: on the host, %d thread(s))\n",
+        cpu_threads());
+    std::printf("| mode | precision | T | step s | update s | update %% of step |\n");
+    std::printf("|---|---|---|---:|---:|---:|\n");
+    for (const Run& r : runs)
+      std::printf("| %s | %s | %lld | %.3f | %.4f | %.1f%% |\n", r.mode.c_str(),
+                  r.precision.c_str(), static_cast<long long>(r.T), r.median_s, r.update_median_s,
+                  100.0 * r.update_median_s / r.median_s);
   }
   std::printf("\nLM-head logits: the ledger's peak of `logits` vs one head block (c_h x V)\n");
   std::printf(
@@ -495,6 +566,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
                          {"offload", r.offload},
                          {"host_peak_bytes", r.host_peak}};
     if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
+    if (r.update_median_s >= 0) jr["update_seconds_median"] = r.update_median_s;
     jr["step_flops"] = r.step_flops;
     if (r.planned_flops > 0) {
       jr["planned_flops"] = r.planned_flops;
@@ -534,6 +606,10 @@ int run(const Args& a) {
   const std::unique_ptr<Communicator> world = context_group_from_flag(a.cp, "bench");
   const std::vector<int64_t> lens = parse_list(a.seq_lens);
   a.exec.configs(ChunkDefault::quarter, 1, Precision::fp32);  // a bad mode fails before any work
+  for (const Offload& o : a.exec.offload_values())  // and an optimizer offloaded without one
+    if (o.optimizer && a.optimizer != "adamw")
+      throw InputError(
+          "--offload optimizer: there is no optimizer to offload (add --optimizer adamw)");
   // Probed again after every round of steps: the median is the yardstick of the same moments
   // the steps ran in (a shared machine's speed drifts). On the CPU the first probe runs before
   // the models exist (as it always did); a GPU's needs the backend.
@@ -594,6 +670,10 @@ void register_bench(CLI::App& app) {
   c->add_flag("--profile", a->profile,
               "Split the measured steps' time by kernel family (a GPU's ops are synchronised "
               "around each)");
+  c->add_option("--optimizer", a->optimizer,
+                "none, or adamw: every step ends with the norm, clipping and an AdamW update "
+                "(with --offload optimizer: on the host)")
+      ->check(CLI::IsMember({"none", "adamw"}));
   a->objective.add_flags(c);
   a->lora.add_flags(c);
   c->callback([a] { run(*a); });

@@ -27,8 +27,11 @@ namespace sbp::cli {
 
 namespace {
 
-constexpr ExecFlags kPlanExec{
-    .mode_list = true, .chunks = ChunkDefault::planned, .grad_dtype = true, .runs = false};
+constexpr ExecFlags kPlanExec{.mode_list = true,
+                              .chunks = ChunkDefault::planned,
+                              .grad_dtype = true,
+                              .runs = false,
+                              .offload_optimizer = true};
 ExecArgs plan_exec() {
   ExecArgs e;
   e.modes = "base,checkpoint,stream";
@@ -99,6 +102,24 @@ void print_table(const std::vector<Row>& rows, bool search, bool budgeted, bool 
     for (int c = 0; c < kNumCategories; ++c)
       std::printf(" %.2f |",
                   static_cast<double>(p.step.breakdown.bytes[static_cast<size_t>(c)]) / u.scale);
+    std::printf("\n");
+  }
+  if (!host) return;
+  // The host space's own breakdown at its peak: what waits there (checkpoints, the residual
+  // gradient), and with offload optimizer the optimizer (moments, master weights), the
+  // gradient sums and the host's copy of the weights.
+  std::printf("\nhost memory at its peak (%s)\n| mode |", u.name);
+  for (int c = 0; c < kNumCategories; ++c)
+    std::printf(" %s |", category_name(static_cast<Category>(c)));
+  std::printf("\n|---|");
+  for (int c = 0; c < kNumCategories; ++c) std::printf("---:|");
+  std::printf("\n");
+  for (const Row& r : rows) {
+    std::printf("| %s |", r.mode.c_str());
+    for (int c = 0; c < kNumCategories; ++c)
+      std::printf(" %.2f |", static_cast<double>(
+                                 r.plan.step.host_breakdown.bytes[static_cast<size_t>(c)]) /
+                                 u.scale);
     std::printf("\n");
   }
 }
@@ -188,6 +209,9 @@ Request parse_request(const Args& a) {
     setup.budget = q.budget - q.reserve;
   }
   q.offload = a.exec.offload_value();
+  if (q.offload.optimizer && !setup.adamw)
+    throw InputError("--offload optimizer: there is no optimizer state to offload (give "
+                     "--optimizer adamw)");
   if (!a.host_budget.empty()) {
     if (!q.offload.any())
       throw InputError("--host-budget: nothing is offloaded (give --offload checkpoints)");

@@ -84,18 +84,21 @@ void ExecArgs::add_flags(CLI::App* c, const ExecFlags& takes) {
                   "Gradient buffers: f32 (the trainer's default) or bf16 (the paper's setup)")
         ->capture_default_str();
   offload_list = takes.offload_list;
+  offload_optimizer = takes.offload_optimizer;
   if (takes.offload_list)
     c->add_option("--offload", offload,
                   "Comma-separated offload settings, interleaved with the modes: none, "
-                  "checkpoints (layer inputs wait in host memory), residual_grad, or "
-                  "checkpoints+residual_grad")
+                  "checkpoints (layer inputs wait in host memory), residual_grad, optimizer "
+                  "(with --optimizer adamw), or several joined by + (checkpoints+optimizer)")
         ->capture_default_str();
   else if (takes.offload)
     c->add_option("--offload", offload,
                   "none, checkpoints (every layer input but the last waits in host memory, "
                   "prefetched one layer ahead of its backward), residual_grad (the residual "
-                  "stream's gradient waits there, a chunk at a time on the device), or both: "
-                  "checkpoints+residual_grad (or checkpoints,residual_grad)")
+                  "stream's gradient waits there, a chunk at a time on the device), optimizer "
+                  "(AdamW's moments, fp32 master weights and the gradient sums live there, each "
+                  "layer's gradient leaves the device as its backward completes, the update runs "
+                  "on the CPU), or several joined by + (checkpoints+residual_grad+optimizer)")
         ->capture_default_str();
   if (takes.runs) {
     c->add_option("--threads", threads, "Threads (default: all)")->check(int_in(0, 4096));
@@ -115,14 +118,29 @@ void ExecArgs::apply(ExecConfig& e, ChunkDefault chunks, int64_t T, Precision p)
   if (!offload_list) e.offload = offload_value();
 }
 
-Offload ExecArgs::offload_value() const { return parse_offload(offload); }
+namespace {
+// The `optimizer` item where no optimizer runs: an error, not a setting that means nothing.
+Offload checked(const Offload& o, bool optimizer_runs) {
+  if (o.optimizer && !optimizer_runs)
+    throw InputError("--offload: 'optimizer': this command runs no optimizer (the item applies "
+                     "to train, and to bench and plan with --optimizer adamw)");
+  return o;
+}
+}  // namespace
+
+Offload ExecArgs::offload_value() const {
+  return checked(parse_offload(offload), offload_optimizer);
+}
 
 std::vector<Offload> ExecArgs::offload_values() const {
   std::vector<Offload> out;
   std::stringstream ss(offload);
   std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(parse_offload(item));
-  if (out.empty()) throw InputError("--offload: empty list (use none, checkpoints or both)");
+  while (std::getline(ss, item, ','))
+    out.push_back(checked(parse_offload(item), offload_optimizer));
+  if (out.empty())
+    throw InputError("--offload: empty list (use none, or checkpoints, residual_grad and optimizer "
+                     "joined by +)");
   return out;
 }
 

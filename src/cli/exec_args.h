@@ -37,6 +37,9 @@ struct ExecFlags {
   bool runs = true;             // --threads and --backend (plan computes nothing)
   bool offload = true;          // --offload (generate: no step to offload from)
   bool offload_list = false;    // bench: offload settings compared, interleaved with the modes
+  // --offload's `optimizer` item: only where an optimizer runs (bench and plan with
+  // --optimizer adamw); gradcheck and score refuse it rather than ignore it.
+  bool offload_optimizer = false;
 };
 
 struct ExecArgs {
@@ -50,6 +53,7 @@ struct ExecArgs {
   std::string backend = "cpu";     // cpu, cuda or cuda:N
   std::string offload = "none";    // none | checkpoints (ExecConfig::offload); a list in bench
   bool offload_list = false;       // set by add_flags: --offload is bench's list of settings
+  bool offload_optimizer = false;  // set by add_flags: the `optimizer` item is accepted
 
   void add_flags(CLI::App* c, const ExecFlags& takes);
 

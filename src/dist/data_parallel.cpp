@@ -11,16 +11,27 @@ namespace sbp {
 
 DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg, ModelHead head,
                            Pool& pool, Backend& be, const AdamWConfig* optim, DType grad_dtype,
-                           bool master)
+                           bool master, bool offload, DType param_dtype)
     : comm_(comm),
       zero_(comm.size() > 1 ? zero : 0),
       pool_(pool),
       be_(be),
       grad_dtype_(grad_dtype),
       tied_lm_head_(head == ModelHead::lm && cfg.tie_word_embeddings),
-      grads_(zero_ == 2 ? ParameterSet::unallocated(cfg, head)
-                        : ParameterSet(cfg, pool, Category::grads, grad_dtype, true, head)),
-      groups_(grads_) {
+      grads_(zero_ == 2 || offload
+                 ? ParameterSet::unallocated(cfg, head)
+                 : ParameterSet(cfg, pool, Category::grads, grad_dtype, true, head)),
+      groups_(grads_),
+      offload_(offload) {
+  SBP_CHECK(!offload || pool.host() != nullptr,
+            "DataParallel: offload: optimizer needs a host pool (Pool::set_host)");
+  // Where the optimizer's state lives: the device's pool, or the host's.
+  Pool& state = offload ? *pool.host() : pool;
+  if (offload) {
+    host_ = std::make_unique<HostMath>(state.memory());
+    if (zero_ != 2) host_grads_ = ParameterSet(cfg, state, Category::grads, grad_dtype, true, head);
+    image_ = ParameterSet(cfg, state, Category::weights, param_dtype, false, head);
+  }
   SBP_CHECK(zero >= 0 && zero <= 2, "DataParallel: zero stage " + std::to_string(zero));
   SBP_CHECK(!distributed() || grad_dtype == DType::F32 || !pool.materialize(),
             "DataParallel: ranks exchange F32 gradients");
@@ -31,14 +42,14 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
     ranges_.push_back(shard_range(n, comm.size(), comm.rank()));
     counts_.push_back(shard_counts(n, comm.size()));
     if (zero_ == 2)
-      shards_.push_back(pool.zeros(Category::grads, grad_dtype, {ranges_.back().count}));
+      shards_.push_back(state.zeros(Category::grads, grad_dtype, {ranges_.back().count}));
   }
   if (optim) {
     if (zero_ == 0)
-      adamw_ = std::make_unique<AdamW>(cfg, pool, *optim, head, master);
+      adamw_ = std::make_unique<AdamW>(cfg, state, *optim, head, master);
     else
-      sharded_ = std::make_unique<ShardedAdamW>(cfg, head, comm.size(), comm.rank(), pool, *optim,
-                                                master);
+      sharded_ = std::make_unique<ShardedAdamW>(cfg, head, comm.size(), comm.rank(), state,
+                                                *optim, master);
   }
 }
 
@@ -50,6 +61,12 @@ void DataParallel::begin_step(int64_t slots) {
   SBP_CHECK(in_flight_.empty(), "DataParallel::begin_step with reductions in flight");
   slots_ = slots;
   counters_ = Counters{};
+  if (offload_) {
+    host_ready();
+    for (const Buffer& sh : shards_) host_->fill(sh.view(), 0.0f);
+    for (size_t i = 0; i < host_grads_.size(); ++i) host_->fill(host_grads_.tensor(i), 0.0f);
+    return;
+  }
   if (zero_ == 2) {
     for (const Buffer& s : shards_) be_.fill(s.view(), 0.0f);
   } else {
@@ -58,22 +75,27 @@ void DataParallel::begin_step(int64_t slots) {
 }
 
 GradHook* DataParallel::hook(int64_t slot) {
-  return reduces(slot) ? static_cast<GradHook*>(this) : nullptr;
+  slot_ = slot;
+  return offload_ || reduces(slot) ? static_cast<GradHook*>(this) : nullptr;
 }
 
 void DataParallel::end_slot(int64_t slot) {
   if (reduces(slot)) complete_all();
+  if (offload_) release_offloads(0);
 }
 
 void DataParallel::empty_slot(int64_t slot) {
   if (!reduces(slot)) return;
+  slot_ = slot;
   // Zero 0/1: this rank's earlier micro-batches are in the gradients; zero 2: zeros.
   replay_grad_events(*this, groups_.layers(), tied_lm_head_);
   complete_all();
+  if (offload_) release_offloads(0);
 }
 
 void DataParallel::grads_begin(GradGroup group, int64_t layer) {
   progress();
+  if (offload_) return bind_from_host(group, layer);
   if (zero_ != 2) return;
   for (size_t i : groups_.of(group, layer))
     if (!grads_.attached(i))
@@ -116,6 +138,7 @@ void DataParallel::move_front_to_slice(const Tensor& g, const ShardRange& r) {
 }
 
 void DataParallel::grads_final(GradGroup group, int64_t layer) {
+  if (offload_ && !reduces(slot_)) return offload_group(group, layer);
   std::vector<Pending> issued;
   for (size_t i : groups_.of(group, layer)) {
     const Tensor& g = grads_.tensor(i);
@@ -129,10 +152,10 @@ void DataParallel::grads_final(GradGroup group, int64_t layer) {
     counters_.reduced_bytes += static_cast<int64_t>(g.nbytes());
   }
   in_flight_.push_back(std::move(issued));
-  // Zero 2: the previous group's buffers go as soon as this group's reduction is on its way, so
-  // at most two groups' whole buffers exist at once (and the ledger sees the same moments in a
-  // real run as in `streambp plan`).
-  if (zero_ == 2)
+  // Zero 2 (and offload): the previous group's buffers go as soon as this group's reduction is
+  // on its way, so at most two groups' whole buffers exist at once (and the ledger sees the
+  // same moments in a real run as in `streambp plan`).
+  if (zero_ == 2 || offload_)
     while (in_flight_.size() > 1) complete_oldest_group();
 }
 
@@ -148,6 +171,7 @@ void DataParallel::progress() {
 }
 
 void DataParallel::complete_oldest_group() {
+  Offloaded copies;
   for (Pending& p : in_flight_.front()) {
     comm_.wait(p.request);
     const size_t i = p.tensor;
@@ -160,19 +184,22 @@ void DataParallel::complete_oldest_group() {
       const ShardRange to = zero_ == 1 ? r : ShardRange{0, got.count};
       upload_f32(flat_slice(g, to),
                  std::span<const float>(p.staged.data(), static_cast<size_t>(got.count)));
-      if (zero_ == 2) {
-        be_.add_inplace(shards_[i].view(), flat_slice(g, ShardRange{0, r.count}));
-        grads_.detach(i);
-      }
     } else if (zero_ == 1 && g.data && r.offset > 0) {
       // The reduced slice arrives at the front of the buffer; put it where it belongs.
       move_front_to_slice(g, r);
+    }
+    if (offload_) {
+      offload_reduced(i, copies);
     } else if (zero_ == 2) {
       be_.add_inplace(shards_[i].view(), flat_slice(g, ShardRange{0, r.count}));
       grads_.detach(i);
     }
   }
   in_flight_.erase(in_flight_.begin());
+  if (offload_) {
+    offloads_.push_back(std::move(copies));
+    release_offloads(1);
+  }
 }
 
 void DataParallel::complete_all() {
@@ -181,12 +208,20 @@ void DataParallel::complete_all() {
 
 Tensor DataParallel::owned_grad(size_t i) const {
   if (zero_ == 2) return shards_[i].view();
-  return flat_slice(grads_.tensor(i), ranges_[i]);
+  return flat_slice(held().tensor(i), ranges_[i]);
 }
 
-double DataParallel::grad_norm() {
+double DataParallel::grad_norm() { return norm_of(local_sum_squares()); }
+
+double DataParallel::local_sum_squares() {
   const std::vector<Tensor> parts = norm_parts();
-  return norm_of(be_.sum_squares(parts));  // one device wait
+  if (!offload_) return be_.sum_squares(parts);  // one device wait
+  host_ready();
+  std::vector<double> each(parts.size());
+  host_->sum_squares_each(parts, each);
+  double ss = 0.0;
+  for (double v : each) ss += v;  // in order, as Backend::sum_squares: the device path's bits
+  return ss;
 }
 
 std::vector<Tensor> DataParallel::norm_parts() const {
@@ -195,7 +230,7 @@ std::vector<Tensor> DataParallel::norm_parts() const {
   std::vector<Tensor> g;
   g.reserve(grads_.size());
   for (size_t i = 0; i < grads_.size(); ++i)
-    g.push_back(distributed() ? owned_grad(i) : grads_.tensor(i));
+    g.push_back(distributed() ? owned_grad(i) : held().tensor(i));
   return g;
 }
 
@@ -204,32 +239,48 @@ double DataParallel::norm_of(double local_sum_squares) {
 }
 
 void DataParallel::clip_to(double max_norm, double norm) {
-  if (!distributed()) return scale_to_max_norm(grads_, be_, max_norm, norm);
+  if (!distributed() && !offload_) return scale_to_max_norm(grads_, be_, max_norm, norm);
   const float scale = clip_factor(max_norm, norm);
   if (scale == 1.0f) return;
-  for (size_t i = 0; i < grads_.size(); ++i)
-    be_.scale_inplace(zero_ == 0 ? grads_.tensor(i) : owned_grad(i), scale);
+  auto scale_all = [&](auto& ops) {
+    for (size_t i = 0; i < grads_.size(); ++i)
+      ops.scale_inplace(zero_ == 0 ? held().tensor(i) : owned_grad(i), scale);
+  };
+  if (offload_)
+    scale_all(*host_);
+  else
+    scale_all(be_);
 }
 
 void DataParallel::update(const ParameterSet& weights, float lr) {
-  if (adamw_) {
-    adamw_->step(weights, grads_, be_, lr);
-    return;
-  }
-  SBP_CHECK(sharded_ != nullptr, "DataParallel::update without an optimizer");
-  std::vector<Tensor> slices;
-  for (size_t i = 0; i < grads_.size(); ++i) slices.push_back(owned_grad(i));
-  sharded_->step(weights, slices, be_, lr);
+  SBP_CHECK(adamw_ || sharded_, "DataParallel::update without an optimizer");
+  // On the device, or with offload: optimizer on the host's copy of the weights (HostMath).
+  auto step = [&](const ParameterSet& w, auto& ops) {
+    if (adamw_) return adamw_->step(w, held(), ops, lr);
+    std::vector<Tensor> slices;
+    for (size_t i = 0; i < grads_.size(); ++i) slices.push_back(owned_grad(i));
+    sharded_->step(w, slices, ops, lr);
+    gather_updated(w);
+  };
+  if (!offload_) return step(weights, be_);
+  host_ready();
+  step(image_, *host_);
+  upload_image(weights);
+}
+
+void DataParallel::gather_updated(const ParameterSet& w) {
+  // The host's copy is host memory: a communicator reduces it in place where it may address it.
+  const bool on_device = !offload_ && comm_.device_collectives();
   std::vector<Request> gathers;
-  std::vector<std::vector<float>> staged(weights.size());
-  for (size_t i = 0; i < weights.size(); ++i) {
-    gathers.push_back(comm_.iallgather(
-        collective_data(weights.tensor(i), staged[i], comm_.device_collectives()), counts_[i]));
+  std::vector<std::vector<float>> staged(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    gathers.push_back(comm_.iallgather(collective_data(w.tensor(i), staged[i], on_device),
+                                       counts_[i]));
     ++counters_.gathers;
   }
   for (size_t i = 0; i < gathers.size(); ++i) {
     comm_.wait(gathers[i]);
-    if (!staged[i].empty()) upload_f32(weights.tensor(i), staged[i]);
+    if (!staged[i].empty()) upload_f32(w.tensor(i), staged[i]);
   }
 }
 
@@ -254,7 +305,36 @@ AdamW& DataParallel::adamw() {
   return *adamw_;
 }
 
-ParameterSet* DataParallel::master() { return adamw_ ? adamw_->master() : nullptr; }
+ParameterSet* DataParallel::master() {
+  if (adamw_ && adamw_->master()) return adamw_->master();
+  return offload_ ? &image_ : nullptr;
+}
+
+void DataParallel::weights_loaded(const ParameterSet& weights) {
+  const ParameterSet* m = adamw_ ? adamw_->master() : nullptr;
+  if (offload_) host_ready();
+  for (size_t i = 0; m && i < weights.size(); ++i) {
+    if (offload_)
+      host_->copy(image_.tensor(i), m->tensor(i));  // rounded to the weights' dtype
+    else
+      be_.copy(weights.tensor(i), m->tensor(i));
+  }
+  if (offload_) upload_image(weights);
+}
+
+void DataParallel::weights_set(const ParameterSet& weights) {
+  ParameterSet* m = adamw_ ? adamw_->master() : nullptr;
+  if (!offload_) {
+    for (size_t i = 0; m && i < weights.size(); ++i) be_.copy(m->tensor(i), weights.tensor(i));
+    return;
+  }
+  Backend::CopyTicket last = 0;
+  for (size_t i = 0; i < weights.size(); ++i)
+    last = be_.offload_async(image_.tensor(i), weights.tensor(i));
+  if (last) be_.wait_copy(last);
+  host_ready();
+  for (size_t i = 0; m && i < weights.size(); ++i) host_->copy(m->tensor(i), image_.tensor(i));
+}
 
 int64_t DataParallel::optimizer_steps() const {
   return adamw_ ? adamw_->steps() : sharded_ ? sharded_->steps() : 0;

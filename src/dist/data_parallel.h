@@ -23,12 +23,30 @@
 // gradients, so that every rank issues the same collectives in the same order.
 //
 // With one rank all of this is the single-process path: whole gradients, AdamW, no hook.
+//
+// offload: optimizer (engine/exec_config.h). The optimizer lives in host memory (the pool's
+// host pool, Backend::host_memory): AdamW's moments, its fp32 master weights, a copy of the
+// weights in their own dtype (the image the update writes and the device weights are copied
+// from), and the gradient sums. A group's gradient buffers exist on the device only while the
+// backward writes them, as with zero 2, in every zero stage and with one process:
+//   - grads_begin binds them: zeros in the step's first slot (and in every slot with zero 2),
+//     else the host's sum so far copied back, so that the device adds the slot's gradient to
+//     it in the order (and to the bits) the device-resident sum would;
+//   - grads_final copies them to the host (Backend::offload_async), or, in a slot that
+//     reduces, issues the reduction and copies this rank's reduced part when it completes;
+//   - they are released when the copy is waited for, at the next group's grads_final, so a
+//     group's copy runs while the next group's backward computes, and at most two groups'
+//     buffers exist at once.
+// At the step's end the norm, the clipping and the AdamW update run on the host (HostMath: the
+// CPU backend's kernels, the same bits), the updated slices are all-gathered on the host with
+// zero 1/2, and the weights copied to the device. The optimizer files are the same files.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/host_math.h"
 #include "core/pool.h"
 #include "dist/communicator.h"
 #include "dist/grad_groups.h"
@@ -45,9 +63,11 @@ class DataParallel : private GradHook {
   // `optim` null: no optimizer (shape-only planning without one). `grad_dtype`: F32 (the
   // default) or BF16 gradient buffers. `master`: the optimizer keeps fp32 master weights (for
   // bf16 weights; AdamW, ShardedAdamW).
+  // `offload`: the optimizer in host memory (above; needs pool.host()), with the device
+  // weights' dtype `param_dtype` for the host's copy of them.
   DataParallel(Communicator& comm, int zero, const ModelConfig& cfg, ModelHead head, Pool& pool,
                Backend& be, const AdamWConfig* optim, DType grad_dtype = DType::F32,
-               bool master = false);
+               bool master = false, bool offload = false, DType param_dtype = DType::F32);
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
@@ -55,6 +75,8 @@ class DataParallel : private GradHook {
   const ParameterSet& grads() const { return grads_; }
   bool distributed() const { return comm_.size() > 1; }
   int zero() const { return zero_; }  // 0 with one rank, whatever was asked
+  // offload: optimizer: the gradients between backwards, and norm_parts(), are in host memory.
+  bool grads_on_host() const { return offload_; }
 
   // ---- one optimizer step ----
   void begin_step(int64_t slots);  // zeroes the gradients; each rank runs `slots` slots
@@ -67,6 +89,9 @@ class DataParallel : private GradHook {
   double grad_norm();
   std::vector<Tensor> norm_parts() const;
   double norm_of(double local_sum_squares);
+  // The sum of the squares of norm_parts(), in order, where they are (one device wait, or the
+  // host's sums): norm_of(local_sum_squares()) == grad_norm().
+  double local_sum_squares();
   // Scales the gradients by clip_factor(max_norm, norm) (optim/adamw.h): queued work only.
   void clip_to(double max_norm, double norm);
   // AdamW with the reduced gradients; with zero 1/2 on this rank's slices, then all-gathered.
@@ -78,8 +103,16 @@ class DataParallel : private GradHook {
   void save_optimizer(const std::string& dir) const;
   void load_optimizer(const std::string& dir);  // from either form, any saved rank count
   AdamW& adamw();                               // zero 0 only
-  // The fp32 master weights of an optimizer that keeps them (zero 0), else null.
+  // Where the trained values are loaded and saved when not in the weights themselves: the fp32
+  // master weights of an optimizer that keeps them (zero 0), or with offload: optimizer the
+  // host's copy of the weights; else null. After writing them, weights_loaded(weights).
   ParameterSet* master();
+  // Makes the device weights (and with offload the host's copy) follow master() after a load:
+  // rounds the master into them, or copies the host's copy to the device.
+  void weights_loaded(const ParameterSet& weights);
+  // The other way: the device weights were written directly (bench draws them on the device),
+  // and the optimizer's copies of them (master weights, the host's copy) follow.
+  void weights_set(const ParameterSet& weights);
   int64_t optimizer_steps() const;
 
   // Collectives of the current step (metrics and tests: one reduction per tensor per step
@@ -111,6 +144,23 @@ class DataParallel : private GradHook {
   void complete_oldest_group();
   void complete_all();
   Tensor owned_grad(size_t i) const;  // this rank's reduced slice of tensor i
+  // The whole gradient sums between backwards: the device's, or with offload the host's.
+  const ParameterSet& held() const { return offload_ ? host_grads_ : grads_; }
+  void gather_updated(const ParameterSet& w);  // zero 1/2: every rank's slices into w
+
+  // ---- offload: optimizer (data_parallel_offload.cpp) ----
+  // A group's device buffers under a copy to the host, released once it is waited for.
+  struct Offloaded {
+    std::vector<size_t> tensors;  // detached from grads_ at release
+    std::vector<Buffer> temps;    // zero 2: the device copies of host shards being added to
+    Backend::CopyTicket ticket = 0;
+  };
+  void bind_from_host(GradGroup group, int64_t layer);
+  void offload_group(GradGroup group, int64_t layer);  // a slot that does not reduce
+  void offload_reduced(size_t i, Offloaded& out);      // tensor i's reduced part
+  void release_offloads(size_t keep);                   // all but the newest `keep`
+  void host_ready();  // the device finished every copy: the host may read its buffers
+  void upload_image(const ParameterSet& weights);
   // Zero 1: moves the reduced slice from the front of gradient g to its place r.
   void move_front_to_slice(const Tensor& g, const ShardRange& r);
 
@@ -129,6 +179,12 @@ class DataParallel : private GradHook {
   std::unique_ptr<ShardedAdamW> sharded_;        // zero 1/2
   std::vector<std::vector<Pending>> in_flight_;  // reductions by group, oldest first
   int64_t slots_ = 0;
+  int64_t slot_ = 0;  // the slot being run (offload: its first one binds zeros)
+  bool offload_ = false;
+  std::unique_ptr<HostMath> host_;
+  ParameterSet host_grads_;  // offload, zero 0/1: the whole sums, in host memory
+  ParameterSet image_;       // offload: the weights in their dtype, in host memory
+  std::vector<Offloaded> offloads_;  // oldest first
   Counters counters_;
 };
 

@@ -230,7 +230,7 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
 }
 
 Pool* Engine::offload_pool() const {
-  if (!exec_.offload.any()) return nullptr;
+  if (!exec_.offload.activations()) return nullptr;
   if (!pool_.host())
     throw InputError("offload: the step's memory has no host pool (Pool::set_host)");
   return pool_.host();

@@ -89,28 +89,33 @@ Offload parse_offload(const std::string& list) {
   for (const std::string& item : items) {
     if (item.empty())
       throw InputError("--offload: an empty item in '" + list +
-                       "' (use none, checkpoints, residual_grad or checkpoints+residual_grad)");
+                       "' (use none, or checkpoints, residual_grad and optimizer joined by +)");
     if (item == "none")  // alone it returned above
       throw InputError("--offload: 'none' cannot be combined with other items in '" + list +
-                       "' (use none alone, or checkpoints, residual_grad or "
-                       "checkpoints+residual_grad)");
+                       "' (use none alone, or checkpoints, residual_grad and optimizer joined by +)");
     if (item == "checkpoints")
       o.checkpoints = true;
     else if (item == "residual_grad")
       o.residual_grad = true;
+    else if (item == "optimizer")
+      o.optimizer = true;
     else
       throw InputError("--offload: unknown item '" + item +
-                       "' (use none, checkpoints, residual_grad or checkpoints+residual_grad)");
+                       "' (use none, or checkpoints, residual_grad and optimizer joined by +)");
   }
   if (!o.any())
-    throw InputError("--offload: empty list (use none, checkpoints, residual_grad or "
-                     "checkpoints+residual_grad)");
+    throw InputError("--offload: empty list (use none, or checkpoints, residual_grad and "
+                     "optimizer joined by +)");
   return o;
 }
 
 std::string offload_name(const Offload& o) {
-  if (o.checkpoints && o.residual_grad) return "checkpoints+residual_grad";
-  return o.checkpoints ? "checkpoints" : o.residual_grad ? "residual_grad" : "none";
+  std::string name;
+  for (const auto& [on, item] : {std::pair{o.checkpoints, "checkpoints"},
+                                 std::pair{o.residual_grad, "residual_grad"},
+                                 std::pair{o.optimizer, "optimizer"}})
+    if (on) name += (name.empty() ? "" : "+") + std::string(item);
+  return name.empty() ? "none" : name;
 }
 
 }  // namespace sbp

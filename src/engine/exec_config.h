@@ -25,13 +25,20 @@ struct Offload {
   // The residual-stream gradient gy (T, d) F32 of the backward (engine/residual_grad.h): in
   // host memory, one chunk of rows on the device at a time.
   bool residual_grad = false;
-  bool any() const { return checkpoints || residual_grad; }
+  // The trained models' optimizer (dist/data_parallel.h "offload: optimizer"): fp32 master
+  // weights, AdamW moments and the gradient accumulators in host memory, the update on the
+  // CPU; each layer's gradient leaves the device when the layer's backward completes. Not the
+  // engine's: the models' owner (step/model_set.h) acts on it.
+  bool optimizer = false;
+  bool any() const { return checkpoints || residual_grad || optimizer; }
+  // What the engine itself parks in host memory.
+  bool activations() const { return checkpoints || residual_grad; }
 };
-// "none" or a list of "checkpoints" and "residual_grad" joined by ',' or '+' (bench and
-// gradcheck take a comma list of settings, so one setting of two items is written with '+').
-// Throws InputError naming the item otherwise.
+// "none" or a list of "checkpoints", "residual_grad" and "optimizer" joined by ',' or '+'
+// (bench and gradcheck take a comma list of settings, so one setting of two items is written
+// with '+'). Throws InputError naming the item otherwise.
 Offload parse_offload(const std::string& list);
-// "none", "checkpoints", "residual_grad" or "checkpoints+residual_grad".
+// "none", or the items in the order above joined by '+' ("checkpoints+optimizer").
 std::string offload_name(const Offload& o);
 
 struct ExecConfig {

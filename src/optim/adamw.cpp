@@ -12,25 +12,32 @@ AdamW::AdamW(const ModelConfig& cfg, Pool& pool, AdamWConfig c, ModelHead head, 
   if (master) master_ = ParameterSet(cfg, pool, Category::optimizer, DType::F32, false, head);
 }
 
-void AdamW::step(const ParameterSet& params, const ParameterSet& grads, Backend& be, float lr) {
+AdamWStep adamw_step_of(const AdamWConfig& c, float lr, int64_t step, int ndim) {
+  AdamWStep s;
+  s.lr = lr;
+  s.beta1 = c.beta1;
+  s.beta2 = c.beta2;
+  s.eps = c.eps;
+  s.weight_decay = ndim >= 2 ? c.weight_decay : 0.0f;
+  s.step = step;
+  return s;
+}
+
+template <class Ops>
+void AdamW::step(const ParameterSet& params, const ParameterSet& grads, Ops& ops, float lr) {
   ++steps_;
   for (size_t i = 0; i < params.size(); ++i) {
-    const bool is_matrix = params.tensor(i).shape.ndim >= 2;
-    AdamWStep s;
-    s.lr = lr;
-    s.beta1 = cfg_.beta1;
-    s.beta2 = cfg_.beta2;
-    s.eps = cfg_.eps;
-    s.weight_decay = is_matrix ? cfg_.weight_decay : 0.0f;
-    s.step = steps_;
+    const AdamWStep s = adamw_step_of(cfg_, lr, steps_, params.tensor(i).shape.ndim);
     if (master_.size() == 0) {
-      be.adamw_step(params.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
+      ops.adamw_step(params.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
     } else {
-      be.adamw_step(master_.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
-      be.copy(params.tensor(i), master_.tensor(i));  // rounded to the weights' dtype
+      ops.adamw_step(master_.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
+      ops.copy(params.tensor(i), master_.tensor(i));  // rounded to the weights' dtype
     }
   }
 }
+template void AdamW::step(const ParameterSet&, const ParameterSet&, Backend&, float);
+template void AdamW::step(const ParameterSet&, const ParameterSet&, HostMath&, float);
 
 double global_grad_norm(const ParameterSet& grads, Backend& be) {
   std::vector<Tensor> g;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/host_math.h"
 #include "core/pool.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -29,7 +30,10 @@ class AdamW {
         bool master = false);
 
   // One update of `params` with `grads` at learning rate lr; increments the step count.
-  void step(const ParameterSet& params, const ParameterSet& grads, Backend& be, float lr);
+  // `ops`: the Backend the tensors live on, or HostMath (backend/host_math.h) when they live in
+  // host memory (`offload: optimizer`): the same kernel and bits either way.
+  template <class Ops>
+  void step(const ParameterSet& params, const ParameterSet& grads, Ops& ops, float lr);
 
   // The fp32 master weights (null without); set from the weights at the start of a fresh run.
   const ParameterSet* master() const { return master_.size() ? &master_ : nullptr; }
@@ -51,6 +55,8 @@ class AdamW {
 
 // sqrt(sum of squares of every gradient), accumulated in fp64 in a fixed order.
 double global_grad_norm(const ParameterSet& grads, Backend& be);
+// The AdamWStep of step `step` for a tensor of ndim dimensions: weight decay for matrices only.
+AdamWStep adamw_step_of(const AdamWConfig& c, float lr, int64_t step, int ndim);
 // Gradient clipping as torch.nn.utils.clip_grad_norm_: the factor max_norm / (norm + 1e-6)
 // when norm > max_norm > 0, else 1 (max_norm <= 0 only measures). Every clip below uses it.
 float clip_factor(double max_norm, double norm);

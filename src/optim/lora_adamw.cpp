@@ -12,13 +12,8 @@ LoraAdamW::LoraAdamW(const ModelConfig& cfg, const LoraConfig& lc, Pool& pool, A
 
 void LoraAdamW::step(const LoraSet& params, const LoraSet& grads, Backend& be, float lr) {
   ++steps_;
-  AdamWStep s;
-  s.lr = lr;
-  s.beta1 = cfg_.beta1;
-  s.beta2 = cfg_.beta2;
-  s.eps = cfg_.eps;
-  s.weight_decay = cfg_.weight_decay;
-  s.step = steps_;
+  // Every adapter tensor is a matrix: all of them decay.
+  const AdamWStep s = adamw_step_of(cfg_, lr, steps_, 2);
   for (size_t i = 0; i < params.size(); ++i)
     be.adamw_step(params.tensor(i), grads.tensor(i), m_.tensor(i), v_.tensor(i), s);
 }

@@ -19,29 +19,26 @@ ShardedAdamW::ShardedAdamW(const ModelConfig& cfg, ModelHead head, int ranks, in
     for (const ShardRange& r : ranges_) master_.push_back(pool.allocate(Category::optimizer, DType::F32, {r.count}));
 }
 
+template <class Ops>
 void ShardedAdamW::step(const ParameterSet& params, const std::vector<Tensor>& grad_slices,
-                        Backend& be, float lr) {
+                        Ops& ops, float lr) {
   SBP_CHECK(grad_slices.size() == specs_.size(),
             "ShardedAdamW::step: one gradient slice per tensor");
   ++steps_;
   for (size_t i = 0; i < specs_.size(); ++i) {
     if (ranges_[i].count == 0) continue;
-    AdamWStep s;
-    s.lr = lr;
-    s.beta1 = cfg_.beta1;
-    s.beta2 = cfg_.beta2;
-    s.eps = cfg_.eps;
-    s.weight_decay =
-        specs_[i].shape.ndim >= 2 ? cfg_.weight_decay : 0.0f;  // as AdamW: matrices only
-    s.step = steps_;
+    const AdamWStep s = adamw_step_of(cfg_, lr, steps_, specs_[i].shape.ndim);  // as AdamW
     const Tensor w = flat_slice(params.tensor(i), ranges_[i]);
     if (master_.empty()) {
-      be.adamw_step(w, grad_slices[i], m_[i].view(), v_[i].view(), s);
+      ops.adamw_step(w, grad_slices[i], m_[i].view(), v_[i].view(), s);
     } else {
-      be.adamw_step(master_[i].view(), grad_slices[i], m_[i].view(), v_[i].view(), s);
-      be.copy(w, master_[i].view());
+      ops.adamw_step(master_[i].view(), grad_slices[i], m_[i].view(), v_[i].view(), s);
+      ops.copy(w, master_[i].view());
     }
   }
 }
+template void ShardedAdamW::step(const ParameterSet&, const std::vector<Tensor>&, Backend&, float);
+template void ShardedAdamW::step(const ParameterSet&, const std::vector<Tensor>&, HostMath&,
+                                 float);
 
 }  // namespace sbp

@@ -26,7 +26,9 @@ class ShardedAdamW {
   // Updates this rank's slice of every tensor of `params` with grad_slices[i] (the slice's
   // reduced gradient, range(i).count elements); increments the step count. The rest of
   // `params` is not touched.
-  void step(const ParameterSet& params, const std::vector<Tensor>& grad_slices, Backend& be,
+  // `ops`: Backend or HostMath, as AdamW::step.
+  template <class Ops>
+  void step(const ParameterSet& params, const std::vector<Tensor>& grad_slices, Ops& ops,
             float lr);
 
   size_t size() const { return specs_.size(); }

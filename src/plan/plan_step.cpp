@@ -79,7 +79,8 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                                   .master_weights = mem.master_weights,
                                   .comm = &comm,
                                   .zero = mem.zero,
-                                  .lora = mem.lora});
+                                  .lora = mem.lora,
+                                  .offload_optimizer = exec.offload.optimizer});
   PlannedStep p;
   if (mem.generate_new_tokens > 0) {
     // The meta backend's logits read as zeros: greedy picks token 0, which stops nothing, so

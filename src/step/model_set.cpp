@@ -25,7 +25,8 @@ ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cf
       lora_opt_ = std::make_unique<LoraAdamW>(policy_cfg_, *opts.lora, pool, *opts.optim);
   } else {
     policy_ = std::make_unique<DataParallel>(comm, opts.zero, policy_cfg_, ModelHead::lm, pool, be,
-                                             opts.optim, opts.grad_dtype, master);
+                                             opts.optim, opts.grad_dtype, master,
+                                             opts.offload_optimizer, opts.param_dtype);
   }
   // LoRA: the reference is the policy's base with the adapters off, unless another is given.
   if (objective.needs_reference() && (!opts.lora || reference_cfg))
@@ -34,7 +35,8 @@ ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cf
     value_w_ = ParameterSet(value_cfg_, pool, Category::weights, opts.param_dtype, false,
                             ModelHead::value);
     value_ = std::make_unique<DataParallel>(comm, opts.zero, value_cfg_, ModelHead::value, pool, be,
-                                            opts.optim, opts.grad_dtype, master);
+                                            opts.optim, opts.grad_dtype, master,
+                                            opts.offload_optimizer, opts.param_dtype);
   }
 }
 

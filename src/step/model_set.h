@@ -41,6 +41,10 @@ struct ModelSetOptions {
   int zero = 0;
   // Adapters on a frozen policy; with several ranks replicated (ZeRO-0) whatever `zero` is.
   const LoraConfig* lora = nullptr;
+  // offload: optimizer (dist/data_parallel.h): the trained models' optimizer state, master
+  // weights and gradient sums in the pool's host pool. LoRA adapters keep theirs on the device
+  // (a few MiB: moving them would cost more than it saves); a PPO value model's is offloaded.
+  bool offload_optimizer = false;
 };
 
 class ModelSet {

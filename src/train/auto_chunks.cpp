@@ -30,16 +30,23 @@ ResolvedChunks resolve_auto_chunks(const TrainConfig& c, const ModelConfig& cfg,
   setup.cfg = cfg;
   setup.objective = c.objective_setup();
   setup.group_size = 2;  // the micro-batch's shape does not change its memory, only its tokens do
-  setup.param_dtype = DType::F32;
+  // The run's step as the trainer builds it (build_models): its weights' and gradients' dtypes,
+  // AdamW with fp32 master weights for bf16 weights, and `exec`'s offload (the optimizer's
+  // state in host memory with offload: optimizer).
+  setup.param_dtype = storage_dtype(c.precision);
+  setup.grad_dtype = c.grad_dtype;
   setup.act_dtype = exec.act_dtype;
   setup.adamw = true;
-  setup.master_weights = false;
+  setup.master_weights = true;
   setup.budget = r.budget;
   if (!c.host_memory_budget.empty())
     setup.host_budget =
         parse_size(c.host_memory_budget, c.where("host_memory_budget") + ": host_memory_budget");
   setup.ranks = ranks;
   setup.zero = c.dist.zero;
+  // Each rank of a context group holds its own rows' activations only: the group's busiest
+  // rank is the one to fit (it was a whole sequence per rank before).
+  setup.context_parallel = c.dist.context_parallel;
   if (longest_prompt > 0) {
     setup.generate_prompt_tokens = longest_prompt;
     setup.generate_new_tokens = c.rollout().max_completion_length;

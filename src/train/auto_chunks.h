@@ -18,9 +18,12 @@ struct ResolvedChunks {
 };
 
 // Plans a step of `max_tokens` tokens of the config's objective as this trainer runs it, with
-// every model it holds (step/model_set.h): fp32 weights, gradients and AdamW moments of the
-// policy (and of PPO's value model), a reference model's weights (dpo, grpo with beta > 0,
-// ppo; planned with the policy's shape), activations in `exec.act_dtype`. The budget is
+// every model it holds (step/model_set.h): weights in the precision's dtype (with fp32 master
+// weights for bf16), gradients in grad_dtype and AdamW moments of the policy (and of PPO's
+// value model), a reference model's weights (dpo, grpo with beta > 0, ppo; planned with the
+// policy's shape), activations in `exec.act_dtype`, `exec`'s offload (host_memory_budget bounds
+// the host's share), and with dist.context_parallel the busiest rank of a context group
+// (its own rows only). The budget is
 // `memory_budget` (default: 90% of physical memory). Fixed sizes in the config stay as they
 // are. With `ranks` > 1 the plan is one rank's: gradients and optimizer state divided as
 // ZeRO stage `dist.zero` divides them (the budget is per rank, as each rank has its own memory).

@@ -38,7 +38,8 @@ void RunMetrics::write_eval(int64_t step, double eval_loss) {
 }
 
 void RunMetrics::write_step(const StepRecord& s, const TrainerState& state, double epoch,
-                            double step_s, const Ledger& ledger, ModelSet& models,
+                            double step_s, const Ledger& ledger, const Ledger* host_ledger,
+                            ModelSet& models,
                             const OnlineRollouts* online, std::optional<double> eval_loss) {
   const int64_t peak_max = comm_.size() > 1 ? comm_.max(ledger.peak()) : ledger.peak();
   if (!metrics_) return;
@@ -56,7 +57,10 @@ void RunMetrics::write_step(const StepRecord& s, const TrainerState& state, doub
       {"step_time_s", step_s},
       {"elapsed_s", elapsed_s()},
       {"peak_memory_bytes", memory_json(ledger.peak_breakdown())},
-      {"peak_rss_bytes", peak_rss_bytes()}};
+      {"peak_rss_bytes", peak_rss_bytes()},
+      {"update_time_s", s.update_s}};
+  // offload: what waited in host memory (checkpoints, the optimizer), at the host's peak.
+  if (host_ledger) line["peak_host_memory_bytes"] = memory_json(host_ledger->peak_breakdown());
   if (models.has_value()) line["value_grad_norm"] = s.value_grad_norm;
   if (state.skipped_steps > 0) line["skipped_steps"] = state.skipped_steps;
   for (const auto& [name, x] : r.metrics) line[name] = x;

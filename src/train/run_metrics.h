@@ -30,7 +30,8 @@ class RunMetrics {
   // The line of step `state.step`, taken as `s` says, `step_s` seconds in all. Every rank calls
   // it (the peak memory is the maximum over the ranks); rank 0 writes.
   void write_step(const StepRecord& s, const TrainerState& state, double epoch, double step_s,
-                  const Ledger& ledger, ModelSet& models, const OnlineRollouts* online,
+                  const Ledger& ledger, const Ledger* host_ledger, ModelSet& models,
+                  const OnlineRollouts* online,
                   std::optional<double> eval_loss);
   // The step's first prompts (at most 4) with every completion and its rewards.
   void log_completions(int64_t step, const OnlineRollouts& online);

@@ -13,15 +13,13 @@ namespace sbp {
 namespace {
 
 // Where a trained model's fp32 values are loaded or drawn: its fp32 master weights when the
-// weights are bf16 (then rounded into them by round_into_weights), else the weights.
+// weights are bf16, or the host's copy of the weights with offload: optimizer (then made the
+// weights' by DataParallel::weights_loaded), else the weights.
 ParameterSet& fp32_values(ParameterSet& weights, DataParallel& dp) {
   return dp.master() ? *dp.master() : weights;
 }
 
-void round_into_weights(Backend& be, const ParameterSet& weights, DataParallel& dp) {
-  if (!dp.master()) return;
-  for (size_t i = 0; i < weights.size(); ++i) be.copy(weights.tensor(i), dp.master()->tensor(i));
-}
+
 
 // The optimizer files count the updates they have made: step - skipped_steps of
 // trainer_state.json (every step updates once, unless on_nonfinite skipped it). Files from two
@@ -55,7 +53,7 @@ void load_full_policy(ModelSet& models, Backend& be, const ModelSources& from, c
     models.policy().load_optimizer(from.start.ckpt);
     check_optimizer_steps(models.policy().optimizer_steps(), from.start.ckpt, from);
   }
-  round_into_weights(be, models.policy_weights(), models.policy());
+  models.policy().weights_loaded(models.policy_weights());
 }
 
 // The base weights are the starting model's on a fresh and on a resumed run alike (a LoRA
@@ -126,7 +124,7 @@ void load_value(ModelSet& models, Backend& be, const ModelSources& from, const R
     check_optimizer_steps(models.value().optimizer_steps(), dir, from);
     log.out("value model: %s/%s\n", from.start.ckpt.c_str(), kValueModelDir);
   }
-  round_into_weights(be, models.value_weights(), models.value());
+  models.value().weights_loaded(models.value_weights());
 }
 
 std::string save_models(ModelSet& models, const ModelSources& from, DType save_dtype,

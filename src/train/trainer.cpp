@@ -249,7 +249,8 @@ void Trainer::build_models() {
                              .optim = &optim_,
                              .comm = &world_,  // gradients: summed over every rank
                              .zero = c_.dist.zero,
-                             .lora = c_.lora.enabled() ? &c_.lora : nullptr};
+                             .lora = c_.lora.enabled() ? &c_.lora : nullptr,
+                             .offload_optimizer = exec_.offload.optimizer};
   models_ =
       std::make_unique<ModelSet>(setup_, start_.policy, pool_, *be_, opts,
                                  ref_cfg ? &*ref_cfg : nullptr, value_cfg ? &*value_cfg : nullptr);

@@ -105,6 +105,7 @@ void Trainer::evaluate_before_training() {
 
 StepBatches Trainer::next_batches(int64_t /*step*/) {
   ledger_.reset_peak();  // the step's peak covers the generation of online rollouts too
+  host_ledger_.reset_peak();
   return next_step_batches();
 }
 
@@ -132,7 +133,8 @@ bool Trainer::after_step(const StepRecord& s) {
                          state_.step == state_.total_steps);
   if (eval_now) last_eval_ = runner_->evaluate(eval);
   const double step_s = seconds_since(s.started);
-  metrics_.write_step(s, state_, data_->epoch_progress(), step_s, ledger_, *models_, online,
+  metrics_.write_step(s, state_, data_->epoch_progress(), step_s, ledger_,
+                      exec_.offload.any() ? &host_ledger_ : nullptr, *models_, online,
                       eval_now ? std::optional<double>(last_eval_) : std::nullopt);
   if (online && online->sampled_last() && c_.log_completions_every > 0 &&
       state_.step % c_.log_completions_every == 0)

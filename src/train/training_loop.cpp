@@ -31,7 +31,11 @@ StepRecord TrainingLoop::step(int64_t step, StepHooks& hooks) {
   runner_.finish(s.result);
   clip(s);
   s.updated = hooks.accept(s);
-  if (s.updated) update(s.lr);
+  if (s.updated) {
+    const auto t0 = std::chrono::steady_clock::now();
+    update(s.lr);
+    s.update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   return s;
 }
 
@@ -44,11 +48,18 @@ void TrainingLoop::measure_norms(StepRecord& s) {
   }
   // PPO: the value model is clipped and stepped on its own, its norm measured with the
   // policy's in one wait: the sums of squares of both sets, each summed in order (the bits of
-  // the one-set calls).
+  // the one-set calls). With offload: optimizer the sums are the host's, each model's alone
+  // (the same bits: each set is summed in its own order either way).
+  if (models_.value().grads_on_host()) {
+    const double policy_ss =
+        models_.has_lora() ? be_.sum_squares(lora_parts()) : models_.policy().local_sum_squares();
+    s.grad_norm = models_.has_lora() ? std::sqrt(policy_ss) : models_.policy().norm_of(policy_ss);
+    s.value_grad_norm = models_.value().norm_of(models_.value().local_sum_squares());
+    return;
+  }
   std::vector<Tensor> parts;
   if (models_.has_lora())
-    for (size_t i = 0; i < models_.lora_grads().size(); ++i)
-      parts.push_back(models_.lora_grads().tensor(i));
+    parts = lora_parts();
   else
     parts = models_.policy().norm_parts();
   const size_t policy_parts = parts.size();
@@ -59,6 +70,13 @@ void TrainingLoop::measure_norms(StepRecord& s) {
   for (size_t i = 0; i < each.size(); ++i) (i < policy_parts ? policy_ss : value_ss) += each[i];
   s.grad_norm = models_.has_lora() ? std::sqrt(policy_ss) : models_.policy().norm_of(policy_ss);
   s.value_grad_norm = models_.value().norm_of(value_ss);
+}
+
+std::vector<Tensor> TrainingLoop::lora_parts() {
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < models_.lora_grads().size(); ++i)
+    parts.push_back(models_.lora_grads().tensor(i));
+  return parts;
 }
 
 void TrainingLoop::clip(const StepRecord& s) {

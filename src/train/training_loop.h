@@ -26,6 +26,9 @@ struct StepRecord {
   double grad_norm = 0.0;        // before clipping: the adapters' with LoRA, else the policy's
   double value_grad_norm = 0.0;  // PPO's value model (0 without one)
   bool updated = false;          // false: accept() refused the step, the weights are unchanged
+  // Wall time of the optimizer update (with offload: optimizer the host's AdamW and the queued
+  // copy of the weights to the device); 0 when not updated.
+  double update_s = 0.0;
   std::chrono::steady_clock::time_point started;  // before its batches were made
 };
 
@@ -61,6 +64,7 @@ class TrainingLoop {
   // Each trained model's gradient norm (the step's wait for the device), then the clipping of
   // its gradients to max_grad_norm by those norms.
   void measure_norms(StepRecord& s);
+  std::vector<Tensor> lora_parts();  // the adapters' gradients, in order
   void clip(const StepRecord& s);
   void update(double lr);
 

@@ -141,7 +141,8 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
                                   .grad_dtype = mem.grad_dtype,
                                   .optim = mem.adamw ? &optim : nullptr,
                                   .master_weights = mem.master_weights,
-                                  .lora = mem.lora});
+                                  .lora = mem.lora,
+                                  .offload_optimizer = exec.offload.optimizer});
   init_parameters(models.policy_weights(), 3, InitStyle::hf);
   if (models.has_lora()) init_lora(models.lora_weights(), 6, 0.05f);
   if (models.has_reference()) init_parameters(models.reference_weights(), 4, InitStyle::hf);
@@ -184,8 +185,8 @@ void expect_plan_is_the_step(const ModelConfig& model, const ObjectiveSetup& s, 
       << real.host_breakdown.str();
 }
 
-// Offloaded checkpoints: both spaces' peaks and breakdowns equal a real step's, for every
-// objective of the registry, fp32 and bf16, LoRA, in every layer mode.
+// Offloaded checkpoints (and the optimizer): both spaces' peaks and breakdowns equal a real
+// step's, for every objective of the registry, fp32 and bf16, LoRA, in every layer mode.
 TEST_F(PlanAgreement, EveryObjectiveWithOffloadEqualsARealStepInBothSpaces) {
   const ModelConfig model = preset_config("tiny-qwen3");
   const LoraConfig lora{.r = 2};
@@ -199,23 +200,26 @@ TEST_F(PlanAgreement, EveryObjectiveWithOffloadEqualsARealStepInBothSpaces) {
     for (ExecConfig e : {mode("base", 0, 0), mode("checkpoint", 0, 0), mode("stream", 7, 5),
                          mode("stream", T, T)}) {
       e.offload.checkpoints = true;
-      for (int variant = 0; variant < 3; ++variant) {  // fp32 + AdamW, bf16, LoRA
-        StepMemoryOptions mem{.param_dtype = DType::F32, .adamw = variant == 0};
-        if (variant == 1) {
+      // fp32 + AdamW, bf16, LoRA; then offload: optimizer with fp32 + AdamW, bf16 + AdamW
+      // (fp32 master weights), LoRA + AdamW (the adapters' state stays on the device).
+      for (int variant = 0; variant < 6; ++variant) {
+        StepMemoryOptions mem{.param_dtype = DType::F32, .adamw = variant == 0 || variant >= 3};
+        if (variant == 1 || variant == 4) {
           mem.param_dtype = DType::BF16;
           e.act_dtype = DType::BF16;
         } else {
           e.act_dtype = DType::F32;
         }
-        if (variant == 2) mem.lora = &lora;
+        if (variant == 2 || variant == 5) mem.lora = &lora;
         e.offload.residual_grad = variant == 1;  // bf16: the residual-stream gradient too
+        e.offload.optimizer = variant >= 3;
         ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 0, T));
         ASSERT_GT(plan_step(model, s, e, step, mem).host_peak_bytes, 0);
         ++cases;
       }
     }
   }
-  EXPECT_EQ(cases, static_cast<int>(objective_names().size()) * 4 * 3);
+  EXPECT_EQ(cases, static_cast<int>(objective_names().size()) * 4 * 6);
 }
 
 // Context parallelism (plan --cp): the planned rank's peaks and breakdowns equal a real rank's

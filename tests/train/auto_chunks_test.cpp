@@ -75,6 +75,61 @@ TEST(AutoChunks, AreThePlannersChoiceForTheRunsStep) {
   EXPECT_EQ(d.budget, 4 * 1024 * 1024);
 }
 
+// The plan is the run's own step: a context group's busiest rank (its own rows), bf16 weights
+// with fp32 master weights, and the optimizer in host memory with offload: optimizer.
+TEST(AutoChunks, PlanTheRanksOwnRowsTheRunsDtypesAndItsOffload) {
+  test::TempDir dir;
+  test::write_text(dir.file("model.json"), kTinyModel);
+  const ModelConfig cfg = resolve_config(dir.file("model.json"));
+  TrainConfig c;
+  c.layer_chunk = 0;
+  c.head_chunk = 0;
+  c.max_tokens = 4096;
+  c.memory_budget = "6MiB";
+  const ExecConfig exec = parse_mode("stream");
+  auto planned = [&](const ExecConfig& e, int ranks, int cp, DType param, int64_t host_budget) {
+    PlanSetup setup;
+    setup.cfg = cfg;
+    setup.param_dtype = param;
+    setup.act_dtype = e.act_dtype;
+    setup.adamw = true;
+    setup.budget = 6 * 1024 * 1024;
+    setup.host_budget = host_budget;
+    setup.ranks = ranks;
+    setup.context_parallel = cp;
+    return choose_chunks(setup, e, 4096, ChunkRequest{});
+  };
+  const ResolvedChunks one = resolve_auto_chunks(c, cfg, exec);
+  c.dist.context_parallel = 2;
+  const ResolvedChunks two = resolve_auto_chunks(c, cfg, exec, 2);
+  const ChunkedPlan p2 = planned(exec, 2, 2, DType::F32, 0);
+  EXPECT_EQ(two.layer_chunk, p2.layer_chunk);
+  EXPECT_EQ(two.head_chunk, p2.head_chunk);
+  EXPECT_EQ(two.planned_peak, p2.step.peak_bytes);
+  // ... which is not the plan of a whole sequence per rank (what it was before).
+  const ChunkedPlan whole = planned(exec, 2, 1, DType::F32, 0);
+  EXPECT_TRUE(whole.layer_chunk != two.layer_chunk || whole.head_chunk != two.head_chunk ||
+              whole.step.peak_bytes != two.planned_peak);
+  // Half the rows per rank: chunks at least as large.
+  EXPECT_GE(two.layer_chunk, one.layer_chunk);
+  EXPECT_GE(two.head_chunk, one.head_chunk);
+  c.dist.context_parallel = 1;
+  c.precision = Precision::bf16;
+  ExecConfig bf16 = exec;
+  bf16.act_dtype = DType::BF16;
+  const ResolvedChunks b = resolve_auto_chunks(c, cfg, bf16);
+  EXPECT_EQ(b.planned_peak, planned(bf16, 1, 1, DType::BF16, 0).step.peak_bytes);
+  ExecConfig off = bf16;
+  off.offload.optimizer = true;
+  c.offload = "optimizer";
+  const ResolvedChunks o = resolve_auto_chunks(c, cfg, off);
+  const ChunkedPlan po = planned(off, 1, 1, DType::BF16, 0);
+  EXPECT_EQ(o.planned_peak, po.step.peak_bytes);
+  EXPECT_EQ(po.step.breakdown[Category::optimizer], 0);  // moments and master: in host memory
+  EXPECT_GT(po.step.host_breakdown[Category::optimizer], 0);
+  EXPECT_GE(o.layer_chunk, b.layer_chunk);  // the optimizer's bytes left the device
+}
+
 TEST(AutoChunks, ARealRunStaysWithinTheBudget) {
   test::TempDir dir;
   write_run(dir);

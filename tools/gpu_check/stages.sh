@@ -144,6 +144,12 @@ plans() {
   item qwen3_8b_4layers_32k_offload 10 ours "$SB" "${p[@]}" --model qwen3-8b --layers 4 \
     --seq-len 32768 --modes stream --offload checkpoints+residual_grad \
     --json "$R/plan_qwen3_8b_4layers_32k_offload.json"
+  # The AdamW stage's two settings (bench's gradients are fp32).
+  local a=(plan --dtype bf16 --grad-dtype f32 --optimizer adamw --model qwen3-8b --layers 4
+    --seq-len 8192 --modes stream)
+  item qwen3_8b_4layers_8k_adamw 10 ours "$SB" "${a[@]}" --json "$R/plan_qwen3_8b_4layers_8k_adamw.json"
+  item qwen3_8b_4layers_8k_adamw_offload 10 ours "$SB" "${a[@]}" --offload optimizer \
+    --json "$R/plan_qwen3_8b_4layers_8k_adamw_offload.json"
   items_done
 }
 # torch_ckpt NAME T LAYERS: PyTorch + transformers gradient checkpointing, the baseline
@@ -237,7 +243,7 @@ catalogue() {
     --json "$R/profile_qwen3_0.6b_8k_stream.json"
 
   section perf
-  WORK_NOTE="3 plans on the meta backend, 0.1-0.2 s each here"
+  WORK_NOTE="5 plans on the meta backend, 0.1-0.2 s each here"
   stage plans 10 cpu plans
   # 0.6B, 8k, 28 layers: ~3e13 layer + 1e13 head + 3e13 attention FLOPs = 0.07 PFLOP a step.
   WORK_NOTE="a context, 0.6B weights, 2 modes x 2 steps of 0.07 PFLOP: ~15 s"
@@ -249,6 +255,13 @@ catalogue() {
   WORK_NOTE="2.0B weights on the device, 2 offload settings x 2 steps of 0.7 PFLOP: ~40 s"
   bench bench_qwen3_8b_32k_4layers 90 qwen3-8b 32768 stream --layers 4 \
     --offload none,checkpoints+residual_grad
+  # 8B shapes, 4 layers, with AdamW: the optimizer on the device, then in pinned host memory
+  # (offload: optimizer: each layer's gradient copied out as its backward ends, the update on
+  # the host's 16 cores, the bf16 weights copied back). 2.0B parameters: ~30 bytes each moved by
+  # the host update (~1 s at 60 GB/s), 8 GB of gradients down and 4 GB of weights up (~0.5 s).
+  WORK_NOTE="2.0B weights + fp32 AdamW state (~36 GB pinned with offload), 2 settings x 2 steps of 0.2 PFLOP + an update: ~50 s"
+  bench bench_qwen3_8b_8k_4layers_adamw 120 qwen3-8b 8192 stream --layers 4 \
+    --optimizer adamw --offload none,optimizer
   # 32k with 8 layers: attention grows as T^2 (1.9e13 FLOPs per layer).
   WORK_NOTE="2 steps of 0.2 PFLOP: ~15 s"
   bench bench_qwen3_0.6b_32k_stream_8layers 40 qwen3-0.6b 32768 stream --layers 8

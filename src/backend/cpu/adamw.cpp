@@ -1,9 +1,10 @@
-// AdamW with decoupled weight decay, in the order torch.optim.AdamW applies it. param and grad
-// may be F32 or BF16 (storage.h); m, v are F32; the update is computed in fp32 and a BF16 param
-// is rounded once per step.
-#include <cmath>
-
+// AdamW with decoupled weight decay, in the order torch.optim.AdamW applies it
+// (backend/adamw_math.h, the formula the CUDA kernel and the host optimizer share). param and
+// grad may be F32 or BF16 (storage.h); m, v are F32; the update is computed in fp32 and a BF16
+// param is rounded once per step.
+#include "backend/adamw_math.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/float_kernels.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/storage.h"
 
@@ -17,31 +18,23 @@ using cpu::store;
 template <class TP, class TG>
 void adamw_kernel(TP* p, const TG* g, float* pm, float* pv, int64_t n, const AdamWStep& s) {
   // p, g, pm, pv (n)
-  const double bc1 = 1.0 - std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step));
-  const float step_size = static_cast<float>(s.lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.0f - s.lr * s.weight_decay;
-  const float b1 = s.beta1, b2 = s.beta2, eps = s.eps;
+  const AdamWScalars sc = adamw_scalars(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
 #pragma omp parallel for simd schedule(static) if (n > cpu::kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = load(p[i]) * decay;
-    const float gi = load(g[i]);
-    pm[i] = b1 * pm[i] + (1.0f - b1) * gi;
-    pv[i] = b2 * pv[i] + (1.0f - b2) * gi * gi;
-    const float denom = std::sqrt(pv[i]) / bc2_sqrt + eps;
-    pi -= step_size * pm[i] / denom;
-    store(p[i], pi);
-  }
+  for (int64_t i = 0; i < n; ++i) store(p[i], adamw_update(load(p[i]), load(g[i]), &pm[i], &pv[i], sc));
 }
 
 }  // namespace
 
-void CpuBackend::adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
-                                 const Tensor& v, const AdamWStep& s) {
+void cpu::adamw_floats(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamWStep& s) {
   cpu::with_float_data(
       [&](auto* p, const auto* g) { adamw_kernel(p, g, m.f32(), v.f32(), param.numel(), s); },
       param, grad);
+}
+
+void CpuBackend::adamw_step_impl(const Tensor& param, const Tensor& grad, const Tensor& m,
+                                 const Tensor& v, const AdamWStep& s) {
+  cpu::adamw_floats(param, grad, m, v, s);
 }
 
 }  // namespace sbp

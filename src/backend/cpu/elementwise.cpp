@@ -5,6 +5,7 @@
 
 #include "core/counter_normal.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/float_kernels.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/storage.h"
 
@@ -83,9 +84,11 @@ void bias_backward_kernel(TDB* pdb, const TDY* pdy, int64_t n, int64_t m) {
 
 }  // namespace
 
-void CpuBackend::fill_impl(const Tensor& x, float value) {
+void cpu::fill_floats(const Tensor& x, float value) {
   cpu::with_float_data([&](auto* p) { fill_kernel(p, x.numel(), value); }, x);
 }
+
+void CpuBackend::fill_impl(const Tensor& x, float value) { cpu::fill_floats(x, value); }
 
 void CpuBackend::fill_normal_impl(const Tensor& x, float mean, float std, uint64_t seed,
                                   uint64_t stream, uint64_t offset) {
@@ -94,7 +97,7 @@ void CpuBackend::fill_normal_impl(const Tensor& x, float mean, float std, uint64
                        x);
 }
 
-void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) {
+void cpu::copy_floats(const Tensor& dst, const Tensor& src) {
   if (dst.dtype == src.dtype) {
     std::memcpy(dst.data, src.data, dst.nbytes());
     return;
@@ -104,19 +107,27 @@ void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) {
                        src);
 }
 
-void CpuBackend::add_inplace_impl(const Tensor& y, const Tensor& x) {
+void cpu::add_floats(const Tensor& y, const Tensor& x) {
   cpu::with_float_data([&](auto* py, const auto* px) { add_kernel(py, px, y.numel()); }, y, x);
 }
 
-void CpuBackend::scale_inplace_impl(const Tensor& x, float s) {
+void cpu::scale_floats(const Tensor& x, float s) {
   cpu::with_float_data([&](auto* p) { scale_kernel(p, x.numel(), s); }, x);
 }
 
-double CpuBackend::sum_squares_impl(const Tensor& x) {
+double cpu::sum_squares_floats(const Tensor& x) {
   double result = 0.0;
   cpu::with_float_data([&](const auto* p) { result = sum_squares_kernel(p, x.numel()); }, x);
   return result;
 }
+
+void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) { cpu::copy_floats(dst, src); }
+
+void CpuBackend::add_inplace_impl(const Tensor& y, const Tensor& x) { cpu::add_floats(y, x); }
+
+void CpuBackend::scale_inplace_impl(const Tensor& x, float s) { cpu::scale_floats(x, s); }
+
+double CpuBackend::sum_squares_impl(const Tensor& x) { return cpu::sum_squares_floats(x); }
 
 void CpuBackend::add_bias_impl(const Tensor& y, const Tensor& b) {
   cpu::with_float_data(

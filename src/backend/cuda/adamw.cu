@@ -1,4 +1,4 @@
-// AdamW (torch.optim.AdamW's order, as the CPU backend): kernel_math.h's adamw_update per
+// AdamW (torch.optim.AdamW's order, as the CPU backend): backend/adamw_math.h's adamw_update per
 // element; param and grad F32 or BF16, m and v F32, a BF16 param rounded once per step.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -9,11 +9,11 @@ namespace sbp {
 
 namespace {
 __global__ void adamw_kernel(cuda::FPtr p, cuda::FPtr g, float* m, float* v, int64_t n,
-                             cuda::AdamWScalars s) {
+                             AdamWScalars s) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     float mi = m[i], vi = v[i];
-    p.st(i, cuda::adamw_update(p.ld(i), g.ld(i), &mi, &vi, s));
+    p.st(i, adamw_update(p.ld(i), g.ld(i), &mi, &vi, s));
     m[i] = mi;
     v[i] = vi;
   }
@@ -24,8 +24,8 @@ void CudaBackend::adamw_step_impl(const Tensor& param, const Tensor& grad, const
                                   const Tensor& v, const AdamWStep& s) {
   const int64_t n = param.numel();
   if (n == 0) return;
-  const cuda::AdamWScalars sc =
-      cuda::adamw_scalars(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
+  const AdamWScalars sc =
+      adamw_scalars(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
   SBP_LAUNCH(adamw_kernel, cuda::grid_for(n, 256), 256, 0, stream_,
              cuda::fptr(param), cuda::fptr(grad), m.f32(), v.f32(), n, sc);
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/adamw_math.h"
 #include "core/host_device.h"
 
 namespace sbp::cuda {
@@ -97,29 +98,7 @@ SBP_HD float softcap_grad_from_y(float dy, float y, float cap) {
   return dy * (1.0f - r * r);
 }
 
-// ---- AdamW (cpu/adamw.cpp: torch.optim.AdamW's order) ----
-struct AdamWScalars {
-  float step_size;  // lr / (1 - beta1^t)
-  float bc2_sqrt;   // sqrt(1 - beta2^t)
-  float decay;      // 1 - lr * weight_decay
-  float b1, b2, eps;
-};
-// Bias corrections in fp64, as the CPU computes them.
-inline AdamWScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float wd,
-                                  int64_t step) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
-  return AdamWScalars{static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)),
-                      1.0f - lr * wd, beta1, beta2, eps};
-}
-// Updates m, v in place and returns the new parameter.
-SBP_HD float adamw_update(float p, float g, float* m, float* v, const AdamWScalars& s) {
-  p *= s.decay;
-  *m = s.b1 * *m + (1.0f - s.b1) * g;
-  *v = s.b2 * *v + (1.0f - s.b2) * g * g;
-  const float denom = sqrtf(*v) / s.bc2_sqrt + s.eps;
-  return p - s.step_size * *m / denom;
-}
+// ---- AdamW: backend/adamw_math.h (shared with the CPU kernel and the host optimizer) ----
 
 // ---- online softmax (attention forward, log-softmax of a logits row) ----
 // Running (max, sum of exp(x - max)). Merging is associative up to rounding; the kernels merge
