@@ -68,14 +68,18 @@ class SFTTrainer(TRLTrainer):
 
 
 class _WithReference(TRLTrainer):
+    """DPO and KTO: TRL's signature (positional order included) with a reference model."""
     _ref_key = None
 
-    def __init__(self, model, ref_model=None, args=None, train_dataset=None, eval_dataset=None,
-                 processing_class=None, callbacks=None, peft_config=None, **others):
+    def __init__(self, model, ref_model=None, args=None, data_collator=None, train_dataset=None,
+                 eval_dataset=None, processing_class=None, compute_metrics=None, callbacks=None,
+                 optimizers=(None, None), quantization_config=None, peft_config=None):
         from .._trl_trainer import resolve_model
         self.ref_model = None if ref_model is None else resolve_model(ref_model, "ref_model")
         super().__init__(model, args, train_dataset, eval_dataset, processing_class, callbacks,
-                         peft_config, **others)
+                         peft_config, data_collator=data_collator,
+                         compute_metrics=compute_metrics, optimizers=optimizers,
+                         quantization_config=quantization_config)
 
     def _extra_keys(self):
         return {self._ref_key: self.ref_model} if self.ref_model else {}
@@ -86,27 +90,11 @@ class DPOTrainer(_WithReference):
     config_class = DPOConfig
     _ref_key = "dpo.reference"
 
-    def __init__(self, model, ref_model=None, args=None, data_collator=None, train_dataset=None,
-                 eval_dataset=None, processing_class=None, compute_metrics=None, callbacks=None,
-                 optimizers=(None, None), quantization_config=None, peft_config=None):
-        super().__init__(model, ref_model, args, train_dataset, eval_dataset, processing_class,
-                         callbacks, peft_config, data_collator=data_collator,
-                         compute_metrics=compute_metrics, optimizers=optimizers,
-                         quantization_config=quantization_config)
-
 
 class KTOTrainer(_WithReference):
     """TRL's KTOTrainer: unpaired preference data ({prompt, completion, label})."""
     config_class = KTOConfig
     _ref_key = "kto.reference"
-
-    def __init__(self, model, ref_model=None, args=None, data_collator=None, train_dataset=None,
-                 eval_dataset=None, processing_class=None, compute_metrics=None, callbacks=None,
-                 optimizers=(None, None), quantization_config=None, peft_config=None):
-        super().__init__(model, ref_model, args, train_dataset, eval_dataset, processing_class,
-                         callbacks, peft_config, data_collator=data_collator,
-                         compute_metrics=compute_metrics, optimizers=optimizers,
-                         quantization_config=quantization_config)
 
 
 class ORPOTrainer(TRLTrainer):
