@@ -90,7 +90,8 @@ TEST_P(GreedyParity, EqualsTransformersTokenForToken) {
 // within the first 6 new tokens of every prompt.
 INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyParity,
                          ::testing::Values("qwen3_gqa_qknorm", "llama_rope_llama3",
-                                           "qwen2_bias_tied", "mistral_sliding_window"));
+                                           "qwen2_bias_tied", "mistral_sliding_window",
+                                           "llama_rope_yarn"));
 
 class LogprobsEqualScores : public ::testing::TestWithParam<const char*> {};
 

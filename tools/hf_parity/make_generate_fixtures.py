@@ -27,7 +27,9 @@ from make_fixtures import FIXTURES, versions  # noqa: E402
 
 # mistral_sliding_window: every layer a window of 6, far below prompt + completion (up to 104
 # tokens), so the KV cache's windowed attention decides every token after the first few.
-MODELS = ["qwen3_gqa_qknorm", "llama_rope_llama3", "qwen2_bias_tied", "mistral_sliding_window"]
+# llama_rope_yarn: 104 positions, 3x its rope's 32 original ones (yarn x4, issue 52).
+MODELS = ["qwen3_gqa_qknorm", "llama_rope_llama3", "qwen2_bias_tied", "mistral_sliding_window",
+          "llama_rope_yarn"]
 PROMPT_LENGTHS = [1, 5, 17, 40]
 MAX_NEW_TOKENS = 64
 
