@@ -84,5 +84,30 @@ TEST(ContextExtension, CheckpointConfigCarriesTheExtension) {
   EXPECT_NE(b.output.find("'factor'"), std::string::npos) << b.output;
 }
 
+// plan's note past the trained positions names the scaling in force (memory is unchanged by it).
+TEST(ContextExtension, PlanNoteNamesTheScaling) {
+  const std::string fx = test::source_dir() + "/tests/fixtures/hf/";
+  const auto note = [&](const std::string& model, int T) {
+    const test::CommandResult r =
+        test::run_command(test::bin() + " plan --model " + fx + model + "/model --seq-len " +
+                          std::to_string(T) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.find("note: ");
+    return at == std::string::npos ? std::string()
+                                   : r.output.substr(at, r.output.find('\n', at) - at);
+  };
+  EXPECT_NE(note("llama_rope_yarn", 100)
+                .find("beyond the model's 32 trained positions; rope "
+                      "scaling in force: yarn x4 over 32 original "
+                      "positions (memory is the same)"),
+            std::string::npos);
+  EXPECT_NE(note("llama_rope_yarn", 200).find("past max_position_embeddings 128"),
+            std::string::npos);
+  EXPECT_NE(note("llama_rope_dynamic", 200).find("dynamic NTK x2 beyond 32 positions"),
+            std::string::npos);
+  EXPECT_NE(note("qwen3_gqa_qknorm", 300).find("quality needs rope scaling"), std::string::npos);
+  EXPECT_EQ(note("llama_rope_yarn", 30), "");
+}
+
 }  // namespace
 }  // namespace sbp
