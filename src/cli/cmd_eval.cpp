@@ -54,8 +54,48 @@ struct Args {
   std::string rope_scaling;  // a JSON object: context extension for the evaluation
   int64_t max_positions = 0;
   std::string json_out, heatmap;
+  std::vector<std::string> from;  // --from: earlier --json files to tabulate and draw again
+  std::string title;
   ExecArgs exec;
 };
+
+// --from: the passkey cells of earlier runs' --json files, in file order (a run per scaling
+// or per length range, drawn as one table and heat map without computing anything again).
+std::vector<PasskeyCell> cells_from_json(const std::vector<std::string>& files) {
+  std::vector<PasskeyCell> cells;
+  for (const std::string& f : files) {
+    const json j = parse_untrusted_json_or_discarded(read_input_file(f));
+    if (j.is_discarded() || !j.is_object() || !j.contains("passkey") || !j["passkey"].is_array())
+      throw InputError(f + ": not a streambp eval --json file with passkey results");
+    for (const json& c : j["passkey"]) {
+      PasskeyCell p;
+      try {
+        p.length = c.at("length").get<int64_t>();
+        p.depth = c.at("depth").get<double>();
+        p.trials = c.at("trials").get<int64_t>();
+        p.found = c.at("found").get<int64_t>();
+        p.key_logp = c.at("key_logp").get<double>();
+        p.key_tokens = c.at("key_tokens").get<int64_t>();
+      } catch (const json::exception& e) {
+        throw InputError(f + ": passkey cell " + c.dump() + ": " + e.what());
+      }
+      if (p.trials < 1) throw InputError(f + ": passkey cell with trials < 1");
+      cells.push_back(p);
+    }
+  }
+  return cells;
+}
+
+int replot(const Args& a) {
+  check_output_dir("--heatmap", a.heatmap);
+  const std::vector<PasskeyCell> cells = cells_from_json(a.from);
+  std::printf("%s", passkey_table(cells).c_str());
+  if (!a.heatmap.empty()) {
+    write_passkey_heatmap(cells, a.heatmap, a.title.empty() ? "passkey retrieval" : a.title);
+    std::printf("eval: wrote %s\n", a.heatmap.c_str());
+  }
+  return 0;
+}
 
 // Peak bytes of one forward of T rows in `exec` on the shape-only backend (the planner's way of
 // measuring: the same allocations, no data).
@@ -106,6 +146,8 @@ std::string mib(int64_t bytes) {
 }
 
 int run(const Args& a) {
+  if (!a.from.empty()) return replot(a);
+  if (a.model.empty()) throw InputError("eval: --model is required (or --from)");
   check_output_dir("--json", a.json_out);
   check_output_dir("--heatmap", a.heatmap);
   if (a.lengths.empty() && a.input.empty())
@@ -216,7 +258,7 @@ int run(const Args& a) {
     if (cells.empty()) throw InputError("--heatmap: needs the passkey task (--lengths)");
     write_passkey_heatmap(
         cells, a.heatmap,
-        "passkey retrieval: " + fs::path(a.model).filename().string() +
+        "passkey retrieval: " + a.model +
             (cfg.rope_scaling_description().empty() ? std::string()
                                                     : " (" + cfg.rope_scaling_description() + ")"));
     std::printf("eval: wrote %s\n", a.heatmap.c_str());
@@ -232,7 +274,11 @@ void register_eval(CLI::App& app) {
       "eval",
       "Long-context evaluation: passkey retrieval by length and depth, perplexity by "
       "position (streamed forward)");
-  c->add_option("--model", a->model, "Model directory (config.json + safetensors)")->required();
+  c->add_option("--model", a->model, "Model directory (config.json + safetensors)");
+  c->add_option("--from", a->from,
+                "Earlier --json files: print their passkey table and draw --heatmap again, "
+                "computing nothing (repeatable)");
+  c->add_option("--title", a->title, "Heat map title with --from");
   c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json (default: --model)");
   c->add_option("--lengths", a->lengths, "Passkey sample lengths in tokens (comma-separated)")
       ->delimiter(',')

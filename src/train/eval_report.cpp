@@ -156,9 +156,11 @@ void write_passkey_heatmap(const std::vector<PasskeyCell>& cells, const std::str
   }
   auto script_for = [&](const std::string& terminal) {
     std::ostringstream s;
-    s << "set terminal " << terminal << " size " << 160 + 110 * lengths.size() << ","
-      << 140 + 60 * depths.size() << "\n"
-      << "set output " << partial_q << "\nset title " << title_q << "\n"
+    // Wide enough for a title of a model path and the scaling, however few the lengths.
+    s << "set terminal " << terminal << " size "
+      << std::max<size_t>(720, 160 + 110 * lengths.size()) << "," << 160 + 60 * depths.size()
+      << "\n"
+      << "set output " << partial_q << "\nset title " << title_q << " font ',10'\n"
       << "set xlabel 'length (tokens)'\nset ylabel 'depth of the key'\n"
       << "set cbrange [0:1]\nset cblabel 'keys found'\n"
       << "set palette defined (0 '#b2182b', 0.5 '#f7f7f7', 1 '#2166ac')\n"

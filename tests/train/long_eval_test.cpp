@@ -142,6 +142,15 @@ TEST(EvalCommand, TableJsonHeatmapAndMemory) {
   ASSERT_TRUE(fs::exists(heat));
   const std::string png = test::read_text(heat);
   EXPECT_EQ(png.substr(1, 3), "PNG");
+  // --from: the same table and a heat map again from the JSON, without a model.
+  const test::CommandResult again =
+      test::run_command(test::streambp_binary() + " eval --from " + tmp.file("eval.json") +
+                        " --heatmap " + tmp.file("again.svg") + " --title t 2>&1");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const size_t table = r.output.find("passkey: keys found");
+  EXPECT_EQ(again.output.substr(0, again.output.find("eval: wrote")),
+            r.output.substr(table, r.output.find("\n\n", table) - table + 1));
+  EXPECT_NE(test::read_text(tmp.file("again.svg")).find("<svg"), std::string::npos);
 }
 
 }  // namespace
