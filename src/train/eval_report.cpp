@@ -172,7 +172,11 @@ void write_passkey_heatmap(const std::vector<PasskeyCell>& cells, const std::str
     s << ")\nset ytics (";
     for (size_t j = 0; j < depths.size(); ++j)
       s << (j ? ", " : "") << "'" << fmt("%.2f", depths[j]) << "' " << j;
-    s << ")\nplot " << data_q << " using 1:2:3 with image notitle, " << data_q
+    // One box per cell (not `with image`, which needs every cell of the grid: a length run at
+    // fewer depths leaves its others blank).
+    s << ")\nplot " << data_q
+      << " using 1:2:(0.5):(0.5):3 with boxxyerror fs solid 1.0 noborder fc palette notitle, "
+      << data_q
       << " using 1:2:4 with labels notitle\nset output\n";
     return s.str();
   };
