@@ -382,6 +382,7 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
     if (!scaling.empty() && r.plan.seq_len > cfg.trained_positions()) {
       // Past max_position_embeddings even the scaled rope was not meant for (dynamic is).
       const std::string past = r.plan.seq_len > cfg.max_position_embeddings &&
+                                       cfg.trained_positions() < cfg.max_position_embeddings &&
                                        cfg.rope_scaling.type != RopeScalingType::dynamic
                                    ? ", and past max_position_embeddings " +
                                          std::to_string(cfg.max_position_embeddings)

@@ -162,8 +162,9 @@ struct ModelConfig {
   RopeFrequencies rope_frequencies(int64_t seq_len, bool local = false) const;
   // The rope scaling in words ("yarn x4 over 32768 original positions"); "" for none.
   std::string rope_scaling_description() const;
-  // The positions the rope was trained on: original_max_position_embeddings for the scalings
-  // that extend a shorter rope (llama3, yarn), max_position_embeddings otherwise.
+  // The positions the model was trained on: yarn's original_max_position_embeddings (yarn
+  // stretches a rope trained on those; Qwen's long-context configs add it at inference), else
+  // max_position_embeddings (Llama 3.1 was trained to its 131072 with its llama3 scaling).
   int64_t trained_positions() const;
 
   // Checked: throws InputError if the count does not fit int64 (validate bounds it first).

@@ -172,9 +172,8 @@ std::string ModelConfig::rope_scaling_description() const {
 }
 
 int64_t ModelConfig::trained_positions() const {
-  const bool extends =
-      rope_scaling.type == RopeScalingType::llama3 || rope_scaling.type == RopeScalingType::yarn;
-  return extends ? rope_scaling.original_max_position_embeddings : max_position_embeddings;
+  return rope_scaling.type == RopeScalingType::yarn ? rope_scaling.original_max_position_embeddings
+                                                    : max_position_embeddings;
 }
 
 std::vector<float> ModelConfig::rope_inv_freq(bool local) const {

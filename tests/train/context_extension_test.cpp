@@ -106,6 +106,11 @@ TEST(ContextExtension, PlanNoteNamesTheScaling) {
   EXPECT_NE(note("llama_rope_dynamic", 200).find("dynamic NTK x2 beyond 32 positions"),
             std::string::npos);
   EXPECT_NE(note("qwen3_gqa_qknorm", 300).find("quality needs rope scaling"), std::string::npos);
+  // llama3: Llama 3.1 was trained to its max_position_embeddings with the scaling.
+  EXPECT_EQ(note("llama_rope_llama3", 200), "");
+  EXPECT_NE(note("llama_rope_llama3", 300).find("beyond the model's 256 trained positions; rope "
+                                                "scaling in force: llama3 x8"),
+            std::string::npos);
   EXPECT_EQ(note("llama_rope_yarn", 30), "");
 }
 
