@@ -551,7 +551,8 @@ void Backend::rmsnorm_backward(const Tensor& dx, const Tensor& dg, const Tensor&
 
 // ---- rotary embedding ----
 
-void Backend::rope_table(const Tensor& table, std::span<const float> inv_freq) {
+void Backend::rope_table(const Tensor& table, std::span<const float> inv_freq,
+                         float attention_factor, int64_t first_position) {
   const char* op = "rope_table";
   check_rope_table(op, table);
   const int64_t half = table.cols() / 2;
@@ -562,10 +563,17 @@ void Backend::rope_table(const Tensor& table, std::span<const float> inv_freq) {
     SBP_CHECK(std::isfinite(inv_freq[i]), std::string(op) + ": inv_freq[" +
                                               num(static_cast<int64_t>(i)) +
                                               "] = " + num(inv_freq[i]) + " is not finite");
+  SBP_CHECK(std::isfinite(attention_factor) && attention_factor > 0,
+            std::string(op) + ": attention_factor = " + num(attention_factor) +
+                " must be finite and > 0");
+  SBP_CHECK(first_position >= 0 && first_position <= INT32_MAX - table.rows(),
+            std::string(op) + ": first_position " + num(first_position) + " with " +
+                num(table.rows()) + " rows leaves the int32 positions");
   owns("rope_table", {&table});
   const Access access(*this);
   run_op(
-      OpFamily::rope, [&] { return nb(table); }, [&] { rope_table_impl(table, inv_freq); });
+      OpFamily::rope, [&] { return nb(table); },
+      [&] { rope_table_impl(table, inv_freq, attention_factor, first_position); });
 }
 
 void Backend::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& table) {

@@ -161,9 +161,14 @@ class Backend : public MemorySpace {
                         const Tensor& g, float eps, float weight_offset = 0.0f);
 
   // ---- rotary embedding (Hugging Face "rotate_half" layout) ----
-  // table (P, h): row p holds cos(p * inv_freq) in [0, h/2) and sin(p * inv_freq) in [h/2, h).
-  // Checks: table (P, h) F32, h even and > 0; inv_freq.size() == h/2, entries finite.
-  void rope_table(const Tensor& table, std::span<const float> inv_freq);
+  // table (P, h): row r holds s cos(p * inv_freq) in [0, h/2) and s sin(p * inv_freq) in
+  // [h/2, h), p = first_position + r, s = attention_factor (yarn's scaling of cos and sin,
+  // applied in fp32 after them as transformers does; 1 leaves them as they are).
+  // first_position: a table built in row ranges, each with its own frequencies (dynamic rope).
+  // Checks: table (P, h) F32, h even and > 0; inv_freq.size() == h/2, entries finite;
+  // attention_factor finite and > 0; first_position >= 0 and first_position + P < 2^31.
+  void rope_table(const Tensor& table, std::span<const float> inv_freq,
+                  float attention_factor = 1.0f, int64_t first_position = 0);
   // x (n, nh * h), in place; positions (n) I32 index rows of the table.
   // Checks: x float; table (P, h) F32, h even and > 0; x.cols() % h == 0;
   // positions I32 with numel n = x.rows(). (Positions < P: the computing backend.)
@@ -401,7 +406,8 @@ class Backend : public MemorySpace {
   virtual void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy,
                                      const Tensor& x, const Tensor& g, float eps,
                                      float weight_offset) = 0;
-  virtual void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) = 0;
+  virtual void rope_table_impl(const Tensor& table, std::span<const float> inv_freq,
+                               float attention_factor, int64_t first_position) = 0;
   virtual void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) = 0;
   virtual void rope_backward_impl(const Tensor& dx, const Tensor& positions,
                                   const Tensor& table) = 0;

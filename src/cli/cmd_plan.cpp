@@ -391,13 +391,31 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
     }
   }
   for (const Row& r : rows) {
-    if (r.plan.seq_len > cfg.max_position_embeddings && cfg.max_position_embeddings > 0) {
+    const std::string scaling = cfg.rope_scaling_description();
+    const long long T = static_cast<long long>(r.plan.seq_len);
+    if (scaling.empty() && r.plan.seq_len > cfg.max_position_embeddings &&
+        cfg.max_position_embeddings > 0) {
       std::printf(
           "note: %s: T = %lld is beyond the model's %lld trained positions (memory is the same; "
           "quality "
           "needs rope scaling)\n",
-          r.mode.c_str(), static_cast<long long>(r.plan.seq_len),
-          static_cast<long long>(cfg.max_position_embeddings));
+          r.mode.c_str(), T, static_cast<long long>(cfg.max_position_embeddings));
+      break;
+    }
+    // With a scaling, name it (memory does not depend on it: the rope table is (T, h) fp32).
+    if (!scaling.empty() && r.plan.seq_len > cfg.trained_positions()) {
+      // Past max_position_embeddings even the scaled rope was not meant for (dynamic is).
+      const std::string past = r.plan.seq_len > cfg.max_position_embeddings &&
+                                       cfg.trained_positions() < cfg.max_position_embeddings &&
+                                       cfg.rope_scaling.type != RopeScalingType::dynamic
+                                   ? ", and past max_position_embeddings " +
+                                         std::to_string(cfg.max_position_embeddings)
+                                   : "";
+      std::printf(
+          "note: %s: T = %lld is beyond the model's %lld trained positions; rope scaling in "
+          "force: %s%s (memory is the same)\n",
+          r.mode.c_str(), T, static_cast<long long>(cfg.trained_positions()), scaling.c_str(),
+          past.c_str());
       break;
     }
   }

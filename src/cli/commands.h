@@ -21,6 +21,7 @@ void register_plan(CLI::App& app, CommandOutput* out = nullptr);
 void register_plot(CLI::App& app);
 void register_merge(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_eval(CLI::App& app);
 
 // One line on standard error when the BLAS runs generic kernels on this CPU
 // (backend/blas_core_check.h): bench, train and gradcheck call it first.

@@ -42,6 +42,7 @@ int run_cli(int argc, char** argv) {
   register_plot(app);
   register_merge(app);
   register_convert(app);
+  register_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -237,6 +237,12 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
   if (cfg.rope_scaling.type == RopeScalingType::llama3 && a != "llama")
     throw InputError(std::string("convert: llama3 rope scaling on ") + model_type_name(cfg.model_type) +
                      " cannot be exported (llama.cpp reads rope_freqs for llama only)");
+  // The export writes no yarn or dynamic metadata (not implemented): refused rather than
+  // exported as a model with the default rope.
+  if (cfg.rope_scaling.type == RopeScalingType::yarn ||
+      cfg.rope_scaling.type == RopeScalingType::dynamic)
+    throw InputError(std::string("convert: ") + cfg.rope_scaling_description() +
+                     " rope scaling cannot be exported to GGUF (not supported)");
   if (cfg.gemma() && cfg.final_logit_softcapping != 0.0)
     throw InputError("convert: Gemma 3 with final_logit_softcapping cannot be exported "
                      "(llama.cpp's gemma3 has none)");

@@ -41,6 +41,8 @@ class PromptEncoder {
   // eos and the chat template's end-of-turn token, those the vocabulary has.
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   const Tokenizer& tokenizer() const { return tok_; }
+  // The bos token plain text starts with (none when the tokenizer's rules add none).
+  std::optional<int32_t> bos() const { return bos_; }
 
  private:
   PromptEncoder(Tokenizer tok) : tok_(std::move(tok)) {}

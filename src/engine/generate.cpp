@@ -24,7 +24,9 @@ void check_prompt(std::span<const int32_t> prompt, size_t index, const Generatio
   const int64_t P = static_cast<int64_t>(prompt.size());
   if (P == 0) throw InputError(what + " is empty");
   const int64_t T = checked_add(P, g.max_new_tokens, "generate: prompt + max_new_tokens");
-  if (T > cfg.max_position_embeddings)
+  // Dynamic rope is made for lengths beyond max_position_embeddings (transformers' generate
+  // goes past it with every type; for the others streambp keeps the model's stated limit).
+  if (T > cfg.max_position_embeddings && cfg.rope_scaling.type != RopeScalingType::dynamic)
     throw InputError(what + " (" + std::to_string(P) + " tokens) + max_new_tokens (" +
                      std::to_string(g.max_new_tokens) + ") exceeds max_position_embeddings (" +
                      std::to_string(cfg.max_position_embeddings) + ")");
@@ -65,7 +67,11 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
     whole.seq_lens.push_back(static_cast<int64_t>(p.size()) + g.max_new_tokens);
   }
   const int64_t T = static_cast<int64_t>(whole.tokens.size());
-  const PreparedBatch step(cfg_, be_, pool_, whole);
+  // The prompts' forward serves the longest prompt's positions at once (dynamic rope's length).
+  int64_t longest_prompt = 0;
+  for (const std::vector<int32_t>& p : prompts)
+    longest_prompt = std::max(longest_prompt, static_cast<int64_t>(p.size()));
+  const PreparedBatch step(cfg_, be_, pool_, whole, longest_prompt);
   const int64_t d = cfg_.hidden_size, V = cfg_.vocab_size;
   const DType act = exec_.act_dtype;
   // One set of ops per layer: a layer's ops know its attention kind (Gemma: sliding or full).

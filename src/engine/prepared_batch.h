@@ -35,10 +35,30 @@ Buffer index_table(const Backend& be, Pool& pool, int64_t n, Values values) {
   return b;
 }
 
+// One rope_table call: rows [first, first + rows) of a table, with one set of frequencies.
+struct RopeRows {
+  int64_t first = 0, rows = 0;
+  RopeFrequencies freq;
+  bool operator==(const RopeRows&) const = default;
+};
+
+// The calls that build the (P, h) rope table of a model. Every scaling but `dynamic` has one
+// set of frequencies for all P rows. Dynamic NTK depends on the length transformers sees,
+// max(position_ids) + 1 of a forward call:
+//   prefill = 0 (training, scoring: the batch is one forward): the longest segment, P, for
+//     every row, as transformers computes a padded batch of these sequences;
+//   prefill > 0 (generation: a forward of the prompts, then one of each new position):
+//     rows below max(prefill, max_position_embeddings) use the length `prefill`, and each row
+//     p beyond has its own, p + 1, as transformers' generate computes a new token's rope
+//     (cached keys keep the rope they were computed with).
+std::vector<RopeRows> rope_rows(const ModelConfig& cfg, int64_t P, int64_t prefill);
+
 class PreparedBatch {
  public:
   // Validates `batch` against cfg's vocabulary (InputError), then uploads its tables.
-  PreparedBatch(const ModelConfig& cfg, Backend& be, Pool& pool, const Batch& batch);
+  // prefill: 0, or generation's prompt length (rope_rows above).
+  PreparedBatch(const ModelConfig& cfg, Backend& be, Pool& pool, const Batch& batch,
+                int64_t prefill = 0);
   PreparedBatch(PreparedBatch&&) = default;  // the buffers move, so the views in tables stay valid
 
   // True when a model of config `cfg` on (be, pool) would build exactly these tensors.
@@ -61,8 +81,9 @@ class PreparedBatch {
   // What the tensors were built for (serves()).
   const Backend* be_ = nullptr;
   const Pool* pool_ = nullptr;
-  int64_t vocab_ = 0, head_dim_ = 0;
-  std::vector<float> inv_freq_, local_inv_freq_;  // (h/2) each; local: empty without one
+  int64_t vocab_ = 0, head_dim_ = 0, max_len_ = 0, prefill_ = 0;
+  std::vector<RopeRows> rope_rows_;      // how rope_ was built
+  std::vector<float> local_inv_freq_;  // (h/2); empty without a local rope
 };
 
 }  // namespace sbp

@@ -99,7 +99,16 @@ const char* const kWindowFields[] = {"use_sliding_window", "sliding_window", "la
 // ignores it; see parse_mistral_window).
 const char* const kMistralFields[] = {"sliding_window", "layer_types"};
 
+// An optional number of a rope object: absent or null leaves `out` unset.
+void get_opt_num(const json& r, const char* key, const std::string& where,
+                 std::optional<double>* out) {
+  if (auto it = r.find(key); it != r.end() && !it->is_null()) *out = get_num(r, key, where, 0.0);
+}
+
 // Parses a rope_scaling (transformers <= 4.x) or rope_parameters (transformers 5) object.
+// yarn's original_max_position_embeddings is left 0 when absent (a given value must be >= 1):
+// from_json resolves it against the config's max_position_embeddings, as transformers'
+// standardize_rope_params does.
 void parse_rope(const json& r, const std::string& src, const char* field, RopeScaling* out) {
   if (!r.is_object()) throw InputError(src + ": field '" + field + "' must be an object");
   std::string type;
@@ -108,27 +117,98 @@ void parse_rope(const json& r, const std::string& src, const char* field, RopeSc
   else if (auto t2 = r.find("type"); t2 != r.end() && t2->is_string())
     type = *t2;
   if (type == "default") type.clear();
-  if (!type.empty() && type != "llama3" && type != "linear") {
+  if (!type.empty() && type != "llama3" && type != "linear" && type != "yarn" &&
+      type != "dynamic") {
     throw InputError(src + ": " + field + " type '" + type +
-                     "' is not supported (only llama3 and linear)");
+                     "' is not supported (only llama3, linear, yarn and dynamic)");
   }
-  out->type = type.empty()       ? RopeScalingType::none
-              : type == "linear" ? RopeScalingType::linear
-                                 : RopeScalingType::llama3;
-  if (out->type == RopeScalingType::linear) {
-    const std::string where = src + " " + field;
-    if (!r.contains("factor")) throw InputError(where + ": linear scaling needs a 'factor'");
+  out->type = type.empty()          ? RopeScalingType::none
+              : type == "linear"    ? RopeScalingType::linear
+              : type == "yarn"      ? RopeScalingType::yarn
+              : type == "dynamic"   ? RopeScalingType::dynamic
+                                    : RopeScalingType::llama3;
+  const std::string where = src + " " + field;
+  if (out->type == RopeScalingType::linear || out->type == RopeScalingType::dynamic ||
+      out->type == RopeScalingType::yarn) {
+    if (!r.contains("factor") || r["factor"].is_null())
+      throw InputError(where + ": " + type + " scaling needs a 'factor'");
     out->factor = get_num(r, "factor", where, 1.0);
   }
   if (out->type == RopeScalingType::llama3) {
-    const std::string where = src + " " + field;
     out->factor = get_num(r, "factor", where, 8.0);
     out->low_freq_factor = get_num(r, "low_freq_factor", where, 1.0);
     out->high_freq_factor = get_num(r, "high_freq_factor", where, 4.0);
     out->original_max_position_embeddings =
         get_int(r, "original_max_position_embeddings", where, false, 8192);
   }
+  if (out->type == RopeScalingType::yarn) {
+    out->original_max_position_embeddings =
+        get_int(r, "original_max_position_embeddings", where, false, 0);
+    if (r.contains("original_max_position_embeddings") &&
+        !r["original_max_position_embeddings"].is_null() &&
+        out->original_max_position_embeddings < 1)
+      throw InputError(where + ": 'original_max_position_embeddings' must be >= 1, got " +
+                       std::to_string(out->original_max_position_embeddings));
+    get_opt_num(r, "beta_fast", where, &out->beta_fast);
+    get_opt_num(r, "beta_slow", where, &out->beta_slow);
+    get_opt_num(r, "attention_factor", where, &out->attention_factor);
+    get_opt_num(r, "mscale", where, &out->mscale);
+    get_opt_num(r, "mscale_all_dim", where, &out->mscale_all_dim);
+    if (auto it = r.find("truncate"); it != r.end() && !it->is_null())
+      out->truncate = get_bool(r, "truncate", where, true);
+  }
+  // Fields another type would use are not silently ignored when they change the rope.
+  if (out->type != RopeScalingType::yarn) {
+    for (const char* k : {"beta_fast", "beta_slow", "attention_factor", "mscale",
+                          "mscale_all_dim", "truncate"})
+      if (r.contains(k) && !r[k].is_null())
+        throw InputError(where + ": field '" + k + "' is a yarn field; this rope is '" +
+                         (type.empty() ? std::string("default") : type) + "'");
+  }
 }
+
+// yarn's original_max_position_embeddings, as transformers' standardize_rope_params resolves
+// it: a top-level field of that name wins (its Phi-3 rule, for a rope that is not per layer
+// type), then the rope's own, then max_position_embeddings.
+void resolve_original_positions(const json& j, const std::string& src, ModelConfig* c) {
+  RopeScaling& r = c->rope_scaling;
+  if (r.type != RopeScalingType::yarn) return;
+  if (!c->gemma() && j.contains("original_max_position_embeddings") &&
+      !j["original_max_position_embeddings"].is_null())
+    r.original_max_position_embeddings =
+        get_int(j, "original_max_position_embeddings", src, true, 0);
+  else if (r.original_max_position_embeddings == 0)
+    r.original_max_position_embeddings = c->max_position_embeddings;
+}
+
+// The rope object to_json writes for a scaled rope (the fields transformers reads back).
+json rope_json(const RopeScaling& r) {
+  json o;
+  switch (r.type) {
+    case RopeScalingType::none: return json(nullptr);
+    case RopeScalingType::linear: return {{"rope_type", "linear"}, {"factor", r.factor}};
+    case RopeScalingType::dynamic: return {{"rope_type", "dynamic"}, {"factor", r.factor}};
+    case RopeScalingType::llama3:
+      return {{"rope_type", "llama3"},
+              {"factor", r.factor},
+              {"low_freq_factor", r.low_freq_factor},
+              {"high_freq_factor", r.high_freq_factor},
+              {"original_max_position_embeddings", r.original_max_position_embeddings}};
+    case RopeScalingType::yarn:
+      o = {{"rope_type", "yarn"},
+           {"factor", r.factor},
+           {"original_max_position_embeddings", r.original_max_position_embeddings}};
+      if (r.beta_fast) o["beta_fast"] = *r.beta_fast;
+      if (r.beta_slow) o["beta_slow"] = *r.beta_slow;
+      if (r.attention_factor) o["attention_factor"] = *r.attention_factor;
+      if (r.mscale) o["mscale"] = *r.mscale;
+      if (r.mscale_all_dim) o["mscale_all_dim"] = *r.mscale_all_dim;
+      if (r.truncate) o["truncate"] = *r.truncate;
+      return o;
+  }
+  return json(nullptr);
+}
+
 
 // layer_types: one "sliding_attention" / "full_attention" per layer (Gemma 3, Qwen2, Qwen3).
 std::vector<bool> parse_layer_types(const json& lt, int64_t L, const std::string& src) {
@@ -305,6 +385,11 @@ void parse_gemma3(const json& j, const std::string& src, ModelConfig* c) {
       c->rope_theta = get_num(*f, "rope_theta", where, c->rope_theta);
       c->rope_scaling = RopeScaling();
       parse_rope(*f, src, "rope_parameters.full_attention", &c->rope_scaling);
+      // transformers' yarn reads `truncate` from the top level of rope_parameters, where a
+      // per-layer-type config has none: it truncates whatever the layer's entry says.
+      if (c->rope_scaling.truncate && !*c->rope_scaling.truncate)
+        throw InputError(where + ": 'truncate': false is not applied by transformers in a "
+                                 "per-layer-type rope_parameters (it truncates); remove it");
     }
     if (auto f = it->find("sliding_attention"); f != it->end() && !f->is_null()) {
       const std::string where = src + " rope_parameters.sliding_attention";
@@ -404,6 +489,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
       it != j.end() && it->is_number() && it->get<double>() != 1.0)
     throw InputError(src + ": partial_rotary_factor != 1 is not supported");
 
+  resolve_original_positions(j, src, &c);
+
   c.extra = json::object();
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
@@ -437,6 +524,42 @@ std::string fmt_double(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
+}
+
+// Checks the fields of a yarn or dynamic rope: values its formula cannot use are refused here,
+// named, rather than turned into NaN frequencies.
+void validate_scaled_rope(const RopeScaling& r, const std::string& src) {
+  const auto finite_pos = [&](const char* k, double v) {
+    if (!std::isfinite(v) || !(v > 0))
+      throw InputError(src + ": rope_scaling '" + k + "' must be positive and finite, got " +
+                       fmt_double(v));
+  };
+  finite_pos("factor", r.factor);
+  if (r.type != RopeScalingType::yarn) return;
+  if (r.original_max_position_embeddings <= 0 ||
+      r.original_max_position_embeddings > kMaxPositionEmbeddings)
+    throw InputError(src + ": rope_scaling 'original_max_position_embeddings' must be in [1, " +
+                     std::to_string(kMaxPositionEmbeddings) + "], got " +
+                     std::to_string(r.original_max_position_embeddings));
+  // 0 means the default to transformers (`or 32`, `or 1`); a negative count of rotations has
+  // no correction dimension (log of a negative number).
+  if (r.beta_fast && (!std::isfinite(*r.beta_fast) || *r.beta_fast < 0))
+    throw InputError(src + ": rope_scaling 'beta_fast' must be >= 0 and finite, got " +
+                     fmt_double(*r.beta_fast));
+  if (r.beta_slow && (!std::isfinite(*r.beta_slow) || *r.beta_slow < 0))
+    throw InputError(src + ": rope_scaling 'beta_slow' must be >= 0 and finite, got " +
+                     fmt_double(*r.beta_slow));
+  const double fast = r.beta_fast && *r.beta_fast != 0 ? *r.beta_fast : 32.0;
+  const double slow = r.beta_slow && *r.beta_slow != 0 ? *r.beta_slow : 1.0;
+  if (!(fast >= slow))
+    throw InputError(src + ": rope_scaling 'beta_fast' (" + fmt_double(fast) +
+                     ") must be >= 'beta_slow' (" + fmt_double(slow) + ")");
+  if (r.attention_factor) finite_pos("attention_factor", *r.attention_factor);
+  if (r.mscale && !std::isfinite(*r.mscale))
+    throw InputError(src + ": rope_scaling 'mscale' must be finite, got " + fmt_double(*r.mscale));
+  if (r.mscale_all_dim && !std::isfinite(*r.mscale_all_dim))
+    throw InputError(src + ": rope_scaling 'mscale_all_dim' must be finite, got " +
+                     fmt_double(*r.mscale_all_dim));
 }
 
 // A dimension in [1, max]; the message names the field, its value and the limit.
@@ -494,6 +617,9 @@ void ModelConfig::validate(const std::string& src) const {
   // there too; theta <= 1 would turn the frequencies upside down (or make them all 1).
   check_open_range(src, "rope_theta", rope_theta, 1.0, static_cast<double>(FLT_MAX),
                    "in (1, 3.4e38)");
+  if (rope_scaling.type == RopeScalingType::yarn ||
+      rope_scaling.type == RopeScalingType::dynamic)
+    validate_scaled_rope(rope_scaling, src);
   if (rope_scaling.type == RopeScalingType::linear &&
       (!std::isfinite(rope_scaling.factor) || !(rope_scaling.factor > 0)))
     throw InputError(src + ": rope_scaling 'factor' must be positive and finite, got " +
@@ -569,11 +695,9 @@ json ModelConfig::to_json() const {
   j["rope_theta"] = rope_theta;
   if (gemma()) {
     // transformers 5 spelling: one rope per layer type (read back by from_json above).
-    json full = {{"rope_type", "default"}, {"rope_theta", rope_theta}};
-    if (rope_scaling.type == RopeScalingType::linear) {
-      full["rope_type"] = "linear";
-      full["factor"] = rope_scaling.factor;
-    }
+    json full = {{"rope_type", "default"}};
+    if (rope_scaling.type != RopeScalingType::none) full = rope_json(rope_scaling);
+    full["rope_theta"] = rope_theta;
     j["rope_parameters"] = {
         {"full_attention", full},
         {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", rope_local_base_freq}}}};
@@ -593,17 +717,8 @@ json ModelConfig::to_json() const {
     j["attn_logit_softcapping"] = nullptr;
     j["hidden_activation"] = "gelu_pytorch_tanh";
     j["use_bidirectional_attention"] = false;
-  } else if (rope_scaling.type == RopeScalingType::none) {
-    j["rope_scaling"] = nullptr;
-  } else if (rope_scaling.type == RopeScalingType::linear) {
-    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
   } else {
-    j["rope_scaling"] = {
-        {"rope_type", "llama3"},
-        {"factor", rope_scaling.factor},
-        {"low_freq_factor", rope_scaling.low_freq_factor},
-        {"high_freq_factor", rope_scaling.high_freq_factor},
-        {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+    j["rope_scaling"] = rope_json(rope_scaling);
   }
   if (model_type == ModelType::mistral) {
     // MistralConfig's one window field: null is full attention (a missing key would be 4096).
@@ -629,41 +744,6 @@ json ModelConfig::to_json() const {
   j["pad_token_id"] = pad_token_id ? json(*pad_token_id) : json(nullptr);
   if (!gemma() && !j.contains("hidden_act")) j["hidden_act"] = "silu";
   return j;
-}
-
-std::vector<float> ModelConfig::rope_inv_freq(bool local) const {
-  // inv_freq[i] = theta^(-2i/h), computed as Hugging Face does: in float32 from an int64 arange.
-  const int64_t half = head_dim / 2;
-  const double theta = local ? rope_local_base_freq : rope_theta;
-  std::vector<float> inv(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(theta), expo);
-  }
-  if (local) return inv;  // Gemma's sliding layers: default rope, never scaled
-  if (rope_scaling.type == RopeScalingType::linear) {
-    // transformers' "linear" rope: inv_freq / factor (in float32).
-    for (float& f : inv) f = f / static_cast<float>(rope_scaling.factor);
-  }
-  if (rope_scaling.type == RopeScalingType::llama3) {
-    // Llama 3.1 frequency-dependent scaling: long wavelengths are divided by `factor`,
-    // short ones kept, and the band between is interpolated smoothly.
-    const double factor = rope_scaling.factor;
-    const double low = rope_scaling.low_freq_factor, high = rope_scaling.high_freq_factor;
-    const double old_ctx = static_cast<double>(rope_scaling.original_max_position_embeddings);
-    const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
-    for (float& f : inv) {
-      const double wavelen = 2.0 * M_PI / static_cast<double>(f);
-      if (wavelen > low_wavelen) {
-        f = static_cast<float>(f / factor);
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (old_ctx / wavelen - low) / (high - low);
-        const double scaled = f / factor;
-        f = static_cast<float>((1.0 - smooth) * scaled + smooth * f);
-      }
-    }
-  }
-  return inv;
 }
 
 int64_t ModelConfig::padding_row() const {

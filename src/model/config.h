@@ -27,7 +27,12 @@ const char* model_type_name(ModelType t);
 const char* model_class_prefix(ModelType t);
 
 // linear: every inverse frequency divided by `factor` (Gemma 3's full-attention layers).
-enum class RopeScalingType { none, llama3, linear };
+// yarn: YaRN (Qwen2.5 / Qwen3 long-context configs): frequencies ramped between interpolated
+//   (divided by factor) and kept by beta_fast/beta_slow rotations over
+//   original_max_position_embeddings, and cos/sin scaled by an attention factor.
+// dynamic: NTK-aware dynamic scaling: beyond max_position_embeddings the rope base grows with
+//   the length served (model/rope.h defines that length for a packed batch and generation).
+enum class RopeScalingType { none, llama3, linear, yarn, dynamic };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::none;
@@ -35,6 +40,22 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // yarn only. Unset fields take transformers' defaults (model/rope.cpp) and are not written
+  // back, so a config round-trips as it was given.
+  std::optional<double> beta_fast;         // default 32 (as is 0: transformers reads `or 32`)
+  std::optional<double> beta_slow;         // default 1 (likewise for 0)
+  std::optional<double> attention_factor;  // default from factor, mscale, mscale_all_dim
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+  std::optional<bool> truncate;  // default true: floor/ceil the correction range
+};
+
+// The rope of one table: the inverse frequencies and the factor cos and sin are multiplied by
+// (yarn's attention factor, 1 otherwise). The one place the kernels' rope comes from.
+struct RopeFrequencies {
+  std::vector<float> inv_freq;     // (h/2)
+  float attention_factor = 1.0f;   // multiplies cos and sin, as transformers' attention_scaling
+  bool operator==(const RopeFrequencies&) const = default;
 };
 
 // Upper bounds of a model's dimensions (docs/MODELS.md, "Limits"). config.json is untrusted
@@ -132,9 +153,19 @@ struct ModelConfig {
   // config is validated before anything is sized from it.
   void validate(const std::string& source) const;
 
-  // Rotary inverse frequencies (h/2), after rope scaling, as Hugging Face computes them.
+  // Rotary inverse frequencies (h/2), after rope scaling, as Hugging Face computes them at
+  // initialisation (dynamic: for max_position_embeddings positions, i.e. unscaled).
   // local: those of Gemma's sliding layers (rope_local_base_freq, never scaled).
   std::vector<float> rope_inv_freq(bool local = false) const;
+  // The rope of a table that serves positions 0 .. seq_len - 1 (model/rope.cpp). seq_len only
+  // matters to `dynamic` scaling (transformers' max(position_ids) + 1).
+  RopeFrequencies rope_frequencies(int64_t seq_len, bool local = false) const;
+  // The rope scaling in words ("yarn x4 over 32768 original positions"); "" for none.
+  std::string rope_scaling_description() const;
+  // The positions the model was trained on: yarn's original_max_position_embeddings (yarn
+  // stretches a rope trained on those; Qwen's long-context configs add it at inference), else
+  // max_position_embeddings (Llama 3.1 was trained to its 131072 with its llama3 scaling).
+  int64_t trained_positions() const;
 
   // Checked: throws InputError if the count does not fit int64 (validate bounds it first).
   int64_t num_parameters() const;

@@ -1,6 +1,7 @@
 #include "train/config_keys.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
@@ -50,6 +51,55 @@ ConfigKey mode_key() {
     }
   };
   k.get = [](const TrainConfig& c) { return nlohmann::json(mode_name(c.mode)); };
+  return k;
+}
+
+// context.rope_scaling (train/context_extension.h): a mapping in config.json's rope_scaling
+// spelling, its values YAML scalars read as what they look like (true/false, numbers, strings);
+// `none` or `default`: the default rope.
+ConfigKey context_rope_scaling_key() {
+  ConfigKey k;
+  k.name = "context.rope_scaling";
+  k.set = [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    const std::string key = "context.rope_scaling";
+    // "": unset (a stored config lists every key, the unset ones as "").
+    if (n.IsScalar() && n.Scalar().empty()) {
+      c.context.set_rope = false;
+      c.context.rope_scaling = nullptr;
+      return;
+    }
+    c.context.set_rope = true;
+    if (n.IsNull() || (n.IsScalar() && (n.Scalar() == "none" || n.Scalar() == "default"))) {
+      c.context.rope_scaling = nullptr;
+      return;
+    }
+    if (!n.IsMap()) bad_value(where, key, "a mapping (rope_type: yarn, factor: 4, ...) or none", n);
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& kv : n) {
+      const std::string field = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      if (!v.IsScalar()) bad_value(where, key + "." + field, "a number, true/false or a name", v);
+      const std::string s = v.Scalar();
+      if (s == "true" || s == "false") {
+        j[field] = s == "true";
+        continue;
+      }
+      char* end = nullptr;
+      const double d = std::strtod(s.c_str(), &end);
+      if (!s.empty() && end == s.c_str() + s.size()) {
+        const bool integral = s.find_first_of(".eE") == std::string::npos;
+        j[field] = integral ? nlohmann::json(static_cast<int64_t>(d)) : nlohmann::json(d);
+      } else {
+        j[field] = s;
+      }
+    }
+    c.context.rope_scaling = j;
+  };
+  k.get = [](const TrainConfig& c) {
+    return c.context.set_rope ? (c.context.rope_scaling.is_null() ? nlohmann::json("none")
+                                                                  : c.context.rope_scaling)
+                              : nlohmann::json("");
+  };
   return k;
 }
 
@@ -428,6 +478,10 @@ const std::vector<ConfigKey>& config_keys() {
         report_to_key(),
         KEY(bool, "overwrite_output_dir", overwrite_output_dir),
         AUTO_KEY(DType, "save_dtype", save_dtype, kWeightDTypeNames),
+        context_rope_scaling_key(),
+        KEY(int64_t, "context.max_position_embeddings", context.max_position_embeddings)
+            .in(IntegerBound{.lo = 0, .hi = kMaxPositionEmbeddings,
+                             .outside = "must be between 1 and 2^31 (0: the model's own)"}),
         KEY(std::string, "data.train", data_train).must_give("a JSONL file").given_non_empty(),
         KEY(std::string, "data.eval", data_eval).given_non_empty(),
         KEY(double, "data.eval_fraction", eval_fraction).in(RealBound{kFraction}),

@@ -22,6 +22,7 @@
 #include "objective/objective_setup.h"
 #include "optim/lr_schedule.h"
 #include "reward/reward.h"
+#include "train/context_extension.h"
 #include "train/demo.h"
 
 namespace sbp {
@@ -84,6 +85,8 @@ struct TrainConfig {
   std::vector<std::string> report_to;
   bool overwrite_output_dir = false;  // a fresh run may replace a previous run's checkpoints
   std::optional<DType> save_dtype;    // f32 | bf16 | f16; empty (auto): the input checkpoint's
+  // context.rope_scaling, context.max_position_embeddings (train/context_extension.h).
+  ContextExtension context;
 
   // Data.
   std::string data_train, data_eval;      // a JSONL path, or in_memory_label() with the text:

@@ -176,6 +176,7 @@ Trainer::Trainer(const TrainConfig& c, const std::string& resume, RunRanks ranks
 // The starting model, the checkpoint's state when resuming, and the data.
 void Trainer::load_inputs(const std::string& resume) {
   std::tie(start_.policy, start_.dir) = resolve_starting_model(c_);
+  start_.policy = extend_context(start_.policy, c_.context, c_.where("context.rope_scaling"));
   if (!resume.empty()) {
     start_.ckpt = resolve_resume_dir(resume);
     start_.resumed = read_trainer_state(start_.ckpt);
@@ -232,7 +233,7 @@ void Trainer::build_models() {
   std::optional<ModelConfig> ref_cfg, value_cfg;
   const std::string& ref_dir = c_.reference_dir();
   if (setup_.needs_reference() && !ref_dir.empty()) {
-    ref_cfg = load_config(ref_dir);
+    ref_cfg = extend_context(load_config(ref_dir), c_.context, c_.where("context.rope_scaling"));
     if (ref_cfg->vocab_size != start_.policy.vocab_size)
       throw InputError(ref_dir + ": the reference model's vocab_size differs from the policy's");
   }

@@ -135,6 +135,27 @@ TEST_P(BackendOps, RopeTableIsCosThenSin) {
   EXPECT_LT(rel_err_vec(down(table), expect), 1e-7);
 }
 
+// yarn's attention factor scales cos and sin after their fp32 rounding (as transformers
+// multiplies them), and a table built in row ranges (dynamic rope in generation) holds the
+// positions first_position + row: bit for bit the rows of one table, times the factor.
+TEST_P(BackendOps, RopeTableScaledAndFromAPosition) {
+  const int64_t P = 50, h = 6, p0 = 17;
+  const std::vector<float> inv = {1.0f, 0.1f, 1e-3f};
+  const float s = 1.1386294f;
+  Buffer whole = zeros({P, h}), scaled = zeros({P, h}), part = zeros({P - p0, h});
+  be.rope_table(whole.view(), inv);
+  be.rope_table(scaled.view(), inv, s);
+  be.rope_table(part.view(), inv, s, p0);
+  EXPECT_THROW(be.rope_table(part.view(), inv, 0.0f), ShapeError);
+  EXPECT_THROW(be.rope_table(part.view(), inv, 1.0f, -1), ShapeError);
+  if (!computes()) return;
+  const Vec w = down(whole), sc = down(scaled), pt = down(part);
+  for (int64_t i = 0; i < P * h; ++i)
+    ASSERT_EQ(static_cast<float>(sc[i]), static_cast<float>(w[i]) * s) << i;
+  for (int64_t i = 0; i < (P - p0) * h; ++i)
+    ASSERT_EQ(pt[i], sc[p0 * h + i]) << i;
+}
+
 TEST_P(BackendOps, RopeForwardBackward) {
   const int64_t heads = 3, h = 8, P = 40;
   std::vector<int32_t> pos = {0, 1, 7, 39, 3};

@@ -90,7 +90,34 @@ TEST_P(GreedyParity, EqualsTransformersTokenForToken) {
 // within the first 6 new tokens of every prompt.
 INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyParity,
                          ::testing::Values("qwen3_gqa_qknorm", "llama_rope_llama3",
-                                           "qwen2_bias_tied", "mistral_sliding_window"));
+                                           "qwen2_bias_tied", "mistral_sliding_window",
+                                           "llama_rope_yarn"));
+
+// Dynamic rope (issue 52): transformers recomputes the frequencies from each forward's length,
+// so a new token past max_position_embeddings (32 here) is rotated with its own step's
+// frequencies and a 40-token prompt with its length's. Each prompt alone (a batch shares the
+// longest prompt's length: docs/MODELS.md), whole and in stream chunks of 3 rows.
+TEST(DynamicRopeGreedyParity, EachPromptAloneEqualsTransformers) {
+  const json fx =
+      json::parse(test::read_text(fixture_dir("llama_rope_dynamic") + "/generate.json"));
+  const auto prompts = fx["prompts"].get<std::vector<std::vector<int>>>();
+  const int max_new = fx["max_new_tokens"].get<int>();
+  test::TempDir tmp;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (const std::string& flags : {std::string(""), std::string("--mode stream --layer-chunk 3")}) {
+      SCOPED_TRACE("prompt " + std::to_string(i) + " " + flags);
+      const std::vector<json> out =
+          generate(tmp, fixture_dir("llama_rope_dynamic") + "/model", {prompts[i]},
+                   "--greedy --max-new-tokens " + std::to_string(max_new) + " " + flags);
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_EQ(out[0]["ids"].get<std::vector<int>>(), fx["completions"][i].get<std::vector<int>>());
+      const auto lp = out[0]["logprobs"].get<std::vector<double>>();
+      const auto want = fx["logprobs"][i].get<std::vector<double>>();
+      ASSERT_EQ(lp.size(), want.size());
+      for (size_t t = 0; t < lp.size(); ++t) EXPECT_NEAR(lp[t], want[t], 2e-5) << "token " << t;
+    }
+  }
+}
 
 class LogprobsEqualScores : public ::testing::TestWithParam<const char*> {};
 

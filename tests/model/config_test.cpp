@@ -126,8 +126,8 @@ TEST(ModelConfig, RopeScalingLlama3) {
   json j = base_config();
   j["rope_scaling"] = {{"rope_type", "default"}};
   EXPECT_TRUE(ModelConfig::from_json(j, "c").rope_scaling.type == RopeScalingType::none);
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_config_error(j, {"yarn", "not supported"});
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  expect_config_error(j, {"longrope", "not supported"});  // no supported family's config uses it
   j["rope_scaling"] = "llama3";
   expect_config_error(j, {"'rope_scaling' must be an object"});
   j["rope_scaling"] = {{"rope_type", "llama3"},

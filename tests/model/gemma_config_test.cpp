@@ -137,8 +137,12 @@ TEST(GemmaConfig, RejectsBadFieldsNamingFileAndField) {
   expect_error(with("layer_types", "full"), {"layer_types", "array"});
   expect_error(with("use_bidirectional_attention", true), {"use_bidirectional_attention"});
   json j = gemma_config();
-  j["rope_parameters"]["full_attention"]["rope_type"] = "yarn";
-  expect_error(j, {"rope_parameters.full_attention", "yarn"});
+  j["rope_parameters"]["full_attention"]["rope_type"] = "longrope";
+  expect_error(j, {"rope_parameters.full_attention", "longrope"});
+  j = gemma_config();  // transformers ignores truncate inside a per-layer-type entry
+  j["rope_parameters"]["full_attention"] = {{"rope_type", "yarn"}, {"factor", 4.0},
+                                            {"truncate", false}, {"rope_theta", 1e6}};
+  expect_error(j, {"rope_parameters.full_attention", "truncate"});
   j = gemma_config();
   j["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"}, {"factor", 2.0}};
   expect_error(j, {"sliding_attention", "default rope"});

@@ -36,7 +36,10 @@ inline const std::vector<std::string>& fixture_names() {
       "qwen3_gqa_qknorm",       "qwen2_bias_tied",    "llama_rope_llama3",
       "qwen3_head_dim_24",      "qwen3_bf16",         "qwen2_sharded",
       "gemma3_sliding_softcap", "gemma3_mqa_pattern", "qwen2_sliding_window",
-      "mistral_sliding_window", "gemma3_pad_tied",    "llama_pad_untied"};
+      "mistral_sliding_window", "gemma3_pad_tied",    "llama_pad_untied",
+      // Long-context rope scalings (issue 52), at lengths beyond the original positions.
+      "llama_rope_yarn",        "qwen3_rope_yarn_mscale", "qwen2_rope_yarn_attention_factor",
+      "gemma3_rope_yarn",       "llama_rope_dynamic"};
   return names;
 }
 

@@ -439,5 +439,34 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, HfRoundtrip,
                            return std::string(kRoundtrips[info.param].fixture);
                          });
 
+// Context extension (issue 52): a checkpoint `streambp train` wrote with context.rope_scaling
+// yarn x4 (over 128 original positions) and context.max_position_embeddings 512, committed with
+// the log-probs transformers computes from it (tools/hf_parity/check_context_extension.py), at
+// 170 .. 450 positions. streambp reads the rope from the checkpoint's config.json and gives the
+// same log-probs: the trainer wrote what it trained with, in the spelling transformers reads.
+TEST(HfContextExtension, TrainedCheckpointScoresAsInTransformers) {
+  const std::string dir = test::source_dir() + "/tests/fixtures/hf/context_extension";
+  const json want = read_json(dir + "/transformers_logprobs.json");
+  EXPECT_EQ(want["rope_parameters"]["rope_type"], "yarn");
+  Ledger ledger;
+  const std::unique_ptr<Backend> backend = test::backend();
+  Pool pool(ledger, *backend);
+  const ModelConfig cfg = load_config(dir + "/model");
+  ASSERT_EQ(cfg.rope_scaling.type, RopeScalingType::yarn);
+  EXPECT_EQ(cfg.max_position_embeddings, 512);
+  ParameterSet w(cfg, pool, Category::weights, DType::F32, false);
+  load_weights(dir + "/model", cfg, w);
+  const Batch batch = read_batch(dir + "/tokens.json");
+  const std::vector<float> expected = flatten_logprobs(want["logprobs"]);
+  set_cpu_threads(1);
+  for (const ExecConfig& e : {mode("base"), mode("stream", 64, 32), mode("stream", 7, 5)}) {
+    Engine engine(cfg, w, *backend, pool, e);
+    const std::vector<float> got = per_sequence_logp(batch, engine.score(batch).logp);
+    const double err = rel_err(got, expected);
+    std::printf("[parity] context extension %s logp max rel err %.2e\n", describe(e).c_str(), err);
+    EXPECT_LT(err, kTol) << describe(e);
+  }
+}
+
 }  // namespace
 }  // namespace sbp

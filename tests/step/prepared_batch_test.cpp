@@ -24,11 +24,12 @@ class RopeCountingBackend final : public CpuBackend {
   int64_t rope_tables = 0;
 
  private:
-  void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) override {
+  void rope_table_impl(const Tensor& table, std::span<const float> inv_freq,
+                       float attention_factor, int64_t first_position) override {
     ++rope_tables;
     Tensor same_bytes = table;
     same_bytes.memory = &builder_;
-    builder_.rope_table(same_bytes, inv_freq);
+    builder_.rope_table(same_bytes, inv_freq, attention_factor, first_position);
   }
   CpuBackend builder_;
 };

@@ -211,9 +211,9 @@ TEST(TrainConfig, ObjectiveKeysStayAsTheyWere) {
   EXPECT_EQ(
       error_of(kMinimal, {"nope=1"}),
       "override 'nope=1': unknown key 'nope' (known keys: model, tokenizer, output_dir, metrics, "
-      "report_to, overwrite_output_dir, save_dtype, data.*, objective, dpo.*, orpo.*, kto.*, "
-      "simpo.*, grpo.*, "
-      "ppo.*, rewards, reward_timeout, log_completions_every, backend, precision, grad_dtype, mode, "
+      "report_to, overwrite_output_dir, save_dtype, context.*, data.*, objective, dpo.*, orpo.*, "
+      "kto.*, simpo.*, grpo.*, ppo.*, rewards, reward_timeout, log_completions_every, backend, "
+      "precision, grad_dtype, mode, "
       "layer_chunk, head_chunk, memory_budget, offload, host_memory_budget, max_tokens, "
       "grad_accum, epochs, max_steps, stop_after_steps, threads, seed, optim.*, schedule.*, "
       "eval_every, save_every, keep_last, on_nonfinite, dist.*, lora.*, demo.*)");

@@ -187,6 +187,65 @@ FIXTURE_SPECS = [
          lengths=[27, 35, 12], dtype="float32", shard=None,
          covers="llama pad row: pad_token_id 7 in every sequence, a trained (nonzero) row, "
                 "untied LM head (embed_tokens row 7's gradient exactly zero)"),
+    # Long-context rope scalings (issue 52), every sequence but the short one longer than the
+    # rope's original length, so the scaled frequencies decide the result.
+    dict(name="llama_rope_yarn", model_type="llama", seed=13,
+         config=tiny(max_position_embeddings=128, rms_norm_eps=1e-5,
+                     rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                   "original_max_position_embeddings": 32}),
+         # head_dim 16, theta 1e4, 32 original positions, transformers' defaults (beta_fast 32,
+         # beta_slow 1, truncate): dimension 0 kept, 1 half-interpolated, 2..7 divided by 4;
+         # cos and sin scaled by 0.1 ln 4 + 1 = 1.139.
+         lengths=[61, 40, 12, 77], dtype="float32", shard=None,
+         covers="llama: rope_scaling yarn x4 over 32 original positions with transformers' "
+                "defaults (beta_fast 32, beta_slow 1, truncated correction range, attention "
+                "factor 0.1 ln(factor) + 1), sequences up to 77 positions"),
+    dict(name="qwen3_rope_yarn_mscale", model_type="qwen3", seed=14,
+         config=tiny(max_position_embeddings=72, rope_theta=500.0,
+                     rope_scaling={"rope_type": "yarn", "factor": 3.0,
+                                   "original_max_position_embeddings": 24,
+                                   "beta_fast": 12.0, "beta_slow": 1.5, "mscale": 0.9,
+                                   "mscale_all_dim": 0.5, "truncate": False}),
+         # theta 500 spreads the correction range over dimensions 0.8 .. 4.6 (not truncated:
+         # fractional ramp ends); the attention factor is mscale / mscale_all_dim's ratio.
+         lengths=[50, 33, 70, 8], dtype="float32", shard=None,
+         covers="qwen3: rope_scaling yarn x3 over 24 original positions, beta_fast 12, beta_slow "
+                "1.5, truncate false, mscale 0.9 / mscale_all_dim 0.5 attention factor"),
+    dict(name="qwen2_rope_yarn_attention_factor", model_type="qwen2", seed=15,
+         config=tiny(vocab_size=112, hidden_size=48, intermediate_size=96,
+                     num_attention_heads=6, num_key_value_heads=2, head_dim=8,
+                     max_position_embeddings=60, rope_theta=1000.0,
+                     rope_scaling={"rope_type": "yarn", "factor": 2.0,
+                                   "original_max_position_embeddings": 30,
+                                   "attention_factor": 0.8}),
+         lengths=[45, 21, 60], dtype="float32", shard=None,
+         covers="qwen2: rope_scaling yarn x2 over 30 original positions with an explicit "
+                "attention_factor 0.8 (cos and sin shrunk), q/k/v biases, head_dim 8"),
+    dict(name="gemma3_rope_yarn", model_type="gemma3_text", seed=17,
+         config=tiny(vocab_size=90, hidden_size=48, intermediate_size=80,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+                     max_position_embeddings=96, tie_word_embeddings=True,
+                     query_pre_attn_scalar=12, sliding_window=8,
+                     layer_types=["sliding_attention", "full_attention"],
+                     rope_parameters={
+                         "full_attention": {"rope_type": "yarn", "factor": 4.0,
+                                            "original_max_position_embeddings": 24,
+                                            "rope_theta": 10000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}),
+         lowest_token_id=1,
+         lengths=[58, 30, 90], dtype="float32", shard=None,
+         covers="gemma3_text: yarn x4 over 24 original positions on the full-attention layer, "
+                "the default local rope (base 100) on the sliding one, window 8"),
+    dict(name="llama_rope_dynamic", model_type="llama", seed=16,
+         config=tiny(max_position_embeddings=32, rms_norm_eps=1e-5,
+                     rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+         # Dynamic NTK recomputes the frequencies from max(position_ids) + 1 of a forward: the
+         # reference runs as one padded batch would (dynamic_warmup below), every sequence
+         # with the longest one's length, 71 > max_position_embeddings 32.
+         dynamic_warmup=True,
+         lengths=[71, 40, 33, 55], dtype="float32", shard=None,
+         covers="llama: rope_scaling dynamic x2 beyond max_position_embeddings 32, the batch's "
+                "frequencies from its longest sequence (71 positions)"),
 ]
 
 
@@ -245,6 +304,28 @@ def make_inputs(spec: dict, vocab: int) -> tuple[list[list[int]], list[list[int]
         seqs.append(ids)
         masks.append(mask)
     return seqs, masks
+
+
+def rope_state(model) -> dict:
+    """The rotary frequencies and the cos/sin factor the model's rotary embedding holds now
+    (Gemma 3: those of its full-attention layers)."""
+    rot = model.model.rotary_emb
+    if hasattr(rot, "full_attention_inv_freq"):
+        return {"inv_freq": [float(x) for x in rot.full_attention_inv_freq],
+                "attention_scaling": float(rot.full_attention_attention_scaling)}
+    return {"inv_freq": [float(x) for x in rot.inv_freq],
+            "attention_scaling": float(rot.attention_scaling)}
+
+
+def dynamic_warmup(model, length: int) -> None:
+    """Dynamic NTK: transformers recomputes the frequencies from max(position_ids) + 1 of each
+    forward and keeps them while later forwards are no longer (and not shorter than
+    max_position_embeddings). One rotary call over `length` positions makes every sequence of
+    the fixture (each >= max_position_embeddings) use the frequencies of the longest, as one
+    padded batch of them would: the packed batch streambp computes."""
+    rot = model.model.rotary_emb
+    x = torch.zeros(1, dtype=next(model.parameters()).dtype)
+    rot(x, torch.arange(length)[None])
 
 
 def expected_outputs(model, seqs, masks) -> tuple[dict, dict]:
@@ -371,11 +452,19 @@ def make_fixture(spec: dict, root: Path) -> None:
 
     vocab = ref.config.vocab_size
     seqs, masks = make_inputs(spec, vocab)
+    if spec.get("dynamic_warmup"):
+        assert min(spec["lengths"]) >= ref.config.max_position_embeddings
+        dynamic_warmup(ref, max(spec["lengths"]))
     write_json(out / "tokens.json", {"sequences": seqs, "loss_mask": masks})
     expected, grads = expected_outputs(ref, seqs, masks)
     expected = {"fixture": spec["name"], "model_type": spec["model_type"],
                 "checkpoint_dtype": spec["dtype"], "sharded": bool(spec["shard"]),
                 "covers": spec["covers"], **expected}
+    rope = spec["config"].get("rope_scaling") or \
+        spec["config"].get("rope_parameters", {}).get("full_attention", {})
+    if rope.get("rope_type") in ("yarn", "dynamic"):
+        # The frequencies the reference rotated with (tests/model/rope_test.cpp compares).
+        expected["rope"] = {"seq_len": max(spec["lengths"]), **rope_state(ref)}
     write_json(out / "expected.json", expected)
     # One metadata key only: safetensors writes the metadata map in hash order, so a second key
     # would make the bytes differ from run to run.
@@ -387,6 +476,8 @@ def make_fixture(spec: dict, root: Path) -> None:
     ref16 = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.bfloat16, attn_implementation="eager")
     ref16.eval()
+    if spec.get("dynamic_warmup"):
+        dynamic_warmup(ref16, max(spec["lengths"]))
     exp16, grads16 = expected_outputs(ref16, seqs, masks)
     exp16 = {"fixture": spec["name"], "precision": "bf16",
              "hf_bf16_vs_fp32": bf16_distances(expected, grads, exp16, grads16), **exp16}

@@ -27,7 +27,12 @@ from make_fixtures import FIXTURES, versions  # noqa: E402
 
 # mistral_sliding_window: every layer a window of 6, far below prompt + completion (up to 104
 # tokens), so the KV cache's windowed attention decides every token after the first few.
-MODELS = ["qwen3_gqa_qknorm", "llama_rope_llama3", "qwen2_bias_tied", "mistral_sliding_window"]
+# llama_rope_yarn: 104 positions, 3x its rope's 32 original ones (yarn x4, issue 52).
+# llama_rope_dynamic: max_position_embeddings 32, so transformers recomputes the frequencies at
+# every new position past 32 (and the 40-token prompt's from its length): streambp's per-row
+# dynamic table (engine/prepared_batch.h) against it, one prompt at a time.
+MODELS = ["qwen3_gqa_qknorm", "llama_rope_llama3", "qwen2_bias_tied", "mistral_sliding_window",
+          "llama_rope_yarn", "llama_rope_dynamic"]
 PROMPT_LENGTHS = [1, 5, 17, 40]
 MAX_NEW_TOKENS = 64
 
@@ -50,6 +55,12 @@ def main() -> int:
         prompts, completions, logprobs = [], [], []
         for n in PROMPT_LENGTHS:
             ids = torch.randint(0, vocab, (1, n), generator=g)
+            if model.config.rope_parameters.get("rope_type") == "dynamic":
+                # transformers' dynamic rope keeps the longest length any earlier call saw (a
+                # 40-token prompt after a 17 + 64-token generation would rotate with 81's
+                # frequencies): each prompt gets a fresh model, as a fresh process would.
+                model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                             attn_implementation="eager").eval()
             with torch.no_grad():
                 out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                      max_new_tokens=MAX_NEW_TOKENS, min_new_tokens=MAX_NEW_TOKENS,

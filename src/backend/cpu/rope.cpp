@@ -9,16 +9,22 @@
 
 namespace sbp {
 
-void CpuBackend::rope_table_impl(const Tensor& table, std::span<const float> inv_freq) {
+void CpuBackend::rope_table_impl(const Tensor& table, std::span<const float> inv_freq,
+                                 float attention_factor, int64_t first_position) {
   const int64_t P = table.rows(), h = table.cols(), half = h / 2;
-  float* pt = table.f32();  // (P, h): [cos | sin]
+  float* pt = table.f32();  // (P, h): [s cos | s sin]
+  const float s = attention_factor;
 #pragma omp parallel for schedule(static) if (P * h > cpu::kMinParallelWork)
-  for (int64_t p = 0; p < P; ++p) {
+  for (int64_t r = 0; r < P; ++r) {
+    const int64_t p = first_position + r;
     for (int64_t i = 0; i < half; ++i) {
-      // The angle is rounded to fp32 first, as transformers computes it (fp32 outer product).
+      // The angle is rounded to fp32 first, as transformers computes it (fp32 outer product);
+      // cos and sin are rounded to fp32 before the fp32 product with s, as there.
       const float angle = static_cast<float>(p) * inv_freq[static_cast<size_t>(i)];
-      pt[p * h + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      pt[p * h + half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+      const float sn = static_cast<float>(std::sin(static_cast<double>(angle)));
+      pt[r * h + i] = c * s  /* exact when s = 1 */;
+      pt[r * h + half + i] = sn * s;
     }
   }
 }

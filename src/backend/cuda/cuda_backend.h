@@ -135,7 +135,8 @@ class CudaBackend : public Backend {
   void rmsnorm_backward_impl(const Tensor& dx, const Tensor& dg, const Tensor& dy, const Tensor& x,
                              const Tensor& g, float eps, float weight_offset) override;
 
-  void rope_table_impl(const Tensor& table, std::span<const float> inv_freq) override;
+  void rope_table_impl(const Tensor& table, std::span<const float> inv_freq,
+                       float attention_factor, int64_t first_position) override;
   void rope_forward_impl(const Tensor& x, const Tensor& positions, const Tensor& table) override;
   void rope_backward_impl(const Tensor& dx, const Tensor& positions, const Tensor& table) override;
 

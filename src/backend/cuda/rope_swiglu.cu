@@ -19,14 +19,18 @@ using cuda::grid_for;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
-// table (P, h): [cos | sin] of p * inv_freq, the angle rounded to fp32 first (as transformers
-// and the CPU backend compute it), cos and sin in fp64.
-__global__ void rope_table_kernel(float* table, const float* inv_freq, int64_t P, int64_t half) {
+// table (P, h): [s cos | s sin] of p * inv_freq at p = p0 + row, the angle rounded to fp32
+// first (as transformers and the CPU backend compute it), cos and sin in fp64 rounded to fp32,
+// then the fp32 product with the attention factor s (yarn; 1 otherwise).
+__global__ void rope_table_kernel(float* table, const float* inv_freq, int64_t P, int64_t half,
+                                  float s, int64_t p0) {
   SBP_GRID_STRIDE(e, P * half) {
-    const int64_t p = e / half, i = e % half;
-    const float angle = static_cast<float>(p) * inv_freq[i];
-    table[p * 2 * half + i] = static_cast<float>(cos(static_cast<double>(angle)));
-    table[p * 2 * half + half + i] = static_cast<float>(sin(static_cast<double>(angle)));
+    const int64_t r = e / half, i = e % half;
+    const float angle = static_cast<float>(p0 + r) * inv_freq[i];
+    const float c = static_cast<float>(cos(static_cast<double>(angle)));
+    const float sn = static_cast<float>(sin(static_cast<double>(angle)));
+    table[r * 2 * half + i] = c * s;
+    table[r * 2 * half + half + i] = sn * s;
   }
 }
 
@@ -61,12 +65,14 @@ __global__ void swiglu_backward_kernel(FPtr dgate, FPtr dup, FPtr dout, FPtr gat
 
 }  // namespace
 
-void CudaBackend::rope_table_impl(const Tensor& table, std::span<const float> inv_freq) {
+void CudaBackend::rope_table_impl(const Tensor& table, std::span<const float> inv_freq,
+                                  float attention_factor, int64_t first_position) {
   const int64_t P = table.rows(), half = table.cols() / 2;
   if (P == 0) return;
   auto* f = static_cast<float*>(scratch(kScratchA, sizeof(float) * half));
   upload_async(f, inv_freq.data(), sizeof(float) * half);  // staged: no wait
-  SBP_LAUNCH(rope_table_kernel, grid_for(P * half, 256), 256, 0, stream_, table.f32(), f, P, half);
+  SBP_LAUNCH(rope_table_kernel, grid_for(P * half, 256), 256, 0, stream_, table.f32(), f, P, half,
+             attention_factor, first_position);
 }
 
 namespace {

@@ -50,7 +50,7 @@ class MetaBackend final : public Backend {
   void rmsnorm_forward_impl(const Tensor&, const Tensor&, const Tensor&, float, float) override {}
   void rmsnorm_backward_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                              const Tensor&, float, float) override {}
-  void rope_table_impl(const Tensor&, std::span<const float>) override {}
+  void rope_table_impl(const Tensor&, std::span<const float>, float, int64_t) override {}
   void rope_forward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
   void rope_backward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_forward_impl(const Tensor&, const Tensor&, const Tensor&) override {}
