@@ -5,9 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -131,9 +130,6 @@ void write_passkey_heatmap(const std::vector<PasskeyCell>& cells, const std::str
   const auto lengths = distinct<int64_t>(cells, [](const PasskeyCell& c) { return c.length; });
   const auto depths = distinct<double>(cells, [](const PasskeyCell& c) { return c.depth; });
 
-  std::string tmpl = (fs::temp_directory_path() / "streambp-eval-XXXXXX").string();
-  if (!mkdtemp(tmpl.data())) throw InputError("eval: cannot create a temporary directory");
-  const fs::path tmp(tmpl);
   // One line per cell: column index, row index, accuracy, label.
   std::ostringstream data;
   for (size_t j = 0; j < depths.size(); ++j)
@@ -143,24 +139,15 @@ void write_passkey_heatmap(const std::vector<PasskeyCell>& cells, const std::str
       data << i << ' ' << j << ' ' << static_cast<double>(c->found) / c->trials << " \"" << c->found
            << '/' << c->trials << "\"\n";
     }
-  std::string partial, data_q, partial_q;
-  try {
-    write_file_atomically((tmp / "cells.dat").string(), data.str());
-    partial = (tmp / ("image" + ext)).string();
-    data_q = gnuplot_string((tmp / "cells.dat").string(), "eval: temporary directory");
-    partial_q = gnuplot_string(partial, "eval: temporary directory");
-  } catch (const InputError&) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-  auto script_for = [&](const std::string& terminal) {
+  auto script_for = [&](const std::string& terminal,
+                        const std::map<std::string, std::string>& paths) {
+    const std::string& data_q = paths.at("cells.dat");
     std::ostringstream s;
     // Wide enough for a title of a model path and the scaling, however few the lengths.
     s << "set terminal " << terminal << " size "
       << std::max<size_t>(720, 160 + 110 * lengths.size()) << "," << 160 + 60 * depths.size()
       << "\n"
-      << "set output " << partial_q << "\nset title " << title_q << " font ',10'\n"
+      << "set output " << paths.at("image") << "\nset title " << title_q << " font ',10'\n"
       << "set xlabel 'length (tokens)'\nset ylabel 'depth of the key'\n"
       << "set cbrange [0:1]\nset cblabel 'keys found'\n"
       << "set palette defined (0 '#b2182b', 0.5 '#f7f7f7', 1 '#2166ac')\n"
@@ -176,36 +163,10 @@ void write_passkey_heatmap(const std::vector<PasskeyCell>& cells, const std::str
     // fewer depths leaves its others blank).
     s << ")\nplot " << data_q
       << " using 1:2:(0.5):(0.5):3 with boxxyerror fs solid 1.0 noborder fc palette notitle, "
-      << data_q
-      << " using 1:2:4 with labels notitle\nset output\n";
+      << data_q << " using 1:2:4 with labels notitle\nset output\n";
     return s.str();
   };
-  std::string output;
-  int rc = -1;
-  for (const std::string& terminal : ext == ".svg" ? std::vector<std::string>{"svg"}
-                                                   : std::vector<std::string>{"pngcairo", "png"}) {
-    write_file_atomically((tmp / "heatmap.gp").string(), script_for(terminal));
-    output.clear();
-    rc = run_gnuplot(program, (tmp / "heatmap.gp").string(), output);
-    if (rc == 0) break;
-  }
-  std::string image;
-  if (rc == 0) {
-    try {
-      image = read_input_file(partial);
-    } catch (const InputError&) {
-      rc = -1;
-      output = "it wrote no image";
-    }
-  }
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  if (rc != 0) {
-    for (char& ch : output)
-      if (ch == '\n' || ch == '\r') ch = ' ';
-    throw InputError("eval: gnuplot failed (exit " + std::to_string(rc) + "): " + output);
-  }
-  write_file_atomically(out, image);
+  draw_with_gnuplot(program, out, "eval", {{"cells.dat", data.str()}}, script_for);
 }
 
 }  // namespace sbp

@@ -5,9 +5,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 
 namespace sbp {
 
@@ -68,6 +72,59 @@ int run_gnuplot(const std::string& program, const std::string& script, std::stri
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
   const int status = pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void draw_with_gnuplot(const std::string& program, const std::string& out, const std::string& what,
+                       const std::map<std::string, std::string>& data,
+                       const GnuplotScript& script) {
+  namespace fs = std::filesystem;
+  const std::string ext = fs::path(out).extension().string();
+  std::string tmpl = (fs::temp_directory_path() / ("streambp-" + what + "-XXXXXX")).string();
+  if (!mkdtemp(tmpl.data())) throw InputError(what + ": cannot create a temporary directory");
+  const fs::path tmp(tmpl);
+  auto remove_tmp = [&] {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  };
+  const std::string partial = (tmp / ("image" + ext)).string();
+  const std::string script_path = (tmp / "draw.gp").string();
+  std::map<std::string, std::string> paths;
+  try {  // TMPDIR is the user's too: its name is quoted like any other string
+    for (const auto& [name, text] : data) {
+      write_file_atomically((tmp / name).string(), text);
+      paths[name] = gnuplot_string((tmp / name).string(), what + ": temporary directory");
+    }
+    paths["image"] = gnuplot_string(partial, what + ": temporary directory");
+  } catch (const InputError&) {
+    remove_tmp();
+    throw;
+  }
+  std::string output;
+  int rc = -1;
+  for (const std::string& terminal : ext == ".svg" ? std::vector<std::string>{"svg"}
+                                                   : std::vector<std::string>{"pngcairo", "png"}) {
+    write_file_atomically(script_path, script(terminal, paths));
+    output.clear();
+    rc = run_gnuplot(program, script_path, output);
+    if (rc == 0) break;
+  }
+  std::string image;
+  if (rc == 0) {
+    try {
+      image = read_input_file(partial);
+    } catch (const InputError&) {
+      rc = -1;
+      output = "it wrote no image";
+    }
+  }
+  remove_tmp();
+  if (rc != 0) {
+    while (!output.empty() && (output.back() == '\n' || output.back() == '\r')) output.pop_back();
+    for (char& ch : output)
+      if (ch == '\n' || ch == '\r') ch = ' ';
+    throw InputError(what + ": gnuplot failed (exit " + std::to_string(rc) + "): " + output);
+  }
+  write_file_atomically(out, image);
 }
 
 }  // namespace sbp

@@ -1,11 +1,9 @@
 #include "train/plot_metrics.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -79,33 +77,15 @@ void plot_metrics(const PlotOptions& o) {
         "gnuplot-nox, which scripts/setup.sh does)");
   }
 
-  // Data and script in a private temporary directory, removed afterwards.
-  std::string tmpl = (fs::temp_directory_path() / "streambp-plot-XXXXXX").string();
-  if (!mkdtemp(tmpl.data())) throw InputError("plot: cannot create a temporary directory");
-  const fs::path tmp(tmpl);
-  auto write = [&](const char* name, const std::string& text) {
-    write_file_atomically((tmp / name).string(), text);
-  };
-  write("loss.dat", loss.str());
-  write("eval.dat", eval.str());
-  write("lr.dat", lr.str());
-  const std::string partial = (tmp / ("image" + ext)).string();
-  std::string loss_q, eval_q, lr_q, partial_q;
-  try {  // TMPDIR is the user's too
-    loss_q = gnuplot_string((tmp / "loss.dat").string(), "plot: temporary directory");
-    eval_q = gnuplot_string((tmp / "eval.dat").string(), "plot: temporary directory");
-    lr_q = gnuplot_string((tmp / "lr.dat").string(), "plot: temporary directory");
-    partial_q = gnuplot_string(partial, "plot: temporary directory");
-  } catch (const InputError&) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-  const bool svg = ext == ".svg";
-  auto script_for = [&](const std::string& terminal) {
+  // Data and script in a private temporary directory, removed afterwards (train/gnuplot.h).
+  auto script_for = [&](const std::string& terminal,
+                        const std::map<std::string, std::string>& paths) {
+    const std::string& loss_q = paths.at("loss.dat");
+    const std::string& eval_q = paths.at("eval.dat");
+    const std::string& lr_q = paths.at("lr.dat");
     std::ostringstream s;
     s << "set terminal " << terminal << " size 1000,750\n"
-      << "set output " << partial_q << "\n"
+      << "set output " << paths.at("image") << "\n"
       << "set multiplot layout 2,1 title " << title_q << "\n"
       << "set grid\nset key top right\nset xlabel 'step'\nset ylabel 'loss'\n"
       << "set lmargin 12\nset size 1,0.62\nset origin 0,0.35\n";
@@ -122,34 +102,9 @@ void plot_metrics(const PlotOptions& o) {
     s << "unset multiplot\nset output\n";
     return s.str();
   };
-  std::string output;
-  int rc = -1;
-  // pngcairo draws nicer lines; gnuplot builds without cairo still have png.
-  for (const std::string& terminal :
-       svg ? std::vector<std::string>{"svg"} : std::vector<std::string>{"pngcairo", "png"}) {
-    write("plot.gp", script_for(terminal));
-    output.clear();
-    rc = run_gnuplot(program, (tmp / "plot.gp").string(), output);
-    if (rc == 0) break;
-  }
-  std::string image;
-  if (rc == 0) {
-    try {
-      image = read_input_file(partial);
-    } catch (const InputError&) {
-      rc = -1;
-      output = "it wrote no image";
-    }
-  }
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  if (rc == 0) write_file_atomically(o.out, image);
-  if (rc != 0) {
-    while (!output.empty() && (output.back() == '\n' || output.back() == '\r')) output.pop_back();
-    for (char& ch : output)
-      if (ch == '\n') ch = ' ';
-    throw InputError("plot: gnuplot failed (exit " + std::to_string(rc) + "): " + output);
-  }
+  draw_with_gnuplot(program, o.out, "plot",
+                    {{"loss.dat", loss.str()}, {"eval.dat", eval.str()}, {"lr.dat", lr.str()}},
+                    script_for);
 }
 
 }  // namespace sbp

@@ -83,6 +83,10 @@ TEST_P(OptimizerOffload, EqualsTheDeviceOptimizerBitForBit) {
   TrainDir run(run_yaml(k));
   for (const char* precision : {"fp32", "bf16"})
     for (int accum : {1, 3}) {
+      // Under AddressSanitizer two of the four (each precision once, accumulation once): the
+      // sanitizer looks for memory errors on the code paths, which these two cover; the bits
+      // of all four are checked in the release pass (CI's time, scripts/test.sh).
+      if (test::kAddressSanitizer && (std::string(precision) == "fp32") == (accum == 1)) continue;
       const std::string args = std::string("precision=") + precision +
                                " grad_accum=" + std::to_string(accum);
       const std::string dev = std::string("dev-") + precision + std::to_string(accum);
