@@ -34,6 +34,8 @@
 #include <memory>
 
 #include "backend/cpu/blas.h"
+#include "backend/cpu/gemm_bf16_dot.h"
+#include "backend/cpu/gemm_skinny.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/storage.h"
 
@@ -86,6 +88,13 @@ void gemm_mixed(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
   const int64_t N = trans_b ? B.rows() : B.cols();
   const bool a16 = A.dtype == DType::BF16, b16 = B.dtype == DType::BF16;
   const bool c16 = C.dtype == DType::BF16;
+  // On a CPU with AVX-512 BF16, a product with a BF16 operand runs on bf16 dot products
+  // (gemm_bf16_dot.h), except a decoding step's few rows, whose cost is reading the weights.
+  const Bf16DotChoice dot = bf16_dot_choice();
+  if (dot.use && (a16 || b16) && M > kSkinnyMaxRows) {
+    gemm_bf16_dot(C, A, trans_a, B, trans_b, alpha, beta, dot.parts);
+    return;
+  }
   // Cut only the dimensions that a BF16 operand spans (see the top of the file).
   const int64_t MB = (a16 || c16) ? std::min(kMB, M) : M;
   const int64_t NB = (b16 || c16) ? std::min(kNB, N) : N;
