@@ -35,7 +35,6 @@
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/gemm_bf16_dot.h"
-#include "backend/cpu/gemm_skinny.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/storage.h"
 
@@ -89,9 +88,10 @@ void gemm_mixed(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
   const bool a16 = A.dtype == DType::BF16, b16 = B.dtype == DType::BF16;
   const bool c16 = C.dtype == DType::BF16;
   // On a CPU with AVX-512 BF16, a product with a BF16 operand runs on bf16 dot products
-  // (gemm_bf16_dot.h), except a decoding step's few rows, whose cost is reading the weights.
+  // (gemm_bf16_dot.h), at any row count: a row then has the same bits in a chunk of any length,
+  // as the exactness tests compare chunked modes with whole products.
   const Bf16DotChoice dot = bf16_dot_choice();
-  if (dot.use && (a16 || b16) && M > kSkinnyMaxRows) {
+  if (dot.use && (a16 || b16)) {
     gemm_bf16_dot(C, A, trans_a, B, trans_b, alpha, beta, dot.parts);
     return;
   }
