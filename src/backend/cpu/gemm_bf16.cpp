@@ -1,4 +1,6 @@
-// GEMM with BF16 operands: BF16 panels widened to fp32, multiplied by OpenBLAS sgemm.
+// GEMM with BF16 operands: BF16 panels widened to fp32, multiplied by OpenBLAS sgemm; on a CPU
+// with AVX-512 BF16 a call with a BF16 A or B goes to bf16 dot products instead
+// (gemm_bf16_dot.cpp, 2.5-3.4x this path there: docs/BENCHMARKS.md).
 //
 // Why not OpenBLAS's cblas_sbgemm (bf16 A and B, fp32 C): Debian 12's OpenBLAS 0.3.21 declares
 // it in cblas.h but is built without it (no such symbol in libopenblas), so it cannot be

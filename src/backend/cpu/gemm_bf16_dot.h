@@ -11,7 +11,7 @@ namespace sbp::cpu {
 // How an F32 operand beside a BF16 one enters the bf16 products: rounded to bf16 (1 part, what
 // PyTorch's autocast does to a gradient), or split into 2 or 3 bf16 parts whose sum is the fp32
 // value to 16 or all 24 bits (the CUDA backend's rule, gemm_scratch.h), each part one more pass
-// over the inner dimension.
+// over the inner dimension (an infinite value has no parts: it becomes NaN there).
 struct Bf16DotChoice {
   bool use = false;  // false: the CPU lacks AVX-512 BF16, or STREAMBP_GEMM_BF16=widen
   int parts = 1;     // 1, 2 or 3
