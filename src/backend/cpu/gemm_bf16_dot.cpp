@@ -19,8 +19,17 @@
 // Precision: every product of two bf16 values is exact in fp32; vdpbf16ps adds the two of a
 // pair to its fp32 lane (inputs and results below 2^-126 are flushed to zero, as the
 // instruction does); a lane sums kKC / 2 pairs, and the block sums are added to C in fp32, in
-// K order. The block boundaries depend on K only, so a row of C has the same bits whatever M,
+// K order. The block boundaries depend on K' only, so a row of C has the same bits whatever M,
 // N and the thread count are (every tile is summed by one thread).
+//
+// Scratch per call, on the heap (as gemm_bf16.cpp's): the A block (kMC x kKC bf16, 192 KiB),
+// the B block (kKC x kNC bf16, 2 MiB) and, for a BF16 C, its fp32 sums (kMSB x kNC, 4 MiB):
+// at most 6.2 MiB whatever T, the vocabulary or the chunk.
+//
+// Built for x86-64 by GCC or clang (a target attribute scopes the instructions to the
+// micro-kernel); elsewhere cpu_has_bf16_dot() is false and every product keeps the
+// widened-sgemm path.
+// Measured in docs/BENCHMARKS.md, "bf16 arithmetic on AVX-512 BF16 CPUs".
 #include "backend/cpu/gemm_bf16_dot.h"
 
 #include <omp.h>
@@ -37,7 +46,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__)  // GCC and clang
 #define SBP_BF16_DOT_BUILT 1
 #include <immintrin.h>
 #endif
@@ -181,16 +190,17 @@ void pack(uint16_t* dst, const Operand& src, int64_t r0, int64_t rows, const KMa
 }  // namespace sbp::cpu
 
 #if defined(SBP_BF16_DOT_BUILT)
-// Only this kernel is compiled for AVX-512 BF16 (every header above is compiled for the build's
-// own baseline): it runs only where cpu_has_bf16_dot() said yes.
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")
 namespace sbp::cpu {
 namespace {
 
 // tile (kMR, kNR) = sum over `pairs` of the packed A strip a [pair][kMR][2] times the packed B
 // strip b [pair][kNR][2], each lane one fp32 chain in pair order.
-__attribute__((noinline)) void micro_kernel(int64_t pairs, const uint16_t* a, const uint16_t* b, float* tile) {
+// Only this function is compiled for AVX-512 BF16 (its target attribute; the rest of the file
+// and every header are compiled for the build's own baseline): it runs only where
+// cpu_has_bf16_dot() said yes. Not inlined: inlined into the OpenMP body, GCC 12 spilled the
+// two B vectors to the stack and reloaded them for every vdpbf16ps (185 against 313 GFLOP/s).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) void micro_kernel(
+    int64_t pairs, const uint16_t* a, const uint16_t* b, float* tile) {
   __m512 c0[kMR], c1[kMR];
 #pragma GCC unroll 12
   for (int i = 0; i < kMR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
@@ -217,7 +227,6 @@ __attribute__((noinline)) void micro_kernel(int64_t pairs, const uint16_t* a, co
 
 }  // namespace
 }  // namespace sbp::cpu
-#pragma GCC pop_options
 #endif
 
 namespace sbp::cpu {
