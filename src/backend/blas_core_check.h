@@ -23,6 +23,10 @@ struct BlasCoreCheck {
   // Our own CPU attention kernels' instruction set, reported beside the BLAS's: "avx512" or
   // "base" (the build's -march; backend/cpu/attention.h says when a build has both).
   std::string attention;
+  // How GEMMs with a BF16 operand multiply (backend/cpu/gemm_bf16_dot.h): "dot" (AVX-512 BF16
+  // dot products, an F32 operand rounded), "dot2" / "dot3" (split in parts) or "widen" (bf16
+  // widened to fp32 for the BLAS's sgemm: CPUs without AVX-512 BF16).
+  std::string gemm_bf16;
 };
 
 // The check for this process, from the provider as loaded and the CPU's features.

@@ -391,11 +391,11 @@ void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
   const cpu::BlasCoreCheck blas = cpu::check_blas_core();
   std::printf(
       "%s: %.1f GFLOP/s (median of %zu probes between the rounds of steps, range "
-      "%.1f-%.1f); BLAS %s, core %s, CPU vectors %s%s; attention kernels %s\n\n",
+      "%.1f-%.1f); BLAS %s, core %s, CPU vectors %s%s; attention kernels %s; bf16 GEMM %s\n\n",
       gemm_probe_name(*b.be), sgemm, probes.size(), probes.front(), probes.back(),
       blas.provider.c_str(), blas.core.empty() ? "(not named)" : blas.core.c_str(),
       blas.cpu_vectors.c_str(), blas.generic ? " (GENERIC kernels: see the warning)" : "",
-      blas.attention.c_str());
+      blas.attention.c_str(), blas.gemm_bf16.c_str());
   std::printf(
       "| mode | precision | T | layer chunk | head chunk | step s | tokens/s | GFLOP/s | %% sgemm "
       "| "
@@ -542,6 +542,7 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
                {"cpu_vectors", blas.cpu_vectors},
                {"generic", blas.generic}};
   j["attention_isa"] = blas.attention;  // the CPU attention kernels' instruction set
+  j["gemm_bf16"] = blas.gemm_bf16;      // how products with a BF16 operand multiply
   j["backend"] = b.be->name();
   j["model"] = b.a.model;
   j["objective"] = b.a.objective.describe();

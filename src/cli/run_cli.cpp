@@ -22,7 +22,7 @@ std::string version_text() {
   std::string s = std::string("streambp ") + STREAMBP_VERSION + "\nblas: " + c.provider;
   if (!c.core.empty()) s += ", core " + c.core;
   if (c.generic) s += " (generic for this CPU)";
-  return s + "\ncpu vectors: " + c.cpu_vectors + "\nattention: " + c.attention;
+  return s + "\ncpu vectors: " + c.cpu_vectors + "\nattention: " + c.attention + "\nbf16 gemm: " + c.gemm_bf16;
 }
 
 }  // namespace

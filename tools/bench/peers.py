@@ -9,6 +9,11 @@ layers, random weights, one sequence of --seq-len tokens, the same threads, by:
               StreamModel wrapper, with the same layer and head chunks
   hf-ckpt     Hugging Face transformers with gradient checkpointing
 
+--precisions fp32,bf16 runs each system in each precision: streambp with `--precision bf16`
+(bf16 weights and activations, fp32 accumulation and gradients), Hugging Face under
+torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights cast per op, bf16 GEMMs and
+attention through oneDNN where the CPU has AVX-512 BF16 / AMX); the reference runs fp32 only.
+
 Every run is a fresh process (its peak RSS is its own), the systems take turns round after
 round (a shared machine's speed drifts; interleaving spreads that over all of them), and the
 medians and their ratios are printed. The reference implementation pins torch 2.6 and
@@ -90,6 +95,10 @@ def worker(args):
     cfg = Qwen3Config(num_hidden_layers=args.layers, **QWEN3_0_6B)
     model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
     model.train()
+    # bf16: autocast around the forward (the loss included), backward outside it, as the
+    # PyTorch AMP recipe does; every matmul and the attention then run in bf16.
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16"
+                else __import__("contextlib").nullcontext())
     ids = torch.randint(0, cfg.vocab_size, (1, args.seq_len))
     mask = torch.ones_like(ids)
     if args.worker == "reference":
@@ -103,7 +112,9 @@ def worker(args):
         model.gradient_checkpointing_enable()
         run = model
     t0 = time.perf_counter()
-    out = run(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False, return_dict=True)
+    with autocast:
+        out = run(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False,
+                  return_dict=True)
     if out.loss.requires_grad:  # the reference runs its backward inside the forward
         out.loss.backward()
     step = time.perf_counter() - t0
@@ -114,8 +125,9 @@ def worker(args):
                       "torch_blas": torch_blas()}))
 
 
-def run_python(args, kind):
-    cmd = [args.python, os.path.abspath(__file__), "--worker", kind, "--layers", str(args.layers),
+def run_python(args, kind, precision="fp32"):
+    cmd = [args.python, os.path.abspath(__file__), "--worker", kind, "--precision", precision,
+           "--layers", str(args.layers),
            "--seq-len", str(args.seq_len), "--layer-chunk", str(args.layer_chunk),
            "--head-chunk", str(args.head_chunk), "--threads", str(args.threads),
            "--seed", str(args.seed)]
@@ -127,21 +139,22 @@ def run_python(args, kind):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def run_streambp(args, mode):
+def run_streambp(args, mode, precision="fp32"):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
         cmd = [args.streambp, "bench", "--model", "qwen3-0.6b", "--layers", str(args.layers),
                "--seq-len", str(args.seq_len), "--modes", mode, "--layer-chunk",
                str(args.layer_chunk), "--head-chunk", str(args.head_chunk), "--threads",
                str(args.threads), "--warmup", "0", "--repeat", "1", "--seed", str(args.seed),
-               "--json", out]
+               "--precision", precision, "--json", out]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f"peers: streambp bench failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
         j = json.load(open(out))
         r = j["runs"][0]
         return {"step_s": r["step_seconds_median"], "peak_rss_bytes": r["rss_peak_bytes"],
-                "loss": r["loss"], "blas": j.get("blas", {}), "sgemm_gflops": j["sgemm_gflops"]}
+                "loss": r["loss"], "blas": j.get("blas", {}), "sgemm_gflops": j["sgemm_gflops"],
+                "gemm_bf16": j.get("gemm_bf16", "?"), "attention_isa": j.get("attention_isa", "?")}
 
 
 def main():
@@ -160,19 +173,36 @@ def main():
     ap.add_argument("--with-checkpoint", action="store_true",
                     help="also streambp's checkpoint mode")
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face checkpointing")
+    ap.add_argument("--precisions", default="fp32",
+                    help="comma-separated: fp32, bf16 (streambp --precision bf16; HF autocast)")
     ap.add_argument("--json", help="write every run and the medians here")
     ap.add_argument("--worker", choices=["hf", "reference"], help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
 
-    systems = [("streambp stream", lambda: run_streambp(args, "stream"))]
-    if args.with_checkpoint:
-        systems.append(("streambp checkpoint", lambda: run_streambp(args, "checkpoint")))
+    precisions = args.precisions.split(",")
+    for p in precisions:
+        if p not in ("fp32", "bf16"):
+            sys.exit(f"peers: unknown precision '{p}' (fp32, bf16)")
+
+    def suffix(p):
+        return "" if p == "fp32" else " bf16"
+
+    systems = []
+    for p in precisions:
+        systems.append((f"streambp stream{suffix(p)}",
+                        lambda p=p: run_streambp(args, "stream", p)))
+        if args.with_checkpoint:
+            systems.append((f"streambp checkpoint{suffix(p)}",
+                            lambda p=p: run_streambp(args, "checkpoint", p)))
     if args.reference:
         systems.append(("reference StreamBP", lambda: run_python(args, "reference")))
     if not args.no_hf:
-        systems.append(("HF gradient checkpointing", lambda: run_python(args, "hf")))
+        for p in precisions:
+            name = "HF gradient checkpointing" + (" bf16 autocast" if p == "bf16" else "")
+            systems.append((name, lambda p=p: run_python(args, "hf", p)))
     runs = {name: [] for name, _ in systems}
     for k in range(args.rounds):
         for name, fn in systems:
@@ -183,25 +213,36 @@ def main():
 
     med = {n: statistics.median(r["step_s"] for r in rs) for n, rs in runs.items()}
     rss = {n: max(r["peak_rss_bytes"] for r in rs) for n, rs in runs.items()}
-    base = med["streambp stream"]
+    first = f"streambp stream{suffix(precisions[0])}"
+    base = med[first]
     print(f"\nQwen3-0.6B shape, {args.layers} layers, T={args.seq_len}, {args.threads} threads, "
           f"chunks {args.layer_chunk}/{args.head_chunk}, median of {args.rounds} interleaved "
           f"rounds")
-    print("| system | step s | peak RSS | streambp stream / system |")
+    print(f"| system | step s | peak RSS | {first} / system |")
     print("|---|---:|---:|---:|")
     for n in runs:
         print(f"| {n} | {med[n]:.2f} | {rss[n] / 2**30:.2f} GiB | {base / med[n]:.2f} |")
+    for p in precisions:  # the same precision's pairs: HF / streambp = how much faster we are
+        ours_p = f"streambp stream{suffix(p)}"
+        hf_p = "HF gradient checkpointing" + (" bf16 autocast" if p == "bf16" else "")
+        if hf_p in med:
+            print(f"{p}: {hf_p} / {ours_p} = {med[hf_p] / med[ours_p]:.2f}")
+    if len(precisions) > 1 and "streambp stream bf16" in med and "streambp stream" in med:
+        print(f"streambp stream fp32 / bf16 = "
+              f"{med['streambp stream'] / med['streambp stream bf16']:.2f}")
     versions = [r for rs in runs.values() for r in rs if "torch" in r]
     cpu = cpu_description()
-    ours = runs["streambp stream"][0].get("blas", {})
+    ours = runs[first][0].get("blas", {})
     machine = {"cpu": cpu, "streambp_blas": ours,
                "streambp_sgemm_gflops": statistics.median(
-                   r["sgemm_gflops"] for r in runs["streambp stream"]),
+                   r["sgemm_gflops"] for r in runs[first]),
                "torch_blas": versions[0]["torch_blas"] if versions else None}
     print(f"\nmachine: {cpu['model_name']} ({cpu['vendor']}, family {cpu['family']} model "
           f"{cpu['model']}, {cpu['cpus']} CPUs, {' '.join(cpu['vector_flags'])}); streambp: "
           f"{ours.get('provider', '?')} core {ours.get('core', '?')}, sgemm "
-          f"{machine['streambp_sgemm_gflops']:.0f} GFLOP/s")
+          f"{machine['streambp_sgemm_gflops']:.0f} GFLOP/s, bf16 GEMM "
+          f"{runs[first][0].get('gemm_bf16', '?')}, attention "
+          f"{runs[first][0].get('attention_isa', '?')}")
     if versions:
         tb = versions[0]["torch_blas"]
         print(f"torch {versions[0]['torch']} ({tb['blas']}, CPU capability "

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/blas_info.h"
+#include "backend/cpu/gemm_bf16_dot.h"
 
 namespace sbp::cpu {
 
@@ -32,7 +33,7 @@ bool same_name(const std::string& a, const char* b) { return strcasecmp(a.c_str(
 
 BlasCoreCheck classify_blas_core(const std::string& provider, const std::string& core,
                                  const std::string& cpu_vectors) {
-  BlasCoreCheck c{provider, core, cpu_vectors, false, "", ""};  // attention: set by the caller
+  BlasCoreCheck c{provider, core, cpu_vectors, false, "", "", ""};  // attention, gemm_bf16: set by the caller
   const bool wide = cpu_vectors == "AVX-512" || cpu_vectors == "AVX2";
   if (!wide) return c;
   if (provider == "openblas") {
@@ -54,6 +55,7 @@ BlasCoreCheck classify_blas_core(const std::string& provider, const std::string&
 BlasCoreCheck check_blas_core() {
   BlasCoreCheck c = classify_blas_core(blas_provider(), blas_core(), cpu_vector_width());
   c.attention = attention_isa();
+  c.gemm_bf16 = gemm_bf16_isa();
   return c;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The CPU backend: fp32 compute on F32 or BF16 storage (storage.h), OpenBLAS sgemm, OpenMP-parallel
-// kernels written here. Kernel families live in separate files (gemm.cpp and gemm_bf16.cpp,
+// kernels written here; GEMMs with a BF16 operand on bf16 dot products where the CPU has AVX-512
+// BF16 (gemm_bf16_dot.h). Kernel families live in separate files (gemm.cpp and gemm_bf16.cpp,
 // elementwise.cpp, norm.cpp, rope.cpp, swiglu.cpp, geglu.cpp, softcap.cpp, embedding.cpp,
 // lm_head.cpp, entropy.cpp, adamw.cpp, attention.cpp).
 #include "backend/backend.h"

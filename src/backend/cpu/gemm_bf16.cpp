@@ -1,4 +1,6 @@
-// GEMM with BF16 operands: BF16 panels widened to fp32, multiplied by OpenBLAS sgemm.
+// GEMM with BF16 operands: BF16 panels widened to fp32, multiplied by OpenBLAS sgemm; on a CPU
+// with AVX-512 BF16 a call with a BF16 A or B goes to bf16 dot products instead
+// (gemm_bf16_dot.cpp, 2.5-3.4x this path there: docs/BENCHMARKS.md).
 //
 // Why not OpenBLAS's cblas_sbgemm (bf16 A and B, fp32 C): Debian 12's OpenBLAS 0.3.21 declares
 // it in cblas.h but is built without it (no such symbol in libopenblas), so it cannot be
@@ -34,6 +36,7 @@
 #include <memory>
 
 #include "backend/cpu/blas.h"
+#include "backend/cpu/gemm_bf16_dot.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/storage.h"
 
@@ -86,6 +89,14 @@ void gemm_mixed(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
   const int64_t N = trans_b ? B.rows() : B.cols();
   const bool a16 = A.dtype == DType::BF16, b16 = B.dtype == DType::BF16;
   const bool c16 = C.dtype == DType::BF16;
+  // On a CPU with AVX-512 BF16, a product with a BF16 operand runs on bf16 dot products
+  // (gemm_bf16_dot.h), at any row count: a row then has the same bits in a chunk of any length,
+  // as the exactness tests compare chunked modes with whole products.
+  const Bf16DotChoice dot = bf16_dot_choice();
+  if (dot.use && (a16 || b16)) {
+    gemm_bf16_dot(C, A, trans_a, B, trans_b, alpha, beta, dot.parts);
+    return;
+  }
   // Cut only the dimensions that a BF16 operand spans (see the top of the file).
   const int64_t MB = (a16 || c16) ? std::min(kMB, M) : M;
   const int64_t NB = (b16 || c16) ? std::min(kNB, N) : N;
