@@ -283,7 +283,7 @@ struct Bench {
             r.planned_flops = plan_step(src.cfg, setup, exec, step, mem).flops;
             r.planned_flops_no_window = plan_step(full, setup, exec, step, mem).flops;
           }
-          configs.push_back({m.get(), exec, {}});
+          configs.push_back({m.get(), exec, {}, {}});
           runs.push_back(r);
         }
     }
