@@ -4,9 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <thread>
-#include <cstdio>
-#include <cstdlib>
+
 
 #include "backend/backend_factory.h"
 #include "backend/cpu_threads.h"
@@ -123,7 +121,6 @@ DeviceProfile probe_cpu_profile(const OpProfile& ops, const ModelConfig& cfg,
     const GemmShape small = cut_down(g);
     const double s = p.gemm(small) * g.flops() / small.flops();
     dev.gemm_table.push_back(MeasuredGemm{g, s});
-    if (std::getenv("SBP_TDEBUG")) std::fprintf(stderr, "gemm %lld %lld %lld ta%d tb%d calls %lld: %.3g s/call %.1f GFLOP/s\n", (long long)g.M, (long long)g.N, (long long)g.K, g.trans_a, g.trans_b, (long long)by_flops[i].calls, s, g.flops()/s/1e9);
     probed_flops += g.flops();
     probed_seconds += s;
   }
