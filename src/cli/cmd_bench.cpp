@@ -106,9 +106,16 @@ struct Run {
   OpProfile profile;
   double profiled_s = 0;
   int profiled_steps = 0;
-  // --predict: the predicted step and what dominates it.
+  // --predict: the predicted step and what dominates it. On the CPU also the step's largest
+  // GEMM shape timed right after the profile's probes (speed_ref_s) and again beside every
+  // measured step: the prediction scaled by their ratio follows the share of a shared machine
+  // each step got (tracked_s: the median over the measured steps).
   bool has_prediction = false;
   StepTime predicted;
+  GemmShape speed_shape;
+  double speed_ref_s = 0;
+  std::vector<double> tracked;
+  double tracked_s = -1;
 };
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -318,6 +325,10 @@ struct Bench {
 #if defined(STREAMBP_HAVE_CUDA)
         cuda_reset_device_peaks(*be);
 #endif
+        if (r.speed_ref_s > 0) {  // --predict cpu: the machine's speed beside this step
+          const double now = time_gemm(*be, r.speed_shape);
+          if (i >= a.warmup) r.tracked.push_back(r.predicted.seconds * now / r.speed_ref_s);
+        }
         be->reset_flops();
         const bool profiled = a.profile && i >= a.warmup;
         be->set_profile(profiled ? &r.profile : nullptr);
@@ -405,9 +416,17 @@ struct Bench {
     }
     r.predicted = predict_step_time(ops, planned, dev, shape);
     r.has_prediction = true;
+    if (a.predict == "cpu") {
+      r.speed_shape = largest_gemm(ops);
+      r.speed_ref_s = time_gemm(*be, r.speed_shape);
+    }
   }
 
   void finish(Run& r, std::vector<double>& times, const ExecConfig& exec) const {
+    if (!r.tracked.empty()) {
+      std::sort(r.tracked.begin(), r.tracked.end());
+      r.tracked_s = r.tracked[r.tracked.size() / 2];
+    }
     std::sort(times.begin(), times.end());
     r.median_s = times[times.size() / 2];
     r.tokens_per_s = static_cast<double>(r.T) / r.median_s;
@@ -423,16 +442,23 @@ struct Bench {
 
 // --predict: each run's predicted step beside its measured median.
 void print_predicted(const std::vector<Run>& runs, const std::string& device) {
+  const bool cpu = device == "cpu";
   std::printf(
       "\npredicted (plan --time, device %s%s) beside measured (median step s)\n"
-      "| mode | precision | T | measured s | predicted s | predicted / measured | dominant "
-      "(predicted) |\n|---|---|---:|---:|---:|---:|---|\n",
-      device.c_str(), device == "cpu" ? ": probed in this run before the steps" : "");
-  for (const Run& r : runs)
-    std::printf("| %s | %s | %lld | %.4f | %.4f | %.3f | %s |\n", r.mode.c_str(),
-                r.precision.c_str(), static_cast<long long>(r.T), r.median_s,
-                r.predicted.seconds, r.predicted.seconds / r.median_s,
-                r.predicted.dominant.c_str());
+      "| mode | precision | T | measured s | predicted s | predicted / measured |%s dominant "
+      "(predicted) |\n|---|---|---:|---:|---:|---:|%s---|\n",
+      device.c_str(),
+      cpu ? ": probed in this run before the steps; tracked: scaled by the step's largest GEMM "
+            "timed beside each measured step over the same GEMM timed with the probes"
+          : "",
+      cpu ? " tracked s | tracked / measured |" : "", cpu ? "---:|---:|" : "");
+  for (const Run& r : runs) {
+    std::printf("| %s | %s | %lld | %.4f | %.4f | %.3f |", r.mode.c_str(), r.precision.c_str(),
+                static_cast<long long>(r.T), r.median_s, r.predicted.seconds,
+                r.predicted.seconds / r.median_s);
+    if (cpu) std::printf(" %.4f | %.3f |", r.tracked_s, r.tracked_s / r.median_s);
+    std::printf(" %s |\n", r.predicted.dominant.c_str());
+  }
 }
 
 void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
@@ -632,6 +658,10 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
     if (r.has_prediction) {
       jr["predicted_seconds"] = r.predicted.seconds;
       jr["predicted_over_measured"] = r.predicted.seconds / r.median_s;
+      if (r.tracked_s > 0) {
+        jr["predicted_tracked_seconds"] = r.tracked_s;
+        jr["predicted_tracked_over_measured"] = r.tracked_s / r.median_s;
+      }
       jr["predicted_dominant"] = r.predicted.dominant;
       jr["predicted_mfu_causal"] = r.predicted.mfu_causal;
     }

@@ -55,6 +55,22 @@ GemmShape cut_down(GemmShape g) {
   return g;
 }
 
+// Operands of one GEMM call: A as the call stored it, (M, K) or (K, M) transposed; B (K, N)
+// or (N, K); small values, not zeros (no denormals or zeros a kernel might short-cut).
+double time_gemm_on(Backend& be, Pool& pool, const GemmShape& g) {
+  auto filled = [&](DType dt, int64_t rows, int64_t cols) {
+    Buffer b = pool.allocate(Category::other, dt, {rows, cols});
+    be.fill(b.view(), 0.01f);
+    return b;
+  };
+  const Buffer A = g.trans_a ? filled(g.a, g.K, g.M) : filled(g.a, g.M, g.K);
+  const Buffer B = g.trans_b ? filled(g.b, g.N, g.K) : filled(g.b, g.K, g.N);
+  const Buffer C = pool.zeros(Category::other, g.c, {g.M, g.N});
+  return mean_seconds([&] {
+    be.gemm(C.view(), A.view(), g.trans_a, B.view(), g.trans_b, 1.0f, g.accumulate ? 1.0f : 0.0f);
+  });
+}
+
 struct Probe {
   std::unique_ptr<Backend> be = make_backend(BackendSpec{BackendKind::cpu});
   Ledger ledger;
@@ -68,17 +84,6 @@ struct Probe {
     Buffer b = pool.allocate(Category::other, dt, {rows, cols});
     be->fill(b.view(), v);
     return b;
-  }
-
-  double gemm(const GemmShape& g) {
-    // A as the call stored it: (M, K), or (K, M) transposed; B (K, N) or (N, K).
-    const Buffer A = g.trans_a ? filled(g.a, g.K, g.M) : filled(g.a, g.M, g.K);
-    const Buffer B = g.trans_b ? filled(g.b, g.N, g.K) : filled(g.b, g.K, g.N);
-    const Buffer C = zeros(g.c, g.M, g.N);
-    return mean_seconds([&] {
-      be->gemm(C.view(), A.view(), g.trans_a, B.view(), g.trans_b, 1.0f,
-               g.accumulate ? 1.0f : 0.0f);
-    });
   }
 
   // Bytes per second of one family's op, as the profile counts bytes and times the kernel.
@@ -100,6 +105,25 @@ struct Probe {
 
 }  // namespace
 
+double time_gemm(Backend& be, const GemmShape& g) {
+  Ledger ledger;
+  Pool pool(ledger, be);
+  const GemmShape small = cut_down(g);
+  return time_gemm_on(be, pool, small) * g.flops() / small.flops();
+}
+
+GemmShape largest_gemm(const OpProfile& ops) {
+  GemmShape best{.M = 256, .N = 256, .K = 256};
+  double most = -1.0;
+  for (const GemmCount& g : ops.gemms()) {
+    if (double(g.calls) * g.shape.flops() > most) {
+      most = double(g.calls) * g.shape.flops();
+      best = g.shape;
+    }
+  }
+  return best;
+}
+
 DeviceProfile probe_cpu_profile(const OpProfile& ops, const ModelConfig& cfg,
                                 const CpuProbeShape& shape) {
   Probe p;
@@ -119,7 +143,7 @@ DeviceProfile probe_cpu_profile(const OpProfile& ops, const ModelConfig& cfg,
   for (size_t i = 0; i < by_flops.size() && i < kMaxProbedShapes; ++i) {
     const GemmShape& g = by_flops[i].shape;
     const GemmShape small = cut_down(g);
-    const double s = p.gemm(small) * g.flops() / small.flops();
+    const double s = time_gemm_on(*p.be, p.pool, small) * g.flops() / small.flops();
     dev.gemm_table.push_back(MeasuredGemm{g, s});
     probed_flops += g.flops();
     probed_seconds += s;

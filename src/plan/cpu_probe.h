@@ -6,6 +6,7 @@
 // dims, each memory-bound family at a chunk's size, and one op's fixed cost. A second or a few
 // in all; the probes' bytes and FLOPs are counted exactly as the planned step's are
 // (backend/op_profile.h), so the rates and the accounting agree on what a byte is.
+#include "backend/backend.h"
 #include "backend/op_profile.h"
 #include "model/config.h"
 #include "plan/time_model.h"
@@ -22,5 +23,13 @@ struct CpuProbeShape {
 // Probes the shapes `ops` recorded (a planned step's) and the families of `cfg`'s layers.
 DeviceProfile probe_cpu_profile(const OpProfile& ops, const ModelConfig& cfg,
                                 const CpuProbeShape& shape);
+
+// Mean seconds of one call of GEMM `g` on `be` (a computing backend), over at least 30 ms;
+// above ~2 GFLOP it is timed cut down and scaled by the FLOPs. Its operands live in a pool of
+// its own for the call. `bench --predict cpu` re-times the step's largest shape beside every
+// measured step, so that a prediction follows the share of a shared machine the step got.
+double time_gemm(Backend& be, const GemmShape& g);
+// The shape of `ops` with the most FLOPs over its calls (a default shape when there is none).
+GemmShape largest_gemm(const OpProfile& ops);
 
 }  // namespace sbp
