@@ -462,6 +462,10 @@ void print_time(const std::vector<Row>& rows) {
       "causal attention computes (T(T+1)/2 a sequence), raw every pair (T^2, PaLM's formula). "
       "Engine FLOPs include recomputation.\n",
       dev.peak_flops / 1e12, dev.gpu ? ", dense bf16, datasheet" : ", sgemm measured now");
+  if (!dev.gpu)
+    std::printf(
+        "On the CPU the peak is the BLAS's sgemm as measured now: kernels faster than it (the "
+        "AVX-512 attention beside an AVX2 BLAS core) can take MFU past 100%%.\n");
 }
 
 nlohmann::json time_json(const TimePlan& tp) {
