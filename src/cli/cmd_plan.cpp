@@ -446,7 +446,7 @@ void print_time(const std::vector<Row>& rows) {
   std::printf("\nseconds by op family (op latency included), exposed transfers and collectives\n| mode |");
   for (int f = 0; f < kNumOpFamilies; ++f)
     std::printf(" %s |", op_family_name(static_cast<OpFamily>(f)));
-  std::printf(" offload exposed | collectives exposed | optimizer |\n|---|");
+  std::printf(" offload exposed | collectives exposed | adamw update |\n|---|");
   for (int f = 0; f < kNumOpFamilies + 3; ++f) std::printf("---:|");
   std::printf("\n");
   for (const Row& r : rows) {
