@@ -394,9 +394,20 @@ void Backend::gemm(const Tensor& C, const Tensor& A, bool trans_a, const Tensor&
     scratch = (scratch_pool_ ? *scratch_pool_ : own_pool_)
                   .allocate(Category::layer_workspace, DType::BF16, {bytes / 2});
   const Access access(*this);
+  const bool outer = profile_ != nullptr && !in_op_;  // a nested call is its caller's work
   run_op(
       OpFamily::layer_gemm, [&] { return nb(A) + nb(B) + nb(C) * (beta != 0.0f ? 2 : 1); },
       [&] { gemm_impl(C, A, trans_a, B, trans_b, alpha, beta, scratch.view()); });
+  if (outer)  // the shape, for the time planner's per-shape rates (plan/time_model.h)
+    profile_->record_gemm(GemmShape{.M = trans_a ? A.cols() : A.rows(),
+                                    .N = trans_b ? B.rows() : B.cols(),
+                                    .K = trans_a ? A.rows() : A.cols(),
+                                    .a = A.dtype,
+                                    .b = B.dtype,
+                                    .c = C.dtype,
+                                    .trans_a = trans_a,
+                                    .trans_b = trans_b,
+                                    .accumulate = beta != 0.0f});
 }
 
 // ---- elementwise and reductions ----

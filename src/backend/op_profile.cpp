@@ -17,6 +17,24 @@ void OpProfile::record(OpFamily f, double seconds, int64_t flops, int64_t bytes)
   t.bytes += bytes;
 }
 
+double GemmShape::bytes() const {
+  const double m = double(M), n = double(N), k = double(K);
+  return m * k * double(dtype_size(a)) + k * n * double(dtype_size(b)) +
+         m * n * double(dtype_size(c)) * (accumulate ? 2.0 : 1.0);
+}
+
+void OpProfile::record_gemm(GemmShape shape) {
+  shape.head = region_ == OpRegion::head;
+  // A linear search: a step has a few dozen shapes, and a record is far cheaper than the GEMM.
+  for (GemmCount& g : gemms_) {
+    if (g.shape == shape) {
+      g.calls += 1;
+      return;
+    }
+  }
+  gemms_.push_back(GemmCount{shape, 1});
+}
+
 const char* op_family_name(OpFamily f) {
   switch (f) {
     case OpFamily::layer_gemm: return "layer gemm";

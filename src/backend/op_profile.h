@@ -13,6 +13,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
 
 namespace sbp {
 
@@ -35,6 +38,25 @@ inline constexpr int kNumOpFamilies = 12;
 // Which part of the step the ops issued now belong to; tells the head's GEMMs from the layers'.
 enum class OpRegion { layers, head };
 
+// One GEMM's shape as the time planner needs it (plan/time_model.h): C (M, N) = A (M, K) B (K, N)
+// after the transposes, the operands' storage dtypes (a device may run an F32 operand as several
+// bf16 calls, docs/CUDA.md) and whether C is read too (beta != 0).
+struct GemmShape {
+  int64_t M = 0, N = 0, K = 0;
+  DType a = DType::F32, b = DType::F32, c = DType::F32;
+  bool trans_a = false, trans_b = false;  // as the call gave them (the BLAS's layouts differ)
+  bool head = false;        // issued inside OpRegion::head
+  bool accumulate = false;  // beta != 0
+  bool operator==(const GemmShape&) const = default;
+  double flops() const { return 2.0 * double(M) * double(N) * double(K); }
+  // Bytes of A, B and C (C twice when accumulated), each once.
+  double bytes() const;
+};
+struct GemmCount {
+  GemmShape shape;
+  int64_t calls = 0;
+};
+
 struct OpTotals {
   int64_t calls = 0;
   double seconds = 0.0;
@@ -47,15 +69,24 @@ class OpProfile {
   const OpTotals& operator[](OpFamily f) const { return totals_[static_cast<size_t>(f)]; }
   // Sum of every family's seconds: at most the wall time of the ops' caller.
   double seconds() const;
-  void reset() { totals_ = {}; }
+  void reset() {
+    totals_ = {};
+    gemms_.clear();
+  }
+  // Every distinct GEMM shape of the recorded ops with its number of calls, in first-call order.
+  // A step has a few dozen (projections x passes x full and tail chunks), whatever its T.
+  const std::vector<GemmCount>& gemms() const { return gemms_; }
 
   // The Backend's side: one timed op. A layer GEMM issued inside OpRegion::head is a head GEMM.
   void record(OpFamily f, double seconds, int64_t flops, int64_t bytes);
   OpRegion region() const { return region_; }
   void set_region(OpRegion r) { region_ = r; }
+  // The Backend's side, after record() of the same GEMM (its `head` is set from the region).
+  void record_gemm(GemmShape shape);
 
  private:
   std::array<OpTotals, kNumOpFamilies> totals_{};
+  std::vector<GemmCount> gemms_;
   OpRegion region_ = OpRegion::layers;
 };
 

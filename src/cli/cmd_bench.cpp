@@ -39,7 +39,10 @@
 #include "engine/memory_model.h"
 #include "model/device_init.h"
 #include "optim/lora_adamw.h"
+#include "plan/cpu_probe.h"
+#include "plan/gpu_profiles.h"
 #include "plan/plan_step.h"
+#include "plan/time_model.h"
 #include "step/model_set.h"
 #include "step/step_runner.h"
 
@@ -75,6 +78,9 @@ struct Args {
   // adamw: each step ends as a training step does (norm, clipping, AdamW update; with offload
   // optimizer on the host), timed within the step and on its own.
   std::string optimizer = "none";
+  // --predict DEVICE: each step's time as `plan --time` predicts it (plan/time_model.h), beside
+  // the measured one: cpu (probed in this run, before the steps) or a GPU profile's name.
+  std::string predict;
 };
 
 struct Run {
@@ -100,6 +106,16 @@ struct Run {
   OpProfile profile;
   double profiled_s = 0;
   int profiled_steps = 0;
+  // --predict: the predicted step and what dominates it. On the CPU also the step's largest
+  // GEMM shape timed right after the profile's probes (speed_ref_s) and again beside every
+  // measured step: the prediction scaled by their ratio follows the share of a shared machine
+  // each step got (tracked_s: the median over the measured steps).
+  bool has_prediction = false;
+  StepTime predicted;
+  GemmShape speed_shape;
+  double speed_ref_s = 0;
+  std::vector<double> tracked;
+  double tracked_s = -1;
 };
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -287,6 +303,13 @@ struct Bench {
           runs.push_back(r);
         }
     }
+    if (!a.predict.empty())
+      for (size_t k = 0; k < configs.size(); ++k) {
+        std::fprintf(stderr, "bench: predicting %s %s T=%lld ...\n",
+                     runs[first + k].precision.c_str(), runs[first + k].mode.c_str(),
+                     static_cast<long long>(T));
+        predict(runs[first + k], configs[k].m->precision, configs[k].exec, step);
+      }
     for (int i = 0; i < a.warmup + a.repeat; ++i) {
       for (size_t k = 0; k < configs.size(); ++k) {
         Run& r = runs[first + k];
@@ -302,6 +325,10 @@ struct Bench {
 #if defined(STREAMBP_HAVE_CUDA)
         cuda_reset_device_peaks(*be);
 #endif
+        if (r.speed_ref_s > 0) {  // --predict cpu: the machine's speed beside this step
+          const double now = time_gemm(*be, r.speed_shape);
+          if (i >= a.warmup) r.tracked.push_back(r.predicted.seconds * now / r.speed_ref_s);
+        }
         be->reset_flops();
         const bool profiled = a.profile && i >= a.warmup;
         be->set_profile(profiled ? &r.profile : nullptr);
@@ -360,7 +387,46 @@ struct Bench {
     }
   }
 
+  // --predict: the same step (same batches, same mode) on the meta backend with its ops
+  // recorded, priced on the device's profile; on the CPU the profile is probed now, from this
+  // step's shapes.
+  void predict(Run& r, Precision p, const ExecConfig& exec, const StepBatches& step) const {
+    OpProfile ops;
+    StepMemoryOptions mem{.param_dtype = storage_dtype(p), .ops = &ops};
+    mem.lora = lora.enabled() ? &lora : nullptr;
+    const PlannedStep planned = plan_step(src.cfg, setup, exec, step, mem);
+    const DeviceProfile dev =
+        a.predict == "cpu"
+            ? probe_cpu_profile(ops, src.cfg,
+                                CpuProbeShape{.act_dtype = exec.act_dtype,
+                                              .rows = std::min<int64_t>(r.layer_chunk, 4096),
+                                              .head_rows = std::min<int64_t>(r.head_chunk, 4096),
+                                              .keys = std::min<int64_t>(r.T, 4096)})
+            : gpu_profile(a.predict);
+    StepShape shape;
+    shape.tokens = r.T;
+    const ModelFlops f = model_flops(src.cfg, step.micro.front().batch.seq_lens);
+    shape.model_flops_raw = f.raw;
+    shape.model_flops_causal = f.causal;
+    shape.layers = src.cfg.num_hidden_layers;
+    shape.param_dtype = storage_dtype(p);
+    if (a.optimizer == "adamw" && !lora.enabled()) {
+      shape.optimizer_params = src.cfg.num_parameters();
+      shape.optimizer_on_host = exec.offload.optimizer;
+    }
+    r.predicted = predict_step_time(ops, planned, dev, shape);
+    r.has_prediction = true;
+    if (a.predict == "cpu") {
+      r.speed_shape = largest_gemm(ops);
+      r.speed_ref_s = time_gemm(*be, r.speed_shape);
+    }
+  }
+
   void finish(Run& r, std::vector<double>& times, const ExecConfig& exec) const {
+    if (!r.tracked.empty()) {
+      std::sort(r.tracked.begin(), r.tracked.end());
+      r.tracked_s = r.tracked[r.tracked.size() / 2];
+    }
     std::sort(times.begin(), times.end());
     r.median_s = times[times.size() / 2];
     r.tokens_per_s = static_cast<double>(r.T) / r.median_s;
@@ -373,6 +439,27 @@ struct Bench {
                        .activation_peak();
   }
 };
+
+// --predict: each run's predicted step beside its measured median.
+void print_predicted(const std::vector<Run>& runs, const std::string& device) {
+  const bool cpu = device == "cpu";
+  std::printf(
+      "\npredicted (plan --time, device %s%s) beside measured (median step s)\n"
+      "| mode | precision | T | measured s | predicted s | predicted / measured |%s dominant "
+      "(predicted) |\n|---|---|---:|---:|---:|---:|%s---|\n",
+      device.c_str(),
+      cpu ? ": probed in this run before the steps; tracked: scaled by the step's largest GEMM "
+            "timed beside each measured step over the same GEMM timed with the probes"
+          : "",
+      cpu ? " tracked s | tracked / measured |" : "", cpu ? "---:|---:|" : "");
+  for (const Run& r : runs) {
+    std::printf("| %s | %s | %lld | %.4f | %.4f | %.3f |", r.mode.c_str(), r.precision.c_str(),
+                static_cast<long long>(r.T), r.median_s, r.predicted.seconds,
+                r.predicted.seconds / r.median_s);
+    if (cpu) std::printf(" %.4f | %.3f |", r.tracked_s, r.tracked_s / r.median_s);
+    std::printf(" %s |\n", r.predicted.dominant.c_str());
+  }
+}
 
 void print_tables(const Bench& b, const std::vector<Run>& runs, double sgemm,
                   std::vector<double> probes) {
@@ -569,6 +656,16 @@ void write_json(const Bench& b, const std::vector<Run>& runs, double sgemm,
     if (r.analytic > 0) jr["analytic_activation_peak_bytes"] = r.analytic;
     if (r.update_median_s >= 0) jr["update_seconds_median"] = r.update_median_s;
     jr["step_flops"] = r.step_flops;
+    if (r.has_prediction) {
+      jr["predicted_seconds"] = r.predicted.seconds;
+      jr["predicted_over_measured"] = r.predicted.seconds / r.median_s;
+      if (r.tracked_s > 0) {
+        jr["predicted_tracked_seconds"] = r.tracked_s;
+        jr["predicted_tracked_over_measured"] = r.tracked_s / r.median_s;
+      }
+      jr["predicted_dominant"] = r.predicted.dominant;
+      jr["predicted_mfu_causal"] = r.predicted.mfu_causal;
+    }
     if (r.planned_flops > 0) {
       jr["planned_flops"] = r.planned_flops;
       jr["planned_flops_no_window"] = r.planned_flops_no_window;
@@ -632,6 +729,7 @@ int run(const Args& a) {
   std::sort(probes.begin(), probes.end());
   const double sgemm = probes[probes.size() / 2];
   print_tables(b, runs, sgemm, probes);
+  if (!a.predict.empty()) print_predicted(runs, a.predict);
   double copy_gbs = 0;  // the host's copy bandwidth: the yardstick of the CPU's memory-bound ops
   if (a.profile) {
     if (a.exec.backend == "cpu") {
@@ -671,6 +769,10 @@ void register_bench(CLI::App& app) {
   c->add_flag("--profile", a->profile,
               "Split the measured steps' time by kernel family (a GPU's ops are synchronised "
               "around each)");
+  c->add_option("--predict", a->predict,
+                "Print each step's time as plan --time predicts it on this device (cpu: probed "
+                "in the run; h100, h200, a100, rtx4090: datasheet profiles) beside the measured")
+      ->check(CLI::IsMember({"cpu", "h100", "h200", "a100", "rtx4090"}));
   c->add_option("--optimizer", a->optimizer,
                 "none, or adamw: every step ends with the norm, clipping and an AdamW update "
                 "(with --offload optimizer: on the host)")

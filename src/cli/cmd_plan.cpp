@@ -22,6 +22,8 @@
 #include "engine/context_slice.h"
 #include "plan/planner.h"
 #include "plan/size_arg.h"
+#include "plan/gpu_profiles.h"
+#include "plan/time_plan.h"
 
 namespace sbp::cli {
 
@@ -58,13 +60,17 @@ struct Args {
   int64_t num_generations = 8;        // online GRPO/PPO: completions per prompt, decoded together
   int64_t max_completion_length = 0;  // and new tokens (0: no generation phase)
   LoraArgs lora;
+  bool time = false;           // --time: the step's predicted time (plan/time_plan.h)
+  std::string device = "cpu";  // --device: what --time prices the step on
 };
 
 // One mode's line of the report.
 struct Row {
   std::string mode;
+  ExecConfig exec;
   ChunkedPlan plan;
   bool hit_limit = false;
+  std::shared_ptr<TimePlan> time;  // with --time
 };
 
 // Bytes in the table's unit.
@@ -269,6 +275,7 @@ std::vector<Row> plan_rows(const Request& q, int64_t seq_len) {
   for (const ExecConfig& mode : q.modes) {
     Row r;
     r.mode = mode_name(mode);
+    r.exec = mode;
     if (q.search) {
       // The search's ceiling, 2^22 tokens, is per rank's share with context parallelism.
       const int64_t ceiling = std::min<int64_t>(
@@ -421,6 +428,80 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
   }
 }
 
+// --time: each mode's predicted step, its time by op family, and what dominates.
+void print_time(const std::vector<Row>& rows) {
+  if (rows.empty() || !rows.front().time) return;
+  const DeviceProfile& dev = rows.front().time->device;
+  std::printf("\ntime on %s (%s):\n", dev.name.c_str(), dev.source.c_str());
+  std::printf(
+      "| mode | T | s/step | tokens/s/device | MFU causal | MFU raw | engine TFLOP | dominant |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---|\n");
+  for (const Row& r : rows) {
+    const StepTime& t = r.time->time;
+    std::printf("| %s | %lld | %.4g | %.4g | %.1f%% | %.1f%% | %.4g | %s |\n", r.mode.c_str(),
+                static_cast<long long>(r.plan.seq_len), t.seconds, t.tokens_per_s_per_device,
+                100.0 * t.mfu_causal, 100.0 * t.mfu_raw, t.engine_flops / 1e12,
+                t.dominant.c_str());
+  }
+  std::printf("\nseconds by op family (op latency included), exposed transfers and collectives\n| mode |");
+  for (int f = 0; f < kNumOpFamilies; ++f)
+    std::printf(" %s |", op_family_name(static_cast<OpFamily>(f)));
+  std::printf(" offload exposed | collectives exposed | adamw update |\n|---|");
+  for (int f = 0; f < kNumOpFamilies + 3; ++f) std::printf("---:|");
+  std::printf("\n");
+  for (const Row& r : rows) {
+    const StepTime& t = r.time->time;
+    std::printf("| %s |", r.mode.c_str());
+    for (int f = 0; f < kNumOpFamilies; ++f) std::printf(" %.3g |", t.family_seconds[size_t(f)]);
+    std::printf(" %.3g | %.3g | %.3g |\n", t.offload_exposed_seconds,
+                t.collective_exposed_seconds, t.optimizer_seconds);
+  }
+  std::printf(
+      "\nMFU: model FLOPs (6 x matmul parameters per token + attention: 12 L H h per (query, key) "
+      "pair) per second per device over the peak (%.4g TFLOP/s%s); causal counts the pairs "
+      "causal attention computes (T(T+1)/2 a sequence), raw every pair (T^2, PaLM's formula). "
+      "Engine FLOPs include recomputation.\n",
+      dev.peak_flops / 1e12, dev.gpu ? ", dense bf16, datasheet" : ", sgemm measured now");
+  if (!dev.gpu)
+    std::printf(
+        "On the CPU the peak is the BLAS's sgemm as measured now: kernels faster than it (the "
+        "AVX-512 attention beside an AVX2 BLAS core) can take MFU past 100%%.\n");
+}
+
+nlohmann::json time_json(const TimePlan& tp) {
+  const StepTime& t = tp.time;
+  nlohmann::json j;
+  j["device"] = tp.device.name;
+  j["device_source"] = tp.device.source;
+  j["measured_profile"] = tp.device.measured;
+  j["peak_flops"] = tp.device.peak_flops;
+  j["seconds"] = t.seconds;
+  j["compute_seconds"] = t.compute_seconds;
+  j["tokens_per_s_per_device"] = t.tokens_per_s_per_device;
+  j["mfu_causal"] = t.mfu_causal;
+  j["mfu_raw"] = t.mfu_raw;
+  j["engine_flops"] = t.engine_flops;
+  j["model_flops_causal"] = tp.shape.model_flops_causal;
+  j["model_flops_raw"] = tp.shape.model_flops_raw;
+  j["latency_seconds"] = t.latency_seconds;
+  j["offload_seconds"] = t.offload_seconds;
+  j["offload_exposed_seconds"] = t.offload_exposed_seconds;
+  j["collective_seconds"] = t.collective_seconds;
+  j["collective_exposed_seconds"] = t.collective_exposed_seconds;
+  j["optimizer_seconds"] = t.optimizer_seconds;
+  j["dominant"] = t.dominant;
+  j["families"] = nlohmann::json::object();
+  for (int f = 0; f < kNumOpFamilies; ++f) {
+    const OpTotals& o = tp.ops[static_cast<OpFamily>(f)];
+    j["families"][op_family_name(static_cast<OpFamily>(f))] = {
+        {"seconds", t.family_seconds[size_t(f)]},
+        {"calls", o.calls},
+        {"flops", o.flops},
+        {"bytes", o.bytes}};
+  }
+  return j;
+}
+
 nlohmann::json plan_json(const Args& a, const Request& q, const std::vector<Row>& rows) {
   nlohmann::json j;
   j["model"] = a.model;
@@ -469,6 +550,7 @@ nlohmann::json plan_json(const Args& a, const Request& q, const std::vector<Row>
         m["host_breakdown"][category_name(static_cast<Category>(c))] =
             r.plan.step.host_breakdown.bytes[static_cast<size_t>(c)];
     }
+    if (r.time) m["time"] = time_json(*r.time);
     j["modes"][r.mode] = m;
   }
   return j;
@@ -480,12 +562,24 @@ int run(const Args& a, CommandOutput* out) {
   refuse_output_over_inputs({"--json", a.json}, {{"--model", a.model}});
   const auto t0 = std::chrono::steady_clock::now();
   const Request q = parse_request(a);
-  const std::vector<Row> rows = plan_rows(q, a.seq_len);
+  if (!a.time && a.device != "cpu")
+    throw InputError("--device: prices the step with --time (give --time too)");
+  if (a.time && a.device != "cpu") (void)gpu_profile(a.device);  // an unknown name, before planning
+  std::vector<Row> rows = plan_rows(q, a.seq_len);
+  if (a.time) {
+    for (Row& r : rows) {
+      ExecConfig m = r.exec;
+      m.layer_chunk = r.plan.layer_chunk;
+      m.head_chunk = r.plan.head_chunk;
+      r.time = std::make_shared<TimePlan>(plan_time(q.setup, m, r.plan.seq_len, a.device));
+    }
+  }
   if (out) {
     out->json = plan_json(a, q, rows);
   } else {
     print_report(a, q, rows,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    print_time(rows);
   }
   if (!a.json.empty()) write_file_atomically(a.json, plan_json(a, q, rows).dump(2) + "\n");
   return 0;
@@ -530,6 +624,11 @@ void register_plan(CLI::App& app, CommandOutput* out) {
        "With --ranks > 1: 0 replicated optimizer, 1 AdamW state sharded, 2 gradients sharded too")
       ->capture_default_str();
   c->add_option("--json", a->json, "Write the plan as JSON")->check(non_empty());
+  c->add_flag("--time", a->time,
+              "Predict the step's time, tokens/s and MFU on --device (by op family)");
+  c->add_option("--device", a->device,
+                "With --time: cpu (probed now), h100, h200, a100 or rtx4090 (datasheet profiles)")
+      ->capture_default_str();
   c->add_option("--max-completion-length", a->max_completion_length,
                 "Online grpo/ppo: plan the generation phase too (new tokens per completion)")
       ->check(int_in(1, int64_t{1} << 31));  // absent: no generation phase

@@ -65,12 +65,13 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
   host_ledger.set_space("host");
   // Ledger only (the skipped chunks would repeat an earlier chunk's allocations), unless bench
   // wants the FLOPs of every chunk.
-  const std::unique_ptr<Backend> shape_only = make_shape_only_backend(mem.count_flops);
+  const bool all_work = mem.count_flops || mem.ops != nullptr;
+  const std::unique_ptr<Backend> shape_only = make_shape_only_backend(all_work);
   Backend& be = *shape_only;
   Pool pool(ledger, be);
   Pool host_pool(host_ledger, be.host_memory());
   if (exec.offload.any()) pool.set_host(&host_pool);
-  ShapeOnlyCommunicator comm(0, mem.ranks);
+  CountingCommunicator comm(0, mem.ranks);
   const AdamWConfig optim;
   ModelSet models(objective, cfg, pool, be,
                   ModelSetOptions{.param_dtype = mem.param_dtype,
@@ -82,6 +83,8 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
                                   .lora = mem.lora,
                                   .offload_optimizer = exec.offload.optimizer});
   PlannedStep p;
+  // The step's ops only: setting up the models (weights, zeroed gradients) is not a step's work.
+  be.set_profile(mem.ops);
   if (mem.generate_new_tokens > 0) {
     // The meta backend's logits read as zeros: greedy picks token 0, which stops nothing, so
     // every new token is planned.
@@ -99,7 +102,7 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
   }
   // Context parallelism: the group's busiest rank (the first micro-batch's rows).
   const int64_t rows = step.micro.empty() ? 0 : step.micro.front().batch.size();
-  ShapeOnlyCommunicator group(busiest_rank(rows, mem.context_parallel), mem.context_parallel);
+  CountingCommunicator group(busiest_rank(rows, mem.context_parallel), mem.context_parallel);
   StepRunner(objective, models.views(), be, pool, exec, comm,
              StepRunnerOptions{.context = mem.context_parallel > 1 ? &group : nullptr})
       .run(step);
@@ -107,7 +110,12 @@ PlannedStep plan_step(const ModelConfig& cfg, const ObjectiveSetup& objective,
   p.breakdown = ledger.peak_breakdown();
   p.host_peak_bytes = host_ledger.peak();
   p.host_breakdown = host_ledger.peak_breakdown();
-  p.flops = mem.count_flops ? be.flops() : 0;
+  p.flops = all_work ? be.flops() : 0;
+  p.offloaded_bytes = be.offloaded_bytes();
+  p.prefetched_bytes = be.prefetched_bytes();
+  p.data_parallel_bytes = comm.bytes();
+  p.context_bytes = group.bytes();
+  be.set_profile(nullptr);
   return p;
 }
 

@@ -8,7 +8,9 @@
 #include "engine/exec_config.h"
 #include "model/config.h"
 #include "model/lora.h"
+#include "backend/op_profile.h"
 #include "objective/objective_setup.h"
+#include "plan/counting_communicator.h"
 #include "step/micro_batch.h"
 
 namespace sbp {
@@ -22,6 +24,11 @@ struct PlannedStep {
   int64_t host_peak_bytes = 0;
   MemoryBreakdown host_breakdown;
   int64_t flops = 0;  // the step's FLOPs, with StepMemoryOptions::count_flops (else 0)
+  // With StepMemoryOptions::ops (the time planner's inputs, plan/time_model.h): bytes queued
+  // to and from the host space (offload), and what the planned rank's collectives move, on the
+  // data-parallel communicator and on the context-parallel group.
+  int64_t offloaded_bytes = 0, prefetched_bytes = 0;
+  CollectiveBytes data_parallel_bytes, context_bytes;
 };
 
 // What a step holds besides the model and the mode: the storage of weights and gradients and
@@ -62,6 +69,9 @@ struct StepMemoryOptions {
   // Without it, chunks that repeat an earlier chunk's allocations are skipped
   // (MetaBackend::Runs::ledger_only): the same peak, in work that does not grow with T.
   bool count_flops = false;
+  // Non-null: every op of the step (all chunks run, as with count_flops) is recorded there by
+  // family, with FLOPs, bytes and GEMM shapes: the time planner's accounting.
+  OpProfile* ops = nullptr;
 };
 
 // The fewest tokens a micro-batch of the objective can have: SFT 1; otherwise 2 per sequence

@@ -203,11 +203,12 @@ ChunkedPlan choose_chunks_with(Prober& probe, const PlanSetup& setup, int64_t T,
 
 }  // namespace
 
-PlannedStep plan_at(const PlanSetup& setup, ExecConfig mode, int64_t seq_len) {
+PlannedStep plan_at(const PlanSetup& setup, ExecConfig mode, int64_t seq_len, OpProfile* ops) {
   mode.act_dtype = setup.act_dtype;
+  StepMemoryOptions mem = memory_options(setup, 0);
+  mem.ops = ops;
   return plan_step(setup.cfg, setup.objective, mode,
-                   planning_step(setup.objective.kind, setup.group_size, seq_len),
-                   memory_options(setup, 0));
+                   planning_step(setup.objective.kind, setup.group_size, seq_len), mem);
 }
 
 ChunkedPlan choose_chunks(const PlanSetup& setup, ExecConfig mode, int64_t T,

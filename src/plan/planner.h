@@ -75,7 +75,10 @@ struct ChunkedPlan {
 // The step at T tokens (one micro-batch of the objective's planning shape, plan_step.h) in
 // `mode` with its own chunk sizes; the storage dtypes come from `setup`, no budget is applied
 // (the peak is what it needs). T >= min_planning_tokens.
-PlannedStep plan_at(const PlanSetup& setup, ExecConfig mode, int64_t seq_len);
+// With `ops`: every chunk runs and every op is recorded there (the time planner's accounting,
+// plan/time_plan.h).
+PlannedStep plan_at(const PlanSetup& setup, ExecConfig mode, int64_t seq_len,
+                    OpProfile* ops = nullptr);
 
 // Chunk sizes for a step of T tokens: fixed sizes as requested; auto ones the largest that fit
 // `setup.budget` (the layer chunk first, then the head chunk, since the two phases never hold

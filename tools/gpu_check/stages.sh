@@ -169,6 +169,19 @@ torch_ckpt() {
 export -f preflight_stage bundle_cpu_tests score_fixture scores gradchecks attention_long \
   sanitize plans torch_ckpt
 
+# The time planner's profile of this card (src/plan/gpu_profiles.h), from its name: every bench
+# stage prints the predicted step beside the measured one (`bench --predict`); empty (no
+# prediction) for a card without a profile and in the emulated dry run.
+gpu_profile_name() {
+  ((SMALL)) && return 0
+  case "$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H100*) echo h100 ;;
+    *H200*) echo h200 ;;
+    *A100*) echo a100 ;;
+    *4090*) echo rtx4090 ;;
+  esac
+}
+
 # bench NAME LIMIT MODEL T MODES [BENCH FLAGS...]: one `streambp bench`, one untimed warm-up
 # step (one-time costs: module loading, cuBLASLt's heuristic queries, the pinned blocks of
 # offload) and one timed step.
@@ -180,8 +193,12 @@ bench() {
     model=tiny-qwen3 T=64
     [[ ${extra[0]:-} == --layers ]] && extra=("${extra[@]:2}")
   fi
+  local profile predict=()
+  profile=$(gpu_profile_name)
+  [[ -n $profile ]] && predict=(--predict "$profile")
   stage "$name" "$limit" gpu ours "$SB" bench --model "$model" --backend cuda --precision bf16 \
-    --seq-len "$T" --modes "$modes" --warmup 1 --repeat 1 "${extra[@]}" --json "$R/$name.json"
+    --seq-len "$T" --modes "$modes" --warmup 1 --repeat 1 "${predict[@]}" "${extra[@]}" \
+    --json "$R/$name.json"
 }
 
 catalogue() {

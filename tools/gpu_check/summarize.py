@@ -182,18 +182,21 @@ def main():
             continue
         if "runs" in r:
             for run in r["runs"]:
-                rows.append("| {} | {} {} | {} | {:.3f} | {:.0f} | {} | {} | {} |".format(
+                # `bench --predict`: the time planner's step beside the measured one.
+                pred = run.get("predicted_seconds")
+                rows.append("| {} | {} {} | {} | {:.3f} | {} | {:.0f} | {} | {} | {} |".format(
                     s["name"], run.get("mode"), run.get("precision"), run.get("seq_len"), run.get("step_seconds_median", 0),
+                    "-" if pred is None else "{:.3f} ({:.2f}x)".format(pred, run.get("predicted_over_measured", 0)),
                     run.get("tokens_per_second", 0), fmt_gb(run.get("peak_bytes", -1)),
                     fmt_gb(run.get("device_in_use_peak_bytes", -1)),
                     "{:.0f} GFLOP/s ({})".format(r.get("sgemm_gflops", 0), r.get("gemm_probe", "?"))))
         elif r.get("gradient_checkpointing"):
             if r.get("status") == "ok":
-                rows.append("| {} | torch ckpt bf16 | {} | {:.3f} | {:.0f} | - | {} | torch {} |".format(
+                rows.append("| {} | torch ckpt bf16 | {} | {:.3f} | - | {:.0f} | - | {} | torch {} |".format(
                     s["name"], r["seq_len"], r["step_seconds_median"], r["tokens_per_second"],
                     fmt_gb(r.get("peak_allocated_bytes") or -1), r["torch"]))
             else:
-                rows.append(f"| {s['name']} | torch ckpt bf16 | {r.get('seq_len')} | {r.get('status')} | | | | |")
+                rows.append(f"| {s['name']} | torch ckpt bf16 | {r.get('seq_len')} | {r.get('status')} | | | | | |")
     for f in sorted(os.listdir(os.path.join(work, "results"))) if os.path.isdir(
             os.path.join(work, "results")) else []:
         if f.startswith("gradcheck_") and f.endswith(".json"):
@@ -201,8 +204,8 @@ def main():
             grads.append(f"| {f[len('gradcheck_'):-5]} | {g.get('precision', '?')} | "
                          f"{g.get('max_rel_err', '?')} | {g.get('pass', '?')} |")
     if rows:
-        md += ["", "| stage | run | T | step s | tokens/s | ledger peak GiB | device peak GiB | probe |",
-               "|---|---|---:|---:|---:|---:|---:|---|"] + rows
+        md += ["", "| stage | run | T | step s | predicted s (plan --time, datasheet profile) | tokens/s | ledger peak GiB | device peak GiB | probe |",
+               "|---|---|---:|---:|---:|---:|---:|---:|---|"] + rows
     if grads:
         md += ["", "| gradcheck | precision | max rel err | pass |", "|---|---|---:|---|"] + grads
     for s in stages:
