@@ -165,7 +165,7 @@ std::string convert_valid(test::TempDir& tmp) {
 TEST(HostileImports, GgufByteAccounting) {
   test::TempDir tmp;
   convert_valid(tmp);
-  GgufCases c{tmp};
+  GgufCases c{tmp, {}};
   // The reported file: output.weight's info left out of the count, so the data region starts
   // 64 bytes early, every tensor is read shifted and output.weight is dropped as "tied".
   { Gguf g; g.n_tensors = g.tensors.size() - 1;
@@ -185,7 +185,7 @@ TEST(HostileImports, GgufByteAccounting) {
 TEST(HostileImports, GgufNonFiniteWeights) {
   test::TempDir tmp;
   convert_valid(tmp);
-  GgufCases c{tmp};
+  GgufCases c{tmp, {}};
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   { Gguf g; g.tensor("blk.0.attn_q.weight").data.replace(4 * 37, 4, f32(nan));
@@ -218,7 +218,7 @@ TEST(HostileImports, GgufNonFiniteWeights) {
 TEST(HostileImports, GgufEnumerations) {
   test::TempDir tmp;
   convert_valid(tmp);
-  GgufCases c{tmp};
+  GgufCases c{tmp, {}};
   // The reported file: token type 99 took <s>'s control status away silently.
   { Gguf g; g.set("tokenizer.ggml.token_type", v_i32s({1, 1, 1, 1, 1, 1, 1, 99}));
     c.add("token_type 99", g.bytes(), {"tokenizer.ggml.token_type", "[7]", "99"}); }

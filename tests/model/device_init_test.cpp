@@ -69,8 +69,9 @@ TEST(DeviceInit, ATensorsNumbersDependOnItsNameOnly) {
   init_parameters_on_backend(*be, a, 9, InitStyle::test);
   init_parameters_on_backend(*be, b, 9, InitStyle::test);
   for (size_t i = 0; i < b.size(); ++i) {
-    if (b.tensor(i).data)
+    if (b.tensor(i).data) {
       EXPECT_EQ(download_f32(b.tensor(i)), download_f32(a.get(b.name(i)))) << b.name(i);
+    }
   }
 }
 

@@ -163,7 +163,7 @@ TEST(TimeModel, GpuGemmIsItsRooflineWithSplit3ForAnF32Operand) {
 TEST(TimeModel, PredictionAddsTheFamiliesAndDividesTheModelFlops) {
   PlanSetup s;
   s.cfg = preset_config("tiny-qwen3");
-  for (const std::string dev : gpu_profile_names()) {
+  for (const std::string& dev : gpu_profile_names()) {
     const TimePlan t = plan_time(s, parse_mode("stream"), 256, dev);
     double sum = 0.0;
     for (const double f : t.time.family_seconds) sum += f;
