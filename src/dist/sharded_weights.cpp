@@ -1,6 +1,5 @@
 #include "dist/sharded_weights.h"
 
-
 #include "core/error.h"
 #include "optim/sharded_adamw.h"
 
