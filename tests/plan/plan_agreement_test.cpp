@@ -265,10 +265,12 @@ TEST_F(PlanAgreement, EveryObjectiveWithContextParallelismEqualsARealRanksStep) 
 
 // ZeRO-3 (plan --ranks R --zero 3): the planned rank's peak and breakdown equal a real rank's
 // SFT step, its weights its slices plus the groups gathered at that moment, for 2 and 4 ranks,
-// fp32 + AdamW and bf16 + AdamW (fp32 master slices), untied and tied heads, in every layer mode.
+// fp32 + AdamW and bf16 + AdamW (fp32 master slices), untied and tied heads, in every layer mode;
+// then with context parallelism (cp 2 of 2 and of 4 ranks) and offloaded checkpoints (both
+// spaces).
 TEST_F(PlanAgreement, ZeroThreeEqualsARealRanksStep) {
   const ObjectiveSetup s;  // sft
-  const int64_t T = 45;
+  const int64_t T = 48;
   const StepBatches step = planning_step(s.kind, 3, T);
   int cases = 0;
   for (const ModelConfig& model : {preset_config("tiny-qwen3"), tied_qwen3_with_bias()})
@@ -284,6 +286,18 @@ TEST_F(PlanAgreement, ZeroThreeEqualsARealRanksStep) {
           ++cases;
         }
   EXPECT_EQ(cases, 2 * 2 * 4 * 2);
+  const ModelConfig model = preset_config("tiny-qwen3");
+  for (int ranks : {2, 4})
+    for (ExecConfig e : {mode("checkpoint", 0, 0), mode("stream", 5, 7)})
+      for (bool offload : {false, true}) {
+        StepMemoryOptions mem{.param_dtype = DType::BF16, .adamw = true};
+        e.act_dtype = DType::BF16;
+        e.offload.checkpoints = e.offload.residual_grad = offload;
+        mem.ranks = ranks;
+        mem.context_parallel = 2;
+        mem.zero = 3;
+        ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 2, T));
+      }
 }
 
 // Each rank keeps the layer checkpoints of its own rows only: 1/cp of one process's bytes.
