@@ -136,11 +136,6 @@ struct Request {
 
 // --zero 3 plans what `streambp train` runs with dist.zero 3 (dist/sharded_weights.h): full
 // fine-tuning with SFT on data-parallel ranks; the rest is refused, as the trainer refuses it.
-void check_plan_zero3_offload() {
-  throw InputError(
-      "--zero 3: --offload optimizer is not supported with sharded weights yet (use --zero 2)");
-}
-
 void check_plan_zero3(const PlanSetup& setup, bool lora) {
   auto refuse = [](const std::string& what) {
     throw InputError("--zero 3: " + what + " is not supported with sharded weights yet (use "
@@ -227,7 +222,6 @@ Request parse_request(const Args& a) {
     setup.budget = q.budget - q.reserve;
   }
   q.offload = a.exec.offload_value();
-  if (setup.zero == 3 && q.offload.optimizer) check_plan_zero3_offload();
   if (q.offload.optimizer && !setup.adamw)
     throw InputError("--offload optimizer: there is no optimizer state to offload (give "
                      "--optimizer adamw)");

@@ -31,11 +31,10 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
   if (offload) {
     host_ = std::make_unique<HostMath>(state.memory());
     if (zero_ != 2) host_grads_ = ParameterSet(cfg, state, Category::grads, grad_dtype, true, head);
-    image_ = ParameterSet(cfg, state, Category::weights, param_dtype, false, head);
+    // Zero 3: the host's copy is of this rank's slices only (image_slices_, below).
+    if (zero_ != 3) image_ = ParameterSet(cfg, state, Category::weights, param_dtype, false, head);
   }
   SBP_CHECK(zero >= 0 && zero <= 3, "DataParallel: zero stage " + std::to_string(zero));
-  SBP_CHECK(!(offload && zero_ == 3),
-            "DataParallel: offload: optimizer with zero 3 is not supported yet");
   cfg_ = &cfg;
   head_ = head;
   SBP_CHECK(!distributed() || grad_dtype == DType::F32 || !pool.materialize(),
@@ -48,6 +47,8 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
     counts_.push_back(shard_counts(n, comm.size()));
     if (zero_ >= 2)
       shards_.push_back(state.zeros(Category::grads, grad_dtype, {ranges_.back().count}));
+    if (zero_ == 3 && offload)
+      image_slices_.push_back(state.allocate(Category::weights, param_dtype, {ranges_.back().count}));
   }
   if (optim) {
     if (zero_ == 0)
@@ -271,9 +272,12 @@ void DataParallel::update(const ParameterSet& weights, float lr) {
     std::vector<Tensor> slices;
     for (size_t i = 0; i < grads_.size(); ++i) slices.push_back(owned_grad(i));
     if (sharded_weights_) {
-      // Zero 3: the slices are the weights; the next pass gathers what it reads.
-      if constexpr (std::is_same_v<std::decay_t<decltype(ops)>, Backend>)
-        sharded_->step_slices(sharded_weights_->slices(), slices, ops, lr);
+      // Zero 3: the slices are the weights (with offload their host copy, uploaded below);
+      // the next pass gathers what it reads.
+      std::vector<Tensor> w3 = sharded_weights_->slices();
+      if (offload_)
+        for (size_t i = 0; i < w3.size(); ++i) w3[i] = image_slices_[i].view();
+      sharded_->step_slices(w3, slices, ops, lr);
       return;
     }
     sharded_->step(w, slices, ops, lr);
@@ -282,7 +286,10 @@ void DataParallel::update(const ParameterSet& weights, float lr) {
   if (!offload_) return step(weights, be_);
   host_ready();
   step(image_, *host_);
-  upload_image(weights);
+  if (sharded_weights_)
+    upload_image_slices();
+  else
+    upload_image(weights);
 }
 
 void DataParallel::gather_updated(const ParameterSet& w) {
@@ -337,12 +344,22 @@ void DataParallel::weights_loaded(const ParameterSet& weights) {
     // Zero 3: this rank's slice of the whole fp32 values, rounded into the weights' dtype, and
     // into the optimizer's master slices; then the staging copy goes.
     SBP_CHECK(staging_.size() > 0, "DataParallel::weights_loaded: nothing loaded into master()");
-    for (size_t i = 0; i < staging_.size(); ++i) {
-      const ShardRange& r = sharded_weights_->range(i);
-      if (r.count == 0) continue;
-      const Tensor from = flat_slice(staging_.tensor(i), r);
-      be_.copy(sharded_weights_->slice(i), from);
-      if (sharded_ && sharded_->has_master()) be_.copy(sharded_->master_slice(i), from);
+    // With offload the staging copy, the master and the image are host memory.
+    auto slice_all = [&](auto& ops, auto&& weight_slice) {
+      for (size_t i = 0; i < staging_.size(); ++i) {
+        const ShardRange& r = sharded_weights_->range(i);
+        if (r.count == 0) continue;
+        const Tensor from = flat_slice(staging_.tensor(i), r);
+        ops.copy(weight_slice(i), from);
+        if (sharded_ && sharded_->has_master()) ops.copy(sharded_->master_slice(i), from);
+      }
+    };
+    if (offload_) {
+      host_ready();
+      slice_all(*host_, [&](size_t i) { return image_slices_[i].view(); });
+      upload_image_slices();
+    } else {
+      slice_all(be_, [&](size_t i) { return sharded_weights_->slice(i); });
     }
     release_staging();
     return;
@@ -380,7 +397,9 @@ void DataParallel::shard_weights(ParameterSet& weights, DType dtype) {
   sharded_weights_ =
       std::make_unique<ShardedWeights>(comm_, weights, pool_, be_, dtype, tied_lm_head_);
   staging_ledger_ = std::make_unique<Ledger>();
-  staging_pool_ = std::make_unique<Pool>(*staging_ledger_, pool_.memory());
+  // With offload: optimizer the values it slices go to host memory: the staging copy is there.
+  staging_pool_ = std::make_unique<Pool>(*staging_ledger_,
+                                         offload_ ? pool_.host()->memory() : pool_.memory());
 }
 
 std::vector<Tensor> DataParallel::weight_slices() const {
@@ -389,17 +408,22 @@ std::vector<Tensor> DataParallel::weight_slices() const {
 
 const ParameterSet& DataParallel::gather_values() {
   SBP_CHECK(sharded_weights_ != nullptr, "DataParallel::gather_values: zero 3 only");
+  if (offload_) host_ready();
   master();  // the staging copy
   std::vector<Request> gathers;
   std::vector<std::vector<float>> staged(staging_.size());
   for (size_t i = 0; i < staging_.size(); ++i) {
     const ShardRange& r = sharded_weights_->range(i);
     const Tensor& whole = staging_.tensor(i);
-    // The fp32 values: the master slice (bf16 weights), else the slice itself.
-    if (r.count > 0)
-      be_.copy(flat_slice(whole, r), sharded_ && sharded_->has_master()
-                                         ? sharded_->master_slice(i)
-                                         : sharded_weights_->slice(i));
+    // The fp32 values: the master slice (bf16 weights), else the slice itself (with offload
+    // the host's copy of it).
+    const Tensor from = sharded_ && sharded_->has_master() ? sharded_->master_slice(i)
+                        : offload_                         ? image_slices_[i].view()
+                                                           : sharded_weights_->slice(i);
+    if (r.count > 0 && offload_)
+      host_->copy(flat_slice(whole, r), from);
+    else if (r.count > 0)
+      be_.copy(flat_slice(whole, r), from);
     gathers.push_back(comm_.iallgather(collective_data(whole, staged[i]), counts_[i]));
   }
   for (size_t i = 0; i < gathers.size(); ++i) {

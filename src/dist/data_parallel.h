@@ -182,6 +182,7 @@ class DataParallel : private GradHook {
   void release_offloads(size_t keep);                   // all but the newest `keep`
   void host_ready();  // the device finished every copy: the host may read its buffers
   void upload_image(const ParameterSet& weights);
+  void upload_image_slices();  // zero 3: the host's copy of the slices to the device's
   // Zero 1: moves the reduced slice from the front of gradient g to its place r.
   void move_front_to_slice(const Tensor& g, const ShardRange& r);
 
@@ -207,6 +208,7 @@ class DataParallel : private GradHook {
   ParameterSet image_;       // offload: the weights in their dtype, in host memory
   // ---- zero 3 ----
   std::unique_ptr<ShardedWeights> sharded_weights_;
+  std::vector<Buffer> image_slices_;  // offload: the host's copy of the slices, weights' dtype
   const ModelConfig* cfg_ = nullptr;
   ModelHead head_ = ModelHead::lm;
   // The whole-model staging copy of loads and saves, in its own ledger (not the step's).

@@ -50,5 +50,7 @@ template void ShardedAdamW::step(const ParameterSet&, const std::vector<Tensor>&
                                  float);
 template void ShardedAdamW::step_slices(const std::vector<Tensor>&, const std::vector<Tensor>&,
                                         Backend&, float);
+template void ShardedAdamW::step_slices(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                                        HostMath&, float);
 
 }  // namespace sbp

@@ -277,7 +277,6 @@ void Trainer::check_zero3() const {
   if (c_.objective != ObjectiveKind::sft)
     refuse(std::string("with objective ") + objective_traits(c_.objective).name);
   if (c_.lora.enabled()) refuse("with lora");
-  if (exec_.offload.optimizer) refuse("with offload: optimizer");
   if (!c_.data_eval.empty() || c_.data_eval_text != nullptr || c_.eval_fraction > 0.0)
     refuse("with evaluation data (data.eval, data.eval_fraction)");
 }

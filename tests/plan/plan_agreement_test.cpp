@@ -266,8 +266,8 @@ TEST_F(PlanAgreement, EveryObjectiveWithContextParallelismEqualsARealRanksStep) 
 // ZeRO-3 (plan --ranks R --zero 3): the planned rank's peak and breakdown equal a real rank's
 // SFT step, its weights its slices plus the groups gathered at that moment, for 2 and 4 ranks,
 // fp32 + AdamW and bf16 + AdamW (fp32 master slices), untied and tied heads, in every layer mode;
-// then with context parallelism (cp 2 of 2 and of 4 ranks) and offloaded checkpoints (both
-// spaces).
+// then with context parallelism (cp 2 of 2 and of 4 ranks), offloaded checkpoints and the
+// optimizer in host memory (both spaces).
 TEST_F(PlanAgreement, ZeroThreeEqualsARealRanksStep) {
   const ObjectiveSetup s;  // sft
   const int64_t T = 48;
@@ -289,15 +289,26 @@ TEST_F(PlanAgreement, ZeroThreeEqualsARealRanksStep) {
   const ModelConfig model = preset_config("tiny-qwen3");
   for (int ranks : {2, 4})
     for (ExecConfig e : {mode("checkpoint", 0, 0), mode("stream", 5, 7)})
-      for (bool offload : {false, true}) {
+      for (int offload : {0, 1, 2}) {  // none, activations, activations and the optimizer
         StepMemoryOptions mem{.param_dtype = DType::BF16, .adamw = true};
         e.act_dtype = DType::BF16;
-        e.offload.checkpoints = e.offload.residual_grad = offload;
+        e.offload.checkpoints = e.offload.residual_grad = offload > 0;
+        e.offload.optimizer = offload == 2;
         mem.ranks = ranks;
         mem.context_parallel = 2;
         mem.zero = 3;
         ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 2, T));
       }
+  // The optimizer in host memory without context parallelism, fp32 and bf16.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    ExecConfig e = mode("stream", 5, 7);
+    e.act_dtype = dt;
+    e.offload.optimizer = true;
+    StepMemoryOptions mem{.param_dtype = dt, .adamw = true};
+    mem.ranks = 4;
+    mem.zero = 3;
+    ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 4, T));
+  }
 }
 
 // Each rank keeps the layer checkpoints of its own rows only: 1/cp of one process's bytes.
