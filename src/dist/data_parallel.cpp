@@ -30,7 +30,7 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
   Pool& state = offload ? *pool.host() : pool;
   if (offload) {
     host_ = std::make_unique<HostMath>(state.memory());
-    if (zero_ != 2) host_grads_ = ParameterSet(cfg, state, Category::grads, grad_dtype, true, head);
+    if (zero_ < 2) host_grads_ = ParameterSet(cfg, state, Category::grads, grad_dtype, true, head);
     // Zero 3: the host's copy is of this rank's slices only (image_slices_, below).
     if (zero_ != 3) image_ = ParameterSet(cfg, state, Category::weights, param_dtype, false, head);
   }
