@@ -177,6 +177,39 @@ TEST(ZeroThree, OptimizerInHostMemoryTrainsTheSameBits) {
   }
 }
 
+// Two "nodes" on one machine (docs/DISTRIBUTED.md, "Launching across machines"): a host file of
+// two names, OpenMPI's rsh agent replaced by a script that runs the daemon here, TCP between the
+// ranks (no shared memory: each rank is alone on its node). The same bytes as one node's run.
+TEST(ZeroThree, TwoNodesFromAHostFileTrainAsOneNode) {
+  SKIP_WITHOUT_MPIRUN();
+  TrainDir run(sft_yaml(), kModel3);
+  auto r = run.train(2, "one_node", "dist.zero=3 grad_accum=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string agent = run.out("fake_ssh"), hosts = run.out("hosts");
+  test::write_text(agent,
+                   "#!/bin/sh\n# ssh's options and the host dropped: the command runs here.\n"
+                   "while [ $# -gt 0 ]; do case \"$1\" in -*) shift;; *) break;; esac; done\n"
+                   "shift\nexec sh -c \"$*\"\n");
+  fs::permissions(agent, fs::perms::owner_all);
+  test::write_text(hosts, "node-a slots=1\nnode-b slots=1\n");
+  const std::string cmd =
+      dist_test::sanitizer_env() +
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive mpirun "
+      "-np 2 --hostfile " + hosts + " --mca plm_rsh_agent " + agent +
+      " --bind-to none --mca btl self,tcp --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo"
+      " --mca orte_tmpdir_base " + run.dir.path() + " sh -c 'echo \"node of rank "
+      "$OMPI_COMM_WORLD_RANK: $OMPI_COMM_WORLD_LOCAL_SIZE rank(s)\"; exec " +
+      test::streambp_binary() + " train " + run.config + " output_dir=" + run.out("two_nodes") +
+      " dist.zero=3 grad_accum=2'";
+  r = test::run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Each rank alone on its node.
+  EXPECT_NE(r.output.find("node of rank 0: 1 rank(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("node of rank 1: 1 rank(s)"), std::string::npos) << r.output;
+  EXPECT_TRUE(dist_test::same_bytes(run.out("two_nodes/checkpoint-4/model.safetensors"),
+                                    run.out("one_node/checkpoint-4/model.safetensors")));
+}
+
 TEST(ZeroThree, WhatItDoesNotRunYetIsRefusedNamingTheKey) {
   SKIP_WITHOUT_MPIRUN();
   const std::string data = test::source_dir() + "/examples/data/";
