@@ -217,6 +217,7 @@ void Trainer::plan_schedule() {
 // divide them (step/model_set.h).
 void Trainer::build_models() {
   exec_ = c_.exec();
+  check_zero3();  // before the auto chunks plan a step of what dist.zero 3 does not run
   if (exec_.offload.any()) pool_.set_host(&host_pool_);
   if (c_.layer_chunk == 0 || c_.head_chunk == 0) {
     const ResolvedChunks rc =
@@ -239,7 +240,6 @@ void Trainer::build_models() {
   }
   if (setup_.needs_value_model()) value_cfg = value_model_config(c_, start_.policy, start_.ckpt);
   // (LoRA: the adapters are never sharded; only a value model would be.)
-  check_zero3();
   if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && c_.dist.zero < 3 &&
       world_.size() > 1 &&
       (!c_.lora.enabled() || setup_.needs_value_model()))
