@@ -344,23 +344,23 @@ void DataParallel::weights_loaded(const ParameterSet& weights) {
     // Zero 3: this rank's slice of the whole fp32 values, rounded into the weights' dtype, and
     // into the optimizer's master slices; then the staging copy goes.
     SBP_CHECK(staging_.size() > 0, "DataParallel::weights_loaded: nothing loaded into master()");
-    // With offload the staging copy, the master and the image are host memory.
-    auto slice_all = [&](auto& ops, auto&& weight_slice) {
-      for (size_t i = 0; i < staging_.size(); ++i) {
-        const ShardRange& r = sharded_weights_->range(i);
-        if (r.count == 0) continue;
-        const Tensor from = flat_slice(staging_.tensor(i), r);
-        ops.copy(weight_slice(i), from);
-        if (sharded_ && sharded_->has_master()) ops.copy(sharded_->master_slice(i), from);
-      }
-    };
-    if (offload_) {
-      host_ready();
-      slice_all(*host_, [&](size_t i) { return image_slices_[i].view(); });
-      upload_image_slices();
-    } else {
-      slice_all(be_, [&](size_t i) { return sharded_weights_->slice(i); });
+    // The staging copy is in the device's memory space (where a device communicator can
+    // gather into it); with offload the master and the image are host memory, reached by
+    // copies of one dtype: the image from the rounded device slice.
+    Backend::CopyTicket last = 0;
+    for (size_t i = 0; i < staging_.size(); ++i) {
+      const ShardRange& r = sharded_weights_->range(i);
+      if (r.count == 0) continue;
+      const Tensor from = flat_slice(staging_.tensor(i), r);
+      be_.copy(sharded_weights_->slice(i), from);
+      if (offload_) last = be_.offload_async(image_slices_[i].view(), sharded_weights_->slice(i));
+      if (!sharded_ || !sharded_->has_master()) continue;
+      if (offload_)
+        last = be_.offload_async(sharded_->master_slice(i), from);
+      else
+        be_.copy(sharded_->master_slice(i), from);
     }
+    if (last) be_.wait_copy(last);
     release_staging();
     return;
   }
@@ -397,9 +397,7 @@ void DataParallel::shard_weights(ParameterSet& weights, DType dtype) {
   sharded_weights_ =
       std::make_unique<ShardedWeights>(comm_, weights, pool_, be_, dtype, tied_lm_head_);
   staging_ledger_ = std::make_unique<Ledger>();
-  // With offload: optimizer the values it slices go to host memory: the staging copy is there.
-  staging_pool_ = std::make_unique<Pool>(*staging_ledger_,
-                                         offload_ ? pool_.host()->memory() : pool_.memory());
+  staging_pool_ = std::make_unique<Pool>(*staging_ledger_, pool_.memory());
 }
 
 std::vector<Tensor> DataParallel::weight_slices() const {
@@ -408,23 +406,22 @@ std::vector<Tensor> DataParallel::weight_slices() const {
 
 const ParameterSet& DataParallel::gather_values() {
   SBP_CHECK(sharded_weights_ != nullptr, "DataParallel::gather_values: zero 3 only");
-  if (offload_) host_ready();
-  master();  // the staging copy
+  master();  // the staging copy, in the device's memory space
   std::vector<Request> gathers;
   std::vector<std::vector<float>> staged(staging_.size());
   for (size_t i = 0; i < staging_.size(); ++i) {
     const ShardRange& r = sharded_weights_->range(i);
     const Tensor& whole = staging_.tensor(i);
-    // The fp32 values: the master slice (bf16 weights), else the slice itself (with offload
-    // the host's copy of it).
-    const Tensor from = sharded_ && sharded_->has_master() ? sharded_->master_slice(i)
-                        : offload_                         ? image_slices_[i].view()
-                                                           : sharded_weights_->slice(i);
-    if (r.count > 0 && offload_)
-      host_->copy(flat_slice(whole, r), from);
+    // The fp32 values: the master slice (bf16 weights; with offload in host memory, copied
+    // in), else the device's slice itself (with offload uploaded from the host's after each
+    // update).
+    const bool master = sharded_ && sharded_->has_master();
+    if (r.count > 0 && master && offload_)
+      be_.wait_copy(be_.prefetch_async(flat_slice(whole, r), sharded_->master_slice(i)));
     else if (r.count > 0)
-      be_.copy(flat_slice(whole, r), from);
-    gathers.push_back(comm_.iallgather(collective_data(whole, staged[i]), counts_[i]));
+      be_.copy(flat_slice(whole, r), master ? sharded_->master_slice(i) : sharded_weights_->slice(i));
+    gathers.push_back(comm_.iallgather(
+        collective_data(whole, staged[i], comm_.device_collectives()), counts_[i]));
   }
   for (size_t i = 0; i < gathers.size(); ++i) {
     comm_.wait(gathers[i]);
