@@ -140,6 +140,18 @@ struct Request {
   bool search = false;  // no --seq-len: the longest T under the budget
 };
 
+// --zero 3 plans what `streambp train` runs with dist.zero 3 (dist/sharded_weights.h): full
+// fine-tuning with SFT on data-parallel ranks; the rest is refused, as the trainer refuses it.
+void check_plan_zero3(const PlanSetup& setup, bool lora) {
+  auto refuse = [](const std::string& what) {
+    throw InputError("--zero 3: " + what + " is not supported with sharded weights yet (use "
+                     "--zero 2)");
+  };
+  if (setup.objective.kind != ObjectiveKind::sft)
+    refuse(std::string("--objective ") + setup.objective.traits().name);
+  if (lora) refuse("--lora-r");
+}
+
 Request parse_request(const Args& a) {
   Request q;
   PlanSetup& setup = q.setup;
@@ -155,10 +167,10 @@ Request parse_request(const Args& a) {
   setup.master_weights = true;  // counted with adamw + bf16 (docs/BENCHMARKS.md says why)
   if (a.ranks < 1 || a.ranks > kMaxPlanningRanks)  // int_in checks it too, when given
     throw InputError("--ranks: must be between 1 and " + std::to_string(kMaxPlanningRanks));
-  if (a.zero < 0 || a.zero > 2)
+  if (a.zero < 0 || a.zero > 3)
     throw InputError(
-        "--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state) or 2 (sharded "
-        "gradients too)");
+        "--zero: must be 0 (replicated optimizer), 1 (sharded optimizer state), 2 (sharded "
+        "gradients too) or 3 (sharded weights too)");
   setup.ranks = a.ranks;
   if (a.cp > 1 && a.ranks_given && a.ranks < a.cp)
     throw InputError("--cp " + std::to_string(a.cp) + " and --ranks " + std::to_string(a.ranks) +
@@ -173,6 +185,7 @@ Request parse_request(const Args& a) {
     setup.context_parallel = a.cp;
   }
   setup.zero = setup.ranks > 1 ? a.zero : 0;
+  if (setup.zero == 3) check_plan_zero3(setup, a.lora.config().enabled());
   if (a.prompt_len > 0 && a.max_completion_length == 0)
     throw InputError("--prompt-len: plans the generation phase with --max-completion-length");
   if (a.max_completion_length > 0) {
@@ -343,7 +356,9 @@ void print_report(const Args& a, const Request& q, const std::vector<Row>& rows,
         setup.ranks, setup.zero,
         setup.zero == 0   ? ""
         : setup.zero == 1 ? "; optimizer state divided"
-                          : "; optimizer state and gradients divided");
+        : setup.zero == 2 ? "; optimizer state and gradients divided"
+                          : "; optimizer state, gradients and weights divided (a layer gathered "
+                            "at a time, the next one prefetched)");
   if (setup.context_parallel > 1)
     std::printf(
         "context parallel: %d ranks share each sequence (rows in 2 x %d pieces, rank r owning "

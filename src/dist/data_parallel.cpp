@@ -1,6 +1,7 @@
 #include "dist/data_parallel.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 #include <cstring>
 
@@ -18,7 +19,7 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
       be_(be),
       grad_dtype_(grad_dtype),
       tied_lm_head_(head == ModelHead::lm && cfg.tie_word_embeddings),
-      grads_(zero_ == 2 || offload
+      grads_(zero_ >= 2 || offload
                  ? ParameterSet::unallocated(cfg, head)
                  : ParameterSet(cfg, pool, Category::grads, grad_dtype, true, head)),
       groups_(grads_),
@@ -29,20 +30,25 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
   Pool& state = offload ? *pool.host() : pool;
   if (offload) {
     host_ = std::make_unique<HostMath>(state.memory());
-    if (zero_ != 2) host_grads_ = ParameterSet(cfg, state, Category::grads, grad_dtype, true, head);
-    image_ = ParameterSet(cfg, state, Category::weights, param_dtype, false, head);
+    if (zero_ < 2) host_grads_ = ParameterSet(cfg, state, Category::grads, grad_dtype, true, head);
+    // Zero 3: the host's copy is of this rank's slices only (image_slices_, below).
+    if (zero_ != 3) image_ = ParameterSet(cfg, state, Category::weights, param_dtype, false, head);
   }
-  SBP_CHECK(zero >= 0 && zero <= 2, "DataParallel: zero stage " + std::to_string(zero));
+  SBP_CHECK(zero >= 0 && zero <= 3, "DataParallel: zero stage " + std::to_string(zero));
+  cfg_ = &cfg;
+  head_ = head;
   SBP_CHECK(!distributed() || grad_dtype == DType::F32 || !pool.materialize(),
             "DataParallel: ranks exchange F32 gradients");
-  SBP_CHECK(!(master && zero_ > 0) || !pool.materialize(),
+  SBP_CHECK(!(master && (zero_ == 1 || zero_ == 2)) || !pool.materialize(),
             "DataParallel: sharded optimizers all-gather F32 weights (no bf16 weights with zero 1/2)");
   for (size_t i = 0; i < grads_.size(); ++i) {
     const int64_t n = grads_.shape(i).numel();
     ranges_.push_back(shard_range(n, comm.size(), comm.rank()));
     counts_.push_back(shard_counts(n, comm.size()));
-    if (zero_ == 2)
+    if (zero_ >= 2)
       shards_.push_back(state.zeros(Category::grads, grad_dtype, {ranges_.back().count}));
+    if (zero_ == 3 && offload)
+      image_slices_.push_back(state.allocate(Category::weights, param_dtype, {ranges_.back().count}));
   }
   if (optim) {
     if (zero_ == 0)
@@ -54,7 +60,7 @@ DataParallel::DataParallel(Communicator& comm, int zero, const ModelConfig& cfg,
 }
 
 bool DataParallel::reduces(int64_t slot) const {
-  return distributed() && (zero_ == 2 || slot == slots_ - 1);
+  return distributed() && (zero_ >= 2 || slot == slots_ - 1);
 }
 
 void DataParallel::begin_step(int64_t slots) {
@@ -67,7 +73,8 @@ void DataParallel::begin_step(int64_t slots) {
     for (size_t i = 0; i < host_grads_.size(); ++i) host_->fill(host_grads_.tensor(i), 0.0f);
     return;
   }
-  if (zero_ == 2) {
+  if (sharded_weights_) sharded_weights_->reset_counters();
+  if (zero_ >= 2) {
     for (const Buffer& s : shards_) be_.fill(s.view(), 0.0f);
   } else {
     for (size_t i = 0; i < grads_.size(); ++i) be_.fill(grads_.tensor(i), 0.0f);
@@ -82,21 +89,26 @@ GradHook* DataParallel::hook(int64_t slot) {
 void DataParallel::end_slot(int64_t slot) {
   if (reduces(slot)) complete_all();
   if (offload_) release_offloads(0);
+  if (sharded_weights_) counters_.gathers = sharded_weights_->gathers();
 }
 
 void DataParallel::empty_slot(int64_t slot) {
   if (!reduces(slot)) return;
   slot_ = slot;
   // Zero 0/1: this rank's earlier micro-batches are in the gradients; zero 2: zeros.
-  replay_grad_events(*this, groups_.layers(), tied_lm_head_);
+  if (sharded_weights_)  // zero 3: the weight gathers too, interleaved as the others send them
+    replay_step_events(*this, *sharded_weights_, groups_.layers(), tied_lm_head_);
+  else
+    replay_grad_events(*this, groups_.layers(), tied_lm_head_);
   complete_all();
   if (offload_) release_offloads(0);
+  if (sharded_weights_) counters_.gathers = sharded_weights_->gathers();
 }
 
 void DataParallel::grads_begin(GradGroup group, int64_t layer) {
   progress();
   if (offload_) return bind_from_host(group, layer);
-  if (zero_ != 2) return;
+  if (zero_ < 2) return;
   for (size_t i : groups_.of(group, layer))
     if (!grads_.attached(i))
       grads_.attach(i, pool_.zeros(Category::grads, grad_dtype_, grads_.shape(i)));
@@ -155,7 +167,7 @@ void DataParallel::grads_final(GradGroup group, int64_t layer) {
   // Zero 2 (and offload): the previous group's buffers go as soon as this group's reduction is
   // on its way, so at most two groups' whole buffers exist at once (and the ledger sees the
   // same moments in a real run as in `streambp plan`).
-  if (zero_ == 2 || offload_)
+  if (zero_ >= 2 || offload_)
     while (in_flight_.size() > 1) complete_oldest_group();
 }
 
@@ -190,7 +202,7 @@ void DataParallel::complete_oldest_group() {
     }
     if (offload_) {
       offload_reduced(i, copies);
-    } else if (zero_ == 2) {
+    } else if (zero_ >= 2) {
       be_.add_inplace(shards_[i].view(), flat_slice(g, ShardRange{0, r.count}));
       grads_.detach(i);
     }
@@ -207,7 +219,7 @@ void DataParallel::complete_all() {
 }
 
 Tensor DataParallel::owned_grad(size_t i) const {
-  if (zero_ == 2) return shards_[i].view();
+  if (zero_ >= 2) return shards_[i].view();
   return flat_slice(held().tensor(i), ranges_[i]);
 }
 
@@ -259,13 +271,25 @@ void DataParallel::update(const ParameterSet& weights, float lr) {
     if (adamw_) return adamw_->step(w, held(), ops, lr);
     std::vector<Tensor> slices;
     for (size_t i = 0; i < grads_.size(); ++i) slices.push_back(owned_grad(i));
+    if (sharded_weights_) {
+      // Zero 3: the slices are the weights (with offload their host copy, uploaded below);
+      // the next pass gathers what it reads.
+      std::vector<Tensor> w3 = sharded_weights_->slices();
+      if (offload_)
+        for (size_t i = 0; i < w3.size(); ++i) w3[i] = image_slices_[i].view();
+      sharded_->step_slices(w3, slices, ops, lr);
+      return;
+    }
     sharded_->step(w, slices, ops, lr);
     gather_updated(w);
   };
   if (!offload_) return step(weights, be_);
   host_ready();
   step(image_, *host_);
-  upload_image(weights);
+  if (sharded_weights_)
+    upload_image_slices();
+  else
+    upload_image(weights);
 }
 
 void DataParallel::gather_updated(const ParameterSet& w) {
@@ -306,11 +330,40 @@ AdamW& DataParallel::adamw() {
 }
 
 ParameterSet* DataParallel::master() {
+  if (sharded_weights_) {
+    if (staging_.size() == 0)
+      staging_ = ParameterSet(*cfg_, *staging_pool_, Category::weights, DType::F32, false, head_);
+    return &staging_;
+  }
   if (adamw_ && adamw_->master()) return adamw_->master();
   return offload_ ? &image_ : nullptr;
 }
 
 void DataParallel::weights_loaded(const ParameterSet& weights) {
+  if (sharded_weights_) {
+    // Zero 3: this rank's slice of the whole fp32 values, rounded into the weights' dtype, and
+    // into the optimizer's master slices; then the staging copy goes.
+    SBP_CHECK(staging_.size() > 0, "DataParallel::weights_loaded: nothing loaded into master()");
+    // The staging copy is in the device's memory space (where a device communicator can
+    // gather into it); with offload the master and the image are host memory, reached by
+    // copies of one dtype: the image from the rounded device slice.
+    Backend::CopyTicket last = 0;
+    for (size_t i = 0; i < staging_.size(); ++i) {
+      const ShardRange& r = sharded_weights_->range(i);
+      if (r.count == 0) continue;
+      const Tensor from = flat_slice(staging_.tensor(i), r);
+      be_.copy(sharded_weights_->slice(i), from);
+      if (offload_) last = be_.offload_async(image_slices_[i].view(), sharded_weights_->slice(i));
+      if (!sharded_ || !sharded_->has_master()) continue;
+      if (offload_)
+        last = be_.offload_async(sharded_->master_slice(i), from);
+      else
+        be_.copy(sharded_->master_slice(i), from);
+    }
+    if (last) be_.wait_copy(last);
+    release_staging();
+    return;
+  }
   const ParameterSet* m = adamw_ ? adamw_->master() : nullptr;
   if (offload_) host_ready();
   for (size_t i = 0; m && i < weights.size(); ++i) {
@@ -323,6 +376,9 @@ void DataParallel::weights_loaded(const ParameterSet& weights) {
 }
 
 void DataParallel::weights_set(const ParameterSet& weights) {
+  SBP_CHECK(!sharded_weights_,
+            "DataParallel::weights_set: the weights are sharded (zero 3); load them through "
+            "master() and weights_loaded()");
   ParameterSet* m = adamw_ ? adamw_->master() : nullptr;
   if (!offload_) {
     for (size_t i = 0; m && i < weights.size(); ++i) be_.copy(m->tensor(i), weights.tensor(i));
@@ -335,6 +391,46 @@ void DataParallel::weights_set(const ParameterSet& weights) {
   host_ready();
   for (size_t i = 0; m && i < weights.size(); ++i) host_->copy(m->tensor(i), image_.tensor(i));
 }
+
+void DataParallel::shard_weights(ParameterSet& weights, DType dtype) {
+  SBP_CHECK(zero_ == 3, "DataParallel::shard_weights: only zero 3 shards the weights");
+  sharded_weights_ =
+      std::make_unique<ShardedWeights>(comm_, weights, pool_, be_, dtype, tied_lm_head_);
+  staging_ledger_ = std::make_unique<Ledger>();
+  staging_pool_ = std::make_unique<Pool>(*staging_ledger_, pool_.memory());
+}
+
+std::vector<Tensor> DataParallel::weight_slices() const {
+  return sharded_weights_ ? sharded_weights_->slices() : std::vector<Tensor>{};
+}
+
+const ParameterSet& DataParallel::gather_values() {
+  SBP_CHECK(sharded_weights_ != nullptr, "DataParallel::gather_values: zero 3 only");
+  master();  // the staging copy, in the device's memory space
+  std::vector<Request> gathers;
+  std::vector<std::vector<float>> staged(staging_.size());
+  for (size_t i = 0; i < staging_.size(); ++i) {
+    const ShardRange& r = sharded_weights_->range(i);
+    const Tensor& whole = staging_.tensor(i);
+    // The fp32 values: the master slice (bf16 weights; with offload in host memory, copied
+    // in), else the device's slice itself (with offload uploaded from the host's after each
+    // update).
+    const bool master = sharded_ && sharded_->has_master();
+    if (r.count > 0 && master && offload_)
+      be_.wait_copy(be_.prefetch_async(flat_slice(whole, r), sharded_->master_slice(i)));
+    else if (r.count > 0)
+      be_.copy(flat_slice(whole, r), master ? sharded_->master_slice(i) : sharded_weights_->slice(i));
+    gathers.push_back(comm_.iallgather(
+        collective_data(whole, staged[i], comm_.device_collectives()), counts_[i]));
+  }
+  for (size_t i = 0; i < gathers.size(); ++i) {
+    comm_.wait(gathers[i]);
+    if (!staged[i].empty()) upload_f32(staging_.tensor(i), staged[i]);
+  }
+  return staging_;
+}
+
+void DataParallel::release_staging() { staging_ = ParameterSet(); }
 
 int64_t DataParallel::optimizer_steps() const {
   return adamw_ ? adamw_->steps() : sharded_ ? sharded_->steps() : 0;

@@ -12,6 +12,11 @@
 //            their reduce-scatter runs: the group's buffers are bound just before the group's
 //            backward and released when its reduction completes (at the latest when the next
 //            group's reduction is issued); only the slices persist
+//   zero 3   as 2, and the weights too are only this rank's slices (dist/sharded_weights.h):
+//            the engine's weights are bound a group at a time, all-gathered just before the
+//            engine reads them (the next group's gather issued while one computes) and freed
+//            after; AdamW updates the slices in place, so nothing is gathered after the update.
+//            The model set builds the weights unallocated and calls shard_weights().
 //
 // When reductions run: zero 0/1 reduce in the step's last micro-batch slot only (the sum of the
 // local micro-batches is reduced once: one collective per tensor per step, whatever grad_accum);
@@ -50,6 +55,7 @@
 #include "core/pool.h"
 #include "dist/communicator.h"
 #include "dist/grad_groups.h"
+#include "dist/sharded_weights.h"
 #include "engine/grad_hook.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -70,6 +76,19 @@ class DataParallel : private GradHook {
                bool master = false, bool offload = false, DType param_dtype = DType::F32);
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
+
+  // Zero 3: `weights` (unallocated) become this rank's slices, bound per group through
+  // weight_hook(); `dtype` the weights' dtype.
+  void shard_weights(ParameterSet& weights, DType dtype);
+  // Zero 3: what the engine calls around each group (engine/weight_hook.h); else null.
+  WeightHook* weight_hook() { return sharded_weights_.get(); }
+  // Zero 3: this rank's slices of the weights; else empty.
+  std::vector<Tensor> weight_slices() const;
+  // Zero 3: every tensor whole, fp32 (the master's values with bf16 weights), gathered from
+  // every rank's slices into a staging copy outside the step's ledger (a collective: every
+  // rank calls it), for writing a checkpoint; release_staging() frees it.
+  const ParameterSet& gather_values();
+  void release_staging();
 
   // Whole gradient views for forward_backward (with zero 2 bound only inside a backward).
   const ParameterSet& grads() const { return grads_; }
@@ -106,6 +125,8 @@ class DataParallel : private GradHook {
   // Where the trained values are loaded and saved when not in the weights themselves: the fp32
   // master weights of an optimizer that keeps them (zero 0), or with offload: optimizer the
   // host's copy of the weights; else null. After writing them, weights_loaded(weights).
+  // Zero 3: a whole fp32 staging copy (outside the step's ledger) that weights_loaded() slices
+  // and frees.
   ParameterSet* master();
   // Makes the device weights (and with offload the host's copy) follow master() after a load:
   // rounds the master into them, or copies the host's copy to the device.
@@ -161,6 +182,7 @@ class DataParallel : private GradHook {
   void release_offloads(size_t keep);                   // all but the newest `keep`
   void host_ready();  // the device finished every copy: the host may read its buffers
   void upload_image(const ParameterSet& weights);
+  void upload_image_slices();  // zero 3: the host's copy of the slices to the device's
   // Zero 1: moves the reduced slice from the front of gradient g to its place r.
   void move_front_to_slice(const Tensor& g, const ShardRange& r);
 
@@ -184,6 +206,15 @@ class DataParallel : private GradHook {
   std::unique_ptr<HostMath> host_;
   ParameterSet host_grads_;  // offload, zero 0/1: the whole sums, in host memory
   ParameterSet image_;       // offload: the weights in their dtype, in host memory
+  // ---- zero 3 ----
+  std::unique_ptr<ShardedWeights> sharded_weights_;
+  std::vector<Buffer> image_slices_;  // offload: the host's copy of the slices, weights' dtype
+  const ModelConfig* cfg_ = nullptr;
+  ModelHead head_ = ModelHead::lm;
+  // The whole-model staging copy of loads and saves, in its own ledger (not the step's).
+  std::unique_ptr<Ledger> staging_ledger_;
+  std::unique_ptr<Pool> staging_pool_;
+  ParameterSet staging_;
   std::vector<Offloaded> offloads_;  // oldest first
   Counters counters_;
 };

@@ -12,7 +12,7 @@ void DataParallel::bind_from_host(GradGroup group, int64_t layer) {
     // The step's first slot (every slot with zero 2, whose sums are the reduced shards) starts
     // from zeros. A later slot continues the host's sum on the device, so the device adds
     // this slot's gradient to it exactly as it would to a sum it had kept.
-    if (zero_ == 2 || slot_ == 0) {
+    if (zero_ >= 2 || slot_ == 0) {
       grads_.attach(i, pool_.zeros(Category::grads, grad_dtype_, grads_.shape(i)));
     } else {
       Buffer b = pool_.allocate(Category::grads, grad_dtype_, grads_.shape(i));
@@ -44,7 +44,7 @@ void DataParallel::offload_reduced(size_t i, Offloaded& out) {
     // Only this rank's reduced slice is read after the step (owned_grad).
     out.ticket = be_.offload_async(flat_slice(host_grads_.tensor(i), r), flat_slice(g, r));
   } else if (r.count > 0) {
-    // Zero 2: the shard (host) += the reduced slice, at the front of g; added on the device,
+    // Zero 2 (and 3): the shard (host) += the reduced slice, at the front of g; added on the device,
     // by the kernel and in the order of the device-resident shard.
     Buffer sum = pool_.allocate(Category::grads, grad_dtype_, {r.count});
     be_.wait_copy(be_.prefetch_async(sum.view(), shards_[i].view()));
@@ -74,6 +74,14 @@ void DataParallel::upload_image(const ParameterSet& weights) {
   for (size_t i = 0; i < weights.size(); ++i)
     last = be_.prefetch_async(weights.tensor(i), image_.tensor(i));
   // Later operations on the weights wait for the copies; the host does not.
+  if (last) be_.wait_copy(last);
+}
+
+void DataParallel::upload_image_slices() {
+  Backend::CopyTicket last = 0;
+  for (size_t i = 0; i < image_slices_.size(); ++i)
+    if (sharded_weights_->range(i).count > 0)
+      last = be_.prefetch_async(sharded_weights_->slice(i), image_slices_[i].view());
   if (last) be_.wait_copy(last);
 }
 

@@ -42,4 +42,34 @@ void replay_grad_events(GradHook& hook, int64_t layers, bool tied_lm_head) {
   hook.grads_final(GradGroup::embedding, -1);
 }
 
+void replay_step_events(GradHook& grads, WeightHook& weights, int64_t layers, bool tied_lm_head) {
+  // Engine::forward_layers, then Engine::forward_backward and layers_backward, in their order.
+  if (layers > 0) weights.weights_prefetch(GradGroup::layer, 0);
+  weights.weights_acquire(GradGroup::embedding, -1);
+  weights.weights_release(GradGroup::embedding, -1);
+  for (int64_t l = 0; l < layers; ++l) {
+    weights.weights_acquire(GradGroup::layer, l);
+    if (l + 1 < layers)
+      weights.weights_prefetch(GradGroup::layer, l + 1);
+    else
+      weights.weights_prefetch(GradGroup::head, -1);
+    weights.weights_release(GradGroup::layer, l);
+  }
+  if (tied_lm_head) grads.grads_begin(GradGroup::embedding, -1);
+  grads.grads_begin(GradGroup::head, -1);
+  weights.weights_acquire(GradGroup::head, -1);
+  weights.weights_prefetch(GradGroup::layer, layers - 1);
+  weights.weights_release(GradGroup::head, -1);
+  grads.grads_final(GradGroup::head, -1);
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    grads.grads_begin(GradGroup::layer, l);
+    weights.weights_acquire(GradGroup::layer, l);
+    if (l > 0) weights.weights_prefetch(GradGroup::layer, l - 1);
+    weights.weights_release(GradGroup::layer, l);
+    grads.grads_final(GradGroup::layer, l);
+  }
+  if (!tied_lm_head) grads.grads_begin(GradGroup::embedding, -1);
+  grads.grads_final(GradGroup::embedding, -1);
+}
+
 }  // namespace sbp

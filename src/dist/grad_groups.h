@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/grad_hook.h"
+#include "engine/weight_hook.h"
 #include "model/parameters.h"
 
 namespace sbp {
@@ -26,5 +27,8 @@ class GradGroups {
 // replays for a micro-batch slot it has no data for, so that every rank issues the same
 // collectives in the same order. `tied_lm_head`: the head writes the embedding (grad_hook.h).
 void replay_grad_events(GradHook& hook, int64_t layers, bool tied_lm_head);
+// The same with ZeRO-3's weight events (engine/weight_hook.h) interleaved as the engine sends
+// them, forward included: a rank's empty slot gathers every group as the others' steps do.
+void replay_step_events(GradHook& grads, WeightHook& weights, int64_t layers, bool tied_lm_head);
 
 }  // namespace sbp

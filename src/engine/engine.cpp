@@ -44,6 +44,9 @@ const PreparedBatch& Engine::checked(const PreparedBatch& batch) const {
 
 void Engine::check_head(const Objective& objective) const {
   const HeadKind kind = objective.head();
+  // With a weight hook (ZeRO-3) no tensor is bound between passes; the model set built the
+  // weights with the head its objective drives.
+  if (weight_hook_) return;
   if (kind == HeadKind::value ? !weights_.views().score.defined()
                               : !weights_.views().lm_head.defined()) {
     throw InputError(kind == HeadKind::value
@@ -76,7 +79,10 @@ void Engine::forward_backward(const PreparedBatch& batch, Objective& objective,
   ResidualGrad gy(be_, pool_, exec_.offload.residual_grad ? offload_pool() : nullptr, Tl, d);
   if (hook && head_writes_embedding) hook->grads_begin(GradGroup::embedding, -1);
   if (hook) hook->grads_begin(GradGroup::head, -1);
+  acquire(GradGroup::head, -1);  // prefetched by the forward's last layer
+  prefetch(GradGroup::layer, cfg_.num_hidden_layers - 1);
   head_backward(step, hidden.view(), objective, grads.views(), gy, later);
+  release(GradGroup::head, -1);
   if (hook) hook->grads_final(GradGroup::head, -1);
   hidden.reset();
   // Layers last to first; gy becomes each layer's input gradient in place.
@@ -145,6 +151,8 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
     DecoderLayerOps ops(cfg_, be_, pool_, step.tables(), exec_.act_dtype, l);
     bind_lora(ops, li);
     if (hook) hook->grads_begin(GradGroup::layer, l);
+    acquire(GradGroup::layer, l);  // for the recompute and the backward
+    if (l > 0) prefetch(GradGroup::layer, l - 1);
     const LayerTensors& w = weights_.views().layers[li];
     const LayerTensors& gw = G.layers[li];
     const Tensor x = kept.inputs[li].view();  // (Tl, d) this rank's rows
@@ -224,6 +232,7 @@ void Engine::layers_backward(const PreparedBatch& step, Kept& kept, const ModelT
       });
     }
     kept.inputs[li].reset();
+    release(GradGroup::layer, l);
     // Every chunk of layer l is done: its weight gradients are complete for this call.
     if (hook) hook->grads_final(GradGroup::layer, l);
   }
@@ -295,9 +304,18 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept, bool whole)
 
   Buffer x =
       pool_.allocate(Category::checkpoints, act, {Tl, d});  // (Tl, d) x_0 of this rank's rows
+  if (L > 0) prefetch(GradGroup::layer, 0);  // travels while the embedding is gathered and read
+  acquire(GradGroup::embedding, -1);
   for (const RowPiece& p : cs.mine())
     embed(x.rows(p.local, p.local + p.size()), step.tokens().slice_rows(p.begin, p.end));
+  release(GradGroup::embedding, -1);
   for (size_t li = 0; li < L; ++li) {
+    acquire(GradGroup::layer, static_cast<int64_t>(li));
+    // Every caller runs the head after the last layer.
+    if (li + 1 < L)
+      prefetch(GradGroup::layer, static_cast<int64_t>(li + 1));
+    else
+      prefetch(GradGroup::head, -1);
     const LayerTensors& w = W.layers[li];
     DecoderLayerOps ops(cfg_, be_, pool_, step.tables(), act, static_cast<int64_t>(li));
     bind_lora(ops, li);
@@ -352,6 +370,7 @@ Buffer Engine::forward_layers(const PreparedBatch& step, Kept* kept, bool whole)
     } else if (kept) {
       kept->inputs[li] = std::move(x);
     }
+    release(GradGroup::layer, static_cast<int64_t>(li));
     x = std::move(y);
   }
   return x;
@@ -375,7 +394,9 @@ Engine::TokenScores Engine::score(const PreparedBatch& batch) {
   // the host reads once at the end: one wait for the device per call, not two per head block.
   Buffer logp = pool_.allocate(Category::other, DType::F32, {cs.local_rows()});  // (Tl)
   Buffer best = pool_.allocate(Category::other, DType::I32, {cs.local_rows()});  // (Tl)
+  acquire(GradGroup::head, -1);
   head_rows(step, cs, x.view(), HeadKind::lm, logp.view(), best.view());
+  release(GradGroup::head, -1);
   if (be_.computes()) {
     const auto lp = be_.download_at_next_wait(logp.view());  // comes with the argmax's wait
     const std::vector<int32_t> am = download_i32(best.view());
@@ -397,7 +418,9 @@ Buffer Engine::rows_on_device(const PreparedBatch& batch, HeadKind kind) {
   SBP_CHECK(!cs.split(), "rows_on_device: a context group's ranks each hold only their rows");
   const Buffer x = forward_layers(step, nullptr);                  // (T, d)
   Buffer rows = pool_.allocate(Category::other, DType::F32, {T});  // (T)
+  acquire(GradGroup::head, -1);
   head_rows(step, cs, x.view(), kind, rows.view(), Tensor());
+  release(GradGroup::head, -1);
   return rows;
 }
 
@@ -431,7 +454,9 @@ std::vector<float> Engine::values(const PreparedBatch& batch) {
   std::vector<float> out(static_cast<size_t>(T), 0.0f);
   // As score(): the blocks' values gathered on the device, read once.
   const Buffer values = pool_.allocate(Category::other, DType::F32, {cs.local_rows()});  // (Tl)
+  acquire(GradGroup::head, -1);
   head_rows(step, cs, x.view(), HeadKind::value, values.view(), Tensor());
+  release(GradGroup::head, -1);
   if (be_.computes()) place_local_rows<float>(cs, download_f32(values.view()), out);
   if (cs.split() && be_.computes()) gather_host_rows(*context_, cs, std::span<float>(out));
   return out;
@@ -451,10 +476,14 @@ std::vector<float> Engine::logits_at(const PreparedBatch& batch, std::span<const
       throw InputError("logits_at: row " + std::to_string(r) +
                        " outside the batch (T = " + std::to_string(T) + ")");
   }
-  SBP_CHECK(weights_.views().lm_head.defined(), "logits_at: the model has no LM head");
   Buffer x = forward_layers(step, nullptr, /*whole=*/true);  // (T, d)
+  acquire(GradGroup::head, -1);
+  SBP_CHECK(weights_.views().lm_head.defined(), "logits_at: the model has no LM head");
   std::vector<float> out(static_cast<size_t>(n * V), 0.0f);
-  if (n == 0) return out;
+  if (n == 0) {
+    release(GradGroup::head, -1);
+    return out;
+  }
   // Gather the requested rows (they need not be contiguous), then final norm and LM head.
   const DType act = exec_.act_dtype;
   Buffer picked = pool_.allocate(Category::layer_workspace, act, {n, d});  // (n, d)
@@ -467,6 +496,7 @@ std::vector<float> Engine::logits_at(const PreparedBatch& batch, std::span<const
   be_.gemm(logits.view(), hf.view(), false, weights_.views().lm_head, true, 1.0f, 0.0f);
   if (cfg_.final_logit_softcapping > 0)
     be_.softcap_forward(logits.view(), static_cast<float>(cfg_.final_logit_softcapping));
+  release(GradGroup::head, -1);
   return download_f32(logits.view());
 }
 

@@ -16,6 +16,7 @@
 #include "engine/generation.h"
 #include "engine/grad_hook.h"
 #include "engine/prepared_batch.h"
+#include "engine/weight_hook.h"
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/parameters.h"
@@ -125,6 +126,11 @@ class Engine {
   // gradients into `grads` (null: none). Null weights: the base model, adapters off (LoRA's
   // reference model). The base gradients passed to forward_backward may then be unallocated
   // (ParameterSet::unallocated): frozen tensors get no gradient.
+  // ZeRO-3 (weight_hook.h): the weights' tensors are bound only while a pass reads them; the
+  // hook binds each group before it runs and hears when it is done. Null: always bound.
+  // Generation holds every layer at once (its KV cache walks all layers per token): refused.
+  void set_weight_hook(WeightHook* hook) { weight_hook_ = hook; }
+
   void set_lora(const LoraSet* weights, const LoraSet* grads) {
     lora_w_ = weights;
     lora_g_ = grads;
@@ -179,6 +185,17 @@ class Engine {
   void context_kv(DecoderLayerOps& ops, const LayerTensors& w, const ContextSlice& cs,
                   const Tensor& x, int64_t chunk, LayerKV& kv, RowCollectives* second_half);
   Communicator* context_ = nullptr;
+  WeightHook* weight_hook_ = nullptr;
+  // weight_hook_'s calls, nothing without one.
+  void acquire(GradGroup g, int64_t layer) const {
+    if (weight_hook_) weight_hook_->weights_acquire(g, layer);
+  }
+  void prefetch(GradGroup g, int64_t layer) const {
+    if (weight_hook_) weight_hook_->weights_prefetch(g, layer);
+  }
+  void release(GradGroup g, int64_t layer) const {
+    if (weight_hook_) weight_hook_->weights_release(g, layer);
+  }
 };
 
 }  // namespace sbp

@@ -50,6 +50,10 @@ std::vector<Generated> Engine::generate_batch(std::span<const std::vector<int32_
   SBP_CHECK(rngs.size() == prompts.size(), "generate: one rng per prompt");
   if (g.max_new_tokens < 1) throw InputError("generate: max_new_tokens must be at least 1");
   g.sampling.validate("generate");
+  if (weight_hook_)
+    throw InputError(
+        "generate: the weights are sharded (dist.zero: 3); generation reads every layer for each "
+        "token and is not supported with them yet");
   const Backend::ScratchLoan loan(be_, pool_);  // GEMM conversion scratch in this ledger
   for (size_t b = 0; b < prompts.size(); ++b) check_prompt(prompts[b], b, g, cfg_);
   SBP_CHECK(weights_.views().lm_head.defined(), "generate: the model has no LM head");

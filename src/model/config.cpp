@@ -896,6 +896,10 @@ const std::map<std::string, ModelConfig>& presets() {
         make(ModelType::qwen2, 896, 4864, 24, 14, 2, 64, 151936, true, 1e6, 1e-6, 32768);
     m["qwen2.5-7b"] =
         make(ModelType::qwen2, 3584, 18944, 28, 28, 4, 128, 152064, false, 1e6, 1e-6, 32768);
+    m["qwen2.5-72b"] =
+        make(ModelType::qwen2, 8192, 29568, 80, 64, 8, 128, 152064, false, 1e6, 1e-6, 32768);
+    m["llama3.1-70b"] = llama3_scaled(
+        make(ModelType::llama, 8192, 28672, 80, 64, 8, 128, 128256, false, 5e5, 1e-5, 131072), 8.0);
     m["llama3.1-8b"] = llama3_scaled(
         make(ModelType::llama, 4096, 14336, 32, 32, 8, 128, 128256, false, 5e5, 1e-5, 131072), 8.0);
     m["llama3.2-1b"] = llama3_scaled(

@@ -172,7 +172,8 @@ struct ModelConfig {
 };
 
 // Built-in presets with public config values: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,
-// qwen3-14b, qwen3-32b, qwen2.5-0.5b, qwen2.5-7b, llama3.1-8b, llama3.2-1b, gemma3-1b, gemma3-4b,
+// qwen3-14b, qwen3-32b, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-72b, llama3.1-8b, llama3.1-70b,
+// llama3.2-1b, gemma3-1b, gemma3-4b,
 // gemma3-12b, gemma3-27b (text models), mistral-7b-v0.1, mistral-7b-v0.3 and tiny test shapes.
 bool has_preset(const std::string& name);
 ModelConfig preset_config(const std::string& name);

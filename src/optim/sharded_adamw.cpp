@@ -22,13 +22,21 @@ ShardedAdamW::ShardedAdamW(const ModelConfig& cfg, ModelHead head, int ranks, in
 template <class Ops>
 void ShardedAdamW::step(const ParameterSet& params, const std::vector<Tensor>& grad_slices,
                         Ops& ops, float lr) {
-  SBP_CHECK(grad_slices.size() == specs_.size(),
-            "ShardedAdamW::step: one gradient slice per tensor");
+  std::vector<Tensor> w;
+  for (size_t i = 0; i < specs_.size(); ++i) w.push_back(flat_slice(params.tensor(i), ranges_[i]));
+  step_slices(w, grad_slices, ops, lr);
+}
+
+template <class Ops>
+void ShardedAdamW::step_slices(const std::vector<Tensor>& weight_slices,
+                               const std::vector<Tensor>& grad_slices, Ops& ops, float lr) {
+  SBP_CHECK(grad_slices.size() == specs_.size() && weight_slices.size() == specs_.size(),
+            "ShardedAdamW::step: one weight and one gradient slice per tensor");
   ++steps_;
   for (size_t i = 0; i < specs_.size(); ++i) {
     if (ranges_[i].count == 0) continue;
     const AdamWStep s = adamw_step_of(cfg_, lr, steps_, specs_[i].shape.ndim);  // as AdamW
-    const Tensor w = flat_slice(params.tensor(i), ranges_[i]);
+    const Tensor& w = weight_slices[i];
     if (master_.empty()) {
       ops.adamw_step(w, grad_slices[i], m_[i].view(), v_[i].view(), s);
     } else {
@@ -40,5 +48,9 @@ void ShardedAdamW::step(const ParameterSet& params, const std::vector<Tensor>& g
 template void ShardedAdamW::step(const ParameterSet&, const std::vector<Tensor>&, Backend&, float);
 template void ShardedAdamW::step(const ParameterSet&, const std::vector<Tensor>&, HostMath&,
                                  float);
+template void ShardedAdamW::step_slices(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                                        Backend&, float);
+template void ShardedAdamW::step_slices(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                                        HostMath&, float);
 
 }  // namespace sbp

@@ -31,6 +31,17 @@ class ShardedAdamW {
   void step(const ParameterSet& params, const std::vector<Tensor>& grad_slices, Ops& ops,
             float lr);
 
+  // The same update on weights that are slices themselves (ZeRO-3, dist/sharded_weights.h):
+  // weight_slices[i] holds range(i).count elements.
+  template <class Ops>
+  void step_slices(const std::vector<Tensor>& weight_slices,
+                   const std::vector<Tensor>& grad_slices, Ops& ops, float lr);
+
+  // The fp32 master slice of tensor i (with `master`; else undefined): whoever loads the
+  // weights writes it.
+  Tensor master_slice(size_t i) const { return master_.empty() ? Tensor() : master_[i].view(); }
+  bool has_master() const { return !master_.empty(); }
+
   size_t size() const { return specs_.size(); }
   const ParamSpec& spec(size_t i) const { return specs_[i]; }
   const ShardRange& range(size_t i) const { return ranges_[i]; }

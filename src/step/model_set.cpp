@@ -11,7 +11,11 @@ ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cf
       reference_cfg_(reference_cfg ? *reference_cfg : policy_cfg),
       value_cfg_(value_cfg ? *value_cfg : policy_cfg) {
   Communicator& comm = opts.comm ? *opts.comm : single_process();
-  policy_w_ = ParameterSet(policy_cfg_, pool, Category::weights, opts.param_dtype, false);
+  // ZeRO-3 (several ranks, full fine-tuning): the policy's weights are this rank's slices, its
+  // tensors bound only while a pass reads them (dist/sharded_weights.h).
+  const bool zero3 = opts.zero == 3 && comm.size() > 1 && !opts.lora;
+  policy_w_ = zero3 ? ParameterSet::unallocated(policy_cfg_, ModelHead::lm)
+                    : ParameterSet(policy_cfg_, pool, Category::weights, opts.param_dtype, false);
   // fp32 master weights beside bf16 weights, in the optimizer state (optim/adamw.h).
   const bool master = opts.optim && opts.master_weights && opts.param_dtype != DType::F32;
   if (opts.lora) {
@@ -27,6 +31,7 @@ ModelSet::ModelSet(const ObjectiveSetup& objective, const ModelConfig& policy_cf
     policy_ = std::make_unique<DataParallel>(comm, opts.zero, policy_cfg_, ModelHead::lm, pool, be,
                                              opts.optim, opts.grad_dtype, master,
                                              opts.offload_optimizer, opts.param_dtype);
+    if (zero3) policy_->shard_weights(policy_w_, opts.param_dtype);
   }
   // LoRA: the reference is the policy's base with the adapters off, unless another is given.
   if (objective.needs_reference() && (!opts.lora || reference_cfg))

@@ -70,6 +70,9 @@ StepContext::StepContext(const ObjectiveSetup& objective, const StepModels& mode
 Engine StepContext::engine(const ModelConfig& cfg, const ParameterSet& weights) {
   Engine e(cfg, weights, be_, pool_, exec_);
   e.set_context(opts_.context);
+  // ZeRO-3: the trained model whose weights these are binds them a group at a time.
+  for (const TrainedView* m : {&models_.policy, &models_.value})
+    if (m->grads && m->model.weights == &weights) e.set_weight_hook(m->grads->weight_hook());
   return e;
 }
 Engine StepContext::policy_engine() {

@@ -436,7 +436,8 @@ ConfigKey betas_key() {
 
 constexpr SettingBound kFraction{.lo = 0.0, .hi = 1.0, .hi_open = true};  // [0, 1)
 constexpr const char* kZeroChoices =
-    "must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2 (sharded gradients too)";
+    "must be 0 (replicated optimizer), 1 (sharded AdamW moments), 2 (sharded gradients too) or "
+    "3 (sharded weights too)";
 
 IntegerBound counted_from(int64_t lo, int64_t hi, const char* below) {
   return {.lo = lo, .hi = hi, .below = below};
@@ -544,7 +545,7 @@ const std::vector<ConfigKey>& config_keys() {
             .in(counted_from(0, kMaxStepCount, "must be >= 0 (0: keep all)")),
         ENUM_KEY(NonFinitePolicy, "on_nonfinite", on_nonfinite, kNonFiniteNames),
         KEY(int, "dist.zero", dist.zero)
-            .in(IntegerBound{.lo = 0, .hi = 2, .outside = kZeroChoices}),
+            .in(IntegerBound{.lo = 0, .hi = 3, .outside = kZeroChoices}),
         KEY(int, "dist.context_parallel", dist.context_parallel)
             .in(IntegerBound{
                 .lo = 1,

@@ -131,7 +131,9 @@ std::string save_models(ModelSet& models, const ModelSources& from, DType save_d
                         const TrainerState& state, Communicator& comm, bool lead) {
   const TrainConfig& c = from.c;
   // The fp32 values: the master weights of bf16 weights (whose rounding the export writes).
+  // ZeRO-3: the whole values gathered from every rank's slices (collective), freed below.
   auto fp32 = [](ParameterSet& w, DataParallel& dp) -> const ParameterSet& {
+    if (dp.weight_hook()) return dp.gather_values();
     return dp.master() ? *dp.master() : w;
   };
   std::optional<ValueModelContents> value;
@@ -158,6 +160,7 @@ std::string save_models(ModelSet& models, const ModelSources& from, DType save_d
           state, c.tokenizer, from.start.dir, value ? &*value : nullptr,
           lora ? &models.lora_weights() : nullptr, c.model},
       comm);
+  if (!lora && models.policy().weight_hook()) models.policy().release_staging();
   if (lead) rotate_checkpoints(c.output_dir, c.keep_last);
   return path;
 }

@@ -217,6 +217,7 @@ void Trainer::plan_schedule() {
 // divide them (step/model_set.h).
 void Trainer::build_models() {
   exec_ = c_.exec();
+  check_zero3();  // before the auto chunks plan a step of what dist.zero 3 does not run
   if (exec_.offload.any()) pool_.set_host(&host_pool_);
   if (c_.layer_chunk == 0 || c_.head_chunk == 0) {
     const ResolvedChunks rc =
@@ -239,7 +240,8 @@ void Trainer::build_models() {
   }
   if (setup_.needs_value_model()) value_cfg = value_model_config(c_, start_.policy, start_.ckpt);
   // (LoRA: the adapters are never sharded; only a value model would be.)
-  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && world_.size() > 1 &&
+  if (c_.precision != Precision::fp32 && c_.dist.zero > 0 && c_.dist.zero < 3 &&
+      world_.size() > 1 &&
       (!c_.lora.enabled() || setup_.needs_value_model()))
     throw InputError(
         c_.where("dist.zero") + ": dist.zero " + std::to_string(c_.dist.zero) +
@@ -262,6 +264,21 @@ void Trainer::build_models() {
   load_value(*models_, *be_, from, log_);
   runner_ = std::make_unique<StepRunner>(setup_, models_->views(), *be_, pool_, exec_, comm_,
                                          StepRunnerOptions{.context = context_});
+}
+
+// dist.zero 3 (dist/sharded_weights.h) runs full fine-tuning with SFT on data-parallel
+// ranks; what has not been made to work with sharded weights yet is refused by name.
+void Trainer::check_zero3() const {
+  if (c_.dist.zero != 3 || world_.size() == 1) return;
+  auto refuse = [&](const std::string& what) {
+    throw InputError(c_.where("dist.zero") + ": dist.zero 3 " + what +
+                     " is not supported yet (docs/DISTRIBUTED.md, ZeRO-3); use dist.zero 2");
+  };
+  if (c_.objective != ObjectiveKind::sft)
+    refuse(std::string("with objective ") + objective_traits(c_.objective).name);
+  if (c_.lora.enabled()) refuse("with lora");
+  if (!c_.data_eval.empty() || c_.data_eval_text != nullptr || c_.eval_fraction > 0.0)
+    refuse("with evaluation data (data.eval, data.eval_fraction)");
 }
 
 // The models' sources (train/run_models.h).
@@ -288,6 +305,15 @@ void Trainer::start_data() {
         static_cast<long long>(start_.resumed.total_steps));
 }
 
+namespace {
+// Every tensor's elements, bound or not (ZeRO-3 binds them only while a pass reads them).
+int64_t parameter_count(const ParameterSet& w) {
+  int64_t n = 0;
+  for (size_t i = 0; i < w.size(); ++i) n += w.shape(i).numel();
+  return n;
+}
+}  // namespace
+
 void Trainer::print_summary() const {
   log_.out(
       "model: %s, %lld layers, d=%lld, vocab %lld, %.2fM parameters; mode %s (layer chunk %lld, "
@@ -297,7 +323,7 @@ void Trainer::print_summary() const {
       static_cast<long long>(start_.policy.num_hidden_layers),
       static_cast<long long>(start_.policy.hidden_size),
       static_cast<long long>(start_.policy.vocab_size),
-      static_cast<double>(models_->policy_weights().numel()) / 1e6, mode_name(exec_).c_str(),
+      static_cast<double>(parameter_count(models_->policy_weights())) / 1e6, mode_name(exec_).c_str(),
       static_cast<long long>(exec_.layer_chunk), static_cast<long long>(exec_.head_chunk),
       enum_name<Precision>(kPrecisionNames, c_.precision), dtype_name(c_.grad_dtype), cpu_threads(),
       cpu_threads() == 1 ? "" : "s", dtype_name(save_dtype_));

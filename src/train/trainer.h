@@ -89,6 +89,7 @@ class Trainer : private StepHooks {
   // Set-up, in order.
   void load_inputs(const std::string& resume);
   void plan_schedule();
+  void check_zero3() const;  // what dist.zero 3 does not run yet, refused by key
   void build_models();
   ModelSources sources() const;  // where the models come from (train/run_models.h)
   // The data at epoch 0, or a resumed run's data cursor and counters.

@@ -93,7 +93,18 @@ std::string first_nonfinite_weight(ModelSet& models, Backend& be) {
       if (!std::isfinite(be.sum_squares(set.tensor(i)))) return set.name(i);
     return "";
   };
-  std::string bad = models.has_lora() ? scan(models.lora_weights()) : scan(models.policy_weights());
+  std::string bad;
+  if (models.has_lora()) {
+    bad = scan(models.lora_weights());
+  } else if (models.policy().weight_hook()) {
+    // ZeRO-3: this rank's slices (a tensor is named by the rank that holds its bad part).
+    const std::vector<Tensor> slices = models.policy().weight_slices();
+    for (size_t i = 0; i < slices.size() && bad.empty(); ++i)
+      if (slices[i].numel() > 0 && !std::isfinite(be.sum_squares(slices[i])))
+        bad = models.policy_weights().name(i);
+  } else {
+    bad = scan(models.policy_weights());
+  }
   if (bad.empty() && models.has_value()) bad = scan(models.value_weights());
   return bad;
 }

@@ -183,20 +183,21 @@ TEST(DistTrain, ResumeOnAnotherNumberOfRanksReshardsTheOptimizer) {
 TEST(DistTrain, AnErrorOnTheRanksIsOneLineNamingTheRankAndEndsTheRun) {
   SKIP_WITHOUT_MPIRUN();
   TrainDir run(kSftYaml + "max_steps: 2\n");
-  auto r = run.train(2, "out", "dist.zero=3");
+  auto r = run.train(2, "out", "dist.zero=4");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("streambp: error: rank 0 of 2: "), std::string::npos) << r.output;
   EXPECT_NE(
-      r.output.find("dist.zero must be 0 (replicated optimizer), 1 (sharded AdamW moments) or 2"),
+      r.output.find("dist.zero must be 0 (replicated optimizer), 1 (sharded AdamW moments), 2 "
+                    "(sharded gradients too) or 3"),
       std::string::npos)
       << r.output;
   r = test::run_command(dist_test::mpirun(2, run.dir.path()) + test::streambp_binary() + " train");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("the built-in demo runs on one process"), std::string::npos) << r.output;
   // One process: the key is checked the same way, and the error has no rank.
-  r = run.train(0, "out", "dist.zero=3");
+  r = run.train(0, "out", "dist.zero=4");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("streambp: error: override 'dist.zero=3': dist.zero must be 0"),
+  EXPECT_NE(r.output.find("streambp: error: override 'dist.zero=4': dist.zero must be 0"),
             std::string::npos)
       << r.output;
 }

@@ -100,6 +100,47 @@ TEST(PlanZero, ZeroOneDividesTheOptimizerStateZeroTwoTheGradientsToo) {
   }
 }
 
+// The most weight elements gathered at once under ZeRO-3: the group the engine reads and the
+// one being prefetched (two consecutive groups of embedding, layers, head), the embedding again
+// with the head when tied; at most two layers and the head/embedding.
+int64_t most_gathered(const ModelConfig& cfg) {
+  int64_t layer = 0, embed = 0, head = 0;
+  for (const ParamSpec& s : parameter_specs(cfg)) {
+    if (s.name.rfind("model.layers.0.", 0) == 0)
+      layer += s.shape.numel();
+    else if (s.name == "model.embed_tokens.weight")
+      embed = s.shape.numel();
+    else if (s.name.rfind("model.layers.", 0) != 0)
+      head += s.shape.numel();
+  }
+  return 2 * layer + embed + head;
+}
+
+TEST(PlanZero, ZeroThreeDividesTheWeightsButForTheGroupsGathered) {
+  ExecConfig stream = parse_mode("stream");
+  stream.layer_chunk = 16;
+  for (const char* preset : {"tiny-qwen3", "tiny-qwen2"}) {  // untied; tied
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const int64_t e = static_cast<int64_t>(dtype_size(dt));
+      for (int ranks : {2, 4}) {
+        PlanSetup s = setup(preset, dt, ranks, 3);
+        s.cfg.num_hidden_layers = 12;
+        const int64_t P = s.cfg.num_parameters(), S = rank0_elements(s.cfg, ranks);
+        const PlannedStep z3 = plan_at(s, stream, 200);
+        s.zero = 2;
+        const PlannedStep z2 = plan_at(s, stream, 200);
+        const int64_t w = z3.breakdown[Category::weights];
+        EXPECT_GE(w, e * S) << preset;
+        EXPECT_LE(w, e * (S + most_gathered(s.cfg))) << preset;
+        EXPECT_LT(w, e * P) << preset;
+        // Gradients and optimizer state as ZeRO-2's.
+        EXPECT_EQ(z3.breakdown[Category::optimizer], z2.breakdown[Category::optimizer]);
+        EXPECT_LT(z3.peak_bytes, z2.peak_bytes) << preset << " " << ranks;
+      }
+    }
+  }
+}
+
 TEST(PlanZero, ZeroTwoTrainsLongerSequencesUnderTheSameBudget) {
   PlanSetup s = setup("tiny-qwen3", DType::BF16, 4, 0);
   s.budget = 8 << 20;
@@ -134,10 +175,18 @@ TEST(PlanZero, CliTakesRanksAndZero) {
   stream.layer_chunk = 16;
   EXPECT_EQ(j["modes"]["stream"]["peak_bytes"], plan_at(s, stream, 100).peak_bytes);
   r = test::run_command(plan + "--ranks 2 --zero 3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("zero 3: the memory of one rank"), std::string::npos) << r.output;
+  r = test::run_command(plan + "--ranks 2 --zero 4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("streambp: error: --zero: must be 0 (replicated optimizer), 1"),
             std::string::npos)
       << r.output;
+  for (const char* refused : {"--objective dpo", "--lora-r 2"}) {
+    r = test::run_command(plan + "--ranks 2 --zero 3 " + refused);
+    EXPECT_EQ(r.exit_code, 1) << refused;
+    EXPECT_NE(r.output.find("--zero 3: "), std::string::npos) << refused << ": " << r.output;
+  }
   r = test::run_command(plan + "--ranks 0");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--ranks: must be an integer from 1 to 65536"), std::string::npos) << r.output;

@@ -136,14 +136,24 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
   Pool host_pool(host_ledger, be.host_memory());
   if (exec.offload.any()) pool.set_host(&host_pool);
   const AdamWConfig optim;
+  // Data-parallel ranks (ZeRO): rank 0 on a communicator that moves nothing, as the plan.
+  ShapeOnlyCommunicator ranks(0, mem.ranks);
   ModelSet models(s, cfg, pool, be,
                   ModelSetOptions{.param_dtype = mem.param_dtype,
                                   .grad_dtype = mem.grad_dtype,
                                   .optim = mem.adamw ? &optim : nullptr,
                                   .master_weights = mem.master_weights,
+                                  .comm = &ranks,
+                                  .zero = mem.zero,
                                   .lora = mem.lora,
                                   .offload_optimizer = exec.offload.optimizer});
-  init_parameters(models.policy_weights(), 3, InitStyle::hf);
+  if (!models.has_lora() && models.policy().weight_hook()) {
+    // ZeRO-3: drawn whole into the staging copy (outside this ledger), then sliced.
+    init_parameters(*models.policy().master(), 3, InitStyle::hf);
+    models.policy().weights_loaded(models.policy_weights());
+  } else {
+    init_parameters(models.policy_weights(), 3, InitStyle::hf);
+  }
   if (models.has_lora()) init_lora(models.lora_weights(), 6, 0.05f);
   if (models.has_reference()) init_parameters(models.reference_weights(), 4, InitStyle::hf);
   if (models.has_value()) init_parameters(models.value_weights(), 5, InitStyle::hf);
@@ -160,7 +170,7 @@ Measured real_objective_step(const ModelConfig& cfg, const ObjectiveSetup& s,
   // (what a rank allocates does not depend on the bytes the others send it).
   const int64_t T = step.micro.front().batch.size();
   ShapeOnlyCommunicator group(busiest_rank(T, mem.context_parallel), mem.context_parallel);
-  StepRunner(s, models.views(), be, pool, exec, single_process(),
+  StepRunner(s, models.views(), be, pool, exec, ranks,
              StepRunnerOptions{.context = mem.context_parallel > 1 ? &group : nullptr})
       .run(step);
   return Measured{ledger.peak(), ledger.peak_breakdown(), host_ledger.peak(),
@@ -251,6 +261,54 @@ TEST_F(PlanAgreement, EveryObjectiveWithContextParallelismEqualsARealRanksStep) 
         }
   }
   EXPECT_EQ(cases, static_cast<int>(objective_names().size()) * 2 * 4 * 4);
+}
+
+// ZeRO-3 (plan --ranks R --zero 3): the planned rank's peak and breakdown equal a real rank's
+// SFT step, its weights its slices plus the groups gathered at that moment, for 2 and 4 ranks,
+// fp32 + AdamW and bf16 + AdamW (fp32 master slices), untied and tied heads, in every layer mode;
+// then with context parallelism (cp 2 of 2 and of 4 ranks), offloaded checkpoints and the
+// optimizer in host memory (both spaces).
+TEST_F(PlanAgreement, ZeroThreeEqualsARealRanksStep) {
+  const ObjectiveSetup s;  // sft
+  const int64_t T = 48;
+  const StepBatches step = planning_step(s.kind, 3, T);
+  int cases = 0;
+  for (const ModelConfig& model : {preset_config("tiny-qwen3"), tied_qwen3_with_bias()})
+    for (int ranks : {2, 4})
+      for (ExecConfig e : {mode("base", 0, 0), mode("checkpoint", 0, 0), mode("stream", 7, 5),
+                           mode("stream", T, T)})
+        for (DType dt : {DType::F32, DType::BF16}) {
+          StepMemoryOptions mem{.param_dtype = dt, .adamw = true};
+          e.act_dtype = dt;
+          mem.ranks = ranks;
+          mem.zero = 3;
+          ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 0, T));
+          ++cases;
+        }
+  EXPECT_EQ(cases, 2 * 2 * 4 * 2);
+  const ModelConfig model = preset_config("tiny-qwen3");
+  for (int ranks : {2, 4})
+    for (ExecConfig e : {mode("checkpoint", 0, 0), mode("stream", 5, 7)})
+      for (int offload : {0, 1, 2}) {  // none, activations, activations and the optimizer
+        StepMemoryOptions mem{.param_dtype = DType::BF16, .adamw = true};
+        e.act_dtype = DType::BF16;
+        e.offload.checkpoints = e.offload.residual_grad = offload > 0;
+        e.offload.optimizer = offload == 2;
+        mem.ranks = ranks;
+        mem.context_parallel = 2;
+        mem.zero = 3;
+        ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 2, T));
+      }
+  // The optimizer in host memory without context parallelism, fp32 and bf16.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    ExecConfig e = mode("stream", 5, 7);
+    e.act_dtype = dt;
+    e.offload.optimizer = true;
+    StepMemoryOptions mem{.param_dtype = dt, .adamw = true};
+    mem.ranks = 4;
+    mem.zero = 3;
+    ASSERT_NO_FATAL_FAILURE(expect_plan_is_the_step(model, s, e, step, mem, 4, T));
+  }
 }
 
 // Each rank keeps the layer checkpoints of its own rows only: 1/cp of one process's bytes.
